@@ -1,0 +1,286 @@
+#include "core/autograd.h"
+
+#include <atomic>
+#include <queue>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "core/ops.h"
+
+namespace ember {
+
+namespace {
+thread_local bool t_grad_enabled = true;
+std::atomic<uint64_t> g_next_sequence_nr{0};
+
+// Destroying a long chain of nodes recursively (each ~Node dropping the only
+// reference to the next) would overflow the stack on deep graphs. Instead, a
+// node about to die hands its sole-owned successors to this thread-local list,
+// and the outermost destructor drains it in a loop.
+thread_local std::vector<std::shared_ptr<Node>>* t_pending_deletes = nullptr;
+}  // namespace
+
+bool is_grad_enabled() { return t_grad_enabled; }
+void set_grad_enabled(bool enabled) { t_grad_enabled = enabled; }
+
+TensorImpl::~TensorImpl() {
+  // A tensor's grad_fn can be the head of a long chain; route it through the
+  // same iterative deletion as nodes.
+  if (autograd && autograd->grad_fn && autograd->grad_fn.use_count() == 1) {
+    std::shared_ptr<Node> head = std::move(autograd->grad_fn);
+    head.reset();
+  }
+}
+
+Node::Node() : sequence_nr(g_next_sequence_nr.fetch_add(1, std::memory_order_relaxed)) {}
+
+Node::~Node() {
+  std::vector<std::shared_ptr<Node>> local;
+  bool outermost = t_pending_deletes == nullptr;
+  if (outermost) t_pending_deletes = &local;
+  for (Edge& e : next_edges)
+    if (e.node && e.node.use_count() == 1) t_pending_deletes->push_back(std::move(e.node));
+  next_edges.clear();
+  if (outermost) {
+    while (!local.empty()) {
+      std::shared_ptr<Node> n = std::move(local.back());
+      local.pop_back();
+      n.reset();  // its destructor appends its own sole-owned successors to `local`
+    }
+    t_pending_deletes = nullptr;
+  }
+}
+
+std::vector<Tensor> FunctionNode::apply(const Tensor& grad_output) {
+  EMBER_CHECK(!released_, "backward: trying to backward through the graph a second time (node ",
+              name_, "); its saved tensors were freed after the first backward. Pass "
+              "retain_graph=true to the first backward if you need to call it twice.");
+  return fn_(grad_output);
+}
+
+void FunctionNode::release() {
+  fn_ = nullptr;  // drops the lambda and everything it saved
+  released_ = true;
+}
+
+std::vector<Tensor> AccumulateGrad::apply(const Tensor& grad_output) {
+  AutogradMeta& meta = *leaf_.impl().autograd;
+  if (!meta.grad.defined()) {
+    // Steal the incoming buffer when nothing else can see it; otherwise copy.
+    bool sole = grad_output.impl_ptr().use_count() <= 2 &&
+                grad_output.storage().use_count() == 1 && grad_output.is_contiguous() &&
+                !grad_output.requires_grad();
+    meta.grad = sole ? grad_output.detach() : grad_output.detach().clone();
+  } else {
+    meta.grad.add_(grad_output);
+  }
+  for (auto& hook : meta.post_accumulate_hooks) hook(leaf_);
+  return {};
+}
+
+SavedTensor::SavedTensor(const Tensor& t, const char* op) : op_(op) {
+  if (t.defined()) {
+    data_ = t.detach();
+    version_ = t.version();
+  }
+}
+
+const Tensor& SavedTensor::get() const {
+  EMBER_CHECK(!data_.defined() || data_.version() == version_, op_,
+              " backward: a tensor saved for backward was modified by an in-place operation "
+              "(version ", version_, " when saved, ", data_.version(),
+              " now); clone it before changing it in place");
+  return data_;
+}
+
+bool any_requires_grad(std::initializer_list<const Tensor*> inputs) {
+  if (!t_grad_enabled) return false;
+  for (const Tensor* t : inputs)
+    if (t->defined() && t->requires_grad()) return true;
+  return false;
+}
+
+Edge gradient_edge(const Tensor& t) {
+  if (!t.defined() || !t.requires_grad()) return Edge{};
+  AutogradMeta& meta = *t.impl().autograd;
+  if (meta.grad_fn) return Edge{meta.grad_fn};
+  std::shared_ptr<Node> acc = meta.grad_accumulator.lock();
+  if (!acc) {
+    acc = std::make_shared<AccumulateGrad>(t);
+    meta.grad_accumulator = acc;
+  }
+  return Edge{acc};
+}
+
+static void attach_impl(Tensor& out, const char* name, const Tensor* const* inputs, size_t n,
+                        BackwardFn fn) {
+  auto node = std::make_shared<FunctionNode>(name, std::move(fn));
+  node->next_edges.reserve(n);
+  node->inputs.reserve(n);
+  for (size_t i = 0; i < n; ++i) {
+    const Tensor& in = *inputs[i];
+    node->next_edges.push_back(gradient_edge(in));
+    if (in.defined())
+      node->inputs.push_back(InputMeta{in.sizes(), in.dtype(), in.device()});
+    else
+      node->inputs.push_back(InputMeta{{}, kFloat32, kCPU});
+  }
+  TensorImpl& impl = out.impl();
+  if (!impl.autograd) impl.autograd = std::make_unique<AutogradMeta>();
+  impl.autograd->requires_grad = true;
+  impl.autograd->grad_fn = std::move(node);
+}
+
+void attach_grad_fn(Tensor& out, const char* name, std::initializer_list<const Tensor*> inputs,
+                    BackwardFn fn) {
+  attach_impl(out, name, inputs.begin(), inputs.size(), std::move(fn));
+}
+
+void attach_grad_fn(Tensor& out, const char* name, const std::vector<Tensor>& inputs,
+                    BackwardFn fn) {
+  std::vector<const Tensor*> ptrs;
+  ptrs.reserve(inputs.size());
+  for (const Tensor& t : inputs) ptrs.push_back(&t);
+  attach_impl(out, name, ptrs.data(), ptrs.size(), std::move(fn));
+}
+
+namespace {
+
+struct LaterFirst {
+  bool operator()(const Node* a, const Node* b) const { return a->sequence_nr < b->sequence_nr; }
+};
+
+void check_gradient(const Node& node, size_t i, const Tensor& g) {
+  const InputMeta& m = node.inputs[i];
+  EMBER_CHECK(g.sizes() == m.sizes, "backward: ", node.name(), " returned a gradient of shape ",
+              shape_str(g.sizes()), " for input ", i, " of shape ", shape_str(m.sizes));
+  EMBER_CHECK(g.dtype() == m.dtype && g.device() == m.device, "backward: ", node.name(),
+              " returned a ", g.dtype(), " gradient on ", g.device(), " for input ", i, " (",
+              m.dtype, " on ", m.device, ")");
+}
+
+// The engine proper. When `captures` is given, gradients arriving at those nodes
+// are stored there instead of running them (autograd::grad), and AccumulateGrad
+// nodes are skipped.
+void execute(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads,
+             bool retain_graph, std::unordered_map<Node*, Tensor>* captures) {
+  EMBER_CHECK(roots.size() == grads.size(), "backward: ", roots.size(), " outputs but ",
+              grads.size(), " gradients");
+  std::unordered_map<Node*, Tensor> buffers;
+  std::unordered_map<Node*, int> dependencies;
+  std::vector<Node*> stack;
+  std::unordered_set<Node*> seen;
+
+  for (size_t i = 0; i < roots.size(); ++i) {
+    const Tensor& r = roots[i];
+    EMBER_CHECK(r.defined() && r.requires_grad(),
+                "backward: output ", i, " does not require grad and has no grad_fn");
+    Edge e = gradient_edge(r);
+    Tensor g = grads[i];
+    if (!g.defined()) {
+      EMBER_CHECK(r.numel() == 1, "backward: grad can be implicitly created only for a "
+                  "single-element output, this one has shape ", shape_str(r.sizes()));
+      g = ones_like(r.detach());
+    }
+    EMBER_CHECK(g.sizes() == r.sizes(), "backward: gradient of shape ", shape_str(g.sizes()),
+                " given for an output of shape ", shape_str(r.sizes()));
+    Tensor& buf = buffers[e.node.get()];
+    buf = buf.defined() ? add(buf, g) : g;
+    if (seen.insert(e.node.get()).second) stack.push_back(e.node.get());
+  }
+  // Count, for every reachable node, how many edges point at it (iteratively).
+  while (!stack.empty()) {
+    Node* n = stack.back();
+    stack.pop_back();
+    if (captures && captures->count(n)) continue;
+    for (const Edge& e : n->next_edges) {
+      if (!e.node) continue;
+      ++dependencies[e.node.get()];
+      if (seen.insert(e.node.get()).second) stack.push_back(e.node.get());
+    }
+  }
+
+  std::priority_queue<Node*, std::vector<Node*>, LaterFirst> ready;
+  for (const Tensor& r : roots) {
+    Node* n = gradient_edge(r).node.get();
+    if (dependencies[n] == 0) ready.push(n);
+  }
+  std::unordered_set<Node*> queued;
+  NoGradGuard no_grad;
+  while (!ready.empty()) {
+    Node* node = ready.top();
+    ready.pop();
+    if (!queued.insert(node).second) continue;
+    Tensor g = std::move(buffers[node]);
+    buffers.erase(node);
+    if (captures) {
+      auto it = captures->find(node);
+      if (it != captures->end()) {
+        it->second = g;
+        continue;
+      }
+      if (dynamic_cast<AccumulateGrad*>(node)) continue;
+    }
+    std::vector<Tensor> input_grads = node->apply(g);
+    g = Tensor();
+    if (!retain_graph) node->release();
+    if (dynamic_cast<AccumulateGrad*>(node)) continue;
+    EMBER_CHECK(input_grads.size() == node->next_edges.size(), "backward: ", node->name(),
+                " returned ", input_grads.size(), " gradients for ", node->next_edges.size(),
+                " inputs");
+    for (size_t i = 0; i < input_grads.size(); ++i) {
+      Node* next = node->next_edges[i].node.get();
+      if (!next) continue;
+      if (input_grads[i].defined()) {
+        check_gradient(*node, i, input_grads[i]);
+        Tensor& buf = buffers[next];
+        buf = buf.defined() ? add(buf, input_grads[i]) : std::move(input_grads[i]);
+      }
+      if (--dependencies[next] == 0) ready.push(next);
+    }
+  }
+}
+
+}  // namespace
+
+void run_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads,
+                  bool retain_graph) {
+  execute(roots, grads, retain_graph, nullptr);
+}
+
+std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs,
+                         const std::vector<Tensor>& grad_outputs, bool retain_graph) {
+  std::unordered_map<Node*, Tensor> captures;
+  std::vector<Node*> targets;
+  for (const Tensor& in : inputs) {
+    EMBER_CHECK(in.defined() && in.requires_grad(), "grad: an input does not require grad");
+    Node* n = gradient_edge(in).node.get();
+    captures.emplace(n, Tensor());
+    targets.push_back(n);
+  }
+  std::vector<Tensor> gos = grad_outputs;
+  if (gos.empty()) gos.resize(outputs.size());
+  execute(outputs, gos, retain_graph, &captures);
+  std::vector<Tensor> result;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    Tensor g = captures[targets[i]];
+    result.push_back(g.defined() ? g : zeros_like(inputs[i].detach()));
+  }
+  return result;
+}
+
+size_t count_graph_nodes(const Tensor& t) {
+  if (!t.defined() || !t.impl().autograd || !t.impl().autograd->grad_fn) return 0;
+  std::unordered_set<Node*> seen;
+  std::vector<Node*> stack{t.impl().autograd->grad_fn.get()};
+  seen.insert(stack.back());
+  while (!stack.empty()) {
+    Node* n = stack.back();
+    stack.pop_back();
+    for (const Edge& e : n->next_edges)
+      if (e.node && seen.insert(e.node.get()).second) stack.push_back(e.node.get());
+  }
+  return seen.size();
+}
+
+}  // namespace ember

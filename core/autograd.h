@@ -1,0 +1,153 @@
+// Autograd: a dynamic graph of Nodes built as ops run, walked backwards by an
+// iterative engine. Each op attaches its own backward (a lambda saving only what
+// it needs) right below its forward (see core/ops/*.cpp). Graphs are freed after
+// backward unless retain_graph; saved tensors check their version on use.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace ember {
+
+class Node;
+
+struct Edge {
+  std::shared_ptr<Node> node;  // null: the input needs no gradient
+};
+
+struct AutogradMeta {
+  bool requires_grad = false;
+  bool retains_grad = false;
+  Tensor grad;
+  std::shared_ptr<Node> grad_fn;            // set for non-leaves
+  std::weak_ptr<Node> grad_accumulator;     // for leaves, created on demand
+  std::vector<GradHook> post_accumulate_hooks;
+};
+
+// What backward needs to know about each input to check the gradient it returns.
+struct InputMeta {
+  Shape sizes;
+  DType dtype;
+  Device device;
+};
+
+class Node {
+ public:
+  Node();
+  virtual ~Node();
+  Node(const Node&) = delete;
+  Node& operator=(const Node&) = delete;
+
+  virtual const char* name() const = 0;
+  // Given the gradient of this node's output, the gradients of its inputs (one per
+  // next edge; an undefined Tensor where none flows).
+  virtual std::vector<Tensor> apply(const Tensor& grad_output) = 0;
+  // Frees what was saved for backward (after a backward without retain_graph).
+  virtual void release() {}
+
+  std::vector<Edge> next_edges;
+  std::vector<InputMeta> inputs;
+  uint64_t sequence_nr;  // creation order; the engine runs later nodes first
+};
+
+using BackwardFn = std::function<std::vector<Tensor>(const Tensor& grad_output)>;
+
+// A node whose backward is a lambda. After release() it refuses to run again,
+// which is how "backward through the graph a second time" is caught.
+class FunctionNode final : public Node {
+ public:
+  FunctionNode(const char* name, BackwardFn fn) : name_(name), fn_(std::move(fn)) {}
+  const char* name() const override { return name_; }
+  std::vector<Tensor> apply(const Tensor& grad_output) override;
+  void release() override;
+
+ private:
+  const char* name_;
+  BackwardFn fn_;
+  bool released_ = false;
+};
+
+// The sink for a leaf: adds the incoming gradient into leaf.grad(), then runs the
+// leaf's post-accumulate hooks.
+class AccumulateGrad final : public Node {
+ public:
+  explicit AccumulateGrad(Tensor leaf) : leaf_(std::move(leaf)) {}
+  const char* name() const override { return "AccumulateGrad"; }
+  std::vector<Tensor> apply(const Tensor& grad_output) override;
+  const Tensor& leaf() const { return leaf_; }
+
+ private:
+  Tensor leaf_;
+};
+
+// A tensor saved for backward: a history-free alias plus the version it had, so
+// that using it after an in-place change throws instead of giving a wrong gradient.
+class SavedTensor {
+ public:
+  SavedTensor() = default;
+  SavedTensor(const Tensor& t, const char* op);
+  const Tensor& get() const;
+  bool defined() const { return data_.defined(); }
+
+ private:
+  Tensor data_;
+  uint64_t version_ = 0;
+  const char* op_ = "";
+};
+
+// --- grad mode (thread-local)
+bool is_grad_enabled();
+void set_grad_enabled(bool enabled);
+
+class NoGradGuard {
+ public:
+  NoGradGuard() : previous_(is_grad_enabled()) { set_grad_enabled(false); }
+  ~NoGradGuard() { set_grad_enabled(previous_); }
+  NoGradGuard(const NoGradGuard&) = delete;
+  NoGradGuard& operator=(const NoGradGuard&) = delete;
+
+ private:
+  bool previous_;
+};
+
+class EnableGradGuard {
+ public:
+  EnableGradGuard() : previous_(is_grad_enabled()) { set_grad_enabled(true); }
+  ~EnableGradGuard() { set_grad_enabled(previous_); }
+  EnableGradGuard(const EnableGradGuard&) = delete;
+  EnableGradGuard& operator=(const EnableGradGuard&) = delete;
+
+ private:
+  bool previous_;
+};
+
+// --- helpers for ops
+// True when grad mode is on and any defined input requires grad.
+bool any_requires_grad(std::initializer_list<const Tensor*> inputs);
+// Attaches a backward to `out`: a FunctionNode named `name` with edges to each
+// input (null edges for inputs without grad).
+void attach_grad_fn(Tensor& out, const char* name, std::initializer_list<const Tensor*> inputs,
+                    BackwardFn fn);
+void attach_grad_fn(Tensor& out, const char* name, const std::vector<Tensor>& inputs,
+                    BackwardFn fn);
+// The edge through which a gradient for `t` flows (null if t needs none).
+Edge gradient_edge(const Tensor& t);
+
+// Runs backward from `roots` with the given output gradients.
+void run_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads,
+                  bool retain_graph);
+
+// Gradients of `outputs` with respect to `inputs` without touching .grad()
+// (autograd.grad in PyTorch); used by gradcheck.
+std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs,
+                         const std::vector<Tensor>& grad_outputs = {}, bool retain_graph = false);
+
+// Counts the nodes reachable from t.grad_fn() (0 for leaves); for diagnostics.
+size_t count_graph_nodes(const Tensor& t);
+
+}  // namespace ember

@@ -1,0 +1,37 @@
+// Where a tensor lives: the host (CPU) or one CUDA device (CUDA:n).
+#pragma once
+
+#include <ostream>
+#include <string>
+
+namespace ember {
+
+enum class DeviceType : uint8_t { CPU, CUDA };
+
+struct Device {
+  DeviceType type = DeviceType::CPU;
+  int index = 0;  // meaningful for CUDA only
+
+  constexpr Device() = default;
+  constexpr Device(DeviceType t, int i = 0) : type(t), index(t == DeviceType::CPU ? 0 : i) {}
+  // "cpu", "cuda", "cuda:1"; anything else throws ember::Error naming the text.
+  explicit Device(const std::string& spec);
+  Device(const char* spec) : Device(std::string(spec)) {}
+
+  static constexpr Device cpu() { return Device(DeviceType::CPU); }
+  static constexpr Device cuda(int i = 0) { return Device(DeviceType::CUDA, i); }
+
+  constexpr bool is_cpu() const { return type == DeviceType::CPU; }
+  constexpr bool is_cuda() const { return type == DeviceType::CUDA; }
+  std::string str() const;
+
+  friend constexpr bool operator==(Device a, Device b) {
+    return a.type == b.type && a.index == b.index;
+  }
+};
+
+std::ostream& operator<<(std::ostream& os, Device d);
+
+constexpr Device kCPU = Device::cpu();
+
+}  // namespace ember

@@ -1,0 +1,69 @@
+// Element types. float32 is the working type, float64 the reference type for
+// gradchecks, bfloat16 the tensor-core type (stored as raw bits, computed in
+// float), int64 for indices (argmax). Conversions here are host-side and exact
+// (round to nearest even for bfloat16).
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <ostream>
+#include <string_view>
+
+namespace ember {
+
+enum class DType : uint8_t { Float32, Float64, BFloat16, Int64 };
+
+constexpr size_t element_size(DType t) {
+  switch (t) {
+    case DType::Float32: return 4;
+    case DType::Float64: return 8;
+    case DType::BFloat16: return 2;
+    case DType::Int64: return 8;
+  }
+  return 0;
+}
+
+constexpr std::string_view dtype_name(DType t) {
+  switch (t) {
+    case DType::Float32: return "float32";
+    case DType::Float64: return "float64";
+    case DType::BFloat16: return "bfloat16";
+    case DType::Int64: return "int64";
+  }
+  return "?";
+}
+
+constexpr bool is_floating(DType t) { return t != DType::Int64; }
+
+inline std::ostream& operator<<(std::ostream& os, DType t) { return os << dtype_name(t); }
+
+// bfloat16 as 16 raw bits; arithmetic goes through float.
+struct BFloat16 {
+  uint16_t bits = 0;
+  BFloat16() = default;
+  explicit BFloat16(float f) : bits(from_float(f)) {}
+  operator float() const { return to_float(bits); }
+
+  static uint16_t from_float(float f) {
+    uint32_t u;
+    std::memcpy(&u, &f, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40);  // NaN
+    u += 0x7fffu + ((u >> 16) & 1u);  // round to nearest even
+    return static_cast<uint16_t>(u >> 16);
+  }
+  static float to_float(uint16_t b) {
+    uint32_t u = static_cast<uint32_t>(b) << 16;
+    float f;
+    std::memcpy(&f, &u, 4);
+    return f;
+  }
+};
+
+template <typename T>
+constexpr DType dtype_of();
+template <> constexpr DType dtype_of<float>() { return DType::Float32; }
+template <> constexpr DType dtype_of<double>() { return DType::Float64; }
+template <> constexpr DType dtype_of<BFloat16>() { return DType::BFloat16; }
+template <> constexpr DType dtype_of<int64_t>() { return DType::Int64; }
+
+}  // namespace ember

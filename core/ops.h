@@ -1,0 +1,99 @@
+// Every tensor op, as free functions. Each is defined in core/ops/<group>.cpp with
+// its forward, its backward (attached right below) and its CPU reference kernel;
+// its CUDA launcher is in cuda/kernels/<group>.cu. Bad shapes, devices or dtypes
+// throw ember::Error naming the op and the operands.
+#pragma once
+
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace ember {
+
+// --- element-wise (core/ops/elementwise.cpp), with numpy broadcasting
+Tensor add(const Tensor& a, const Tensor& b, double alpha = 1.0);  // a + alpha * b
+Tensor sub(const Tensor& a, const Tensor& b);
+Tensor mul(const Tensor& a, const Tensor& b);
+Tensor div(const Tensor& a, const Tensor& b);
+Tensor add(const Tensor& a, double s);
+Tensor mul(const Tensor& a, double s);
+Tensor rsub(const Tensor& a, double s);  // s - a
+Tensor rdiv(const Tensor& a, double s);  // s / a
+Tensor neg(const Tensor& a);
+Tensor pow(const Tensor& a, double exponent);
+Tensor exp(const Tensor& a);
+Tensor log(const Tensor& a);
+Tensor sqrt(const Tensor& a);
+Tensor abs(const Tensor& a);
+Tensor relu(const Tensor& a);
+Tensor sigmoid(const Tensor& a);
+Tensor tanh(const Tensor& a);
+Tensor gelu(const Tensor& a);  // tanh approximation, as PyTorch's approximate="tanh"
+// Not differentiable: 1 where a >= s (or a > s), else 0, in a's dtype.
+Tensor ge(const Tensor& a, double s);
+Tensor gt(const Tensor& a, double s);
+// Where-free masking: a * mask, for dropout.
+Tensor cast(const Tensor& a, DType t);  // differentiable dtype change
+
+// In-place (bump the version; refuse tensors that require grad in grad mode).
+Tensor& fill_(Tensor& t, double value);
+Tensor& copy_(Tensor& dst, const Tensor& src);  // broadcasting src to dst, any dtypes
+Tensor& add_(Tensor& t, const Tensor& other, double alpha = 1.0);
+Tensor& add_(Tensor& t, double value);
+Tensor& mul_(Tensor& t, const Tensor& other);
+Tensor& mul_(Tensor& t, double value);
+
+// --- reductions (core/ops/reduce.cpp)
+Tensor sum(const Tensor& a);
+Tensor sum(const Tensor& a, int64_t dim, bool keepdim = false);
+Tensor mean(const Tensor& a);
+Tensor mean(const Tensor& a, int64_t dim, bool keepdim = false);
+Tensor max(const Tensor& a, int64_t dim, bool keepdim = false);     // values
+Tensor argmax(const Tensor& a, int64_t dim, bool keepdim = false);  // int64 indices
+// Sums `g` down to `shape` (the inverse of broadcasting), for backward of broadcast ops.
+Tensor sum_to(const Tensor& g, const Shape& shape);
+
+// --- linear algebra (core/ops/matmul.cpp): 2-D x 2-D, or batched (B, n, k) x (B, k, m)
+// and (B, n, k) x (k, m). CUDA through cuBLAS.
+Tensor matmul(const Tensor& a, const Tensor& b);
+
+// --- shape (core/ops/shape.cpp): views share storage where the layout allows
+Tensor view(const Tensor& a, Shape sizes);     // -1 infers one size; needs viewable strides
+Tensor reshape(const Tensor& a, Shape sizes);  // view when possible, else copy
+Tensor transpose(const Tensor& a, int64_t d0, int64_t d1);
+Tensor slice(const Tensor& a, int64_t dim, int64_t start, int64_t end, int64_t step = 1);
+Tensor select(const Tensor& a, int64_t dim, int64_t index);
+Tensor unsqueeze(const Tensor& a, int64_t dim);
+Tensor squeeze(const Tensor& a, int64_t dim);
+Tensor expand(const Tensor& a, Shape sizes);
+Tensor cat(const std::vector<Tensor>& tensors, int64_t dim = 0);
+Tensor contiguous(const Tensor& a);
+
+// --- operators
+inline Tensor operator+(const Tensor& a, const Tensor& b) { return add(a, b); }
+inline Tensor operator-(const Tensor& a, const Tensor& b) { return sub(a, b); }
+inline Tensor operator*(const Tensor& a, const Tensor& b) { return mul(a, b); }
+inline Tensor operator/(const Tensor& a, const Tensor& b) { return div(a, b); }
+inline Tensor operator-(const Tensor& a) { return neg(a); }
+inline Tensor operator+(const Tensor& a, double s) { return add(a, s); }
+inline Tensor operator+(double s, const Tensor& a) { return add(a, s); }
+inline Tensor operator-(const Tensor& a, double s) { return add(a, -s); }
+inline Tensor operator-(double s, const Tensor& a) { return rsub(a, s); }
+inline Tensor operator*(const Tensor& a, double s) { return mul(a, s); }
+inline Tensor operator*(double s, const Tensor& a) { return mul(a, s); }
+inline Tensor operator/(const Tensor& a, double s) { return mul(a, 1.0 / s); }
+inline Tensor operator/(double s, const Tensor& a) { return rdiv(a, s); }
+inline Tensor& operator+=(Tensor& a, const Tensor& b) { return add_(a, b); }
+inline Tensor& operator-=(Tensor& a, const Tensor& b) { return add_(a, b, -1.0); }
+inline Tensor& operator*=(Tensor& a, const Tensor& b) { return mul_(a, b); }
+inline Tensor& operator*=(Tensor& a, double s) { return mul_(a, s); }
+
+// --- checks shared by ops
+void check_same_device(const char* op, const Tensor& a, const Tensor& b);
+void check_same_dtype(const char* op, const Tensor& a, const Tensor& b);
+void check_floating(const char* op, const Tensor& a);
+void check_defined(const char* op, const Tensor& a, const char* what = "input");
+// Throws when `t` requires grad while grad mode is on (in-place ops can't be recorded).
+void check_inplace(const char* op, const Tensor& t);
+
+}  // namespace ember

@@ -1,0 +1,212 @@
+// Shape ops. view, transpose, slice, select, unsqueeze, squeeze and expand return
+// views sharing storage; reshape views when it can and copies otherwise; cat and
+// contiguous copy. Backward of each undoes its geometry.
+#include "core/autograd.h"
+#include "core/ops.h"
+
+namespace ember {
+
+using Grads = std::vector<Tensor>;
+
+namespace {
+
+Shape infer_size(Shape sizes, int64_t numel, const char* op, const Shape& from) {
+  int64_t infer = -1, known = 1;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    if (sizes[i] == -1) {
+      EMBER_CHECK(infer < 0, op, ": only one dimension can be -1, got ", shape_str(sizes));
+      infer = static_cast<int64_t>(i);
+    } else {
+      EMBER_CHECK(sizes[i] >= 0, op, ": invalid size ", sizes[i], " in ", shape_str(sizes));
+      known *= sizes[i];
+    }
+  }
+  if (infer >= 0) {
+    EMBER_CHECK(known != 0 && numel % known == 0, op, ": shape ", shape_str(sizes),
+                " is invalid for input of shape ", shape_str(from), " (", numel, " elements)");
+    sizes[infer] = numel / known;
+  }
+  EMBER_CHECK(numel_of(sizes) == numel, op, ": shape ", shape_str(sizes),
+              " is invalid for input of shape ", shape_str(from), " (", numel, " elements)");
+  return sizes;
+}
+
+Tensor reshape_backward_attach(Tensor out, const Tensor& a, const char* name) {
+  if (any_requires_grad({&a}))
+    attach_grad_fn(out, name, {&a},
+                   [s = a.sizes()](const Tensor& g) { return Grads{reshape(g, s)}; });
+  return out;
+}
+
+}  // namespace
+
+Tensor view(const Tensor& a, Shape sizes) {
+  check_defined("view", a);
+  sizes = infer_size(std::move(sizes), a.numel(), "view", a.sizes());
+  EMBER_CHECK(a.is_contiguous(), "view: input of shape ", shape_str(a.sizes()), " and strides ",
+              shape_str(a.strides()), " is not contiguous; use reshape() (which copies)");
+  Shape strides = contiguous_strides(sizes);
+  return reshape_backward_attach(make_view(a, sizes, strides, a.storage_offset()), a,
+                                 "ViewBackward");
+}
+
+Tensor reshape(const Tensor& a, Shape sizes) {
+  check_defined("reshape", a);
+  if (a.is_contiguous()) return view(a, std::move(sizes));
+  sizes = infer_size(std::move(sizes), a.numel(), "reshape", a.sizes());
+  return view(contiguous(a), std::move(sizes));
+}
+
+Tensor contiguous(const Tensor& a) {
+  check_defined("contiguous", a);
+  return a.is_contiguous() ? a : a.clone();
+}
+
+Tensor transpose(const Tensor& a, int64_t d0, int64_t d1) {
+  check_defined("transpose", a);
+  d0 = wrap_dim(d0, a.dim(), "transpose");
+  d1 = wrap_dim(d1, a.dim(), "transpose");
+  Shape sizes = a.sizes(), strides = a.strides();
+  std::swap(sizes[d0], sizes[d1]);
+  std::swap(strides[d0], strides[d1]);
+  Tensor out = make_view(a, sizes, strides, a.storage_offset());
+  if (any_requires_grad({&a}))
+    attach_grad_fn(out, "TransposeBackward", {&a},
+                   [d0, d1](const Tensor& g) { return Grads{transpose(g, d0, d1)}; });
+  return out;
+}
+
+Tensor slice(const Tensor& a, int64_t dim, int64_t start, int64_t end, int64_t step) {
+  check_defined("slice", a);
+  dim = wrap_dim(dim, a.dim(), "slice");
+  EMBER_CHECK(step > 0, "slice: step must be positive, got ", step);
+  const int64_t n = a.size(dim);
+  if (start < 0) start += n;
+  if (end < 0) end += n;
+  start = std::clamp<int64_t>(start, 0, n);
+  end = std::clamp<int64_t>(end, start, n);
+  Shape sizes = a.sizes(), strides = a.strides();
+  sizes[dim] = (end - start + step - 1) / step;
+  strides[dim] *= step;
+  Tensor out = make_view(a, sizes, strides, a.storage_offset() + start * a.stride(dim));
+  if (any_requires_grad({&a}))
+    attach_grad_fn(out, "SliceBackward", {&a},
+                   [s = a.sizes(), dim, start, end, step](const Tensor& g) {
+                     Tensor gi = zeros(s, TensorOptions().dtype(g.dtype()).device(g.device()));
+                     Tensor part = slice(gi, dim, start, end, step);
+                     copy_(part, g);
+                     return Grads{gi};
+                   });
+  return out;
+}
+
+Tensor select(const Tensor& a, int64_t dim, int64_t index) {
+  check_defined("select", a);
+  dim = wrap_dim(dim, a.dim(), "select");
+  const int64_t n = a.size(dim);
+  EMBER_CHECK(index >= -n && index < n, "select: index ", index, " is out of range for dim ", dim,
+              " of size ", n);
+  if (index < 0) index += n;
+  Tensor s = slice(a, dim, index, index + 1);
+  return squeeze(s, dim);
+}
+
+Tensor unsqueeze(const Tensor& a, int64_t dim) {
+  check_defined("unsqueeze", a);
+  dim = wrap_dim(dim, a.dim() + 1, "unsqueeze");
+  Shape sizes = a.sizes(), strides = a.strides();
+  int64_t st = dim < a.dim() ? strides[dim] * sizes[dim] : 1;
+  sizes.insert(sizes.begin() + dim, 1);
+  strides.insert(strides.begin() + dim, st);
+  return reshape_backward_attach(make_view(a, sizes, strides, a.storage_offset()), a,
+                                 "UnsqueezeBackward");
+}
+
+Tensor squeeze(const Tensor& a, int64_t dim) {
+  check_defined("squeeze", a);
+  dim = wrap_dim(dim, a.dim(), "squeeze");
+  if (a.size(dim) != 1) return a;
+  Shape sizes = a.sizes(), strides = a.strides();
+  sizes.erase(sizes.begin() + dim);
+  strides.erase(strides.begin() + dim);
+  return reshape_backward_attach(make_view(a, sizes, strides, a.storage_offset()), a,
+                                 "SqueezeBackward");
+}
+
+Tensor expand(const Tensor& a, Shape sizes) {
+  check_defined("expand", a);
+  EMBER_CHECK(sizes.size() >= static_cast<size_t>(a.dim()), "expand: cannot expand shape ",
+              shape_str(a.sizes()), " to fewer dims ", shape_str(sizes));
+  const size_t lead = sizes.size() - a.sizes().size();
+  Shape strides(sizes.size(), 0);
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    if (i < lead) {
+      EMBER_CHECK(sizes[i] >= 0, "expand: invalid size ", sizes[i]);
+      continue;
+    }
+    int64_t s = a.sizes()[i - lead];
+    if (sizes[i] == -1) sizes[i] = s;
+    EMBER_CHECK(s == sizes[i] || s == 1, "expand: size ", s, " at dim ", i - lead,
+                " cannot be expanded to ", sizes[i], " (shape ", shape_str(a.sizes()), " to ",
+                shape_str(sizes), ")");
+    strides[i] = s == sizes[i] ? a.strides()[i - lead] : 0;
+  }
+  Tensor out = make_view(a, sizes, strides, a.storage_offset());
+  if (any_requires_grad({&a}))
+    attach_grad_fn(out, "ExpandBackward", {&a},
+                   [s = a.sizes()](const Tensor& g) { return Grads{sum_to(g, s)}; });
+  return out;
+}
+
+Tensor cat(const std::vector<Tensor>& tensors, int64_t dim) {
+  EMBER_CHECK(!tensors.empty(), "cat: expects a non-empty list of tensors");
+  const Tensor& first = tensors[0];
+  check_defined("cat", first, "tensor 0");
+  dim = wrap_dim(dim, first.dim(), "cat");
+  Shape out_sizes = first.sizes();
+  out_sizes[dim] = 0;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const Tensor& t = tensors[i];
+    EMBER_CHECK(t.defined(), "cat: tensor ", i, " is undefined");
+    EMBER_CHECK(t.dtype() == first.dtype() && t.device() == first.device(), "cat: tensor ", i,
+                " is ", t.dtype(), " on ", t.device(), ", tensor 0 is ", first.dtype(), " on ",
+                first.device());
+    EMBER_CHECK(t.dim() == first.dim(), "cat: tensor ", i, " has ", t.dim(), " dims, tensor 0 has ",
+                first.dim());
+    for (int64_t d = 0; d < t.dim(); ++d)
+      EMBER_CHECK(d == dim || t.size(d) == first.size(d), "cat: tensor ", i, " has shape ",
+                  shape_str(t.sizes()), ", which does not match ", shape_str(first.sizes()),
+                  " except in dim ", dim);
+    out_sizes[dim] += t.size(dim);
+  }
+  Tensor out = empty(out_sizes, TensorOptions().dtype(first.dtype()).device(first.device()));
+  std::vector<int64_t> starts;
+  {
+    NoGradGuard ng;
+    int64_t at = 0;
+    for (const Tensor& t : tensors) {
+      starts.push_back(at);
+      Tensor part = slice(out, dim, at, at + t.size(dim));
+      copy_(part, t);
+      at += t.size(dim);
+    }
+  }
+  if (is_grad_enabled()) {
+    bool any = false;
+    for (const Tensor& t : tensors) any = any || t.requires_grad();
+    if (any) {
+      std::vector<int64_t> lengths;
+      for (const Tensor& t : tensors) lengths.push_back(t.size(dim));
+      attach_grad_fn(out, "CatBackward", tensors,
+                     [starts, lengths, dim](const Tensor& g) {
+                       Grads gs;
+                       for (size_t i = 0; i < starts.size(); ++i)
+                         gs.push_back(slice(g, dim, starts[i], starts[i] + lengths[i]));
+                       return gs;
+                     });
+    }
+  }
+  return out;
+}
+
+}  // namespace ember

@@ -1,0 +1,443 @@
+#include "core/tensor.h"
+
+#include <cmath>
+#include <cstring>
+#include <iomanip>
+#include <sstream>
+
+#include "core/autograd.h"
+#include "core/ops.h"
+#include "core/ops/dispatch.h"
+#include "cuda/check.h"
+#include "cuda/kernels/elementwise.h"
+
+namespace ember {
+
+namespace {
+
+Tensor make_tensor(const Shape& sizes, DType dtype, Device device, const char* op) {
+  check_sizes(sizes, op);
+  if (device.is_cuda()) cuda::check_device(device.index);
+  auto impl = std::make_shared<TensorImpl>();
+  impl->sizes = sizes;
+  impl->strides = contiguous_strides(sizes);
+  impl->dtype = dtype;
+  impl->storage =
+      std::make_shared<Storage>(static_cast<size_t>(numel_of(sizes)) * element_size(dtype), device);
+  return Tensor(std::move(impl));
+}
+
+AutogradMeta& autograd_meta(const Tensor& t) {
+  TensorImpl& impl = t.impl();
+  if (!impl.autograd) impl.autograd = std::make_unique<AutogradMeta>();
+  return *impl.autograd;
+}
+
+// Copies contiguous bytes between any two devices; synchronises when the
+// destination is the host.
+void copy_bytes(void* dst, Device dd, const void* src, Device sd, size_t n) {
+  if (n == 0) return;
+  if (dd.is_cpu() && sd.is_cpu()) {
+    std::memcpy(dst, src, n);
+  } else if (dd.is_cuda() && sd.is_cpu()) {
+    cuda::DeviceGuard g(dd.index);
+    EMBER_CUDA_CHECK(cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice,
+                                     cuda::current_stream(dd.index)));
+  } else if (dd.is_cpu() && sd.is_cuda()) {
+    cuda::DeviceGuard g(sd.index);
+    cudaStream_t s = cuda::current_stream(sd.index);
+    EMBER_CUDA_CHECK(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToHost, s));
+    EMBER_CUDA_CHECK(cudaStreamSynchronize(s));
+  } else if (dd.index == sd.index) {
+    cuda::DeviceGuard g(dd.index);
+    EMBER_CUDA_CHECK(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToDevice,
+                                     cuda::current_stream(dd.index)));
+  } else {
+    cuda::DeviceGuard g(sd.index);
+    cudaStream_t s = cuda::current_stream(sd.index);
+    EMBER_CUDA_CHECK(cudaMemcpyPeerAsync(dst, dd.index, src, sd.index, n, s));
+    EMBER_CUDA_CHECK(cudaStreamSynchronize(s));
+  }
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------- metadata
+
+int64_t Tensor::size(int64_t d) const { return impl().sizes[wrap_dim(d, dim(), "size")]; }
+int64_t Tensor::stride(int64_t d) const { return impl().strides[wrap_dim(d, dim(), "stride")]; }
+
+bool Tensor::is_contiguous() const {
+  const TensorImpl& t = impl();
+  int64_t expected = 1;
+  for (size_t i = t.sizes.size(); i-- > 0;) {
+    if (t.sizes[i] == 1) continue;
+    if (t.strides[i] != expected) return false;
+    expected *= t.sizes[i];
+  }
+  return true;
+}
+
+void* Tensor::raw_data() const {
+  const TensorImpl& t = impl();
+  return static_cast<char*>(t.storage->data()) + t.offset * element_size(t.dtype);
+}
+
+Tensor make_view(const Tensor& base, Shape sizes, Shape strides, int64_t offset) {
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = base.storage();
+  impl->sizes = std::move(sizes);
+  impl->strides = std::move(strides);
+  impl->offset = offset;
+  impl->dtype = base.dtype();
+  return Tensor(std::move(impl));
+}
+
+// ---------------------------------------------------------------- factories
+
+Tensor empty(const Shape& sizes, TensorOptions o) {
+  Tensor t = make_tensor(sizes, o.dtype_, o.device_, "empty");
+  if (o.requires_grad_) t.set_requires_grad(true);
+  return t;
+}
+
+Tensor full(const Shape& sizes, double value, TensorOptions o) {
+  Tensor t = make_tensor(sizes, o.dtype_, o.device_, "full");
+  fill_(t, value);
+  if (o.requires_grad_) t.set_requires_grad(true);
+  return t;
+}
+
+Tensor zeros(const Shape& sizes, TensorOptions o) { return full(sizes, 0.0, o); }
+Tensor ones(const Shape& sizes, TensorOptions o) { return full(sizes, 1.0, o); }
+
+static TensorOptions like(const Tensor& t) {
+  return TensorOptions().dtype(t.dtype()).device(t.device());
+}
+Tensor empty_like(const Tensor& t) { return empty(t.sizes(), like(t)); }
+Tensor zeros_like(const Tensor& t) { return zeros(t.sizes(), like(t)); }
+Tensor ones_like(const Tensor& t) { return ones(t.sizes(), like(t)); }
+Tensor full_like(const Tensor& t, double v) { return full(t.sizes(), v, like(t)); }
+
+Tensor arange(double start, double end, double step, TensorOptions o) {
+  EMBER_CHECK(step != 0 && std::isfinite(step) && std::isfinite(start) && std::isfinite(end),
+              "arange: step must be finite and non-zero, bounds finite (got start=", start,
+              ", end=", end, ", step=", step, ")");
+  double count = std::ceil((end - start) / step);
+  int64_t n = count > 0 ? static_cast<int64_t>(count) : 0;
+  std::vector<double> v(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) v[i] = start + step * static_cast<double>(i);
+  return from_vector(v, {n}, o);
+}
+
+Tensor from_vector(const std::vector<double>& values, const Shape& sizes, TensorOptions o) {
+  check_sizes(sizes, "from_vector");
+  EMBER_CHECK(numel_of(sizes) == static_cast<int64_t>(values.size()), "from_vector: ",
+              values.size(), " values do not fill shape ", shape_str(sizes), " (",
+              numel_of(sizes), " elements)");
+  Tensor host = make_tensor(sizes, o.dtype_, kCPU, "from_vector");
+  detail::dispatch_cpu(o.dtype_, [&](auto tag) {
+    using S = decltype(tag);
+    S* p = static_cast<S*>(host.raw_data());
+    for (size_t i = 0; i < values.size(); ++i) detail::store_from_double(p + i, values[i]);
+  });
+  Tensor t = o.device_.is_cpu() ? host : host.to(o.device_);
+  if (o.requires_grad_) t.set_requires_grad(true);
+  return t;
+}
+
+Tensor from_vector(const std::vector<float>& values, const Shape& sizes, TensorOptions o) {
+  return from_vector(std::vector<double>(values.begin(), values.end()), sizes, o);
+}
+
+Tensor tensor(std::initializer_list<double> values, TensorOptions o) {
+  return from_vector(std::vector<double>(values), {static_cast<int64_t>(values.size())}, o);
+}
+
+Tensor tensor(std::initializer_list<std::initializer_list<double>> rows, TensorOptions o) {
+  std::vector<double> v;
+  int64_t cols = rows.size() ? static_cast<int64_t>(rows.begin()->size()) : 0;
+  for (const auto& r : rows) {
+    EMBER_CHECK(static_cast<int64_t>(r.size()) == cols, "tensor: ragged rows (", r.size(),
+                " vs ", cols, " values)");
+    v.insert(v.end(), r.begin(), r.end());
+  }
+  return from_vector(v, {static_cast<int64_t>(rows.size()), cols}, o);
+}
+
+// ---------------------------------------------------------------- random
+
+Generator& default_generator() {
+  static Generator g;
+  return g;
+}
+
+void manual_seed(uint64_t seed) { default_generator().manual_seed(seed); }
+
+static Tensor& fill_random(Tensor& t, bool normal, double p0, double p1, Generator* gen,
+                           const char* op) {
+  check_floating(op, t);
+  check_inplace(op, t);
+  Generator& g = gen ? *gen : default_generator();
+  uint64_t n = static_cast<uint64_t>(t.numel());
+  uint64_t offset = g.advance(n);
+  Tensor dst = t.is_contiguous() ? t : empty_like(t);
+  if (dst.is_cuda()) {
+    cuda::DeviceGuard guard(dst.device().index);
+    cuda::launch_random(dst.dtype(), dst.raw_data(), dst.numel(), g.seed(), offset, normal, p0, p1,
+                        detail::stream_of(dst));
+  } else {
+    detail::dispatch_cpu(dst.dtype(), [&](auto tag) {
+      using S = decltype(tag);
+      S* p = static_cast<S*>(dst.raw_data());
+      for (uint64_t i = 0; i < n; ++i) {
+        double v = normal ? p0 + p1 * cuda::random_normal(g.seed(), offset + i)
+                          : p0 + (p1 - p0) * cuda::random_uniform(g.seed(), offset + i);
+        detail::store_from_double(p + i, v);
+      }
+    });
+  }
+  if (!dst.is_same(t)) copy_(t, dst);
+  else t.bump_version();
+  return t;
+}
+
+Tensor& uniform_(Tensor& t, double lo, double hi, Generator* gen) {
+  EMBER_CHECK(lo <= hi, "uniform_: lower bound ", lo, " is above upper bound ", hi);
+  return fill_random(t, false, lo, hi, gen, "uniform_");
+}
+
+Tensor& normal_(Tensor& t, double mean, double stddev, Generator* gen) {
+  EMBER_CHECK(stddev >= 0, "normal_: standard deviation must be >= 0, got ", stddev);
+  return fill_random(t, true, mean, stddev, gen, "normal_");
+}
+
+Tensor rand(const Shape& sizes, TensorOptions o, Generator* gen) {
+  Tensor t = make_tensor(sizes, o.dtype_, o.device_, "rand");
+  fill_random(t, false, 0.0, 1.0, gen, "rand");
+  if (o.requires_grad_) t.set_requires_grad(true);
+  return t;
+}
+
+Tensor randn(const Shape& sizes, TensorOptions o, Generator* gen) {
+  Tensor t = make_tensor(sizes, o.dtype_, o.device_, "randn");
+  fill_random(t, true, 0.0, 1.0, gen, "randn");
+  if (o.requires_grad_) t.set_requires_grad(true);
+  return t;
+}
+
+// ---------------------------------------------------------------- copies
+
+Tensor Tensor::to(Device d) const {
+  if (d == device()) return *this;
+  if (d.is_cuda()) cuda::check_device(d.index);
+  Tensor src = ember::contiguous(detach());
+  Tensor out = make_tensor(sizes(), dtype(), d, "to");
+  copy_bytes(out.raw_data(), d, src.raw_data(), src.device(), nbytes());
+  if (any_requires_grad({this})) {
+    Device from = device();
+    attach_grad_fn(out, "ToDeviceBackward", {this},
+                   [from](const Tensor& g) { return std::vector<Tensor>{g.to(from)}; });
+  }
+  return out;
+}
+
+Tensor Tensor::to(DType t) const { return t == dtype() ? *this : cast(*this, t); }
+Tensor Tensor::to(Device d, DType t) const { return to(d).to(t); }
+
+Tensor Tensor::contiguous() const { return ember::contiguous(*this); }
+
+Tensor Tensor::clone() const {
+  Tensor out = make_tensor(sizes(), dtype(), device(), "clone");
+  {
+    NoGradGuard ng;
+    ember::copy_(out, *this);
+  }
+  if (any_requires_grad({this}))
+    attach_grad_fn(out, "CloneBackward", {this},
+                   [](const Tensor& g) { return std::vector<Tensor>{g}; });
+  return out;
+}
+
+Tensor Tensor::detach() const {
+  return make_view(*this, sizes(), strides(), storage_offset());
+}
+
+Tensor& Tensor::detach_() {
+  if (impl().autograd) {
+    impl().autograd->grad_fn.reset();
+    impl().autograd->requires_grad = false;
+  }
+  return *this;
+}
+
+double Tensor::item() const {
+  EMBER_CHECK(numel() == 1, "item: tensor has ", numel(), " elements (shape ",
+              shape_str(sizes()), "), expected exactly one");
+  Tensor host = detach().to(kCPU);
+  return detail::dispatch_cpu(dtype(), [&](auto tag) {
+    using S = decltype(tag);
+    return detail::load_as_double(static_cast<const S*>(host.raw_data()));
+  });
+}
+
+template <typename T>
+std::vector<T> Tensor::to_vector() const {
+  Tensor host = ember::contiguous(detach().to(kCPU));
+  std::vector<T> out(static_cast<size_t>(numel()));
+  detail::dispatch_cpu(dtype(), [&](auto tag) {
+    using S = decltype(tag);
+    const S* p = static_cast<const S*>(host.raw_data());
+    for (size_t i = 0; i < out.size(); ++i) out[i] = static_cast<T>(detail::load_as_double(p + i));
+  });
+  return out;
+}
+template std::vector<float> Tensor::to_vector<float>() const;
+template std::vector<double> Tensor::to_vector<double>() const;
+template std::vector<int64_t> Tensor::to_vector<int64_t>() const;
+
+// ---------------------------------------------------------------- printing
+
+namespace {
+void print_values(std::ostream& os, const std::vector<double>& v, const Shape& sizes, size_t dim,
+                  size_t& pos, int indent, bool integral) {
+  if (sizes.empty()) {
+    if (integral) os << static_cast<int64_t>(v[pos++]);
+    else os << std::fixed << std::setprecision(4) << v[pos++];
+    return;
+  }
+  os << '[';
+  int64_t n = sizes[dim];
+  const bool summarize = v.size() > 1000 && n > 6;
+  for (int64_t i = 0; i < n; ++i) {
+    if (summarize && i == 3) {
+      os << "...";
+      int64_t skip = n - 6;
+      int64_t inner = 1;
+      for (size_t d = dim + 1; d < sizes.size(); ++d) inner *= sizes[d];
+      pos += static_cast<size_t>(skip * inner);
+      i += skip - 1;
+      os << (dim + 1 == sizes.size() ? ", " : ",\n" + std::string(indent + 1, ' '));
+      continue;
+    }
+    if (dim + 1 == sizes.size()) {
+      if (integral) os << static_cast<int64_t>(v[pos++]);
+      else os << std::fixed << std::setprecision(4) << v[pos++];
+    } else {
+      print_values(os, v, sizes, dim + 1, pos, indent + 1, integral);
+    }
+    if (i + 1 < n) os << (dim + 1 == sizes.size() ? ", " : ",\n" + std::string(indent + 1, ' '));
+  }
+  os << ']';
+}
+}  // namespace
+
+std::string Tensor::str() const {
+  if (!defined()) return "tensor(undefined)";
+  std::ostringstream os;
+  os << "tensor(";
+  std::vector<double> v = to_vector<double>();
+  size_t pos = 0;
+  if (numel() == 0) os << "[]";
+  else print_values(os, v, sizes(), 0, pos, 7, dtype() == kInt64);
+  if (dim() != 1 || numel() == 0) os << ", size=" << shape_str(sizes());
+  if (dtype() != kFloat32) os << ", dtype=" << dtype();
+  if (is_cuda()) os << ", device=" << device();
+  if (grad_fn()) os << ", grad_fn=<" << grad_fn()->name() << ">";
+  else if (requires_grad()) os << ", requires_grad=true";
+  os << ')';
+  return os.str();
+}
+
+std::ostream& operator<<(std::ostream& os, const Tensor& t) { return os << t.str(); }
+
+// ---------------------------------------------------------------- autograd accessors
+
+bool Tensor::requires_grad() const {
+  return impl().autograd != nullptr && impl().autograd->requires_grad;
+}
+
+Tensor& Tensor::set_requires_grad(bool r) {
+  EMBER_CHECK(is_leaf(), "set_requires_grad: only leaf tensors can change requires_grad; "
+              "use detach() to get a leaf");
+  EMBER_CHECK(!r || is_floating(dtype()), "set_requires_grad: only floating-point tensors can "
+              "require grad, this one is ", dtype());
+  autograd_meta(*this).requires_grad = r;
+  return *this;
+}
+
+bool Tensor::is_leaf() const { return !impl().autograd || !impl().autograd->grad_fn; }
+
+const Tensor& Tensor::grad() const {
+  static const Tensor undefined;
+  return impl().autograd ? impl().autograd->grad : undefined;
+}
+
+Tensor& Tensor::mutable_grad() const { return autograd_meta(*this).grad; }
+
+void Tensor::set_grad(const Tensor& g) const {
+  if (g.defined()) {
+    EMBER_CHECK(g.sizes() == sizes() && g.dtype() == dtype() && g.device() == device(),
+                "set_grad: gradient ", shape_str(g.sizes()), " ", g.dtype(), " on ", g.device(),
+                " does not match tensor ", shape_str(sizes()), " ", dtype(), " on ", device());
+  }
+  autograd_meta(*this).grad = g;
+}
+
+const std::shared_ptr<Node>& Tensor::grad_fn() const {
+  static const std::shared_ptr<Node> none;
+  return impl().autograd ? impl().autograd->grad_fn : none;
+}
+
+void Tensor::backward(const Tensor& gradient, bool retain_graph) const {
+  run_backward({*this}, {gradient}, retain_graph);
+}
+
+void Tensor::register_post_accumulate_grad_hook(GradHook hook) const {
+  EMBER_CHECK(requires_grad() && is_leaf(), "register_post_accumulate_grad_hook: only leaf "
+              "tensors that require grad accumulate gradients");
+  autograd_meta(*this).post_accumulate_hooks.push_back(std::move(hook));
+}
+
+// ---------------------------------------------------------------- method forwards
+
+Tensor Tensor::view(Shape s) const { return ember::view(*this, std::move(s)); }
+Tensor Tensor::reshape(Shape s) const { return ember::reshape(*this, std::move(s)); }
+Tensor Tensor::flatten() const { return ember::reshape(*this, {-1}); }
+Tensor Tensor::transpose(int64_t a, int64_t b) const { return ember::transpose(*this, a, b); }
+Tensor Tensor::t() const {
+  EMBER_CHECK(dim() == 2, "t: expects a 2-D tensor, got shape ", shape_str(sizes()));
+  return ember::transpose(*this, 0, 1);
+}
+Tensor Tensor::slice(int64_t d, int64_t s, int64_t e, int64_t st) const {
+  return ember::slice(*this, d, s, e, st);
+}
+Tensor Tensor::select(int64_t d, int64_t i) const { return ember::select(*this, d, i); }
+Tensor Tensor::unsqueeze(int64_t d) const { return ember::unsqueeze(*this, d); }
+Tensor Tensor::squeeze(int64_t d) const { return ember::squeeze(*this, d); }
+Tensor Tensor::expand(Shape s) const { return ember::expand(*this, std::move(s)); }
+Tensor Tensor::sum() const { return ember::sum(*this); }
+Tensor Tensor::sum(int64_t d, bool k) const { return ember::sum(*this, d, k); }
+Tensor Tensor::mean() const { return ember::mean(*this); }
+Tensor Tensor::mean(int64_t d, bool k) const { return ember::mean(*this, d, k); }
+Tensor Tensor::max(int64_t d, bool k) const { return ember::max(*this, d, k); }
+Tensor Tensor::argmax(int64_t d, bool k) const { return ember::argmax(*this, d, k); }
+Tensor Tensor::matmul(const Tensor& o) const { return ember::matmul(*this, o); }
+Tensor Tensor::pow(double e) const { return ember::pow(*this, e); }
+Tensor Tensor::exp() const { return ember::exp(*this); }
+Tensor Tensor::log() const { return ember::log(*this); }
+Tensor Tensor::sqrt() const { return ember::sqrt(*this); }
+Tensor Tensor::relu() const { return ember::relu(*this); }
+Tensor Tensor::sigmoid() const { return ember::sigmoid(*this); }
+Tensor Tensor::tanh() const { return ember::tanh(*this); }
+Tensor Tensor::abs() const { return ember::abs(*this); }
+
+Tensor& Tensor::fill_(double v) { return ember::fill_(*this, v); }
+Tensor& Tensor::zero_() { return ember::fill_(*this, 0.0); }
+Tensor& Tensor::copy_(const Tensor& s) { return ember::copy_(*this, s); }
+Tensor& Tensor::add_(const Tensor& o, double alpha) { return ember::add_(*this, o, alpha); }
+Tensor& Tensor::add_(double v) { return ember::add_(*this, v); }
+Tensor& Tensor::mul_(const Tensor& o) { return ember::mul_(*this, o); }
+Tensor& Tensor::mul_(double v) { return ember::mul_(*this, v); }
+
+}  // namespace ember

@@ -1,0 +1,224 @@
+// Tensor: a shared handle to (storage, offset, sizes, strides, dtype) plus, for
+// tensors that take part in autograd, their gradient and the node that made them.
+// Copying a Tensor copies the handle (as in libtorch); clone() copies the data.
+// Views (view, reshape of contiguous data, transpose, slice, detach) share storage.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <initializer_list>
+#include <memory>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "core/device.h"
+#include "core/dtype.h"
+#include "core/error.h"
+#include "core/shape.h"
+#include "core/storage.h"
+
+namespace ember {
+
+class Node;
+class Tensor;
+
+constexpr DType kFloat32 = DType::Float32;
+constexpr DType kFloat64 = DType::Float64;
+constexpr DType kBFloat16 = DType::BFloat16;
+constexpr DType kInt64 = DType::Int64;
+constexpr Device kCUDA = Device::cuda(0);
+
+// libtorch-style options: zeros({2, 3}, TensorOptions().dtype(kFloat64).device(kCUDA)).
+struct TensorOptions {
+  DType dtype_ = kFloat32;
+  Device device_ = kCPU;
+  bool requires_grad_ = false;
+
+  TensorOptions() = default;
+  TensorOptions(DType t) : dtype_(t) {}
+  TensorOptions(Device d) : device_(d) {}
+  TensorOptions& dtype(DType t) { dtype_ = t; return *this; }
+  TensorOptions& device(Device d) { device_ = d; return *this; }
+  TensorOptions& requires_grad(bool r = true) { requires_grad_ = r; return *this; }
+};
+
+using GradHook = std::function<void(const Tensor& param)>;
+
+struct AutogradMeta;
+
+struct TensorImpl {
+  std::shared_ptr<Storage> storage;
+  int64_t offset = 0;  // in elements
+  Shape sizes;
+  Shape strides;
+  DType dtype = kFloat32;
+  std::unique_ptr<AutogradMeta> autograd;  // null for tensors outside autograd
+
+  TensorImpl() = default;
+  ~TensorImpl();
+};
+
+class Tensor {
+ public:
+  Tensor() = default;
+  explicit Tensor(std::shared_ptr<TensorImpl> impl) : impl_(std::move(impl)) {}
+
+  bool defined() const { return impl_ != nullptr; }
+  // --- metadata
+  int64_t dim() const { return static_cast<int64_t>(impl().sizes.size()); }
+  const Shape& sizes() const { return impl().sizes; }
+  const Shape& shape() const { return impl().sizes; }
+  const Shape& strides() const { return impl().strides; }
+  int64_t size(int64_t d) const;
+  int64_t stride(int64_t d) const;
+  int64_t numel() const { return numel_of(impl().sizes); }
+  DType dtype() const { return impl().dtype; }
+  Device device() const { return impl().storage->device(); }
+  bool is_cuda() const { return device().is_cuda(); }
+  bool is_cpu() const { return device().is_cpu(); }
+  bool is_contiguous() const;
+  int64_t storage_offset() const { return impl().offset; }
+  size_t nbytes() const { return static_cast<size_t>(numel()) * element_size(dtype()); }
+  const std::shared_ptr<Storage>& storage() const { return impl().storage; }
+  uint64_t version() const { return impl().storage->version(); }
+  void bump_version() const { impl().storage->bump_version(); }
+  // Address of element [0, 0, ...] (storage base + offset).
+  void* raw_data() const;
+  template <typename T>
+  T* data_ptr() const {
+    EMBER_CHECK(dtype_of<T>() == dtype(), "data_ptr: tensor is ", dtype(), ", asked for ",
+                dtype_of<T>());
+    return static_cast<T*>(raw_data());
+  }
+
+  // --- conversion and copies
+  Tensor to(Device d) const;
+  Tensor to(DType t) const;
+  Tensor to(Device d, DType t) const;
+  Tensor cpu() const { return to(kCPU); }
+  Tensor cuda(int index = 0) const { return to(Device::cuda(index)); }
+  Tensor contiguous() const;
+  Tensor clone() const;
+  Tensor detach() const;   // same storage, no autograd history
+  Tensor& detach_();       // drops this tensor's history in place
+  double item() const;     // single-element tensor -> value (synchronises on CUDA)
+  template <typename T>
+  T item() const { return static_cast<T>(item()); }
+  template <typename T>
+  std::vector<T> to_vector() const;  // contiguous copy in row-major order, on the host
+  std::string str() const;           // readable printing, as PyTorch's repr
+
+  // --- autograd
+  bool requires_grad() const;
+  Tensor& set_requires_grad(bool r);
+  Tensor& requires_grad_(bool r = true) { return set_requires_grad(r); }
+  bool is_leaf() const;
+  const Tensor& grad() const;
+  Tensor& mutable_grad() const;
+  void set_grad(const Tensor& g) const;
+  const std::shared_ptr<Node>& grad_fn() const;
+  void backward(const Tensor& gradient = Tensor(), bool retain_graph = false) const;
+  // Called after a gradient has been accumulated into this leaf's grad().
+  void register_post_accumulate_grad_hook(GradHook hook) const;
+
+  // --- shape views and movement (see core/ops.h)
+  Tensor view(Shape sizes) const;
+  Tensor reshape(Shape sizes) const;
+  Tensor flatten() const;
+  Tensor transpose(int64_t d0, int64_t d1) const;
+  Tensor t() const;
+  Tensor slice(int64_t dim, int64_t start, int64_t end, int64_t step = 1) const;
+  Tensor select(int64_t dim, int64_t index) const;
+  Tensor unsqueeze(int64_t dim) const;
+  Tensor squeeze(int64_t dim) const;
+  Tensor expand(Shape sizes) const;
+  Tensor operator[](int64_t index) const { return select(0, index); }
+
+  // --- math (see core/ops.h)
+  Tensor sum() const;
+  Tensor sum(int64_t dim, bool keepdim = false) const;
+  Tensor mean() const;
+  Tensor mean(int64_t dim, bool keepdim = false) const;
+  Tensor max(int64_t dim, bool keepdim = false) const;
+  Tensor argmax(int64_t dim, bool keepdim = false) const;
+  Tensor matmul(const Tensor& other) const;
+  Tensor pow(double exponent) const;
+  Tensor exp() const;
+  Tensor log() const;
+  Tensor sqrt() const;
+  Tensor relu() const;
+  Tensor sigmoid() const;
+  Tensor tanh() const;
+  Tensor abs() const;
+
+  // --- in place (bump the version counter)
+  Tensor& fill_(double value);
+  Tensor& zero_();
+  Tensor& copy_(const Tensor& src);
+  Tensor& add_(const Tensor& other, double alpha = 1.0);
+  Tensor& add_(double value);
+  Tensor& sub_(const Tensor& other) { return add_(other, -1.0); }
+  Tensor& mul_(const Tensor& other);
+  Tensor& mul_(double value);
+  Tensor& div_(double value) { return mul_(1.0 / value); }
+
+  TensorImpl& impl() const {
+    EMBER_CHECK(impl_ != nullptr, "tensor is undefined (default-constructed or moved-from)");
+    return *impl_;
+  }
+  const std::shared_ptr<TensorImpl>& impl_ptr() const { return impl_; }
+  bool is_same(const Tensor& other) const { return impl_ == other.impl_; }
+
+ private:
+  std::shared_ptr<TensorImpl> impl_;
+};
+
+std::ostream& operator<<(std::ostream& os, const Tensor& t);
+
+// --- factories (sizes checked: no negative size)
+Tensor empty(const Shape& sizes, TensorOptions opts = {});
+Tensor zeros(const Shape& sizes, TensorOptions opts = {});
+Tensor ones(const Shape& sizes, TensorOptions opts = {});
+Tensor full(const Shape& sizes, double value, TensorOptions opts = {});
+Tensor arange(double start, double end, double step = 1.0, TensorOptions opts = {});
+inline Tensor arange(double end, TensorOptions opts = {}) { return arange(0, end, 1, opts); }
+Tensor zeros_like(const Tensor& t);
+Tensor ones_like(const Tensor& t);
+Tensor empty_like(const Tensor& t);
+Tensor full_like(const Tensor& t, double value);
+// From host values (row-major); sizes defaults to a 1-D tensor of values.size().
+Tensor from_vector(const std::vector<double>& values, const Shape& sizes, TensorOptions opts = {});
+Tensor from_vector(const std::vector<float>& values, const Shape& sizes, TensorOptions opts = {});
+Tensor tensor(std::initializer_list<double> values, TensorOptions opts = {});
+Tensor tensor(std::initializer_list<std::initializer_list<double>> rows, TensorOptions opts = {});
+
+// A seedable source of random numbers. Values depend only on (seed, position),
+// through a counter-based generator that CPU and CUDA compute identically:
+// the same seed gives the same numbers on both devices.
+class Generator {
+ public:
+  explicit Generator(uint64_t seed = 0x5eed) : seed_(seed) {}
+  void manual_seed(uint64_t seed) { seed_ = seed; offset_ = 0; }
+  uint64_t seed() const { return seed_; }
+  // Reserves n consecutive counters and returns the first.
+  uint64_t advance(uint64_t n) { uint64_t o = offset_; offset_ += n; return o; }
+  uint64_t offset() const { return offset_; }
+  void set_offset(uint64_t o) { offset_ = o; }
+
+ private:
+  uint64_t seed_;
+  uint64_t offset_ = 0;
+};
+Generator& default_generator();
+void manual_seed(uint64_t seed);  // reseeds the default generator
+
+Tensor rand(const Shape& sizes, TensorOptions opts = {}, Generator* gen = nullptr);
+Tensor randn(const Shape& sizes, TensorOptions opts = {}, Generator* gen = nullptr);
+Tensor& uniform_(Tensor& t, double lo, double hi, Generator* gen = nullptr);
+Tensor& normal_(Tensor& t, double mean, double stddev, Generator* gen = nullptr);
+
+// Internal: a new tensor viewing `base`'s storage with other geometry.
+Tensor make_view(const Tensor& base, Shape sizes, Shape strides, int64_t offset);
+
+}  // namespace ember

@@ -1,0 +1,31 @@
+// The seam through which every tensor byte is allocated: core/Storage asks the
+// allocator of its device for memory and gives it back here. The allocator knows
+// nothing of Tensor: raw bytes, a stream, a pointer.
+#pragma once
+
+#include <cstddef>
+
+#include <cuda_runtime_api.h>
+
+namespace ember::cuda {
+
+class Allocator {
+ public:
+  virtual ~Allocator() = default;
+  // Returns memory for `bytes` (nullptr for 0) usable on `stream`. Throws
+  // ember::OutOfMemoryError when it cannot, leaving itself consistent.
+  virtual void* allocate(size_t bytes, cudaStream_t stream) = 0;
+  // Returns memory from allocate(); nullptr is ignored. Never throws.
+  virtual void deallocate(void* ptr) noexcept = 0;
+  // Marks `ptr` as used on `stream` too, so it is not reused before the work
+  // queued there finishes.
+  virtual void record_stream(void* /*ptr*/, cudaStream_t /*stream*/) {}
+};
+
+// The allocator for host (CPU) tensors.
+Allocator& host_allocator();
+// The allocator for CUDA device `device`; throws ember::Error for a device that
+// does not exist.
+Allocator& device_allocator(int device);
+
+}  // namespace ember::cuda

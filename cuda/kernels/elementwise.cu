@@ -1,0 +1,175 @@
+// Element-wise CUDA kernels: one grid-stride kernel per arity and storage type,
+// with the op chosen at run time (uniform across the grid, so the switch costs
+// little next to the memory traffic) to keep compile time and binary size small.
+#include <cuda_bf16.h>
+
+#include "cuda/check.h"
+#include "cuda/kernels/elementwise.h"
+
+namespace ember::cuda {
+
+namespace {
+
+template <typename S> struct ComputeOf { using type = float; };
+template <> struct ComputeOf<double> { using type = double; };
+
+template <typename S>
+__device__ __forceinline__ typename ComputeOf<S>::type load(const S* p) { return *p; }
+template <>
+__device__ __forceinline__ float load<__nv_bfloat16>(const __nv_bfloat16* p) {
+  return __bfloat162float(*p);
+}
+template <typename S, typename C>
+__device__ __forceinline__ void store(S* p, C v) { *p = static_cast<S>(v); }
+template <>
+__device__ __forceinline__ void store<__nv_bfloat16, float>(__nv_bfloat16* p, float v) {
+  *p = __float2bfloat16_rn(v);
+}
+template <>
+__device__ __forceinline__ void store<__nv_bfloat16, double>(__nv_bfloat16* p, double v) {
+  *p = __float2bfloat16_rn(static_cast<float>(v));
+}
+
+constexpr int kThreads = 256;
+
+inline unsigned grid_for(int64_t n) {
+  int64_t blocks = (n + kThreads - 1) / kThreads;
+  const int64_t cap = 132 * 32;  // enough blocks to fill an H100/H200; grid-stride does the rest
+  return static_cast<unsigned>(blocks < cap ? (blocks > 0 ? blocks : 1) : cap);
+}
+
+template <typename S>
+__global__ void unary_kernel(UnaryOp op, const S* x, StridedLayout xl, S* y, StridedLayout yl,
+                             int64_t n, double a) {
+  using C = typename ComputeOf<S>::type;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    C v = apply_unary<C>(op, load(x + xl.offset_of(i)), static_cast<C>(a));
+    store(y + yl.offset_of(i), v);
+  }
+}
+
+template <typename S>
+__global__ void binary_kernel(BinaryOp op, const S* x, StridedLayout xl, const S* y,
+                              StridedLayout yl, S* out, StridedLayout ol, int64_t n, double a) {
+  using C = typename ComputeOf<S>::type;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    C v = apply_binary<C>(op, load(x + xl.offset_of(i)), load(y + yl.offset_of(i)),
+                          static_cast<C>(a));
+    store(out + ol.offset_of(i), v);
+  }
+}
+
+template <typename From, typename To>
+__global__ void cast_kernel(const From* x, StridedLayout xl, To* y, StridedLayout yl, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    double v;
+    if constexpr (std::is_same_v<From, __nv_bfloat16>)
+      v = __bfloat162float(x[xl.offset_of(i)]);
+    else
+      v = static_cast<double>(x[xl.offset_of(i)]);
+    store(y + yl.offset_of(i), v);
+  }
+}
+
+template <typename S>
+__global__ void fill_kernel(S* y, StridedLayout yl, int64_t n, double value) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x)
+    store(y + yl.offset_of(i), value);
+}
+
+template <typename S>
+__global__ void random_kernel(S* y, int64_t n, uint64_t seed, uint64_t offset, bool normal,
+                              double p0, double p1) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    double v = normal ? p0 + p1 * random_normal(seed, offset + i)
+                      : p0 + (p1 - p0) * random_uniform(seed, offset + i);
+    store(y + i, v);
+  }
+}
+
+// Calls f with a typed null pointer of the storage type of `t`.
+template <typename F>
+void dispatch_float(DType t, const char* op, F&& f) {
+  switch (t) {
+    case DType::Float32: f(static_cast<float*>(nullptr)); return;
+    case DType::Float64: f(static_cast<double*>(nullptr)); return;
+    case DType::BFloat16: f(static_cast<__nv_bfloat16*>(nullptr)); return;
+    default: EMBER_FAIL(op, ": dtype ", t, " is not supported on CUDA");
+  }
+}
+
+template <typename F>
+void dispatch_all(DType t, F&& f) {
+  if (t == DType::Int64)
+    f(static_cast<int64_t*>(nullptr));
+  else
+    dispatch_float(t, "cast", std::forward<F>(f));
+}
+
+}  // namespace
+
+void launch_unary(UnaryOp op, DType dtype, const void* x, const StridedLayout& xl, void* y,
+                  const StridedLayout& yl, int64_t n, double a, cudaStream_t stream) {
+  if (n == 0) return;
+  dispatch_float(dtype, "unary", [&](auto* tag) {
+    using S = std::remove_pointer_t<decltype(tag)>;
+    unary_kernel<S><<<grid_for(n), kThreads, 0, stream>>>(op, static_cast<const S*>(x), xl,
+                                                          static_cast<S*>(y), yl, n, a);
+  });
+  EMBER_CUDA_CHECK(cudaGetLastError());
+}
+
+void launch_binary(BinaryOp op, DType dtype, const void* x, const StridedLayout& xl,
+                   const void* y, const StridedLayout& yl, void* out, const StridedLayout& ol,
+                   int64_t n, double a, cudaStream_t stream) {
+  if (n == 0) return;
+  dispatch_float(dtype, "binary", [&](auto* tag) {
+    using S = std::remove_pointer_t<decltype(tag)>;
+    binary_kernel<S><<<grid_for(n), kThreads, 0, stream>>>(
+        op, static_cast<const S*>(x), xl, static_cast<const S*>(y), yl, static_cast<S*>(out), ol,
+        n, a);
+  });
+  EMBER_CUDA_CHECK(cudaGetLastError());
+}
+
+void launch_cast(DType from, const void* x, const StridedLayout& xl, DType to, void* y,
+                 const StridedLayout& yl, int64_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  dispatch_all(from, [&](auto* ftag) {
+    using F = std::remove_pointer_t<decltype(ftag)>;
+    dispatch_all(to, [&](auto* ttag) {
+      using T = std::remove_pointer_t<decltype(ttag)>;
+      cast_kernel<F, T><<<grid_for(n), kThreads, 0, stream>>>(static_cast<const F*>(x), xl,
+                                                              static_cast<T*>(y), yl, n);
+    });
+  });
+  EMBER_CUDA_CHECK(cudaGetLastError());
+}
+
+void launch_fill(DType dtype, void* y, const StridedLayout& yl, int64_t n, double value,
+                 cudaStream_t stream) {
+  if (n == 0) return;
+  dispatch_all(dtype, [&](auto* tag) {
+    using S = std::remove_pointer_t<decltype(tag)>;
+    fill_kernel<S><<<grid_for(n), kThreads, 0, stream>>>(static_cast<S*>(y), yl, n, value);
+  });
+  EMBER_CUDA_CHECK(cudaGetLastError());
+}
+
+void launch_random(DType dtype, void* y, int64_t n, uint64_t seed, uint64_t offset, bool normal,
+                   double p0, double p1, cudaStream_t stream) {
+  if (n == 0) return;
+  dispatch_float(dtype, "random", [&](auto* tag) {
+    using S = std::remove_pointer_t<decltype(tag)>;
+    random_kernel<S><<<grid_for(n), kThreads, 0, stream>>>(static_cast<S*>(y), n, seed, offset,
+                                                           normal, p0, p1);
+  });
+  EMBER_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace ember::cuda

@@ -1,0 +1,136 @@
+#include "cuda/runtime.h"
+
+#include <array>
+#include <cstdio>
+#include <mutex>
+#include <utility>
+
+#include "cuda/check.h"
+
+namespace ember::cuda {
+
+namespace {
+constexpr int kMaxDevices = 64;
+thread_local std::array<cudaStream_t, kMaxDevices> t_current_streams{};
+}  // namespace
+
+int device_count() {
+  static const int count = [] {
+    int n = 0;
+    cudaError_t err = cudaGetDeviceCount(&n);
+    if (err != cudaSuccess) {
+      cudaGetLastError();  // clear the sticky-free error so later calls start clean
+      std::fprintf(stderr, "ember: no CUDA device (cudaGetDeviceCount: %s); running on CPU only\n",
+                   cudaGetErrorString(err));
+      return 0;
+    }
+    if (n == 0) std::fprintf(stderr, "ember: no CUDA device found; running on CPU only\n");
+    return n < kMaxDevices ? n : kMaxDevices;
+  }();
+  return count;
+}
+
+void check_device(int device) {
+  int n = device_count();
+  EMBER_CHECK(device >= 0 && device < n, "cuda: device index ", device,
+              " is not available (this machine has ", n, " CUDA device", n == 1 ? "" : "s", ")");
+}
+
+int current_device() {
+  int d = 0;
+  EMBER_CUDA_CHECK(cudaGetDevice(&d));
+  return d;
+}
+
+void set_device(int device) {
+  check_device(device);
+  EMBER_CUDA_CHECK(cudaSetDevice(device));
+}
+
+cudaStream_t current_stream(int device) {
+  EMBER_CHECK(device >= 0 && device < kMaxDevices, "cuda: device index ", device, " out of range");
+  return t_current_streams[device];
+}
+
+void set_current_stream(int device, cudaStream_t stream) {
+  EMBER_CHECK(device >= 0 && device < kMaxDevices, "cuda: device index ", device, " out of range");
+  t_current_streams[device] = stream;
+}
+
+void synchronize(int device) {
+  DeviceGuard guard(device);
+  EMBER_CUDA_CHECK(cudaDeviceSynchronize());
+}
+
+DeviceGuard::DeviceGuard(int device) : previous_(current_device()) {
+  if (device != previous_) set_device(device);
+}
+
+DeviceGuard::~DeviceGuard() { EMBER_CUDA_CHECK_NOTHROW(cudaSetDevice(previous_)); }
+
+StreamGuard::StreamGuard(int device, cudaStream_t stream)
+    : device_(device), previous_(current_stream(device)) {
+  set_current_stream(device, stream);
+}
+
+StreamGuard::~StreamGuard() { t_current_streams[device_] = previous_; }
+
+Stream::Stream(int device) : device_(device) {
+  DeviceGuard guard(device);
+  EMBER_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+}
+
+Stream::~Stream() {
+  if (stream_ != nullptr) EMBER_CUDA_CHECK_NOTHROW(cudaStreamDestroy(stream_));
+}
+
+Stream::Stream(Stream&& other) noexcept
+    : device_(other.device_), stream_(std::exchange(other.stream_, nullptr)) {}
+
+Stream& Stream::operator=(Stream&& other) noexcept {
+  if (this != &other) {
+    if (stream_ != nullptr) EMBER_CUDA_CHECK_NOTHROW(cudaStreamDestroy(stream_));
+    device_ = other.device_;
+    stream_ = std::exchange(other.stream_, nullptr);
+  }
+  return *this;
+}
+
+void Stream::synchronize() const { EMBER_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
+
+Event::Event(bool timing) {
+  EMBER_CUDA_CHECK(
+      cudaEventCreateWithFlags(&event_, timing ? cudaEventDefault : cudaEventDisableTiming));
+}
+
+Event::~Event() {
+  if (event_ != nullptr) EMBER_CUDA_CHECK_NOTHROW(cudaEventDestroy(event_));
+}
+
+Event::Event(Event&& other) noexcept : event_(std::exchange(other.event_, nullptr)) {}
+
+Event& Event::operator=(Event&& other) noexcept {
+  if (this != &other) {
+    if (event_ != nullptr) EMBER_CUDA_CHECK_NOTHROW(cudaEventDestroy(event_));
+    event_ = std::exchange(other.event_, nullptr);
+  }
+  return *this;
+}
+
+void Event::record(cudaStream_t stream) { EMBER_CUDA_CHECK(cudaEventRecord(event_, stream)); }
+void Event::synchronize() const { EMBER_CUDA_CHECK(cudaEventSynchronize(event_)); }
+
+bool Event::query() const {
+  cudaError_t err = cudaEventQuery(event_);
+  if (err == cudaErrorNotReady) return false;
+  EMBER_CUDA_CHECK(err);
+  return true;
+}
+
+float Event::elapsed_ms(const Event& end) const {
+  float ms = 0.f;
+  EMBER_CUDA_CHECK(cudaEventElapsedTime(&ms, event_, end.event_));
+  return ms;
+}
+
+}  // namespace ember::cuda

@@ -1,0 +1,181 @@
+// Autograd semantics: accumulation, retain_graph, no_grad, detach, version
+// counters, hooks, grad(), deep graphs, and the errors for each misuse.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "core/autograd.h"
+#include "core/ops.h"
+
+using namespace ember;
+
+namespace {
+Tensor leaf(std::initializer_list<double> v) {
+  return tensor(v, TensorOptions().dtype(kFloat64).requires_grad());
+}
+std::vector<double> vals(const Tensor& t) { return t.to_vector<double>(); }
+}  // namespace
+
+TEST_CASE("autograd/backward: product rule by hand") {
+  Tensor a = leaf({1, 2, 3});
+  Tensor b = leaf({4, 5, 6});
+  Tensor y = a * b + a;  // dy/da = b + 1, dy/db = a
+  y.backward(ones_like(y));
+  CHECK(vals(a.grad()) == std::vector<double>{5, 6, 7});
+  CHECK(vals(b.grad()) == std::vector<double>{1, 2, 3});
+}
+
+TEST_CASE("autograd/accumulation: gradients add up across backward calls") {
+  Tensor a = leaf({1, 2});
+  for (int i = 0; i < 3; ++i) {
+    Tensor y = a * 2.0;
+    y.backward(ones_like(y));
+  }
+  CHECK(vals(a.grad()) == std::vector<double>{6, 6});
+  a.set_grad(Tensor());
+  Tensor y = a * a;
+  y.backward(ones_like(y));
+  CHECK(vals(a.grad()) == std::vector<double>{2, 4});
+}
+
+TEST_CASE("autograd/accumulation: a tensor used twice gets both contributions") {
+  Tensor a = leaf({3});
+  Tensor y = a * a * a;  // 3a^2 = 27
+  y.backward(ones_like(y));
+  CHECK(vals(a.grad())[0] == doctest::Approx(27));
+}
+
+TEST_CASE("autograd/retain_graph: a second backward needs retain_graph") {
+  Tensor a = leaf({1, 2});
+  Tensor y = a.exp();
+  y.backward(ones_like(y), /*retain_graph=*/true);
+  y.backward(ones_like(y));
+  CHECK(vals(a.grad())[1] == doctest::Approx(2 * std::exp(2.0)));
+  CHECK_THROWS_WITH_AS(y.backward(ones_like(y)),
+                       doctest::Contains("backward through the graph a second time"), Error);
+}
+
+TEST_CASE("autograd/no_grad: no graph is built and results do not require grad") {
+  Tensor a = leaf({1, 2});
+  {
+    NoGradGuard guard;
+    CHECK_FALSE(is_grad_enabled());
+    Tensor y = a * 2.0 + a;
+    CHECK_FALSE(y.requires_grad());
+    CHECK(y.grad_fn() == nullptr);
+    {
+      EnableGradGuard enable;
+      CHECK((a * 2.0).requires_grad());
+    }
+  }
+  CHECK(is_grad_enabled());
+  CHECK((a * 2.0).requires_grad());
+}
+
+TEST_CASE("autograd/detach: shares data, drops history") {
+  Tensor a = leaf({1, 2});
+  Tensor y = a * 3.0;
+  Tensor d = y.detach();
+  CHECK_FALSE(d.requires_grad());
+  CHECK(d.is_leaf());
+  CHECK(d.storage() == y.storage());
+  Tensor z = d * a;  // only a's path carries gradient
+  z.backward(ones_like(z));
+  CHECK(vals(a.grad()) == std::vector<double>{3, 6});
+}
+
+TEST_CASE("autograd/version: backward refuses a saved tensor changed in place") {
+  Tensor a = leaf({1, 2});
+  Tensor b = leaf({3, 4});
+  Tensor prod = a * b;  // saves a and b
+  Tensor e = prod.exp();  // saves its output
+  {
+    NoGradGuard guard;
+    Tensor alias = e.detach();
+    alias.add_(1.0);  // bumps the version shared by e's storage
+  }
+  CHECK_THROWS_WITH_AS(e.backward(ones_like(e)), doctest::Contains("modified by an in-place"),
+                       Error);
+}
+
+TEST_CASE("autograd/version: in-place ops bump the counter, views share it") {
+  Tensor t = zeros({4}, kFloat64);
+  Tensor v = t.slice(0, 1, 3);
+  uint64_t before = t.version();
+  v.fill_(1.0);
+  CHECK(t.version() == before + 1);
+  CHECK(vals(t) == std::vector<double>{0, 1, 1, 0});
+}
+
+TEST_CASE("autograd/inplace: refused on a tensor that requires grad in grad mode") {
+  Tensor a = leaf({1, 2});
+  CHECK_THROWS_WITH_AS(a.add_(1.0), doctest::Contains("in-place operation on a tensor that requires grad"), Error);
+  NoGradGuard guard;
+  a.add_(1.0);
+  CHECK(vals(a) == std::vector<double>{2, 3});
+}
+
+TEST_CASE("autograd/hooks: post-accumulate hooks fire after the gradient lands") {
+  Tensor a = leaf({1, 2});
+  Tensor b = leaf({5});
+  std::vector<std::string> order;
+  std::vector<double> seen;
+  a.register_post_accumulate_grad_hook([&](const Tensor& p) {
+    order.push_back("a");
+    seen = p.grad().to_vector<double>();
+  });
+  b.register_post_accumulate_grad_hook([&](const Tensor&) { order.push_back("b"); });
+  Tensor y = a * b;
+  y.backward(ones_like(y));
+  CHECK(seen == std::vector<double>{5, 5});
+  CHECK(order.size() == 2);
+  Tensor c = zeros({1}, kFloat64);
+  CHECK_THROWS_AS(c.register_post_accumulate_grad_hook([](const Tensor&) {}), Error);
+}
+
+TEST_CASE("autograd/grad: returns gradients without touching .grad()") {
+  Tensor a = leaf({1, 2, 3});
+  Tensor y = a * a;
+  std::vector<Tensor> g = grad({y}, {a}, {ones_like(y)});
+  CHECK(vals(g[0]) == std::vector<double>{2, 4, 6});
+  CHECK_FALSE(a.grad().defined());
+}
+
+TEST_CASE("autograd/errors: misuse is named") {
+  Tensor plain = tensor({1.0, 2.0}, kFloat64);
+  CHECK_THROWS_WITH_AS(plain.backward(ones_like(plain)), doctest::Contains("does not require grad"),
+                       Error);
+  Tensor a = leaf({1, 2});
+  Tensor y = a * 2.0;
+  CHECK_THROWS_WITH_AS(y.backward(), doctest::Contains("single-element"), Error);
+  CHECK_THROWS_WITH_AS(y.backward(ones({3}, kFloat64)), doctest::Contains("gradient of shape"),
+                       Error);
+  CHECK_THROWS_WITH_AS(y.set_requires_grad(false), doctest::Contains("only leaf"), Error);
+  Tensor idx = zeros({2}, kInt64);
+  CHECK_THROWS_WITH_AS(idx.set_requires_grad(true), doctest::Contains("floating-point"), Error);
+}
+
+TEST_CASE("autograd/engine: a 100000-node chain runs and frees without recursion") {
+  Tensor a = leaf({1.0});
+  Tensor y = a;
+  for (int i = 0; i < 100000; ++i) y = y + 1e-6;
+  CHECK(count_graph_nodes(y) == 100001);  // 100000 adds + the accumulator
+  y.backward(ones_like(y));
+  CHECK(vals(a.grad())[0] == 1.0);
+  y = Tensor();  // destroying the chain must not overflow the stack either
+  Tensor z = a;
+  for (int i = 0; i < 100000; ++i) z = z * 1.0;
+  z = Tensor();
+  CHECK(true);
+}
+
+TEST_CASE("autograd/engine: diamond graphs run each node once, after all its inputs") {
+  Tensor a = leaf({2});
+  Tensor b = a * 3.0;        // 6
+  Tensor c = b * b;          // 36, dc/db = 12
+  Tensor d = b + c;          // dd/db = 13, dd/da = 39
+  d.backward(ones_like(d));
+  CHECK(vals(a.grad())[0] == doctest::Approx(39));
+}

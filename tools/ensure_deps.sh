@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Installs what ember's build needs and is missing, saying what it does.
+# Usage: tools/ensure_deps.sh [extra-debian-packages...]
+# As root on Debian it uses apt-get; otherwise it stops naming the packages.
+set -euo pipefail
+
+missing=()
+need_cmd() {  # need_cmd COMMAND PACKAGE
+  command -v "$1" >/dev/null 2>&1 || missing+=("$2")
+}
+need_file() {  # need_file PATH PACKAGE
+  [ -e "$1" ] || missing+=("$2")
+}
+
+need_cmd cmake cmake
+need_cmd ninja ninja-build
+need_cmd g++ g++
+need_cmd make make
+need_file /usr/include/doctest/doctest.h doctest-dev
+for pkg in "$@"; do
+  dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
+done
+
+if [ ${#missing[@]} -gt 0 ]; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "ember: installing missing packages with apt-get: ${missing[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+    echo "ember: installed ${missing[*]}"
+  else
+    echo "ember: missing packages: ${missing[*]}" >&2
+    echo "ember: install them (as root: apt-get install ${missing[*]}) and run again" >&2
+    exit 1
+  fi
+fi
+
+# The CUDA toolkit is not something to apt-get silently: it is large and comes
+# from NVIDIA's repository or Debian's non-free nvidia-cuda-toolkit.
+if ! command -v nvcc >/dev/null 2>&1 && [ ! -x /usr/local/cuda/bin/nvcc ]; then
+  echo "ember: the CUDA Toolkit (nvcc) is required to build, even to run on CPU only." >&2
+  echo "ember: install NVIDIA's cuda-toolkit package, or Debian's nvidia-cuda-toolkit (non-free)," >&2
+  echo "ember: then run again." >&2
+  exit 1
+fi
+
+ver=$(cmake --version | head -1 | grep -oE '[0-9]+\.[0-9]+' | head -1)
+if [ "$(printf '%s\n' 3.25 "$ver" | sort -V | head -1)" != 3.25 ]; then
+  echo "ember: CMake >= 3.25 is required, found $ver" >&2
+  exit 1
+fi
