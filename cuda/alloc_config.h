@@ -1,0 +1,48 @@
+// Options of the caching allocator and their parser. The text syntax is
+// PyTorch's PYTORCH_CUDA_ALLOC_CONF (`key:value,key:value`), read from the
+// environment variable EMBER_CUDA_ALLOC_CONF; any malformed entry throws.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <string_view>
+
+namespace ember::cuda {
+
+inline constexpr const char* kAllocConfEnvVar = "EMBER_CUDA_ALLOC_CONF";
+
+struct AllocatorOptions {
+  // Number of power-of-two size intervals that roundup_power2_divisions can set:
+  // [0, 2 MiB), [2 MiB, 4 MiB), ... and everything from 64 GiB up, as in PyTorch.
+  static constexpr size_t kRoundupIntervals = 17;
+  static constexpr size_t kNoMaxSplit = std::numeric_limits<size_t>::max();
+
+  // Blocks of at least this many bytes are never split, and a request below it
+  // never takes one. Set through max_split_size_mb (must be > 20).
+  size_t max_split_size = kNoMaxSplit;
+  // An oversize request (>= max_split_size) may take a cached block at most this
+  // many bytes larger than itself.
+  size_t max_non_split_rounding = size_t{20} << 20;
+  // Per size interval (see round_size in caching_allocator.h): 0 or 1 means
+  // "round to 512 bytes"; N > 1 rounds up to the next of N steps between powers of 2.
+  std::array<uint32_t, kRoundupIntervals> roundup_power2_divisions{};
+  // When > 0: on a cache miss with reserved memory above this fraction of the
+  // device's capacity, free cached whole segments, oldest first, down to it.
+  double garbage_collection_threshold = 0.0;
+
+  // Parses `key:value,...`. Keys: max_split_size_mb, max_non_split_rounding_mb,
+  // roundup_power2_divisions (N or [size_mb:N,...,>:N]), garbage_collection_threshold,
+  // expandable_segments (only False is supported). Throws ember::Error naming the
+  // offending key or value.
+  static AllocatorOptions parse(std::string_view text);
+  // parse() of EMBER_CUDA_ALLOC_CONF, or defaults when it is unset or empty.
+  static AllocatorOptions from_env();
+
+  // The divisions that apply to a request of `bytes` (already >= 512).
+  uint32_t divisions_for(size_t bytes) const;
+};
+
+}  // namespace ember::cuda

@@ -1,0 +1,37 @@
+// The process-wide allocators behind host_allocator() and device_allocator():
+// caching allocators over HostBackend and one CudaBackend per device.
+#include "cuda/allocator.h"
+
+#include <vector>
+
+#include "cuda/caching_allocator.h"
+#include "cuda/runtime.h"
+
+namespace ember::cuda {
+
+CachingAllocator& host_caching_allocator() {
+  // Never destroyed: static tensors may free their memory after main returns.
+  static auto* allocator = new CachingAllocator(std::make_unique<HostBackend>());
+  return *allocator;
+}
+
+CachingAllocator& device_caching_allocator(int device) {
+  check_device(device);
+  // Never destroyed: the CUDA runtime may already be torn down when static
+  // destructors run, and cudaFree would then fail. If EMBER_CUDA_ALLOC_CONF is
+  // malformed the throw leaves this uninitialised and the next call throws again.
+  static const std::vector<CachingAllocator*> allocators = [] {
+    const AllocatorOptions options = AllocatorOptions::from_env();
+    std::vector<CachingAllocator*> all;
+    for (int d = 0; d < device_count(); ++d)
+      all.push_back(new CachingAllocator(std::make_unique<CudaBackend>(d), options));
+    return all;
+  }();
+  return *allocators[static_cast<size_t>(device)];
+}
+
+Allocator& host_allocator() { return host_caching_allocator(); }
+
+Allocator& device_allocator(int device) { return device_caching_allocator(device); }
+
+}  // namespace ember::cuda

@@ -1,0 +1,249 @@
+#include "cuda/allocator_backends.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+
+#include "core/error.h"
+#include "cuda/check.h"
+#include "cuda/runtime.h"
+
+namespace ember::cuda {
+
+namespace {
+
+constexpr size_t kPageSize = 4096;
+
+// Untouched pages of a large aligned_alloc cost address space only, so the
+// simulated device can be given hundreds of MiB without using that much RAM.
+void* page_aligned_alloc(size_t bytes) {
+  return std::aligned_alloc(kPageSize, (bytes + kPageSize - 1) / kPageSize * kPageSize);
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------
+// CudaBackend
+
+CudaBackend::CudaBackend(int device, size_t limit_bytes) : device_(device), limit_(limit_bytes) {}
+
+void* CudaBackend::raw_alloc(size_t bytes) {
+  if (limit_ != 0 && held_ + bytes > limit_) return nullptr;
+  DeviceGuard guard(device_);
+  void* ptr = nullptr;
+  cudaError_t err = cudaMalloc(&ptr, bytes);
+  if (err == cudaErrorMemoryAllocation) {
+    (void)cudaGetLastError();  // out of memory is not sticky; clear it for the retry
+    return nullptr;
+  }
+  EMBER_CUDA_CHECK(err);
+  held_ += bytes;
+  sizes_.emplace(ptr, bytes);
+  return ptr;
+}
+
+void CudaBackend::raw_free(void* ptr) noexcept {
+  auto it = sizes_.find(ptr);
+  if (it != sizes_.end()) {
+    held_ -= it->second;
+    sizes_.erase(it);
+  }
+  int previous = 0;
+  EMBER_CUDA_CHECK_NOTHROW(cudaGetDevice(&previous));
+  EMBER_CUDA_CHECK_NOTHROW(cudaSetDevice(device_));
+  EMBER_CUDA_CHECK_NOTHROW(cudaFree(ptr));
+  EMBER_CUDA_CHECK_NOTHROW(cudaSetDevice(previous));
+}
+
+Backend::MemoryInfo CudaBackend::memory_info() {
+  DeviceGuard guard(device_);
+  MemoryInfo info;
+  EMBER_CUDA_CHECK(cudaMemGetInfo(&info.free, &info.total));
+  if (limit_ != 0) {
+    info.total = limit_;
+    info.free = std::min(info.free, limit_ - std::min(limit_, held_));
+  }
+  return info;
+}
+
+Backend::EventHandle CudaBackend::create_event() {
+  DeviceGuard guard(device_);
+  cudaEvent_t event = nullptr;
+  EMBER_CUDA_CHECK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
+  return event;
+}
+
+void CudaBackend::record_event(EventHandle event, cudaStream_t stream) {
+  DeviceGuard guard(device_);
+  EMBER_CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(event), stream));
+}
+
+bool CudaBackend::query_event(EventHandle event) {
+  cudaError_t err = cudaEventQuery(static_cast<cudaEvent_t>(event));
+  if (err == cudaErrorNotReady) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  EMBER_CUDA_CHECK(err);
+  return true;
+}
+
+void CudaBackend::synchronize_event(EventHandle event) {
+  EMBER_CUDA_CHECK(cudaEventSynchronize(static_cast<cudaEvent_t>(event)));
+}
+
+void CudaBackend::destroy_event(EventHandle event) noexcept {
+  EMBER_CUDA_CHECK_NOTHROW(cudaEventDestroy(static_cast<cudaEvent_t>(event)));
+}
+
+// ---------------------------------------------------------------------------------
+// HostBackend
+
+void* HostBackend::raw_alloc(size_t bytes) { return page_aligned_alloc(bytes); }
+
+void HostBackend::raw_free(void* ptr) noexcept { std::free(ptr); }
+
+Backend::MemoryInfo HostBackend::memory_info() {
+  long pages = sysconf(_SC_PHYS_PAGES);
+  long avail = sysconf(_SC_AVPHYS_PAGES);
+  long page = sysconf(_SC_PAGESIZE);
+  MemoryInfo info;
+  if (pages > 0 && page > 0) info.total = static_cast<size_t>(pages) * static_cast<size_t>(page);
+  if (avail > 0 && page > 0) info.free = static_cast<size_t>(avail) * static_cast<size_t>(page);
+  return info;
+}
+
+// ---------------------------------------------------------------------------------
+// SimulatedBackend
+
+SimulatedBackend::SimulatedBackend(size_t capacity_bytes, int device)
+    : device_(device), capacity_(capacity_bytes) {}
+
+void SimulatedBackend::fail_nth_alloc(size_t n) {
+  std::lock_guard lock(mutex_);
+  fail_countdown_ = n;
+}
+
+void SimulatedBackend::fail_allocs_above(size_t bytes) {
+  std::lock_guard lock(mutex_);
+  fail_above_ = bytes;
+}
+
+void SimulatedBackend::set_failure_schedule(std::vector<bool> schedule) {
+  std::lock_guard lock(mutex_);
+  schedule_ = std::move(schedule);
+  schedule_pos_ = 0;
+}
+
+void SimulatedBackend::set_capacity(size_t capacity_bytes) {
+  std::lock_guard lock(mutex_);
+  capacity_ = capacity_bytes;
+}
+
+void SimulatedBackend::hold(cudaStream_t stream) {
+  std::lock_guard lock(mutex_);
+  held_.insert(stream);
+}
+
+void SimulatedBackend::release(cudaStream_t stream) {
+  std::lock_guard lock(mutex_);
+  held_.erase(stream);
+  for (auto& [id, event] : events_)
+    if (event.stream == stream) event.complete = true;
+}
+
+size_t SimulatedBackend::used() const {
+  std::lock_guard lock(mutex_);
+  return used_;
+}
+size_t SimulatedBackend::capacity() const {
+  std::lock_guard lock(mutex_);
+  return capacity_;
+}
+size_t SimulatedBackend::raw_alloc_calls() const {
+  std::lock_guard lock(mutex_);
+  return alloc_calls_;
+}
+size_t SimulatedBackend::raw_free_calls() const {
+  std::lock_guard lock(mutex_);
+  return free_calls_;
+}
+size_t SimulatedBackend::live_events() const {
+  std::lock_guard lock(mutex_);
+  return events_.size();
+}
+size_t SimulatedBackend::event_syncs() const {
+  std::lock_guard lock(mutex_);
+  return event_syncs_;
+}
+
+bool SimulatedBackend::should_fail(size_t bytes) {
+  bool fail = false;
+  if (fail_countdown_ > 0 && --fail_countdown_ == 0) fail = true;
+  if (schedule_pos_ < schedule_.size() && schedule_[schedule_pos_++]) fail = true;
+  if (bytes > fail_above_) fail = true;
+  if (used_ + bytes > capacity_) fail = true;
+  return fail;
+}
+
+void* SimulatedBackend::raw_alloc(size_t bytes) {
+  std::lock_guard lock(mutex_);
+  ++alloc_calls_;
+  if (should_fail(bytes)) return nullptr;
+  void* ptr = page_aligned_alloc(bytes);
+  EMBER_CHECK(ptr != nullptr, "simulated device: the host could not back a segment of ", bytes,
+              " bytes");
+  used_ += bytes;
+  sizes_.emplace(ptr, bytes);
+  return ptr;
+}
+
+void SimulatedBackend::raw_free(void* ptr) noexcept {
+  std::lock_guard lock(mutex_);
+  ++free_calls_;
+  auto it = sizes_.find(ptr);
+  if (it == sizes_.end()) return;
+  used_ -= it->second;
+  sizes_.erase(it);
+  std::free(ptr);
+}
+
+Backend::MemoryInfo SimulatedBackend::memory_info() {
+  std::lock_guard lock(mutex_);
+  return MemoryInfo{capacity_ - std::min(capacity_, used_), capacity_};
+}
+
+Backend::EventHandle SimulatedBackend::create_event() {
+  std::lock_guard lock(mutex_);
+  uintptr_t id = next_event_++;
+  events_.emplace(id, FakeEvent{});
+  return reinterpret_cast<EventHandle>(id);
+}
+
+void SimulatedBackend::record_event(EventHandle event, cudaStream_t stream) {
+  std::lock_guard lock(mutex_);
+  FakeEvent& e = events_.at(reinterpret_cast<uintptr_t>(event));
+  e.stream = stream;
+  e.complete = held_.count(stream) == 0;
+}
+
+bool SimulatedBackend::query_event(EventHandle event) {
+  std::lock_guard lock(mutex_);
+  return events_.at(reinterpret_cast<uintptr_t>(event)).complete;
+}
+
+void SimulatedBackend::synchronize_event(EventHandle event) {
+  // Waiting on a real event ends when the stream's work does; here the wait is
+  // the simulated work finishing at once.
+  std::lock_guard lock(mutex_);
+  ++event_syncs_;
+  events_.at(reinterpret_cast<uintptr_t>(event)).complete = true;
+}
+
+void SimulatedBackend::destroy_event(EventHandle event) noexcept {
+  std::lock_guard lock(mutex_);
+  events_.erase(reinterpret_cast<uintptr_t>(event));
+}
+
+}  // namespace ember::cuda

@@ -1,0 +1,159 @@
+// The raw memory a CachingAllocator carves up: whole segments from the device
+// (CudaBackend), from the host (HostBackend) or from a simulated device with a set
+// capacity, scripted failures and events whose completion a test controls.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include <cuda_runtime_api.h>
+
+namespace ember::cuda {
+
+// What a caching allocator needs from the memory below it. raw_alloc reports
+// "no memory" by returning nullptr (the allocator then frees its cache and retries);
+// any other failure throws ember::Error. A backend belongs to one allocator, whose
+// lock serialises every call into it.
+class Backend {
+ public:
+  // An opaque event: a cudaEvent_t for CUDA, an id for the simulated device.
+  using EventHandle = void*;
+  struct MemoryInfo {
+    size_t free = 0;
+    size_t total = 0;
+  };
+
+  virtual ~Backend() = default;
+
+  virtual void* raw_alloc(size_t bytes) = 0;
+  virtual void raw_free(void* ptr) noexcept = 0;
+  // Capacity and free memory, for the out-of-memory message and garbage collection.
+  virtual MemoryInfo memory_info() = 0;
+
+  // Events mark work queued on a stream, so a block used on another stream is not
+  // handed out again before that work finishes.
+  virtual EventHandle create_event() = 0;
+  virtual void record_event(EventHandle event, cudaStream_t stream) = 0;
+  virtual bool query_event(EventHandle event) = 0;  // true once complete
+  virtual void synchronize_event(EventHandle event) = 0;
+  virtual void destroy_event(EventHandle event) noexcept = 0;
+
+  // Host memory titles its summary "CPU" and says "CPU out of memory".
+  virtual bool is_host() const { return false; }
+  // The device index reported in summaries and messages.
+  virtual int device() const { return 0; }
+};
+
+// cudaMalloc/cudaFree on one device. `limit_bytes` > 0 caps what this backend will
+// hold at once, as if the device had only that much memory (PyTorch's per-process
+// memory fraction); it lets the out-of-memory tests run on a real GPU.
+class CudaBackend final : public Backend {
+ public:
+  explicit CudaBackend(int device, size_t limit_bytes = 0);
+
+  void* raw_alloc(size_t bytes) override;
+  void raw_free(void* ptr) noexcept override;
+  MemoryInfo memory_info() override;
+  EventHandle create_event() override;
+  void record_event(EventHandle event, cudaStream_t stream) override;
+  bool query_event(EventHandle event) override;
+  void synchronize_event(EventHandle event) override;
+  void destroy_event(EventHandle event) noexcept override;
+  int device() const override { return device_; }
+
+ private:
+  int device_;
+  size_t limit_;
+  // Sizes of live segments, so that raw_free can keep held_ right for limit_.
+  size_t held_ = 0;
+  std::unordered_map<void*, size_t> sizes_;
+};
+
+// Page-aligned host memory for CPU tensors. Host work is synchronous, so events
+// are complete as soon as they are recorded.
+class HostBackend final : public Backend {
+ public:
+  void* raw_alloc(size_t bytes) override;
+  void raw_free(void* ptr) noexcept override;
+  MemoryInfo memory_info() override;
+  EventHandle create_event() override { return nullptr; }
+  void record_event(EventHandle, cudaStream_t) override {}
+  bool query_event(EventHandle) override { return true; }
+  void synchronize_event(EventHandle) override {}
+  void destroy_event(EventHandle) noexcept override {}
+  bool is_host() const override { return true; }
+};
+
+// A device simulated in host memory so that every allocator path runs without a
+// GPU. Segments are real (page-aligned, untouched) host memory, so they may be
+// written to. Failures are scripted; events recorded on a held stream stay
+// incomplete until the test releases that stream.
+class SimulatedBackend final : public Backend {
+ public:
+  explicit SimulatedBackend(size_t capacity_bytes, int device = 0);
+
+  // --- failure schedule (all conditions combine) ---
+  // Fails the n-th raw_alloc from now (1 = the next one); 0 cancels.
+  void fail_nth_alloc(size_t n);
+  // Fails every raw_alloc of more than `bytes`; SIZE_MAX cancels.
+  void fail_allocs_above(size_t bytes);
+  // Consumed one entry per raw_alloc: true fails it. Once used up, no more failures.
+  void set_failure_schedule(std::vector<bool> schedule);
+  void set_capacity(size_t capacity_bytes);
+
+  // --- streams and events ---
+  // Events recorded on `stream` while it is held stay incomplete until release().
+  void hold(cudaStream_t stream);
+  void release(cudaStream_t stream);
+
+  // --- what happened ---
+  size_t used() const;
+  size_t capacity() const;
+  size_t raw_alloc_calls() const;
+  size_t raw_free_calls() const;
+  size_t live_events() const;
+  size_t event_syncs() const;  // synchronize_event calls (each completes its event)
+
+  void* raw_alloc(size_t bytes) override;
+  void raw_free(void* ptr) noexcept override;
+  MemoryInfo memory_info() override;
+  EventHandle create_event() override;
+  void record_event(EventHandle event, cudaStream_t stream) override;
+  bool query_event(EventHandle event) override;
+  void synchronize_event(EventHandle event) override;
+  void destroy_event(EventHandle event) noexcept override;
+  int device() const override { return device_; }
+
+ private:
+  struct FakeEvent {
+    bool complete = true;
+    cudaStream_t stream = nullptr;
+  };
+
+  bool should_fail(size_t bytes);  // consumes one schedule step
+
+  // The test thread drives hold/release while allocator threads may query, so
+  // this class has its own lock.
+  mutable std::mutex mutex_;
+  int device_;
+  size_t capacity_;
+  size_t used_ = 0;
+  size_t alloc_calls_ = 0;
+  size_t free_calls_ = 0;
+  size_t event_syncs_ = 0;
+  size_t fail_countdown_ = 0;
+  size_t fail_above_ = SIZE_MAX;
+  std::vector<bool> schedule_;
+  size_t schedule_pos_ = 0;
+  std::unordered_map<void*, size_t> sizes_;
+  std::unordered_set<cudaStream_t> held_;
+  std::unordered_map<uintptr_t, FakeEvent> events_;
+  uintptr_t next_event_ = 1;
+};
+
+}  // namespace ember::cuda

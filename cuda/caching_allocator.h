@@ -1,0 +1,138 @@
+// The caching allocator: one per device (and one for host memory), carving the
+// segments a Backend provides into blocks and keeping freed blocks for reuse, with
+// PyTorch-compatible statistics, summary table, snapshots and out-of-memory path.
+//
+// Policy (the same as PyTorch's native CUDA caching allocator):
+//  * Requests are rounded up to a multiple of 512 bytes (0 bytes gives nullptr).
+//    With roundup_power2_divisions:N, a request of more than 512*N bytes is
+//    instead rounded up to the next of N equal steps between two powers of two.
+//  * Rounded requests of at most 1 MiB come from the small pool, whose segments
+//    are 2 MiB. Larger ones come from the large pool, whose segments are 20 MiB
+//    for requests under 10 MiB and the request rounded up to 2 MiB otherwise.
+//  * A request takes the best-fitting cached block: the smallest free block of its
+//    pool, allocated on the same stream, that is large enough (lowest address on a
+//    tie). Only on a miss is a new segment asked of the backend.
+//  * A block larger than the request is split and the remainder stays cached: in
+//    the small pool when at least 512 bytes remain, in the large pool when more
+//    than 1 MiB remains and the request is below max_split_size. A block of at
+//    least max_split_size is never split, serves no request below max_split_size,
+//    and serves a larger one only if it wastes less than max_non_split_rounding.
+//  * A freed block merges with its free neighbours in the segment at once.
+//  * Blocks belong to the stream they were allocated on. record_stream(ptr, s)
+//    marks a block as used on s too: when freed, an event is recorded on every
+//    such stream and the block is reused only once all those events completed
+//    (checked at the start of each allocate; no device-wide synchronisation).
+//  * When the backend fails, every cached block that forms a whole segment is
+//    returned (after waiting for outstanding events) and the request is retried
+//    once (num_alloc_retries). If it fails again, OutOfMemoryError is thrown
+//    (num_ooms) and the allocator is left as it was, less the cache it freed.
+//  * garbage_collection_threshold:t: on a miss, if reserved memory exceeds t times
+//    the backend's capacity, whole free segments are returned, least recently
+//    freed first, until it no longer does.
+//  * empty_cache() waits for outstanding events and returns every whole free
+//    segment. Memory still in use, or sharing a segment with it, stays reserved.
+//
+// Thread-safe: one mutex per allocator. In steady state (a hit in the cache) an
+// allocate/deallocate pair does no heap allocation.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "cuda/alloc_config.h"
+#include "cuda/allocator.h"
+#include "cuda/allocator_backends.h"
+#include "cuda/memory_snapshot.h"
+#include "cuda/memory_stats.h"
+
+namespace ember::cuda {
+
+inline constexpr size_t kMinBlockSize = 512;               // rounding unit
+inline constexpr size_t kSmallSize = size_t{1} << 20;      // largest small-pool request
+inline constexpr size_t kSmallBuffer = size_t{2} << 20;    // small-pool segment
+inline constexpr size_t kLargeBuffer = size_t{20} << 20;   // large-pool segment under...
+inline constexpr size_t kMinLargeAlloc = size_t{10} << 20;  // ...this request size
+inline constexpr size_t kRoundLarge = size_t{2} << 20;     // rounding of larger segments
+inline constexpr size_t kDefaultHistoryEntries = 100000;
+
+// Names the op or tensor on whose behalf this thread allocates, for snapshots and
+// traces; guards nest. Only the pointer is kept, so the text must outlive the
+// allocator's use of it: pass a string literal (or storage that lives as long).
+class AllocationTag {
+ public:
+  explicit AllocationTag(const char* tag) noexcept;
+  ~AllocationTag();
+  AllocationTag(const AllocationTag&) = delete;
+  AllocationTag& operator=(const AllocationTag&) = delete;
+  static const char* current() noexcept;
+
+ private:
+  const char* previous_;
+};
+
+class CachingAllocator final : public Allocator {
+ public:
+  explicit CachingAllocator(std::unique_ptr<Backend> backend, AllocatorOptions options = {});
+  ~CachingAllocator() override;  // returns every segment, even ones still in use
+  CachingAllocator(const CachingAllocator&) = delete;
+  CachingAllocator& operator=(const CachingAllocator&) = delete;
+
+  void* allocate(size_t bytes, cudaStream_t stream) override;
+  void deallocate(void* ptr) noexcept override;
+  // Throws ember::Error when `ptr` is not a live allocation of this allocator.
+  void record_stream(void* ptr, cudaStream_t stream) override;
+
+  void empty_cache();
+
+  MemoryStats stats() const;
+  std::map<std::string, int64_t> memory_stats() const;  // PyTorch's keys
+  int64_t memory_allocated() const;                     // allocated_bytes.all.current
+  int64_t max_memory_allocated() const;                 // allocated_bytes.all.peak
+  int64_t memory_reserved() const;                      // reserved_bytes.all.current
+  int64_t max_memory_reserved() const;                  // reserved_bytes.all.peak
+  void reset_peak_memory_stats();         // every peak := current
+  void reset_accumulated_memory_stats();  // every allocated/freed total and event count := 0
+  std::string memory_summary(bool abbreviated = false) const;
+
+  MemorySnapshot memory_snapshot() const;
+  // Turning recording on starts an empty ring of `max_entries` (> 0); turning it
+  // off stops recording and keeps what was recorded for memory_snapshot().
+  void record_memory_history(bool enabled, size_t max_entries = kDefaultHistoryEntries);
+
+  const AllocatorOptions& options() const;
+  Backend& backend();
+
+  // The policy's arithmetic, exposed for tests and tools.
+  static size_t round_size(size_t bytes, const AllocatorOptions& options);
+  static size_t segment_size(size_t rounded_bytes);
+
+ private:
+  class Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// The allocators behind host_allocator() and device_allocator(device). Device
+// allocators read their options from EMBER_CUDA_ALLOC_CONF on first use; the
+// host allocator uses the defaults. They live until the process ends (never
+// destroyed, so no tensor outlives its allocator at exit).
+CachingAllocator& host_caching_allocator();
+CachingAllocator& device_caching_allocator(int device);
+
+// torch.cuda-style functions on device `device`'s allocator.
+std::map<std::string, int64_t> memory_stats(int device);
+int64_t memory_allocated(int device);
+int64_t max_memory_allocated(int device);
+int64_t memory_reserved(int device);
+int64_t max_memory_reserved(int device);
+void reset_peak_memory_stats(int device);
+void reset_accumulated_memory_stats(int device);
+void empty_cache(int device);
+std::string memory_summary(int device, bool abbreviated = false);
+MemorySnapshot memory_snapshot(int device);
+void record_memory_history(int device, bool enabled,
+                           size_t max_entries = kDefaultHistoryEntries);
+
+}  // namespace ember::cuda

@@ -1,0 +1,100 @@
+#include "cuda/memory_snapshot.h"
+
+#include <cinttypes>
+#include <cstdio>
+#include <fstream>
+#include <ostream>
+
+#include "core/error.h"
+
+namespace ember::cuda {
+
+const char* to_string(BlockState state) {
+  switch (state) {
+    case BlockState::allocated: return "allocated";
+    case BlockState::active_pending_free: return "active_pending_free";
+    case BlockState::inactive: return "inactive";
+  }
+  return "?";
+}
+
+const char* to_string(TraceAction action) {
+  switch (action) {
+    case TraceAction::alloc: return "alloc";
+    case TraceAction::free: return "free";
+    case TraceAction::segment_alloc: return "segment_alloc";
+    case TraceAction::segment_free: return "segment_free";
+    case TraceAction::oom: return "oom";
+  }
+  return "?";
+}
+
+namespace {
+
+// Tags are user text; everything JSON forbids in a string is escaped.
+void write_json_string(std::ostream& out, const char* s) {
+  out << '"';
+  for (; s != nullptr && *s != '\0'; ++s) {
+    unsigned char c = static_cast<unsigned char>(*s);
+    if (c == '"' || c == '\\') {
+      out << '\\' << *s;
+    } else if (c < 0x20) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\u%04x", c);
+      out << buf;
+    } else {
+      out << *s;
+    }
+  }
+  out << '"';
+}
+
+// Trace-event timestamps are microseconds; keep the nanoseconds as decimals.
+void write_ts(std::ostream& out, int64_t ns) {
+  char buf[48];
+  std::snprintf(buf, sizeof buf, "%" PRId64 ".%03" PRId64, ns / 1000, ns % 1000);
+  out << buf;
+}
+
+}  // namespace
+
+void write_chrome_trace(const MemorySnapshot& snapshot, std::ostream& out) {
+  const int pid = snapshot.device;
+  out << "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[";
+  out << "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":" << pid
+      << ",\"tid\":0,\"args\":{\"name\":";
+  write_json_string(out, snapshot.host ? "ember CPU memory"
+                                       : ("ember CUDA:" + std::to_string(snapshot.device) +
+                                          " memory").c_str());
+  out << "}}";
+  for (const TraceEntry& e : snapshot.trace) {
+    if (e.action == TraceAction::oom) {
+      out << ",\n{\"name\":\"oom\",\"ph\":\"i\",\"s\":\"p\",\"pid\":" << pid << ",\"tid\":0,\"ts\":";
+      write_ts(out, e.time_ns);
+      out << ",\"args\":{\"requested_bytes\":" << e.size << ",\"allocated_bytes\":"
+          << e.allocated_bytes << ",\"reserved_bytes\":" << e.reserved_bytes << ",\"tag\":";
+      write_json_string(out, e.tag);
+      out << "}}";
+      continue;
+    }
+    // One sample per counter after each event that can move it.
+    bool moves_reserved = e.action == TraceAction::segment_alloc ||
+                          e.action == TraceAction::segment_free;
+    const char* name = moves_reserved ? "reserved" : "allocated";
+    int64_t value = moves_reserved ? e.reserved_bytes : e.allocated_bytes;
+    out << ",\n{\"name\":\"" << name << "\",\"ph\":\"C\",\"pid\":" << pid << ",\"tid\":0,\"ts\":";
+    write_ts(out, e.time_ns);
+    out << ",\"args\":{\"bytes\":" << value << "}}";
+  }
+  out << "\n]}\n";
+}
+
+void write_chrome_trace(const MemorySnapshot& snapshot, const std::string& path) {
+  std::ofstream file(path);
+  EMBER_CHECK(file.good(), "write_chrome_trace: cannot open \"", path, "\" for writing");
+  write_chrome_trace(snapshot, file);
+  file.flush();
+  EMBER_CHECK(file.good(), "write_chrome_trace: failed writing \"", path, "\"");
+}
+
+}  // namespace ember::cuda

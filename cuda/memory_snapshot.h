@@ -1,0 +1,68 @@
+// A picture of an allocator at one moment: every segment with its blocks, and the
+// recent history of allocator events when recording is on. The history exports as
+// Chrome trace-event JSON, which Perfetto and chrome://tracing open.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <iosfwd>
+#include <string>
+#include <vector>
+
+#include <cuda_runtime_api.h>
+
+namespace ember::cuda {
+
+enum class BlockState : uint8_t {
+  allocated,            // handed to a caller
+  active_pending_free,  // freed, but waiting for work on other streams (record_stream)
+  inactive,             // cached, free for reuse
+};
+const char* to_string(BlockState state);
+
+struct BlockSnapshot {
+  uintptr_t address = 0;
+  size_t size = 0;            // bytes the block spans (rounded)
+  size_t requested_size = 0;  // bytes the caller asked for; 0 when inactive
+  BlockState state = BlockState::inactive;
+  const char* tag = nullptr;  // AllocationTag current when it was allocated
+};
+
+struct SegmentSnapshot {
+  uintptr_t address = 0;
+  size_t total_size = 0;
+  size_t allocated_size = 0;  // sum of allocated blocks
+  size_t active_size = 0;     // allocated + pending free
+  size_t requested_size = 0;
+  cudaStream_t stream = nullptr;  // blocks of a segment serve only this stream
+  bool is_large = false;          // large pool (else small pool)
+  std::vector<BlockSnapshot> blocks;  // in address order
+};
+
+enum class TraceAction : uint8_t { alloc, free, segment_alloc, segment_free, oom };
+const char* to_string(TraceAction action);
+
+struct TraceEntry {
+  TraceAction action = TraceAction::alloc;
+  uintptr_t address = 0;  // 0 for oom
+  size_t size = 0;        // block or segment bytes; for oom, the rounded request
+  cudaStream_t stream = nullptr;
+  int64_t time_ns = 0;    // since the allocator was created
+  const char* tag = nullptr;
+  int64_t allocated_bytes = 0;  // allocator totals just after the event
+  int64_t reserved_bytes = 0;
+};
+
+struct MemorySnapshot {
+  int device = 0;
+  bool host = false;
+  std::vector<SegmentSnapshot> segments;  // in address order
+  std::vector<TraceEntry> trace;          // oldest first; empty unless recording
+};
+
+// The history as a Chrome trace: counter tracks "allocated" and "reserved" (bytes)
+// and an instant event per OOM. Throws ember::Error if the file cannot be written.
+void write_chrome_trace(const MemorySnapshot& snapshot, std::ostream& out);
+void write_chrome_trace(const MemorySnapshot& snapshot, const std::string& path);
+
+}  // namespace ember::cuda
