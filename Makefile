@@ -11,6 +11,8 @@ BUILD_TYPE   ?= RelWithDebInfo
 JOBS         ?= $(shell nproc)
 CMAKE_FLAGS  ?=
 export PATH  := $(PATH):/usr/local/cuda/bin
+# Let build trees share ccache entries (paths inside objects are not hashed).
+export CCACHE_NOHASHDIR := 1
 
 # CI builds with warnings as errors.
 ifneq ($(CI),)

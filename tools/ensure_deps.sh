@@ -16,6 +16,7 @@ need_cmd cmake cmake
 need_cmd ninja ninja-build
 need_cmd g++ g++
 need_cmd make make
+need_cmd ccache ccache
 need_file /usr/include/doctest/doctest.h doctest-dev
 for pkg in "$@"; do
   dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
