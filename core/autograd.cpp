@@ -5,7 +5,9 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "core/live_tensors.h"
 #include "core/ops.h"
+#include "cuda/caching_allocator.h"
 
 namespace ember {
 
@@ -17,13 +19,22 @@ std::atomic<uint64_t> g_next_sequence_nr{0};
 // reference to the next) would overflow the stack on deep graphs. Instead, a
 // node about to die hands its sole-owned successors to this thread-local list,
 // and the outermost destructor drains it in a loop.
-thread_local std::vector<std::shared_ptr<Node>>* t_pending_deletes = nullptr;
+thread_local std::vector<std::shared_ptr<Node>> t_pending_deletes;
+thread_local bool t_draining_deletes = false;
+
+// Storages saved by SavedTensors made since the last attach_grad_fn on this
+// thread: an op builds its backward's captures just before attaching it, so the
+// next node attached is the one that holds them.
+thread_local std::vector<Node::SavedRef> t_pending_saved;
+// SavedTensors made outside any op (never attached) must not pile up.
+constexpr size_t kMaxPendingSaved = 64;
 }  // namespace
 
 bool is_grad_enabled() { return t_grad_enabled; }
 void set_grad_enabled(bool enabled) { t_grad_enabled = enabled; }
 
 TensorImpl::~TensorImpl() {
+  detail::unregister_live_tensor(*this);
   // A tensor's grad_fn can be the head of a long chain; route it through the
   // same iterative deletion as nodes.
   if (autograd && autograd->grad_fn && autograd->grad_fn.use_count() == 1) {
@@ -32,23 +43,24 @@ TensorImpl::~TensorImpl() {
   }
 }
 
-Node::Node() : sequence_nr(g_next_sequence_nr.fetch_add(1, std::memory_order_relaxed)) {}
+Node::Node()
+    : sequence_nr(g_next_sequence_nr.fetch_add(1, std::memory_order_relaxed)),
+      scope(cuda::AllocationScope::current()) {}
+
+uint64_t next_node_sequence_nr() { return g_next_sequence_nr.load(std::memory_order_relaxed); }
 
 Node::~Node() {
-  std::vector<std::shared_ptr<Node>> local;
-  bool outermost = t_pending_deletes == nullptr;
-  if (outermost) t_pending_deletes = &local;
   for (Edge& e : next_edges)
-    if (e.node && e.node.use_count() == 1) t_pending_deletes->push_back(std::move(e.node));
+    if (e.node && e.node.use_count() == 1) t_pending_deletes.push_back(std::move(e.node));
   next_edges.clear();
-  if (outermost) {
-    while (!local.empty()) {
-      std::shared_ptr<Node> n = std::move(local.back());
-      local.pop_back();
-      n.reset();  // its destructor appends its own sole-owned successors to `local`
-    }
-    t_pending_deletes = nullptr;
+  if (t_draining_deletes) return;  // an outer destructor is draining the list
+  t_draining_deletes = true;
+  while (!t_pending_deletes.empty()) {
+    std::shared_ptr<Node> n = std::move(t_pending_deletes.back());
+    t_pending_deletes.pop_back();
+    n.reset();  // its destructor appends its own sole-owned successors
   }
+  t_draining_deletes = false;
 }
 
 std::vector<Tensor> FunctionNode::apply(const Tensor& grad_output) {
@@ -60,6 +72,7 @@ std::vector<Tensor> FunctionNode::apply(const Tensor& grad_output) {
 
 void FunctionNode::release() {
   fn_ = nullptr;  // drops the lambda and everything it saved
+  saved.clear();
   released_ = true;
 }
 
@@ -82,6 +95,8 @@ SavedTensor::SavedTensor(const Tensor& t, const char* op) : op_(op) {
   if (t.defined()) {
     data_ = t.detach();
     version_ = t.version();
+    if (t_pending_saved.size() >= kMaxPendingSaved) t_pending_saved.clear();
+    if (t_grad_enabled) t_pending_saved.push_back({t.storage(), t.is_leaf() && t.requires_grad()});
   }
 }
 
@@ -115,6 +130,7 @@ Edge gradient_edge(const Tensor& t) {
 static void attach_impl(Tensor& out, const char* name, const Tensor* const* inputs, size_t n,
                         BackwardFn fn) {
   auto node = std::make_shared<FunctionNode>(name, std::move(fn));
+  node->saved.swap(t_pending_saved);
   node->next_edges.reserve(n);
   node->inputs.reserve(n);
   for (size_t i = 0; i < n; ++i) {
@@ -150,6 +166,9 @@ struct LaterFirst {
   bool operator()(const Node* a, const Node* b) const { return a->sequence_nr < b->sequence_nr; }
 };
 
+// Callbacks queued during the backward pass running on this thread.
+thread_local std::vector<std::function<void()>>* t_backward_callbacks = nullptr;
+
 void check_gradient(const Node& node, size_t i, const Tensor& g) {
   const InputMeta& m = node.inputs[i];
   EMBER_CHECK(g.sizes() == m.sizes, "backward: ", node.name(), " returned a gradient of shape ",
@@ -170,12 +189,16 @@ void execute(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads,
   std::unordered_map<Node*, int> dependencies;
   std::vector<Node*> stack;
   std::unordered_set<Node*> seen;
+  // Owns the roots' nodes: a root that is a leaf has an AccumulateGrad that
+  // nothing else keeps alive.
+  std::vector<std::shared_ptr<Node>> root_nodes;
 
   for (size_t i = 0; i < roots.size(); ++i) {
     const Tensor& r = roots[i];
     EMBER_CHECK(r.defined() && r.requires_grad(),
                 "backward: output ", i, " does not require grad and has no grad_fn");
     Edge e = gradient_edge(r);
+    root_nodes.push_back(e.node);
     Tensor g = grads[i];
     if (!g.defined()) {
       EMBER_CHECK(r.numel() == 1, "backward: grad can be implicitly created only for a "
@@ -201,12 +224,18 @@ void execute(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads,
   }
 
   std::priority_queue<Node*, std::vector<Node*>, LaterFirst> ready;
-  for (const Tensor& r : roots) {
-    Node* n = gradient_edge(r).node.get();
+  for (const std::shared_ptr<Node>& root : root_nodes) {
+    Node* n = root.get();
     if (dependencies[n] == 0) ready.push(n);
   }
   std::unordered_set<Node*> queued;
   NoGradGuard no_grad;
+  std::vector<std::function<void()>> callbacks;
+  struct CallbacksScope {
+    std::vector<std::function<void()>>* previous;
+    ~CallbacksScope() { t_backward_callbacks = previous; }
+  } callbacks_scope{t_backward_callbacks};
+  t_backward_callbacks = &callbacks;
   while (!ready.empty()) {
     Node* node = ready.top();
     ready.pop();
@@ -221,7 +250,13 @@ void execute(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads,
       }
       if (dynamic_cast<AccumulateGrad*>(node)) continue;
     }
-    std::vector<Tensor> input_grads = node->apply(g);
+    std::vector<Tensor> input_grads;
+    {
+      // Backward allocations are named after the node and its forward's scope.
+      cuda::AllocationScope scope(node->scope);
+      cuda::AllocationTag tag(node->name());
+      input_grads = node->apply(g);
+    }
     g = Tensor();
     if (!retain_graph) node->release();
     if (dynamic_cast<AccumulateGrad*>(node)) continue;
@@ -239,9 +274,19 @@ void execute(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads,
       if (--dependencies[next] == 0) ready.push(next);
     }
   }
+  for (size_t i = 0; i < callbacks.size(); ++i) {  // a callback may queue another
+    std::function<void()> fn = std::move(callbacks[i]);
+    fn();
+  }
 }
 
 }  // namespace
+
+void queue_backward_callback(std::function<void()> fn) {
+  EMBER_CHECK(t_backward_callbacks != nullptr,
+              "queue_backward_callback: no backward pass is running on this thread");
+  t_backward_callbacks->push_back(std::move(fn));
+}
 
 void run_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads,
                   bool retain_graph) {
@@ -251,19 +296,19 @@ void run_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& g
 std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs,
                          const std::vector<Tensor>& grad_outputs, bool retain_graph) {
   std::unordered_map<Node*, Tensor> captures;
-  std::vector<Node*> targets;
+  std::vector<std::shared_ptr<Node>> targets;  // owned: an unused leaf's node has no other owner
   for (const Tensor& in : inputs) {
     EMBER_CHECK(in.defined() && in.requires_grad(), "grad: an input does not require grad");
-    Node* n = gradient_edge(in).node.get();
-    captures.emplace(n, Tensor());
-    targets.push_back(n);
+    std::shared_ptr<Node> n = gradient_edge(in).node;
+    captures.emplace(n.get(), Tensor());
+    targets.push_back(std::move(n));
   }
   std::vector<Tensor> gos = grad_outputs;
   if (gos.empty()) gos.resize(outputs.size());
   execute(outputs, gos, retain_graph, &captures);
   std::vector<Tensor> result;
   for (size_t i = 0; i < inputs.size(); ++i) {
-    Tensor g = captures[targets[i]];
+    Tensor g = captures[targets[i].get()];
     result.push_back(g.defined() ? g : zeros_like(inputs[i].detach()));
   }
   return result;
@@ -281,6 +326,40 @@ size_t count_graph_nodes(const Tensor& t) {
       if (e.node && seen.insert(e.node.get()).second) stack.push_back(e.node.get());
   }
   return seen.size();
+}
+
+}  // namespace ember
+
+namespace ember {
+
+GraphStats graph_stats(const Tensor& t, uint64_t since) {
+  if (!t.defined() || !t.impl().autograd) return GraphStats{};
+  return graph_stats(t.impl().autograd->grad_fn.get(), since);
+}
+
+GraphStats graph_stats(const Node* root, uint64_t since) {
+  GraphStats st;
+  if (root == nullptr) return st;
+  std::unordered_set<const Node*> seen;
+  std::unordered_set<const Storage*> storages;
+  std::vector<const Node*> stack{root};
+  seen.insert(stack.back());
+  while (!stack.empty()) {
+    const Node* n = stack.back();
+    stack.pop_back();
+    ++st.nodes;
+    if (n->sequence_nr < since && !dynamic_cast<const AccumulateGrad*>(n)) ++st.nodes_before;
+    for (const Node::SavedRef& ref : n->saved) {
+      std::shared_ptr<Storage> s = ref.storage.lock();
+      if (!s) continue;
+      ++st.saved_tensors;
+      if (!storages.insert(s.get()).second) continue;
+      (ref.is_leaf ? st.saved_leaf_bytes : st.saved_activation_bytes) += s->nbytes();
+    }
+    for (const Edge& e : n->next_edges)
+      if (e.node && seen.insert(e.node.get()).second) stack.push_back(e.node.get());
+  }
+  return st;
 }
 
 }  // namespace ember

@@ -53,6 +53,16 @@ class Node {
   std::vector<Edge> next_edges;
   std::vector<InputMeta> inputs;
   uint64_t sequence_nr;  // creation order; the engine runs later nodes first
+
+  // For diagnostics (core/leak_check.h). The storages its backward saved, as weak
+  // references so that watching them keeps nothing alive (cleared on release),
+  // and the allocation scope it was built in, under which its backward allocates.
+  struct SavedRef {
+    std::weak_ptr<Storage> storage;
+    bool is_leaf = false;  // a leaf that requires grad (a weight), not an activation
+  };
+  std::vector<SavedRef> saved;
+  const char* scope = nullptr;
 };
 
 using BackwardFn = std::function<std::vector<Tensor>(const Tensor& grad_output)>;
@@ -138,6 +148,11 @@ void attach_grad_fn(Tensor& out, const char* name, const std::vector<Tensor>& in
 // The edge through which a gradient for `t` flows (null if t needs none).
 Edge gradient_edge(const Tensor& t);
 
+// Runs `fn` once when the backward pass running on this thread has finished
+// (after every node ran), in the order queued; called from hooks, as DDP does
+// to finish its gradient sync. Throws when no backward is running on this thread.
+void queue_backward_callback(std::function<void()> fn);
+
 // Runs backward from `roots` with the given output gradients.
 void run_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads,
                   bool retain_graph);
@@ -149,5 +164,20 @@ std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<T
 
 // Counts the nodes reachable from t.grad_fn() (0 for leaves); for diagnostics.
 size_t count_graph_nodes(const Tensor& t);
+
+// What the graph behind t.grad_fn() holds: nodes, and the storages its nodes saved
+// for backward that are still alive (each storage counted once). Activations are
+// saved non-leaf tensors; saved leaves (weights) live on with the model anyway.
+struct GraphStats {
+  size_t nodes = 0;
+  size_t nodes_before = 0;  // nodes (not AccumulateGrad) with sequence_nr < `since`
+  size_t saved_tensors = 0;
+  size_t saved_activation_bytes = 0;
+  size_t saved_leaf_bytes = 0;
+};
+GraphStats graph_stats(const Tensor& t, uint64_t since = 0);
+GraphStats graph_stats(const Node* root, uint64_t since = 0);
+// The sequence_nr the next node will get: nodes made after this call have one >= it.
+uint64_t next_node_sequence_nr();
 
 }  // namespace ember

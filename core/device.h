@@ -1,6 +1,7 @@
 // Where a tensor lives: the host (CPU) or one CUDA device (CUDA:n).
 #pragma once
 
+#include <cstdint>
 #include <ostream>
 #include <string>
 

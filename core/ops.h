@@ -97,3 +97,26 @@ void check_defined(const char* op, const Tensor& a, const char* what = "input");
 void check_inplace(const char* op, const Tensor& t);
 
 }  // namespace ember
+
+// --- the seams that custom CUDA kernels replace: one function each, forward and
+// backward together (core/ops/linear.cpp, core/ops/loss.cpp)
+namespace ember {
+
+// y = x w^T + b. x: (..., in), w: (out, in), b: (out) or undefined; y: (..., out).
+// Backward: d_x = d_y w, d_w = d_y^T x, d_b = d_y summed over all leading dims.
+Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b = Tensor());
+
+// y = act(x w^T + b), the activation fused into the GEMM's epilogue on CUDA
+// (float32, TF32, bfloat16; composed elsewhere). GELU is the tanh approximation,
+// as gelu() above. Backward applies act' (ReLU: read off y; GELU: from the saved
+// pre-activation), then the same d_x, d_w, d_b as linear.
+enum class Activation { None, Relu, Gelu };
+Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b, Activation act);
+
+enum class Reduction { None, Mean, Sum };
+// (pred - target)^2, reduced. pred and target have the same shape. Backward:
+// d_pred = 2 (pred - target) * g / N for Mean (N = numel), without / N for Sum,
+// elementwise g for None; d_target = -d_pred.
+Tensor mse_loss(const Tensor& pred, const Tensor& target, Reduction r = Reduction::Mean);
+
+}  // namespace ember

@@ -5,6 +5,7 @@
 #include <iomanip>
 #include <sstream>
 
+#include "core/alloc_site.h"
 #include "core/autograd.h"
 #include "core/ops.h"
 #include "core/ops/dispatch.h"
@@ -16,6 +17,7 @@ namespace ember {
 namespace {
 
 Tensor make_tensor(const Shape& sizes, DType dtype, Device device, const char* op) {
+  OpSite site(op);  // names the allocation after the factory unless an op already did
   check_sizes(sizes, op);
   if (device.is_cuda()) cuda::check_device(device.index);
   auto impl = std::make_shared<TensorImpl>();

@@ -55,8 +55,19 @@ struct TensorImpl {
   DType dtype = kFloat32;
   std::unique_ptr<AutogradMeta> autograd;  // null for tensors outside autograd
 
-  TensorImpl() = default;
+  // Where it was made (allocation tag and scope current at construction, see
+  // core/alloc_site.h) and its links in the live-tensor registry
+  // (core/live_tensors.h); set by the constructor, read by diagnostics.
+  const char* site_op = nullptr;
+  const char* site_scope = nullptr;
+  TensorImpl* live_prev = nullptr;
+  TensorImpl* live_next = nullptr;
+  unsigned live_shard = 0;
+
+  TensorImpl();  // registers itself as live
   ~TensorImpl();
+  TensorImpl(const TensorImpl&) = delete;
+  TensorImpl& operator=(const TensorImpl&) = delete;
 };
 
 class Tensor {

@@ -17,6 +17,7 @@ namespace ember::cuda {
 namespace {
 
 thread_local const char* t_allocation_tag = nullptr;
+thread_local const char* t_allocation_scope = nullptr;
 
 // The next of `divisions` equal steps between the powers of two around `size`.
 size_t roundup_power2_next_division(size_t size, size_t divisions) {
@@ -35,6 +36,12 @@ AllocationTag::AllocationTag(const char* tag) noexcept : previous_(t_allocation_
 }
 AllocationTag::~AllocationTag() { t_allocation_tag = previous_; }
 const char* AllocationTag::current() noexcept { return t_allocation_tag; }
+
+AllocationScope::AllocationScope(const char* scope) noexcept : previous_(t_allocation_scope) {
+  t_allocation_scope = scope;
+}
+AllocationScope::~AllocationScope() { t_allocation_scope = previous_; }
+const char* AllocationScope::current() noexcept { return t_allocation_scope; }
 
 size_t CachingAllocator::round_size(size_t bytes, const AllocatorOptions& options) {
   if (bytes < kMinBlockSize) return kMinBlockSize;
@@ -70,6 +77,7 @@ struct Block {
   bool small = false;
   int event_count = 0;  // events still to complete before it may be reused
   const char* tag = nullptr;
+  const char* scope = nullptr;
   uint64_t freed_tick = 0;  // when it entered the cache, for garbage collection
   std::vector<cudaStream_t> stream_uses;  // other streams it was recorded on
 
@@ -286,7 +294,8 @@ class CachingAllocator::Impl {
     update(stats_.allocation, type, -1);
     update(stats_.allocated_bytes, type, -static_cast<int64_t>(block->size));
     if (block->size >= options_.max_split_size) stats_.oversize_allocations.decrease(1);
-    if (history_on_) record(TraceAction::free, block->ptr, block->size, block->stream, block->tag);
+    if (history_on_)
+      record(TraceAction::free, block->ptr, block->size, block->stream, block->tag, block->scope);
     if (!block->stream_uses.empty()) {
       try {
         record_events(block);
@@ -362,6 +371,7 @@ class CachingAllocator::Impl {
         bs.size = b->size;
         bs.requested_size = b->requested_size;
         bs.tag = b->tag;
+        bs.scope = b->scope;
         bs.state = b->allocated          ? BlockState::allocated
                    : b->event_count > 0 ? BlockState::active_pending_free
                                         : BlockState::inactive;
@@ -382,6 +392,11 @@ class CachingAllocator::Impl {
         snap.trace.push_back(history_[(start + i) % history_.size()]);
     }
     return snap;
+  }
+
+  void mark_step(const char* label) {
+    std::lock_guard lock(mutex_);
+    if (history_on_) record(TraceAction::step, 0, 0, nullptr, label);
   }
 
   void record_history(bool enabled, size_t max_entries) {
@@ -551,6 +566,7 @@ class CachingAllocator::Impl {
     block->allocated = true;
     block->requested_size = requested;
     block->tag = t_allocation_tag;
+    block->scope = t_allocation_scope;
     allocated_.insert(block->ptr, block);
 
     const auto block_bytes = static_cast<int64_t>(block->size);
@@ -560,7 +576,8 @@ class CachingAllocator::Impl {
     update(stats_.active_bytes, type, block_bytes);
     update(stats_.requested_bytes, type, static_cast<int64_t>(requested));
     if (block->size >= options_.max_split_size) stats_.oversize_allocations.increase(1);
-    if (history_on_) record(TraceAction::alloc, block->ptr, block->size, block->stream, block->tag);
+    if (history_on_)
+      record(TraceAction::alloc, block->ptr, block->size, block->stream, block->tag, block->scope);
     return reinterpret_cast<void*>(block->ptr);
   }
 
@@ -604,6 +621,7 @@ class CachingAllocator::Impl {
     }
     block->requested_size = 0;
     block->tag = nullptr;
+    block->scope = nullptr;
     block->freed_tick = ++tick_;
     pool(block->small).insert(block);
 
@@ -712,7 +730,7 @@ class CachingAllocator::Impl {
   }
 
   void record(TraceAction action, uintptr_t address, size_t size, cudaStream_t stream,
-              const char* tag) {
+              const char* tag, const char* scope = nullptr) {
     TraceEntry e;
     e.action = action;
     e.address = address;
@@ -722,6 +740,7 @@ class CachingAllocator::Impl {
                     std::chrono::steady_clock::now() - start_)
                     .count();
     e.tag = tag;
+    e.scope = scope;
     e.allocated_bytes = stats_.allocated_bytes[kAggregate].current;
     e.reserved_bytes = stats_.reserved_bytes[kAggregate].current;
     if (history_.size() < history_capacity_) {
@@ -804,6 +823,7 @@ MemorySnapshot CachingAllocator::memory_snapshot() const { return impl_->snapsho
 void CachingAllocator::record_memory_history(bool enabled, size_t max_entries) {
   impl_->record_history(enabled, max_entries);
 }
+void CachingAllocator::mark_step(const char* label) { impl_->mark_step(label); }
 const AllocatorOptions& CachingAllocator::options() const { return impl_->options(); }
 Backend& CachingAllocator::backend() { return impl_->backend(); }
 

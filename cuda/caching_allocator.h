@@ -73,6 +73,21 @@ class AllocationTag {
   const char* previous_;
 };
 
+// Names the code region (a module's forward, say "model.fc1.forward") in which this
+// thread allocates; kept beside the tag, so a block reads "<scope> / <tag>". Guards
+// nest, innermost wins. Same lifetime rule as AllocationTag.
+class AllocationScope {
+ public:
+  explicit AllocationScope(const char* scope) noexcept;
+  ~AllocationScope();
+  AllocationScope(const AllocationScope&) = delete;
+  AllocationScope& operator=(const AllocationScope&) = delete;
+  static const char* current() noexcept;
+
+ private:
+  const char* previous_;
+};
+
 class CachingAllocator final : public Allocator {
  public:
   explicit CachingAllocator(std::unique_ptr<Backend> backend, AllocatorOptions options = {});
@@ -101,6 +116,9 @@ class CachingAllocator final : public Allocator {
   // Turning recording on starts an empty ring of `max_entries` (> 0); turning it
   // off stops recording and keeps what was recorded for memory_snapshot().
   void record_memory_history(bool enabled, size_t max_entries = kDefaultHistoryEntries);
+  // Records a step boundary named `label` into the history (when recording), so
+  // timelines can mark steps. `label` must outlive the allocator, as tags do.
+  void mark_step(const char* label);
 
   const AllocatorOptions& options() const;
   Backend& backend();

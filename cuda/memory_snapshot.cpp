@@ -25,6 +25,7 @@ const char* to_string(TraceAction action) {
     case TraceAction::segment_alloc: return "segment_alloc";
     case TraceAction::segment_free: return "segment_free";
     case TraceAction::oom: return "oom";
+    case TraceAction::step: return "step";
   }
   return "?";
 }
@@ -68,6 +69,15 @@ void write_chrome_trace(const MemorySnapshot& snapshot, std::ostream& out) {
                                           " memory").c_str());
   out << "}}";
   for (const TraceEntry& e : snapshot.trace) {
+    if (e.action == TraceAction::step) {
+      out << ",\n{\"name\":";
+      write_json_string(out, e.tag ? e.tag : "step");
+      out << ",\"cat\":\"step\",\"ph\":\"i\",\"s\":\"g\",\"pid\":" << pid << ",\"tid\":0,\"ts\":";
+      write_ts(out, e.time_ns);
+      out << ",\"args\":{\"allocated_bytes\":" << e.allocated_bytes << ",\"reserved_bytes\":"
+          << e.reserved_bytes << "}}";
+      continue;
+    }
     if (e.action == TraceAction::oom) {
       out << ",\n{\"name\":\"oom\",\"ph\":\"i\",\"s\":\"p\",\"pid\":" << pid << ",\"tid\":0,\"ts\":";
       write_ts(out, e.time_ns);

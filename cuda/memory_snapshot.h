@@ -26,6 +26,7 @@ struct BlockSnapshot {
   size_t requested_size = 0;  // bytes the caller asked for; 0 when inactive
   BlockState state = BlockState::inactive;
   const char* tag = nullptr;  // AllocationTag current when it was allocated
+  const char* scope = nullptr;  // AllocationScope current when it was allocated
 };
 
 struct SegmentSnapshot {
@@ -39,7 +40,8 @@ struct SegmentSnapshot {
   std::vector<BlockSnapshot> blocks;  // in address order
 };
 
-enum class TraceAction : uint8_t { alloc, free, segment_alloc, segment_free, oom };
+enum class TraceAction : uint8_t { alloc, free, segment_alloc, segment_free, oom,
+                                   step };  // step: a mark_step() boundary, tag = label
 const char* to_string(TraceAction action);
 
 struct TraceEntry {
@@ -49,6 +51,7 @@ struct TraceEntry {
   cudaStream_t stream = nullptr;
   int64_t time_ns = 0;    // since the allocator was created
   const char* tag = nullptr;
+  const char* scope = nullptr;  // AllocationScope of the block (alloc/free)
   int64_t allocated_bytes = 0;  // allocator totals just after the event
   int64_t reserved_bytes = 0;
 };
@@ -61,7 +64,7 @@ struct MemorySnapshot {
 };
 
 // The history as a Chrome trace: counter tracks "allocated" and "reserved" (bytes)
-// and an instant event per OOM. Throws ember::Error if the file cannot be written.
+// and an instant event per OOM and per step marker. Throws ember::Error if the file cannot be written.
 void write_chrome_trace(const MemorySnapshot& snapshot, std::ostream& out);
 void write_chrome_trace(const MemorySnapshot& snapshot, const std::string& path);
 

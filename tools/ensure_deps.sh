@@ -17,6 +17,8 @@ need_cmd ninja ninja-build
 need_cmd g++ g++
 need_cmd make make
 need_cmd ccache ccache
+need_cmd mpicxx libopenmpi-dev
+need_cmd mpirun openmpi-bin
 need_file /usr/include/doctest/doctest.h doctest-dev
 for pkg in "$@"; do
   dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")

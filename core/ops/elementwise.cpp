@@ -2,6 +2,7 @@
 // loop computes in double; the CUDA path launches cuda/kernels/elementwise.cu.
 #include <cstring>
 
+#include "core/alloc_site.h"
 #include "core/autograd.h"
 #include "core/ops.h"
 #include "core/ops/dispatch.h"
@@ -131,6 +132,7 @@ void check_binary(const char* name, const Tensor& a, const Tensor& b) {
 }
 
 Tensor unary_forward(UnaryOp op, const char* name, const Tensor& a, double s = 0.0) {
+  OpSite site(name);
   check_defined(name, a);
   check_floating(name, a);
   Tensor out = empty(a.sizes(), like(a));
@@ -140,6 +142,7 @@ Tensor unary_forward(UnaryOp op, const char* name, const Tensor& a, double s = 0
 
 Tensor binary_forward(BinaryOp op, const char* name, const Tensor& a, const Tensor& b,
                       double s = 1.0) {
+  OpSite site(name);
   check_binary(name, a, b);
   Tensor out = empty(broadcast_shapes(a.sizes(), b.sizes(), name), like(a));
   run_binary(op, a, b, out, s, name);
@@ -377,6 +380,7 @@ Tensor& copy_(Tensor& dst, const Tensor& src) {
 }
 
 Tensor cast(const Tensor& a, DType t) {
+  OpSite site("cast");
   check_defined("cast", a);
   if (a.dtype() == t) return a;
   Tensor out = empty(a.sizes(), TensorOptions().dtype(t).device(a.device()));

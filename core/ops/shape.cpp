@@ -1,6 +1,7 @@
 // Shape ops. view, transpose, slice, select, unsqueeze, squeeze and expand return
 // views sharing storage; reshape views when it can and copies otherwise; cat and
 // contiguous copy. Backward of each undoes its geometry.
+#include "core/alloc_site.h"
 #include "core/autograd.h"
 #include "core/ops.h"
 
@@ -159,6 +160,7 @@ Tensor expand(const Tensor& a, Shape sizes) {
 }
 
 Tensor cat(const std::vector<Tensor>& tensors, int64_t dim) {
+  OpSite site("cat");
   EMBER_CHECK(!tensors.empty(), "cat: expects a non-empty list of tensors");
   const Tensor& first = tensors[0];
   check_defined("cat", first, "tensor 0");

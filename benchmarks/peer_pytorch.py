@@ -1,0 +1,133 @@
+#!/usr/bin/env python3
+"""The PyTorch peer of bench_linear, bench_mse and bench_adam: the same shapes and
+workloads, timed the same way (CUDA events, warm-up, median), printed in the same
+table format, so one call on the GPU machine runs both sides.
+
+    python3 benchmarks/peer_pytorch.py [--json FILE]
+"""
+import json
+import statistics
+import sys
+
+try:
+    import torch
+    import torch.nn.functional as F
+except ImportError:
+    print("peer_pytorch: no torch, nothing to measure")
+    sys.exit(0)
+
+ROWS = []
+
+
+def median_ms(f, warmup, iters):
+    for _ in range(warmup):
+        f()
+    times = []
+    for _ in range(iters):
+        start = torch.cuda.Event(enable_timing=True)
+        stop = torch.cuda.Event(enable_timing=True)
+        start.record()
+        f()
+        stop.record()
+        stop.synchronize()
+        times.append(start.elapsed_time(stop))
+    return statistics.median(times)
+
+
+def add(workload, dtype, shape, impl, ms, rate, unit, note=""):
+    ROWS.append(dict(workload=workload, dtype=dtype, shape=shape, impl=impl, ms=ms, rate=rate,
+                     unit=unit, note=note))
+    print(f"{workload:<22} {dtype:<6} {shape:<22} {impl:<10} {ms:10.4f} {rate:8.1f} {unit:<4} {note}",
+          flush=True)
+
+
+def header(title):
+    print(f"\n{title}\n{'workload':<22} {'dtype':<6} {'shape':<22} {'impl':<10} {'ms':>10} "
+          f"{'rate':>12}  note")
+
+
+def bench_linear():
+    header("linear: PyTorch (F.linear)")
+    shapes = [(8192, 4096, 4096, True), (8192, 8192, 8192, False), (4096, 4096, 4096, True),
+              (2048, 2048, 2048, True), (1024, 1024, 1024, True), (256, 1024, 1024, True),
+              (4097, 4097, 4097, False), (32, 10, 10, True)]
+    for mode in ("f32", "tf32", "bf16"):
+        torch.backends.cuda.matmul.allow_tf32 = mode == "tf32"
+        dtype = torch.bfloat16 if mode == "bf16" else torch.float32
+        for m, k, n, backward in shapes:
+            x = torch.randn(m, k, device="cuda", dtype=dtype)
+            w = torch.randn(n, k, device="cuda", dtype=dtype) / k ** 0.5
+            b = torch.randn(n, device="cuda", dtype=dtype)
+            dy = torch.randn(m, n, device="cuda", dtype=dtype)
+            shape = f"{m}x{k}->{n}"
+            flops = 2.0 * m * n * k
+            iters = 10 if flops > 5e11 else 30
+            with torch.no_grad():
+                ms = median_ms(lambda: F.linear(x, w, b), 3, iters)
+            add("fwd", mode, shape, "pytorch", ms, flops / ms / 1e9, "TF/s")
+            if not backward:
+                continue
+            xr, wr, br = (t.detach().requires_grad_(True) for t in (x, w, b))
+
+            def step():
+                y = F.linear(xr, wr, br)
+                torch.autograd.grad(y, (xr, wr, br), dy)
+
+            ms = median_ms(step, 3, iters)
+            add("fwd+bwd op", mode, shape, "pytorch", ms, 3 * flops / ms / 1e9, "TF/s")
+    torch.backends.cuda.matmul.allow_tf32 = False
+
+
+def bench_mse():
+    header("mse: PyTorch (F.mse_loss + autograd.grad), 2^28 elements")
+    n = 1 << 28
+    a = torch.randn(n, device="cuda")
+    c = torch.empty_like(a)
+    ms = median_ms(lambda: c.copy_(a), 5, 50)
+    copy = 2.0 * a.numel() * 4 / ms / 1e6
+    add("d2d copy", "f32", "2^28", "pytorch", ms, copy, "GB/s", "read + write")
+    for name, dtype in (("f32", torch.float32), ("bf16", torch.bfloat16)):
+        p = torch.randn(n, device="cuda", dtype=dtype).requires_grad_(True)
+        t = torch.randn(n, device="cuda", dtype=dtype)
+
+        def step():
+            loss = F.mse_loss(p, t)
+            torch.autograd.grad(loss, (p,))
+
+        ms = median_ms(step, 5, 30)
+        rate = 3.0 * n * p.element_size() / ms / 1e6
+        add("mse_loss fwd+bwd op", name, "2^28", "pytorch", ms, rate, "GB/s",
+            f"{rate / copy:.2f} of copy (3 accesses/elem)")
+
+
+def bench_adam():
+    header("adam: PyTorch fused Adam")
+    for name, sizes in (("mlp 4x4096", [4096 * 4096, 4096] * 4), ("512 x 32768", [32768] * 512)):
+        params = [torch.randn(s, device="cuda").requires_grad_(True) for s in sizes]
+        for p in params:
+            p.grad = torch.randn_like(p)
+        for impl, kw in (("foreach", dict(foreach=True)), ("fused", dict(fused=True))):
+            opt = torch.optim.Adam(params, lr=1e-3, **kw)
+            ms = median_ms(opt.step, 5, 50)
+            total = sum(sizes)
+            add(name, "f32", f"{len(sizes)} tensors", impl, ms, 28.0 * total / ms / 1e6, "GB/s")
+
+
+def main():
+    if not torch.cuda.is_available():
+        print("peer_pytorch: no CUDA device, nothing to measure")
+        return 0
+    print(f"peer_pytorch: torch {torch.__version__} on {torch.cuda.get_device_name(0)}")
+    bench_linear()
+    bench_mse()
+    bench_adam()
+    if "--json" in sys.argv:
+        path = sys.argv[sys.argv.index("--json") + 1]
+        with open(path, "w") as f:
+            json.dump({"benchmark": "peer_pytorch", "torch": torch.__version__,
+                       "gpu": torch.cuda.get_device_name(0), "rows": ROWS}, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,288 @@
+// Reductions: sum, mean, max (values, with the argmax kept for backward), argmax
+// and sum_to. Each views its input, made contiguous, as (outer, n, inner) and
+// reduces over n. The CPU reference accumulates in double; the CUDA path launches
+// cuda/kernels/reduce.cu. Sum of nothing is 0, mean of nothing NaN (as PyTorch),
+// max of nothing an error.
+#include <cmath>
+#include <limits>
+
+#include "core/alloc_site.h"
+#include "core/autograd.h"
+#include "core/ops.h"
+#include "core/ops/dispatch.h"
+#include "cuda/check.h"
+#include "cuda/kernels/reduce.h"
+
+namespace ember {
+
+using Grads = std::vector<Tensor>;
+
+namespace {
+
+TensorOptions like(const Tensor& t) {
+  return TensorOptions().dtype(t.dtype()).device(t.device());
+}
+
+// x (..., n, ...) seen as (outer, n, inner) around `dim`; a 0-dim tensor is (1, 1, 1).
+struct Split {
+  int64_t outer = 1, n = 1, inner = 1;
+};
+
+Split split_at(const Shape& s, int64_t dim) {
+  Split r;
+  for (int64_t d = 0; d < static_cast<int64_t>(s.size()); ++d) {
+    if (d < dim)
+      r.outer *= s[d];
+    else if (d == dim)
+      r.n = s[d];
+    else
+      r.inner *= s[d];
+  }
+  return r;
+}
+
+Shape reduced_shape(const Shape& s, int64_t dim, bool keepdim) {
+  if (s.empty()) return s;
+  Shape out = s;
+  if (keepdim)
+    out[dim] = 1;
+  else
+    out.erase(out.begin() + dim);
+  return out;
+}
+
+// Space for the second pass of a large CUDA reduction, from the device allocator.
+Tensor workspace_for(cuda::ReduceKind kind, const Tensor& x, const Split& s) {
+  size_t bytes = cuda::reduce_workspace_bytes(kind, x.dtype(), s.outer, s.n, s.inner);
+  if (bytes == 0) return Tensor();
+  return empty({static_cast<int64_t>((bytes + 7) / 8)}, TensorOptions(kFloat64).device(x.device()));
+}
+
+// out (outer, inner) = sum (or mean) of x (outer, n, inner); x and out contiguous.
+void run_sum(const Tensor& x, const Tensor& out, const Split& s, bool mean) {
+  if (out.numel() == 0) return;
+  if (s.n == 0) {
+    Tensor o = out;
+    NoGradGuard ng;
+    fill_(o, mean ? std::numeric_limits<double>::quiet_NaN() : 0.0);
+    return;
+  }
+  if (x.is_cuda()) {
+    cuda::DeviceGuard guard(x.device().index);
+    Tensor ws = workspace_for(cuda::ReduceKind::Sum, x, s);
+    cuda::launch_sum(x.dtype(), x.raw_data(), out.raw_data(), s.outer, s.n, s.inner,
+                     mean ? 1.0 / static_cast<double>(s.n) : 1.0,
+                     ws.defined() ? ws.raw_data() : nullptr, detail::stream_of(x));
+    return;
+  }
+  detail::dispatch_cpu(x.dtype(), [&](auto tag) {
+    using S = decltype(tag);
+    const S* px = static_cast<const S*>(x.raw_data());
+    S* py = static_cast<S*>(out.raw_data());
+    std::vector<double> acc(static_cast<size_t>(s.inner));
+    for (int64_t o = 0; o < s.outer; ++o) {
+      std::fill(acc.begin(), acc.end(), 0.0);
+      for (int64_t k = 0; k < s.n; ++k) {
+        const S* row = px + (o * s.n + k) * s.inner;
+        for (int64_t i = 0; i < s.inner; ++i) acc[i] += detail::load_as_double(row + i);
+      }
+      for (int64_t i = 0; i < s.inner; ++i)
+        detail::store_from_double(py + o * s.inner + i,
+                                  mean ? acc[i] / static_cast<double>(s.n) : acc[i]);
+    }
+  });
+}
+
+// values (may be undefined) and indices (outer, inner) = max and first argmax of
+// x (outer, n, inner) over n; NaN counts as the largest value. n >= 1.
+void run_max(const Tensor& x, const Tensor& values, const Tensor& indices, const Split& s) {
+  if (indices.numel() == 0) return;
+  if (x.is_cuda()) {
+    cuda::DeviceGuard guard(x.device().index);
+    Tensor ws = workspace_for(cuda::ReduceKind::Max, x, s);
+    cuda::launch_max(x.dtype(), x.raw_data(), values.defined() ? values.raw_data() : nullptr,
+                     indices.data_ptr<int64_t>(), s.outer, s.n, s.inner,
+                     ws.defined() ? ws.raw_data() : nullptr, detail::stream_of(x));
+    return;
+  }
+  detail::dispatch_cpu(x.dtype(), [&](auto tag) {
+    using S = decltype(tag);
+    const S* px = static_cast<const S*>(x.raw_data());
+    S* pv = values.defined() ? static_cast<S*>(values.raw_data()) : nullptr;
+    int64_t* pi = indices.data_ptr<int64_t>();
+    std::vector<double> best(static_cast<size_t>(s.inner));
+    for (int64_t o = 0; o < s.outer; ++o) {
+      int64_t* arg = pi + o * s.inner;
+      for (int64_t i = 0; i < s.inner; ++i) {
+        best[i] = detail::load_as_double(px + o * s.n * s.inner + i);
+        arg[i] = 0;
+      }
+      for (int64_t k = 1; k < s.n; ++k) {
+        const S* row = px + (o * s.n + k) * s.inner;
+        for (int64_t i = 0; i < s.inner; ++i) {
+          double v = detail::load_as_double(row + i);
+          if (!std::isnan(best[i]) && (std::isnan(v) || v > best[i])) {
+            best[i] = v;
+            arg[i] = k;
+          }
+        }
+      }
+      if (pv)
+        for (int64_t i = 0; i < s.inner; ++i)
+          detail::store_from_double(pv + o * s.inner + i, best[i]);
+    }
+  });
+}
+
+// d_inp (outer, n, inner) gets d_out (outer, inner) at the argmax, 0 elsewhere.
+Tensor max_backward(const Tensor& d_out, const Tensor& indices, const Shape& in_sizes,
+                    const Split& s) {
+  Tensor g = contiguous(d_out);
+  Tensor d_inp = empty(in_sizes, like(g));
+  if (d_inp.numel() == 0) return d_inp;
+  if (g.is_cuda()) {
+    cuda::DeviceGuard guard(g.device().index);
+    cuda::launch_max_backward(g.dtype(), g.raw_data(), indices.data_ptr<int64_t>(),
+                              d_inp.raw_data(), s.outer, s.n, s.inner, detail::stream_of(g));
+    return d_inp;
+  }
+  detail::dispatch_cpu(g.dtype(), [&](auto tag) {
+    using S = decltype(tag);
+    const S* pg = static_cast<const S*>(g.raw_data());
+    const int64_t* pi = indices.data_ptr<int64_t>();
+    S* pd = static_cast<S*>(d_inp.raw_data());
+    for (int64_t o = 0; o < s.outer; ++o)
+      for (int64_t k = 0; k < s.n; ++k)
+        for (int64_t i = 0; i < s.inner; ++i) {
+          const int64_t oi = o * s.inner + i;
+          detail::store_from_double(pd + (o * s.n + k) * s.inner + i,
+                                    pi[oi] == k ? detail::load_as_double(pg + oi) : 0.0);
+        }
+  });
+  return d_inp;
+}
+
+void check_reduce_input(const char* op, const Tensor& a) {
+  check_defined(op, a);
+  EMBER_CHECK(is_floating(a.dtype()), op, ": expects a floating-point tensor, got ", a.dtype(),
+              " of shape ", shape_str(a.sizes()));
+}
+
+// Gradient of a reduction over `dim` (all dims when dim < 0) back to `sizes`.
+Tensor expand_back(const Tensor& g, const Shape& sizes, int64_t dim, bool keepdim) {
+  if (dim < 0 || keepdim || sizes.empty()) return expand(g, sizes);
+  return expand(unsqueeze(g, dim), sizes);
+}
+
+constexpr int64_t kAllDims = std::numeric_limits<int64_t>::min();
+
+// Sum (or mean) over `dim`, or over everything when dim == kAllDims.
+Tensor reduce_sum(const Tensor& a, int64_t dim, bool keepdim, bool mean, const char* op) {
+  OpSite site(op);
+  check_reduce_input(op, a);
+  const bool all = dim == kAllDims;
+  if (!all) dim = wrap_dim(dim, a.dim(), op);
+  Split s = all ? Split{1, a.numel(), 1} : split_at(a.sizes(), dim);
+  Tensor out = empty(all ? Shape{} : reduced_shape(a.sizes(), dim, keepdim), like(a));
+  run_sum(contiguous(a.detach()), out, s, mean);
+  if (any_requires_grad({&a})) {
+    const double scale = mean ? 1.0 / static_cast<double>(s.n) : 1.0;
+    attach_grad_fn(out, mean ? "MeanBackward" : "SumBackward", {&a},
+                   [sizes = a.sizes(), d = all ? -1 : dim, keepdim, scale](const Tensor& g) {
+                     return Grads{expand_back(scale == 1.0 ? g : mul(g, scale), sizes, d, keepdim)};
+                   });
+  }
+  return out;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------- sum and mean
+
+Tensor sum(const Tensor& a) {
+  return reduce_sum(a, kAllDims, false, false, "sum");
+}
+
+Tensor sum(const Tensor& a, int64_t dim, bool keepdim) {
+  return reduce_sum(a, dim, keepdim, false, "sum");
+}
+
+Tensor mean(const Tensor& a) {
+  return reduce_sum(a, kAllDims, false, true, "mean");
+}
+
+Tensor mean(const Tensor& a, int64_t dim, bool keepdim) {
+  return reduce_sum(a, dim, keepdim, true, "mean");
+}
+
+// ---------------------------------------------------------------- max and argmax
+
+namespace {
+
+// Returns the values (when wanted) and the indices of the max of `a` over `dim`.
+std::pair<Tensor, Tensor> max_impl(const Tensor& a, int64_t dim, bool keepdim, bool want_values,
+                                   const char* op) {
+  OpSite site(op);
+  check_reduce_input(op, a);
+  dim = wrap_dim(dim, a.dim(), op);
+  Split s = split_at(a.sizes(), dim);
+  EMBER_CHECK(s.n > 0, op, ": cannot reduce over dim ", dim, " of size 0 (input of shape ",
+              shape_str(a.sizes()), "); the maximum of nothing is undefined");
+  Shape out_sizes = reduced_shape(a.sizes(), dim, keepdim);
+  Tensor values = want_values ? empty(out_sizes, like(a)) : Tensor();
+  Tensor indices = empty(out_sizes, TensorOptions(kInt64).device(a.device()));
+  run_max(contiguous(a.detach()), values, indices, s);
+  return {values, indices};
+}
+
+}  // namespace
+
+Tensor max(const Tensor& a, int64_t dim, bool keepdim) {
+  auto [values, indices] = max_impl(a, dim, keepdim, true, "max");
+  if (any_requires_grad({&a})) {
+    Split s = split_at(a.sizes(), wrap_dim(dim, a.dim(), "max"));
+    attach_grad_fn(values, "MaxBackward", {&a}, [indices, sizes = a.sizes(), s](const Tensor& g) {
+      return Grads{max_backward(g, indices, sizes, s)};
+    });
+  }
+  return values;
+}
+
+Tensor argmax(const Tensor& a, int64_t dim, bool keepdim) {
+  return max_impl(a, dim, keepdim, false, "argmax").second;
+}
+
+// ---------------------------------------------------------------- sum_to
+
+Tensor sum_to(const Tensor& g, const Shape& shape) {
+  check_defined("sum_to", g);
+  const Shape& gs = g.sizes();
+  if (gs == shape) return g;
+  bool broadcasts = shape.size() <= gs.size();
+  const size_t lead = broadcasts ? gs.size() - shape.size() : 0;
+  for (size_t d = 0; broadcasts && d < shape.size(); ++d)
+    broadcasts = shape[d] == gs[d + lead] || shape[d] == 1;
+  EMBER_CHECK(broadcasts, "sum_to: a gradient of shape ", shape_str(gs),
+              " cannot be summed to shape ", shape_str(shape),
+              " (that shape does not broadcast to it)");
+  // Collapse g into alternating runs of kept and summed dims (size-1 dims join
+  // either), so each run of summed dims costs one reduction.
+  Shape runs;
+  std::vector<bool> summed;
+  for (size_t d = 0; d < gs.size(); ++d) {
+    if (gs[d] == 1) continue;
+    const bool sum_d = d < lead || shape[d - lead] == 1;
+    if (!runs.empty() && summed.back() == sum_d) {
+      runs.back() *= gs[d];
+    } else {
+      runs.push_back(gs[d]);
+      summed.push_back(sum_d);
+    }
+  }
+  Tensor x = reshape(g, runs);
+  for (size_t r = runs.size(); r-- > 0;)
+    if (summed[r]) x = sum(x, static_cast<int64_t>(r), /*keepdim=*/true);
+  return reshape(x, shape);
+}
+
+}  // namespace ember

@@ -1,0 +1,351 @@
+#include "cuda/blas.h"
+
+#include <array>
+#include <atomic>
+#include <climits>
+#include <memory>
+#include <map>
+#include <mutex>
+#include <cstdio>
+#include <string>
+
+#include <cublasLt.h>
+#include <cublas_v2.h>
+
+#include "cuda/check.h"
+#include "cuda/runtime.h"
+
+namespace ember::cuda {
+
+namespace {
+
+std::atomic<bool> g_allow_tf32{false};
+
+// A cuBLAS handle on one device. The mutex keeps "bind to this stream, enqueue"
+// atomic when several host threads share the device's handle.
+class BlasHandle {
+ public:
+  explicit BlasHandle(int device) {
+    DeviceGuard guard(device);
+    EMBER_CUBLAS_CHECK(cublasCreate(&handle_));
+  }
+  ~BlasHandle() {
+    if (handle_ != nullptr)
+      EMBER_GPU_CALL_LOG("cuBLAS", cublasDestroy(handle_), CUBLAS_STATUS_SUCCESS,
+                         cublasGetStatusString);
+  }
+  BlasHandle(const BlasHandle&) = delete;
+  BlasHandle& operator=(const BlasHandle&) = delete;
+
+  cublasHandle_t get() const { return handle_; }
+  std::mutex& mutex() { return mutex_; }
+
+ private:
+  cublasHandle_t handle_ = nullptr;
+  std::mutex mutex_;
+};
+
+constexpr int kMaxDevices = 64;
+
+BlasHandle& handle_for(int device) {
+  static std::mutex mutex;
+  static std::array<std::unique_ptr<BlasHandle>, kMaxDevices> handles;
+  check_device(device);
+  std::lock_guard<std::mutex> lock(mutex);
+  std::unique_ptr<BlasHandle>& slot = handles[static_cast<size_t>(device)];
+  if (!slot) slot = std::make_unique<BlasHandle>(device);
+  return *slot;
+}
+
+void check_fits_int(const char* what, int64_t v) {
+  EMBER_CHECK(v >= 0 && v <= INT_MAX, "matmul: ", what, " = ", v,
+              " does not fit cuBLAS's 32-bit sizes");
+}
+
+}  // namespace
+
+void set_allow_tf32(bool allow) {
+  g_allow_tf32.store(allow, std::memory_order_relaxed);
+}
+bool allow_tf32() {
+  return g_allow_tf32.load(std::memory_order_relaxed);
+}
+
+// Row-major C = A @ B is column-major C^T = B^T @ A^T: cuBLAS's first operand is
+// our B, its second our A. A row-major operand read as column-major is its own
+// transpose (op N); a transposed one (column-major storage) needs op T.
+void gemm(DType dtype, int64_t batch, int64_t m, int64_t n, int64_t k, const GemmOperand& a,
+          const GemmOperand& b, void* c, int device, cudaStream_t stream) {
+  check_fits_int("m", m);
+  check_fits_int("n", n);
+  check_fits_int("k", k);
+  check_fits_int("batch", batch);
+  check_fits_int("lda", a.ld);
+  check_fits_int("ldb", b.ld);
+  const int cm = static_cast<int>(n), cn = static_cast<int>(m), ck = static_cast<int>(k);
+  const int lda = static_cast<int>(b.ld), ldb = static_cast<int>(a.ld), ldc = static_cast<int>(n);
+  const long long stride_a = b.batch_stride, stride_b = a.batch_stride, stride_c = m * n;
+  const int count = static_cast<int>(batch);
+  const cublasOperation_t op_a = b.transposed ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cublasOperation_t op_b = a.transposed ? CUBLAS_OP_T : CUBLAS_OP_N;
+
+  DeviceGuard guard(device);
+  BlasHandle& h = handle_for(device);
+  std::lock_guard<std::mutex> lock(h.mutex());
+  cublasHandle_t handle = h.get();
+  EMBER_CUBLAS_CHECK(cublasSetStream(handle, stream));
+  EMBER_CUBLAS_CHECK(cublasSetMathMode(handle, dtype == DType::Float32 && allow_tf32()
+                                                   ? CUBLAS_TF32_TENSOR_OP_MATH
+                                                   : CUBLAS_DEFAULT_MATH));
+  switch (dtype) {
+    case DType::Float32: {
+      const float one = 1.f, zero = 0.f;
+      const float* pa = static_cast<const float*>(b.data);
+      const float* pb = static_cast<const float*>(a.data);
+      float* pc = static_cast<float*>(c);
+      if (batch == 1)
+        EMBER_CUBLAS_CHECK(
+            cublasSgemm(handle, op_a, op_b, cm, cn, ck, &one, pa, lda, pb, ldb, &zero, pc, ldc));
+      else
+        EMBER_CUBLAS_CHECK(cublasSgemmStridedBatched(handle, op_a, op_b, cm, cn, ck, &one, pa, lda,
+                                                     stride_a, pb, ldb, stride_b, &zero, pc, ldc,
+                                                     stride_c, count));
+      return;
+    }
+    case DType::Float64: {
+      const double one = 1.0, zero = 0.0;
+      const double* pa = static_cast<const double*>(b.data);
+      const double* pb = static_cast<const double*>(a.data);
+      double* pc = static_cast<double*>(c);
+      if (batch == 1)
+        EMBER_CUBLAS_CHECK(
+            cublasDgemm(handle, op_a, op_b, cm, cn, ck, &one, pa, lda, pb, ldb, &zero, pc, ldc));
+      else
+        EMBER_CUBLAS_CHECK(cublasDgemmStridedBatched(handle, op_a, op_b, cm, cn, ck, &one, pa, lda,
+                                                     stride_a, pb, ldb, stride_b, &zero, pc, ldc,
+                                                     stride_c, count));
+      return;
+    }
+    case DType::BFloat16: {
+      const float one = 1.f, zero = 0.f;
+      if (batch == 1)
+        EMBER_CUBLAS_CHECK(cublasGemmEx(handle, op_a, op_b, cm, cn, ck, &one, b.data, CUDA_R_16BF,
+                                        lda, a.data, CUDA_R_16BF, ldb, &zero, c, CUDA_R_16BF, ldc,
+                                        CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+      else
+        EMBER_CUBLAS_CHECK(cublasGemmStridedBatchedEx(
+            handle, op_a, op_b, cm, cn, ck, &one, b.data, CUDA_R_16BF, lda, stride_a, a.data,
+            CUDA_R_16BF, ldb, stride_b, &zero, c, CUDA_R_16BF, ldc, stride_c, count,
+            CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+      return;
+    }
+    default:
+      EMBER_FAIL("matmul: dtype ", dtype, " is not supported on CUDA");
+  }
+}
+
+// --- cuBLASLt ---------------------------------------------------------------
+
+namespace {
+
+constexpr size_t kLtWorkspaceBytes = size_t{32} << 20;  // cuBLAS's own default on Hopper
+
+// A cuBLASLt handle and its workspace on one device, created on first use and kept
+// for the process (as the cuBLAS handle above). The workspace is library scratch,
+// not tensor memory, so it comes from cudaMalloc rather than the caching allocator.
+class LtHandle {
+ public:
+  explicit LtHandle(int device) {
+    DeviceGuard guard(device);
+    EMBER_CUBLAS_CHECK(cublasLtCreate(&handle_));
+    EMBER_CUDA_CHECK(cudaMalloc(&workspace_, kLtWorkspaceBytes));
+  }
+  ~LtHandle() {
+    // At process exit the runtime may already be unloading; the memory goes with
+    // the process then, so a failed free here is not worth a message.
+    if (workspace_ != nullptr) (void)cudaFree(workspace_);
+    if (handle_ != nullptr)
+      EMBER_GPU_CALL_LOG("cuBLASLt", cublasLtDestroy(handle_), CUBLAS_STATUS_SUCCESS,
+                         cublasGetStatusString);
+  }
+  LtHandle(const LtHandle&) = delete;
+  LtHandle& operator=(const LtHandle&) = delete;
+
+  cublasLtHandle_t get() const { return handle_; }
+  void* workspace() const { return workspace_; }
+  std::mutex& mutex() { return mutex_; }
+
+  // Heuristic results, one per problem (-1: none offered), so the heuristic runs
+  // once per shape rather than on every call.
+  using Key = std::string;
+  std::map<Key, std::pair<bool, cublasLtMatmulHeuristicResult_t>> algos;
+
+ private:
+  cublasLtHandle_t handle_ = nullptr;
+  void* workspace_ = nullptr;
+  std::mutex mutex_;
+};
+
+LtHandle& lt_handle_for(int device) {
+  static std::mutex mutex;
+  static std::array<std::unique_ptr<LtHandle>, kMaxDevices> handles;
+  check_device(device);
+  std::lock_guard<std::mutex> lock(mutex);
+  std::unique_ptr<LtHandle>& slot = handles[static_cast<size_t>(device)];
+  if (!slot) slot = std::make_unique<LtHandle>(device);
+  return *slot;
+}
+
+// RAII owners of the cuBLASLt descriptors of one call.
+struct LtDesc {
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
+  cublasLtMatmulPreference_t pref = nullptr;
+  ~LtDesc() {
+    if (pref != nullptr) cublasLtMatmulPreferenceDestroy(pref);
+    if (d != nullptr) cublasLtMatrixLayoutDestroy(d);
+    if (b != nullptr) cublasLtMatrixLayoutDestroy(b);
+    if (a != nullptr) cublasLtMatrixLayoutDestroy(a);
+    if (desc != nullptr) cublasLtMatmulDescDestroy(desc);
+  }
+};
+
+template <typename T>
+void set_attr(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t attr, const T& v) {
+  EMBER_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, attr, &v, sizeof(v)));
+}
+
+cudaDataType_t lt_type(DType dtype) {
+  return dtype == DType::BFloat16 ? CUDA_R_16BF : CUDA_R_32F;
+}
+
+// Column-major D (rows, cols) = op_a(A) op_b(B) with the epilogue `epi`; the
+// descriptors' shapes are cuBLAS's (column-major) view of our row-major operands.
+struct LtProblem {
+  DType dtype;
+  cublasOperation_t op_a, op_b;
+  int64_t rows, cols, inner;                  // D is rows x cols, summed over inner
+  const void* a; int64_t a_rows, a_cols, lda;  // as stored, column-major
+  const void* b; int64_t b_rows, b_cols, ldb;
+  void* d; int64_t ldd;
+  cublasLtEpilogue_t epi;
+  const void* bias;  // BIAS_POINTER (bias in, or bias gradient out)
+  void* aux; int64_t aux_ld;
+};
+
+bool lt_run(const LtProblem& p, int device, cudaStream_t stream) {
+  if (p.dtype != DType::Float32 && p.dtype != DType::BFloat16) return false;
+  for (int64_t v : {p.rows, p.cols, p.inner, p.lda, p.ldb, p.ldd})
+    if (v <= 0 || v > INT_MAX) return false;
+  const bool tf32 = p.dtype == DType::Float32 && allow_tf32();
+  const cublasComputeType_t compute = tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+  const cudaDataType_t type = lt_type(p.dtype);
+
+  DeviceGuard guard(device);
+  LtHandle& h = lt_handle_for(device);
+  std::lock_guard<std::mutex> lock(h.mutex());
+  LtDesc ld;
+  EMBER_CUBLAS_CHECK(cublasLtMatmulDescCreate(&ld.desc, compute, CUDA_R_32F));
+  set_attr(ld.desc, CUBLASLT_MATMUL_DESC_TRANSA, p.op_a);
+  set_attr(ld.desc, CUBLASLT_MATMUL_DESC_TRANSB, p.op_b);
+  set_attr(ld.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, p.epi);
+  if (p.bias != nullptr) set_attr(ld.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, p.bias);
+  if (p.aux != nullptr) {
+    set_attr(ld.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, p.aux);
+    set_attr(ld.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, p.aux_ld);
+  }
+  EMBER_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&ld.a, type, static_cast<uint64_t>(p.a_rows),
+                                                static_cast<uint64_t>(p.a_cols), p.lda));
+  EMBER_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&ld.b, type, static_cast<uint64_t>(p.b_rows),
+                                                static_cast<uint64_t>(p.b_cols), p.ldb));
+  EMBER_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&ld.d, type, static_cast<uint64_t>(p.rows),
+                                                static_cast<uint64_t>(p.cols), p.ldd));
+
+  // Alignment (of pointers, in 16-byte steps) changes which kernels qualify.
+  auto align_of = [](const void* ptr) {
+    const auto v = reinterpret_cast<uintptr_t>(ptr);
+    return static_cast<int64_t>(v % 256 == 0 ? 256 : v % 16 == 0 ? 16 : v % 4);
+  };
+  char key_buf[256];
+  std::snprintf(key_buf, sizeof(key_buf), "%d %d %d %d %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %d %d",
+                static_cast<int>(p.dtype), tf32 ? 1 : 0, static_cast<int>(p.op_a),
+                static_cast<int>(p.op_b), static_cast<long long>(p.rows),
+                static_cast<long long>(p.cols), static_cast<long long>(p.inner),
+                static_cast<long long>(p.a_rows), static_cast<long long>(p.a_cols),
+                static_cast<long long>(p.lda), static_cast<long long>(p.b_rows),
+                static_cast<long long>(p.b_cols), static_cast<long long>(p.ldb),
+                static_cast<long long>(p.ldd), static_cast<long long>(align_of(p.a)),
+                static_cast<long long>(align_of(p.b) * 1000 + align_of(p.d)),
+                static_cast<long long>(p.aux != nullptr ? p.aux_ld * 1000 + align_of(p.aux) : 0),
+                static_cast<int>(p.epi), p.bias != nullptr ? static_cast<int>(align_of(p.bias)) : 0);
+  const std::string key(key_buf);
+  auto it = h.algos.find(key);
+  if (it == h.algos.end()) {
+    EMBER_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&ld.pref));
+    const uint64_t ws = kLtWorkspaceBytes;
+    EMBER_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+        ld.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
+    cublasLtMatmulHeuristicResult_t result{};
+    int count = 0;
+    const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(h.get(), ld.desc, ld.a, ld.b, ld.d,
+                                                             ld.d, ld.pref, 1, &result, &count);
+    const bool ok = st == CUBLAS_STATUS_SUCCESS && count > 0;
+    it = h.algos.emplace(key, std::make_pair(ok, result)).first;
+  }
+  if (!it->second.first) return false;
+  const float one = 1.f, zero = 0.f;
+  EMBER_CUBLAS_CHECK(cublasLtMatmul(h.get(), ld.desc, &one, p.a, ld.a, p.b, ld.b, &zero, p.d,
+                                    ld.d, p.d, ld.d, &it->second.second.algo, h.workspace(),
+                                    kLtWorkspaceBytes, stream));
+  return true;
+}
+
+}  // namespace
+
+// Row-major y (m, n) is column-major y^T (n, m) = w (stored (k, n), op T) times
+// x (stored (k, m), op N); the bias runs along D's rows (our n), as cuBLASLt wants.
+bool lt_linear_forward(DType dtype, int64_t m, int64_t n, int64_t k, const void* x, int64_t ldx,
+                       const void* w, int64_t ldw, const void* b, void* y, void* pre,
+                       GemmActivation act, int device, cudaStream_t stream) {
+  cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_DEFAULT;
+  switch (act) {
+    case GemmActivation::None:
+      epi = b != nullptr ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+      break;
+    case GemmActivation::Relu:
+      epi = b != nullptr ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_RELU;
+      break;
+    case GemmActivation::Gelu:
+      if (pre != nullptr) {
+        if (n % 8 != 0) return false;  // the GELU input's leading dimension must be a multiple of 8
+        epi = b != nullptr ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
+      } else {
+        epi = b != nullptr ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_GELU;
+      }
+      break;
+  }
+  LtProblem p{dtype, CUBLAS_OP_T, CUBLAS_OP_N, n, m, k,
+              w, k, n, ldw,
+              x, k, m, ldx,
+              y, n,
+              epi, b,
+              act == GemmActivation::Gelu ? pre : nullptr, n};
+  return lt_run(p, device, stream);
+}
+
+// Row-major d_w (n, k) is column-major d_w^T (k, n) = x (stored (k, m), op N) times
+// d_y (stored (n, m), op T). BGRADB sums op(B) = d_y over the GEMM's inner m: the
+// bias gradient, one per column of D (our n).
+bool lt_linear_backward_weight(DType dtype, int64_t m, int64_t n, int64_t k, const void* x,
+                               int64_t ldx, const void* d_y, void* d_w, void* d_b, int device,
+                               cudaStream_t stream) {
+  LtProblem p{dtype, CUBLAS_OP_N, CUBLAS_OP_T, k, n, m,
+              x, k, m, ldx,
+              d_y, n, m, n,
+              d_w, k,
+              d_b != nullptr ? CUBLASLT_EPILOGUE_BGRADB : CUBLASLT_EPILOGUE_DEFAULT, d_b,
+              nullptr, 0};
+  return lt_run(p, device, stream);
+}
+
+}  // namespace ember::cuda

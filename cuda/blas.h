@@ -1,0 +1,53 @@
+// cuBLAS for ember: one handle per device, created on first use and bound to the
+// caller's stream on every call, and a row-major GEMM on raw pointers. float32
+// runs in full fp32 unless TF32 is allowed globally; bfloat16 accumulates in fp32.
+#pragma once
+
+#include <cstdint>
+
+#include <cuda_runtime_api.h>
+
+#include "core/dtype.h"
+#include "cuda/kernels/gemm.h"
+
+namespace ember::cuda {
+
+// Lets float32 GEMMs use TF32 tensor cores (faster, ~1e-3 relative error).
+// Off by default; applies to every device from the next call on.
+void set_allow_tf32(bool allow);
+bool allow_tf32();
+
+// One row-major operand of a GEMM: element (r, c) of batch b is at
+// data + b * batch_stride + (transposed ? c * ld + r : r * ld + c).
+// batch_stride may be 0 (the operand is shared by every batch).
+struct GemmOperand {
+  const void* data = nullptr;
+  bool transposed = false;
+  int64_t ld = 0;
+  int64_t batch_stride = 0;
+};
+
+// For b < batch: C_b (m, n) = A_b (m, k) @ B_b (k, n), all row-major, C contiguous
+// ((batch, m, n), leading dimension n). Sizes must fit cuBLAS's int; m, n, k >= 1.
+void gemm(DType dtype, int64_t batch, int64_t m, int64_t n, int64_t k, const GemmOperand& a,
+          const GemmOperand& b, void* c, int device, cudaStream_t stream);
+
+// --- cuBLASLt for Linear: the GEMM with its epilogue fused. Row-major x (m, k)
+// with row stride ldx, w (n, k) with row stride ldw, y (m, n) contiguous.
+// Each returns false, having done nothing, when cuBLASLt offers no algorithm for
+// the case (the caller then takes an unfused path); errors from a call that was
+// attempted throw. float32 (TF32 when allow_tf32()) and bfloat16.
+
+// y = act(x w^T + b); b may be null. pre, when not null, receives x w^T + b
+// (only act == Gelu needs it: a ReLU's derivative is read off y itself).
+bool lt_linear_forward(DType dtype, int64_t m, int64_t n, int64_t k, const void* x, int64_t ldx,
+                       const void* w, int64_t ldw, const void* b, void* y, void* pre,
+                       GemmActivation act, int device, cudaStream_t stream);
+
+// d_w (n, k) = d_y^T x and, when d_b is not null, d_b (n) = column sums of d_y,
+// in the same pass (CUBLASLT_EPILOGUE_BGRADB). d_y: (m, n) contiguous.
+bool lt_linear_backward_weight(DType dtype, int64_t m, int64_t n, int64_t k, const void* x,
+                               int64_t ldx, const void* d_y, void* d_w, void* d_b, int device,
+                               cudaStream_t stream);
+
+}  // namespace ember::cuda

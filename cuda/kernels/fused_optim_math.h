@@ -1,0 +1,62 @@
+// The per-element update rules of SGD and Adam/AdamW, as PyTorch publishes them,
+// shared by the CPU loops (optim/*.cpp) and the fused CUDA kernels
+// (cuda/kernels/fused_optim.cu) so both devices apply one formula, in double.
+#pragma once
+
+#include <cmath>
+
+#include "cuda/kernels/elementwise_math.h"  // EMBER_HD
+
+namespace ember::cuda {
+
+struct SgdConfig {
+  double lr = 0;
+  double momentum = 0;
+  double dampening = 0;
+  double weight_decay = 0;
+  bool nesterov = false;
+};
+
+struct AdamConfig {
+  double lr = 0;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  double weight_decay = 0;
+  bool amsgrad = false;
+  bool decoupled_weight_decay = false;  // AdamW
+};
+
+// One SGD step of one element. `buf` (the momentum buffer) is used only when
+// momentum != 0; on a parameter's first step it starts as the gradient.
+EMBER_HD void sgd_update(const SgdConfig& c, double& p, double g, double& buf, bool first_step) {
+  if (c.weight_decay != 0) g += c.weight_decay * p;
+  if (c.momentum != 0) {
+    buf = first_step ? g : c.momentum * buf + (1 - c.dampening) * g;
+    g = c.nesterov ? g + c.momentum * buf : buf;
+  }
+  p -= c.lr * g;
+}
+
+// One Adam/AdamW step of one element. step_size = lr / (1 - beta1^t) and
+// bc2_sqrt = sqrt(1 - beta2^t) for this parameter's step t (computed on the host).
+EMBER_HD void adam_update(const AdamConfig& c, double& p, double g, double& m, double& v,
+                          double& v_max, double step_size, double bc2_sqrt) {
+  if (c.weight_decay != 0) {
+    if (c.decoupled_weight_decay)
+      p *= 1 - c.lr * c.weight_decay;
+    else
+      g += c.weight_decay * p;
+  }
+  m = c.beta1 * m + (1 - c.beta1) * g;
+  v = c.beta2 * v + (1 - c.beta2) * g * g;
+  double second = v;
+  if (c.amsgrad) {
+    v_max = v_max > v ? v_max : v;
+    second = v_max;
+  }
+  using std::sqrt;
+  p -= step_size * m / (sqrt(second) / bc2_sqrt + c.eps);
+}
+
+}  // namespace ember::cuda

@@ -1,0 +1,337 @@
+#include "nn/data.h"
+
+#include <algorithm>
+#include <array>
+#include <condition_variable>
+#include <cstring>
+#include <exception>
+#include <functional>
+#include <mutex>
+#include <numeric>
+#include <optional>
+#include <thread>
+
+#include "core/autograd.h"
+#include "core/ops.h"
+#include "cuda/kernels/elementwise_math.h"  // random_bits: the same mixer as ember's RNG
+#include "cuda/pinned_buffer.h"
+#include "cuda/runtime.h"
+
+namespace ember::nn {
+
+// ---------------------------------------------------------------- TensorDataset
+
+TensorDataset::TensorDataset(Tensor data, Tensor targets)
+    : data_(std::move(data)), targets_(std::move(targets)) {
+  EMBER_CHECK(data_.defined() && data_.dim() >= 1,
+              "TensorDataset: data must be a tensor of at least 1 dim (examples along dim 0)");
+  EMBER_CHECK(!targets_.defined() || (targets_.dim() >= 1 && targets_.size(0) == data_.size(0)),
+              "TensorDataset: data has ", data_.size(0), " examples but targets have shape ",
+              targets_.defined() ? shape_str(targets_.sizes()) : "");
+  // Contiguous, so the loader can copy rows with memcpy.
+  data_ = data_.detach().contiguous();
+  if (targets_.defined()) targets_ = targets_.detach().contiguous();
+}
+
+Example TensorDataset::get(size_t index) const {
+  EMBER_CHECK(index < size(), "TensorDataset: index ", index, " out of range for ", size(),
+              " examples");
+  const auto i = static_cast<int64_t>(index);
+  return Example{data_.select(0, i), targets_.defined() ? targets_.select(0, i) : Tensor()};
+}
+
+size_t TensorDataset::size() const {
+  return static_cast<size_t>(data_.size(0));
+}
+
+// ---------------------------------------------------------------- epochs
+
+// Pinned staging for a CUDA target: two slots (the batch being copied to the
+// device and the one being prepared), each with data and target buffers.
+struct DataLoader::Staging {
+  cuda::PinnedBuffer buffers[2][2];
+};
+
+namespace {
+
+// A batch as the producer leaves it: final (`batch`), or staged in pinned slot
+// `slot` waiting for its copy to the device.
+struct HostBatch {
+  Example batch;
+  bool staged = false;
+  int slot = 0;
+  Shape shape[2];
+  DType dtype[2] = {kFloat32, kFloat32};
+  bool has_target = false;
+};
+
+Shape batch_shape(int64_t n, const Shape& example) {
+  Shape s{n};
+  s.insert(s.end(), example.begin(), example.end());
+  return s;
+}
+
+// Copies the examples' `which` tensors (0: data, 1: target) row after row into dst.
+void gather_rows(const std::vector<Example>& ex, int which, char* dst) {
+  for (const Example& e : ex) {
+    Tensor t = contiguous(which == 0 ? e.data : e.target);
+    std::memcpy(dst, t.raw_data(), t.nbytes());
+    dst += t.nbytes();
+  }
+}
+
+// Stacks same-shaped tensors along a new first dim (any device, via cat).
+Tensor stack(const std::vector<Example>& ex, int which) {
+  std::vector<Tensor> rows;
+  for (const Example& e : ex) rows.push_back((which == 0 ? e.data : e.target).unsqueeze(0));
+  return cat(rows, 0);
+}
+
+}  // namespace
+
+struct DataLoader::Epoch {
+  std::shared_ptr<const Dataset> dataset;
+  DataLoaderOptions options;
+  std::vector<size_t> order;
+  size_t num_batches = 0;
+  size_t position = 0;  // index of the current batch
+  Example current;
+  std::shared_ptr<Staging> staging;
+
+  std::thread worker;
+  std::mutex mutex;
+  std::condition_variable cv;
+  std::optional<HostBatch> ready;
+  std::exception_ptr error;
+  bool stop = false;
+
+  Epoch(std::shared_ptr<const Dataset> d, const DataLoaderOptions& o, std::vector<size_t> ord,
+        size_t batches, std::shared_ptr<Staging> st)
+      : dataset(std::move(d)),
+        options(o),
+        order(std::move(ord)),
+        num_batches(batches),
+        staging(std::move(st)) {
+    if (num_batches == 0) return;
+    if (options.prefetch()) worker = std::thread([this] { run(); });
+    try {
+      load(0);
+    } catch (...) {
+      shutdown();  // the destructor will not run for a constructor that throws
+      throw;
+    }
+  }
+
+  ~Epoch() { shutdown(); }
+
+  void shutdown() {
+    {
+      std::lock_guard lock(mutex);
+      stop = true;
+    }
+    cv.notify_all();
+    if (worker.joinable()) worker.join();
+  }
+
+  HostBatch produce(size_t b) {
+    NoGradGuard no_grad;
+    const size_t bs = static_cast<size_t>(options.batch_size());
+    const size_t first = b * bs, last = std::min(first + bs, order.size());
+    const auto n = static_cast<int64_t>(last - first);
+    // Fast path: rows of a CPU TensorDataset are copied straight from its tensors.
+    const auto* td = dynamic_cast<const TensorDataset*>(dataset.get());
+    if (td && td->data().is_cpu() && (!td->targets().defined() || td->targets().is_cpu())) {
+      const Tensor sources[2] = {td->data(), td->targets()};
+      auto row_shape = [](const Tensor& t) {
+        return Shape(t.sizes().begin() + 1, t.sizes().end());
+      };
+      return assemble(
+          b, n, sources[1].defined(),
+          {row_shape(sources[0]), sources[1].defined() ? row_shape(sources[1]) : Shape{}},
+          {sources[0].dtype(), sources[1].defined() ? sources[1].dtype() : kFloat32},
+          [&](int which, char* dst) {
+            const Tensor& src = sources[which];
+            const size_t row = src.nbytes() / static_cast<size_t>(src.size(0));
+            const char* base = static_cast<const char*>(src.raw_data());
+            for (size_t i = first; i < last; ++i, dst += row)
+              std::memcpy(dst, base + order[i] * row, row);
+          });
+    }
+    std::vector<Example> ex;
+    ex.reserve(last - first);
+    for (size_t i = first; i < last; ++i) ex.push_back(dataset->get(order[i]));
+    const Example& e0 = ex.front();
+    EMBER_CHECK(e0.data.defined(), "DataLoader: example ", order[first], " has undefined data");
+    for (size_t k = 1; k < ex.size(); ++k) {
+      const Example& e = ex[k];
+      const bool same_target = e.target.defined() == e0.target.defined() &&
+                               (!e0.target.defined() || (e.target.sizes() == e0.target.sizes() &&
+                                                         e.target.dtype() == e0.target.dtype()));
+      EMBER_CHECK(e.data.defined() && e.data.sizes() == e0.data.sizes() &&
+                      e.data.dtype() == e0.data.dtype() && e.data.device() == e0.data.device() &&
+                      same_target,
+                  "DataLoader: example ", order[first + k],
+                  " differs in shape, dtype or device from example ", order[first],
+                  " of the same batch (data ",
+                  e.data.defined() ? shape_str(e.data.sizes()) : "undefined", " vs ",
+                  shape_str(e0.data.sizes()), "); examples in a batch must stack");
+    }
+    const bool has_target = e0.target.defined();
+    if (e0.data.is_cuda()) {  // data already on a GPU: stack there
+      HostBatch hb;
+      hb.has_target = has_target;
+      hb.batch.data = stack(ex, 0).to(options.device());
+      if (has_target) hb.batch.target = stack(ex, 1).to(options.device());
+      return hb;
+    }
+    return assemble(b, n, has_target, {e0.data.sizes(), has_target ? e0.target.sizes() : Shape{}},
+                    {e0.data.dtype(), has_target ? e0.target.dtype() : kFloat32},
+                    [&](int which, char* dst) { gather_rows(ex, which, dst); });
+  }
+
+  // A batch of n rows of the given per-row shapes and dtypes (data, target),
+  // written by write_rows(which, dst) into a CPU tensor or a pinned slot.
+  HostBatch assemble(size_t b, int64_t n, bool has_target, const std::array<Shape, 2>& row_shapes,
+                     const std::array<DType, 2>& dtypes,
+                     const std::function<void(int, char*)>& write_rows) {
+    HostBatch hb;
+    hb.has_target = has_target;
+    for (int which = 0; which < (has_target ? 2 : 1); ++which) {
+      hb.shape[which] = batch_shape(n, row_shapes[static_cast<size_t>(which)]);
+      hb.dtype[which] = dtypes[static_cast<size_t>(which)];
+      if (options.device().is_cpu()) {
+        Tensor out = empty(hb.shape[which], hb.dtype[which]);
+        write_rows(which, static_cast<char*>(out.raw_data()));
+        (which == 0 ? hb.batch.data : hb.batch.target) = out;
+      } else {
+        hb.staged = true;
+        hb.slot = static_cast<int>(b % 2);
+        const size_t bytes =
+            static_cast<size_t>(numel_of(hb.shape[which])) * element_size(hb.dtype[which]);
+        write_rows(which, static_cast<char*>(staging->buffers[hb.slot][which].acquire(bytes)));
+      }
+    }
+    return hb;
+  }
+
+  // On the consuming thread: queue the device copies of a staged batch.
+  Example deliver(HostBatch hb) {
+    if (!hb.staged) return std::move(hb.batch);
+    const Device dev = options.device();
+    Example out;
+    for (int which = 0; which < (hb.has_target ? 2 : 1); ++which) {
+      Tensor t = empty(hb.shape[which], TensorOptions(hb.dtype[which]).device(dev));
+      staging->buffers[hb.slot][which].copy_to_device_async(t.raw_data(), t.nbytes(), dev.index,
+                                                            cuda::current_stream(dev.index));
+      (which == 0 ? out.data : out.target) = t;
+    }
+    return out;
+  }
+
+  // Background thread: prepares batch b once batch b-1 has been taken, so the
+  // pinned slot it writes was last used two batches ago (its copy is queued).
+  void run() {
+    for (size_t b = 0; b < num_batches; ++b) {
+      {
+        std::unique_lock lock(mutex);
+        cv.wait(lock, [&] { return stop || !ready.has_value(); });
+        if (stop) return;
+      }
+      std::optional<HostBatch> hb;
+      std::exception_ptr failure;
+      try {
+        hb = produce(b);
+      } catch (...) {
+        failure = std::current_exception();
+      }
+      std::lock_guard lock(mutex);
+      if (failure) {
+        error = failure;
+        cv.notify_all();
+        return;
+      }
+      ready = std::move(hb);
+      cv.notify_all();
+    }
+  }
+
+  HostBatch take(size_t b) {
+    if (!options.prefetch()) return produce(b);
+    std::unique_lock lock(mutex);
+    cv.wait(lock, [&] { return ready.has_value() || error != nullptr; });
+    if (!ready && error) std::rethrow_exception(error);
+    HostBatch hb = std::move(*ready);
+    ready.reset();
+    cv.notify_all();
+    return hb;
+  }
+
+  void load(size_t b) { current = deliver(take(b)); }
+
+  void advance() {
+    EMBER_CHECK(position < num_batches, "DataLoader: advancing past the end of the epoch");
+    ++position;
+    current = Example{};
+    if (position < num_batches) load(position);
+  }
+};
+
+// ---------------------------------------------------------------- DataLoader
+
+DataLoader::DataLoader(std::shared_ptr<const Dataset> dataset, const DataLoaderOptions& options)
+    : dataset_(std::move(dataset)), options_(options) {
+  EMBER_CHECK(dataset_ != nullptr, "DataLoader: dataset is null");
+  EMBER_CHECK(options_.batch_size() > 0, "DataLoader: batch_size must be positive, got ",
+              options_.batch_size());
+  if (options_.device().is_cuda()) cuda::check_device(options_.device().index);
+}
+
+size_t DataLoader::size() const {
+  const size_t n = dataset_->size(), bs = static_cast<size_t>(options_.batch_size());
+  return options_.drop_last() ? n / bs : (n + bs - 1) / bs;
+}
+
+std::vector<size_t> DataLoader::epoch_order(uint64_t e) const {
+  std::vector<size_t> order(dataset_->size());
+  std::iota(order.begin(), order.end(), size_t{0});
+  if (!options_.shuffle()) return order;
+  // Fisher-Yates driven by a counter-based mix of (seed, epoch): no hidden state,
+  // so any epoch's order can be recomputed (and a resumed run sees the same).
+  const uint64_t key = cuda::random_bits(options_.seed(), e);
+  for (size_t i = order.size(); i-- > 1;) {
+    const size_t j = static_cast<size_t>(cuda::random_bits(key, i) % (i + 1));
+    std::swap(order[i], order[j]);
+  }
+  return order;
+}
+
+DataLoader::Iterator DataLoader::begin() {
+  const uint64_t e = next_epoch_++;
+  // Pinned buffers are reused across epochs unless an earlier epoch still runs.
+  if (options_.device().is_cuda() && (!staging_ || staging_.use_count() > 1))
+    staging_ = std::make_shared<Staging>();
+  auto epoch = std::make_shared<Epoch>(dataset_, options_, epoch_order(e), size(), staging_);
+  return Iterator(std::move(epoch));
+}
+
+bool DataLoader::Iterator::done() const {
+  return !epoch_ || epoch_->position >= epoch_->num_batches;
+}
+
+const Example& DataLoader::Iterator::operator*() const {
+  EMBER_CHECK(!done(), "DataLoader: dereferencing an exhausted iterator");
+  return epoch_->current;
+}
+
+DataLoader::Iterator& DataLoader::Iterator::operator++() {
+  EMBER_CHECK(epoch_ != nullptr, "DataLoader: incrementing an end iterator");
+  epoch_->advance();
+  return *this;
+}
+
+bool DataLoader::Iterator::operator==(const Iterator& other) const {
+  if (done() || other.done()) return done() && other.done();
+  return epoch_ == other.epoch_;
+}
+
+}  // namespace ember::nn

@@ -1,0 +1,47 @@
+// nn::Linear: y = x W^T + b through the linear seam op, initialised as PyTorch
+// does (kaiming_uniform_ with a = sqrt(5) on W, U(-1/sqrt(in), 1/sqrt(in)) on b).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "nn/module.h"
+
+namespace ember::nn {
+
+class LinearOptions {
+ public:
+  LinearOptions(int64_t in_features, int64_t out_features)
+      : in_features_(in_features), out_features_(out_features) {}
+  LinearOptions& bias(bool on) {
+    bias_ = on;
+    return *this;
+  }
+  int64_t in_features() const { return in_features_; }
+  int64_t out_features() const { return out_features_; }
+  bool bias() const { return bias_; }
+
+ private:
+  int64_t in_features_;
+  int64_t out_features_;
+  bool bias_ = true;
+};
+
+class Linear : public Module {
+ public:
+  explicit Linear(const LinearOptions& options);
+  Linear(int64_t in_features, int64_t out_features)
+      : Linear(LinearOptions(in_features, out_features)) {}
+
+  // x: (..., in_features) -> (..., out_features)
+  Tensor forward(const Tensor& x) const;
+  // Redraws weight and bias from the default initialisation.
+  void reset_parameters();
+  std::string extra_repr() const override;
+
+  LinearOptions options;
+  Tensor weight;  // (out_features, in_features)
+  Tensor bias;    // (out_features), undefined without bias
+};
+
+}  // namespace ember::nn

@@ -1,0 +1,23 @@
+// Everything in ember::nn, for programs that want it all:
+//   module.h      Module: parameters, buffers, children, train/eval, to(), state_dict
+//   linear.h      Linear, LinearOptions
+//   activation.h  ReLU, GELU, Tanh, Sigmoid
+//   dropout.h     Dropout, DropoutOptions
+//   sequential.h  Sequential
+//   loss.h        MSELoss, MSELossOptions
+//   functional.h  functional::linear, mse_loss, relu, gelu, tanh, sigmoid, dropout
+//   init.h        init::kaiming_uniform_, xavier_uniform_, normal_, zeros_, ...
+//   data.h        Dataset, TensorDataset, DataLoader
+//   checkpoint.h  save / load of model and optimizer state to one file
+#pragma once
+
+#include "nn/activation.h"
+#include "nn/checkpoint.h"
+#include "nn/data.h"
+#include "nn/dropout.h"
+#include "nn/functional.h"
+#include "nn/init.h"
+#include "nn/linear.h"
+#include "nn/loss.h"
+#include "nn/module.h"
+#include "nn/sequential.h"

@@ -1,0 +1,105 @@
+// optim::Adam and optim::AdamW, with PyTorch's update rules exactly. Per
+// parameter, at its step t:
+//   Adam:  g += wd * p            AdamW: p *= 1 - lr * wd   (decoupled decay)
+//   m = b1 m + (1 - b1) g;  v = b2 v + (1 - b2) g^2;  v_max = max(v_max, v) (amsgrad)
+//   p -= lr / (1 - b1^t) * m / (sqrt(v or v_max) / sqrt(1 - b2^t) + eps)
+#pragma once
+
+#include <tuple>
+#include <vector>
+
+#include "optim/optimizer.h"
+
+namespace ember::optim {
+
+// Options shared by Adam and AdamW; AdamW's defaults differ in weight_decay only.
+template <typename Derived>
+class AdamOptionsBase : public OptimizerCloneableOptions<Derived> {
+ public:
+  Derived& lr(double v) {
+    lr_ = v;
+    return self();
+  }
+  Derived& betas(const std::tuple<double, double>& v) {
+    betas_ = v;
+    return self();
+  }
+  Derived& eps(double v) {
+    eps_ = v;
+    return self();
+  }
+  Derived& weight_decay(double v) {
+    weight_decay_ = v;
+    return self();
+  }
+  Derived& amsgrad(bool v) {
+    amsgrad_ = v;
+    return self();
+  }
+  double lr() const { return lr_; }
+  const std::tuple<double, double>& betas() const { return betas_; }
+  double eps() const { return eps_; }
+  double weight_decay() const { return weight_decay_; }
+  bool amsgrad() const { return amsgrad_; }
+
+  double get_lr() const override { return lr_; }
+  void set_lr(double v) override { lr_ = v; }
+  std::vector<std::pair<std::string, double>> fields() const override {
+    return {{"lr", lr_},   {"beta1", std::get<0>(betas_)},  {"beta2", std::get<1>(betas_)},
+            {"eps", eps_}, {"weight_decay", weight_decay_}, {"amsgrad", amsgrad_ ? 1.0 : 0.0}};
+  }
+  void set_field(const std::string& name, double value) override;
+  void validate() const override;
+
+ protected:
+  AdamOptionsBase(double lr, double weight_decay) : lr_(lr), weight_decay_(weight_decay) {}
+  virtual const char* optimizer_name() const = 0;
+
+ private:
+  Derived& self() { return static_cast<Derived&>(*this); }
+  double lr_;
+  std::tuple<double, double> betas_{0.9, 0.999};
+  double eps_ = 1e-8;
+  double weight_decay_;
+  bool amsgrad_ = false;
+};
+
+class AdamOptions : public AdamOptionsBase<AdamOptions> {
+ public:
+  AdamOptions(double lr = 1e-3) : AdamOptionsBase(lr, 0.0) {}
+
+ protected:
+  const char* optimizer_name() const override { return "Adam"; }
+};
+
+class AdamWOptions : public AdamOptionsBase<AdamWOptions> {
+ public:
+  AdamWOptions(double lr = 1e-3) : AdamOptionsBase(lr, 1e-2) {}
+
+ protected:
+  const char* optimizer_name() const override { return "AdamW"; }
+};
+
+class Adam : public Optimizer {
+ public:
+  Adam(std::vector<Tensor> params, const AdamOptions& defaults = {});
+  Adam(std::vector<ParamGroup> groups, const AdamOptions& defaults = {});
+  void step() override;
+
+ protected:
+  Adam(std::vector<ParamGroup> groups, std::unique_ptr<OptimizerOptions> defaults, bool decoupled);
+  std::vector<std::string> buffer_names(const OptimizerOptions& options) const override;
+  const char* name() const override { return decoupled_ ? "AdamW" : "Adam"; }
+
+ private:
+  bool decoupled_ = false;
+};
+
+// Adam with decoupled weight decay (Loshchilov & Hutter).
+class AdamW : public Adam {
+ public:
+  AdamW(std::vector<Tensor> params, const AdamWOptions& defaults = {});
+  AdamW(std::vector<ParamGroup> groups, const AdamWOptions& defaults = {});
+};
+
+}  // namespace ember::optim

@@ -1,0 +1,220 @@
+// Reductions on CPU: sum, mean, max, argmax and sum_to against hand-computed
+// values, their backward against finite differences, and their error paths.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <limits>
+
+#include "core/ops.h"
+#include "gradcheck.h"
+
+using namespace ember;
+using ember::testing::gradcheck;
+using ember::testing::randn64;
+
+namespace {
+using V = std::vector<double>;
+const double kNaN = std::numeric_limits<double>::quiet_NaN();
+const double kInf = std::numeric_limits<double>::infinity();
+}  // namespace
+
+TEST_CASE("ops/sum: whole tensor and along each dim match hand-computed values") {
+  Tensor x = tensor({{1, 2, 3}, {4, 5, 6}});
+  Tensor all = sum(x);
+  CHECK(all.dim() == 0);
+  CHECK(all.item() == 21.0);
+  CHECK(sum(x, 0).to_vector<double>() == V{5, 7, 9});
+  CHECK(sum(x, 1).to_vector<double>() == V{6, 15});
+  CHECK(sum(x, -1).to_vector<double>() == V{6, 15});
+  CHECK(sum(x, 0, true).sizes() == Shape{1, 3});
+  CHECK(sum(x, 1, true).sizes() == Shape{2, 1});
+  CHECK(sum(x, 1).sizes() == Shape{2});
+  CHECK(x.sum(1, true).to_vector<double>() == V{6, 15});
+}
+
+TEST_CASE("ops/sum: the middle dim of a 3-D tensor (outer, n, inner)") {
+  Tensor x = arange(24, kFloat64).reshape({2, 3, 4});
+  Tensor s = sum(x, 1);
+  REQUIRE(s.sizes() == Shape{2, 4});
+  // element (o, i) = sum_k (12 o + 4 k + i) = 36 o + 12 + 3 i
+  V want;
+  for (int o = 0; o < 2; ++o)
+    for (int i = 0; i < 4; ++i) want.push_back(36.0 * o + 12 + 3 * i);
+  CHECK(s.to_vector<double>() == want);
+  CHECK(sum(x, 0).to_vector<double>() == sum(x.transpose(0, 2), 2).t().to_vector<double>());
+  CHECK(sum(x, 2).to_vector<double>() == V{6, 22, 38, 54, 70, 86});
+}
+
+TEST_CASE("ops/sum: non-contiguous views are reduced by their logical layout") {
+  Tensor x = tensor({{1, 2, 3}, {4, 5, 6}});
+  Tensor xt = x.t();  // (3, 2), column-major view
+  CHECK_FALSE(xt.is_contiguous());
+  CHECK(sum(xt, 0).to_vector<double>() == V{6, 15});
+  CHECK(sum(xt, 1).to_vector<double>() == V{5, 7, 9});
+  Tensor every_other = arange(10, kFloat64).slice(0, 1, 10, 2);  // 1 3 5 7 9
+  CHECK(sum(every_other).item() == 25.0);
+  Tensor broadcast = tensor({1.0, 2.0}).expand({3, 2});
+  CHECK(sum(broadcast, 0).to_vector<double>() == V{3, 6});
+}
+
+TEST_CASE("ops/sum: empty reductions give 0, mean of nothing is NaN") {
+  Tensor e = zeros({0});
+  CHECK(sum(e).item() == 0.0);
+  CHECK(std::isnan(mean(e).item()));
+  Tensor e2 = zeros({2, 0, 3});
+  Tensor s = sum(e2, 1);
+  CHECK(s.sizes() == Shape{2, 3});
+  CHECK(s.to_vector<double>() == V(6, 0.0));
+  Tensor m = mean(e2, 1);
+  for (double v : m.to_vector<double>()) CHECK(std::isnan(v));
+  CHECK(sum(e2, 0).sizes() == Shape{0, 3});  // empty output, nothing to compute
+  CHECK(sum(e2, 0).numel() == 0);
+}
+
+TEST_CASE("ops/sum: 0-dim tensors reduce to themselves") {
+  Tensor s = full({}, 4.0);
+  CHECK(sum(s).item() == 4.0);
+  CHECK(sum(s, 0).dim() == 0);
+  CHECK(sum(s, -1, true).item() == 4.0);
+  CHECK(mean(s).item() == 4.0);
+  CHECK(max(s, 0).item() == 4.0);
+  CHECK(argmax(s, 0).item() == 0.0);
+}
+
+TEST_CASE("ops/sum: float32 and bfloat16 accumulate in double on CPU") {
+  Tensor x = full({1000000}, 0.1, kFloat32);
+  // float32(0.1) * 1e6 summed in double, rounded to float once.
+  CHECK(sum(x).item() == doctest::Approx(static_cast<double>(0.1f) * 1e6).epsilon(1e-7));
+  CHECK(sum(x).dtype() == kFloat32);
+  Tensor b = ones({4096}, kBFloat16);
+  CHECK(sum(b).item() == 4096.0);  // a bf16 accumulator would stall at 256
+  CHECK(sum(b).dtype() == kBFloat16);
+}
+
+TEST_CASE("ops/mean: whole tensor and along dims") {
+  Tensor x = tensor({{1, 2, 3}, {4, 5, 6}});
+  CHECK(mean(x).item() == 3.5);
+  CHECK(mean(x, 0).to_vector<double>() == V{2.5, 3.5, 4.5});
+  CHECK(mean(x, 1, true).to_vector<double>() == V{2, 5});
+  CHECK(mean(x, 1, true).sizes() == Shape{2, 1});
+  CHECK(x.mean().item() == 3.5);
+}
+
+TEST_CASE("ops/max: values and argmax, first index on ties, NaN wins") {
+  Tensor x = tensor({{1, 7, 7, 2}, {-1, -5, -0.5, -3}});
+  CHECK(max(x, 1).to_vector<double>() == V{7, -0.5});
+  CHECK(argmax(x, 1).to_vector<int64_t>() == std::vector<int64_t>{1, 2});
+  CHECK(argmax(x, 1).dtype() == kInt64);
+  CHECK(max(x, 0).to_vector<double>() == V{1, 7, 7, 2});
+  CHECK(argmax(x, 0).to_vector<int64_t>() == std::vector<int64_t>{0, 0, 0, 0});
+  CHECK(max(x, 1, true).sizes() == Shape{2, 1});
+  CHECK(argmax(x, -1, true).sizes() == Shape{2, 1});
+
+  Tensor ties = tensor({3, 3, 3});
+  CHECK(argmax(ties, 0).item() == 0.0);
+  Tensor infs = tensor({-kInf, -kInf});
+  CHECK(argmax(infs, 0).item() == 0.0);
+  CHECK(max(infs, 0).item() == -kInf);
+  Tensor nan = tensor({1, kNaN, 5, kNaN});
+  CHECK(std::isnan(max(nan, 0).item()));
+  CHECK(argmax(nan, 0).item() == 1.0);
+
+  Tensor y = arange(24, kFloat64).reshape({2, 3, 4});
+  CHECK(argmax(y, 1).to_vector<int64_t>() == std::vector<int64_t>(8, 2));
+  CHECK(max(y, 1).to_vector<double>() == V{8, 9, 10, 11, 20, 21, 22, 23});
+  CHECK(max(y.transpose(1, 2), 2).to_vector<double>() == V{8, 9, 10, 11, 20, 21, 22, 23});
+}
+
+TEST_CASE("ops/max: backward routes the gradient to the first argmax") {
+  Tensor x = tensor({{1, 3, 3}, {5, 0, 2}}).set_requires_grad(true);
+  max(x, 1).sum().backward();
+  CHECK(x.grad().to_vector<double>() == V{0, 1, 0, 1, 0, 0});
+  Tensor y = tensor({{1, 3, 3}, {5, 0, 2}}).set_requires_grad(true);
+  Tensor m = max(y, 0, true);  // (1, 3)
+  mul(m, tensor({{1, 2, 3}})).sum().backward();
+  CHECK(y.grad().to_vector<double>() == V{0, 2, 3, 1, 0, 0});
+}
+
+TEST_CASE("ops/max: empty dims, integer tensors and bad dims throw naming the op") {
+  CHECK_THROWS_WITH_AS(max(zeros({2, 0}), 1),
+                       doctest::Contains("max: cannot reduce over dim 1 of size 0"), Error);
+  CHECK_THROWS_WITH_AS(argmax(zeros({0}), 0), doctest::Contains("argmax: cannot reduce"), Error);
+  CHECK(max(zeros({0, 3}), 1).sizes() == Shape{0});  // non-empty dim, empty output
+  CHECK_THROWS_WITH_AS(max(zeros({2, 3}), 2), doctest::Contains("max: dim 2 is out of range"),
+                       Error);
+  CHECK_THROWS_WITH_AS(sum(zeros({2, 3}), -3), doctest::Contains("sum: dim -3 is out of range"),
+                       Error);
+  CHECK_THROWS_WITH_AS(mean(zeros({2}), 1), doctest::Contains("mean: dim 1"), Error);
+  Tensor idx = argmax(tensor({1, 2}), 0);
+  CHECK_THROWS_WITH_AS(sum(idx),
+                       doctest::Contains("sum: expects a floating-point tensor, got int64"), Error);
+  CHECK_THROWS_WITH_AS(max(idx, 0), doctest::Contains("max: expects a floating-point"), Error);
+  CHECK_THROWS_WITH_AS(sum(Tensor()), doctest::Contains("sum: input is an undefined tensor"),
+                       Error);
+}
+
+TEST_CASE("ops/sum: backward matches finite differences (all, dim, keepdim)") {
+  Tensor x = randn64({3, 4, 5}, 1);
+  CHECK_GRADCHECK([](const std::vector<Tensor>& v) { return sum(v[0]); }, {x});
+  for (int64_t d = -3; d < 3; ++d) {
+    CAPTURE(d);
+    CHECK_GRADCHECK([d](const std::vector<Tensor>& v) { return sum(v[0], d); }, {x});
+    CHECK_GRADCHECK([d](const std::vector<Tensor>& v) { return sum(v[0], d, true); }, {x});
+  }
+  CHECK_GRADCHECK([](const std::vector<Tensor>& v) { return sum(v[0].t(), 1); },
+                  {randn64({4, 6}, 2)});
+  CHECK_GRADCHECK([](const std::vector<Tensor>& v) { return sum(v[0], 0); },
+                  {full({}, 2.0, kFloat64)});
+}
+
+TEST_CASE("ops/mean: backward matches finite differences (all, dim, keepdim)") {
+  Tensor x = randn64({3, 4, 5}, 3);
+  CHECK_GRADCHECK([](const std::vector<Tensor>& v) { return mean(v[0]); }, {x});
+  for (int64_t d = 0; d < 3; ++d) {
+    CAPTURE(d);
+    CHECK_GRADCHECK([d](const std::vector<Tensor>& v) { return mean(v[0], d); }, {x});
+    CHECK_GRADCHECK([d](const std::vector<Tensor>& v) { return mean(v[0], d, true); }, {x});
+  }
+}
+
+TEST_CASE("ops/max: backward matches finite differences") {
+  Tensor x = randn64({3, 4, 5}, 4);  // distinct values almost surely: max is smooth there
+  for (int64_t d = 0; d < 3; ++d) {
+    CAPTURE(d);
+    CHECK_GRADCHECK([d](const std::vector<Tensor>& v) { return max(v[0], d); }, {x});
+    CHECK_GRADCHECK([d](const std::vector<Tensor>& v) { return max(v[0], d, true); }, {x});
+  }
+}
+
+TEST_CASE("ops/sum_to: sums broadcast dims back to the original shape") {
+  Tensor g = tensor({{1, 2, 3}, {4, 5, 6}});
+  CHECK(sum_to(g, {3}).to_vector<double>() == V{5, 7, 9});
+  CHECK(sum_to(g, {1, 3}).to_vector<double>() == V{5, 7, 9});
+  CHECK(sum_to(g, {1, 3}).sizes() == Shape{1, 3});
+  CHECK(sum_to(g, {2, 1}).to_vector<double>() == V{6, 15});
+  CHECK(sum_to(g, {}).item() == 21.0);
+  CHECK(sum_to(g, {1, 1}).sizes() == Shape{1, 1});
+  CHECK(sum_to(g, {2, 3}).is_same(g));  // nothing to do: the same tensor back
+
+  Tensor h = arange(24, kFloat64).reshape({2, 3, 4});
+  Tensor r = sum_to(h, {3, 1});  // sum over dims 0 and 2
+  CHECK(r.sizes() == Shape{3, 1});
+  CHECK(r.to_vector<double>() == sum(sum(h, 2), 0).to_vector<double>());
+  Tensor r2 = sum_to(h, {2, 1, 4});
+  CHECK(r2.to_vector<double>() == sum(h, 1, true).to_vector<double>());
+  CHECK(sum_to(zeros({0, 3}), {1, 3}).to_vector<double>() == V{0, 0, 0});
+  CHECK(sum_to(ones({1, 3}), {3}).to_vector<double>() == V{1, 1, 1});
+
+  CHECK_THROWS_WITH_AS(
+      sum_to(g, {4}),
+      doctest::Contains("sum_to: a gradient of shape [2, 3] cannot be summed to shape [4]"), Error);
+  CHECK_THROWS_WITH_AS(sum_to(g, {1, 2, 3}), doctest::Contains("sum_to"), Error);
+}
+
+TEST_CASE("ops/sum_to: backward matches finite differences") {
+  CHECK_GRADCHECK(
+      [](const std::vector<Tensor>& v) {
+        return sum_to(v[0], {3, 1});
+      },
+      {randn64({2, 3, 4}, 5)});
+}

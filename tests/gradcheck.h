@@ -1,0 +1,184 @@
+// The test harness every ember test binary shares (header-only):
+//  - gradcheck: autograd's gradients against central finite differences, in
+//    float64 on CPU, naming the input and element that disagree;
+//  - rel_error: ||out - ref|| / ||ref|| in double, +inf for any NaN;
+//  - cuda_vs_cpu: an op on CUDA against the CPU reference on the same values.
+#pragma once
+
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <functional>
+#include <limits>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "core/autograd.h"
+#include "core/ops.h"
+#include "core/tensor.h"
+
+namespace ember::testing {
+
+using TensorFn = std::function<Tensor(const std::vector<Tensor>&)>;
+
+// ||out - ref||_2 / ||ref||_2 computed in double. +inf when the shapes differ or
+// either side holds a NaN (a NaN never passes); equal infinities count as equal.
+// When ref is all zeros, the absolute norm ||out - ref|| is returned.
+inline double rel_error(const Tensor& out, const Tensor& ref) {
+  constexpr double kInf = std::numeric_limits<double>::infinity();
+  if (!out.defined() || !ref.defined() || out.sizes() != ref.sizes()) return kInf;
+  const std::vector<double> o = out.to_vector<double>();
+  const std::vector<double> r = ref.to_vector<double>();
+  double num = 0.0, den = 0.0;
+  for (size_t i = 0; i < o.size(); ++i) {
+    if (std::isnan(o[i]) || std::isnan(r[i])) return kInf;
+    if (o[i] == r[i]) {
+      if (std::isfinite(r[i])) den += r[i] * r[i];
+      continue;
+    }
+    const double d = o[i] - r[i];
+    num += d * d;
+    den += r[i] * r[i];
+  }
+  if (num == 0.0) return 0.0;
+  return den == 0.0 ? std::sqrt(num) : std::sqrt(num) / std::sqrt(den);
+}
+
+// Row-major multi-index of element `linear` in `sizes`, as "[i, j, ...]".
+inline std::string index_str(const Shape& sizes, int64_t linear) {
+  Shape idx(sizes.size());
+  for (size_t d = sizes.size(); d-- > 0;) {
+    idx[d] = sizes[d] ? linear % sizes[d] : 0;
+    linear = sizes[d] ? linear / sizes[d] : 0;
+  }
+  return shape_str(idx);
+}
+
+struct GradcheckResult {
+  bool ok = true;
+  double max_error = 0.0;  // max over elements of |auto - numeric| / max(1, |auto|, |numeric|)
+  std::string message;     // what failed, naming the input and element
+};
+
+// Checks d/dx_i of sum(f(x) * w), w fixed random weights, for every element of
+// every input. Inputs must be float64 CPU tensors; f receives fresh contiguous
+// leaves that require grad (it may take views of them). Autograd's gradient comes
+// from ember::grad with w as the output gradient; the numeric one from central
+// differences with step eps.
+inline GradcheckResult gradcheck(const TensorFn& f, const std::vector<Tensor>& inputs,
+                                 double eps = 1e-6, double tol = 1e-6, uint64_t seed = 7) {
+  GradcheckResult res;
+  auto fail = [&res](const std::string& msg) {
+    res.ok = false;
+    res.message = msg;
+    return res;
+  };
+  std::vector<Tensor> leaves;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const Tensor& x = inputs[i];
+    if (x.dtype() != kFloat64 || !x.is_cpu())
+      return fail("gradcheck: input " + std::to_string(i) + " must be a float64 CPU tensor");
+    Tensor leaf = x.detach().clone();
+    leaf.set_requires_grad(true);
+    leaves.push_back(leaf);
+  }
+  Tensor out = f(leaves);
+  if (!out.defined() || out.dtype() != kFloat64 || !out.is_cpu())
+    return fail("gradcheck: f must return a float64 CPU tensor");
+  if (!out.requires_grad()) return fail("gradcheck: the output does not require grad");
+
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<double> dist(0.5, 1.5);
+  std::vector<double> w(static_cast<size_t>(out.numel()));
+  for (double& v : w) v = (rng() & 1 ? 1.0 : -1.0) * dist(rng);
+  const Tensor weights = from_vector(w, out.sizes(), kFloat64);
+  const Shape out_sizes = out.sizes();
+
+  const std::vector<Tensor> grads = grad({out}, leaves, {weights});
+  out = Tensor();
+
+  auto weighted_sum = [&]() {
+    NoGradGuard ng;
+    Tensor o = f(leaves);
+    if (o.sizes() != out_sizes) return std::numeric_limits<double>::quiet_NaN();
+    const std::vector<double> v = o.to_vector<double>();
+    double s = 0.0;
+    for (size_t j = 0; j < v.size(); ++j) s += v[j] * w[j];
+    return s;
+  };
+
+  for (size_t i = 0; i < leaves.size(); ++i) {
+    const Tensor& x = leaves[i];
+    const Tensor& g = grads[i];
+    if (!g.defined() || g.sizes() != x.sizes() || g.dtype() != kFloat64)
+      return fail("gradcheck: autograd gave input " + std::to_string(i) +
+                  " a gradient of the wrong shape or dtype (shape " +
+                  (g.defined() ? shape_str(g.sizes()) : std::string("undefined")) + ", input " +
+                  shape_str(x.sizes()) + ")");
+    const std::vector<double> analytic = g.to_vector<double>();
+    double* data = x.data_ptr<double>();
+    for (int64_t j = 0; j < x.numel(); ++j) {
+      const double orig = data[j];
+      data[j] = orig + eps;
+      const double plus = weighted_sum();
+      data[j] = orig - eps;
+      const double minus = weighted_sum();
+      data[j] = orig;
+      const double numeric = (plus - minus) / (2 * eps);
+      const double a = analytic[static_cast<size_t>(j)];
+      const double err = std::abs(a - numeric) / std::max({1.0, std::abs(a), std::abs(numeric)});
+      if (!(err <= tol) || std::isnan(a) || std::isnan(numeric)) {
+        std::ostringstream os;
+        os << "gradcheck: input " << i << " (shape " << shape_str(x.sizes()) << ") element "
+           << index_str(x.sizes(), j) << ": autograd " << a << " vs finite difference " << numeric
+           << " (error " << err << ", tolerance " << tol << ")";
+        res.max_error = std::isnan(err) ? err : std::max(res.max_error, err);
+        return fail(os.str());
+      }
+      res.max_error = std::max(res.max_error, err);
+    }
+  }
+  return res;
+}
+
+// Float64 CPU tensor of standard normals (or uniform in [lo, hi)), seeded.
+inline Tensor randn64(const Shape& sizes, uint64_t seed) {
+  Generator gen(seed);
+  return randn(sizes, kFloat64, &gen);
+}
+inline Tensor rand64(const Shape& sizes, uint64_t seed, double lo = 0.0, double hi = 1.0) {
+  Generator gen(seed);
+  Tensor t = empty(sizes, kFloat64);
+  uniform_(t, lo, hi, &gen);
+  return t;
+}
+
+// Runs f on CUDA copies of `inputs` converted to `dtype`, and on CPU float64
+// copies of the same (already rounded to `dtype`) values, and returns
+// rel_error(cuda result, cpu reference): only the CUDA arithmetic is measured.
+inline double cuda_vs_cpu(const TensorFn& f, const std::vector<Tensor>& inputs, DType dtype,
+                          int device = 0) {
+  std::vector<Tensor> on_cpu, on_cuda;
+  for (const Tensor& x : inputs) {
+    Tensor rounded = x.detach().to(dtype);
+    on_cpu.push_back(rounded.to(kFloat64));
+    on_cuda.push_back(rounded.to(Device::cuda(device)));
+  }
+  Tensor ref = f(on_cpu);
+  Tensor out = f(on_cuda);
+  if (!out.defined() || !out.is_cuda()) return std::numeric_limits<double>::infinity();
+  return rel_error(out.to(kCPU).to(kFloat64), ref);
+}
+
+}  // namespace ember::testing
+
+// CHECKs that gradcheck passes, printing which input and element failed.
+#define CHECK_GRADCHECK(...)                                         \
+  do {                                                               \
+    const auto ember_gc_ = ::ember::testing::gradcheck(__VA_ARGS__); \
+    CHECK_MESSAGE(ember_gc_.ok, ember_gc_.message);                  \
+  } while (0)

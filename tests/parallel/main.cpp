@@ -1,0 +1,82 @@
+// The doctest main of tests/parallel, run by CTest under mpirun with 1-3 ranks:
+// MPI_Init/Finalize around the run, the "cuda" suite skipped without a GPU (as
+// tests/main.cpp), and only rank 0 printing doctest's summary (other ranks print
+// their failures, prefixed, so tools/test_summary.sh counts each test case once).
+// `--launcher-probe` instead checks the environment ember-run gives its children.
+#define DOCTEST_CONFIG_IMPLEMENT
+#include <doctest/doctest.h>
+#include <mpi.h>
+
+#include <cstdio>
+#include <cstring>
+#include <iostream>
+#include <sstream>
+#include <string>
+
+#include "cuda/runtime.h"
+#include "parallel/process_group.h"
+
+namespace {
+
+int launcher_probe() {
+  try {
+    ember::parallel::LaunchEnv env = ember::parallel::launch_env();
+    if (!env.from_launcher || env.world_size < 1 || env.rank < 0 || env.rank >= env.world_size) {
+      std::fprintf(stderr, "launcher probe: bad RANK/WORLD_SIZE\n");
+      return 1;
+    }
+    const char* nvls = std::getenv("NCCL_NVLS_ENABLE");
+    if (!nvls || std::string(nvls) != "0" || !std::getenv("MASTER_ADDR") ||
+        !std::getenv("MASTER_PORT")) {
+      std::fprintf(stderr, "launcher probe: NCCL_NVLS_ENABLE/MASTER_ADDR/MASTER_PORT unset\n");
+      return 1;
+    }
+    // The same bytes reach every rank through the rendezvous folder.
+    std::string mine = env.rank == 0 ? "ember-" + std::to_string(getppid()) : "";
+    std::string shared = ember::parallel::detail::share_via_rendezvous("probe", mine, env);
+    if (shared != "ember-" + std::to_string(getppid())) {
+      std::fprintf(stderr, "launcher probe: rank %d read '%s'\n", env.rank, shared.c_str());
+      return 1;
+    }
+    std::printf("launcher probe: rank %d of %d ok\n", env.rank, env.world_size);
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "launcher probe: %s\n", e.what());
+    return 1;
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc > 1 && std::strcmp(argv[1], "--launcher-probe") == 0) return launcher_probe();
+  int provided = 0;
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_SERIALIZED, &provided);
+  int rank = 0, size = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+
+  doctest::Context context;
+  const bool have_gpu = ember::cuda::is_available();
+  if (!have_gpu) context.addFilter("test-suite-exclude", "cuda");
+  std::ostringstream captured;
+  if (rank == 0) {
+    std::printf("ember parallel tests: %d MPI rank(s)%s\n", size,
+                have_gpu ? "" : "; no CUDA device, test cases in suite 'cuda' are skipped");
+  } else {
+    context.setOption("minimal", true);
+    context.setCout(&captured);
+  }
+  context.applyCommandLine(argc, argv);
+  int status = context.run();
+  if (rank != 0 && status != 0) {
+    std::istringstream lines(captured.str());
+    for (std::string line; std::getline(lines, line);)
+      std::cout << "[rank " << rank << "] " << line << "\n";
+    std::cout.flush();
+  }
+  int worst = 0;
+  MPI_Allreduce(&status, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  MPI_Finalize();
+  return worst;
+}

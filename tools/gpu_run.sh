@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# One call on the GPU machine: build (Release-with-debug-info, sm_90), run every
+# test, the examples and the benchmarks, and leave logs in $OUT (or ./gpu-logs).
+# Usage: tools/gpu_run.sh [tests] [examples] [bench] [sanitize]   (default: all but sanitize)
+set -uo pipefail
+out="$(realpath -m "${OUT:-gpu-logs}")"
+mkdir -p "$out"
+what="${*:-tests examples bench}"
+export NCCL_NVLS_ENABLE=0
+# The GPU image has no doctest: the caller carries it in .device/doctest.
+if [ ! -f /usr/include/doctest/doctest.h ] && [ -d .device/doctest ]; then
+  cp -r .device/doctest/include/doctest /usr/include/ && cp -r .device/doctest/cmake/doctest /usr/lib/cmake/
+fi
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$out/gpu.txt"
+
+start=$(date +%s)
+cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CUDA_ARCHITECTURES=90 \
+  >"$out/configure.log" 2>&1 || { tail -30 "$out/configure.log"; exit 1; }
+cmake --build build-gpu -j16 -- -k 0 >"$out/build.log" 2>&1 || { echo "BUILD FAILED (continuing with what built):"; grep -E "error|FAILED" "$out/build.log" | head -30; }
+echo "build: $(( $(date +%s) - start )) s"
+
+status=0
+if [[ "$what" == *tests* ]]; then
+  (cd build-gpu && ctest --output-on-failure -j4 >"$out/ctest.log" 2>&1) || status=1
+  tail -15 "$out/ctest.log"
+  tools/test_summary.sh build-gpu/Testing/Temporary/LastTest.log | tee -a "$out/ctest.log"
+  grep -B2 -A12 "ERROR\|FAILED" build-gpu/Testing/Temporary/LastTest.log | head -80
+fi
+if [[ "$what" == *examples* ]]; then
+  for e in build-gpu/examples/*; do
+    [ -x "$e" ] && [ -f "$e" ] || continue
+    echo "== $e" >>"$out/examples.log"
+    timeout 120 "$e" >>"$out/examples.log" 2>&1 || { echo "example $e failed"; status=1; }
+  done
+  tail -40 "$out/examples.log"
+fi
+if [[ "$what" == *bench* ]]; then
+  for b in build-gpu/benchmarks/bench_*; do
+    echo "== $b" | tee -a "$out/bench.log"
+    timeout 300 "$b" 2>&1 | tee -a "$out/bench.log" || status=1
+  done
+fi
+if [[ "$what" == *sanitize* ]]; then
+  for t in build-gpu/tests/ember_tests_*; do
+    compute-sanitizer --tool memcheck --error-exitcode 1 "$t" -ts=cuda >>"$out/sanitizer.log" 2>&1 \
+      || { echo "memcheck failed: $t"; status=1; }
+  done
+  tail -20 "$out/sanitizer.log"
+fi
+echo "total: $(( $(date +%s) - start )) s, status $status"
+exit $status
