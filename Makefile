@@ -4,6 +4,9 @@
 #   make demo           build and run the seed training example (CUDA if present, else CPU)
 #   make test           build everything and run every test (CUDA tests skip without a GPU)
 #   make bench          build in Release and run the benchmark binaries (needs a GPU)
+#   make test-sanitize  the CPU tests built with ASan + UBSan + LSan (build-sanitize)
+#   make gpu-sanitize   the CUDA tests under compute-sanitizer (needs a GPU)
+#   make test-fuzz      libFuzzer targets (clang), a bounded time each
 #   make clean
 
 BUILD_DIR    ?= build
@@ -19,7 +22,7 @@ ifneq ($(CI),)
   CMAKE_FLAGS += -DEMBER_WARNINGS_AS_ERRORS=ON
 endif
 
-.PHONY: all deps configure build demo test bench clean
+.PHONY: all deps configure build demo test bench clean test-sanitize gpu-sanitize test-fuzz
 
 all: build
 
@@ -46,5 +49,32 @@ bench: BUILD_TYPE = Release
 bench: build
 	@for b in $(BUILD_DIR)/benchmarks/bench_*; do echo "== $$b"; $$b || exit 1; done
 
+# The sanitizer build: only the library and the test binaries (no examples, no
+# benchmarks), the same build type and CUDA flags as `build`, so ccache serves
+# the nvcc objects from the normal build. The run-time options and suppressions
+# live in tools/sanitize_env.sh (sourced, so a developer can rerun one binary).
+SANITIZE_DIR ?= build-sanitize
+test-sanitize: deps
+	@cmake -S . -B $(SANITIZE_DIR) -G Ninja -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) -DEMBER_SANITIZE=ON \
+	  -DEMBER_BUILD_EXAMPLES=OFF -DEMBER_BUILD_BENCHMARKS=OFF $(CMAKE_FLAGS) >/dev/null \
+	  || cmake -S . -B $(SANITIZE_DIR) -G Ninja -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) -DEMBER_SANITIZE=ON \
+	  -DEMBER_BUILD_EXAMPLES=OFF -DEMBER_BUILD_BENCHMARKS=OFF $(CMAKE_FLAGS)
+	@echo "ember: building the sanitizer build in $(SANITIZE_DIR) with $(JOBS) jobs"
+	@cmake --build $(SANITIZE_DIR) -j $(JOBS)
+	@. tools/sanitize_env.sh && cd $(SANITIZE_DIR) && ctest --output-on-failure -j $(JOBS); status=$$?; \
+	  cd .. && tools/test_summary.sh $(SANITIZE_DIR)/Testing/Temporary/LastTest.log; exit $$status
+
+# compute-sanitizer (memcheck, racecheck, initcheck, synccheck) over the CUDA test
+# cases of every test binary of the normal build; needs a GPU.
+gpu-sanitize: build
+	@tools/gpu_sanitize.sh $(BUILD_DIR)
+
+# libFuzzer targets for the checkpoint reader and EMBER_CUDA_ALLOC_CONF's parser,
+# built with Debian's clang in build-fuzz, FUZZ_SECONDS each.
+FUZZ_SECONDS ?= 60
+test-fuzz:
+	@tools/ensure_deps.sh clang libclang-rt-14-dev
+	@tools/run_fuzz.sh build-fuzz $(FUZZ_SECONDS)
+
 clean:
-	rm -rf build build-release
+	rm -rf build build-release build-sanitize build-fuzz

@@ -1,8 +1,12 @@
 // ember's umbrella header. What each include brings:
 //   core/tensor.h     Tensor, TensorOptions, DType, Device, factories, Generator
-//   core/ops.h        every op (add, matmul, sum, relu, cat, ...) and operators
+//   core/ops.h        every op (add, matmul, sum, relu, cat, linear, mse_loss, ...)
 //   core/autograd.h   NoGradGuard, backward engine, grad(), hooks
+//   core/memory.h     memory_summary/memory_stats/empty_cache/... for any Device
 //   cuda/runtime.h    cuda::is_available(), device count, streams, events
+//   nn/nn.h           Module, Linear, activations, Sequential, Dropout, MSELoss,
+//                     functional, init, Dataset/DataLoader, checkpoints
+//   optim/optim.h     Optimizer, SGD, Adam, AdamW
 //   core/leak_check.h StepLeakCheck, LeakTracker, mark_step: what survives a step
 //   core/live_tensors.h live_tensors(): the census of live tensors
 #pragma once
@@ -10,6 +14,9 @@
 #include "core/autograd.h"
 #include "core/leak_check.h"
 #include "core/live_tensors.h"
+#include "core/memory.h"
 #include "core/ops.h"
 #include "core/tensor.h"
 #include "cuda/runtime.h"
+#include "nn/nn.h"
+#include "optim/optim.h"

@@ -1,7 +1,8 @@
 // bench_alloc_site: what leak diagnostics cost on the hot path. Host time per
 // small op (add of two 16-element tensors, where bookkeeping weighs most) with
 // the live-tensor registry on and off, the OpSite guard alone, a TensorImpl's
-// life, and one StepLeakCheck around a step. Median of 21 rounds; on a GPU
+// life, and one StepLeakCheck around a step. Medians of 21 rounds (registry on
+// and off interleaved); on a GPU
 // machine the op is also timed on CUDA:0 (host time per launch, synchronised at
 // the end of each round). --json FILE writes the rows.
 #include <algorithm>
@@ -10,6 +11,7 @@
 #include <cstring>
 #include <fstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/alloc_site.h"
@@ -40,6 +42,26 @@ double median_ns(F&& f, int iters, Device sync = kCPU) {
   }
   std::sort(ns.begin(), ns.end());
   return ns[ns.size() / 2];
+}
+
+// Registry on vs off, rounds interleaved so that drift in a shared machine's
+// speed hits both alike. Returns median ns per call {on, off}.
+template <typename F>
+std::pair<double, double> registry_on_off(F&& f, int iters, Device sync = kCPU) {
+  std::vector<double> on, off;
+  for (int round = 0; round < 42; ++round) {
+    const bool reg = round % 2 == 0;
+    set_live_tensor_registry(reg);
+    const auto start = std::chrono::steady_clock::now();
+    for (int i = 0; i < iters; ++i) f();
+    if (sync.is_cuda()) cuda::synchronize(sync.index);
+    const std::chrono::duration<double, std::nano> d = std::chrono::steady_clock::now() - start;
+    if (round >= 2) (reg ? on : off).push_back(d.count() / iters);
+  }
+  set_live_tensor_registry(true);
+  std::sort(on.begin(), on.end());
+  std::sort(off.begin(), off.end());
+  return {on[on.size() / 2], off[off.size() / 2]};
 }
 
 }  // namespace
@@ -76,26 +98,21 @@ int main(int argc, char** argv) {
                                       },
                                       1000000));
   }
-  for (bool on : {true, false}) {
-    set_live_tensor_registry(on);
-    add_row(std::string("TensorImpl made and dropped, registry ") + (on ? "on" : "off"),
-            median_ns([] { auto t = std::make_shared<TensorImpl>(); }, 200000));
+  {
+    auto [on, off] = registry_on_off([] { auto t = std::make_shared<TensorImpl>(); }, 200000);
+    add_row("TensorImpl made and dropped, registry on", on);
+    add_row("TensorImpl made and dropped, registry off", off);
   }
   std::vector<Device> devices{kCPU};
   if (cuda::is_available()) devices.push_back(kCUDA);
   for (Device dev : devices) {
     Tensor a = randn({16}).to(dev), b = randn({16}).to(dev);
     const int iters = dev.is_cuda() ? 20000 : 100000;
-    double on = 0, off = 0;
-    for (bool reg : {true, false}) {
-      set_live_tensor_registry(reg);
-      const double ns = median_ns([&] { Tensor c = add(a, b); }, iters, dev);
-      (reg ? on : off) = ns;
-      add_row("add([16], [16]) on " + dev.str() + ", registry " + (reg ? "on" : "off"), ns);
-    }
+    auto [on, off] = registry_on_off([&] { Tensor c = add(a, b); }, iters, dev);
+    add_row("add([16], [16]) on " + dev.str() + ", registry on", on);
+    add_row("add([16], [16]) on " + dev.str() + ", registry off", off);
     std::printf("  -> registry: %+.1f ns per op (%+.1f%%)\n", on - off, 100 * (on - off) / off);
   }
-  set_live_tensor_registry(true);
 
   // A StepLeakCheck costs two allocator snapshots and two registry walks.
   for (int live : {100, 1000}) {

@@ -5,6 +5,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "core/anomaly.h"
 #include "core/live_tensors.h"
 #include "core/ops.h"
 #include "cuda/caching_allocator.h"
@@ -129,6 +130,14 @@ Edge gradient_edge(const Tensor& t) {
 
 static void attach_impl(Tensor& out, const char* name, const Tensor* const* inputs, size_t n,
                         BackwardFn fn) {
+  if (is_anomaly_enabled()) [[unlikely]] {
+    try {
+      detail::check_forward_anomaly(out, name, inputs, n);
+    } catch (...) {
+      t_pending_saved.clear();  // they belonged to the node that is not attached
+      throw;
+    }
+  }
   auto node = std::make_shared<FunctionNode>(name, std::move(fn));
   node->saved.swap(t_pending_saved);
   node->next_edges.reserve(n);
@@ -268,6 +277,8 @@ void execute(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads,
       if (!next) continue;
       if (input_grads[i].defined()) {
         check_gradient(*node, i, input_grads[i]);
+        if (is_anomaly_enabled()) [[unlikely]]
+          detail::check_backward_anomaly(*node, i, input_grads[i]);
         Tensor& buf = buffers[next];
         buf = buf.defined() ? add(buf, input_grads[i]) : std::move(input_grads[i]);
       }

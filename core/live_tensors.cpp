@@ -5,7 +5,7 @@
 #include <cstdio>
 #include <mutex>
 #include <sstream>
-#include <unordered_set>
+#include <unordered_map>
 
 #include "core/alloc_site.h"
 #include "core/autograd.h"
@@ -126,30 +126,45 @@ std::vector<LiveTensor> live_tensors(std::optional<Device> device) {
 
 std::string live_tensors_table(std::optional<Device> device, size_t max_rows) {
   std::vector<LiveTensor> live = live_tensors(device);
-  std::unordered_set<const void*> storages;
+  // One row per storage: its largest view (or one holding a graph), with a count
+  // of the other tensors viewing it (views, aliases saved for backward).
+  std::vector<size_t> rows;
+  std::unordered_map<const void*, size_t> row_of;
+  std::vector<size_t> views;
   size_t total = 0, with_graph = 0;
-  for (const LiveTensor& l : live) {
-    if (storages.insert(l.storage_data).second) total += l.storage_bytes;
+  for (size_t i = 0; i < live.size(); ++i) {
+    const LiveTensor& l = live[i];
     with_graph += l.grad_fn != nullptr;
+    auto [it, inserted] = row_of.try_emplace(l.storage_data, rows.size());
+    if (inserted) {
+      rows.push_back(i);
+      views.push_back(0);
+      total += l.storage_bytes;
+      continue;
+    }
+    ++views[it->second];
+    const LiveTensor& shown = live[rows[it->second]];
+    if ((l.grad_fn && !shown.grad_fn) || (!shown.grad_fn && l.bytes > shown.bytes))
+      rows[it->second] = i;
   }
   std::ostringstream os;
-  os << live.size() << " live tensors, " << total << " bytes of storage, " << with_graph
-     << " holding an autograd graph\n";
+  os << live.size() << " live tensors on " << rows.size() << " storages, " << total
+     << " bytes, " << with_graph << " holding an autograd graph\n";
   char line[512];
-  std::snprintf(line, sizeof line, "%-8s %-9s %-16s %12s  %-14s %s\n", "device", "dtype", "shape",
-                "bytes", "graph", "made by");
+  std::snprintf(line, sizeof line, "%-8s %-9s %-16s %12s %6s  %-14s %s\n", "device", "dtype",
+                "shape", "bytes", "views", "graph", "made by");
   os << line;
-  for (size_t i = 0; i < live.size() && i < max_rows; ++i) {
-    const LiveTensor& l = live[i];
+  for (size_t r = 0; r < rows.size() && r < max_rows; ++r) {
+    const LiveTensor& l = live[rows[r]];
     std::ostringstream dev, dt;
     dev << l.device;
     dt << l.dtype;
-    std::snprintf(line, sizeof line, "%-8s %-9s %-16s %12zu  %-14s %s\n", dev.str().c_str(),
-                  dt.str().c_str(), shape_str(l.sizes).c_str(), l.storage_bytes,
+    std::snprintf(line, sizeof line, "%-8s %-9s %-16s %12zu %6zu  %-14s %s\n", dev.str().c_str(),
+                  dt.str().c_str(), shape_str(l.sizes).c_str(), l.storage_bytes, views[r] + 1,
                   l.grad_fn ? l.grad_fn : (l.requires_grad ? "leaf" : "-"), l.site().c_str());
     os << line;
   }
-  if (live.size() > max_rows) os << "... " << live.size() - max_rows << " more\n";
+  if (rows.size() > max_rows) os << "... " << rows.size() - max_rows << " more storages\n";
   return os.str();
 }
 

@@ -46,6 +46,12 @@ Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op) {
 void check_sizes(const Shape& sizes, const char* op) {
   for (int64_t s : sizes)
     EMBER_CHECK(s >= 0, op, ": negative size ", s, " in shape ", shape_str(sizes));
+  // The element count (and numel_of, which trusts it) must not overflow int64;
+  // a shape whose bytes do not fit is caught by the allocator as out of memory.
+  int64_t n = 1;
+  for (int64_t s : sizes)
+    EMBER_CHECK(!__builtin_mul_overflow(n, s, &n), op, ": shape ", shape_str(sizes),
+                " has more elements than int64 can count");
 }
 
 std::string shape_str(const Shape& s) {

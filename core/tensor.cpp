@@ -19,13 +19,17 @@ namespace {
 Tensor make_tensor(const Shape& sizes, DType dtype, Device device, const char* op) {
   OpSite site(op);  // names the allocation after the factory unless an op already did
   check_sizes(sizes, op);
+  size_t nbytes = 0;
+  EMBER_CHECK(!__builtin_mul_overflow(static_cast<size_t>(numel_of(sizes)), element_size(dtype),
+                                      &nbytes),
+              op, ": shape ", shape_str(sizes), " of ", dtype, " needs more bytes than size_t holds");
   if (device.is_cuda()) cuda::check_device(device.index);
   auto impl = std::make_shared<TensorImpl>();
   impl->sizes = sizes;
   impl->strides = contiguous_strides(sizes);
   impl->dtype = dtype;
   impl->storage =
-      std::make_shared<Storage>(static_cast<size_t>(numel_of(sizes)) * element_size(dtype), device);
+      std::make_shared<Storage>(nbytes, device);
   return Tensor(std::move(impl));
 }
 
@@ -92,6 +96,8 @@ Tensor make_view(const Tensor& base, Shape sizes, Shape strides, int64_t offset)
   impl->strides = std::move(strides);
   impl->offset = offset;
   impl->dtype = base.dtype();
+  impl->site_op = base.impl().site_op;  // a view was made where its storage was
+  impl->site_scope = base.impl().site_scope;
   return Tensor(std::move(impl));
 }
 
@@ -126,6 +132,9 @@ Tensor arange(double start, double end, double step, TensorOptions o) {
               "arange: step must be finite and non-zero, bounds finite (got start=", start,
               ", end=", end, ", step=", step, ")");
   double count = std::ceil((end - start) / step);
+  // Converting a count past int64's range is undefined behaviour: refuse it first.
+  EMBER_CHECK(count < 9.0e15, "arange: [", start, ", ", end, ") in steps of ", step, " has ",
+              count, " elements, too many");
   int64_t n = count > 0 ? static_cast<int64_t>(count) : 0;
   std::vector<double> v(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) v[i] = start + step * static_cast<double>(i);

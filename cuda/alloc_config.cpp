@@ -131,6 +131,17 @@ AllocatorOptions AllocatorOptions::parse(std::string_view text) {
         fail(key, value, "expected a number");
       if (!(t > 0.0 && t < 1.0)) fail(key, value, "must be between 0.0 and 1.0 (exclusive)");
       o.garbage_collection_threshold = t;
+    } else if (key == "sanitize") {
+      if (value == "True" || value == "true" || value == "1")
+        o.sanitize = true;
+      else if (value == "False" || value == "false" || value == "0")
+        o.sanitize = false;
+      else
+        fail(key, value, "expected True or False");
+    } else if (key == "sanitize_quarantine_blocks") {
+      o.quarantine_blocks = parse_unsigned(key, value);
+    } else if (key == "sanitize_quarantine_mb") {
+      o.quarantine_bytes = std::min(parse_unsigned(key, value), kNoMaxSplit / kMiB) * kMiB;
     } else if (key == "expandable_segments") {
       if (value == "True" || value == "true" || value == "1")
         fail(key, value, "expandable segments are not supported by ember");
@@ -138,7 +149,8 @@ AllocatorOptions AllocatorOptions::parse(std::string_view text) {
     } else {
       EMBER_FAIL(kAllocConfEnvVar, ": unknown option \"", key,
                  "\" (known: max_split_size_mb, max_non_split_rounding_mb, "
-                 "roundup_power2_divisions, garbage_collection_threshold, expandable_segments)");
+                 "roundup_power2_divisions, garbage_collection_threshold, expandable_segments, "
+                 "sanitize, sanitize_quarantine_blocks, sanitize_quarantine_mb)");
     }
   }
   return o;

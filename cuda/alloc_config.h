@@ -33,10 +33,21 @@ struct AllocatorOptions {
   // device's capacity, free cached whole segments, oldest first, down to it.
   double garbage_collection_threshold = 0.0;
 
+  // Sanitizer mode (sanitize:True): each block gets guard bytes before and after
+  // what was asked, checked when it is freed; a freed block is poisoned and kept
+  // in quarantine (not reused) until more than quarantine_blocks frees or
+  // quarantine_bytes bytes came after it, and its poison is checked when it
+  // leaves. Bugs found are reported with the block's allocation site (see
+  // CachingAllocator::sanitizer_reports). Costs memory and time: for debugging.
+  bool sanitize = false;
+  size_t quarantine_blocks = 256;                // sanitize_quarantine_blocks
+  size_t quarantine_bytes = size_t{64} << 20;    // sanitize_quarantine_mb
+
   // Parses `key:value,...`. Keys: max_split_size_mb, max_non_split_rounding_mb,
   // roundup_power2_divisions (N or [size_mb:N,...,>:N]), garbage_collection_threshold,
-  // expandable_segments (only False is supported). Throws ember::Error naming the
-  // offending key or value.
+  // expandable_segments (only False is supported), sanitize (True/False),
+  // sanitize_quarantine_blocks, sanitize_quarantine_mb. Throws ember::Error naming
+  // the offending key or value.
   static AllocatorOptions parse(std::string_view text);
   // parse() of EMBER_CUDA_ALLOC_CONF, or defaults when it is unset or empty.
   static AllocatorOptions from_env();

@@ -30,7 +30,19 @@ CachingAllocator& device_caching_allocator(int device) {
   return *allocators[static_cast<size_t>(device)];
 }
 
-Allocator& host_allocator() { return host_caching_allocator(); }
+namespace {
+thread_local Allocator* t_host_override = nullptr;
+}  // namespace
+
+HostAllocatorOverride::HostAllocatorOverride(Allocator& allocator) noexcept
+    : previous_(t_host_override) {
+  t_host_override = &allocator;
+}
+HostAllocatorOverride::~HostAllocatorOverride() { t_host_override = previous_; }
+
+Allocator& host_allocator() {
+  return t_host_override != nullptr ? *t_host_override : host_caching_allocator();
+}
 
 Allocator& device_allocator(int device) { return device_caching_allocator(device); }
 

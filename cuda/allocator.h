@@ -22,8 +22,25 @@ class Allocator {
   virtual void record_stream(void* /*ptr*/, cudaStream_t /*stream*/) {}
 };
 
-// The allocator for host (CPU) tensors.
+// The allocator for host (CPU) tensors: the process-wide one, or this thread's
+// HostAllocatorOverride while one is alive.
 Allocator& host_allocator();
+
+// Makes CPU tensors created on this thread take their memory from `allocator`
+// while the guard lives (guards nest; the innermost wins). Each Storage keeps the
+// allocator it came from, so tensors may outlive the guard but not `allocator`.
+// For tests and tools that want a private, observable allocator (fault injection
+// on a SimulatedBackend, leak checks) without touching the process-wide one.
+class HostAllocatorOverride {
+ public:
+  explicit HostAllocatorOverride(Allocator& allocator) noexcept;
+  ~HostAllocatorOverride();
+  HostAllocatorOverride(const HostAllocatorOverride&) = delete;
+  HostAllocatorOverride& operator=(const HostAllocatorOverride&) = delete;
+
+ private:
+  Allocator* previous_;
+};
 // The allocator for CUDA device `device`; throws ember::Error for a device that
 // does not exist.
 Allocator& device_allocator(int device);

@@ -19,6 +19,10 @@ const char* to_string(GemmBackend b);
 // The backend the rule (or EMBER_GEMM) picks for y (m, n) = x (m, k) w (n, k)^T.
 GemmBackend choose_linear_backend(DType dtype, int64_t m, int64_t n, int64_t k);
 
+// Whether Linear's backward sums d_b inside the d_w GEMM (cuBLASLt BGRADB) rather
+// than in a separate reduction; measured per dtype (benchmarks/NOTES.md).
+bool fuse_bias_grad(DType dtype);
+
 // y = act(x w^T + b) (pre: the pre-activation, when not null) on the chosen
 // backend; falls back to ours when cuBLASLt offers no algorithm. Returns the
 // backend that ran. float32 (TF32 through cuBLASLt when allowed) and bfloat16.

@@ -182,6 +182,16 @@ StateDict load_state_dict_file(const std::string& path) {
   EMBER_CHECK(in.good(), "checkpoint '", path, "': cannot open: ", std::strerror(errno));
   std::vector<unsigned char> file((std::istreambuf_iterator<char>(in)),
                                   std::istreambuf_iterator<char>());
+  return parse_state_dict(file.data(), file.size(), path);
+}
+
+StateDict parse_state_dict(const unsigned char* bytes, size_t size, const std::string& path) {
+  struct View {
+    const unsigned char* p;
+    size_t n;
+    const unsigned char* data() const { return p; }
+    size_t size() const { return n; }
+  } file{bytes, size};
   EMBER_CHECK(file.size() >= kHeaderBytes, "checkpoint '", path, "': truncated (", file.size(),
               " bytes, shorter than the ", kHeaderBytes, "-byte header)");
   EMBER_CHECK(std::memcmp(file.data(), kMagic, 8) == 0, "checkpoint '", path,
@@ -221,10 +231,15 @@ StateDict load_state_dict_file(const std::string& path) {
     }
     const DType dtype = static_cast<DType>(code);
     const auto nbytes = r.get<uint64_t>("data size");
-    EMBER_CHECK(nbytes == static_cast<uint64_t>(numel_of(sizes)) * element_size(dtype),
+    uint64_t need = 0;
+    with_context(path, name.c_str(), [&] { check_sizes(sizes, "entry shape"); });
+    EMBER_CHECK(!__builtin_mul_overflow(static_cast<uint64_t>(numel_of(sizes)),
+                                        uint64_t{element_size(dtype)}, &need),
+                "checkpoint '", path, "': entry '", name, "' has shape ", shape_str(sizes),
+                " whose size overflows");
+    EMBER_CHECK(nbytes == need,
                 "checkpoint '", path, "': entry '", name, "' holds ", nbytes,
-                " bytes of data, its shape ", shape_str(sizes), " and dtype ", dtype, " need ",
-                numel_of(sizes) * static_cast<int64_t>(element_size(dtype)));
+                " bytes of data, its shape ", shape_str(sizes), " and dtype ", dtype, " need ", need);
     const unsigned char* data = r.bytes(nbytes, "data");
     EMBER_CHECK(!sd.contains(name), "checkpoint '", path, "': duplicate entry '", name, "'");
     Tensor t = empty(sizes, dtype);

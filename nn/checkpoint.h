@@ -43,5 +43,8 @@ void load(Module& model, const std::string& path);
 // on the CPU.
 void save_state_dict(const StateDict& state, const std::string& path);
 StateDict load_state_dict_file(const std::string& path);
+// The reader behind load_state_dict_file, on bytes already in memory; `path`
+// only names them in errors. Any malformed input throws ember::Error.
+StateDict parse_state_dict(const unsigned char* bytes, size_t size, const std::string& path);
 
 }  // namespace ember::nn

@@ -91,9 +91,33 @@ std::vector<std::string> Adam::buffer_names(const OptimizerOptions& options) con
 
 void Adam::step() {
   NoGradGuard no_grad;
-  for (ParamGroup& group : param_groups()) {
-    const cuda::AdamConfig config = config_of(group.options(), decoupled_);
-    detail::StepTargets targets = detail::step_targets(name(), group);
+  // Everything that can fail (checks, state buffers, CUDA workspaces) happens for
+  // every group before any parameter or step count changes: a step that throws
+  // (out of memory, say) leaves the model and the optimizer as they were.
+  std::vector<detail::StepTargets> all_targets;
+  for (ParamGroup& group : param_groups())
+    all_targets.push_back(detail::step_targets(name(), group));
+  for (size_t g = 0; g < all_targets.size(); ++g) {
+    std::vector<Tensor> params = all_targets[g].cpu;
+    for (const auto& on_device : all_targets[g].cuda)
+      params.insert(params.end(), on_device.begin(), on_device.end());
+    reserve_state(params, buffer_names(param_groups()[g].options()));
+  }
+  std::vector<std::vector<Tensor>> workspaces(all_targets.size());
+  for (size_t g = 0; g < all_targets.size(); ++g) {
+    for (const std::vector<Tensor>& on_device : all_targets[g].cuda) {
+      std::vector<cuda::OptimTensor> sizes(on_device.size());
+      for (size_t k = 0; k < on_device.size(); ++k) sizes[k].numel = on_device[k].numel();
+      const size_t bytes =
+          cuda::fused_optim_workspace_bytes(sizes.data(), static_cast<int64_t>(sizes.size()));
+      workspaces[g].push_back(empty({static_cast<int64_t>((bytes + 7) / 8)},
+                                    TensorOptions(kFloat64).device(on_device.front().device())));
+    }
+  }
+
+  for (size_t g = 0; g < all_targets.size(); ++g) {
+    const cuda::AdamConfig config = config_of(param_groups()[g].options(), decoupled_);
+    const detail::StepTargets& targets = all_targets[g];
 
     // Advances p's step and fills t with its state and bias corrections.
     auto prepare = [&](const Tensor& p, cuda::OptimTensor& t) {
@@ -140,16 +164,15 @@ void Adam::step() {
       });
     }
 
-    for (const std::vector<Tensor>& on_device : targets.cuda) {
+    for (size_t d = 0; d < targets.cuda.size(); ++d) {
+      const std::vector<Tensor>& on_device = targets.cuda[d];
       std::vector<cuda::OptimTensor> table(on_device.size());
       for (size_t k = 0; k < on_device.size(); ++k) prepare(on_device[k], table[k]);
       const Device dev = on_device.front().device();
       cuda::DeviceGuard guard(dev.index);
       const int64_t n = static_cast<int64_t>(table.size());
-      const size_t bytes = cuda::fused_optim_workspace_bytes(table.data(), n);
-      Tensor workspace =
-          empty({static_cast<int64_t>((bytes + 7) / 8)}, TensorOptions(kFloat64).device(dev));
-      cuda::launch_fused_adam(table.data(), n, config, workspace.raw_data(), bytes,
+      const Tensor& workspace = workspaces[g][d];
+      cuda::launch_fused_adam(table.data(), n, config, workspace.raw_data(), workspace.nbytes(),
                               cuda::current_stream(dev.index));
     }
   }

@@ -106,6 +106,27 @@ ParamState& Optimizer::state_for(const Tensor& param) {
   return state_[param.impl_ptr().get()];
 }
 
+void Optimizer::reserve_state(const std::vector<Tensor>& params,
+                              const std::vector<std::string>& names) {
+  std::vector<std::pair<const TensorImpl*, size_t>> touched;  // buffers held before
+  std::vector<const TensorImpl*> created;
+  try {
+    for (const Tensor& p : params) {
+      auto [it, inserted] = state_.try_emplace(p.impl_ptr().get());
+      if (inserted) created.push_back(it->first);
+      touched.emplace_back(it->first, it->second.buffers.size());
+      for (const std::string& name : names) it->second.get_or_zeros(name, p);
+    }
+  } catch (...) {
+    for (auto& [key, before] : touched) {
+      auto& buffers = state_.at(key).buffers;
+      buffers.erase(buffers.begin() + static_cast<std::ptrdiff_t>(before), buffers.end());
+    }
+    for (const TensorImpl* key : created) state_.erase(key);
+    throw;
+  }
+}
+
 size_t Optimizer::num_parameters() const {
   size_t n = 0;
   for (const ParamGroup& g : groups_) n += g.params().size();

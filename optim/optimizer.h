@@ -116,6 +116,11 @@ class Optimizer {
   Optimizer(std::vector<ParamGroup> groups, std::unique_ptr<OptimizerOptions> defaults);
   // The state of `param`, created empty on first use.
   ParamState& state_for(const Tensor& param);
+  // Makes every buffer in `names` for every parameter in `params` (as zeros)
+  // before a step changes anything, all or nothing: if an allocation fails
+  // (out of memory), what this call made is dropped and the error rethrown, so
+  // the optimizer is exactly as it was.
+  void reserve_state(const std::vector<Tensor>& params, const std::vector<std::string>& names);
   // The names of the buffers this optimizer keeps for a parameter with these options.
   virtual std::vector<std::string> buffer_names(const OptimizerOptions& options) const = 0;
   virtual const char* name() const = 0;

@@ -1,5 +1,6 @@
 #include "optim/sgd.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/autograd.h"
@@ -58,16 +59,49 @@ std::vector<std::string> SGD::buffer_names(const OptimizerOptions& options) cons
 
 void SGD::step() {
   NoGradGuard no_grad;
-  for (ParamGroup& group : param_groups()) {
-    const auto& o = static_cast<const SGDOptions&>(group.options());
+  // As Adam::step: checks, momentum buffers and CUDA workspaces for every group
+  // first, so a step that throws leaves the model and the optimizer as they were.
+  std::vector<detail::StepTargets> all_targets;
+  for (ParamGroup& group : param_groups())
+    all_targets.push_back(detail::step_targets("SGD", group));
+  // A parameter without a momentum buffer yet takes its first step (buf = grad).
+  std::vector<const TensorImpl*> first_step;
+  for (size_t g = 0; g < all_targets.size(); ++g) {
+    std::vector<Tensor> params = all_targets[g].cpu;
+    for (const auto& on_device : all_targets[g].cuda)
+      params.insert(params.end(), on_device.begin(), on_device.end());
+    for (const Tensor& p : params) {
+      const ParamState* s = state(p);
+      const bool has_buffer =
+          s != nullptr && std::any_of(s->buffers.begin(), s->buffers.end(),
+                                      [](const auto& b) { return b.first == "momentum_buffer"; });
+      if (!has_buffer) first_step.push_back(p.impl_ptr().get());
+    }
+    reserve_state(params, buffer_names(param_groups()[g].options()));
+  }
+  std::vector<std::vector<Tensor>> workspaces(all_targets.size());
+  for (size_t g = 0; g < all_targets.size(); ++g) {
+    for (const std::vector<Tensor>& on_device : all_targets[g].cuda) {
+      std::vector<cuda::OptimTensor> sizes(on_device.size());
+      for (size_t k = 0; k < on_device.size(); ++k) sizes[k].numel = on_device[k].numel();
+      const size_t bytes =
+          cuda::fused_optim_workspace_bytes(sizes.data(), static_cast<int64_t>(sizes.size()));
+      workspaces[g].push_back(empty({static_cast<int64_t>((bytes + 7) / 8)},
+                                    TensorOptions(kFloat64).device(on_device.front().device())));
+    }
+  }
+
+  for (size_t g = 0; g < all_targets.size(); ++g) {
+    const auto& o = static_cast<const SGDOptions&>(param_groups()[g].options());
     const cuda::SgdConfig config{o.lr(), o.momentum(), o.dampening(), o.weight_decay(),
                                  o.nesterov()};
-    detail::StepTargets targets = detail::step_targets("SGD", group);
+    const detail::StepTargets& targets = all_targets[g];
 
     // Per parameter: its state before the update.
     auto prepare = [&](const Tensor& p, Tensor& buf) {
       ParamState& s = state_for(p);
-      const bool first = s.find("momentum_buffer") == nullptr;
+      const bool first = std::find(first_step.begin(), first_step.end(),
+                                   p.impl_ptr().get()) != first_step.end();
       ++s.step;
       if (o.momentum() != 0) buf = s.get_or_zeros("momentum_buffer", p);
       p.bump_version();
@@ -93,7 +127,8 @@ void SGD::step() {
       });
     }
 
-    for (const std::vector<Tensor>& on_device : targets.cuda) {
+    for (size_t d = 0; d < targets.cuda.size(); ++d) {
+      const std::vector<Tensor>& on_device = targets.cuda[d];
       std::vector<cuda::OptimTensor> table;
       for (const Tensor& p : on_device) {
         Tensor buf;
@@ -108,12 +143,10 @@ void SGD::step() {
       }
       const Device dev = on_device.front().device();
       cuda::DeviceGuard guard(dev.index);
-      const size_t bytes =
-          cuda::fused_optim_workspace_bytes(table.data(), static_cast<int64_t>(table.size()));
-      Tensor workspace =
-          empty({static_cast<int64_t>((bytes + 7) / 8)}, TensorOptions(kFloat64).device(dev));
+      const Tensor& workspace = workspaces[g][d];
       cuda::launch_fused_sgd(table.data(), static_cast<int64_t>(table.size()), config,
-                             workspace.raw_data(), bytes, cuda::current_stream(dev.index));
+                             workspace.raw_data(), workspace.nbytes(),
+                             cuda::current_stream(dev.index));
     }
   }
 }

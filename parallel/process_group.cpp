@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -37,20 +38,22 @@ bool env_set(const char* name) { return std::getenv(name) != nullptr; }
 LaunchEnv launch_env() {
   LaunchEnv env;
   struct Source {
-    const char *rank, *size, *local_rank;
+    const char *rank, *size, *local_rank, *local_size;
     bool mpi;
   };
   const Source sources[] = {
-      {"RANK", "WORLD_SIZE", "LOCAL_RANK", false},
-      {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", true},
-      {"PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", true},
-      {"SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", true},
+      {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", false},
+      {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
+       "OMPI_COMM_WORLD_LOCAL_SIZE", true},
+      {"PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS", true},
+      {"SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE", true},
   };
   for (const Source& s : sources) {
     if (!env_set(s.rank) || !env_set(s.size)) continue;
     env.rank = env_int(s.rank, 0);
     env.world_size = env_int(s.size, 1);
     env.local_rank = env_int(s.local_rank, env.rank);
+    env.local_world_size = env_int(s.local_size, env.world_size);
     env.from_launcher = !s.mpi;
     env.from_mpi = s.mpi;
     EMBER_CHECK(env.world_size >= 1 && env.rank < env.world_size, "init_process_group: ",
@@ -102,9 +105,15 @@ ProcessGroup init_process_group(ProcessGroupOptions options) {
   pg.world_size = env.world_size;
   pg.local_rank = env.local_rank;
   Backend backend = options.backend_;
+  const int gpus = cuda::device_count();
+  (void)gpus;  // unused when built without NCCL
   if (backend == Backend::Auto) {
 #ifdef EMBER_HAVE_NCCL
-    backend = cuda::is_available() ? Backend::Nccl : Backend::Mpi;
+    // Every rank reads the same variables, so all choose the same backend.
+    backend = gpus > 0 && env.local_world_size <= gpus ? Backend::Nccl : Backend::Mpi;
+    if (gpus > 0 && backend == Backend::Mpi && env.rank == 0)
+      std::fprintf(stderr, "ember: %d ranks per machine but %d GPU(s): using the MPI backend "
+                   "on the CPU (NCCL needs one GPU per rank)\n", env.local_world_size, gpus);
 #else
     backend = Backend::Mpi;
 #endif
@@ -122,8 +131,10 @@ ProcessGroup init_process_group(ProcessGroupOptions options) {
   }
 
 #ifdef EMBER_HAVE_NCCL
-  const int gpus = cuda::device_count();
   EMBER_CHECK(gpus > 0, "init_process_group: the NCCL backend needs a CUDA device, found none");
+  EMBER_CHECK(env.local_world_size <= gpus, "init_process_group: the NCCL backend needs one GPU "
+              "per rank, but this machine runs ", env.local_world_size, " ranks on ", gpus,
+              " GPU(s)");
   const int device = env.local_rank % gpus;
   cuda::set_device(device);
   pg.device = Device::cuda(device);

@@ -18,19 +18,23 @@ struct LaunchEnv {
   int rank = 0;
   int world_size = 1;
   int local_rank = 0;
+  int local_world_size = 1;    // ranks on this machine
   bool from_launcher = false;  // RANK and WORLD_SIZE set (ember-run, torchrun)
   bool from_mpi = false;       // OMPI_COMM_WORLD_*, PMI_*, or SLURM_* set
   std::string rendezvous_dir;  // EMBER_RENDEZVOUS_DIR (ember-run)
 };
 // Reads RANK/WORLD_SIZE/LOCAL_RANK, else OMPI_COMM_WORLD_RANK/SIZE/LOCAL_RANK,
 // else PMI_RANK/PMI_SIZE, else SLURM_PROCID/SLURM_NTASKS/SLURM_LOCALID; else a
-// single process. Throws naming the variable when a value is malformed.
+// single process (local sizes from LOCAL_WORLD_SIZE, OMPI_COMM_WORLD_LOCAL_SIZE,
+// MPI_LOCALNRANKS or SLURM_NTASKS_PER_NODE). Throws naming a malformed variable.
 LaunchEnv launch_env();
 
 enum class Backend { Auto, Nccl, Mpi };
 
 struct ProcessGroupOptions {
-  Backend backend_ = Backend::Auto;  // Auto: NCCL when a GPU is present and built in
+  // Auto: NCCL when built in and this machine has a GPU for each of its ranks
+  // (NCCL refuses two ranks on one GPU), else MPI on the CPU.
+  Backend backend_ = Backend::Auto;
   CommOptions comm_;
   ProcessGroupOptions& backend(Backend b) { backend_ = b; return *this; }
   ProcessGroupOptions& comm(CommOptions c) { comm_ = c; return *this; }

@@ -150,13 +150,14 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b, Activation act)
           Tensor d_w, d_b;
           if (gw && fused && m > 0) {
             const Tensor& xs = sx.get();
+            const bool fuse_db = cuda::fuse_bias_grad(d_pre.dtype());
             d_pre = d_pre.contiguous();
             d_w = empty({out_features, in}, TensorOptions(d_pre.dtype()).device(d_pre.device()));
-            d_b = gb ? empty({out_features}, TensorOptions(d_pre.dtype()).device(d_pre.device()))
+            d_b = gb && fuse_db ? empty({out_features}, TensorOptions(d_pre.dtype()).device(d_pre.device()))
                      : Tensor();
             if (!cuda::lt_linear_backward_weight(d_pre.dtype(), m, out_features, in, xs.raw_data(),
                                                  xs.stride(0), d_pre.raw_data(), d_w.raw_data(),
-                                                 gb ? d_b.raw_data() : nullptr,
+                                                 gb && fuse_db ? d_b.raw_data() : nullptr,
                                                  d_pre.device().index, detail::stream_of(d_pre)))
               d_w = Tensor(), d_b = Tensor();  // no fused algorithm: the composed path below
           }

@@ -19,7 +19,9 @@ Shape infer_size(Shape sizes, int64_t numel, const char* op, const Shape& from) 
       infer = static_cast<int64_t>(i);
     } else {
       EMBER_CHECK(sizes[i] >= 0, op, ": invalid size ", sizes[i], " in ", shape_str(sizes));
-      known *= sizes[i];
+      // Checked: an overflowing product could wrap to a count that matches.
+      EMBER_CHECK(!__builtin_mul_overflow(known, sizes[i], &known), op, ": shape ",
+                  shape_str(sizes), " has more elements than int64 can count");
     }
   }
   if (infer >= 0) {
@@ -87,8 +89,10 @@ Tensor slice(const Tensor& a, int64_t dim, int64_t start, int64_t end, int64_t s
   start = std::clamp<int64_t>(start, 0, n);
   end = std::clamp<int64_t>(end, start, n);
   Shape sizes = a.sizes(), strides = a.strides();
-  sizes[dim] = (end - start + step - 1) / step;
-  strides[dim] *= step;
+  // Written so that no step (up to INT64_MAX) overflows; a dim of one element
+  // keeps its stride, so stride * step is only formed when it stays in bounds.
+  sizes[dim] = end == start ? 0 : 1 + (end - start - 1) / step;
+  if (sizes[dim] > 1) strides[dim] *= step;
   Tensor out = make_view(a, sizes, strides, a.storage_offset() + start * a.stride(dim));
   if (any_requires_grad({&a}))
     attach_grad_fn(out, "SliceBackward", {&a},
@@ -147,11 +151,13 @@ Tensor expand(const Tensor& a, Shape sizes) {
     }
     int64_t s = a.sizes()[i - lead];
     if (sizes[i] == -1) sizes[i] = s;
+    EMBER_CHECK(sizes[i] >= 0, "expand: invalid size ", sizes[i]);
     EMBER_CHECK(s == sizes[i] || s == 1, "expand: size ", s, " at dim ", i - lead,
                 " cannot be expanded to ", sizes[i], " (shape ", shape_str(a.sizes()), " to ",
                 shape_str(sizes), ")");
     strides[i] = s == sizes[i] ? a.strides()[i - lead] : 0;
   }
+  check_sizes(sizes, "expand");  // no element count past int64
   Tensor out = make_view(a, sizes, strides, a.storage_offset());
   if (any_requires_grad({&a}))
     attach_grad_fn(out, "ExpandBackward", {&a},

@@ -250,7 +250,7 @@ TEST_CASE("ddp/timeout: a rank that skips backward makes the others name the buc
     MESSAGE("needs 2+ ranks");
     return;
   }
-  auto comm = world(std::chrono::milliseconds(800));
+  auto comm = world(std::chrono::milliseconds(1500));
   auto model = make_mlp(5);
   DistributedDataParallel ddp(model, comm, DdpOptions().first_bucket_bytes(72));
   if (comm->rank() != 1) {

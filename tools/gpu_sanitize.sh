@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# Runs the CUDA test cases (doctest suite "cuda") of every test binary of a build
+# under compute-sanitizer: memcheck, racecheck, initcheck and synccheck. Needs a
+# GPU. Usage: tools/gpu_sanitize.sh [build-dir]   (make gpu-sanitize)
+#   EMBER_GPU_SANITIZERS="memcheck initcheck"  runs only those tools
+# Each run's log is kept in <build>/gpu-sanitize/<binary>.<tool>.log; the table
+# at the end says what ran, how many test cases and what each tool found.
+set -uo pipefail
+build="${1:-build}"
+cd "$(dirname "$0")/.."
+cs="$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)"
+if [ ! -x "$cs" ]; then
+  echo "gpu-sanitize: compute-sanitizer not found (it ships with the CUDA Toolkit)" >&2
+  exit 1
+fi
+if ! nvidia-smi -L >/dev/null 2>&1; then
+  echo "gpu-sanitize: no GPU on this machine; run it on the GPU machine" >&2
+  exit 1
+fi
+tools=${EMBER_GPU_SANITIZERS:-memcheck racecheck initcheck synccheck}
+logs="$build/gpu-sanitize"
+mkdir -p "$logs"
+
+# The soak tests run 100,000 steps: minutes natively, hours under a sanitizer.
+# Their kernels are the ones every other CUDA test case already runs.
+doctest_args=(-ts=cuda "-tce=soak/*" --no-intro=true)
+# memcheck: no --leak-check, because the per-device caching allocators are
+# deliberately never destroyed (cuda/allocator.cpp), so their segments are still
+# held at exit by design; everything else it checks is on.
+declare -A tool_args=(
+  [memcheck]="--tool memcheck"
+  [racecheck]="--tool racecheck --racecheck-report analysis"
+  [initcheck]="--tool initcheck"
+  [synccheck]="--tool synccheck"
+)
+
+status=0
+summary=()
+for bin in "$build"/tests/ember_tests_*; do
+  [ -x "$bin" ] || continue
+  name=$(basename "$bin")
+  for tool in $tools; do
+    log="$logs/$name.$tool.log"
+    echo "gpu-sanitize: $tool on $name (log: $log)"
+    start=$(date +%s)
+    if [ "$name" = ember_tests_parallel ]; then
+      # One rank (NCCL refuses two ranks on one GPU); multi-rank runs need 2+ GPUs.
+      env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 NCCL_NVLS_ENABLE=0 \
+        mpirun -np 1 --allow-run-as-root \
+        "$cs" ${tool_args[$tool]} --error-exitcode 86 "$bin" "${doctest_args[@]}" >"$log" 2>&1
+    else
+      "$cs" ${tool_args[$tool]} --error-exitcode 86 "$bin" "${doctest_args[@]}" >"$log" 2>&1
+    fi
+    rc=$?
+    secs=$(( $(date +%s) - start ))
+    errors=$(grep -Eo 'ERROR SUMMARY: [0-9]+ error' "$log" | grep -Eo '[0-9]+' | tail -1)
+    cases=$(grep -E '^\[doctest\] test cases:' "$log" | tail -1 | sed 's/^\[doctest\] //')
+    verdict=clean
+    if [ "$rc" -ne 0 ]; then
+      verdict="FAILED (exit $rc)"
+      status=1
+    fi
+    summary+=("$(printf '%-10s %-24s %-9s errors=%-4s %4ss  %s' "$tool" "$name" "$verdict" \
+                 "${errors:-?}" "$secs" "${cases:-no doctest summary}")")
+  done
+done
+echo
+echo "gpu-sanitize: what ran (suite cuda, soak excluded)"
+printf '%s\n' "${summary[@]}"
+[ $status -eq 0 ] && echo "gpu-sanitize: clean" || echo "gpu-sanitize: FAILURES, see $logs"
+exit $status
