@@ -38,9 +38,11 @@ std::string bytes_str(int64_t b) {
   int u = 0;
   while (v >= 1024 && u < 3) v /= 1024, ++u;
   char buf[64];
-  if (u == 0) std::snprintf(buf, sizeof buf, "%lld bytes", static_cast<long long>(b));
-  else std::snprintf(buf, sizeof buf, "%s%.1f %s (%lld bytes)", b < 0 ? "-" : "", v, units[u],
-                     static_cast<long long>(b));
+  if (u == 0)
+    std::snprintf(buf, sizeof buf, "%lld bytes", static_cast<long long>(b));
+  else
+    std::snprintf(buf, sizeof buf, "%s%.1f %s (%lld bytes)", b < 0 ? "-" : "", v, units[u],
+                  static_cast<long long>(b));
   return buf;
 }
 
@@ -81,7 +83,8 @@ void mark_step(const std::string& label, std::vector<Device> devices) {
 
 bool LeakReport::leaked() const {
   if (!survivors.empty()) return true;
-  return std::any_of(graphs.begin(), graphs.end(), [](const RetainedGraph& g) { return g.leaks(); });
+  return std::any_of(graphs.begin(), graphs.end(),
+                     [](const RetainedGraph& g) { return g.leaks(); });
 }
 
 std::string LeakReport::str() const {
@@ -187,8 +190,8 @@ LeakReport StepLeakCheck::finish() {
   using Key = std::tuple<int, std::string, std::string>;
   std::map<Key, LeakSite> net;
   auto add = [&](int slot, const Block& b, int sign) {
-    LeakSite& s = net[{slot, site_name(b.scope, b.tag),
-                       b.has_tensor ? tensor_desc(b.sizes, b.dtype) : "-"}];
+    LeakSite& s =
+        net[{slot, site_name(b.scope, b.tag), b.has_tensor ? tensor_desc(b.sizes, b.dtype) : "-"}];
     s.count += sign;
     s.bytes += sign * static_cast<int64_t>(b.requested);
     s.allocated_bytes += sign * static_cast<int64_t>(b.size);
@@ -247,11 +250,14 @@ LeakReport StepLeakCheck::finish() {
   }
   // A graph inside another retained graph is reported through the outer one.
   std::sort(r.graphs.begin(), r.graphs.end(), [](const RetainedGraph& a, const RetainedGraph& b) {
-    return std::tie(a.saved_activation_bytes, a.nodes) > std::tie(b.saved_activation_bytes, b.nodes);
+    return std::tie(a.saved_activation_bytes, a.nodes) >
+           std::tie(b.saved_activation_bytes, b.nodes);
   });
 
-  if (tracker_) tracker_->add(r);
-  else apply_mode(mode_, r.leaked(), r.str());
+  if (tracker_)
+    tracker_->add(r);
+  else
+    apply_mode(mode_, r.leaked(), r.str());
   return r;
 }
 
@@ -365,7 +371,8 @@ std::string LeakTrend::str() const {
     std::snprintf(buf, sizeof buf, "%.1f", g.nodes_per_step);
     os << "  a tensor made at " << g.site << " (grad_fn=" << g.grad_fn
        << ") holds a graph growing by " << buf << " nodes per step (" << g.nodes << " now) and "
-       << bytes_str(static_cast<int64_t>(g.saved_bytes_per_step)) << " of saved activations per step ("
+       << bytes_str(static_cast<int64_t>(g.saved_bytes_per_step))
+       << " of saved activations per step ("
        << bytes_str(static_cast<int64_t>(g.saved_activation_bytes)) << " now)\n";
   }
   if (!graphs.empty())

@@ -17,17 +17,17 @@
 namespace ember {
 
 enum class LeakMode {
-  warn,   // print the report to stderr when something leaked
-  raise,  // throw ember::Error carrying the report when something leaked
-  record, // say nothing; the caller reads the report (tests)
+  warn,    // print the report to stderr when something leaked
+  raise,   // throw ember::Error carrying the report when something leaked
+  record,  // say nothing; the caller reads the report (tests)
 };
 
 // Net growth of one allocation site and shape over a scope: what was allocated
 // at its end and not at its start, less what was freed (blocks churned at the
 // same site and shape, like gradients re-made each step, cancel out).
 struct LeakSite {
-  std::string site;    // "model.fc1.forward / linear"
-  std::string shape;   // "[64, 128]", or "-" for a block no tensor views
+  std::string site;   // "model.fc1.forward / linear"
+  std::string shape;  // "[64, 128]", or "-" for a block no tensor views
   Device device;
   int64_t count = 0;            // net new blocks
   int64_t bytes = 0;            // net new bytes asked for (tensor bytes)
@@ -36,12 +36,12 @@ struct LeakSite {
 
 // A tensor made inside the scope that outlived it while holding a graph.
 struct RetainedGraph {
-  std::string site;   // where the tensor was made
+  std::string site;  // where the tensor was made
   std::string shape;
   Device device;
-  std::string grad_fn;            // the node it holds ("AddBackward")
-  size_t nodes = 0;               // graph nodes it keeps alive
-  size_t nodes_before = 0;        // of those, made before the scope began: the graph spans steps
+  std::string grad_fn;      // the node it holds ("AddBackward")
+  size_t nodes = 0;         // graph nodes it keeps alive
+  size_t nodes_before = 0;  // of those, made before the scope began: the graph spans steps
   size_t saved_activation_bytes = 0;  // saved-for-backward activations still alive through it
   size_t saved_leaf_bytes = 0;        // saved weights/inputs (alive anyway)
   // Leaking (not just kept for a look): it drags earlier steps' history or saved
@@ -54,8 +54,8 @@ struct LeakReport {
   std::vector<Device> devices;
   int64_t allocated_before = 0;  // memory_allocated summed over `devices`
   int64_t allocated_after = 0;
-  std::vector<LeakSite> survivors;     // net growth > 0, largest first
-  std::vector<RetainedGraph> graphs;   // largest first
+  std::vector<LeakSite> survivors;    // net growth > 0, largest first
+  std::vector<RetainedGraph> graphs;  // largest first
 
   bool leaked() const;
   std::string str() const;  // human-readable diagnosis with what to do
@@ -122,7 +122,7 @@ struct GrowingGraph {
   std::string site;
   std::string grad_fn;
   int steps = 0;
-  size_t nodes = 0;             // at the last step
+  size_t nodes = 0;  // at the last step
   double nodes_per_step = 0;
   size_t saved_activation_bytes = 0;  // at the last step
   double saved_bytes_per_step = 0;

@@ -62,8 +62,10 @@ void unregister_live_tensor(TensorImpl& impl) noexcept {
   if (impl.live_shard == kUnregistered) return;
   Shard& s = shards()[impl.live_shard];
   std::lock_guard lock(s.mutex);
-  if (impl.live_prev) impl.live_prev->live_next = impl.live_next;
-  else s.head = impl.live_next;
+  if (impl.live_prev)
+    impl.live_prev->live_next = impl.live_next;
+  else
+    s.head = impl.live_next;
   if (impl.live_next) impl.live_next->live_prev = impl.live_prev;
   --s.count;
 }
@@ -78,12 +80,20 @@ void for_each_live_tensor(const std::function<void(const TensorImpl&)>& f) {
 
 }  // namespace detail
 
-TensorImpl::TensorImpl() { detail::register_live_tensor(*this); }
+TensorImpl::TensorImpl() {
+  detail::register_live_tensor(*this);
+}
 
-void set_live_tensor_registry(bool enabled) { g_registry_on.store(enabled); }
-bool live_tensor_registry_enabled() { return g_registry_on.load(); }
+void set_live_tensor_registry(bool enabled) {
+  g_registry_on.store(enabled);
+}
+bool live_tensor_registry_enabled() {
+  return g_registry_on.load();
+}
 
-std::string LiveTensor::site() const { return site_name(scope, op); }
+std::string LiveTensor::site() const {
+  return site_name(scope, op);
+}
 
 size_t live_tensor_count() {
   size_t n = 0;
@@ -148,8 +158,8 @@ std::string live_tensors_table(std::optional<Device> device, size_t max_rows) {
       rows[it->second] = i;
   }
   std::ostringstream os;
-  os << live.size() << " live tensors on " << rows.size() << " storages, " << total
-     << " bytes, " << with_graph << " holding an autograd graph\n";
+  os << live.size() << " live tensors on " << rows.size() << " storages, " << total << " bytes, "
+     << with_graph << " holding an autograd graph\n";
   char line[512];
   std::snprintf(line, sizeof line, "%-8s %-9s %-16s %12s %6s  %-14s %s\n", "device", "dtype",
                 "shape", "bytes", "views", "graph", "made by");

@@ -20,11 +20,11 @@ struct LiveTensor {
   Device device;
   DType dtype = kFloat32;
   Shape sizes;
-  size_t bytes = 0;          // numel * element size of this view
-  size_t storage_bytes = 0;  // its whole storage (shared by views)
+  size_t bytes = 0;                    // numel * element size of this view
+  size_t storage_bytes = 0;            // its whole storage (shared by views)
   const void* storage_data = nullptr;  // identifies the storage (the allocator block)
-  const char* op = nullptr;     // allocation tag when made ("linear", "full")
-  const char* scope = nullptr;  // allocation scope when made ("model.fc1.forward")
+  const char* op = nullptr;            // allocation tag when made ("linear", "full")
+  const char* scope = nullptr;         // allocation scope when made ("model.fc1.forward")
   bool requires_grad = false;
   bool is_leaf = true;
   const char* grad_fn = nullptr;  // name of the node it holds, if any

@@ -21,11 +21,20 @@ std::string escape_html(const std::string& s) {
   std::string out;
   for (char c : s) {
     switch (c) {
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '&': out += "&amp;"; break;
-      case '"': out += "&quot;"; break;
-      default: out += c;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '&':
+        out += "&amp;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      default:
+        out += c;
     }
   }
   return out;
@@ -68,13 +77,17 @@ void write_memory_timeline_html(const MemorySnapshot& snap, std::ostream& out,
                                 const std::string& title) {
   std::vector<const TraceEntry*> events, steps;
   for (const TraceEntry& e : snap.trace) {
-    if (e.action == TraceAction::step) steps.push_back(&e);
-    else if (e.action != TraceAction::oom) events.push_back(&e);
+    if (e.action == TraceAction::step)
+      steps.push_back(&e);
+    else if (e.action != TraceAction::oom)
+      events.push_back(&e);
   }
-  EMBER_CHECK(!events.empty(), "write_memory_timeline_html: the snapshot has no allocation "
+  EMBER_CHECK(!events.empty(),
+              "write_memory_timeline_html: the snapshot has no allocation "
               "history; call record_memory_history(true) before the run");
 
-  const int64_t t0 = std::min(events.front()->time_ns, steps.empty() ? INT64_MAX : steps.front()->time_ns);
+  const int64_t t0 =
+      std::min(events.front()->time_ns, steps.empty() ? INT64_MAX : steps.front()->time_ns);
   const int64_t t1 = std::max<int64_t>(events.back()->time_ns, t0 + 1);
   int64_t peak_alloc = 0, peak_res = 0;
   for (const TraceEntry* e : events) {
@@ -94,9 +107,11 @@ void write_memory_timeline_html(const MemorySnapshot& snap, std::ostream& out,
   const bool by_step = !steps.empty() && breaks.size() > 2;
   auto xof = [&](int64_t t) {
     if (!by_step) return kLeft + pw * static_cast<double>(t - t0) / (t1 - t0);
-    size_t k = static_cast<size_t>(std::upper_bound(breaks.begin(), breaks.end(), t) - breaks.begin());
+    size_t k =
+        static_cast<size_t>(std::upper_bound(breaks.begin(), breaks.end(), t) - breaks.begin());
     k = std::clamp<size_t>(k, 1, breaks.size() - 1) - 1;
-    const double within = static_cast<double>(t - breaks[k]) / static_cast<double>(breaks[k + 1] - breaks[k]);
+    const double within =
+        static_cast<double>(t - breaks[k]) / static_cast<double>(breaks[k + 1] - breaks[k]);
     return kLeft + pw * (static_cast<double>(k) + std::clamp(within, 0.0, 1.0)) /
                        static_cast<double>(breaks.size() - 1);
   };
@@ -125,8 +140,10 @@ void write_memory_timeline_html(const MemorySnapshot& snap, std::ostream& out,
       double x = kLeft + static_cast<double>(c);
       double ymaxv = yof(static_cast<double>(reserved ? col.max_res : col.max_alloc));
       double ylast = yof(static_cast<double>(reserved ? col.last_res : col.last_alloc));
-      if (!started) std::snprintf(buf, sizeof buf, "M%.1f %.1f V%.1f", x, ymaxv, ylast);
-      else std::snprintf(buf, sizeof buf, " H%.1f V%.1f V%.1f", x, ymaxv, ylast);
+      if (!started)
+        std::snprintf(buf, sizeof buf, "M%.1f %.1f V%.1f", x, ymaxv, ylast);
+      else
+        std::snprintf(buf, sizeof buf, " H%.1f V%.1f V%.1f", x, ymaxv, ylast);
       d += buf;
       started = true;
     }
@@ -137,8 +154,9 @@ void write_memory_timeline_html(const MemorySnapshot& snap, std::ostream& out,
   // Growth per step, read at the step markers.
   std::string growth = "no step markers recorded";
   if (steps.size() >= 2) {
-    double per = static_cast<double>(steps.back()->allocated_bytes - steps.front()->allocated_bytes) /
-                 static_cast<double>(steps.size() - 1);
+    double per =
+        static_cast<double>(steps.back()->allocated_bytes - steps.front()->allocated_bytes) /
+        static_cast<double>(steps.size() - 1);
     growth = (per > 0 ? "+" : "") + human_bytes(per) + " allocated per step over " +
              std::to_string(steps.size() - 1) + " steps";
   }
@@ -152,9 +170,9 @@ void write_memory_timeline_html(const MemorySnapshot& snap, std::ostream& out,
       << " &middot; peak allocated " << human_bytes(static_cast<double>(peak_alloc))
       << " &middot; peak reserved " << human_bytes(static_cast<double>(peak_res)) << " &middot; "
       << escape_html(growth) << " &middot; " << events.size() << " allocator events</p>\n";
-  out << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << kWidth << "\" height=\""
-      << kHeight << "\">\n<rect x=\"" << kLeft << "\" y=\"" << kTop << "\" width=\"" << pw
-      << "\" height=\"" << ph << "\" fill=\"#fafafa\" stroke=\"#ccc\"/>\n";
+  out << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << kWidth << "\" height=\"" << kHeight
+      << "\">\n<rect x=\"" << kLeft << "\" y=\"" << kTop << "\" width=\"" << pw << "\" height=\""
+      << ph << "\" fill=\"#fafafa\" stroke=\"#ccc\"/>\n";
   char buf[1024];
   for (double b = 0; b <= ymax + 0.5; b += ystep) {
     std::snprintf(buf, sizeof buf,
@@ -173,7 +191,8 @@ void write_memory_timeline_html(const MemorySnapshot& snap, std::ostream& out,
                   x, x, kTop + ph, kTop + ph + 5, x, kTop + ph + 18, m);
     out << buf;
   }
-  const size_t label_every = std::max<size_t>(1, (steps.size() + kMaxStepLabels - 1) / kMaxStepLabels);
+  const size_t label_every =
+      std::max<size_t>(1, (steps.size() + kMaxStepLabels - 1) / kMaxStepLabels);
   for (size_t i = 0; i < steps.size(); ++i) {
     double x = xof(steps[i]->time_ns);
     std::snprintf(buf, sizeof buf,
@@ -197,9 +216,9 @@ void write_memory_timeline_html(const MemorySnapshot& snap, std::ostream& out,
                 "<text class=\"ax\" x=\"%.1f\" y=\"%.1f\">reserved</text>"
                 "<line x1=\"%.1f\" x2=\"%.1f\" y1=\"%.1f\" y2=\"%.1f\" stroke=\"#9a9a9a\" "
                 "stroke-dasharray=\"3,3\"/><text class=\"ax\" x=\"%.1f\" y=\"%.1f\">step</text>\n",
-                kLeft + 10, kTop + 12, kLeft + 26, kTop + 16, kLeft + 100, kTop + 12,
-                kLeft + 116, kTop + 16, kLeft + 190, kLeft + 202, kTop + 13.5, kTop + 13.5,
-                kLeft + 206, kTop + 16);
+                kLeft + 10, kTop + 12, kLeft + 26, kTop + 16, kLeft + 100, kTop + 12, kLeft + 116,
+                kTop + 16, kLeft + 190, kLeft + 202, kTop + 13.5, kTop + 13.5, kLeft + 206,
+                kTop + 16);
   out << buf;
   char total[32];
   std::snprintf(total, sizeof total, "%.1f", ms);

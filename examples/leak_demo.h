@@ -23,7 +23,9 @@ using namespace ember;
 
 constexpr int64_t kBatch = 32, kIn = 64, kHidden = 256;
 
-inline Device pick_device() { return cuda::is_available() ? kCUDA : kCPU; }
+inline Device pick_device() {
+  return cuda::is_available() ? kCUDA : kCPU;
+}
 
 // Allocations in fc1's forward read "model.fc1.forward / linear"; hidden() opens
 // the model's own scope, so the relu between reads "model.forward / relu".
@@ -48,9 +50,12 @@ struct Options {
 inline Options parse(int argc, char** argv) {
   Options o;
   for (int i = 1; i < argc; ++i) {
-    if (!std::strcmp(argv[i], "--leaky")) o.fixed = false;
-    else if (!std::strcmp(argv[i], "--fixed")) o.leaky = false;
-    else if (!std::strcmp(argv[i], "--steps") && i + 1 < argc) o.steps = std::atoi(argv[++i]);
+    if (!std::strcmp(argv[i], "--leaky"))
+      o.fixed = false;
+    else if (!std::strcmp(argv[i], "--fixed"))
+      o.leaky = false;
+    else if (!std::strcmp(argv[i], "--steps") && i + 1 < argc)
+      o.steps = std::atoi(argv[++i]);
     else {
       std::fprintf(stderr, "usage: %s [--leaky | --fixed] [--steps N]\n", argv[0]);
       std::exit(2);

@@ -75,16 +75,17 @@ int main(int argc, char** argv) {
     std::printf("%-22s %16lld %16lld %22.2f %14.1f\n", name, static_cast<long long>(r.allocated),
                 static_cast<long long>(r.reserved), r.device_allocs_per_step, r.us_per_step);
   const bool same = plain.allocated == remedy.allocated && plain.flat && remedy.flat;
-  std::printf("-- verdict: allocated memory is %s (%lld bytes after every step both ways): "
-              "nothing was leaking, the leak checker agrees (%s).\n"
-              "   empty_cache() only moved reserved memory (%lld -> %lld bytes) and made each "
-              "step take %.2f segments from the system again, %+.0f%% time per step.\n"
-              "   Drop it; if memory grows step after step, run the step under StepLeakCheck "
-              "to find what holds it.\n",
-              same ? "identical" : "NOT identical", static_cast<long long>(plain.allocated),
-              plain.leaked || remedy.leaked ? "it does NOT" : "no leak either way",
-              static_cast<long long>(plain.reserved), static_cast<long long>(remedy.reserved),
-              remedy.device_allocs_per_step,
-              100.0 * (remedy.us_per_step - plain.us_per_step) / plain.us_per_step);
+  std::printf(
+      "-- verdict: allocated memory is %s (%lld bytes after every step both ways): "
+      "nothing was leaking, the leak checker agrees (%s).\n"
+      "   empty_cache() only moved reserved memory (%lld -> %lld bytes) and made each "
+      "step take %.2f segments from the system again, %+.0f%% time per step.\n"
+      "   Drop it; if memory grows step after step, run the step under StepLeakCheck "
+      "to find what holds it.\n",
+      same ? "identical" : "NOT identical", static_cast<long long>(plain.allocated),
+      plain.leaked || remedy.leaked ? "it does NOT" : "no leak either way",
+      static_cast<long long>(plain.reserved), static_cast<long long>(remedy.reserved),
+      remedy.device_allocs_per_step,
+      100.0 * (remedy.us_per_step - plain.us_per_step) / plain.us_per_step);
   return same && !plain.leaked && !remedy.leaked && remedy.device_allocs_per_step > 0 ? 0 : 1;
 }

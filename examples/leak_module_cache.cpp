@@ -22,21 +22,22 @@ struct StatNet : demo::Net {
 };
 
 int main(int argc, char** argv) {
-  return demo::run(argc, argv, "a tensor cached in a module member every step",
-                   [](bool fixed, int steps, LeakTracker& tracker) {
-    const Device dev = demo::pick_device();
-    manual_seed(0);
-    auto model = std::make_shared<StatNet>();
-    model->to(dev);
-    model->running_energy = model->running_energy.to(dev);
-    model->fixed = fixed;
-    optim::SGD opt(model->parameters(), optim::SGDOptions(1e-3));
-    Tensor x = randn({demo::kBatch, demo::kIn}).to(dev), y = randn({demo::kBatch, 1}).to(dev);
-    for (int step = 0; step < steps; ++step) {
-      StepLeakCheck check(tracker, "step");
-      opt.zero_grad();
-      mse_loss(model->forward(x), y).backward();
-      opt.step();
-    }
-  });
+  return demo::run(
+      argc, argv, "a tensor cached in a module member every step",
+      [](bool fixed, int steps, LeakTracker& tracker) {
+        const Device dev = demo::pick_device();
+        manual_seed(0);
+        auto model = std::make_shared<StatNet>();
+        model->to(dev);
+        model->running_energy = model->running_energy.to(dev);
+        model->fixed = fixed;
+        optim::SGD opt(model->parameters(), optim::SGDOptions(1e-3));
+        Tensor x = randn({demo::kBatch, demo::kIn}).to(dev), y = randn({demo::kBatch, 1}).to(dev);
+        for (int step = 0; step < steps; ++step) {
+          StepLeakCheck check(tracker, "step");
+          opt.zero_grad();
+          mse_loss(model->forward(x), y).backward();
+          opt.step();
+        }
+      });
 }

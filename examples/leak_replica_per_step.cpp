@@ -32,8 +32,7 @@ struct Replicating : nn::Module {
 };
 
 int main(int argc, char** argv) {
-  return demo::run(argc, argv, "replica per step",
-                   [](bool fixed, int steps, LeakTracker& tracker) {
+  return demo::run(argc, argv, "replica per step", [](bool fixed, int steps, LeakTracker& tracker) {
     const Device dev = demo::pick_device();
     manual_seed(0);
     auto model = std::make_shared<Replicating>();

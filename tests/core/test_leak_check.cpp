@@ -56,7 +56,8 @@ struct Setup {
   }
 };
 
-const GrowingSite* find_site(const LeakTrend& t, const std::string& site, const std::string& shape) {
+const GrowingSite* find_site(const LeakTrend& t, const std::string& site,
+                             const std::string& shape) {
   for (const GrowingSite& s : t.sites)
     if (s.site == site && s.shape == shape) return &s;
   return nullptr;
@@ -117,19 +118,22 @@ TEST_CASE("leak/census: live_tensors lists shape, bytes, op and graph, largest f
   // Three tensors, plus the two aliases mul saved for its backward.
   CHECK(live_tensor_count() == before + 5);
   auto live = live_tensors(kCPU);
-  auto it = std::find_if(live.begin(), live.end(),
-                         [&](const LiveTensor& l) { return l.storage_data == big.storage()->data(); });
+  auto it = std::find_if(live.begin(), live.end(), [&](const LiveTensor& l) {
+    return l.storage_data == big.storage()->data();
+  });
   REQUIRE(it != live.end());
   CHECK(it->bytes == 4000);
   CHECK(it->sizes == Shape{100, 10});
   CHECK(std::string(it->op) == "full");
   CHECK(it->grad_fn == nullptr);
-  auto yi = std::find_if(live.begin(), live.end(),
-                         [&](const LiveTensor& l) { return l.storage_data == y.storage()->data(); });
+  auto yi = std::find_if(live.begin(), live.end(), [&](const LiveTensor& l) {
+    return l.storage_data == y.storage()->data();
+  });
   REQUIRE(yi != live.end());
   CHECK(std::string(yi->grad_fn) == "MulBackward");
   CHECK(std::string(yi->op) == "mul");
-  for (size_t i = 1; i < live.size(); ++i) CHECK(live[i - 1].storage_bytes >= live[i].storage_bytes);
+  for (size_t i = 1; i < live.size(); ++i)
+    CHECK(live[i - 1].storage_bytes >= live[i].storage_bytes);
   std::string table = live_tensors_table(kCPU, 1000);
   CHECK(table.find("MulBackward") != std::string::npos);
   CHECK(table.find("views") != std::string::npos);
@@ -139,7 +143,7 @@ TEST_CASE("leak/graph: graph_stats counts saved activations until backward frees
   Tensor w = randn({kIn, kHidden}).requires_grad_();
   Tensor v = randn({kHidden}).requires_grad_();
   Tensor x = randn({kBatch, kIn});
-  Tensor h = relu(matmul(x, w));        // matmul saves x (data) for d_w
+  Tensor h = relu(matmul(x, w));          // matmul saves x (data) for d_w
   Tensor loss = mul(mul(h, h), v).sum();  // mul(h, h) saves h twice: one storage
   GraphStats st = graph_stats(loss);
   CHECK(st.saved_activation_bytes >= static_cast<size_t>((kBatch * kHidden + kBatch * kIn) * 4));
@@ -458,4 +462,39 @@ TEST_CASE("leak/timeline: step markers reach the history, the trace and the HTML
   CHECK(html.str().find("step 2") != std::string::npos);
   cuda::MemorySnapshot empty;
   CHECK_THROWS_AS(cuda::write_memory_timeline_html(empty, html), Error);
+}
+
+TEST_CASE("leak/cuda: a leak on the GPU is named with its site, shape and bytes" *
+          doctest::test_suite("cuda")) {
+  manual_seed(9);
+  auto model = std::make_shared<Net>();
+  model->to(kCUDA);
+  optim::SGD opt(model->parameters(), optim::SGDOptions(1e-3));
+  Tensor x = randn({kBatch, kIn}).to(kCUDA), y = randn({kBatch, 1}).to(kCUDA);
+  LeakTracker tracker(LeakMode::record, 1, {kCUDA});
+  std::vector<Tensor> outputs;
+  for (int i = 0; i < 5; ++i) {
+    StepLeakCheck check(tracker, "step");
+    opt.zero_grad();
+    Tensor out = model->forward(x);
+    mse_loss(out, y).backward();
+    opt.step();
+    outputs.push_back(out);
+  }
+  LeakTrend t = tracker.trend();
+  const GrowingSite* g = find_site(t, "model.fc2.forward / linear", "[8, 1] float32");
+  REQUIRE_MESSAGE(g != nullptr, sites_of(t));
+  CHECK(g->device == kCUDA);
+  CHECK(g->bytes_per_step == kBatch * 4);
+  CHECK(t.sites.size() == 1);
+  outputs.clear();
+  // The fixed twin on the same device: nothing grows.
+  LeakTracker clean(LeakMode::raise, 1, {kCUDA});
+  for (int i = 0; i < 5; ++i) {
+    StepLeakCheck check(clean, "step");
+    opt.zero_grad();
+    mse_loss(model->forward(x), y).backward();
+    opt.step();
+  }
+  CHECK_NOTHROW(clean.check());
 }
