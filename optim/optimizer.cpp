@@ -5,6 +5,7 @@
 
 #include "core/autograd.h"
 #include "core/ops.h"
+#include "cuda/kernels/fused_optim.h"
 
 namespace ember::optim {
 
@@ -302,6 +303,21 @@ StepTargets step_targets(const char* optimizer, const ParamGroup& group) {
     out.cuda[static_cast<size_t>(it - devices.begin())].push_back(p);
   }
   return out;
+}
+
+std::vector<std::vector<Tensor>> fused_workspaces(const std::vector<StepTargets>& all_targets) {
+  std::vector<std::vector<Tensor>> workspaces(all_targets.size());
+  for (size_t g = 0; g < all_targets.size(); ++g) {
+    for (const std::vector<Tensor>& on_device : all_targets[g].cuda) {
+      std::vector<cuda::OptimTensor> sizes(on_device.size());
+      for (size_t k = 0; k < on_device.size(); ++k) sizes[k].numel = on_device[k].numel();
+      const size_t bytes =
+          cuda::fused_optim_workspace_bytes(sizes.data(), static_cast<int64_t>(sizes.size()));
+      workspaces[g].push_back(empty({static_cast<int64_t>((bytes + 7) / 8)},
+                                    TensorOptions(kFloat64).device(on_device.front().device())));
+    }
+  }
+  return workspaces;
 }
 
 }  // namespace detail

@@ -139,6 +139,9 @@ struct StepTargets {
   std::vector<std::vector<Tensor>> cuda;  // one list per device in use
 };
 StepTargets step_targets(const char* optimizer, const ParamGroup& group);
+// For each group and each of its CUDA devices, scratch memory for the fused
+// kernel's tensor table (taken from the caching allocator, freed after the step).
+std::vector<std::vector<Tensor>> fused_workspaces(const std::vector<StepTargets>& all_targets);
 }  // namespace detail
 
 }  // namespace ember::optim

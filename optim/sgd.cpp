@@ -79,17 +79,7 @@ void SGD::step() {
     }
     reserve_state(params, buffer_names(param_groups()[g].options()));
   }
-  std::vector<std::vector<Tensor>> workspaces(all_targets.size());
-  for (size_t g = 0; g < all_targets.size(); ++g) {
-    for (const std::vector<Tensor>& on_device : all_targets[g].cuda) {
-      std::vector<cuda::OptimTensor> sizes(on_device.size());
-      for (size_t k = 0; k < on_device.size(); ++k) sizes[k].numel = on_device[k].numel();
-      const size_t bytes =
-          cuda::fused_optim_workspace_bytes(sizes.data(), static_cast<int64_t>(sizes.size()));
-      workspaces[g].push_back(empty({static_cast<int64_t>((bytes + 7) / 8)},
-                                    TensorOptions(kFloat64).device(on_device.front().device())));
-    }
-  }
+  const std::vector<std::vector<Tensor>> workspaces = detail::fused_workspaces(all_targets);
 
   for (size_t g = 0; g < all_targets.size(); ++g) {
     const auto& o = static_cast<const SGDOptions&>(param_groups()[g].options());
