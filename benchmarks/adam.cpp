@@ -52,11 +52,13 @@ int main(int argc, char** argv) {
     }
     const int64_t count = static_cast<int64_t>(table_rows.size());
     const size_t ws_bytes = cuda::fused_optim_workspace_bytes(table_rows.data(), count);
-    Tensor ws = empty({static_cast<int64_t>(ws_bytes / 8 + 1)}, TensorOptions(kFloat64).device(kCUDA));
+    Tensor ws =
+        empty({static_cast<int64_t>(ws_bytes / 8 + 1)}, TensorOptions(kFloat64).device(kCUDA));
     std::vector<Tensor> ws_one;
     for (int64_t i = 0; i < count; ++i) {
       const size_t b = cuda::fused_optim_workspace_bytes(&table_rows[i], 1);
-      ws_one.push_back(empty({static_cast<int64_t>(b / 8 + 1)}, TensorOptions(kFloat64).device(kCUDA)));
+      ws_one.push_back(
+          empty({static_cast<int64_t>(b / 8 + 1)}, TensorOptions(kFloat64).device(kCUDA)));
     }
     // Validate one step of the first tensor's first elements against the host formula.
     {
@@ -80,7 +82,9 @@ int main(int argc, char** argv) {
     }
     const double bytes = 28.0 * static_cast<double>(total);
     const double ms_fused = bench::median_ms(
-        [&] { cuda::launch_fused_adam(table_rows.data(), count, cfg, ws.raw_data(), ws_bytes, nullptr); },
+        [&] {
+          cuda::launch_fused_adam(table_rows.data(), count, cfg, ws.raw_data(), ws_bytes, nullptr);
+        },
         5, 50);
     const double ms_each = bench::median_ms(
         [&] {

@@ -37,9 +37,9 @@ double rel_err_gpu(const Tensor& out, const Tensor& ref) {
 
 int main(int argc, char** argv) {
   if (!bench::have_gpu("bench_linear")) return 0;
-  const std::vector<Shape3> shapes = {{8192, 4096, 4096, true}, {8192, 8192, 8192, false},
-                                      {4096, 4096, 4096, true}, {2048, 2048, 2048, true},
-                                      {1024, 1024, 1024, true}, {256, 1024, 1024, true},
+  const std::vector<Shape3> shapes = {{8192, 4096, 4096, true},  {8192, 8192, 8192, false},
+                                      {4096, 4096, 4096, true},  {2048, 2048, 2048, true},
+                                      {1024, 1024, 1024, true},  {256, 1024, 1024, true},
                                       {4097, 4097, 4097, false}, {32, 10, 10, true}};
   bench::Table table("linear: ours vs cuBLAS(Lt)");
   int failures = 0;
@@ -61,8 +61,8 @@ int main(int argc, char** argv) {
       };
       bool lt_ok = true;
       auto lt = [&] {
-        lt_ok = cuda::lt_linear_forward(dtype, s.m, s.n, s.k, x.raw_data(), s.k, w.raw_data(),
-                                        s.k, b.raw_data(), y_lt.raw_data(), nullptr,
+        lt_ok = cuda::lt_linear_forward(dtype, s.m, s.n, s.k, x.raw_data(), s.k, w.raw_data(), s.k,
+                                        b.raw_data(), y_lt.raw_data(), nullptr,
                                         cuda::GemmActivation::None, 0, nullptr);
       };
       // Validate before timing: ours against cuBLASLt, and both against float64
@@ -86,7 +86,8 @@ int main(int argc, char** argv) {
       const double flops = 2.0 * s.m * s.n * s.k;
       const int iters = flops > 5e11 ? 10 : 30;
       const double ms_lt = lt_ok ? bench::median_ms(lt, 3, iters) : 0;
-      if (lt_ok) table.add({"fwd", mode, shape, "cublasLt", ms_lt, flops / ms_lt / 1e9, "TF/s", ""});
+      if (lt_ok)
+        table.add({"fwd", mode, shape, "cublasLt", ms_lt, flops / ms_lt / 1e9, "TF/s", ""});
       if (run_ours) {
         const double ms = bench::median_ms(ours, 3, iters);
         char note[64];
@@ -97,8 +98,10 @@ int main(int argc, char** argv) {
       // picks one; NOTES.md records why).
       if (run_ours && flops > 1e11) {
         std::vector<std::pair<cuda::GemmTile, const char*>> tiles = {
-            {cuda::GemmTile::k128x128s3, "128x128s3"}, {cuda::GemmTile::k128x128s4, "128x128s4"},
-            {cuda::GemmTile::k128x256s3, "128x256s3"}, {cuda::GemmTile::k128x256s4, "128x256s4"}};
+            {cuda::GemmTile::k128x128s3, "128x128s3"},
+            {cuda::GemmTile::k128x128s4, "128x128s4"},
+            {cuda::GemmTile::k128x256s3, "128x256s3"},
+            {cuda::GemmTile::k128x256s4, "128x256s4"}};
         if (dtype == kFloat32)
           tiles = {{cuda::GemmTile::kF32Bk8, "f32 bk8"}, {cuda::GemmTile::kF32Bk16, "f32 bk16"}};
         for (const auto& [tile, tname] : tiles) {
@@ -146,14 +149,16 @@ int main(int argc, char** argv) {
         setenv("EMBER_GEMM", i == 0 ? "cublas" : "ours", 1);
         ms_pair[i] = bench::median_ms(step, 3, iters);
         char note[64] = "";
-        if (i == 1) std::snprintf(note, sizeof(note), "%.2fx cuBLAS speed", ms_pair[0] / ms_pair[1]);
+        if (i == 1)
+          std::snprintf(note, sizeof(note), "%.2fx cuBLAS speed", ms_pair[0] / ms_pair[1]);
         table.add({"fwd+bwd op", mode, shape, i == 0 ? "cublasLt" : "ours+cublas", ms_pair[i],
                    3 * flops / ms_pair[i] / 1e9, "TF/s", note});
       }
       unsetenv("EMBER_GEMM");
       // And what the dispatch rule picks by itself.
       const double ms_auto = bench::median_ms(step, 3, iters);
-      table.add({"fwd+bwd op", mode, shape, "auto", ms_auto, 3 * flops / ms_auto / 1e9, "TF/s", ""});
+      table.add(
+          {"fwd+bwd op", mode, shape, "auto", ms_auto, 3 * flops / ms_auto / 1e9, "TF/s", ""});
     }
   }
   cuda::set_allow_tf32(false);

@@ -79,7 +79,8 @@ int main(int argc, char** argv) {
     };
     const double ms_op = bench::median_ms(op, 5, 30);
     std::snprintf(note, sizeof(note), "%.2f of copy", bytes / ms_op / 1e6 / copy_gbs);
-    table.add({"mse_loss fwd+bwd op", dn, "2^28", "ours", ms_op, bytes / ms_op / 1e6, "GB/s", note});
+    table.add(
+        {"mse_loss fwd+bwd op", dn, "2^28", "ours", ms_op, bytes / ms_op / 1e6, "GB/s", note});
   }
   table.write_json(bench::json_path(argc, argv));
   return 0;

@@ -49,13 +49,12 @@ struct Row {
 class Table {
  public:
   explicit Table(const char* title) : title_(title) {
-    std::printf("\n%s\n%-22s %-6s %-22s %-10s %10s %12s  %s\n", title, "workload", "dtype",
-                "shape", "impl", "ms", "rate", "note");
+    std::printf("\n%s\n%-22s %-6s %-22s %-10s %10s %12s  %s\n", title, "workload", "dtype", "shape",
+                "impl", "ms", "rate", "note");
   }
   void add(Row r) {
     std::printf("%-22s %-6s %-22s %-10s %10.4f %8.1f %-4s %s\n", r.name.c_str(), r.dtype.c_str(),
-                r.shape.c_str(), r.impl.c_str(), r.ms, r.rate, r.rate_unit.c_str(),
-                r.note.c_str());
+                r.shape.c_str(), r.impl.c_str(), r.ms, r.rate, r.rate_unit.c_str(), r.note.c_str());
     std::fflush(stdout);
     rows_.push_back(std::move(r));
   }

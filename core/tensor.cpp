@@ -75,6 +75,7 @@ int64_t Tensor::stride(int64_t d) const { return impl().strides[wrap_dim(d, dim(
 
 bool Tensor::is_contiguous() const {
   const TensorImpl& t = impl();
+  if (numel_of(t.sizes) == 0) return true;  // as PyTorch: no element is out of place
   int64_t expected = 1;
   for (size_t i = t.sizes.size(); i-- > 0;) {
     if (t.sizes[i] == 1) continue;

@@ -3,10 +3,10 @@
 #include <array>
 #include <atomic>
 #include <climits>
-#include <memory>
-#include <map>
-#include <mutex>
 #include <cstdio>
+#include <map>
+#include <memory>
+#include <mutex>
 #include <string>
 
 #include <cublasLt.h>
@@ -222,15 +222,19 @@ cudaDataType_t lt_type(DType dtype) {
 // Column-major D (rows, cols) = op_a(A) op_b(B) with the epilogue `epi`; the
 // descriptors' shapes are cuBLAS's (column-major) view of our row-major operands.
 struct LtProblem {
-  DType dtype;
-  cublasOperation_t op_a, op_b;
-  int64_t rows, cols, inner;                  // D is rows x cols, summed over inner
-  const void* a; int64_t a_rows, a_cols, lda;  // as stored, column-major
-  const void* b; int64_t b_rows, b_cols, ldb;
-  void* d; int64_t ldd;
-  cublasLtEpilogue_t epi;
-  const void* bias;  // BIAS_POINTER (bias in, or bias gradient out)
-  void* aux; int64_t aux_ld;
+  DType dtype = DType::Float32;
+  cublasOperation_t op_a = CUBLAS_OP_N, op_b = CUBLAS_OP_N;
+  int64_t rows = 0, cols = 0, inner = 0;  // D is rows x cols, summed over inner
+  const void* a = nullptr;                // as stored, column-major
+  int64_t a_rows = 0, a_cols = 0, lda = 0;
+  const void* b = nullptr;
+  int64_t b_rows = 0, b_cols = 0, ldb = 0;
+  void* d = nullptr;
+  int64_t ldd = 0;
+  cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_DEFAULT;
+  const void* bias = nullptr;  // BIAS_POINTER (bias in, or bias gradient out)
+  void* aux = nullptr;
+  int64_t aux_ld = 0;
 };
 
 bool lt_run(const LtProblem& p, int device, cudaStream_t stream) {
@@ -267,17 +271,19 @@ bool lt_run(const LtProblem& p, int device, cudaStream_t stream) {
     return static_cast<int64_t>(v % 256 == 0 ? 256 : v % 16 == 0 ? 16 : v % 4);
   };
   char key_buf[256];
-  std::snprintf(key_buf, sizeof(key_buf), "%d %d %d %d %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %d %d",
-                static_cast<int>(p.dtype), tf32 ? 1 : 0, static_cast<int>(p.op_a),
-                static_cast<int>(p.op_b), static_cast<long long>(p.rows),
-                static_cast<long long>(p.cols), static_cast<long long>(p.inner),
-                static_cast<long long>(p.a_rows), static_cast<long long>(p.a_cols),
-                static_cast<long long>(p.lda), static_cast<long long>(p.b_rows),
-                static_cast<long long>(p.b_cols), static_cast<long long>(p.ldb),
-                static_cast<long long>(p.ldd), static_cast<long long>(align_of(p.a)),
-                static_cast<long long>(align_of(p.b) * 1000 + align_of(p.d)),
-                static_cast<long long>(p.aux != nullptr ? p.aux_ld * 1000 + align_of(p.aux) : 0),
-                static_cast<int>(p.epi), p.bias != nullptr ? static_cast<int>(align_of(p.bias)) : 0);
+  std::snprintf(
+      key_buf, sizeof(key_buf),
+      "%d %d %d %d %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %d %d",
+      static_cast<int>(p.dtype), tf32 ? 1 : 0, static_cast<int>(p.op_a), static_cast<int>(p.op_b),
+      static_cast<long long>(p.rows), static_cast<long long>(p.cols),
+      static_cast<long long>(p.inner), static_cast<long long>(p.a_rows),
+      static_cast<long long>(p.a_cols), static_cast<long long>(p.lda),
+      static_cast<long long>(p.b_rows), static_cast<long long>(p.b_cols),
+      static_cast<long long>(p.ldb), static_cast<long long>(p.ldd),
+      static_cast<long long>(align_of(p.a)),
+      static_cast<long long>(align_of(p.b) * 1000 + align_of(p.d)),
+      static_cast<long long>(p.aux != nullptr ? p.aux_ld * 1000 + align_of(p.aux) : 0),
+      static_cast<int>(p.epi), p.bias != nullptr ? static_cast<int>(align_of(p.bias)) : 0);
   const std::string key(key_buf);
   auto it = h.algos.find(key);
   if (it == h.algos.end()) {
@@ -294,8 +300,8 @@ bool lt_run(const LtProblem& p, int device, cudaStream_t stream) {
   }
   if (!it->second.first) return false;
   const float one = 1.f, zero = 0.f;
-  EMBER_CUBLAS_CHECK(cublasLtMatmul(h.get(), ld.desc, &one, p.a, ld.a, p.b, ld.b, &zero, p.d,
-                                    ld.d, p.d, ld.d, &it->second.second.algo, h.workspace(),
+  EMBER_CUBLAS_CHECK(cublasLtMatmul(h.get(), ld.desc, &one, p.a, ld.a, p.b, ld.b, &zero, p.d, ld.d,
+                                    p.d, ld.d, &it->second.second.algo, h.workspace(),
                                     kLtWorkspaceBytes, stream));
   return true;
 }
@@ -304,33 +310,46 @@ bool lt_run(const LtProblem& p, int device, cudaStream_t stream) {
 
 // Row-major y (m, n) is column-major y^T (n, m) = w (stored (k, n), op T) times
 // x (stored (k, m), op N); the bias runs along D's rows (our n), as cuBLASLt wants.
+//
+// float32 without TF32 and GELU: the GEMM and bias run in cuBLASLt (into pre,
+// or y), the GELU in our own element-wise kernel (tanhf, as the CPU reference).
+// cuBLASLt's GELU epilogue may use a fast approximate tanh, which would cost more
+// than fp32's 1e-5 budget; the extra pass is ~1% of an fp32 GEMM's time.
 bool lt_linear_forward(DType dtype, int64_t m, int64_t n, int64_t k, const void* x, int64_t ldx,
                        const void* w, int64_t ldw, const void* b, void* y, void* pre,
                        GemmActivation act, int device, cudaStream_t stream) {
-  cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_DEFAULT;
+  const bool own_gelu = act == GemmActivation::Gelu && dtype == DType::Float32 && !allow_tf32();
+  LtProblem p{};
+  p.dtype = dtype;
+  p.op_a = CUBLAS_OP_T;
+  p.op_b = CUBLAS_OP_N;
+  p.rows = n, p.cols = m, p.inner = k;
+  p.a = w, p.a_rows = k, p.a_cols = n, p.lda = ldw;
+  p.b = x, p.b_rows = k, p.b_cols = m, p.ldb = ldx;
+  p.d = own_gelu && pre != nullptr ? pre : y, p.ldd = n;
+  p.bias = b;
   switch (act) {
     case GemmActivation::None:
-      epi = b != nullptr ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+      p.epi = b != nullptr ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
       break;
     case GemmActivation::Relu:
-      epi = b != nullptr ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_RELU;
+      p.epi = b != nullptr ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_RELU;
       break;
     case GemmActivation::Gelu:
-      if (pre != nullptr) {
+      if (own_gelu) {
+        p.epi = b != nullptr ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+      } else if (pre != nullptr) {
         if (n % 8 != 0) return false;  // the GELU input's leading dimension must be a multiple of 8
-        epi = b != nullptr ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
+        p.epi = b != nullptr ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
+        p.aux = pre, p.aux_ld = n;
       } else {
-        epi = b != nullptr ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_GELU;
+        p.epi = b != nullptr ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_GELU;
       }
       break;
   }
-  LtProblem p{dtype, CUBLAS_OP_T, CUBLAS_OP_N, n, m, k,
-              w, k, n, ldw,
-              x, k, m, ldx,
-              y, n,
-              epi, b,
-              act == GemmActivation::Gelu ? pre : nullptr, n};
-  return lt_run(p, device, stream);
+  if (!lt_run(p, device, stream)) return false;
+  if (own_gelu) launch_activation_forward(dtype, act, p.d, y, m * n, stream);
+  return true;
 }
 
 // Row-major d_w (n, k) is column-major d_w^T (k, n) = x (stored (k, m), op N) times
@@ -339,12 +358,16 @@ bool lt_linear_forward(DType dtype, int64_t m, int64_t n, int64_t k, const void*
 bool lt_linear_backward_weight(DType dtype, int64_t m, int64_t n, int64_t k, const void* x,
                                int64_t ldx, const void* d_y, void* d_w, void* d_b, int device,
                                cudaStream_t stream) {
-  LtProblem p{dtype, CUBLAS_OP_N, CUBLAS_OP_T, k, n, m,
-              x, k, m, ldx,
-              d_y, n, m, n,
-              d_w, k,
-              d_b != nullptr ? CUBLASLT_EPILOGUE_BGRADB : CUBLASLT_EPILOGUE_DEFAULT, d_b,
-              nullptr, 0};
+  LtProblem p{};
+  p.dtype = dtype;
+  p.op_a = CUBLAS_OP_N;
+  p.op_b = CUBLAS_OP_T;
+  p.rows = k, p.cols = n, p.inner = m;
+  p.a = x, p.a_rows = k, p.a_cols = m, p.lda = ldx;
+  p.b = d_y, p.b_rows = n, p.b_cols = m, p.ldb = n;
+  p.d = d_w, p.ldd = k;
+  p.epi = d_b != nullptr ? CUBLASLT_EPILOGUE_BGRADB : CUBLASLT_EPILOGUE_DEFAULT;
+  p.bias = d_b;
   return lt_run(p, device, stream);
 }
 

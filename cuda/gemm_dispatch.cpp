@@ -30,7 +30,8 @@ GemmBackend choose_linear_backend(DType dtype, int64_t m, int64_t n, int64_t k) 
                 ": expected ours, cublas or auto");
   }
   (void)dtype;
-  const double flops = 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
+  const double flops =
+      2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
   return flops < kOursBelowFlops ? GemmBackend::Ours : GemmBackend::Cublas;
 }
 
@@ -39,9 +40,9 @@ bool fuse_bias_grad(DType dtype) {
   return true;
 }
 
-GemmBackend linear_forward(DType dtype, int64_t m, int64_t n, int64_t k, const void* x,
-                           int64_t ldx, const void* w, int64_t ldw, const void* b, void* y,
-                           void* pre, GemmActivation act, int device, cudaStream_t stream) {
+GemmBackend linear_forward(DType dtype, int64_t m, int64_t n, int64_t k, const void* x, int64_t ldx,
+                           const void* w, int64_t ldw, const void* b, void* y, void* pre,
+                           GemmActivation act, int device, cudaStream_t stream) {
   const GemmBackend want = choose_linear_backend(dtype, m, n, k);
   if (want == GemmBackend::Cublas &&
       lt_linear_forward(dtype, m, n, k, x, ldx, w, ldw, b, y, pre, act, device, stream))

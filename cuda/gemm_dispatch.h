@@ -26,8 +26,8 @@ bool fuse_bias_grad(DType dtype);
 // y = act(x w^T + b) (pre: the pre-activation, when not null) on the chosen
 // backend; falls back to ours when cuBLASLt offers no algorithm. Returns the
 // backend that ran. float32 (TF32 through cuBLASLt when allowed) and bfloat16.
-GemmBackend linear_forward(DType dtype, int64_t m, int64_t n, int64_t k, const void* x,
-                           int64_t ldx, const void* w, int64_t ldw, const void* b, void* y,
-                           void* pre, GemmActivation act, int device, cudaStream_t stream);
+GemmBackend linear_forward(DType dtype, int64_t m, int64_t n, int64_t k, const void* x, int64_t ldx,
+                           const void* w, int64_t ldw, const void* b, void* y, void* pre,
+                           GemmActivation act, int device, cudaStream_t stream);
 
 }  // namespace ember::cuda

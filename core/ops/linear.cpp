@@ -27,9 +27,9 @@ void check_linear(const Tensor& x, const Tensor& w, const Tensor& b) {
   EMBER_CHECK(w.dim() == 2, "linear: weight must be 2-D (out_features, in_features), got shape ",
               shape_str(w.sizes()));
   EMBER_CHECK(x.dim() >= 1, "linear: input must have at least 1 dim, got a scalar");
-  EMBER_CHECK(x.size(-1) == w.size(1), "linear: input has ", x.size(-1),
-              " features (shape ", shape_str(x.sizes()), "), weight expects ", w.size(1),
-              " (shape ", shape_str(w.sizes()), ")");
+  EMBER_CHECK(x.size(-1) == w.size(1), "linear: input has ", x.size(-1), " features (shape ",
+              shape_str(x.sizes()), "), weight expects ", w.size(1), " (shape ",
+              shape_str(w.sizes()), ")");
   if (b.defined()) {
     check_same_device("linear", x, b);
     check_same_dtype("linear", x, b);
@@ -40,17 +40,23 @@ void check_linear(const Tensor& x, const Tensor& w, const Tensor& b) {
 
 cuda::GemmActivation to_gemm(Activation act) {
   switch (act) {
-    case Activation::Relu: return cuda::GemmActivation::Relu;
-    case Activation::Gelu: return cuda::GemmActivation::Gelu;
-    default: return cuda::GemmActivation::None;
+    case Activation::Relu:
+      return cuda::GemmActivation::Relu;
+    case Activation::Gelu:
+      return cuda::GemmActivation::Gelu;
+    default:
+      return cuda::GemmActivation::None;
   }
 }
 
 Tensor apply_activation(const Tensor& pre, Activation act) {
   switch (act) {
-    case Activation::Relu: return relu(pre);
-    case Activation::Gelu: return gelu(pre);
-    default: return pre;
+    case Activation::Relu:
+      return relu(pre);
+    case Activation::Gelu:
+      return gelu(pre);
+    default:
+      return pre;
   }
 }
 
@@ -105,10 +111,9 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b, Activation act)
       Tensor y2 = empty({rows, out_features}, TensorOptions(x.dtype()).device(x.device()));
       Tensor pre = needs_grad && act == Activation::Gelu ? empty_like(y2) : Tensor();
       if (m > 0 && out_features > 0)
-        cuda::linear_forward(x.dtype(), m, out_features, in, x2.raw_data(),
-                             x2.stride(0), w2.raw_data(), w2.stride(0),
-                             b2.defined() ? b2.raw_data() : nullptr, y2.raw_data(),
-                             pre.defined() ? pre.raw_data() : nullptr, to_gemm(act),
+        cuda::linear_forward(x.dtype(), m, out_features, in, x2.raw_data(), x2.stride(0),
+                             w2.raw_data(), w2.stride(0), b2.defined() ? b2.raw_data() : nullptr,
+                             y2.raw_data(), pre.defined() ? pre.raw_data() : nullptr, to_gemm(act),
                              x.device().index, detail::stream_of(x));
       saved_act = act == Activation::Relu ? y2 : pre;
       y = x.dim() == 2 ? y2 : y2.reshape(out_shape);
@@ -125,9 +130,9 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b, Activation act)
     const bool gb = b.defined() && b.requires_grad();
     attach_grad_fn(
         y, "LinearBackward", {&x, &w, &b},
-        [sx = SavedTensor(gw ? x2 : Tensor(), "linear"), sw = SavedTensor(gx ? w : Tensor(), "linear"),
-         sa = SavedTensor(saved_act, "linear"), x_shape = x.sizes(), rows, in, out_features, act, fused,
-         gx, gw, gb](const Tensor& d_out) {
+        [sx = SavedTensor(gw ? x2 : Tensor(), "linear"),
+         sw = SavedTensor(gx ? w : Tensor(), "linear"), sa = SavedTensor(saved_act, "linear"),
+         x_shape = x.sizes(), rows, in, out_features, act, fused, gx, gw, gb](const Tensor& d_out) {
           Tensor g2 = d_out.dim() == 2 ? d_out : d_out.reshape({rows, out_features});  // (M, out)
           const int64_t m = rows;
           Tensor d_pre = g2;  // gradient at the pre-activation
@@ -153,8 +158,9 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b, Activation act)
             const bool fuse_db = cuda::fuse_bias_grad(d_pre.dtype());
             d_pre = d_pre.contiguous();
             d_w = empty({out_features, in}, TensorOptions(d_pre.dtype()).device(d_pre.device()));
-            d_b = gb && fuse_db ? empty({out_features}, TensorOptions(d_pre.dtype()).device(d_pre.device()))
-                     : Tensor();
+            d_b = gb && fuse_db
+                      ? empty({out_features}, TensorOptions(d_pre.dtype()).device(d_pre.device()))
+                      : Tensor();
             if (!cuda::lt_linear_backward_weight(d_pre.dtype(), m, out_features, in, xs.raw_data(),
                                                  xs.stride(0), d_pre.raw_data(), d_w.raw_data(),
                                                  gb && fuse_db ? d_b.raw_data() : nullptr,

@@ -54,29 +54,27 @@ Tensor mse_loss_cuda(const Tensor& pred, const Tensor& target, Reduction r, bool
     Tensor ws = empty({static_cast<int64_t>((ws_bytes + 7) / 8)},
                       TensorOptions(kFloat64).device(pred.device()));
     cuda::launch_mse_fused(pred.dtype(), p.raw_data(), t.raw_data(),
-                           want_grad ? d_pred.raw_data() : nullptr, loss.raw_data(), n,
-                           grad_scale, n == 0 ? 0.0 : loss_scale, ws.raw_data(),
-                           detail::stream_of(pred));
+                           want_grad ? d_pred.raw_data() : nullptr, loss.raw_data(), n, grad_scale,
+                           n == 0 ? 0.0 : loss_scale, ws.raw_data(), detail::stream_of(pred));
     if (n == 0 && r == Reduction::Mean) fill_(loss, std::numeric_limits<double>::quiet_NaN());
   }
   if (want_grad) {
     auto stash = std::make_shared<MseStash>(MseStash{d_pred});
-    attach_grad_fn(
-        loss, "MseLossBackward", {&pred, &target},
-        [stash, sp = SavedTensor(p, "mse_loss"), st = SavedTensor(t, "mse_loss"), grad_scale, gp,
-         gt](const Tensor& g) {
-          Tensor d;
-          if (stash->d_pred.defined()) {
-            d = std::move(stash->d_pred);  // ours alone, so scaling it in place is safe
-            stash->d_pred = Tensor();
-            const Tensor gc = g.contiguous();
-            cuda::launch_scale_by_device_scalar(d.dtype(), d.raw_data(), gc.raw_data(), d.numel(),
-                                                detail::stream_of(d));
-          } else {
-            d = mul(mul(sub(sp.get(), st.get()), g), grad_scale);
-          }
-          return std::vector<Tensor>{gp ? d : Tensor(), gt ? neg(d) : Tensor()};
-        });
+    attach_grad_fn(loss, "MseLossBackward", {&pred, &target},
+                   [stash, sp = SavedTensor(p, "mse_loss"), st = SavedTensor(t, "mse_loss"),
+                    grad_scale, gp, gt](const Tensor& g) {
+                     Tensor d;
+                     if (stash->d_pred.defined()) {
+                       d = std::move(stash->d_pred);  // ours alone, so scaling it in place is safe
+                       stash->d_pred = Tensor();
+                       const Tensor gc = g.contiguous();
+                       cuda::launch_scale_by_device_scalar(d.dtype(), d.raw_data(), gc.raw_data(),
+                                                           d.numel(), detail::stream_of(d));
+                     } else {
+                       d = mul(mul(sub(sp.get(), st.get()), g), grad_scale);
+                     }
+                     return std::vector<Tensor>{gp ? d : Tensor(), gt ? neg(d) : Tensor()};
+                   });
   }
   return loss;
 }
@@ -101,12 +99,11 @@ Tensor mse_loss(const Tensor& pred, const Tensor& target, Reduction r) {
     const double scale = r == Reduction::Mean ? 2.0 / static_cast<double>(pred.numel()) : 2.0;
     const bool gp = pred.requires_grad(), gt = target.requires_grad();
     // diff is our own fresh tensor, so saving it cannot be invalidated by the user.
-    attach_grad_fn(out, "MseLossBackward", {&pred, &target},
-                   [diff, scale, gp, gt](const Tensor& g) {
-                     Tensor d_pred = mul(mul(diff, g), scale);  // g: () or like diff
-                     return std::vector<Tensor>{gp ? d_pred : Tensor(),
-                                                gt ? neg(d_pred) : Tensor()};
-                   });
+    attach_grad_fn(
+        out, "MseLossBackward", {&pred, &target}, [diff, scale, gp, gt](const Tensor& g) {
+          Tensor d_pred = mul(mul(diff, g), scale);  // g: () or like diff
+          return std::vector<Tensor>{gp ? d_pred : Tensor(), gt ? neg(d_pred) : Tensor()};
+        });
   }
   return out;
 }

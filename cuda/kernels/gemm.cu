@@ -78,10 +78,10 @@ __device__ __forceinline__ float4 sg_load(const float* __restrict__ src, int64_t
 
 // kBK: the K step (8 or 16); each thread stages kBK / 8 float4 of x and of w.
 template <int kBK, bool kVec>
-__global__ void __launch_bounds__(kSgThreads, 2) sgemm_kernel(
-    const float* __restrict__ x, int64_t ldx, const float* __restrict__ w, int64_t ldw,
-    const float* __restrict__ b, float* __restrict__ y, float* __restrict__ pre, int64_t M,
-    int64_t N, int64_t K, GemmActivation act) {
+__global__ void __launch_bounds__(kSgThreads, 2)
+    sgemm_kernel(const float* __restrict__ x, int64_t ldx, const float* __restrict__ w, int64_t ldw,
+                 const float* __restrict__ b, float* __restrict__ y, float* __restrict__ pre,
+                 int64_t M, int64_t N, int64_t K, GemmActivation act) {
   __shared__ __align__(16) float xs[2][kBK][kSgBM + kSgPad];  // xs[k][m]
   __shared__ __align__(16) float ws[2][kBK][kSgBN + kSgPad];  // ws[k][n]
   constexpr int kLoads = kBK / 8, kQuads = kBK / 4;  // float4 per thread; float4 per tile row
@@ -205,8 +205,8 @@ template <int kPending>
 __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
 }
-__device__ __forceinline__ void ldmatrix_x4(uint32_t addr, uint32_t& r0, uint32_t& r1,
-                                            uint32_t& r2, uint32_t& r3) {
+__device__ __forceinline__ void ldmatrix_x4(uint32_t addr, uint32_t& r0, uint32_t& r1, uint32_t& r2,
+                                            uint32_t& r3) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
                : "r"(addr));
@@ -251,14 +251,16 @@ __device__ __forceinline__ void bf_load_tile(unsigned char* tile, const __nv_bfl
 // kBN: 128 (warps of 64x32, 2 blocks per SM) or 256 (warps of 64x64, 1 block per
 // SM, twice the reuse of each x tile); kStages-deep cp.async pipeline.
 template <int kBN, int kStages, bool kVec>
-__global__ void __launch_bounds__(kBfThreads, kBN == 128 ? 2 : 1) bf16_gemm_kernel(
-    const __nv_bfloat16* __restrict__ x, int64_t ldx, const __nv_bfloat16* __restrict__ w,
-    int64_t ldw, const __nv_bfloat16* __restrict__ b, __nv_bfloat16* __restrict__ y,
-    __nv_bfloat16* __restrict__ pre, int64_t M, int64_t N, int64_t K, GemmActivation act) {
+__global__ void __launch_bounds__(kBfThreads, kBN == 128 ? 2 : 1)
+    bf16_gemm_kernel(const __nv_bfloat16* __restrict__ x, int64_t ldx,
+                     const __nv_bfloat16* __restrict__ w, int64_t ldw,
+                     const __nv_bfloat16* __restrict__ b, __nv_bfloat16* __restrict__ y,
+                     __nv_bfloat16* __restrict__ pre, int64_t M, int64_t N, int64_t K,
+                     GemmActivation act) {
   extern __shared__ __align__(128) unsigned char smem[];  // [stage][x tile, w tile]
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  constexpr int kWN = kBN / 4;    // warp tile: 64 x kWN
-  constexpr int kNT = kWN / 8;     // n8 tiles per warp
+  constexpr int kWN = kBN / 4;  // warp tile: 64 x kWN
+  constexpr int kNT = kWN / 8;  // n8 tiles per warp
   constexpr int kStageBytes = (kBfBM + kBN) * kBfRowBytes;
   const int warp_m = warp / 4, warp_n = warp % 4;  // 2 x 4 warps
   const int64_t m0 = static_cast<int64_t>(blockIdx.y) * kBfBM;
@@ -300,8 +302,8 @@ __global__ void __launch_bounds__(kBfThreads, kBN == 128 ? 2 : 1) bf16_gemm_kern
 #pragma unroll
       for (int nj = 0; nj < kNT / 2; ++nj) {
         const int r = warp_n * kWN + nj * 16 + (lane % 8) + (lane / 16) * 8;
-        ldmatrix_x4(smem_addr(wt + swz(r, ks * 2 + (lane / 8) % 2)), bfr[nj * 2][0],
-                    bfr[nj * 2][1], bfr[nj * 2 + 1][0], bfr[nj * 2 + 1][1]);
+        ldmatrix_x4(smem_addr(wt + swz(r, ks * 2 + (lane / 8) % 2)), bfr[nj * 2][0], bfr[nj * 2][1],
+                    bfr[nj * 2 + 1][0], bfr[nj * 2 + 1][1]);
       }
 #pragma unroll
       for (int mi = 0; mi < 4; ++mi)
@@ -332,7 +334,8 @@ __global__ void __launch_bounds__(kBfThreads, kBN == 128 ? 2 : 1) bf16_gemm_kern
         if (paired) {
           *reinterpret_cast<__nv_bfloat162*>(out) =
               __floats2bfloat162_rn(apply_act(v0, act), apply_act(v1, act));
-          if (pout != nullptr) *reinterpret_cast<__nv_bfloat162*>(pout) = __floats2bfloat162_rn(v0, v1);
+          if (pout != nullptr)
+            *reinterpret_cast<__nv_bfloat162*>(pout) = __floats2bfloat162_rn(v0, v1);
         } else {
           out[0] = __float2bfloat16_rn(apply_act(v0, act));
           if (pout != nullptr) pout[0] = __float2bfloat16_rn(v0);
@@ -346,9 +349,31 @@ __global__ void __launch_bounds__(kBfThreads, kBN == 128 ? 2 : 1) bf16_gemm_kern
 
 // ----------------------------------------------------------------------------
 template <typename T>
-__device__ __forceinline__ float to_f(T v) { return static_cast<float>(v); }
+__device__ __forceinline__ float to_f(T v) {
+  return static_cast<float>(v);
+}
 template <>
-__device__ __forceinline__ float to_f<__nv_bfloat16>(__nv_bfloat16 v) { return __bfloat162float(v); }
+__device__ __forceinline__ float to_f<__nv_bfloat16>(__nv_bfloat16 v) {
+  return __bfloat162float(v);
+}
+
+// y[i] = act(x[i]); x, y: (n), y may alias x.
+template <typename T>
+__global__ void activation_forward_kernel(GemmActivation act, const T* x, T* y, int64_t n) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += stride) {
+    if constexpr (sizeof(T) == 8) {
+      const double v = x[i];
+      constexpr double kAlpha = 0.7978845608028654;
+      y[i] = act == GemmActivation::Relu
+                 ? (v > 0 ? v : 0.0)
+                 : 0.5 * v * (1.0 + tanh(kAlpha * (v + 0.044715 * v * v * v)));
+    } else {
+      y[i] = static_cast<T>(apply_act(to_f(x[i]), act));
+    }
+  }
+}
 
 // d_pre[i] = d_y[i] * act'(pre[i]); d_y, pre, d_pre: (n).
 template <typename T>
@@ -416,12 +441,15 @@ void launch_linear_gemm(DType dtype, const void* x, int64_t ldx, const void* w, 
   auto* pb = static_cast<__nv_bfloat16*>(pre);
   // Tile: 128x256 once the 128x256 grid still has a block for every SM (about
   // 132 * 128 * 256 outputs), else 128x128 for more blocks (see NOTES.md).
-  if (tile == GemmTile::Auto) tile = m * n >= int64_t{132} * 128 * 256 ? kDefaultLargeTile : GemmTile::k128x128s3;
+  if (tile == GemmTile::Auto)
+    tile = m * n >= int64_t{132} * 128 * 256 ? kDefaultLargeTile : GemmTile::k128x128s3;
   auto launch = [&](auto kernel_vec, auto kernel_scalar, int bn, int stages) {
-    const dim3 grid(static_cast<unsigned>(ceil_div(n, bn)), static_cast<unsigned>(ceil_div(m, kBfBM)));
+    const dim3 grid(static_cast<unsigned>(ceil_div(n, bn)),
+                    static_cast<unsigned>(ceil_div(m, kBfBM)));
     const int smem = stages * (kBfBM + bn) * kBfRowBytes;
     auto kernel = vec ? kernel_vec : kernel_scalar;
-    EMBER_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    EMBER_CUDA_CHECK(
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
     kernel<<<grid, kBfThreads, smem, stream>>>(xb, ldx, wb, ldw, bb, yb, pb, m, n, k, act);
   };
   switch (tile) {
@@ -441,8 +469,32 @@ void launch_linear_gemm(DType dtype, const void* x, int64_t ldx, const void* w, 
   EMBER_CUDA_CHECK(cudaGetLastError());
 }
 
-void launch_activation_backward(DType dtype, GemmActivation act, const void* d_y,
-                                const void* pre, void* d_pre, int64_t n, cudaStream_t stream) {
+void launch_activation_forward(DType dtype, GemmActivation act, const void* x, void* y, int64_t n,
+                               cudaStream_t stream) {
+  if (n == 0 || act == GemmActivation::None) return;
+  const int threads = 256;
+  const unsigned blocks = static_cast<unsigned>(std::min<int64_t>(ceil_div(n, threads), 8192));
+  switch (dtype) {
+    case DType::Float32:
+      activation_forward_kernel<<<blocks, threads, 0, stream>>>(act, static_cast<const float*>(x),
+                                                                static_cast<float*>(y), n);
+      break;
+    case DType::Float64:
+      activation_forward_kernel<<<blocks, threads, 0, stream>>>(act, static_cast<const double*>(x),
+                                                                static_cast<double*>(y), n);
+      break;
+    case DType::BFloat16:
+      activation_forward_kernel<<<blocks, threads, 0, stream>>>(
+          act, static_cast<const __nv_bfloat16*>(x), static_cast<__nv_bfloat16*>(y), n);
+      break;
+    default:
+      EMBER_FAIL("linear: dtype ", dtype, " is not supported on CUDA");
+  }
+  EMBER_CUDA_CHECK(cudaGetLastError());
+}
+
+void launch_activation_backward(DType dtype, GemmActivation act, const void* d_y, const void* pre,
+                                void* d_pre, int64_t n, cudaStream_t stream) {
   if (n == 0 || act == GemmActivation::None) return;
   const int threads = 256;
   const unsigned blocks = static_cast<unsigned>(std::min<int64_t>(ceil_div(n, threads), 8192));

@@ -27,9 +27,13 @@ void launch_linear_gemm(DType dtype, const void* x, int64_t ldx, const void* w, 
                         const void* b, void* y, void* pre, int64_t m, int64_t n, int64_t k,
                         GemmActivation act, cudaStream_t stream, GemmTile tile = GemmTile::Auto);
 
+// y = act(x) for n contiguous elements (float32, float64, bfloat16); y may be x.
+void launch_activation_forward(DType dtype, GemmActivation act, const void* x, void* y, int64_t n,
+                               cudaStream_t stream);
+
 // d_pre = d_y * act'(pre) for n contiguous elements (float32, float64, bfloat16):
 // the activation's derivative for a Linear whose forward fused it.
-void launch_activation_backward(DType dtype, GemmActivation act, const void* d_y,
-                                const void* pre, void* d_pre, int64_t n, cudaStream_t stream);
+void launch_activation_backward(DType dtype, GemmActivation act, const void* d_y, const void* pre,
+                                void* d_pre, int64_t n, cudaStream_t stream);
 
 }  // namespace ember::cuda

@@ -19,7 +19,8 @@ namespace {
 
 constexpr int kThreads = 256;
 constexpr int kWarp = 32;
-constexpr int64_t kMaxBlocks = 1024;  // ~8 per SM on an H200; fixed, so results are device-independent
+constexpr int64_t kMaxBlocks =
+    1024;  // ~8 per SM on an H200; fixed, so results are device-independent
 constexpr int64_t kMinPerBlock = 4096;
 
 inline int64_t ceil_div(int64_t a, int64_t b) {
@@ -48,11 +49,19 @@ struct Types<__nv_bfloat16> {
   using Acc = float;
 };
 
-__device__ __forceinline__ float widen(__nv_bfloat16 v) { return __bfloat162float(v); }
-__device__ __forceinline__ float widen(float v) { return v; }
-__device__ __forceinline__ double widen(double v) { return v; }
+__device__ __forceinline__ float widen(__nv_bfloat16 v) {
+  return __bfloat162float(v);
+}
+__device__ __forceinline__ float widen(float v) {
+  return v;
+}
+__device__ __forceinline__ double widen(double v) {
+  return v;
+}
 template <typename S, typename C>
-__device__ __forceinline__ S narrow(C v) { return static_cast<S>(v); }
+__device__ __forceinline__ S narrow(C v) {
+  return static_cast<S>(v);
+}
 template <>
 __device__ __forceinline__ __nv_bfloat16 narrow<__nv_bfloat16, float>(float v) {
   return __float2bfloat16_rn(v);
@@ -83,10 +92,10 @@ __device__ __forceinline__ Acc block_sum(Acc v) {
 // 16-byte access; the vector body needs all three pointers 16-byte aligned (the
 // launcher checks), the scalar tail covers n % kVec.
 template <typename S, bool kWriteGrad>
-__global__ void __launch_bounds__(kThreads) mse_partial_kernel(
-    const S* __restrict__ pred, const S* __restrict__ target, S* __restrict__ d_pred, int64_t n,
-    typename Types<S>::C grad_scale, typename Types<S>::Acc* __restrict__ partials,
-    bool vectorized) {
+__global__ void __launch_bounds__(kThreads)
+    mse_partial_kernel(const S* __restrict__ pred, const S* __restrict__ target,
+                       S* __restrict__ d_pred, int64_t n, typename Types<S>::C grad_scale,
+                       typename Types<S>::Acc* __restrict__ partials, bool vectorized) {
   using C = typename Types<S>::C;
   using Acc = typename Types<S>::Acc;
   constexpr int kVec = 16 / sizeof(S);
@@ -141,9 +150,9 @@ __global__ void __launch_bounds__(kThreads) mse_partial_kernel(
 // Pass two, one block: loss = loss_scale * sum(partials[0..count)), in index order
 // per thread, then the fixed block tree.
 template <typename S>
-__global__ void __launch_bounds__(kThreads) mse_finish_kernel(
-    const typename Types<S>::Acc* __restrict__ partials, int64_t count, double loss_scale,
-    S* __restrict__ loss) {
+__global__ void __launch_bounds__(kThreads)
+    mse_finish_kernel(const typename Types<S>::Acc* __restrict__ partials, int64_t count,
+                      double loss_scale, S* __restrict__ loss) {
   using Acc = typename Types<S>::Acc;
   Acc acc = Acc(0);
   for (int64_t i = threadIdx.x; i < count; i += kThreads) acc += partials[i];
@@ -157,8 +166,7 @@ __global__ void scale_by_device_scalar_kernel(S* __restrict__ d, const S* __rest
   const auto s = widen(g[0]);
   if (s == decltype(s)(1)) return;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
-       i += stride)
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
     d[i] = narrow<S>(widen(d[i]) * s);
 }
 
@@ -183,8 +191,8 @@ void mse_typed(const void* pred, const void* target, void* d_pred, void* loss, i
     mse_partial_kernel<S, false><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
         p, t, nullptr, n, static_cast<C>(grad_scale), partials, vec);
   EMBER_CUDA_CHECK(cudaGetLastError());
-  mse_finish_kernel<S><<<1, kThreads, 0, stream>>>(partials, blocks, loss_scale,
-                                                   static_cast<S*>(loss));
+  mse_finish_kernel<S>
+      <<<1, kThreads, 0, stream>>>(partials, blocks, loss_scale, static_cast<S*>(loss));
   EMBER_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -194,9 +202,9 @@ size_t mse_workspace_bytes(int64_t n) {
   return static_cast<size_t>(mse_blocks(n)) * sizeof(double);
 }
 
-void launch_mse_fused(DType dtype, const void* pred, const void* target, void* d_pred,
-                      void* loss, int64_t n, double grad_scale, double loss_scale,
-                      void* workspace, cudaStream_t stream) {
+void launch_mse_fused(DType dtype, const void* pred, const void* target, void* d_pred, void* loss,
+                      int64_t n, double grad_scale, double loss_scale, void* workspace,
+                      cudaStream_t stream) {
   switch (dtype) {
     case DType::Float32:
       return mse_typed<float>(pred, target, d_pred, loss, n, grad_scale, loss_scale, workspace,

@@ -20,9 +20,9 @@ size_t mse_workspace_bytes(int64_t n);
 // double for float32/float64, in float for bfloat16), and, when d_pred is not
 // null, d_pred_i = grad_scale * (pred_i - target_i). n may be 0 (loss = 0 *
 // loss_scale). float32, float64, bfloat16; the three arrays contiguous.
-void launch_mse_fused(DType dtype, const void* pred, const void* target, void* d_pred,
-                      void* loss, int64_t n, double grad_scale, double loss_scale,
-                      void* workspace, cudaStream_t stream);
+void launch_mse_fused(DType dtype, const void* pred, const void* target, void* d_pred, void* loss,
+                      int64_t n, double grad_scale, double loss_scale, void* workspace,
+                      cudaStream_t stream);
 
 // d[i] *= g[0] for n elements, where g is a one-element device tensor of dtype;
 // when g[0] == 1 every thread returns after one read of g (no pass over d). Lets

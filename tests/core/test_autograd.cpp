@@ -179,3 +179,10 @@ TEST_CASE("autograd/engine: diamond graphs run each node once, after all its inp
   d.backward(ones_like(d));
   CHECK(vals(a.grad())[0] == doctest::Approx(39));
 }
+
+TEST_CASE("tensor/contiguous: empty tensors count as contiguous and can be viewed") {
+  Tensor e = make_view(zeros({3, 4}), {3, 0}, {1, 1}, 0);
+  CHECK(e.is_contiguous());
+  CHECK(e.view({0, 3}).sizes() == Shape{0, 3});
+  CHECK(e.reshape({-1}).numel() == 0);
+}

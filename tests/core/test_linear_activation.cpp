@@ -40,8 +40,9 @@ TEST_CASE("core/linear activation: backward matches finite differences (ReLU, GE
     CHECK_GRADCHECK(
         [act](const std::vector<Tensor>& in) { return linear(in[0], in[1], in[2], act); },
         {x, w, b});
-    CHECK_GRADCHECK([act](const std::vector<Tensor>& in) { return linear(in[0], in[1], Tensor(), act); },
-                    {x, w});
+    CHECK_GRADCHECK(
+        [act](const std::vector<Tensor>& in) { return linear(in[0], in[1], Tensor(), act); },
+        {x, w});
   }
 }
 

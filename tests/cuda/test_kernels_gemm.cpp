@@ -37,7 +37,7 @@ struct Case {
 };
 // Ragged in every position; the CPU reference stays under ~70 M multiply-adds each.
 const std::vector<Case> kRaggedCases = {
-    {1, 1, 1},     {1, 7, 127},    {7, 1, 4097},  {127, 7, 1},   {127, 4097, 7},
+    {1, 1, 1},      {1, 7, 127},    {7, 1, 4097},   {127, 7, 1},    {127, 4097, 7},
     {4097, 7, 127}, {7, 127, 4097}, {129, 130, 67}, {256, 128, 64}, {131, 257, 520}};
 
 // Runs one kernel launch (ours, or cuBLASLt when lt) for y = act(x w^T + b) on
@@ -58,10 +58,10 @@ std::pair<double, double> run_gemm(DType dtype, Case c, Activation act, bool bia
   Tensor pre = want_pre ? full({c.m, c.n}, kNaN, TensorOptions(dtype).device(kCUDA)) : Tensor();
   cudaStream_t s = detail::stream_of(xg);
   if (lt) {
-    const bool ran = cuda::lt_linear_forward(dtype, c.m, c.n, c.k, xg.raw_data(), c.k + pad,
-                                             wg.raw_data(), c.k, bias ? bg.raw_data() : nullptr,
-                                             y.raw_data(), want_pre ? pre.raw_data() : nullptr,
-                                             gemm_act(act), 0, s);
+    const bool ran =
+        cuda::lt_linear_forward(dtype, c.m, c.n, c.k, xg.raw_data(), c.k + pad, wg.raw_data(), c.k,
+                                bias ? bg.raw_data() : nullptr, y.raw_data(),
+                                want_pre ? pre.raw_data() : nullptr, gemm_act(act), 0, s);
     if (!ran) return {-1.0, -1.0};  // no algorithm: the caller falls back (tested elsewhere)
   } else {
     cuda::launch_linear_gemm(dtype, xg.raw_data(), c.k + pad, wg.raw_data(), c.k,
@@ -126,7 +126,8 @@ TEST_CASE("kernels/gemm: cuBLASLt epilogues match the CPU (fp32, TF32, bf16)" *
       if (tf32 && dtype != kFloat32) continue;
       cuda::set_allow_tf32(tf32);
       for (Activation act : {Activation::None, Activation::Relu, Activation::Gelu})
-        for (const Case& c : {Case{127, 128, 65}, Case{7, 4096, 8}, Case{1, 8, 1}, Case{4097, 16, 127}}) {
+        for (const Case& c :
+             {Case{127, 128, 65}, Case{7, 4096, 8}, Case{1, 8, 1}, Case{4097, 16, 127}}) {
           auto [e, e_pre] = run_gemm(dtype, c, act, true, 0, true, act == Activation::Gelu, seed++);
           INFO(dtype, " tf32=", tf32, " act=", static_cast<int>(act), " m=", c.m, " n=", c.n,
                " k=", c.k);

@@ -36,8 +36,8 @@ Tensor composed(const Tensor& x, const Tensor& w, const Tensor& b, Activation ac
 // Output and gradients of sum(linear(x, w, b, act) * wy) on CUDA in dtype vs
 // float64 on the CPU (same rounded inputs); worst rel_error. transpose_w passes
 // w as a transposed view; the CUDA side may use the composition instead.
-double linear_vs_cpu(DType dtype, int64_t m, int64_t n, int64_t k, Activation act,
-                     bool transpose_w, bool unfused, uint64_t seed) {
+double linear_vs_cpu(DType dtype, int64_t m, int64_t n, int64_t k, Activation act, bool transpose_w,
+                     bool unfused, uint64_t seed) {
   std::vector<Tensor> cpu, gpu;
   Tensor x = randn64({m, k}, seed).to(dtype).to(kFloat64);
   Tensor w = transpose_w ? randn64({k, n}, seed + 1).to(dtype).to(kFloat64)
@@ -78,7 +78,9 @@ TEST_CASE("kernels/linear: fused forward and backward match the CPU on both back
         cuda::set_allow_tf32(tf32);
         for (Activation act : {Activation::None, Activation::Relu, Activation::Gelu})
           for (auto [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{1, 7, 127},
-                                 {127, 128, 7}, {64, 4097, 16}, {130, 24, 257}}) {
+                                 {127, 128, 7},
+                                 {64, 4097, 16},
+                                 {130, 24, 257}}) {
             INFO(backend, " ", dtype, " tf32=", tf32, " act=", static_cast<int>(act), " m=", m,
                  " n=", n, " k=", k);
             CHECK(linear_vs_cpu(dtype, m, n, k, act, false, false, seed++) <= tol(dtype));
@@ -128,7 +130,9 @@ TEST_CASE("kernels/linear: empty batch, no outputs and no features" * doctest::t
     Tensor b = randn64({n}, 3).to(kCUDA, kFloat32).set_requires_grad(true);
     Tensor y = linear(x, w, b, Activation::Relu);
     CHECK(y.sizes() == Shape{m, n});
-    if (k == 0) CHECK(rel_error(y.to(kCPU).to(kFloat64), relu(b.detach().to(kCPU).to(kFloat64)).expand({m, n})) == 0.0);
+    if (k == 0)
+      CHECK(rel_error(y.to(kCPU).to(kFloat64),
+                      relu(b.detach().to(kCPU).to(kFloat64)).expand({m, n})) == 0.0);
     y.sum().backward();
     CHECK(x.grad().sizes() == x.sizes());
     CHECK(w.grad().sizes() == w.sizes());

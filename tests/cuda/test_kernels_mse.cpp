@@ -71,14 +71,15 @@ TEST_CASE("kernels/mse: loss and gradient match the CPU at ragged sizes in every
 TEST_CASE("kernels/mse: the loss alone (no grad) matches the CPU; None stays element-wise" *
           doctest::test_suite("cuda")) {
   for (DType dtype : {kFloat32, kBFloat16}) {
-    Tensor p = randn64({3000}, 5).to(dtype).to(kFloat64), t = randn64({3000}, 6).to(dtype).to(kFloat64);
+    Tensor p = randn64({3000}, 5).to(dtype).to(kFloat64),
+           t = randn64({3000}, 6).to(dtype).to(kFloat64);
     NoGradGuard no_grad;
     CHECK(rel_error(mse_loss(p.to(kCUDA, dtype), t.to(kCUDA, dtype)).to(kCPU).to(kFloat64),
                     mse_loss(p, t)) <= tol(dtype));
-    CHECK(rel_error(mse_loss(p.to(kCUDA, dtype), t.to(kCUDA, dtype), Reduction::None)
-                        .to(kCPU)
-                        .to(kFloat64),
-                    mse_loss(p, t, Reduction::None)) <= tol(dtype));
+    CHECK(
+        rel_error(
+            mse_loss(p.to(kCUDA, dtype), t.to(kCUDA, dtype), Reduction::None).to(kCPU).to(kFloat64),
+            mse_loss(p, t, Reduction::None)) <= tol(dtype));
   }
 }
 
