@@ -61,8 +61,8 @@ test-sanitize: deps
 	  -DEMBER_BUILD_EXAMPLES=OFF -DEMBER_BUILD_BENCHMARKS=OFF $(CMAKE_FLAGS)
 	@echo "ember: building the sanitizer build in $(SANITIZE_DIR) with $(JOBS) jobs"
 	@cmake --build $(SANITIZE_DIR) -j $(JOBS)
-	@. tools/sanitize_env.sh && cd $(SANITIZE_DIR) && ctest --output-on-failure -j $(JOBS); status=$$?; \
-	  cd .. && tools/test_summary.sh $(SANITIZE_DIR)/Testing/Temporary/LastTest.log; exit $$status
+	@. tools/sanitize_env.sh && (cd $(SANITIZE_DIR) && ctest --output-on-failure -j $(JOBS)); \
+	  status=$$?; tools/test_summary.sh $(SANITIZE_DIR)/Testing/Temporary/LastTest.log; exit $$status
 
 # compute-sanitizer (memcheck, racecheck, initcheck, synccheck) over the CUDA test
 # cases of every test binary of the normal build; needs a GPU.

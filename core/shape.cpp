@@ -1,5 +1,6 @@
 #include "core/shape.h"
 
+#include <limits>
 #include <sstream>
 
 #include "core/error.h"
@@ -17,7 +18,10 @@ Shape contiguous_strides(const Shape& sizes) {
   int64_t st = 1;
   for (size_t i = sizes.size(); i-- > 0;) {
     strides[i] = st;
-    st *= sizes[i] > 1 ? sizes[i] : 1;
+    // Only a shape with no elements can overflow here (check_sizes bounds the
+    // rest), and its strides address nothing: saturate rather than overflow.
+    if (__builtin_mul_overflow(st, sizes[i] > 1 ? sizes[i] : 1, &st))
+      st = std::numeric_limits<int64_t>::max();
   }
   return strides;
 }

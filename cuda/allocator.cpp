@@ -2,6 +2,8 @@
 // caching allocators over HostBackend and one CudaBackend per device.
 #include "cuda/allocator.h"
 
+#include <cstdio>
+#include <exception>
 #include <vector>
 
 #include "cuda/caching_allocator.h"
@@ -9,9 +11,27 @@
 
 namespace ember::cuda {
 
+namespace {
+// The host allocator keeps PyTorch's defaults but honours EMBER_CUDA_ALLOC_CONF's
+// sanitizer settings, so CPU tensors can be checked too. A malformed variable is
+// reported by the device allocators (which refuse it); here it is only noted.
+AllocatorOptions host_options() {
+  AllocatorOptions options;
+  try {
+    const AllocatorOptions env = AllocatorOptions::from_env();
+    options.sanitize = env.sanitize;
+    options.quarantine_blocks = env.quarantine_blocks;
+    options.quarantine_bytes = env.quarantine_bytes;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "ember: host allocator ignores %s: %s\n", kAllocConfEnvVar, e.what());
+  }
+  return options;
+}
+}  // namespace
+
 CachingAllocator& host_caching_allocator() {
   // Never destroyed: static tensors may free their memory after main returns.
-  static auto* allocator = new CachingAllocator(std::make_unique<HostBackend>());
+  static auto* allocator = new CachingAllocator(std::make_unique<HostBackend>(), host_options());
   return *allocator;
 }
 

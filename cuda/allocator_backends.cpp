@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <cstring>
 
 #include "core/error.h"
 #include "cuda/check.h"
@@ -22,6 +23,17 @@ void* page_aligned_alloc(size_t bytes) {
 }
 
 }  // namespace
+
+// ---------------------------------------------------------------------------------
+// Backend: sanitizer-mode access for host memory
+
+void Backend::fill(void* ptr, unsigned char value, size_t bytes, cudaStream_t) {
+  std::memset(ptr, value, bytes);
+}
+
+void Backend::read(void* host_dst, const void* ptr, size_t bytes, cudaStream_t) {
+  std::memcpy(host_dst, ptr, bytes);
+}
 
 // ---------------------------------------------------------------------------------
 // CudaBackend
@@ -54,6 +66,17 @@ void CudaBackend::raw_free(void* ptr) noexcept {
   EMBER_CUDA_CHECK_NOTHROW(cudaSetDevice(device_));
   EMBER_CUDA_CHECK_NOTHROW(cudaFree(ptr));
   EMBER_CUDA_CHECK_NOTHROW(cudaSetDevice(previous));
+}
+
+void CudaBackend::fill(void* ptr, unsigned char value, size_t bytes, cudaStream_t stream) {
+  DeviceGuard guard(device_);
+  EMBER_CUDA_CHECK(cudaMemsetAsync(ptr, value, bytes, stream));
+}
+
+void CudaBackend::read(void* host_dst, const void* ptr, size_t bytes, cudaStream_t stream) {
+  DeviceGuard guard(device_);
+  EMBER_CUDA_CHECK(cudaMemcpyAsync(host_dst, ptr, bytes, cudaMemcpyDeviceToHost, stream));
+  EMBER_CUDA_CHECK(cudaStreamSynchronize(stream));
 }
 
 Backend::MemoryInfo CudaBackend::memory_info() {

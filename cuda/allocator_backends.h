@@ -43,6 +43,13 @@ class Backend {
   virtual void synchronize_event(EventHandle event) = 0;
   virtual void destroy_event(EventHandle event) noexcept = 0;
 
+  // For the allocator's sanitizer mode (AllocatorOptions::sanitize): sets `bytes`
+  // at `ptr` to `value` in `stream`'s order, and copies `bytes` from `ptr` into
+  // host memory once the work queued on `stream` is done. The defaults are for
+  // backends whose memory is host memory (host and simulated devices).
+  virtual void fill(void* ptr, unsigned char value, size_t bytes, cudaStream_t stream);
+  virtual void read(void* host_dst, const void* ptr, size_t bytes, cudaStream_t stream);
+
   // Host memory titles its summary "CPU" and says "CPU out of memory".
   virtual bool is_host() const { return false; }
   // The device index reported in summaries and messages.
@@ -64,6 +71,8 @@ class CudaBackend final : public Backend {
   bool query_event(EventHandle event) override;
   void synchronize_event(EventHandle event) override;
   void destroy_event(EventHandle event) noexcept override;
+  void fill(void* ptr, unsigned char value, size_t bytes, cudaStream_t stream) override;
+  void read(void* host_dst, const void* ptr, size_t bytes, cudaStream_t stream) override;
   int device() const override { return device_; }
 
  private:

@@ -41,6 +41,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "cuda/alloc_config.h"
 #include "cuda/allocator.h"
@@ -57,6 +58,31 @@ inline constexpr size_t kLargeBuffer = size_t{20} << 20;   // large-pool segment
 inline constexpr size_t kMinLargeAlloc = size_t{10} << 20;  // ...this request size
 inline constexpr size_t kRoundLarge = size_t{2} << 20;     // rounding of larger segments
 inline constexpr size_t kDefaultHistoryEntries = 100000;
+// Requests above this (4 EiB) are refused as out of memory: no device has it,
+// and rounding them up would overflow size_t.
+inline constexpr size_t kMaxRequest = size_t{1} << 62;
+
+// Sanitizer mode (AllocatorOptions::sanitize): the bytes written around and over
+// blocks. The front guard is 512 bytes so the caller's pointer keeps the normal
+// 512-byte alignment; the back guard runs from the end of the request to the end
+// of the block, at least kGuardBackMin bytes.
+inline constexpr unsigned char kGuardByte = 0xAB;
+inline constexpr unsigned char kPoisonByte = 0xDE;
+inline constexpr size_t kGuardFront = 512;
+inline constexpr size_t kGuardBackMin = 64;
+
+// A bug the sanitizer mode caught: a write outside a block or into freed memory.
+struct SanitizerReport {
+  enum class Kind { underrun, overrun, write_after_free };
+  Kind kind = Kind::overrun;
+  uintptr_t address = 0;     // the pointer allocate() returned
+  size_t requested_size = 0;
+  int64_t offset = 0;        // of the first bad byte from `address` (< 0: before it)
+  size_t bad_bytes = 0;      // how many bytes of the guard or poison were changed
+  const char* tag = nullptr;    // allocation site, as AllocationTag / AllocationScope
+  const char* scope = nullptr;
+  std::string message;       // all of the above in words
+};
 
 // Names the op or tensor on whose behalf this thread allocates, for snapshots and
 // traces; guards nest. Only the pointer is kept, so the text must outlive the
@@ -122,6 +148,13 @@ class CachingAllocator final : public Allocator {
 
   const AllocatorOptions& options() const;
   Backend& backend();
+
+  // Sanitizer mode: what was caught so far (empty when the mode is off). Freed
+  // blocks still in quarantine are checked when they leave it, on empty_cache()
+  // and when memory runs out. check_sanitizer_reports() throws ember::Error
+  // listing them, if any.
+  std::vector<SanitizerReport> sanitizer_reports() const;
+  void check_sanitizer_reports() const;
 
   // The policy's arithmetic, exposed for tests and tools.
   static size_t round_size(size_t bytes, const AllocatorOptions& options);

@@ -8,8 +8,12 @@
 set -uo pipefail
 build="${1:-build}"
 cd "$(dirname "$0")/.."
-cs="$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)"
-if [ ! -x "$cs" ]; then
+cs="$(command -v compute-sanitizer || true)"
+for candidate in /usr/local/cuda/bin/compute-sanitizer \
+                 /usr/local/cuda/compute-sanitizer/compute-sanitizer; do
+  [ -n "$cs" ] || { [ -x "$candidate" ] && cs="$candidate"; }
+done
+if [ -z "$cs" ]; then
   echo "gpu-sanitize: compute-sanitizer not found (it ships with the CUDA Toolkit)" >&2
   exit 1
 fi
@@ -23,7 +27,7 @@ mkdir -p "$logs"
 
 # The soak tests run 100,000 steps: minutes natively, hours under a sanitizer.
 # Their kernels are the ones every other CUDA test case already runs.
-doctest_args=(-ts=cuda "-tce=soak/*" --no-intro=true)
+doctest_args=(-ts=cuda "-tce=soak/*" --no-intro=true --no-colors=true)
 # memcheck: no --leak-check, because the per-device caching allocators are
 # deliberately never destroyed (cuda/allocator.cpp), so their segments are still
 # held at exit by design; everything else it checks is on.

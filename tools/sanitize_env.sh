@@ -1,8 +1,12 @@
 # Run-time options of the sanitizer build (make test-sanitize), sourced by the
 # Makefile; source it too to rerun one test binary of build-sanitize by hand.
 # Every option is here with its reason; suppressions are in tools/lsan.supp.
-_ember_tools="$(cd "$(dirname "${BASH_SOURCE[0]:-$0}")" 2>/dev/null && pwd)"
-[ -f "$_ember_tools/lsan.supp" ] || _ember_tools="$(pwd)/tools"
+# Sourced by make (/bin/sh, from the repository root) or by hand from bash.
+if [ -n "${BASH_VERSION:-}" ]; then
+  _ember_tools="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+else
+  _ember_tools="$(pwd)/tools"
+fi
 
 # halt_on_error: the first report fails the test binary (ctest sees it).
 # detect_leaks: LeakSanitizer at exit (on by default on x86-64 Linux; said here).

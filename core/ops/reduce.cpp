@@ -238,7 +238,10 @@ std::pair<Tensor, Tensor> max_impl(const Tensor& a, int64_t dim, bool keepdim, b
 }  // namespace
 
 Tensor max(const Tensor& a, int64_t dim, bool keepdim) {
-  auto [values, indices] = max_impl(a, dim, keepdim, true, "max");
+  // Not a structured binding: clang before 16 cannot capture one (make test-fuzz).
+  std::pair<Tensor, Tensor> result = max_impl(a, dim, keepdim, true, "max");
+  Tensor& values = result.first;
+  const Tensor indices = result.second;
   if (any_requires_grad({&a})) {
     Split s = split_at(a.sizes(), wrap_dim(dim, a.dim(), "max"));
     attach_grad_fn(values, "MaxBackward", {&a}, [indices, sizes = a.sizes(), s](const Tensor& g) {
