@@ -9,8 +9,10 @@
 //   optim/optim.h     Optimizer, SGD, Adam, AdamW
 //   core/leak_check.h StepLeakCheck, LeakTracker, mark_step: what survives a step
 //   core/live_tensors.h live_tensors(): the census of live tensors
+//   core/anomaly.h    set_detect_anomaly / DetectAnomalyGuard: name the op making NaN/Inf
 #pragma once
 
+#include "core/anomaly.h"
 #include "core/autograd.h"
 #include "core/leak_check.h"
 #include "core/live_tensors.h"
