@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "error_text.h"
 #include "core/anomaly.h"
 #include "core/autograd.h"
 #include "core/memory.h"
@@ -19,26 +20,14 @@
 #include "cuda/runtime.h"
 
 using namespace ember;
+using ember::testing::contains;
+using ember::testing::error_of;
 
 namespace {
 
 using V = std::vector<double>;
 constexpr int64_t kBig = int64_t{1} << 40;
 constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
-
-template <typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
-
-bool contains(const std::string& s, const std::string& part) {
-  return s.find(part) != std::string::npos;
-}
 
 // The host allocator's counters that a failed op must leave as they were.
 struct HostCounters {

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "error_text.h"
 #include "core/autograd.h"
 #include "core/memory.h"
 #include "core/ops.h"
@@ -21,22 +22,10 @@
 #include "optim/optim.h"
 
 using namespace ember;
+using ember::testing::contains;
+using ember::testing::error_of;
 
 namespace {
-
-template <typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
-
-bool contains(const std::string& s, const std::string& part) {
-  return s.find(part) != std::string::npos;
-}
 
 std::vector<std::vector<double>> values(const nn::Module& m) {
   std::vector<std::vector<double>> out;

@@ -10,27 +10,17 @@
 #include <string>
 #include <vector>
 
+#include "error_text.h"
 #include "core/autograd.h"
 #include "core/ops.h"
 #include "nn/nn.h"
 #include "optim/optim.h"
 
 using namespace ember;
+using ember::testing::contains;
+using ember::testing::error_of;
 
 namespace {
-
-template <typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
-bool contains(const std::string& s, const std::string& part) {
-  return s.find(part) != std::string::npos;
-}
 
 std::string temp_path(const std::string& name) {
   return (std::filesystem::temp_directory_path() / ("ember_test_" + name)).string();

@@ -8,25 +8,15 @@
 #include <string>
 #include <vector>
 
+#include "error_text.h"
 #include "core/ops.h"
 #include "nn/data.h"
 
 using namespace ember;
+using ember::testing::contains;
+using ember::testing::error_of;
 
 namespace {
-
-template <typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
-bool contains(const std::string& s, const std::string& part) {
-  return s.find(part) != std::string::npos;
-}
 
 // Example i: data [i, 10 i] (float32), target i (float64).
 std::shared_ptr<nn::TensorDataset> numbered(int64_t n) {

@@ -7,28 +7,17 @@
 #include <string>
 #include <vector>
 
+#include "error_text.h"
 #include "core/autograd.h"
 #include "core/ops.h"
 #include "nn/nn.h"
 #include "optim/optim.h"
 
 using namespace ember;
+using ember::testing::contains;
+using ember::testing::error_of;
 
 namespace {
-
-template <typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
-
-bool contains(const std::string& s, const std::string& part) {
-  return s.find(part) != std::string::npos;
-}
 
 struct Net : nn::Module {
   Net() {
