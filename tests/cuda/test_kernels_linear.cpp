@@ -4,7 +4,9 @@
 // in fp32, TF32 and bf16; transposed and strided inputs; empty sizes.
 #include <doctest/doctest.h>
 
+#include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <vector>
 
 #include "core/autograd.h"
@@ -33,15 +35,37 @@ Tensor composed(const Tensor& x, const Tensor& w, const Tensor& b, Activation ac
   return act == Activation::Relu ? relu(y) : act == Activation::Gelu ? gelu(y) : y;
 }
 
+// TF32 tensor cores read only the top 10 mantissa bits of an fp32 input (the
+// low 13 are dropped, not rounded). Inputs built this way are exact in TF32, so
+// the reference sees the same operands the tensor cores do, as bf16 inputs are
+// rounded to bf16 first; what remains is accumulation and the rounding of the
+// intermediate gradients.
+Tensor tf32_exact(const Tensor& t64) {
+  std::vector<double> v = t64.to_vector<double>();
+  for (double& d : v) {
+    float f = static_cast<float>(d);
+    uint32_t bits;
+    std::memcpy(&bits, &f, sizeof bits);
+    bits &= 0xFFFFE000u;
+    std::memcpy(&f, &bits, sizeof bits);
+    d = f;
+  }
+  return from_vector(v, t64.sizes(), TensorOptions(kFloat64));
+}
+
 // Output and gradients of sum(linear(x, w, b, act) * wy) on CUDA in dtype vs
 // float64 on the CPU (same rounded inputs); worst rel_error. transpose_w passes
 // w as a transposed view; the CUDA side may use the composition instead.
 double linear_vs_cpu(DType dtype, int64_t m, int64_t n, int64_t k, Activation act, bool transpose_w,
                      bool unfused, uint64_t seed) {
   std::vector<Tensor> cpu, gpu;
-  Tensor x = randn64({m, k}, seed).to(dtype).to(kFloat64);
-  Tensor w = transpose_w ? randn64({k, n}, seed + 1).to(dtype).to(kFloat64)
-                         : randn64({n, k}, seed + 1).to(dtype).to(kFloat64);
+  const bool tf32 = dtype == kFloat32 && cuda::allow_tf32();
+  auto operand = [&](const Shape& s, uint64_t sd) {
+    Tensor t = randn64(s, sd).to(dtype).to(kFloat64);
+    return tf32 ? tf32_exact(t) : t;
+  };
+  Tensor x = operand({m, k}, seed);
+  Tensor w = transpose_w ? operand({k, n}, seed + 1) : operand({n, k}, seed + 1);
   Tensor b = randn64({n}, seed + 2).to(dtype).to(kFloat64);
   for (const Tensor& t : {x, w, b}) {
     cpu.push_back(t.detach().clone().set_requires_grad(true));
@@ -51,9 +75,17 @@ double linear_vs_cpu(DType dtype, int64_t m, int64_t n, int64_t k, Activation ac
     Tensor wt = transpose_w ? in[1].t() : in[1];
     return use_composed ? composed(in[0], wt, in[2], act) : linear(in[0], wt, in[2], act);
   };
-  Tensor wy = randn64({m, n}, seed + 3).to(dtype).to(kFloat64);
-  Tensor y_cpu = f(cpu, false);
+  Tensor wy = operand({m, n}, seed + 3);
   Tensor y_gpu = f(gpu, unfused);
+  // ReLU is discontinuous at 0: a pre-activation within rounding of 0 may land on
+  // either side on the GPU, and the gradient through it flips between 0 and its
+  // full value. So the reference takes the GPU's branch (its mask y > 0) and
+  // computes everything else in float64; the forward check still bounds the
+  // flipped elements, whose pre-activations are within rounding of 0.
+  Tensor y_cpu = act == Activation::Relu
+                     ? mul(linear(cpu[0], transpose_w ? cpu[1].t() : cpu[1], cpu[2]),
+                           gt(y_gpu.detach().to(kCPU).to(kFloat64), 0.0))
+                     : f(cpu, false);
   std::vector<Tensor> g_cpu = grad({mul(y_cpu, wy).sum()}, cpu);
   std::vector<Tensor> g_gpu = grad({mul(y_gpu, wy.to(kCUDA, dtype)).sum()}, gpu);
   double worst = rel_error(y_gpu.to(kCPU).to(kFloat64), y_cpu);
