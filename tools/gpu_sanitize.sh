@@ -49,15 +49,25 @@ for bin in "$build"/tests/ember_tests_*; do
     start=$(date +%s)
     if [ "$name" = ember_tests_parallel ]; then
       # One rank (NCCL refuses two ranks on one GPU); multi-rank runs need 2+ GPUs.
+      # --report-api-errors no: ncclCommInitAll probes its own kernels with
+      # cudaFuncGetAttributes and some probes fail by design (no image for this
+      # GPU): 12 "cudaErrorNoKernelImageForDevice" reports, all inside
+      # libnccl.so, on the H200 (2026-11-29). Kernel memory errors are still
+      # reported, and every CUDA call of ours goes through EMBER_CUDA_CHECK, so an
+      # API error of ours throws and fails the test case instead.
+      api=()
+      [ "$tool" = memcheck ] && api=(--report-api-errors no)
       env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 NCCL_NVLS_ENABLE=0 \
         mpirun -np 1 --allow-run-as-root \
-        "$cs" ${tool_args[$tool]} --error-exitcode 86 "$bin" "${doctest_args[@]}" >"$log" 2>&1
+        "$cs" ${tool_args[$tool]} "${api[@]}" --error-exitcode 86 "$bin" "${doctest_args[@]}" >"$log" 2>&1
     else
       "$cs" ${tool_args[$tool]} --error-exitcode 86 "$bin" "${doctest_args[@]}" >"$log" 2>&1
     fi
     rc=$?
     secs=$(( $(date +%s) - start ))
-    errors=$(grep -Eo 'ERROR SUMMARY: [0-9]+ error' "$log" | grep -Eo '[0-9]+' | tail -1)
+    # memcheck/initcheck/synccheck: "ERROR SUMMARY: N errors"; racecheck:
+    # "RACECHECK SUMMARY: H hazards displayed (N errors, W warnings)".
+    errors=$(grep -Eo 'ERROR SUMMARY: [0-9]+ error|\([0-9]+ errors' "$log" | grep -Eo '[0-9]+' | tail -1)
     cases=$(grep -E '^\[doctest\] test cases:' "$log" | tail -1 | sed 's/^\[doctest\] //')
     verdict=clean
     if [ "$rc" -ne 0 ]; then

@@ -2,7 +2,8 @@
 // MPI_Init/Finalize around the run, the "cuda" suite skipped without a GPU (as
 // tests/main.cpp), and only rank 0 printing doctest's summary (other ranks print
 // their failures, prefixed, so tools/test_summary.sh counts each test case once).
-// `--launcher-probe` instead checks the environment ember-run gives its children.
+// `--launcher-probe` instead checks the environment ember-run gives its children;
+// `--rank-killed-probe` kills a rank mid-run under ember-run (rank_killed.cpp).
 #define DOCTEST_CONFIG_IMPLEMENT
 #include <doctest/doctest.h>
 #include <mpi.h>
@@ -15,6 +16,10 @@
 
 #include "cuda/runtime.h"
 #include "parallel/process_group.h"
+
+namespace ember::parallel::testing {
+int rank_killed_probe();  // rank_killed.cpp
+}
 
 namespace {
 
@@ -50,6 +55,8 @@ int launcher_probe() {
 
 int main(int argc, char** argv) {
   if (argc > 1 && std::strcmp(argv[1], "--launcher-probe") == 0) return launcher_probe();
+  if (argc > 1 && std::strcmp(argv[1], "--rank-killed-probe") == 0)
+    return ember::parallel::testing::rank_killed_probe();
   int provided = 0;
   MPI_Init_thread(&argc, &argv, MPI_THREAD_SERIALIZED, &provided);
   int rank = 0, size = 1;

@@ -1,23 +1,62 @@
-// The NCCL backend (suite "cuda"): all-reduce against a CPU sum over every GPU
-// of this process (one thread driving all, in a group), and, one rank per MPI
-// process, DistributedDataParallel on the GPUs (needs one GPU per rank).
+// The NCCL backend (suite "cuda"), with every GPU present: all-reduce against a
+// CPU sum over every GPU of this process (one thread driving all, in a group);
+// one rank per MPI process (mpirun -np <= GPUs; more ranks than GPUs skip with a
+// message): every collective against a CPU reference, DistributedDataParallel
+// against one process on the whole batch with replicas bit-identical after many
+// steps, and a rank that skips a collective (2+ GPUs).
 #include <doctest/doctest.h>
 
 #ifdef EMBER_HAVE_NCCL
+#include <chrono>
 #include <cmath>
 #include <memory>
+#include <string>
 
 #include "core/ops.h"
 #include "cuda/runtime.h"
-#include "nn/linear.h"
 #include "nn/activation.h"
+#include "nn/linear.h"
 #include "nn/sequential.h"
+#include "optim/sgd.h"
 #include "parallel/distributed.h"
 #include "parallel/mpi_communicator.h"
 #include "parallel/nccl_communicator.h"
 
 using namespace ember;
 using namespace ember::parallel;
+
+namespace {
+
+double rel_err(const Tensor& a, const Tensor& b) {
+  Tensor d = (a.cpu().to(kFloat64) - b.cpu().to(kFloat64)).pow(2).sum();
+  Tensor r = b.cpu().to(kFloat64).pow(2).sum();
+  return std::sqrt(d.item() / std::max(r.item(), 1e-30));
+}
+
+// One NCCL rank per MPI rank on cuda:<rank>, or null (after saying why) when
+// this machine has fewer GPUs than ranks: NCCL refuses two ranks on one GPU.
+std::shared_ptr<NcclCommunicator> nccl_world(MpiCommunicator& cpu, CommOptions options = {}) {
+  if (cpu.size() > cuda::device_count()) {
+    MESSAGE("skipped: ", cpu.size(), " ranks but ", cuda::device_count(),
+            " GPU(s); NCCL needs one GPU per rank");
+    return nullptr;
+  }
+  NcclUniqueId id;
+  if (cpu.rank() == 0) id = NcclUniqueId::create();
+  // The 128-byte id travels over MPI as 16 int64 words.
+  cpu.broadcast(
+      FlatBuffer{id.bytes.data(), static_cast<int64_t>(id.bytes.size() / 8), kInt64, kCPU});
+  cuda::set_device(cpu.rank());
+  return std::make_shared<NcclCommunicator>(id, cpu.rank(), cpu.size(), cpu.rank(), options);
+}
+
+// Rank k's input, known to every rank (so each can compute the CPU reference).
+Tensor rank_input(int k, int64_t n) {
+  manual_seed(100 + k);
+  return randn({n});
+}
+
+}  // namespace
 
 TEST_CASE("nccl/all_reduce: every GPU, a group from one thread, against a CPU sum" *
           doctest::test_suite("cuda")) {
@@ -41,9 +80,7 @@ TEST_CASE("nccl/all_reduce: every GPU, a group from one thread, against a CPU su
   NcclCommunicator::all_reduce_group(cs, bufs, ReduceOp::Sum);
   for (int i = 0; i < n; ++i) {
     cuda::synchronize(i);
-    Tensor got = dev[i].cpu().to(kFloat64);
-    double err = std::sqrt((got - want).pow(2).sum().item() / want.pow(2).sum().item());
-    CHECK(err < 1e-6);
+    CHECK(rel_err(dev[i], want) < 1e-6);
   }
   // Average, through the Communicator interface (one GPU: itself).
   if (n == 1) {
@@ -54,36 +91,121 @@ TEST_CASE("nccl/all_reduce: every GPU, a group from one thread, against a CPU su
   }
 }
 
-TEST_CASE("nccl/ddp: one rank per GPU matches the MPI ranks' CPU reference" *
+TEST_CASE("nccl/communicator: one rank per process, every collective against a CPU reference" *
           doctest::test_suite("cuda")) {
-  auto cpu = std::make_shared<MpiCommunicator>();
-  if (cpu->size() > cuda::device_count()) {
-    MESSAGE("skipped: ", cpu->size(), " ranks but ", cuda::device_count(), " GPU(s)");
-    return;
+  MpiCommunicator cpu;
+  auto comm = nccl_world(cpu);
+  if (!comm) return;
+  const int r = cpu.rank(), n = cpu.size();
+  const Device dev = Device::cuda(r);
+  if (r == 0) MESSAGE("NCCL collectives over ", n, " process(es), one GPU each");
+  const int64_t len = 840 * 12;  // divisible by 1..8: reduce_scatter blocks
+  Tensor sum = rank_input(0, len).to(kFloat64);
+  for (int k = 1; k < n; ++k) sum = sum + rank_input(k, len).to(kFloat64);
+  Tensor mine = rank_input(r, len);
+
+  SUBCASE("all_reduce sum and average") {
+    Tensor t = mine.to(dev);
+    comm->all_reduce(t, ReduceOp::Sum);
+    CHECK(rel_err(t, sum) < 1e-6);
+    Tensor a = mine.to(dev);
+    comm->all_reduce(a, ReduceOp::Average);
+    CHECK(rel_err(a, sum / static_cast<double>(n)) < 1e-6);
   }
-  const int r = cpu->rank(), n = cpu->size();
-  NcclUniqueId id;
-  if (r == 0) id = NcclUniqueId::create();
-  // The 128-byte id travels over MPI as 16 int64 words.
-  cpu->broadcast(FlatBuffer{id.bytes.data(), static_cast<int64_t>(id.bytes.size() / 8), kInt64, kCPU});
-  auto comm = std::make_shared<NcclCommunicator>(id, r, n, r, CommOptions());
-  cuda::set_device(r);
-  manual_seed(4);
+  SUBCASE("broadcast from the last rank") {
+    Tensor t = mine.to(dev);
+    comm->broadcast(t, n - 1);
+    CHECK(t.cpu().to_vector<float>() == rank_input(n - 1, len).to_vector<float>());
+  }
+  SUBCASE("all_gather: rank order along dim 0") {
+    Tensor g = comm->all_gather(mine.reshape({1, len}).to(dev)).cpu();
+    REQUIRE(g.sizes() == Shape{n, len});
+    for (int k = 0; k < n; ++k)
+      CHECK(g[k].to_vector<float>() == rank_input(k, len).to_vector<float>());
+  }
+  SUBCASE("reduce_scatter: block r of the sum") {
+    Tensor out = comm->reduce_scatter(mine.to(dev), ReduceOp::Sum);
+    const int64_t block = len / n;
+    CHECK(rel_err(out, sum.slice(0, r * block, (r + 1) * block)) < 1e-6);
+  }
+  comm->barrier();
+}
+
+TEST_CASE("nccl/ddp: one rank per GPU matches one process, replicas bit-identical after 30 steps" *
+          doctest::test_suite("cuda")) {
+  MpiCommunicator cpu;
+  auto comm = nccl_world(cpu);
+  if (!comm) return;
+  const int r = cpu.rank(), n = cpu.size();
+  const Device dev = Device::cuda(r);
+  // Different initial weights per rank: construction must broadcast rank 0's.
+  manual_seed(4 + r);
   auto model = std::make_shared<nn::Sequential>(nn::Linear(8, 32), nn::ReLU(), nn::Linear(32, 4));
   manual_seed(4);
-  auto reference = std::make_shared<nn::Sequential>(nn::Linear(8, 32), nn::ReLU(), nn::Linear(32, 4));
-  model->to(Device::cuda(r));
+  auto reference =
+      std::make_shared<nn::Sequential>(nn::Linear(8, 32), nn::ReLU(), nn::Linear(32, 4));
+  model->to(dev);
   DistributedDataParallel ddp(model, comm, DdpOptions().first_bucket_bytes(256));
+  optim::SGD opt(model->parameters(), optim::SGDOptions(0.05).momentum(0.9));
+  optim::SGD ref_opt(reference->parameters(), optim::SGDOptions(0.05).momentum(0.9));
   manual_seed(9);
-  Tensor x = randn({4 * n, 8}), y = randn({4 * n, 4});
-  mse_loss(model->forward(x.slice(0, 4 * r, 4 * r + 4).cuda(r)), y.slice(0, 4 * r, 4 * r + 4).cuda(r))
-      .backward();
-  mse_loss(reference->forward(x), y).backward();
+  for (int step = 0; step < 30; ++step) {
+    Tensor x = randn({4 * n, 8}), y = randn({4 * n, 4});
+    opt.zero_grad();
+    ref_opt.zero_grad();
+    mse_loss(model->forward(x.slice(0, 4 * r, 4 * r + 4).to(dev)),
+             y.slice(0, 4 * r, 4 * r + 4).to(dev))
+        .backward();
+    mse_loss(reference->forward(x), y).backward();
+    if (step < 3) {
+      auto got = model->named_parameters();
+      auto want = reference->named_parameters();
+      for (size_t i = 0; i < got.size(); ++i) {
+        CAPTURE(got[i].first);
+        CHECK(rel_err(got[i].second.grad(), want[i].second.grad()) < 1e-5);
+      }
+    }
+    opt.step();
+    ref_opt.step();
+  }
+  // Every rank holds the same bits (gathered through NCCL), close to one process's.
   auto got = model->parameters();
   auto want = reference->parameters();
   for (size_t i = 0; i < got.size(); ++i) {
-    Tensor g = got[i].grad().cpu().to(kFloat64), w = want[i].grad().to(kFloat64);
-    CHECK(std::sqrt((g - w).pow(2).sum().item() / w.pow(2).sum().item()) < 1e-5);
+    Tensor all = comm->all_gather(got[i].detach().reshape({1, -1})).cpu();
+    for (int k = 1; k < n; ++k) CHECK(all[k].to_vector<float>() == all[0].to_vector<float>());
+    CHECK(rel_err(got[i], want[i]) < 1e-4);
   }
+}
+
+// Last in the file: the aborted communicators are gone before any later test.
+TEST_CASE("nccl/timeout: a rank that skips a collective makes the others fail in time" *
+          doctest::test_suite("cuda")) {
+  MpiCommunicator cpu;
+  if (cpu.size() < 2) {
+    MESSAGE("skipped: needs 2+ ranks, one GPU each (mpirun -np 2 with 2+ GPUs)");
+    return;
+  }
+  auto comm = nccl_world(cpu, CommOptions().timeout(std::chrono::milliseconds(1500)));
+  if (!comm) return;
+  const auto start = std::chrono::steady_clock::now();
+  if (comm->rank() != 1) {
+    Tensor t = ones({1 << 20}, TensorOptions().device(comm->device()));
+    std::string what;
+    try {
+      comm->all_reduce(t);
+    } catch (const Error& e) {
+      what = e.what();
+    }
+    if (comm->rank() == 0) MESSAGE(what);
+    CHECK(what.find("all_reduce") != std::string::npos);
+    CHECK(what.find("timed out") != std::string::npos);
+    const double s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    CHECK(s < 6.0);
+    CHECK(comm->broken());
+    CHECK_THROWS_WITH_AS(comm->barrier(), doctest::Contains("aborted"), Error);
+  }
+  cpu.barrier();
 }
 #endif
