@@ -40,7 +40,8 @@ int main(int argc, char** argv) {
   const std::vector<Shape3> shapes = {{8192, 4096, 4096, true},  {8192, 8192, 8192, false},
                                       {4096, 4096, 4096, true},  {2048, 2048, 2048, true},
                                       {1024, 1024, 1024, true},  {256, 1024, 1024, true},
-                                      {4097, 4097, 4097, false}, {32, 10, 10, true}};
+                                      {4097, 4097, 4097, false}, {256, 256, 256, true},
+                                      {64, 128, 128, true},      {32, 10, 10, true}};
   bench::Table table("linear: ours vs cuBLAS(Lt)");
   int failures = 0;
   for (const char* mode : {"f32", "tf32", "bf16"}) {

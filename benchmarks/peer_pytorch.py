@@ -50,7 +50,8 @@ def bench_linear():
     header("linear: PyTorch (F.linear)")
     shapes = [(8192, 4096, 4096, True), (8192, 8192, 8192, False), (4096, 4096, 4096, True),
               (2048, 2048, 2048, True), (1024, 1024, 1024, True), (256, 1024, 1024, True),
-              (4097, 4097, 4097, False), (32, 10, 10, True)]
+              (4097, 4097, 4097, False), (256, 256, 256, True), (64, 128, 128, True),
+              (32, 10, 10, True)]
     for mode in ("f32", "tf32", "bf16"):
         torch.backends.cuda.matmul.allow_tf32 = mode == "tf32"
         dtype = torch.bfloat16 if mode == "bf16" else torch.float32

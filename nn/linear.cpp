@@ -27,13 +27,15 @@ void Linear::reset_parameters() {
 
 Tensor Linear::forward(const Tensor& x) const {
   ForwardScope scope(*this);
-  return linear(x, weight, bias);
+  return linear(x, weight, bias, options.activation());
 }
 
 std::string Linear::extra_repr() const {
   std::ostringstream os;
   os << "in_features=" << options.in_features() << ", out_features=" << options.out_features()
      << ", bias=" << (options.bias() ? "true" : "false");
+  if (options.activation() == Activation::Relu) os << ", activation=relu";
+  if (options.activation() == Activation::Gelu) os << ", activation=gelu";
   return os.str();
 }
 

@@ -1,10 +1,13 @@
 // nn::Linear: y = x W^T + b through the linear seam op, initialised as PyTorch
 // does (kaiming_uniform_ with a = sqrt(5) on W, U(-1/sqrt(in), 1/sqrt(in)) on b).
+// An optional activation (ReLU, GELU) is applied by the same op, so on CUDA it
+// runs in the GEMM's epilogue: Linear(LinearOptions(n, n).activation(Relu)).
 #pragma once
 
 #include <cstdint>
 #include <string>
 
+#include "core/ops.h"
 #include "nn/module.h"
 
 namespace ember::nn {
@@ -17,14 +20,20 @@ class LinearOptions {
     bias_ = on;
     return *this;
   }
+  LinearOptions& activation(Activation act) {
+    activation_ = act;
+    return *this;
+  }
   int64_t in_features() const { return in_features_; }
   int64_t out_features() const { return out_features_; }
   bool bias() const { return bias_; }
+  Activation activation() const { return activation_; }
 
  private:
   int64_t in_features_;
   int64_t out_features_;
   bool bias_ = true;
+  Activation activation_ = Activation::None;
 };
 
 class Linear : public Module {

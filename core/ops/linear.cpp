@@ -7,6 +7,7 @@
 // d_b summed in the same cuBLASLt pass (BGRADB). Everywhere else (CPU, float64)
 // it is composed from matmul, add, sum and the element-wise ops.
 #include "core/alloc_site.h"
+#include "core/autocast.h"
 #include "core/autograd.h"
 #include "core/ops.h"
 #include "core/ops/dispatch.h"
@@ -91,6 +92,20 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) {
 }
 
 Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b, Activation act) {
+  if (is_autocast_enabled() && x.defined() && x.is_cuda()) [[unlikely]] {
+    // Autocast (core/autocast.h): float32 operands run in the autocast dtype;
+    // the casts are recorded, so the float32 parameters get float32 gradients.
+    const DType lo = autocast_dtype();
+    auto down = [lo](const Tensor& t) {
+      return t.defined() && t.dtype() == kFloat32 ? cast(t, lo) : t;
+    };
+    if ((x.dtype() == kFloat32 || (w.defined() && w.dtype() == kFloat32) ||
+         (b.defined() && b.dtype() == kFloat32)) &&
+        (x.dtype() == kFloat32 || x.dtype() == lo)) {
+      AutocastGuard off(lo, false);
+      return linear(down(x), down(w), down(b), act);
+    }
+  }
   OpSite site("linear");  // names its allocations (core/alloc_site.h)
   check_linear(x, w, b);
   const int64_t in = w.size(1), out_features = w.size(0);

@@ -11,6 +11,7 @@
 #include <memory>
 
 #include "core/alloc_site.h"
+#include "core/autocast.h"
 #include "core/autograd.h"
 #include "core/ops.h"
 #include "core/ops/dispatch.h"
@@ -82,6 +83,15 @@ Tensor mse_loss_cuda(const Tensor& pred, const Tensor& target, Reduction r, bool
 }  // namespace
 
 Tensor mse_loss(const Tensor& pred, const Tensor& target, Reduction r) {
+  if (is_autocast_enabled() && pred.defined() && target.defined() && pred.is_cuda() &&
+      pred.dtype() != target.dtype() &&
+      (pred.dtype() == kFloat32 || pred.dtype() == autocast_dtype()) &&
+      (target.dtype() == kFloat32 || target.dtype() == autocast_dtype())) [[unlikely]] {
+    // Autocast (core/autocast.h): mixed operands are computed in float32, as
+    // PyTorch's autocast does for mse_loss.
+    auto up = [](const Tensor& t) { return t.dtype() == kFloat32 ? t : cast(t, kFloat32); };
+    return mse_loss(up(pred), up(target), r);
+  }
   OpSite site("mse_loss");  // names its allocations (core/alloc_site.h)
   check_mse(pred, target);
   const bool needs_grad = any_requires_grad({&pred, &target});

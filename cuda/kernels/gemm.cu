@@ -395,7 +395,10 @@ __global__ void activation_backward_kernel(GemmActivation act, const T* __restri
   }
 }
 
-constexpr GemmTile kDefaultLargeTile = GemmTile::k128x256s3;
+// Measured on the H200 (bench_linear "fwd tile" rows, 2026-11-29, benchmarks/NOTES.md):
+// the 128x128 bf16 tile beats 128x256 at every size swept (8192x4096->4096: 0.966 ms vs
+// 1.431 ms); 3 and 4 stages are within 2% of each other, 4 ahead at 4096 and 4097.
+constexpr GemmTile kDefaultLargeTile = GemmTile::k128x128s4;
 constexpr bool kDefaultSgemmBk16 = false;
 
 bool aligned(const void* p, int bytes) {

@@ -69,6 +69,23 @@ TEST_CASE("nn/linear: gradients through the module match finite differences") {
   for (double v : lin->bias.grad().to_vector<double>()) CHECK(v == doctest::Approx(5.0));
 }
 
+TEST_CASE("nn/linear: the activation option equals the activation applied after it") {
+  for (Activation act : {Activation::Relu, Activation::Gelu}) {
+    manual_seed(7);
+    nn::Linear fused(nn::LinearOptions(5, 4).activation(act));
+    manual_seed(7);
+    nn::Linear plain(5, 4);
+    fused.to(kFloat64);
+    plain.to(kFloat64);
+    Tensor x = randn64({3, 5}, 8);
+    Tensor y = fused.forward(x);
+    Tensor ref = act == Activation::Relu ? relu(plain.forward(x)) : gelu(plain.forward(x));
+    CHECK(ember::testing::rel_error(y, ref) <= 1e-15);
+    CHECK(fused.str().find(act == Activation::Relu ? "activation=relu" : "activation=gelu") !=
+          std::string::npos);
+  }
+}
+
 TEST_CASE("nn/activation: modules match their ops and have correct gradients") {
   Tensor x = randn64({3, 5}, 23);
   CHECK(testing::rel_error(nn::ReLU().forward(x), relu(x)) == 0.0);
