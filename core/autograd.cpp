@@ -64,17 +64,10 @@ Node::~Node() {
   t_draining_deletes = false;
 }
 
-std::vector<Tensor> FunctionNode::apply(const Tensor& grad_output) {
-  EMBER_CHECK(!released_, "backward: trying to backward through the graph a second time (node ",
-              name_, "); its saved tensors were freed after the first backward. Pass "
-              "retain_graph=true to the first backward if you need to call it twice.");
-  return fn_(grad_output);
-}
-
-void FunctionNode::release() {
-  fn_ = nullptr;  // drops the lambda and everything it saved
-  saved.clear();
-  released_ = true;
+void detail::throw_backward_twice(const char* node) {
+  EMBER_FAIL("backward: trying to backward through the graph a second time (node ", node,
+             "); its saved tensors were freed after the first backward. Pass "
+             "retain_graph=true to the first backward if you need to call it twice.");
 }
 
 std::vector<Tensor> AccumulateGrad::apply(const Tensor& grad_output) {
@@ -125,48 +118,34 @@ Edge gradient_edge(const Tensor& t) {
     acc = std::make_shared<AccumulateGrad>(t);
     meta.grad_accumulator = acc;
   }
-  return Edge{acc};
+  return Edge{std::move(acc)};
 }
 
-static void attach_impl(Tensor& out, const char* name, const Tensor* const* inputs, size_t n,
-                        BackwardFn fn) {
+void detail::attach_node(Tensor& out, std::shared_ptr<Node> node, const Tensor* const* inputs,
+                         size_t n) {
   if (is_anomaly_enabled()) [[unlikely]] {
     try {
-      detail::check_forward_anomaly(out, name, inputs, n);
+      detail::check_forward_anomaly(out, node->name(), inputs, n);
     } catch (...) {
       t_pending_saved.clear();  // they belonged to the node that is not attached
       throw;
     }
   }
-  auto node = std::make_shared<FunctionNode>(name, std::move(fn));
   node->saved.swap(t_pending_saved);
   node->next_edges.reserve(n);
-  node->inputs.reserve(n);
   for (size_t i = 0; i < n; ++i) {
     const Tensor& in = *inputs[i];
-    node->next_edges.push_back(gradient_edge(in));
+    NextEdge& e = node->next_edges.emplace_back();
+    e.node = gradient_edge(in).node;
     if (in.defined())
-      node->inputs.push_back(InputMeta{in.sizes(), in.dtype(), in.device()});
+      e.input = InputMeta{in.sizes(), in.dtype(), in.device()};
     else
-      node->inputs.push_back(InputMeta{{}, kFloat32, kCPU});
+      e.input = InputMeta{{}, kFloat32, kCPU};
   }
   TensorImpl& impl = out.impl();
   if (!impl.autograd) impl.autograd = std::make_unique<AutogradMeta>();
   impl.autograd->requires_grad = true;
   impl.autograd->grad_fn = std::move(node);
-}
-
-void attach_grad_fn(Tensor& out, const char* name, std::initializer_list<const Tensor*> inputs,
-                    BackwardFn fn) {
-  attach_impl(out, name, inputs.begin(), inputs.size(), std::move(fn));
-}
-
-void attach_grad_fn(Tensor& out, const char* name, const std::vector<Tensor>& inputs,
-                    BackwardFn fn) {
-  std::vector<const Tensor*> ptrs;
-  ptrs.reserve(inputs.size());
-  for (const Tensor& t : inputs) ptrs.push_back(&t);
-  attach_impl(out, name, ptrs.data(), ptrs.size(), std::move(fn));
 }
 
 namespace {
@@ -179,7 +158,7 @@ struct LaterFirst {
 thread_local std::vector<std::function<void()>>* t_backward_callbacks = nullptr;
 
 void check_gradient(const Node& node, size_t i, const Tensor& g) {
-  const InputMeta& m = node.inputs[i];
+  const InputMeta& m = node.next_edges[i].input;
   EMBER_CHECK(g.sizes() == m.sizes, "backward: ", node.name(), " returned a gradient of shape ",
               shape_str(g.sizes()), " for input ", i, " of shape ", shape_str(m.sizes));
   EMBER_CHECK(g.dtype() == m.dtype && g.device() == m.device, "backward: ", node.name(),

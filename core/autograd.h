@@ -7,7 +7,9 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "core/tensor.h"
@@ -36,6 +38,12 @@ struct InputMeta {
   Device device;
 };
 
+// One input of a node: the edge its gradient flows along, and what that gradient
+// must look like (one vector of these, so recording a node allocates once for both).
+struct NextEdge : Edge {
+  InputMeta input;
+};
+
 class Node {
  public:
   Node();
@@ -50,9 +58,8 @@ class Node {
   // Frees what was saved for backward (after a backward without retain_graph).
   virtual void release() {}
 
-  std::vector<Edge> next_edges;
-  std::vector<InputMeta> inputs;
-  uint64_t sequence_nr;  // creation order; the engine runs later nodes first
+  std::vector<NextEdge> next_edges;  // one per input
+  uint64_t sequence_nr;              // creation order; the engine runs later nodes first
 
   // For diagnostics (core/leak_check.h). The storages its backward saved, as weak
   // references so that watching them keeps nothing alive (cleared on release),
@@ -67,19 +74,31 @@ class Node {
 
 using BackwardFn = std::function<std::vector<Tensor>(const Tensor& grad_output)>;
 
-// A node whose backward is a lambda. After release() it refuses to run again,
-// which is how "backward through the graph a second time" is caught.
+namespace detail {
+[[noreturn]] void throw_backward_twice(const char* node);
+}  // namespace detail
+
+// A node whose backward is a callable F: the lambda an op attaches, kept in the
+// node itself (no std::function), so recording it allocates the node alone.
+// After release() it refuses to run again, which is how "backward through the
+// graph a second time" is caught.
+template <typename F>
 class FunctionNode final : public Node {
  public:
-  FunctionNode(const char* name, BackwardFn fn) : name_(name), fn_(std::move(fn)) {}
+  FunctionNode(const char* name, F fn) : name_(name), fn_(std::move(fn)) {}
   const char* name() const override { return name_; }
-  std::vector<Tensor> apply(const Tensor& grad_output) override;
-  void release() override;
+  std::vector<Tensor> apply(const Tensor& grad_output) override {
+    if (!fn_) [[unlikely]] detail::throw_backward_twice(name_);
+    return (*fn_)(grad_output);
+  }
+  void release() override {
+    fn_.reset();  // drops the lambda and everything it saved
+    saved.clear();
+  }
 
  private:
   const char* name_;
-  BackwardFn fn_;
-  bool released_ = false;
+  std::optional<F> fn_;
 };
 
 // The sink for a leaf: adds the incoming gradient into leaf.grad(), then runs the
@@ -139,12 +158,28 @@ class EnableGradGuard {
 // --- helpers for ops
 // True when grad mode is on and any defined input requires grad.
 bool any_requires_grad(std::initializer_list<const Tensor*> inputs);
-// Attaches a backward to `out`: a FunctionNode named `name` with edges to each
-// input (null edges for inputs without grad).
+namespace detail {
+// Makes `node` out's grad_fn, with an edge to each input (see attach_grad_fn).
+void attach_node(Tensor& out, std::shared_ptr<Node> node, const Tensor* const* inputs, size_t n);
+}  // namespace detail
+
+// Attaches a backward to `out`: a FunctionNode named `name` running `fn` (a
+// callable taking the output's gradient and returning one per input), with edges
+// to each input (null edges for inputs without grad).
+template <typename F>
 void attach_grad_fn(Tensor& out, const char* name, std::initializer_list<const Tensor*> inputs,
-                    BackwardFn fn);
-void attach_grad_fn(Tensor& out, const char* name, const std::vector<Tensor>& inputs,
-                    BackwardFn fn);
+                    F&& fn) {
+  auto node = std::make_shared<FunctionNode<std::decay_t<F>>>(name, std::forward<F>(fn));
+  detail::attach_node(out, std::move(node), inputs.begin(), inputs.size());
+}
+template <typename F>
+void attach_grad_fn(Tensor& out, const char* name, const std::vector<Tensor>& inputs, F&& fn) {
+  std::vector<const Tensor*> ptrs;
+  ptrs.reserve(inputs.size());
+  for (const Tensor& t : inputs) ptrs.push_back(&t);
+  auto node = std::make_shared<FunctionNode<std::decay_t<F>>>(name, std::forward<F>(fn));
+  detail::attach_node(out, std::move(node), ptrs.data(), ptrs.size());
+}
 // The edge through which a gradient for `t` flows (null if t needs none).
 Edge gradient_edge(const Tensor& t);
 

@@ -174,14 +174,17 @@ class Tensor {
   Tensor& mul_(double value);
   Tensor& div_(double value) { return mul_(1.0 / value); }
 
+  // Every accessor goes through here, several times per op: the check is one
+  // branch, its message built out of line so that this always inlines.
   TensorImpl& impl() const {
-    EMBER_CHECK(impl_ != nullptr, "tensor is undefined (default-constructed or moved-from)");
+    if (impl_ == nullptr) [[unlikely]] throw_undefined();
     return *impl_;
   }
   const std::shared_ptr<TensorImpl>& impl_ptr() const { return impl_; }
   bool is_same(const Tensor& other) const { return impl_ == other.impl_; }
 
  private:
+  [[noreturn]] static void throw_undefined();
   std::shared_ptr<TensorImpl> impl_;
 };
 

@@ -47,23 +47,32 @@ namespace detail {
 StridedLayout layout_of(const Tensor& t, const Shape& iter, const char* op) {
   EMBER_CHECK(iter.size() <= static_cast<size_t>(cuda::kMaxDims), op, ": tensors of more than ",
               cuda::kMaxDims, " dims are not supported (got ", iter.size(), ")");
-  StridedLayout l;
-  l.ndim = static_cast<int>(iter.size());
-  l.offset = t.storage_offset();
+  const int nd = static_cast<int>(iter.size());
   const Shape& sz = t.sizes();
   const Shape& st = t.strides();
-  size_t lead = iter.size() - sz.size();
-  bool contiguous = sz == iter;
+  const int lead = nd - static_cast<int>(sz.size());
+  StridedLayout l;  // left unzeroed: the loop writes every slot
+  l.ndim = nd;
+  l.offset = t.storage_offset();
+  // Contiguous over iter when every dim that iter does not make 1 has the
+  // row-major stride: broadcast dims (stride 0) and leading ones fail this.
+  bool contiguous = true;
   int64_t expected = 1;
-  for (size_t i = iter.size(); i-- > 0;) {
-    l.sizes[i] = iter[i];
-    int64_t stride = 0;
-    if (i >= lead && sz[i - lead] != 1) stride = st[i - lead];
-    l.strides[i] = stride;
-    if (iter[i] != 1) {
-      if (stride != expected) contiguous = false;
-      expected *= iter[i];
+  // All kMaxDims slots (past ndim: size 1, stride 0), which also keeps compilers
+  // from turning the copy of sizes into a string instruction (slow at this
+  // length); this runs three times per binary op.
+  for (int i = cuda::kMaxDims - 1; i >= 0; --i) {
+    int64_t size = 1, stride = 0;
+    if (i < nd) {
+      size = iter[i];
+      if (i >= lead && sz[i - lead] != 1) stride = st[i - lead];
+      if (size != 1) {
+        if (stride != expected) contiguous = false;
+        expected *= size;
+      }
     }
+    l.sizes[i] = size;
+    l.strides[i] = stride;
   }
   l.contiguous = contiguous;
   return l;
@@ -144,7 +153,9 @@ Tensor binary_forward(BinaryOp op, const char* name, const Tensor& a, const Tens
                       double s = 1.0) {
   OpSite site(name);
   check_binary(name, a, b);
-  Tensor out = empty(broadcast_shapes(a.sizes(), b.sizes(), name), like(a));
+  Tensor out = a.sizes() == b.sizes()
+                   ? empty(a.sizes(), like(a))
+                   : empty(broadcast_shapes(a.sizes(), b.sizes(), name), like(a));
   run_binary(op, a, b, out, s, name);
   return out;
 }
@@ -422,8 +433,10 @@ Tensor& fill_(Tensor& t, double value) {
 Tensor& add_(Tensor& t, const Tensor& other, double alpha) {
   check_binary("add_", t, other);
   check_inplace("add_", t);
-  EMBER_CHECK(broadcast_shapes(t.sizes(), other.sizes(), "add_") == t.sizes(), "add_: operand of shape ",
-              shape_str(other.sizes()), " cannot be broadcast to ", shape_str(t.sizes()));
+  EMBER_CHECK(other.sizes() == t.sizes() ||
+                  broadcast_shapes(t.sizes(), other.sizes(), "add_") == t.sizes(),
+              "add_: operand of shape ", shape_str(other.sizes()), " cannot be broadcast to ",
+              shape_str(t.sizes()));
   run_binary(BinaryOp::Add, t, other, t, alpha, "add_");
   t.bump_version();
   return t;
@@ -441,8 +454,10 @@ Tensor& add_(Tensor& t, double value) {
 Tensor& mul_(Tensor& t, const Tensor& other) {
   check_binary("mul_", t, other);
   check_inplace("mul_", t);
-  EMBER_CHECK(broadcast_shapes(t.sizes(), other.sizes(), "mul_") == t.sizes(), "mul_: operand of shape ",
-              shape_str(other.sizes()), " cannot be broadcast to ", shape_str(t.sizes()));
+  EMBER_CHECK(other.sizes() == t.sizes() ||
+                  broadcast_shapes(t.sizes(), other.sizes(), "mul_") == t.sizes(),
+              "mul_: operand of shape ", shape_str(other.sizes()), " cannot be broadcast to ",
+              shape_str(t.sizes()));
   run_binary(BinaryOp::Mul, t, other, t, 1.0, "mul_");
   t.bump_version();
   return t;

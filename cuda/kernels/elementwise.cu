@@ -1,6 +1,8 @@
 // Element-wise CUDA kernels: one grid-stride kernel per arity and storage type,
 // with the op chosen at run time (uniform across the grid, so the switch costs
 // little next to the memory traffic) to keep compile time and binary size small.
+#include <tuple>
+
 #include <cuda_bf16.h>
 
 #include "cuda/check.h"
@@ -92,6 +94,43 @@ __global__ void random_kernel(S* y, int64_t n, uint64_t seed, uint64_t offset, b
   }
 }
 
+// The runtime's handle of `kernel`, looked up once per kernel. Since CUDA 13,
+// <<<>>> launches by handle too; cudaLaunchKernel given the host stub instead
+// must first find its kernel.
+template <auto kernel>
+cudaKernel_t handle_of() {
+  static const cudaKernel_t handle = [] {
+    cudaKernel_t h = nullptr;
+    EMBER_CUDA_CHECK(cudaGetKernel(&h, reinterpret_cast<const void*>(kernel)));
+    return h;
+  }();
+  return handle;
+}
+
+template <typename... Params, typename... Args>
+void launch_by_handle(void (*)(Params...), cudaKernel_t handle, int64_t n, cudaStream_t stream,
+                      Args&&... args) {
+  static_assert(sizeof...(Params) == sizeof...(Args), "launch: one argument per parameter");
+  std::tuple<Params...> values(std::forward<Args>(args)...);  // the kernel's exact types
+  std::apply(
+      [&](auto&... v) {
+        void* ptrs[] = {static_cast<void*>(&v)...};
+        EMBER_CUDA_CHECK(cudaLaunchKernel(reinterpret_cast<const void*>(handle), dim3(grid_for(n)),
+                                          dim3(kThreads), ptrs, 0, stream));
+      },
+      values);
+}
+
+// kernel<<<grid_for(n), kThreads, 0, stream>>>(args...) as the one runtime call
+// it needs: cudaLaunchKernel by handle, its status checked (what
+// cudaGetLastError() after <<<>>> would report), without <<<>>>'s push and pop
+// of the launch configuration or the cudaGetLastError call. These launches are
+// the whole device side of an eager element-wise op (bench_op_overhead).
+template <auto kernel, typename... Args>
+void launch(int64_t n, cudaStream_t stream, Args&&... args) {
+  launch_by_handle(kernel, handle_of<kernel>(), n, stream, std::forward<Args>(args)...);
+}
+
 // Calls f with a typed null pointer of the storage type of `t`.
 template <typename F>
 void dispatch_float(DType t, const char* op, F&& f) {
@@ -118,10 +157,9 @@ void launch_unary(UnaryOp op, DType dtype, const void* x, const StridedLayout& x
   if (n == 0) return;
   dispatch_float(dtype, "unary", [&](auto* tag) {
     using S = std::remove_pointer_t<decltype(tag)>;
-    unary_kernel<S><<<grid_for(n), kThreads, 0, stream>>>(op, static_cast<const S*>(x), xl,
-                                                          static_cast<S*>(y), yl, n, a);
+    launch<unary_kernel<S>>(n, stream, op, static_cast<const S*>(x), xl, static_cast<S*>(y),
+                            yl, n, a);
   });
-  EMBER_CUDA_CHECK(cudaGetLastError());
 }
 
 void launch_binary(BinaryOp op, DType dtype, const void* x, const StridedLayout& xl,
@@ -130,11 +168,21 @@ void launch_binary(BinaryOp op, DType dtype, const void* x, const StridedLayout&
   if (n == 0) return;
   dispatch_float(dtype, "binary", [&](auto* tag) {
     using S = std::remove_pointer_t<decltype(tag)>;
-    binary_kernel<S><<<grid_for(n), kThreads, 0, stream>>>(
-        op, static_cast<const S*>(x), xl, static_cast<const S*>(y), yl, static_cast<S*>(out), ol,
-        n, a);
+    launch<binary_kernel<S>>(n, stream, op, static_cast<const S*>(x), xl,
+                             static_cast<const S*>(y), yl, static_cast<S*>(out), ol, n, a);
   });
-  EMBER_CUDA_CHECK(cudaGetLastError());
+}
+
+KernelLaunch binary_kernel_launch(DType dtype, int64_t n) {
+  KernelLaunch l;
+  dispatch_float(dtype, "binary", [&](auto* tag) {
+    using S = std::remove_pointer_t<decltype(tag)>;
+    l.kernel = reinterpret_cast<const void*>(&binary_kernel<S>);
+    l.handle = reinterpret_cast<const void*>(handle_of<binary_kernel<S>>());
+  });
+  l.grid = grid_for(n);
+  l.block = kThreads;
+  return l;
 }
 
 void launch_cast(DType from, const void* x, const StridedLayout& xl, DType to, void* y,
@@ -144,11 +192,10 @@ void launch_cast(DType from, const void* x, const StridedLayout& xl, DType to, v
     using F = std::remove_pointer_t<decltype(ftag)>;
     dispatch_all(to, [&](auto* ttag) {
       using T = std::remove_pointer_t<decltype(ttag)>;
-      cast_kernel<F, T><<<grid_for(n), kThreads, 0, stream>>>(static_cast<const F*>(x), xl,
-                                                              static_cast<T*>(y), yl, n);
+      launch<cast_kernel<F, T>>(n, stream, static_cast<const F*>(x), xl, static_cast<T*>(y),
+                                yl, n);
     });
   });
-  EMBER_CUDA_CHECK(cudaGetLastError());
 }
 
 void launch_fill(DType dtype, void* y, const StridedLayout& yl, int64_t n, double value,
@@ -156,9 +203,8 @@ void launch_fill(DType dtype, void* y, const StridedLayout& yl, int64_t n, doubl
   if (n == 0) return;
   dispatch_all(dtype, [&](auto* tag) {
     using S = std::remove_pointer_t<decltype(tag)>;
-    fill_kernel<S><<<grid_for(n), kThreads, 0, stream>>>(static_cast<S*>(y), yl, n, value);
+    launch<fill_kernel<S>>(n, stream, static_cast<S*>(y), yl, n, value);
   });
-  EMBER_CUDA_CHECK(cudaGetLastError());
 }
 
 void launch_random(DType dtype, void* y, int64_t n, uint64_t seed, uint64_t offset, bool normal,
@@ -166,10 +212,8 @@ void launch_random(DType dtype, void* y, int64_t n, uint64_t seed, uint64_t offs
   if (n == 0) return;
   dispatch_float(dtype, "random", [&](auto* tag) {
     using S = std::remove_pointer_t<decltype(tag)>;
-    random_kernel<S><<<grid_for(n), kThreads, 0, stream>>>(static_cast<S*>(y), n, seed, offset,
-                                                           normal, p0, p1);
+    launch<random_kernel<S>>(n, stream, static_cast<S*>(y), n, seed, offset, normal, p0, p1);
   });
-  EMBER_CUDA_CHECK(cudaGetLastError());
 }
 
 }  // namespace ember::cuda

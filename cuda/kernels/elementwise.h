@@ -17,6 +17,19 @@ void launch_unary(UnaryOp op, DType dtype, const void* x, const StridedLayout& x
 void launch_binary(BinaryOp op, DType dtype, const void* x, const StridedLayout& xl,
                    const void* y, const StridedLayout& yl, void* out, const StridedLayout& ol,
                    int64_t n, double a, cudaStream_t stream);
+// What launch_binary launches for (dtype, n elements): the kernel, grid and block.
+// For benchmarks/op_overhead.cpp, which times a bare cudaLaunchKernel of the same
+// work against the op. The kernel's parameters are those of launch_binary, in
+// order: (BinaryOp, const S* x, StridedLayout, const S* y, StridedLayout, S* out,
+// StridedLayout, int64_t n, double a), S the storage type of dtype. Either
+// pointer can be cudaLaunchKernel's `func`; launch_binary passes the handle.
+struct KernelLaunch {
+  const void* kernel = nullptr;  // the host stub (&binary_kernel<S>)
+  const void* handle = nullptr;  // its cudaKernel_t (cudaGetKernel), as <<<>>> uses
+  unsigned grid = 0;
+  unsigned block = 0;
+};
+KernelLaunch binary_kernel_launch(DType dtype, int64_t n);
 // y = (to) x, any pair of dtypes.
 void launch_cast(DType from, const void* x, const StridedLayout& xl, DType to, void* y,
                  const StridedLayout& yl, int64_t n, cudaStream_t stream);

@@ -22,8 +22,11 @@ constexpr int kMaxDims = 8;
 // is broadcast). Offsets in elements.
 struct StridedLayout {
   int ndim = 0;
-  int64_t sizes[kMaxDims] = {};
-  int64_t strides[kMaxDims] = {};
+  // Slots from ndim on are never read. Default-initialisation leaves them unset
+  // (layout_of writes every slot, three times per eager binary op); value-
+  // initialise (StridedLayout l{}) to have them zeroed.
+  int64_t sizes[kMaxDims];
+  int64_t strides[kMaxDims];
   int64_t offset = 0;
   bool contiguous = true;  // strides are the contiguous ones for sizes
 
