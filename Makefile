@@ -4,6 +4,7 @@
 #   make demo           build and run the seed training example (CUDA if present, else CPU)
 #   make test           build everything and run every test (CUDA tests skip without a GPU)
 #   make bench          build in Release and run the benchmark binaries (needs a GPU)
+#   make compare        benchmarks/compare.sh: every benchmark and its PyTorch peer, one table
 #   make test-sanitize  the CPU tests built with ASan + UBSan + LSan (build-sanitize)
 #   make gpu-sanitize   the CUDA tests under compute-sanitizer (needs a GPU)
 #   make test-fuzz      libFuzzer targets (clang), a bounded time each
@@ -22,7 +23,7 @@ ifneq ($(CI),)
   CMAKE_FLAGS += -DEMBER_WARNINGS_AS_ERRORS=ON
 endif
 
-.PHONY: all deps configure build demo test bench clean test-sanitize gpu-sanitize test-fuzz
+.PHONY: all deps configure build demo test bench compare clean test-sanitize gpu-sanitize test-fuzz
 
 all: build
 
@@ -48,6 +49,9 @@ bench: BUILD_DIR = build-release
 bench: BUILD_TYPE = Release
 bench: build
 	@for b in $(BUILD_DIR)/benchmarks/bench_*; do echo "== $$b"; $$b || exit 1; done
+
+compare: deps
+	@benchmarks/compare.sh
 
 # The sanitizer build: only the library and the test binaries (no examples, no
 # benchmarks), the same build type and CUDA flags as `build`, so ccache serves

@@ -2,8 +2,10 @@
 //   core/tensor.h     Tensor, TensorOptions, DType, Device, factories, Generator
 //   core/ops.h        every op (add, matmul, sum, relu, cat, linear, mse_loss, ...)
 //   core/autograd.h   NoGradGuard, backward engine, grad(), hooks
+//   core/autocast.h   AutocastGuard: bf16 Linear on CUDA, float32 master weights
 //   core/memory.h     memory_summary/memory_stats/empty_cache/... for any Device
 //   cuda/runtime.h    cuda::is_available(), device count, streams, events
+//   cuda/graph.h      cuda::Graph: capture a training step once, replay it
 //   nn/nn.h           Module, Linear, activations, Sequential, Dropout, MSELoss,
 //                     functional, init, Dataset/DataLoader, checkpoints
 //   optim/optim.h     Optimizer, SGD, Adam, AdamW
@@ -13,12 +15,14 @@
 #pragma once
 
 #include "core/anomaly.h"
+#include "core/autocast.h"
 #include "core/autograd.h"
 #include "core/leak_check.h"
 #include "core/live_tensors.h"
 #include "core/memory.h"
 #include "core/ops.h"
 #include "core/tensor.h"
+#include "cuda/graph.h"
 #include "cuda/runtime.h"
 #include "nn/nn.h"
 #include "optim/optim.h"

@@ -1,4 +1,4 @@
-// bench_adam: the fused multi-tensor Adam step (one launch for every parameter)
+// bench_adam: the fused multi-tensor Adam step (one launch per 32 parameters)
 // against one launch per parameter, on an MLP's parameters (4 x Linear(4096,
 // 4096): 8 tensors, 67 M floats) and on many small tensors (512 x 32768).
 // GB/s counts 28 bytes per element (read p, g, m, v; write p, m, v).
@@ -51,20 +51,11 @@ int main(int argc, char** argv) {
       total += n;
     }
     const int64_t count = static_cast<int64_t>(table_rows.size());
-    const size_t ws_bytes = cuda::fused_optim_workspace_bytes(table_rows.data(), count);
-    Tensor ws =
-        empty({static_cast<int64_t>(ws_bytes / 8 + 1)}, TensorOptions(kFloat64).device(kCUDA));
-    std::vector<Tensor> ws_one;
-    for (int64_t i = 0; i < count; ++i) {
-      const size_t b = cuda::fused_optim_workspace_bytes(&table_rows[i], 1);
-      ws_one.push_back(
-          empty({static_cast<int64_t>(b / 8 + 1)}, TensorOptions(kFloat64).device(kCUDA)));
-    }
     // Validate one step of the first tensor's first elements against the host formula.
     {
       std::vector<double> p0 = keep[0].slice(0, 0, 1000).to_vector<double>();
       std::vector<double> g0 = keep[1].slice(0, 0, 1000).to_vector<double>();
-      cuda::launch_fused_adam(table_rows.data(), count, cfg, ws.raw_data(), ws_bytes, nullptr);
+      cuda::launch_fused_adam(table_rows.data(), count, cfg, nullptr);
       std::vector<double> p1 = keep[0].slice(0, 0, 1000).to_vector<double>();
       double worst = 0;
       for (size_t i = 0; i < p0.size(); ++i) {
@@ -82,15 +73,12 @@ int main(int argc, char** argv) {
     }
     const double bytes = 28.0 * static_cast<double>(total);
     const double ms_fused = bench::median_ms(
-        [&] {
-          cuda::launch_fused_adam(table_rows.data(), count, cfg, ws.raw_data(), ws_bytes, nullptr);
-        },
+        [&] { cuda::launch_fused_adam(table_rows.data(), count, cfg, nullptr); },
         5, 50);
     const double ms_each = bench::median_ms(
         [&] {
           for (int64_t i = 0; i < count; ++i)
-            cuda::launch_fused_adam(&table_rows[i], 1, cfg, ws_one[i].raw_data(),
-                                    cuda::fused_optim_workspace_bytes(&table_rows[i], 1), nullptr);
+            cuda::launch_fused_adam(&table_rows[i], 1, cfg, nullptr);
         },
         5, 50);
     const std::string shape = std::to_string(count) + " tensors";

@@ -1,8 +1,12 @@
 #!/usr/bin/env python3
-"""Joins the JSON of bench_linear / bench_mse / bench_adam with peer_pytorch's
-(one run on one GPU) into markdown tables with the ratios the issue targets.
+"""Joins the JSON of the benchmark binaries with their PyTorch peers' (one run on
+one GPU) into markdown tables with the ratios the issues target. Sections whose
+files are missing are left out.
 
-    python3 benchmarks/results_table.py DIR   # DIR holds linear.json mse.json adam.json peer.json
+    python3 benchmarks/results_table.py DIR
+DIR holds linear.json mse.json adam.json peer.json (bench_linear/mse/adam,
+peer_pytorch.py), train_step.json peer_train_step.json (bench_train_step,
+peer_train_step.py) and op_overhead.json (bench_op_overhead).
 """
 import json
 import os
@@ -47,6 +51,32 @@ def main():
         ratio = f"{r['ms'] / p['ms']:.2f}x" if p else "-"
         print(f"| {r['workload']} | {r['impl']} | {r['ms']:.4f} | {r['rate']:.0f} | {r['note']} | "
               f"{pm} | {ratio} |")
+
+    train, ptrain = load(d, "train_step.json"), load(d, "peer_train_step.json")
+    if train:
+        pt = {(r["workload"], r["dtype"], r["shape"], r["impl"]): r for r in ptrain}
+        print("\n### Training steps (wall time per step; ratio = ours / PyTorch, lower is better)\n")
+        print("| workload | dtype | shape | impl | ms | note | PyTorch ms | time vs PyTorch |")
+        print("|---|---|---|---|---|---|---|---|")
+        for r in train:
+            p = pt.get((r["workload"], r["dtype"], r["shape"], r["impl"]))
+            pm = f"{p['ms']:.4f}" if p else "-"
+            ratio = f"{r['ms'] / p['ms']:.3f}x" if p else "-"
+            print(f"| {r['workload']} | {r['dtype']} | {r['shape']} | {r['impl']} | {r['ms']:.4f} | "
+                  f"{r['note']} | {pm} | {ratio} |")
+        extra = [r for r in ptrain if (r["workload"], r["dtype"], r["shape"], r["impl"]) not in
+                 {(q["workload"], q["dtype"], q["shape"], q["impl"]) for q in train}]
+        for r in extra:
+            print(f"| {r['workload']} | {r['dtype']} | {r['shape']} | PyTorch {r['impl']} | - | "
+                  f"{r['note']} | {r['ms']:.4f} | - |")
+    ovh = load(d, "op_overhead.json")
+    if ovh:
+        print("\n### Eager per-op host overhead (ns per op)\n")
+        print("| workload | dtype | shape | impl | ns/op | note |")
+        print("|---|---|---|---|---|---|")
+        for r in ovh:
+            print(f"| {r['workload']} | {r['dtype']} | {r['shape']} | {r['impl']} | "
+                  f"{r['ms'] * 1e6:.0f} | {r['note']} |")
 
 
 if __name__ == "__main__":

@@ -70,6 +70,10 @@ void copy_bytes(void* dst, Device dd, const void* src, Device sd, size_t n) {
 
 // ---------------------------------------------------------------- metadata
 
+void Tensor::throw_undefined() {
+  EMBER_FAIL("tensor is undefined (default-constructed or moved-from)");
+}
+
 int64_t Tensor::size(int64_t d) const { return impl().sizes[wrap_dim(d, dim(), "size")]; }
 int64_t Tensor::stride(int64_t d) const { return impl().strides[wrap_dim(d, dim(), "stride")]; }
 
@@ -190,6 +194,9 @@ static Tensor& fill_random(Tensor& t, bool normal, double p0, double p1, Generat
                            const char* op) {
   check_floating(op, t);
   check_inplace(op, t);
+  if (t.is_cuda())  // the generator's offset advances on the host, once
+    cuda::check_not_capturing(t.device().index, op,
+                              "draw random numbers (every replay would repeat the captured ones)");
   Generator& g = gen ? *gen : default_generator();
   uint64_t n = static_cast<uint64_t>(t.numel());
   uint64_t offset = g.advance(n);
@@ -243,6 +250,11 @@ Tensor randn(const Shape& sizes, TensorOptions o, Generator* gen) {
 Tensor Tensor::to(Device d) const {
   if (d == device()) return *this;
   if (d.is_cuda()) cuda::check_device(d.index);
+  if (is_cuda()) cuda::check_not_capturing(device().index, "to()");  // the copy synchronises
+  if (d.is_cuda())
+    cuda::check_not_capturing(d.index, "to()",
+                              is_cpu() ? "copy from host memory (a replay would read it again)"
+                                       : "synchronise with the host");
   Tensor src = ember::contiguous(detach());
   Tensor out = make_tensor(sizes(), dtype(), d, "to");
   copy_bytes(out.raw_data(), d, src.raw_data(), src.device(), nbytes());
@@ -286,6 +298,7 @@ Tensor& Tensor::detach_() {
 double Tensor::item() const {
   EMBER_CHECK(numel() == 1, "item: tensor has ", numel(), " elements (shape ",
               shape_str(sizes()), "), expected exactly one");
+  if (is_cuda()) cuda::check_not_capturing(device().index, "item()");
   Tensor host = detach().to(kCPU);
   return detail::dispatch_cpu(dtype(), [&](auto tag) {
     using S = decltype(tag);
@@ -295,6 +308,7 @@ double Tensor::item() const {
 
 template <typename T>
 std::vector<T> Tensor::to_vector() const {
+  if (is_cuda()) cuda::check_not_capturing(device().index, "to_vector()");
   Tensor host = ember::contiguous(detach().to(kCPU));
   std::vector<T> out(static_cast<size_t>(numel()));
   detail::dispatch_cpu(dtype(), [&](auto tag) {

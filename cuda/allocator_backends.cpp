@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 
 #include "core/error.h"
 #include "cuda/check.h"
@@ -43,6 +44,10 @@ CudaBackend::CudaBackend(int device, size_t limit_bytes) : device_(device), limi
 void* CudaBackend::raw_alloc(size_t bytes) {
   if (limit_ != 0 && held_ + bytes > limit_) return nullptr;
   DeviceGuard guard(device_);
+  // A capture on this thread forbids cudaMalloc unless relaxed; the new segment
+  // is then the private pool's, never freed while the graph may replay it.
+  std::optional<CaptureModeGuard> relaxed;
+  if (is_capturing(device_)) relaxed.emplace(cudaStreamCaptureModeRelaxed);
   void* ptr = nullptr;
   cudaError_t err = cudaMalloc(&ptr, bytes);
   if (err == cudaErrorMemoryAllocation) {

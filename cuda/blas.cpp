@@ -21,15 +21,24 @@ namespace {
 
 std::atomic<bool> g_allow_tf32{false};
 
-// A cuBLAS handle on one device. The mutex keeps "bind to this stream, enqueue"
-// atomic when several host threads share the device's handle.
+constexpr size_t kBlasWorkspaceBytes = size_t{32} << 20;  // cuBLAS's own default on Hopper
+
+// A cuBLAS handle on one device and its workspace. The mutex keeps "bind to this
+// stream and workspace, enqueue" atomic when several host threads share the
+// device's handle. The workspace is ours rather than cuBLAS's default pool so
+// that a GEMM captured in a CUDA graph uses memory that lives as long as the
+// handle, and eager and captured GEMMs run the same algorithms; like cuBLASLt's
+// below, it is one per device (GEMMs of one device on concurrent streams would
+// share it).
 class BlasHandle {
  public:
   explicit BlasHandle(int device) {
     DeviceGuard guard(device);
     EMBER_CUBLAS_CHECK(cublasCreate(&handle_));
+    EMBER_CUDA_CHECK(cudaMalloc(&workspace_, kBlasWorkspaceBytes));
   }
   ~BlasHandle() {
+    if (workspace_ != nullptr) (void)cudaFree(workspace_);  // as LtHandle's, at exit
     if (handle_ != nullptr)
       EMBER_GPU_CALL_LOG("cuBLAS", cublasDestroy(handle_), CUBLAS_STATUS_SUCCESS,
                          cublasGetStatusString);
@@ -38,10 +47,12 @@ class BlasHandle {
   BlasHandle& operator=(const BlasHandle&) = delete;
 
   cublasHandle_t get() const { return handle_; }
+  void* workspace() const { return workspace_; }
   std::mutex& mutex() { return mutex_; }
 
  private:
   cublasHandle_t handle_ = nullptr;
+  void* workspace_ = nullptr;
   std::mutex mutex_;
 };
 
@@ -94,6 +105,8 @@ void gemm(DType dtype, int64_t batch, int64_t m, int64_t n, int64_t k, const Gem
   std::lock_guard<std::mutex> lock(h.mutex());
   cublasHandle_t handle = h.get();
   EMBER_CUBLAS_CHECK(cublasSetStream(handle, stream));
+  // cublasSetStream resets the workspace to cuBLAS's default pool: set ours again.
+  EMBER_CUBLAS_CHECK(cublasSetWorkspace(handle, h.workspace(), kBlasWorkspaceBytes));
   EMBER_CUBLAS_CHECK(cublasSetMathMode(handle, dtype == DType::Float32 && allow_tf32()
                                                    ? CUBLAS_TF32_TENSOR_OP_MATH
                                                    : CUBLAS_DEFAULT_MATH));
@@ -369,6 +382,11 @@ bool lt_linear_backward_weight(DType dtype, int64_t m, int64_t n, int64_t k, con
   p.epi = d_b != nullptr ? CUBLASLT_EPILOGUE_BGRADB : CUBLASLT_EPILOGUE_DEFAULT;
   p.bias = d_b;
   return lt_run(p, device, stream);
+}
+
+void create_handles(int device) {
+  handle_for(device);
+  lt_handle_for(device);
 }
 
 }  // namespace ember::cuda

@@ -17,6 +17,11 @@ namespace ember::cuda {
 void set_allow_tf32(bool allow);
 bool allow_tf32();
 
+// Creates `device`'s cuBLAS and cuBLASLt handles and their workspaces now if
+// they do not exist yet. cuda::Graph calls it before capturing: creating them
+// allocates and may synchronise, which a capture forbids.
+void create_handles(int device);
+
 // One row-major operand of a GEMM: element (r, c) of batch b is at
 // data + b * batch_stride + (transposed ? c * ld + r : r * ld + c).
 // batch_stride may be 0 (the operand is shared by every batch).

@@ -65,6 +65,7 @@ size_t CachingAllocator::segment_size(size_t rounded_bytes) {
 namespace {
 
 struct Segment;
+struct PrivatePool;
 
 // A piece of a segment: handed out, pending free, or cached in its pool.
 struct Block {
@@ -92,6 +93,7 @@ struct Segment {
   cudaStream_t stream = nullptr;
   bool small = false;
   Block* head = nullptr;  // the lowest-addressed block
+  PrivatePool* pool = nullptr;  // the graph pool it belongs to; null: the general cache
 };
 
 struct SearchKey {
@@ -173,6 +175,18 @@ struct NodeAllocator {
 };
 
 using BlockSet = std::set<Block*, BlockLess, NodeAllocator<Block*>>;
+
+// A CUDA graph's memory: the free blocks of its own segments, and the general
+// blocks freed while it captured (held until it is released).
+struct PrivatePool {
+  explicit PrivatePool(NodePool* nodes)
+      : small(NodeAllocator<Block*>(nodes)), large(NodeAllocator<Block*>(nodes)) {}
+  BlockSet small;
+  BlockSet large;
+  bool capturing = false;
+  cudaStream_t stream = nullptr;  // the stream it captures
+  std::vector<Block*> held;
+};
 
 // Live allocations by address: open addressing with linear probing, so a lookup
 // is a multiply and a short scan, and steady state never allocates.
@@ -274,12 +288,16 @@ class CachingAllocator::Impl {
   void* allocate(size_t bytes, cudaStream_t stream) {
     if (bytes == 0) return nullptr;
     std::lock_guard lock(mutex_);
-    if (!pending_events_.empty()) process_events();
+    PrivatePool* target = nullptr;
+    if (!capturing_.empty()) [[unlikely]]
+      target = capturing_pool(stream);  // and no event queries: a capture forbids them
+    else if (!pending_events_.empty())
+      process_events();
     if (options_.sanitize) [[unlikely]] return sanitized_allocate(bytes, stream);
     const size_t size = round_size(bytes, options_);
     const bool small = size <= kSmallSize;
-    Block* block = take_cached_block(small, stream, size);
-    if (block == nullptr) block = new_segment(small, stream, size);
+    Block* block = take_cached_block(small, stream, size, target);
+    if (block == nullptr) block = new_segment(small, stream, size, target);
     return hand_out(block, size, bytes);
   }
 
@@ -299,6 +317,21 @@ class CachingAllocator::Impl {
     if (block->size >= options_.max_split_size) stats_.oversize_allocations.decrease(1);
     if (history_on_)
       record(TraceAction::free, block->ptr, block->size, block->stream, block->tag, block->scope);
+    if (block->segment->pool != nullptr) [[unlikely]] {
+      // A graph's block: the graph orders its uses; it waits for no other stream.
+      block->stream_uses.clear();
+      release_to_pool(block);
+      return;
+    }
+    if (!capturing_.empty()) [[unlikely]] {
+      hold(block);
+      return;
+    }
+    free_block(block);
+  }
+
+  // The rest of a free: wait for the streams the block was used on, then cache it.
+  void free_block(Block* block) noexcept {
     if (!block->stream_uses.empty()) {
       try {
         record_events(block);
@@ -331,7 +364,72 @@ class CachingAllocator::Impl {
 
   void empty_cache() {
     std::lock_guard lock(mutex_);
+    EMBER_CHECK(capturing_.empty(), "empty_cache: cannot return cached memory while a CUDA graph "
+                "is being captured (cuda::Graph::capture); call it before or after the capture");
     release_cached_blocks();
+  }
+
+  // -------------------------------------------------------------------------------
+  // private pools (CUDA graphs)
+
+  PoolId create_pool() {
+    std::lock_guard lock(mutex_);
+    const PoolId id = next_pool_id_++;
+    private_pools_.emplace(id, std::make_unique<PrivatePool>(&node_pool_));
+    return id;
+  }
+
+  void begin_allocate_to_pool(PoolId id, cudaStream_t stream) {
+    std::lock_guard lock(mutex_);
+    PrivatePool* p = find_pool(id, "begin_allocate_to_pool");
+    EMBER_CHECK(!options_.sanitize, "CUDA graph capture: not available in the allocator's "
+                "sanitizer mode (", kAllocConfEnvVar, "=sanitize:True), whose checks read "
+                "device memory synchronously");
+    EMBER_CHECK(!p->capturing, "begin_allocate_to_pool: pool ", id, " is already capturing");
+    EMBER_CHECK(capturing_pool(stream) == nullptr, "begin_allocate_to_pool: stream ",
+                static_cast<void*>(stream), " already allocates to another pool");
+    capturing_.reserve(capturing_.size() + 1);
+    p->capturing = true;
+    p->stream = stream;
+    capturing_.push_back(p);
+  }
+
+  void end_allocate_to_pool(PoolId id) {
+    std::lock_guard lock(mutex_);
+    PrivatePool* p = find_pool(id, "end_allocate_to_pool");
+    if (!p->capturing) return;
+    p->capturing = false;
+    capturing_.erase(std::find(capturing_.begin(), capturing_.end(), p));
+  }
+
+  void release_pool(PoolId id, cudaStream_t stream) {
+    std::lock_guard lock(mutex_);
+    PrivatePool* p = find_pool(id, "release_pool");
+    EMBER_CHECK(!p->capturing, "release_pool: pool ", id, " is still capturing");
+    std::vector<Block*> cached(p->small.begin(), p->small.end());
+    cached.insert(cached.end(), p->large.begin(), p->large.end());
+    std::vector<Block*> held = std::move(p->held);
+    // Nothing below throws: the pool is gone in one piece.
+    p->small.clear();
+    p->large.clear();
+    for (auto& [base, seg] : segments_) {
+      if (seg->pool != p) continue;
+      seg->pool = nullptr;
+      seg->stream = stream;
+      for (Block* b = seg->head; b != nullptr; b = b->next) b->stream = stream;
+    }
+    for (Block* b : cached) pool_of(b).insert(b);
+    private_pools_.erase(id);
+    for (Block* b : held) {
+      --b->event_count;
+      if (!capturing_.empty()) hold(b);  // another graph is capturing
+      else free_block(b);
+    }
+  }
+
+  bool capture_underway() const {
+    std::lock_guard lock(mutex_);
+    return !capturing_.empty();
   }
 
   MemoryStats stats() const {
@@ -572,6 +670,36 @@ class CachingAllocator::Impl {
 
   BlockSet& pool(bool small) { return small ? small_pool_ : large_pool_; }
 
+  // The free-block set a block of this segment is cached in.
+  BlockSet& pool_of(const Block* b) {
+    if (PrivatePool* p = b->segment->pool) [[unlikely]] return b->small ? p->small : p->large;
+    return pool(b->small);
+  }
+
+  PrivatePool* find_pool(PoolId id, const char* op) {
+    auto it = private_pools_.find(id);
+    EMBER_CHECK(it != private_pools_.end(), op, ": no private pool ", id);
+    return it->second.get();
+  }
+
+  // The pool capturing `stream`, or null.
+  PrivatePool* capturing_pool(cudaStream_t stream) const {
+    for (PrivatePool* p : capturing_)
+      if (p->stream == stream) return p;
+    return nullptr;
+  }
+
+  // A general block freed during a capture: the graph may read or write it on
+  // replay, so it stays pending until the capturing pool is released.
+  void hold(Block* block) noexcept {
+    try {
+      capturing_.front()->held.push_back(block);
+      ++block->event_count;
+    } catch (const std::exception&) {
+      free_block(block);  // out of host memory: the lesser harm is to cache it now
+    }
+  }
+
   Block* new_block() {
     if (spare_blocks_.empty()) return new Block;
     Block* b = spare_blocks_.back();
@@ -587,9 +715,11 @@ class CachingAllocator::Impl {
     spare_blocks_.push_back(b);
   }
 
-  // The best-fitting cached block, taken out of its pool, or nullptr.
-  Block* take_cached_block(bool small, cudaStream_t stream, size_t size) {
-    auto& blocks = pool(small);
+  // The best-fitting cached block, taken out of its pool (`target`, or the
+  // general cache when null), or nullptr.
+  Block* take_cached_block(bool small, cudaStream_t stream, size_t size,
+                           PrivatePool* target = nullptr) {
+    BlockSet& blocks = target == nullptr ? pool(small) : small ? target->small : target->large;
     auto it = blocks.lower_bound(SearchKey{stream, size});
     if (it == blocks.end() || (*it)->stream != stream) return nullptr;
     const size_t found = (*it)->size;
@@ -605,18 +735,23 @@ class CachingAllocator::Impl {
 
   // A fresh segment as one block; frees the cache and retries once when the
   // backend fails, and throws OutOfMemoryError when that fails too.
-  Block* new_segment(bool small, cudaStream_t stream, size_t size) {
+  // While a graph captures, nothing is freed: the capture forbids cudaFree and
+  // event waits, and a replay may use what a graph was given.
+  Block* new_segment(bool small, cudaStream_t stream, size_t size,
+                     PrivatePool* target = nullptr) {
     const size_t bytes = segment_size(size);
-    if (options_.garbage_collection_threshold > 0.0) collect_garbage();
+    const bool may_free = capturing_.empty();
+    if (may_free && options_.garbage_collection_threshold > 0.0) collect_garbage();
     void* ptr = backend_->raw_alloc(bytes);
-    if (ptr == nullptr) {
+    if (ptr == nullptr && may_free) {
       release_cached_blocks();
       ++stats_.num_alloc_retries;
       ptr = backend_->raw_alloc(bytes);
     }
     if (ptr == nullptr) throw_out_of_memory(bytes, stream);
 
-    auto* seg = new Segment{reinterpret_cast<uintptr_t>(ptr), bytes, stream, small, nullptr};
+    auto* seg =
+        new Segment{reinterpret_cast<uintptr_t>(ptr), bytes, stream, small, nullptr, target};
     Block* b = new_block();
     b->ptr = seg->base;
     b->size = bytes;
@@ -639,8 +774,9 @@ class CachingAllocator::Impl {
     ++stats_.num_ooms;
     if (history_on_) record(TraceAction::oom, 0, bytes, stream, t_allocation_tag);
     Backend::MemoryInfo info;
+    const bool capturing = !capturing_.empty();
     try {
-      info = backend_->memory_info();
+      if (!capturing) info = backend_->memory_info();  // a device query a capture may forbid
     } catch (const std::exception&) {
       // Leave capacity unknown (0) rather than replace the OOM with another error.
     }
@@ -656,7 +792,10 @@ class CachingAllocator::Impl {
         format_bytes(static_cast<uint64_t>(unallocated)),
         " is reserved by ember but unallocated. If reserved but unallocated memory is large "
         "try setting ",
-        kAllocConfEnvVar, "=max_split_size_mb:<MiB, more than 20> to avoid fragmentation."));
+        kAllocConfEnvVar, "=max_split_size_mb:<MiB, more than 20> to avoid fragmentation.",
+        capturing ? " A CUDA graph was being captured, so the cache was not freed to retry (and "
+                    "the capacity was not queried): capture with more memory free."
+                  : ""));
   }
 
   bool should_split(const Block* b, size_t size) const {
@@ -686,7 +825,7 @@ class CachingAllocator::Impl {
       rest->prev = block;
       rest->ptr += size;
       rest->size -= size;
-      pool(rest->small).insert(rest);
+      pool_of(rest).insert(rest);
       if (was_split) {
         // An inactive split block shrank by `size`.
         update(stats_.inactive_split_bytes, type, -static_cast<int64_t>(size));
@@ -722,7 +861,7 @@ class CachingAllocator::Impl {
   size_t try_merge(Block* dst, Block* src) {
     if (src == nullptr || src->allocated || src->event_count > 0 || !src->stream_uses.empty())
       return 0;
-    pool(src->small).erase(src);
+    pool_of(src).erase(src);
     if (dst->prev == src) {
       dst->ptr = src->ptr;
       dst->prev = src->prev;
@@ -760,7 +899,7 @@ class CachingAllocator::Impl {
     block->tag = nullptr;
     block->scope = nullptr;
     block->freed_tick = ++tick_;
-    pool(block->small).insert(block);
+    pool_of(block).insert(block);
 
     update(stats_.inactive_split, type, split_blocks);
     update(stats_.inactive_split_bytes, type, split_bytes);
@@ -917,6 +1056,11 @@ class CachingAllocator::Impl {
   uint64_t tick_ = 0;
   size_t capacity_ = 0;  // backend capacity, read once for garbage collection
 
+  // Private pools; declared after node_pool_, whose nodes their sets use.
+  std::map<PoolId, std::unique_ptr<PrivatePool>> private_pools_;
+  std::vector<PrivatePool*> capturing_;  // pools between begin_ and end_allocate_to_pool
+  PoolId next_pool_id_ = 1;
+
   // Sanitizer mode only.
   std::deque<Block*> quarantine_;
   size_t quarantine_bytes_ = 0;
@@ -945,6 +1089,15 @@ void CachingAllocator::record_stream(void* ptr, cudaStream_t stream) {
   impl_->record_stream(ptr, stream);
 }
 void CachingAllocator::empty_cache() { impl_->empty_cache(); }
+CachingAllocator::PoolId CachingAllocator::create_pool() { return impl_->create_pool(); }
+void CachingAllocator::begin_allocate_to_pool(PoolId pool, cudaStream_t stream) {
+  impl_->begin_allocate_to_pool(pool, stream);
+}
+void CachingAllocator::end_allocate_to_pool(PoolId pool) { impl_->end_allocate_to_pool(pool); }
+void CachingAllocator::release_pool(PoolId pool, cudaStream_t stream) {
+  impl_->release_pool(pool, stream);
+}
+bool CachingAllocator::capture_underway() const { return impl_->capture_underway(); }
 MemoryStats CachingAllocator::stats() const { return impl_->stats(); }
 std::map<std::string, int64_t> CachingAllocator::memory_stats() const {
   return impl_->stats().to_map();

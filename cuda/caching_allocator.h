@@ -31,6 +31,17 @@
 //    freed first, until it no longer does.
 //  * empty_cache() waits for outstanding events and returns every whole free
 //    segment. Memory still in use, or sharing a segment with it, stays reserved.
+//  * Private pools (for CUDA graphs, cuda/graph.h; PyTorch's graph pools): while a
+//    pool captures a stream, allocations on that stream are served from the pool's
+//    own segments only, and a freed block of the pool returns to the pool (during
+//    the capture and after it), since a replay writes to the addresses the capture
+//    was given. While any capture is underway nothing is returned to the backend
+//    (empty_cache throws; an allocation that does not fit throws OutOfMemoryError
+//    at once, without freeing the cache to retry; no garbage collection) and no
+//    event is queried or recorded. A block of the general cache freed during a
+//    capture is held back (shown as pending free) until the pool is released, as
+//    the graph may use it. Releasing a pool hands its free blocks to the general
+//    cache, and its blocks still in use join it when freed.
 //
 // Thread-safe: one mutex per allocator. In steady state (a hit in the cache) an
 // allocate/deallocate pair does no heap allocation.
@@ -155,6 +166,21 @@ class CachingAllocator final : public Allocator {
   // listing them, if any.
   std::vector<SanitizerReport> sanitizer_reports() const;
   void check_sanitizer_reports() const;
+
+  // --- Private pools (policy above), driven by cuda::Graph.
+  using PoolId = uint64_t;
+  PoolId create_pool();
+  // Until end_allocate_to_pool, allocations on `stream` come from `pool`. Throws
+  // ember::Error for an unknown or already capturing pool, a stream another pool
+  // captures, or sanitizer mode (its checks read device memory synchronously).
+  void begin_allocate_to_pool(PoolId pool, cudaStream_t stream);
+  void end_allocate_to_pool(PoolId pool);  // does nothing for a pool not capturing
+  // The pool's graph is gone and no replay of it is still running: its free blocks
+  // become general cache on `stream`, its blocks in use (tensors that outlived the
+  // graph) become blocks of `stream` too, cached there when freed, and the blocks
+  // held back during its capture are freed. The pool id is then unknown.
+  void release_pool(PoolId pool, cudaStream_t stream);
+  bool capture_underway() const;  // some pool is between begin_ and end_allocate_to_pool
 
   // The policy's arithmetic, exposed for tests and tools.
   static size_t round_size(size_t bytes, const AllocatorOptions& options);

@@ -51,6 +51,8 @@ void* PinnedBuffer::acquire(size_t bytes) {
 
 void PinnedBuffer::copy_to_device_async(void* dst, size_t bytes, int device, cudaStream_t stream) {
   if (bytes == 0) return;
+  check_not_capturing(device, "DataLoader batch copy (PinnedBuffer::copy_to_device_async)",
+                      "copy from host memory (a replay would read it again)");
   DeviceGuard guard(device);
   if (!copied_) EMBER_CUDA_CHECK(cudaEventCreateWithFlags(&copied_, cudaEventDisableTiming));
   EMBER_CUDA_CHECK(cudaMemcpyAsync(dst, data_, bytes, cudaMemcpyHostToDevice, stream));

@@ -12,6 +12,7 @@ namespace ember::cuda {
 namespace {
 constexpr int kMaxDevices = 64;
 thread_local std::array<cudaStream_t, kMaxDevices> t_current_streams{};
+thread_local std::array<bool, kMaxDevices> t_capturing{};
 }  // namespace
 
 int device_count() {
@@ -58,15 +59,48 @@ void set_current_stream(int device, cudaStream_t stream) {
 }
 
 void synchronize(int device) {
+  check_not_capturing(device, "cuda::synchronize()");
   DeviceGuard guard(device);
   EMBER_CUDA_CHECK(cudaDeviceSynchronize());
 }
 
-DeviceGuard::DeviceGuard(int device) : previous_(current_device()) {
-  if (device != previous_) set_device(device);
+bool is_capturing(int device) {
+  return device >= 0 && device < kMaxDevices && t_capturing[static_cast<size_t>(device)];
 }
 
-DeviceGuard::~DeviceGuard() { EMBER_CUDA_CHECK_NOTHROW(cudaSetDevice(previous_)); }
+void check_not_capturing(int device, const char* what, const char* action) {
+  EMBER_CHECK(!is_capturing(device), what, ": cannot ", action,
+              " while a CUDA graph is being captured (cuda::Graph::capture); move it outside "
+              "the captured step");
+}
+
+void detail::set_capturing(int device, bool capturing) {
+  EMBER_CHECK(device >= 0 && device < kMaxDevices, "cuda: device index ", device, " out of range");
+  t_capturing[static_cast<size_t>(device)] = capturing;
+}
+
+CaptureModeGuard::CaptureModeGuard(cudaStreamCaptureMode mode) : previous_(mode) {
+  EMBER_CUDA_CHECK(cudaThreadExchangeStreamCaptureMode(&previous_));
+}
+
+CaptureModeGuard::~CaptureModeGuard() {
+  EMBER_CUDA_CHECK_NOTHROW(cudaThreadExchangeStreamCaptureMode(&previous_));
+}
+
+// Every CUDA op takes one of these, so it makes as few runtime calls as it can:
+// none with a single visible device (device 0 is then always current), else one
+// cudaGetDevice, and cudaSetDevice only when the device changes (and back).
+DeviceGuard::DeviceGuard(int device) {
+  if (device == 0 && device_count() == 1) return;
+  const int current = current_device();
+  if (current == device) return;
+  set_device(device);
+  previous_ = current;
+}
+
+DeviceGuard::~DeviceGuard() {
+  if (previous_ >= 0) EMBER_CUDA_CHECK_NOTHROW(cudaSetDevice(previous_));
+}
 
 StreamGuard::StreamGuard(int device, cudaStream_t stream)
     : device_(device), previous_(current_stream(device)) {

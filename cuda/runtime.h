@@ -21,8 +21,41 @@ void set_device(int device);
 // legacy default stream, nullptr).
 cudaStream_t current_stream(int device);
 void set_current_stream(int device, cudaStream_t stream);
+// Waits for all work on `device`. Throws ember::Error while a CUDA graph is being
+// captured on it (is_capturing).
 void synchronize(int device);
 
+// --- CUDA graph capture (cuda/graph.h) ---
+// True while a cuda::Graph captures `device`'s work on this thread: ops then
+// record into the graph instead of running, so none may wait for the device.
+bool is_capturing(int device);
+// Throws ember::Error when is_capturing(device), naming `what` (an op, "item()")
+// and `action`: "<what>: cannot <action> while a CUDA graph is being captured
+// (cuda::Graph::capture); move it outside the captured step". For ops that
+// synchronise with the host or whose effect a replay could not repeat.
+void check_not_capturing(int device, const char* what,
+                         const char* action = "synchronise with the host");
+namespace detail {
+void set_capturing(int device, bool capturing);  // cuda::Graph only
+}  // namespace detail
+
+// Sets this thread's stream-capture mode (cudaThreadExchangeStreamCaptureMode)
+// for the guard's lifetime. The allocator relaxes it around cudaMalloc, which a
+// capture in the stricter modes forbids but which is safe there: the graph keeps
+// the new memory for its replays.
+class CaptureModeGuard {
+ public:
+  explicit CaptureModeGuard(cudaStreamCaptureMode mode);
+  ~CaptureModeGuard();
+  CaptureModeGuard(const CaptureModeGuard&) = delete;
+  CaptureModeGuard& operator=(const CaptureModeGuard&) = delete;
+
+ private:
+  cudaStreamCaptureMode previous_;
+};
+
+// Makes `device` current while it lives, then restores the previous device.
+// Makes no runtime call when `device` is already current and it is the only one.
 class DeviceGuard {
  public:
   explicit DeviceGuard(int device);
@@ -31,7 +64,7 @@ class DeviceGuard {
   DeviceGuard& operator=(const DeviceGuard&) = delete;
 
  private:
-  int previous_;
+  int previous_ = -1;  // the device to restore; -1: it was not changed
 };
 
 class StreamGuard {

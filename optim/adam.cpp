@@ -82,6 +82,22 @@ cuda::AdamConfig config_of(const OptimizerOptions& options, bool decoupled) {
   return c;
 }
 
+// Gives a CUDA parameter its step count in device memory (from the host count,
+// on its first CUDA step or after it moved device), and a CPU parameter back its
+// host count: the fused kernel advances the device one, graph replays included.
+void place_step_count(ParamState& s, const Tensor& p, const char* who) {
+  if (p.is_cuda()) {
+    if (s.device_step.defined() && s.device_step.device() == p.device()) return;
+    cuda::check_not_capturing(p.device().index, who,
+                              "create optimizer state (run a few eager steps before capturing)");
+    if (s.device_step.defined()) s.step = static_cast<int64_t>(s.device_step.item());
+    s.device_step = full({}, static_cast<double>(s.step), TensorOptions(kInt64).device(p.device()));
+  } else if (s.device_step.defined()) {
+    s.step = static_cast<int64_t>(s.device_step.item());
+    s.device_step = Tensor();
+  }
+}
+
 }  // namespace
 
 std::vector<std::string> Adam::buffer_names(const OptimizerOptions& options) const {
@@ -91,9 +107,12 @@ std::vector<std::string> Adam::buffer_names(const OptimizerOptions& options) con
 
 void Adam::step() {
   NoGradGuard no_grad;
-  // Everything that can fail (checks, state buffers, CUDA workspaces) happens for
-  // every group before any parameter or step count changes: a step that throws
-  // (out of memory, say) leaves the model and the optimizer as they were.
+  // Everything that can fail (checks, state buffers, device step counts) happens
+  // for every group before any parameter or step count changes: a step that
+  // throws (out of memory, say) leaves the model and the optimizer as they were.
+  // On CUDA nothing here reads device memory, so a step can be captured in a CUDA
+  // graph once its state exists; lr and the other options are then baked into
+  // the graph (re-capture after changing them).
   std::vector<detail::StepTargets> all_targets;
   for (ParamGroup& group : param_groups())
     all_targets.push_back(detail::step_targets(name(), group));
@@ -102,8 +121,9 @@ void Adam::step() {
     for (const auto& on_device : all_targets[g].cuda)
       params.insert(params.end(), on_device.begin(), on_device.end());
     reserve_state(params, buffer_names(param_groups()[g].options()));
+    for (const Tensor& p : params)
+      place_step_count(state_for(p), p, decoupled_ ? "AdamW.step()" : "Adam.step()");
   }
-  const std::vector<std::vector<Tensor>> workspaces = detail::fused_workspaces(all_targets);
 
   for (size_t g = 0; g < all_targets.size(); ++g) {
     const cuda::AdamConfig config = config_of(param_groups()[g].options(), decoupled_);
@@ -124,8 +144,10 @@ void Adam::step() {
       t.state[2] = v_max.defined() ? v_max.raw_data() : nullptr;
       t.numel = p.numel();
       t.is_double = p.dtype() == kFloat64;
-      t.step_size = config.lr / (1.0 - std::pow(config.beta1, t_step));
-      t.bias_correction2_sqrt = std::sqrt(1.0 - std::pow(config.beta2, t_step));
+      if (p.is_cuda())
+        t.step = static_cast<int64_t*>(s.device_step.raw_data());  // the kernel advances it
+      else
+        cuda::adam_bias_corrections(config, t_step, t.step_size, t.bias_correction2_sqrt);
       p.bump_version();
     };
 
@@ -160,9 +182,7 @@ void Adam::step() {
       for (size_t k = 0; k < on_device.size(); ++k) prepare(on_device[k], table[k]);
       const Device dev = on_device.front().device();
       cuda::DeviceGuard guard(dev.index);
-      const int64_t n = static_cast<int64_t>(table.size());
-      const Tensor& workspace = workspaces[g][d];
-      cuda::launch_fused_adam(table.data(), n, config, workspace.raw_data(), workspace.nbytes(),
+      cuda::launch_fused_adam(table.data(), static_cast<int64_t>(table.size()), config,
                               cuda::current_stream(dev.index));
     }
   }

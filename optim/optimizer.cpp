@@ -5,7 +5,7 @@
 
 #include "core/autograd.h"
 #include "core/ops.h"
-#include "cuda/kernels/fused_optim.h"
+#include "cuda/runtime.h"
 
 namespace ember::optim {
 
@@ -116,6 +116,15 @@ void Optimizer::reserve_state(const std::vector<Tensor>& params,
       auto [it, inserted] = state_.try_emplace(p.impl_ptr().get());
       if (inserted) created.push_back(it->first);
       touched.emplace_back(it->first, it->second.buffers.size());
+      if (p.is_cuda() && cuda::is_capturing(p.device().index)) [[unlikely]]
+        for (const std::string& buffer : names) {
+          const Tensor* t = it->second.find(buffer);
+          EMBER_CHECK(t != nullptr && t->device() == p.device() && t->dtype() == p.dtype(),
+                      name(), ".step(): the parameter of shape ", shape_str(p.sizes()),
+                      " has no '", buffer, "' state yet, and optimizer state cannot be created "
+                      "while a CUDA graph is being captured (cuda::Graph::capture): run a few "
+                      "eager steps before capturing");
+        }
       for (const std::string& name : names) it->second.get_or_zeros(name, p);
     }
   } catch (...) {
@@ -168,7 +177,10 @@ StateDict Optimizer::state_dict() const {
   for (const ParamGroup& g : groups_)
     for (const Tensor& p : g.params()) {
       if (const ParamState* s = state(p)) {
-        sd.insert(state_key(index, "step"), scalar_i64(s->step));
+        const int64_t step = s->device_step.defined()
+                                 ? static_cast<int64_t>(s->device_step.item())
+                                 : s->step;
+        sd.insert(state_key(index, "step"), scalar_i64(step));
         for (const auto& [name, buf] : s->buffers) sd.insert(state_key(index, name), buf.detach());
       }
       ++index;
@@ -303,21 +315,6 @@ StepTargets step_targets(const char* optimizer, const ParamGroup& group) {
     out.cuda[static_cast<size_t>(it - devices.begin())].push_back(p);
   }
   return out;
-}
-
-std::vector<std::vector<Tensor>> fused_workspaces(const std::vector<StepTargets>& all_targets) {
-  std::vector<std::vector<Tensor>> workspaces(all_targets.size());
-  for (size_t g = 0; g < all_targets.size(); ++g) {
-    for (const std::vector<Tensor>& on_device : all_targets[g].cuda) {
-      std::vector<cuda::OptimTensor> sizes(on_device.size());
-      for (size_t k = 0; k < on_device.size(); ++k) sizes[k].numel = on_device[k].numel();
-      const size_t bytes =
-          cuda::fused_optim_workspace_bytes(sizes.data(), static_cast<int64_t>(sizes.size()));
-      workspaces[g].push_back(empty({static_cast<int64_t>((bytes + 7) / 8)},
-                                    TensorOptions(kFloat64).device(on_device.front().device())));
-    }
-  }
-  return workspaces;
 }
 
 }  // namespace detail

@@ -76,6 +76,11 @@ using OptimizerParamGroup = ParamGroup;
 // What an optimizer keeps per parameter.
 struct ParamState {
   int64_t step = 0;
+  // Adam on CUDA: the step count in device memory (an int64 scalar on the
+  // parameter's device), advanced by the fused kernel itself, so that a replayed
+  // CUDA graph (cuda/graph.h) counts its steps. When defined it is the true count
+  // (state_dict() reads it); `step` then counts only the host's calls of step().
+  Tensor device_step;
   std::vector<std::pair<std::string, Tensor>> buffers;
   // The buffer `name`, or null.
   Tensor* find(const std::string& name);
@@ -119,7 +124,9 @@ class Optimizer {
   // Makes every buffer in `names` for every parameter in `params` (as zeros)
   // before a step changes anything, all or nothing: if an allocation fails
   // (out of memory), what this call made is dropped and the error rethrown, so
-  // the optimizer is exactly as it was.
+  // the optimizer is exactly as it was. While a CUDA graph is being captured it
+  // creates nothing (a replay would zero the state again): a missing buffer then
+  // throws ember::Error asking for eager warm-up steps before the capture.
   void reserve_state(const std::vector<Tensor>& params, const std::vector<std::string>& names);
   // The names of the buffers this optimizer keeps for a parameter with these options.
   virtual std::vector<std::string> buffer_names(const OptimizerOptions& options) const = 0;
@@ -139,9 +146,6 @@ struct StepTargets {
   std::vector<std::vector<Tensor>> cuda;  // one list per device in use
 };
 StepTargets step_targets(const char* optimizer, const ParamGroup& group);
-// For each group and each of its CUDA devices, scratch memory for the fused
-// kernel's tensor table (taken from the caching allocator, freed after the step).
-std::vector<std::vector<Tensor>> fused_workspaces(const std::vector<StepTargets>& all_targets);
 }  // namespace detail
 
 }  // namespace ember::optim

@@ -59,8 +59,9 @@ std::vector<std::string> SGD::buffer_names(const OptimizerOptions& options) cons
 
 void SGD::step() {
   NoGradGuard no_grad;
-  // As Adam::step: checks, momentum buffers and CUDA workspaces for every group
-  // first, so a step that throws leaves the model and the optimizer as they were.
+  // As Adam::step: checks and momentum buffers for every group first, so a step
+  // that throws leaves the model and the optimizer as they were. Capturable in a
+  // CUDA graph once the momentum buffers exist (lr and the options are baked in).
   std::vector<detail::StepTargets> all_targets;
   for (ParamGroup& group : param_groups())
     all_targets.push_back(detail::step_targets("SGD", group));
@@ -79,7 +80,6 @@ void SGD::step() {
     }
     reserve_state(params, buffer_names(param_groups()[g].options()));
   }
-  const std::vector<std::vector<Tensor>> workspaces = detail::fused_workspaces(all_targets);
 
   for (size_t g = 0; g < all_targets.size(); ++g) {
     const auto& o = static_cast<const SGDOptions&>(param_groups()[g].options());
@@ -133,9 +133,7 @@ void SGD::step() {
       }
       const Device dev = on_device.front().device();
       cuda::DeviceGuard guard(dev.index);
-      const Tensor& workspace = workspaces[g][d];
       cuda::launch_fused_sgd(table.data(), static_cast<int64_t>(table.size()), config,
-                             workspace.raw_data(), workspace.nbytes(),
                              cuda::current_stream(dev.index));
     }
   }

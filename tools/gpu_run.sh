@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One call on the GPU machine: build (Release-with-debug-info, sm_90), run every
+# One call on the GPU machine: build (Release, or EMBER_GPU_BUILD_TYPE; sm_90), run every
 # test, the examples and the benchmarks, and leave logs in $OUT (or ./gpu-logs).
 # Usage: tools/gpu_run.sh [tests] [examples] [bench] [sanitize]   (default: all but sanitize)
 set -uo pipefail
@@ -14,7 +14,7 @@ fi
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$out/gpu.txt"
 
 start=$(date +%s)
-cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CUDA_ARCHITECTURES=90 \
+cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=${EMBER_GPU_BUILD_TYPE:-Release} -DCMAKE_CUDA_ARCHITECTURES=90 \
   >"$out/configure.log" 2>&1 || { tail -30 "$out/configure.log"; exit 1; }
 cmake --build build-gpu -j16 -- -k 0 >"$out/build.log" 2>&1 || { echo "BUILD FAILED (continuing with what built):"; grep -E "error|FAILED" "$out/build.log" | head -30; }
 echo "build: $(( $(date +%s) - start )) s"

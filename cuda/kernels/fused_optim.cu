@@ -1,9 +1,8 @@
 // Fused multi-tensor optimizer kernels. Each block updates one chunk of one
-// tensor, found through a chunk map, so a single launch covers a whole parameter
-// group; the per-element math is fused_optim_math.h, the same as the CPU loops.
-#include <cstring>
-#include <vector>
-
+// tensor of a batch of at most kFusedOptimTensorsPerLaunch, found by a binary
+// search over the batch's chunk offsets; the batch is a kernel parameter
+// (__grid_constant__, read in place). The per-element math is
+// fused_optim_math.h, the same as the CPU loops.
 #include "core/error.h"
 #include "cuda/check.h"
 #include "cuda/kernels/fused_optim.h"
@@ -14,16 +13,26 @@ namespace {
 
 constexpr int kThreads = 256;
 constexpr int64_t kChunk = 16 * 1024;  // elements per block
+constexpr int kBatch = static_cast<int>(kFusedOptimTensorsPerLaunch);
 
-struct ChunkRef {
-  int64_t tensor;
-  int64_t start;
+struct TensorBatch {
+  OptimTensor t[kBatch];
+  int64_t first_chunk[kBatch + 1];  // the chunk where tensor i starts; [count]: the total
+  int count;
 };
+static_assert(sizeof(TensorBatch) + sizeof(AdamConfig) <= 4000,
+              "the batch must fit the kernel parameter space");
 
-int64_t count_chunks(const OptimTensor* tensors, int64_t count) {
-  int64_t chunks = 0;
-  for (int64_t i = 0; i < count; ++i) chunks += (tensors[i].numel + kChunk - 1) / kChunk;
-  return chunks;
+// The tensor of chunk `chunk`: the last i with first_chunk[i] <= chunk (tensors
+// without elements own no chunk, so the search skips them).
+__device__ int tensor_of(const TensorBatch& b, int64_t chunk) {
+  int lo = 0, hi = b.count - 1;
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (b.first_chunk[mid] <= chunk) lo = mid;
+    else hi = mid - 1;
+  }
+  return lo;
 }
 
 template <typename T>
@@ -41,7 +50,8 @@ __device__ void sgd_chunk(const OptimTensor& t, const SgdConfig& c, int64_t begi
 }
 
 template <typename T>
-__device__ void adam_chunk(const OptimTensor& t, const AdamConfig& c, int64_t begin, int64_t end) {
+__device__ void adam_chunk(const OptimTensor& t, const AdamConfig& c, int64_t begin, int64_t end,
+                           double step_size, double bc2_sqrt) {
   T* p = static_cast<T*>(t.param);
   const T* g = static_cast<const T*>(t.grad);
   T* m = static_cast<T*>(t.state[0]);
@@ -50,7 +60,7 @@ __device__ void adam_chunk(const OptimTensor& t, const AdamConfig& c, int64_t be
   for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
     double pv = p[i], mv = m[i], vv = v[i];
     double vm = v_max ? static_cast<double>(v_max[i]) : 0.0;
-    adam_update(c, pv, static_cast<double>(g[i]), mv, vv, vm, t.step_size, t.bias_correction2_sqrt);
+    adam_update(c, pv, static_cast<double>(g[i]), mv, vv, vm, step_size, bc2_sqrt);
     p[i] = static_cast<T>(pv);
     m[i] = static_cast<T>(mv);
     v[i] = static_cast<T>(vv);
@@ -58,83 +68,94 @@ __device__ void adam_chunk(const OptimTensor& t, const AdamConfig& c, int64_t be
   }
 }
 
-__global__ void fused_sgd_kernel(const OptimTensor* tensors, const ChunkRef* chunks, SgdConfig c) {
-  const ChunkRef ref = chunks[blockIdx.x];
-  const OptimTensor t = tensors[ref.tensor];
-  const int64_t end = ref.start + kChunk < t.numel ? ref.start + kChunk : t.numel;
+__global__ void fused_sgd_kernel(const __grid_constant__ TensorBatch batch,
+                                 const __grid_constant__ SgdConfig c) {
+  const int64_t chunk = blockIdx.x;
+  const int k = tensor_of(batch, chunk);
+  const OptimTensor& t = batch.t[k];
+  const int64_t begin = (chunk - batch.first_chunk[k]) * kChunk;
+  const int64_t end = begin + kChunk < t.numel ? begin + kChunk : t.numel;
   if (t.is_double)
-    sgd_chunk<double>(t, c, ref.start, end);
+    sgd_chunk<double>(t, c, begin, end);
   else
-    sgd_chunk<float>(t, c, ref.start, end);
+    sgd_chunk<float>(t, c, begin, end);
 }
 
-__global__ void fused_adam_kernel(const OptimTensor* tensors, const ChunkRef* chunks,
-                                  AdamConfig c) {
-  const ChunkRef ref = chunks[blockIdx.x];
-  const OptimTensor t = tensors[ref.tensor];
-  const int64_t end = ref.start + kChunk < t.numel ? ref.start + kChunk : t.numel;
-  if (t.is_double)
-    adam_chunk<double>(t, c, ref.start, end);
-  else
-    adam_chunk<float>(t, c, ref.start, end);
+// Adds one to each device step count of the batch; runs before the update, in
+// the same stream, so every block of the update reads the new count.
+__global__ void advance_steps_kernel(const __grid_constant__ TensorBatch batch) {
+  const int k = static_cast<int>(threadIdx.x);
+  if (k < batch.count && batch.t[k].step != nullptr) ++*batch.t[k].step;
 }
 
-// Uploads [tensors | chunk map] into the workspace; returns the chunk count.
-int64_t upload_tables(const OptimTensor* tensors, int64_t count, void* workspace,
-                      size_t workspace_bytes, cudaStream_t stream, const OptimTensor** d_tensors,
-                      const ChunkRef** d_chunks) {
-  const size_t need = fused_optim_workspace_bytes(tensors, count);
-  EMBER_CHECK(workspace != nullptr && workspace_bytes >= need, "fused optimizer: workspace of ",
-              workspace_bytes, " bytes is smaller than the ", need, " bytes needed");
-  const int64_t chunks = count_chunks(tensors, count);
+__global__ void fused_adam_kernel(const __grid_constant__ TensorBatch batch,
+                                  const __grid_constant__ AdamConfig c) {
+  const int64_t chunk = blockIdx.x;
+  const int k = tensor_of(batch, chunk);
+  const OptimTensor& t = batch.t[k];
+  const int64_t begin = (chunk - batch.first_chunk[k]) * kChunk;
+  const int64_t end = begin + kChunk < t.numel ? begin + kChunk : t.numel;
+  __shared__ double corrections[2];
+  if (threadIdx.x == 0) {
+    double step_size = t.step_size, bc2_sqrt = t.bias_correction2_sqrt;
+    if (t.step != nullptr)
+      adam_bias_corrections(c, static_cast<double>(*t.step), step_size, bc2_sqrt);
+    corrections[0] = step_size;
+    corrections[1] = bc2_sqrt;
+  }
+  __syncthreads();
+  if (t.is_double)
+    adam_chunk<double>(t, c, begin, end, corrections[0], corrections[1]);
+  else
+    adam_chunk<float>(t, c, begin, end, corrections[0], corrections[1]);
+}
+
+// The next batch of `tensors` (at most kBatch from `offset`), with its chunk map;
+// returns the batch's chunk count.
+int64_t make_batch(const OptimTensor* tensors, int64_t count, int64_t offset, TensorBatch& b) {
+  b.count = static_cast<int>(count - offset < kBatch ? count - offset : kBatch);
+  int64_t chunks = 0;
+  for (int k = 0; k < b.count; ++k) {
+    b.t[k] = tensors[offset + k];
+    EMBER_CHECK(b.t[k].numel >= 0, "fused optimizer: tensor ", offset + k, " has ",
+                b.t[k].numel, " elements");
+    b.first_chunk[k] = chunks;
+    chunks += (b.t[k].numel + kChunk - 1) / kChunk;
+  }
+  b.first_chunk[b.count] = chunks;
   EMBER_CHECK(chunks < (int64_t{1} << 31), "fused optimizer: ", chunks,
               " chunks exceed the grid limit");
-  std::vector<unsigned char> host(need);
-  std::memcpy(host.data(), tensors, sizeof(OptimTensor) * static_cast<size_t>(count));
-  auto* map = reinterpret_cast<ChunkRef*>(host.data() + sizeof(OptimTensor) * count);
-  int64_t k = 0;
-  for (int64_t i = 0; i < count; ++i)
-    for (int64_t s = 0; s < tensors[i].numel; s += kChunk) map[k++] = ChunkRef{i, s};
-  // From pageable memory the copy is staged before cudaMemcpyAsync returns, so
-  // `host` may die right after.
-  EMBER_CUDA_CHECK(cudaMemcpyAsync(workspace, host.data(), need, cudaMemcpyHostToDevice, stream));
-  *d_tensors = static_cast<const OptimTensor*>(workspace);
-  *d_chunks = reinterpret_cast<const ChunkRef*>(static_cast<unsigned char*>(workspace) +
-                                                sizeof(OptimTensor) * count);
   return chunks;
 }
 
 }  // namespace
 
-size_t fused_optim_workspace_bytes(const OptimTensor* tensors, int64_t count) {
-  return sizeof(OptimTensor) * static_cast<size_t>(count) +
-         sizeof(ChunkRef) * static_cast<size_t>(count_chunks(tensors, count));
-}
-
 void launch_fused_sgd(const OptimTensor* tensors, int64_t count, const SgdConfig& config,
-                      void* workspace, size_t workspace_bytes, cudaStream_t stream) {
-  if (count == 0) return;
-  const OptimTensor* d_tensors = nullptr;
-  const ChunkRef* d_chunks = nullptr;
-  int64_t chunks =
-      upload_tables(tensors, count, workspace, workspace_bytes, stream, &d_tensors, &d_chunks);
-  if (chunks == 0) return;
-  fused_sgd_kernel<<<static_cast<unsigned>(chunks), kThreads, 0, stream>>>(d_tensors, d_chunks,
-                                                                           config);
-  EMBER_CUDA_CHECK(cudaGetLastError());
+                      cudaStream_t stream) {
+  for (int64_t offset = 0; offset < count; offset += kBatch) {
+    TensorBatch batch{};
+    const int64_t chunks = make_batch(tensors, count, offset, batch);
+    if (chunks == 0) continue;
+    fused_sgd_kernel<<<static_cast<unsigned>(chunks), kThreads, 0, stream>>>(batch, config);
+    EMBER_CUDA_CHECK(cudaGetLastError());
+  }
 }
 
 void launch_fused_adam(const OptimTensor* tensors, int64_t count, const AdamConfig& config,
-                       void* workspace, size_t workspace_bytes, cudaStream_t stream) {
-  if (count == 0) return;
-  const OptimTensor* d_tensors = nullptr;
-  const ChunkRef* d_chunks = nullptr;
-  int64_t chunks =
-      upload_tables(tensors, count, workspace, workspace_bytes, stream, &d_tensors, &d_chunks);
-  if (chunks == 0) return;
-  fused_adam_kernel<<<static_cast<unsigned>(chunks), kThreads, 0, stream>>>(d_tensors, d_chunks,
-                                                                            config);
-  EMBER_CUDA_CHECK(cudaGetLastError());
+                       cudaStream_t stream) {
+  for (int64_t offset = 0; offset < count; offset += kBatch) {
+    TensorBatch batch{};
+    const int64_t chunks = make_batch(tensors, count, offset, batch);
+    bool device_steps = false;
+    for (int k = 0; k < batch.count; ++k) device_steps |= batch.t[k].step != nullptr;
+    if (device_steps) {
+      advance_steps_kernel<<<1, kBatch, 0, stream>>>(batch);
+      EMBER_CUDA_CHECK(cudaGetLastError());
+    }
+    if (chunks == 0) continue;
+    fused_adam_kernel<<<static_cast<unsigned>(chunks), kThreads, 0, stream>>>(batch, config);
+    EMBER_CUDA_CHECK(cudaGetLastError());
+  }
 }
 
 }  // namespace ember::cuda

@@ -1,8 +1,9 @@
-// Launchers for the fused multi-tensor optimizer kernels: one launch updates
-// every parameter of a group, whatever their number and sizes. The host passes a
-// table of tensors (device pointers, sizes, per-parameter step values); the
-// launcher uploads it with a chunk map into a caller-owned device workspace and
-// launches one block per chunk of one tensor.
+// Launchers for the fused multi-tensor optimizer kernels: one launch updates up
+// to kFusedOptimTensorsPerLaunch parameters, whatever their sizes (longer lists
+// take several). The table of tensors (device pointers, sizes, per-parameter step
+// values) travels in the kernel's parameters, not through a copy from the host,
+// so a launch needs no workspace, never synchronises, and can be captured in a
+// CUDA graph (cuda/graph.h).
 #pragma once
 
 #include <cstddef>
@@ -25,14 +26,19 @@ struct OptimTensor {
   bool first_step = false;           // SGD: the momentum buffer starts as the gradient
   double step_size = 0;              // Adam: lr / (1 - beta1^step)
   double bias_correction2_sqrt = 1;  // Adam: sqrt(1 - beta2^step)
+  // Adam: the parameter's step count in device memory (int64). When set, the
+  // launch adds one to it and derives step_size and bias_correction2_sqrt from
+  // the new count on the device (the two fields above are then unused), so a
+  // replayed CUDA graph advances the count and its bias corrections every step.
+  int64_t* step = nullptr;
 };
 
-// Bytes of device workspace a launch over these tensors needs.
-size_t fused_optim_workspace_bytes(const OptimTensor* tensors, int64_t count);
+// Tensors per launch: the table must fit the 4 KiB of kernel parameters.
+inline constexpr int64_t kFusedOptimTensorsPerLaunch = 32;
 
 void launch_fused_sgd(const OptimTensor* tensors, int64_t count, const SgdConfig& config,
-                      void* workspace, size_t workspace_bytes, cudaStream_t stream);
+                      cudaStream_t stream);
 void launch_fused_adam(const OptimTensor* tensors, int64_t count, const AdamConfig& config,
-                       void* workspace, size_t workspace_bytes, cudaStream_t stream);
+                       cudaStream_t stream);
 
 }  // namespace ember::cuda

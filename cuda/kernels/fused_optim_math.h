@@ -38,8 +38,19 @@ EMBER_HD void sgd_update(const SgdConfig& c, double& p, double g, double& buf, b
   p -= c.lr * g;
 }
 
+// Adam's bias corrections at a parameter's step t (1 on its first step): the
+// step_size and bc2_sqrt that adam_update takes. On the host for the CPU loop, on
+// the device for the fused kernel (from the step count in device memory).
+EMBER_HD void adam_bias_corrections(const AdamConfig& c, double t, double& step_size,
+                                    double& bc2_sqrt) {
+  using std::pow;
+  using std::sqrt;
+  step_size = c.lr / (1.0 - pow(c.beta1, t));
+  bc2_sqrt = sqrt(1.0 - pow(c.beta2, t));
+}
+
 // One Adam/AdamW step of one element. step_size = lr / (1 - beta1^t) and
-// bc2_sqrt = sqrt(1 - beta2^t) for this parameter's step t (computed on the host).
+// bc2_sqrt = sqrt(1 - beta2^t) for this parameter's step t (adam_bias_corrections).
 EMBER_HD void adam_update(const AdamConfig& c, double& p, double g, double& m, double& v,
                           double& v_max, double step_size, double bc2_sqrt) {
   if (c.weight_decay != 0) {

@@ -385,3 +385,34 @@ TEST_CASE("optim/cuda: fused kernels match the CPU loops" * doctest::test_suite(
     }
   }
 }
+
+TEST_CASE("optim/cuda: groups longer than one fused launch (32 tensors), empty tensors included" *
+          doctest::test_suite("cuda")) {
+  std::vector<Shape> shapes;
+  for (int k = 0; k < 70; ++k) shapes.push_back(k % 9 == 4 ? Shape{0} : Shape{1 + 37 * k % 1000});
+  shapes.push_back({20000});  // two chunks
+  for (bool adam : {true, false}) {
+    CAPTURE(adam);
+    Harness cpu(shapes, kFloat32, kCPU, 11), gpu(shapes, kFloat32, kCUDA, 11);
+    auto make = [&](std::vector<Tensor> ps) -> std::unique_ptr<optim::Optimizer> {
+      if (adam) return std::make_unique<optim::Adam>(ps, optim::AdamOptions(1e-2));
+      return std::make_unique<optim::SGD>(ps, optim::SGDOptions(0.1).momentum(0.9));
+    };
+    auto oc = make(cpu.params), og = make(gpu.params);
+    for (int s = 0; s < 3; ++s) {
+      cpu.set_grads(s);
+      gpu.set_grads(s);
+      oc->step();
+      og->step();
+    }
+    for (size_t k = 0; k < shapes.size(); ++k) {
+      CAPTURE(k);
+      CHECK(testing::rel_error(gpu.params[k].to(kCPU), cpu.params[k]) <= 1e-6);
+    }
+    if (adam) {  // the device step counts went up once per step, every launch
+      const StateDict sd = og->state_dict();
+      CHECK(sd.at("state.0.step").item() == 3);
+      CHECK(sd.at("state.70.step").item() == 3);
+    }
+  }
+}

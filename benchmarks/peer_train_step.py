@@ -1,0 +1,155 @@
+#!/usr/bin/env python3
+"""The PyTorch peer of bench_train_step: the same training steps, timed the same
+way (wall clock over many steps, one synchronize per round, median round).
+
+    python3 benchmarks/peer_train_step.py [--json FILE] [--quick]
+
+seed: nn.Linear(10, 10), MSELoss, Adam(lr=1e-2), batch 32 -- eager (PyTorch's
+      default Adam, foreach on CUDA, and fused=True), eager with
+      torch.cuda.empty_cache() every step, and the step captured in a CUDA graph
+      (Adam fused and capturable) and replayed after copying the batch in.
+mlp:  4 x Linear(4096, 4096) with ReLU between, batch 8192, MSELoss, fused Adam
+      (lr=1e-3): fp32 (TF32 off), TF32 on, bf16 autocast.
+Rows carry the same workload/dtype/shape/impl keys as bench_train_step's.
+"""
+import json
+import sys
+import time
+
+ROWS = []
+
+
+def add(workload, dtype, shape, impl, ms, rate, unit, note=""):
+    ROWS.append(dict(workload=workload, dtype=dtype, shape=shape, impl=impl, ms=ms, rate=rate,
+                     unit=unit, note=note))
+    print(f"{workload:<22} {dtype:<6} {shape:<22} {impl:<18} {ms:10.4f} {rate:8.1f} {unit:<4} {note}",
+          flush=True)
+
+
+def main():
+    quick = "--quick" in sys.argv
+    json_path = sys.argv[sys.argv.index("--json") + 1] if "--json" in sys.argv else None
+    try:
+        import torch
+    except ImportError:
+        print("peer_train_step: PyTorch is not installed; nothing to measure")
+        return 0
+    if not torch.cuda.is_available():
+        print("peer_train_step: no CUDA device; nothing to measure")
+        return 0
+    nn = torch.nn
+    dev = torch.device("cuda:0")
+    print(f"peer_train_step: torch {torch.__version__} on {torch.cuda.get_device_name(0)}")
+    print(f"\ntrain_step: PyTorch, wall time per step\n{'workload':<22} {'dtype':<6} {'shape':<22} "
+          f"{'impl':<18} {'ms':>10} {'rate':>12}  note")
+    rounds, steps = (3, 50) if quick else (7, 200)
+
+    def wall_ms_per_step(f, warmup, rounds, steps):
+        for i in range(warmup):
+            f(i)
+        torch.cuda.synchronize()
+        per, it = [], 0
+        for _ in range(rounds):
+            t0 = time.perf_counter()
+            for _ in range(steps):
+                f(it)
+                it += 1
+            torch.cuda.synchronize()
+            per.append((time.perf_counter() - t0) * 1e3 / steps)
+        per.sort()
+        return per[len(per) // 2]
+
+    nbatch = 16
+
+    def seed(**adam_kwargs):
+        torch.manual_seed(0)
+        model = nn.Linear(10, 10).to(dev)
+        opt = torch.optim.Adam(model.parameters(), lr=1e-2, **adam_kwargs)
+        crit = nn.MSELoss()
+        m = torch.randn(10, 10)
+        xs, ys = [], []
+        for _ in range(nbatch):
+            x = torch.randn(32, 10)
+            xs.append(x.to(dev))
+            ys.append((x @ m + 0.1 * torch.randn(32, 10)).to(dev))
+
+        def step(x, y):
+            opt.zero_grad(set_to_none=True)
+            loss = crit(model(x), y)
+            loss.backward()
+            opt.step()
+            return loss
+        return step, xs, ys
+
+    step, xs, ys = seed()
+    ms = wall_ms_per_step(lambda i: step(xs[i % nbatch], ys[i % nbatch]), 20, rounds, steps)
+    add("seed step", "f32", "32x10->10", "eager", ms, 1 / ms, "k/s", "Adam default (foreach)")
+    step, xs, ys = seed(fused=True)
+    ms = wall_ms_per_step(lambda i: step(xs[i % nbatch], ys[i % nbatch]), 20, rounds, steps)
+    add("seed step", "f32", "32x10->10", "eager fused Adam", ms, 1 / ms, "k/s", "Adam(fused=True)")
+    step, xs, ys = seed()
+
+    def with_empty_cache(i):
+        loss = step(xs[i % nbatch], ys[i % nbatch])
+        del loss
+        torch.cuda.empty_cache()
+    ms = wall_ms_per_step(with_empty_cache, 20, rounds, steps)
+    add("seed step", "f32", "32x10->10", "eager+empty_cache", ms, 1 / ms, "k/s", "del + empty_cache()")
+
+    step, xs, ys = seed(fused=True, capturable=True)
+    sx, sy = xs[0].clone(), ys[0].clone()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm-up on a side stream, as the CUDA graphs docs ask
+        for i in range(3):
+            step(xs[i], ys[i])
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        static_loss = step(sx, sy)
+
+    def replay(i):
+        sx.copy_(xs[i % nbatch])
+        sy.copy_(ys[i % nbatch])
+        graph.replay()
+    ms = wall_ms_per_step(replay, 5, rounds, steps * 5)
+    add("seed step", "f32", "32x10->10", "graphed", ms, 1 / ms, "k/s", "Adam(fused, capturable)")
+    del static_loss
+
+    batch = 8192
+    flops = 2.0 * batch * 4096 * 4096 * 11
+    for mode in ("f32", "tf32", "bf16"):
+        torch.backends.cuda.matmul.allow_tf32 = mode == "tf32"
+        torch.manual_seed(1)
+        layers = []
+        for i in range(4):
+            layers.append(nn.Linear(4096, 4096))
+            if i < 3:
+                layers.append(nn.ReLU())
+        net = nn.Sequential(*layers).to(dev)
+        opt = torch.optim.Adam(net.parameters(), lr=1e-3, fused=True)
+        crit = nn.MSELoss()
+        x = torch.randn(batch, 4096, device=dev)
+        y = torch.randn(batch, 4096, device=dev)
+
+        def mlp_step(_):
+            opt.zero_grad(set_to_none=True)
+            with torch.autocast("cuda", dtype=torch.bfloat16, enabled=mode == "bf16"):
+                loss = crit(net(x), y)
+            loss.backward()
+            opt.step()
+        ms = wall_ms_per_step(mlp_step, 2, 3 if quick else 5, 3 if quick else 10)
+        add("mlp step", mode, "4x4096, batch 8192", "eager", ms, flops / ms / 1e9, "TF/s",
+            "autocast(bf16)" if mode == "bf16" else "")
+        del net, opt, x, y
+        torch.cuda.empty_cache()
+    torch.backends.cuda.matmul.allow_tf32 = False
+
+    if json_path:
+        with open(json_path, "w") as f:
+            json.dump({"benchmark": "train_step (PyTorch)", "rows": ROWS}, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
