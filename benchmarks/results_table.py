@@ -72,11 +72,12 @@ def main():
     ovh = load(d, "op_overhead.json")
     if ovh:
         print("\n### Eager per-op host overhead (ns per op)\n")
-        print("| workload | dtype | shape | impl | ns/op | note |")
-        print("|---|---|---|---|---|---|")
+        print("| workload | device | shape | host ns/op | ratio to a bare launch |")
+        print("|---|---|---|---|---|")
         for r in ovh:
-            print(f"| {r['workload']} | {r['dtype']} | {r['shape']} | {r['impl']} | "
-                  f"{r['ms'] * 1e6:.0f} | {r['note']} |")
+            ratio = f"{r['ratio_to_bare_launch']:.2f}x" if r["ratio_to_bare_launch"] > 0 else "-"
+            print(f"| {r['workload']} | {r['device']} | {r['shape']} | "
+                  f"{r['host_ns_per_op']:.0f} | {ratio} |")
 
 
 if __name__ == "__main__":
