@@ -40,7 +40,7 @@ declare -A tool_args=(
 
 status=0
 summary=()
-for bin in "$build"/tests/ember_tests_*; do
+for bin in "$build"/tests/ember_tests_${EMBER_GPU_SANITIZE_ONLY:-*}; do
   [ -x "$bin" ] || continue
   name=$(basename "$bin")
   for tool in $tools; do
@@ -57,6 +57,12 @@ for bin in "$build"/tests/ember_tests_*; do
       # API error of ours throws and fails the test case instead.
       api=()
       [ "$tool" = memcheck ] && api=(--report-api-errors no)
+      # initcheck on 2+ GPUs: NCCL's LL-protocol kernels poll flag words in
+      # NCCL's own buffers before the peer writes them (394 "Uninitialized
+      # __global__ memory read" reports, every one in ncclDevKernel_*_LL, on 2
+      # H200s, 2026-11-29). Every report is printed so that those can be told
+      # from ours below; a report in any other kernel still fails.
+      [ "$tool" = initcheck ] && api=(--print-limit 1000000)
       env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 NCCL_NVLS_ENABLE=0 \
         mpirun -np 1 --allow-run-as-root \
         "$cs" ${tool_args[$tool]} "${api[@]}" --error-exitcode 86 "$bin" "${doctest_args[@]}" >"$log" 2>&1
@@ -69,7 +75,17 @@ for bin in "$build"/tests/ember_tests_*; do
     # "RACECHECK SUMMARY: H hazards displayed (N errors, W warnings)".
     errors=$(grep -Eo 'ERROR SUMMARY: [0-9]+ error|\([0-9]+ errors' "$log" | grep -Eo '[0-9]+' | tail -1)
     cases=$(grep -E '^\[doctest\] test cases:' "$log" | tail -1 | sed 's/^\[doctest\] //')
-    verdict=clean
+    note=""
+    if [ "$name" = ember_tests_parallel ] && [ "$tool" = initcheck ] && [ "$rc" -eq 86 ] &&
+       ! grep -q 'errors were not printed' "$log"; then
+      in_nccl=$(grep -cE '^=========     at ncclDevKernel' "$log")
+      if [ "${errors:-0}" -gt 0 ] && [ "$in_nccl" -eq "${errors:-0}" ] &&
+         grep -q '^\[doctest\] Status: SUCCESS' "$log"; then
+        rc=0
+        note=" (all $in_nccl inside NCCL's kernels)"
+      fi
+    fi
+    verdict=clean$note
     if [ "$rc" -ne 0 ]; then
       verdict="FAILED (exit $rc)"
       status=1
