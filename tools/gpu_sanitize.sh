@@ -57,13 +57,23 @@ for bin in "$build"/tests/ember_tests_${EMBER_GPU_SANITIZE_ONLY:-*}; do
       # API error of ours throws and fails the test case instead.
       api=()
       [ "$tool" = memcheck ] && api=(--report-api-errors no)
-      # initcheck on 2+ GPUs: NCCL's LL-protocol kernels poll flag words in
-      # NCCL's own buffers before the peer writes them (394 "Uninitialized
-      # __global__ memory read" reports, every one in ncclDevKernel_*_LL, on 2
-      # H200s, 2026-11-29). Every report is printed so that those can be told
-      # from ours below; a report in any other kernel still fails.
+      # initcheck on 2+ GPUs: NCCL's all-reduce kernels read words of NCCL's own
+      # buffers before the peer writes them (on 2 H200s, 2026-11-29: 394
+      # "Uninitialized __global__ memory read" reports, 322 in
+      # ncclDevKernel_AllReduce_Sum_f32_RING_LL and 72 in
+      # ncclDevFunc_AllReduce_Sum_f32_RING_SIMPLE, none elsewhere). Every report
+      # is printed so that those can be told from ours below; a report in any
+      # other kernel still fails.
       [ "$tool" = initcheck ] && api=(--print-limit 1000000)
-      env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 NCCL_NVLS_ENABLE=0 \
+      # synccheck on 2+ GPUs: it flags NCCL's ring all-reduce kernel
+      # (ncclDevFunc_AllReduce_Sum_f32_RING_SIMPLE: 1344 "Barrier error detected.
+      # Divergent thread(s) in block", nothing in any other kernel) and then
+      # aborts it (CUDA error 719), failing the NCCL test cases. So synccheck
+      # sees one GPU here: DataParallel and the communicator still run, with a
+      # single NCCL rank.
+      visible=()
+      [ "$tool" = synccheck ] && visible=(CUDA_VISIBLE_DEVICES=0)
+      env "${visible[@]}" OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 NCCL_NVLS_ENABLE=0 \
         mpirun -np 1 --allow-run-as-root \
         "$cs" ${tool_args[$tool]} "${api[@]}" --error-exitcode 86 "$bin" "${doctest_args[@]}" >"$log" 2>&1
     else
@@ -78,7 +88,7 @@ for bin in "$build"/tests/ember_tests_${EMBER_GPU_SANITIZE_ONLY:-*}; do
     note=""
     if [ "$name" = ember_tests_parallel ] && [ "$tool" = initcheck ] && [ "$rc" -eq 86 ] &&
        ! grep -q 'errors were not printed' "$log"; then
-      in_nccl=$(grep -cE '^=========     at ncclDevKernel' "$log")
+      in_nccl=$(grep -cE '^=========     at ncclDev(Kernel|Func)_' "$log")
       if [ "${errors:-0}" -gt 0 ] && [ "$in_nccl" -eq "${errors:-0}" ] &&
          grep -q '^\[doctest\] Status: SUCCESS' "$log"; then
         rc=0
