@@ -28,7 +28,7 @@ int main(int argc, char** argv) {
   }
   configs[1].name = "512 x 32768";
   configs[1].sizes.assign(512, 32768);
-  cuda::AdamConfig cfg;
+  AdamConfig cfg;
   cfg.lr = 1e-3;
   int failures = 0;
   for (const Config& c : configs) {
@@ -60,7 +60,7 @@ int main(int argc, char** argv) {
       double worst = 0;
       for (size_t i = 0; i < p0.size(); ++i) {
         double p = p0[i], m = 0, v = 0, vm = 0;
-        cuda::adam_update(cfg, p, g0[i], m, v, vm, table_rows[0].step_size,
+        adam_update(cfg, p, g0[i], m, v, vm, table_rows[0].step_size,
                           table_rows[0].bias_correction2_sqrt);
         worst = std::max(worst, std::fabs(p - p1[i]) / std::max(1e-12, std::fabs(p)));
       }

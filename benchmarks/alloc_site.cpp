@@ -93,7 +93,7 @@ int main(int argc, char** argv) {
     add_row("OpSite guard alone", median_ns(
                                       [&] {
                                         OpSite site("add");
-                                        sink = cuda::AllocationTag::current();
+                                        sink = AllocationTag::current();
                                         asm volatile("" : : "r"(sink) : "memory");
                                       },
                                       1000000));

@@ -16,12 +16,14 @@
 
 #include <cuda_runtime_api.h>
 
-#include "cuda/caching_allocator.h"
+#include "core/memory/caching_allocator.h"
+#include "cuda/cuda_backend.h"
 #include "cuda/runtime.h"
 
 namespace {
 
 using namespace ember::cuda;
+using namespace ember::memory;
 using Clock = std::chrono::steady_clock;
 
 constexpr size_t kMiB = size_t{1} << 20;

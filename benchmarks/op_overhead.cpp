@@ -125,11 +125,11 @@ double max_rel_err(const std::vector<float>& got, const std::vector<float>& want
 // launch_binary launch) or by its host stub.
 struct BareAdd {
   cuda::KernelLaunch launch;
-  cuda::BinaryOp op = cuda::BinaryOp::Add;
+  BinaryOp op = BinaryOp::Add;
   const float* x;
   const float* y;
   float* out;
-  cuda::StridedLayout layout{};
+  StridedLayout layout{};
   int64_t n;
   double alpha = 1.0;
   cudaStream_t stream;
@@ -252,7 +252,7 @@ int main(int argc, char** argv) {
     add_row("cuda::launch_binary (launcher)", kCUDA, n,
             host_ns(
                 [&] {
-                  cuda::launch_binary(cuda::BinaryOp::Add, kFloat32, a.raw_data(), bare_add.layout,
+                  cuda::launch_binary(BinaryOp::Add, kFloat32, a.raw_data(), bare_add.layout,
                                       b.raw_data(), bare_add.layout, out.raw_data(),
                                       bare_add.layout, n, 1.0, stream);
                 },

@@ -6,7 +6,7 @@
 
 #include <string_view>
 
-#include "cuda/caching_allocator.h"
+#include "core/memory/caching_allocator.h"
 
 namespace ember {
 
@@ -26,10 +26,10 @@ class OpSite {
 
  private:
   static const char* outer_or(const char* op) noexcept {
-    const char* outer = cuda::AllocationTag::current();
+    const char* outer = AllocationTag::current();
     return outer != nullptr ? outer : op;
   }
-  cuda::AllocationTag tag_;
+  AllocationTag tag_;
 };
 
 // "<scope> / <tag>", or whichever of the two is set; "(untagged)" when neither is.

@@ -1,6 +1,6 @@
 #include "core/autocast.h"
 
-#include "core/error.h"
+#include "core/base/error.h"
 
 namespace ember {
 

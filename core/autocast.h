@@ -9,7 +9,7 @@
 // updates them in float32. Nothing else changes; CPU tensors are untouched.
 #pragma once
 
-#include "core/dtype.h"
+#include "core/base/dtype.h"
 
 namespace ember {
 

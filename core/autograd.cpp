@@ -8,7 +8,7 @@
 #include "core/anomaly.h"
 #include "core/live_tensors.h"
 #include "core/ops.h"
-#include "cuda/caching_allocator.h"
+#include "core/memory/caching_allocator.h"
 
 namespace ember {
 
@@ -46,7 +46,7 @@ TensorImpl::~TensorImpl() {
 
 Node::Node()
     : sequence_nr(g_next_sequence_nr.fetch_add(1, std::memory_order_relaxed)),
-      scope(cuda::AllocationScope::current()) {}
+      scope(AllocationScope::current()) {}
 
 uint64_t next_node_sequence_nr() { return g_next_sequence_nr.load(std::memory_order_relaxed); }
 
@@ -241,8 +241,8 @@ void execute(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads,
     std::vector<Tensor> input_grads;
     {
       // Backward allocations are named after the node and its forward's scope.
-      cuda::AllocationScope scope(node->scope);
-      cuda::AllocationTag tag(node->name());
+      AllocationScope scope(node->scope);
+      AllocationTag tag(node->name());
       input_grads = node->apply(g);
     }
     g = Tensor();

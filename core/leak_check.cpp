@@ -156,10 +156,10 @@ StepLeakCheck::Blocks StepLeakCheck::snapshot() const {
   });
   Blocks blocks;
   for (size_t slot = 0; slot < devices_.size(); ++slot) {
-    cuda::MemorySnapshot snap = memory_snapshot(devices_[slot]);
-    for (const cuda::SegmentSnapshot& seg : snap.segments) {
-      for (const cuda::BlockSnapshot& b : seg.blocks) {
-        if (b.state != cuda::BlockState::allocated) continue;
+    memory::MemorySnapshot snap = memory_snapshot(devices_[slot]);
+    for (const memory::SegmentSnapshot& seg : snap.segments) {
+      for (const memory::BlockSnapshot& b : seg.blocks) {
+        if (b.state != memory::BlockState::allocated) continue;
         Block blk;
         blk.tag = b.tag;
         blk.scope = b.scope;

@@ -43,8 +43,8 @@ unsigned this_thread_shard() {
 namespace detail {
 
 void register_live_tensor(TensorImpl& impl) noexcept {
-  impl.site_op = cuda::AllocationTag::current();
-  impl.site_scope = cuda::AllocationScope::current();
+  impl.site_op = AllocationTag::current();
+  impl.site_scope = AllocationScope::current();
   if (!g_registry_on.load(std::memory_order_relaxed)) {
     impl.live_shard = kUnregistered;
     return;

@@ -1,9 +1,10 @@
 #include "core/memory.h"
+#include "cuda/device_allocator.h"
 
 namespace ember {
 
-cuda::CachingAllocator& caching_allocator(Device device) {
-  return device.is_cpu() ? cuda::host_caching_allocator()
+memory::CachingAllocator& caching_allocator(Device device) {
+  return device.is_cpu() ? memory::host_caching_allocator()
                          : cuda::device_caching_allocator(device.index);
 }
 
@@ -26,7 +27,7 @@ void empty_cache(Device device) { caching_allocator(device).empty_cache(); }
 std::string memory_summary(Device device, bool abbreviated) {
   return caching_allocator(device).memory_summary(abbreviated);
 }
-cuda::MemorySnapshot memory_snapshot(Device device) {
+memory::MemorySnapshot memory_snapshot(Device device) {
   return caching_allocator(device).memory_snapshot();
 }
 void record_memory_history(Device device, bool enabled, size_t max_entries) {

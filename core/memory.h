@@ -1,5 +1,5 @@
 // Memory statistics and cache control by ember::Device: CPU goes to the host
-// allocator, CUDA:n to device n's. Thin wrappers over cuda/caching_allocator.h for
+// allocator, CUDA:n to device n's. Thin wrappers over core/memory/caching_allocator.h for
 // users who think in devices rather than allocator objects.
 #pragma once
 
@@ -7,14 +7,14 @@
 #include <map>
 #include <string>
 
-#include "core/device.h"
-#include "cuda/caching_allocator.h"
+#include "core/base/device.h"
+#include "core/memory/caching_allocator.h"
 
 namespace ember {
 
 // The allocator every tensor byte on `device` comes from. Throws ember::Error for
 // a CUDA device that does not exist.
-cuda::CachingAllocator& caching_allocator(Device device);
+memory::CachingAllocator& caching_allocator(Device device);
 
 std::map<std::string, int64_t> memory_stats(Device device);  // PyTorch's keys
 int64_t memory_allocated(Device device);
@@ -27,8 +27,8 @@ void reset_accumulated_memory_stats(Device device);
 void empty_cache(Device device);
 // torch.cuda.memory_summary()'s table for `device`.
 std::string memory_summary(Device device, bool abbreviated = false);
-cuda::MemorySnapshot memory_snapshot(Device device);
+memory::MemorySnapshot memory_snapshot(Device device);
 void record_memory_history(Device device, bool enabled,
-                           size_t max_entries = cuda::kDefaultHistoryEntries);
+                           size_t max_entries = memory::kDefaultHistoryEntries);
 
 }  // namespace ember

@@ -1,5 +1,5 @@
 // Storage: one contiguous allocation on one device, taken from that device's
-// allocator (cuda/allocator.h) and given back when the last tensor viewing it
+// allocator (core/memory/allocator.h) and given back when the last tensor viewing it
 // dies. It also carries the version counter shared by every alias of its bytes,
 // so autograd can tell when a tensor saved for backward was changed in place.
 #pragma once
@@ -7,11 +7,11 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "core/device.h"
+#include "core/base/device.h"
 
 namespace ember {
 
-namespace cuda {
+namespace memory {
 class Allocator;
 }
 
@@ -33,7 +33,7 @@ class Storage {
   void* data_ = nullptr;
   size_t nbytes_ = 0;
   Device device_;
-  cuda::Allocator* allocator_ = nullptr;
+  memory::Allocator* allocator_ = nullptr;
   uint64_t version_ = 0;
 };
 

@@ -210,8 +210,8 @@ static Tensor& fill_random(Tensor& t, bool normal, double p0, double p1, Generat
       using S = decltype(tag);
       S* p = static_cast<S*>(dst.raw_data());
       for (uint64_t i = 0; i < n; ++i) {
-        double v = normal ? p0 + p1 * cuda::random_normal(g.seed(), offset + i)
-                          : p0 + (p1 - p0) * cuda::random_uniform(g.seed(), offset + i);
+        double v = normal ? p0 + p1 * random_normal(g.seed(), offset + i)
+                          : p0 + (p1 - p0) * random_uniform(g.seed(), offset + i);
         detail::store_from_double(p + i, v);
       }
     });

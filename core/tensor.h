@@ -12,10 +12,10 @@
 #include <string>
 #include <vector>
 
-#include "core/device.h"
-#include "core/dtype.h"
-#include "core/error.h"
-#include "core/shape.h"
+#include "core/base/device.h"
+#include "core/base/dtype.h"
+#include "core/base/error.h"
+#include "core/base/shape.h"
 #include "core/storage.h"
 
 namespace ember {
@@ -27,7 +27,6 @@ constexpr DType kFloat32 = DType::Float32;
 constexpr DType kFloat64 = DType::Float64;
 constexpr DType kBFloat16 = DType::BFloat16;
 constexpr DType kInt64 = DType::Int64;
-constexpr Device kCUDA = Device::cuda(0);
 
 // libtorch-style options: zeros({2, 3}, TensorOptions().dtype(kFloat64).device(kCUDA)).
 struct TensorOptions {

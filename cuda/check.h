@@ -6,7 +6,7 @@
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 
-#include "core/error.h"
+#include "core/base/error.h"
 
 namespace ember::cuda::detail {
 [[noreturn]] void throw_call_error(const char* lib, const char* expr, int code, const char* what,

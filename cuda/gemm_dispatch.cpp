@@ -3,7 +3,7 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "core/error.h"
+#include "core/base/error.h"
 #include "cuda/blas.h"
 
 namespace ember::cuda {

@@ -8,7 +8,7 @@
 
 #include <cuda_runtime_api.h>
 
-#include "core/dtype.h"
+#include "core/base/dtype.h"
 #include "cuda/kernels/gemm.h"
 
 namespace ember::cuda {

@@ -4,12 +4,16 @@
 #include <exception>
 #include <utility>
 
-#include "core/error.h"
+#include "core/base/error.h"
+#include "core/memory/caching_allocator.h"
 #include "cuda/blas.h"
-#include "cuda/caching_allocator.h"
 #include "cuda/check.h"
+#include "cuda/device_allocator.h"
 
 namespace ember::cuda {
+
+using memory::CachingAllocator;
+using memory::kAllocConfEnvVar;
 
 namespace {
 

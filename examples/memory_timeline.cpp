@@ -6,7 +6,7 @@
 #include <cstdio>
 #include <string>
 
-#include "cuda/memory_timeline.h"
+#include "core/memory/memory_timeline.h"
 #include "leak_demo.h"
 
 using namespace ember;
@@ -32,12 +32,12 @@ void record(bool fixed, const std::string& dir) {
     }
   }
   mark_step("end", {dev});
-  cuda::MemorySnapshot snap = memory_snapshot(dev);
+  memory::MemorySnapshot snap = memory_snapshot(dev);
   caching_allocator(dev).record_memory_history(false);
 
   const std::string name = dir + "/memory_timeline_" + (fixed ? "fixed" : "leak");
-  cuda::write_chrome_trace(snap, name + ".json");
-  cuda::write_memory_timeline_html(
+  memory::write_chrome_trace(snap, name + ".json");
+  memory::write_memory_timeline_html(
       snap, name + ".html",
       fixed ? "validation under NoGradGuard (fixed): flat"
             : "validation without NoGradGuard (leaking): a rising staircase");

@@ -13,7 +13,7 @@
 
 #include "core/autograd.h"
 #include "core/ops.h"
-#include "cuda/kernels/elementwise_math.h"  // random_bits: the same mixer as ember's RNG
+#include "core/base/elementwise_math.h"  // random_bits: the same mixer as ember's RNG
 #include "cuda/pinned_buffer.h"
 #include "cuda/runtime.h"
 
@@ -297,9 +297,9 @@ std::vector<size_t> DataLoader::epoch_order(uint64_t e) const {
   if (!options_.shuffle()) return order;
   // Fisher-Yates driven by a counter-based mix of (seed, epoch): no hidden state,
   // so any epoch's order can be recomputed (and a resumed run sees the same).
-  const uint64_t key = cuda::random_bits(options_.seed(), e);
+  const uint64_t key = random_bits(options_.seed(), e);
   for (size_t i = order.size(); i-- > 1;) {
-    const size_t j = static_cast<size_t>(cuda::random_bits(key, i) % (i + 1));
+    const size_t j = static_cast<size_t>(random_bits(key, i) % (i + 1));
     std::swap(order[i], order[j]);
   }
   return order;

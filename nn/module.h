@@ -118,7 +118,7 @@ class ForwardScope {
   ForwardScope& operator=(const ForwardScope&) = delete;
 
  private:
-  cuda::AllocationScope scope_;
+  AllocationScope scope_;
 };
 
 std::ostream& operator<<(std::ostream& os, const Module& m);

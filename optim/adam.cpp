@@ -62,8 +62,8 @@ namespace {
 
 // The options of a group as the update rule wants them; groups may carry either
 // options type (both name the same fields).
-cuda::AdamConfig config_of(const OptimizerOptions& options, bool decoupled) {
-  cuda::AdamConfig c;
+AdamConfig config_of(const OptimizerOptions& options, bool decoupled) {
+  AdamConfig c;
   for (const auto& [name, value] : options.fields()) {
     if (name == "lr")
       c.lr = value;
@@ -126,7 +126,7 @@ void Adam::step() {
   }
 
   for (size_t g = 0; g < all_targets.size(); ++g) {
-    const cuda::AdamConfig config = config_of(param_groups()[g].options(), decoupled_);
+    const AdamConfig config = config_of(param_groups()[g].options(), decoupled_);
     const detail::StepTargets& targets = all_targets[g];
 
     // Advances p's step and fills t with its state and bias corrections.
@@ -147,7 +147,7 @@ void Adam::step() {
       if (p.is_cuda())
         t.step = static_cast<int64_t*>(s.device_step.raw_data());  // the kernel advances it
       else
-        cuda::adam_bias_corrections(config, t_step, t.step_size, t.bias_correction2_sqrt);
+        adam_bias_corrections(config, t_step, t.step_size, t.bias_correction2_sqrt);
       p.bump_version();
     };
 
@@ -165,7 +165,7 @@ void Adam::step() {
           for (int64_t i = 0; i < t.numel; ++i) {
             double pv = pd[i], mv = md[i], vv = vd[i];
             double vm = vmd ? static_cast<double>(vmd[i]) : 0.0;
-            cuda::adam_update(config, pv, static_cast<double>(gd[i]), mv, vv, vm, t.step_size,
+            adam_update(config, pv, static_cast<double>(gd[i]), mv, vv, vm, t.step_size,
                               t.bias_correction2_sqrt);
             pd[i] = static_cast<T>(pv);
             md[i] = static_cast<T>(mv);

@@ -83,7 +83,7 @@ void SGD::step() {
 
   for (size_t g = 0; g < all_targets.size(); ++g) {
     const auto& o = static_cast<const SGDOptions&>(param_groups()[g].options());
-    const cuda::SgdConfig config{o.lr(), o.momentum(), o.dampening(), o.weight_decay(),
+    const SgdConfig config{o.lr(), o.momentum(), o.dampening(), o.weight_decay(),
                                  o.nesterov()};
     const detail::StepTargets& targets = all_targets[g];
 
@@ -109,7 +109,7 @@ void SGD::step() {
           T* bd = buf.defined() ? buf.data_ptr<T>() : nullptr;
           for (int64_t i = 0; i < p.numel(); ++i) {
             double pv = pd[i], bv = bd ? static_cast<double>(bd[i]) : 0.0;
-            cuda::sgd_update(config, pv, static_cast<double>(gd[i]), bv, first);
+            sgd_update(config, pv, static_cast<double>(gd[i]), bv, first);
             pd[i] = static_cast<T>(pv);
             if (bd) bd[i] = static_cast<T>(bv);
           }

@@ -27,7 +27,7 @@ constexpr Row kRows[] = {
 constexpr size_t kNumRows = sizeof(kRows) / sizeof(kRows[0]);
 
 std::string cell_text(int64_t v, bool bytes) {
-  return bytes ? cuda::format_bytes(static_cast<uint64_t>(std::max<int64_t>(v, 0)))
+  return bytes ? memory::format_bytes(static_cast<uint64_t>(std::max<int64_t>(v, 0)))
                : std::to_string(v);
 }
 

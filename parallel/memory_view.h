@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "core/device.h"
+#include "core/base/device.h"
 #include "parallel/communicator.h"
 
 namespace ember::parallel {

@@ -4,7 +4,7 @@
 
 #include <string>
 
-#include "core/error.h"
+#include "core/base/error.h"
 
 namespace ember::testing {
 

@@ -5,15 +5,15 @@
 #include <cuda_runtime_api.h>
 
 #include "core/tensor.h"
-#include "cuda/kernels/elementwise_math.h"
+#include "core/base/elementwise_math.h"
 #include "cuda/runtime.h"
 
 namespace ember::detail {
 
 // t's layout over `iter` (t's shape broadcast to iter: missing or size-1 dims get
 // stride 0). Throws naming `op` if t has more than kMaxDims dims.
-cuda::StridedLayout layout_of(const Tensor& t, const Shape& iter, const char* op);
-inline cuda::StridedLayout layout_of(const Tensor& t, const char* op) {
+StridedLayout layout_of(const Tensor& t, const Shape& iter, const char* op);
+inline StridedLayout layout_of(const Tensor& t, const char* op) {
   return layout_of(t, t.sizes(), op);
 }
 

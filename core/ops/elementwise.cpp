@@ -11,9 +11,6 @@
 
 namespace ember {
 
-using cuda::BinaryOp;
-using cuda::StridedLayout;
-using cuda::UnaryOp;
 using Grads = std::vector<Tensor>;
 
 // ---------------------------------------------------------------- checks
@@ -45,8 +42,8 @@ void check_inplace(const char* op, const Tensor& t) {
 namespace detail {
 
 StridedLayout layout_of(const Tensor& t, const Shape& iter, const char* op) {
-  EMBER_CHECK(iter.size() <= static_cast<size_t>(cuda::kMaxDims), op, ": tensors of more than ",
-              cuda::kMaxDims, " dims are not supported (got ", iter.size(), ")");
+  EMBER_CHECK(iter.size() <= static_cast<size_t>(kMaxDims), op, ": tensors of more than ",
+              kMaxDims, " dims are not supported (got ", iter.size(), ")");
   const int nd = static_cast<int>(iter.size());
   const Shape& sz = t.sizes();
   const Shape& st = t.strides();
@@ -61,7 +58,7 @@ StridedLayout layout_of(const Tensor& t, const Shape& iter, const char* op) {
   // All kMaxDims slots (past ndim: size 1, stride 0), which also keeps compilers
   // from turning the copy of sizes into a string instruction (slow at this
   // length); this runs three times per binary op.
-  for (int i = cuda::kMaxDims - 1; i >= 0; --i) {
+  for (int i = kMaxDims - 1; i >= 0; --i) {
     int64_t size = 1, stride = 0;
     if (i < nd) {
       size = iter[i];
@@ -102,7 +99,7 @@ void run_unary(UnaryOp op, const Tensor& a, const Tensor& out, double s, const c
     S* y = static_cast<S*>(out.storage()->data());
     for (int64_t i = 0; i < n; ++i)
       detail::store_from_double(y + ol.offset_of(i),
-                                cuda::apply_unary<double>(op, detail::load_as_double(x + al.offset_of(i)), s));
+                                apply_unary<double>(op, detail::load_as_double(x + al.offset_of(i)), s));
   });
 }
 
@@ -127,7 +124,7 @@ void run_binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out
     for (int64_t i = 0; i < n; ++i)
       detail::store_from_double(
           o + ol.offset_of(i),
-          cuda::apply_binary<double>(op, detail::load_as_double(x + al.offset_of(i)),
+          apply_binary<double>(op, detail::load_as_double(x + al.offset_of(i)),
                                      detail::load_as_double(y + bl.offset_of(i)), s));
   });
 }

@@ -5,8 +5,8 @@
 
 #include <cuda_runtime_api.h>
 
-#include "core/dtype.h"
-#include "cuda/kernels/elementwise_math.h"
+#include "core/base/dtype.h"
+#include "core/base/elementwise_math.h"
 
 namespace ember::cuda {
 

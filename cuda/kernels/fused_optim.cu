@@ -3,7 +3,7 @@
 // search over the batch's chunk offsets; the batch is a kernel parameter
 // (__grid_constant__, read in place). The per-element math is
 // fused_optim_math.h, the same as the CPU loops.
-#include "core/error.h"
+#include "core/base/error.h"
 #include "cuda/check.h"
 #include "cuda/kernels/fused_optim.h"
 

@@ -11,7 +11,7 @@
 
 #include <cuda_runtime_api.h>
 
-#include "cuda/kernels/fused_optim_math.h"
+#include "core/base/optim_math.h"
 
 namespace ember::cuda {
 

@@ -11,7 +11,7 @@
 
 #include <cuda_runtime_api.h>
 
-#include "core/dtype.h"
+#include "core/base/dtype.h"
 
 namespace ember::cuda {
 

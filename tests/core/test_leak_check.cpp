@@ -17,7 +17,7 @@
 #include "core/live_tensors.h"
 #include "core/memory.h"
 #include "core/ops.h"
-#include "cuda/memory_timeline.h"
+#include "core/memory/memory_timeline.h"
 #include "nn/nn.h"
 #include "optim/optim.h"
 
@@ -451,17 +451,17 @@ TEST_CASE("leak/timeline: step markers reach the history, the trace and the HTML
   auto snap = alloc.memory_snapshot();
   alloc.record_memory_history(false);
   int steps = 0;
-  for (const auto& e : snap.trace) steps += e.action == cuda::TraceAction::step;
+  for (const auto& e : snap.trace) steps += e.action == memory::TraceAction::step;
   CHECK(steps == 4);
   std::ostringstream trace, html;
-  cuda::write_chrome_trace(snap, trace);
+  memory::write_chrome_trace(snap, trace);
   CHECK(trace.str().find("\"name\":\"step 3\"") != std::string::npos);
-  cuda::write_memory_timeline_html(snap, html, "test <timeline>");
+  memory::write_memory_timeline_html(snap, html, "test <timeline>");
   CHECK(html.str().find("<svg") != std::string::npos);
   CHECK(html.str().find("test &lt;timeline&gt;") != std::string::npos);
   CHECK(html.str().find("step 2") != std::string::npos);
-  cuda::MemorySnapshot empty;
-  CHECK_THROWS_AS(cuda::write_memory_timeline_html(empty, html), Error);
+  memory::MemorySnapshot empty;
+  CHECK_THROWS_AS(memory::write_memory_timeline_html(empty, html), Error);
 }
 
 TEST_CASE("leak/cuda: a leak on the GPU is named with its site, shape and bytes" *

@@ -4,7 +4,7 @@
 #include <utility>
 #include <vector>
 
-#include "core/shape.h"
+#include "core/base/shape.h"
 
 using ember::Shape;
 

@@ -15,7 +15,8 @@
 #include <vector>
 
 #include "core/ops.h"
-#include "cuda/caching_allocator.h"
+#include "core/memory.h"
+#include "cuda/device_allocator.h"
 #include "cuda/graph.h"
 #include "error_text.h"
 #include "nn/nn.h"
@@ -103,7 +104,7 @@ TEST_CASE("cuda/graph: is_capturing is per device and per thread; syncs refuse d
 }
 
 TEST_CASE("allocator/pool: allocations on the capturing stream come from the pool's own segments") {
-  cuda::CachingAllocator a(std::make_unique<cuda::SimulatedBackend>(64 * kMiB));
+  memory::CachingAllocator a(std::make_unique<memory::SimulatedBackend>(64 * kMiB));
   const cudaStream_t s = fake_stream(1), s2 = fake_stream(2);
   void* g = a.allocate(kMiB, s);
   a.deallocate(g);  // cached in the general pool, on s
@@ -139,7 +140,7 @@ TEST_CASE("allocator/pool: allocations on the capturing stream come from the poo
 }
 
 TEST_CASE("allocator/pool: a block in use when its pool is released joins the general cache") {
-  cuda::CachingAllocator a(std::make_unique<cuda::SimulatedBackend>(64 * kMiB));
+  memory::CachingAllocator a(std::make_unique<memory::SimulatedBackend>(64 * kMiB));
   const cudaStream_t s = fake_stream(1), s2 = fake_stream(2);
   const auto pool = a.create_pool();
   a.begin_allocate_to_pool(pool, s);
@@ -155,15 +156,15 @@ TEST_CASE("allocator/pool: a block in use when its pool is released joins the ge
   a.deallocate(again);
   a.empty_cache();
   CHECK(a.memory_reserved() == 0);
-  const cuda::MemoryStats st = a.stats();
-  CHECK(st.active_bytes[cuda::kAggregate].current == 0);
-  CHECK(st.segment[cuda::kAggregate].current == 0);
+  const memory::MemoryStats st = a.stats();
+  CHECK(st.active_bytes[memory::kAggregate].current == 0);
+  CHECK(st.segment[memory::kAggregate].current == 0);
 }
 
 TEST_CASE("allocator/pool: while a capture is underway nothing is freed; out of memory throws") {
-  auto backend = std::make_unique<cuda::SimulatedBackend>(4 * kMiB);
-  cuda::SimulatedBackend* sim = backend.get();
-  cuda::CachingAllocator a(std::move(backend));
+  auto backend = std::make_unique<memory::SimulatedBackend>(4 * kMiB);
+  memory::SimulatedBackend* sim = backend.get();
+  memory::CachingAllocator a(std::move(backend));
   const cudaStream_t s = fake_stream(1);
   a.deallocate(a.allocate(kMiB, s));  // 2 MiB cached: an eager run would free it to retry
   const auto pool = a.create_pool();
@@ -191,7 +192,7 @@ TEST_CASE("allocator/pool: while a capture is underway nothing is freed; out of 
 }
 
 TEST_CASE("allocator/pool: a general block freed during a capture waits for the pool's release") {
-  cuda::CachingAllocator a(std::make_unique<cuda::SimulatedBackend>(64 * kMiB));
+  memory::CachingAllocator a(std::make_unique<memory::SimulatedBackend>(64 * kMiB));
   const cudaStream_t s0 = fake_stream(0), s1 = fake_stream(1);
   void* g = a.allocate(kMiB, s0);  // made before the capture (a warm-up gradient, say)
   const auto pool = a.create_pool();
@@ -204,7 +205,7 @@ TEST_CASE("allocator/pool: a general block freed during a capture waits for the 
   auto pending = [&] {
     int n = 0;
     for (const auto& seg : a.memory_snapshot().segments)
-      for (const auto& b : seg.blocks) n += b.state == cuda::BlockState::active_pending_free;
+      for (const auto& b : seg.blocks) n += b.state == memory::BlockState::active_pending_free;
     return n;
   };
   CHECK(pending() == 1);
@@ -216,7 +217,7 @@ TEST_CASE("allocator/pool: a general block freed during a capture waits for the 
 }
 
 TEST_CASE("allocator/pool: misuse is refused") {
-  cuda::CachingAllocator a(std::make_unique<cuda::SimulatedBackend>(64 * kMiB));
+  memory::CachingAllocator a(std::make_unique<memory::SimulatedBackend>(64 * kMiB));
   const cudaStream_t s = fake_stream(1);
   CHECK(contains(error_of([&] { a.begin_allocate_to_pool(42, s); }), "no private pool 42"));
   const auto p = a.create_pool(), q = a.create_pool();
@@ -231,9 +232,9 @@ TEST_CASE("allocator/pool: misuse is refused") {
   a.release_pool(q, s);
   CHECK(contains(error_of([&] { a.release_pool(p, s); }), "no private pool"));
 
-  cuda::AllocatorOptions sanitize;
+  memory::AllocatorOptions sanitize;
   sanitize.sanitize = true;
-  cuda::CachingAllocator b(std::make_unique<cuda::SimulatedBackend>(64 * kMiB), sanitize);
+  memory::CachingAllocator b(std::make_unique<memory::SimulatedBackend>(64 * kMiB), sanitize);
   const auto r = b.create_pool();
   CHECK(contains(error_of([&] { b.begin_allocate_to_pool(r, s); }), "sanitizer mode"));
 }
@@ -344,7 +345,7 @@ TEST_CASE("cuda/graph: item() inside a capture throws, and eager steps go on" *
   CHECK(contains(random, "while a CUDA graph is being captured"));
   CHECK(contains(error_of([&] { g2.capture([] { (void)tensor({1.0}, kCUDA); }); }),
                  "to(): cannot copy from host memory"));
-  CHECK(contains(error_of([&] { g2.capture([] { cuda::empty_cache(0); }); }),
+  CHECK(contains(error_of([&] { g2.capture([] { empty_cache(kCUDA); }); }),
                  "empty_cache: cannot return cached memory"));
   CHECK_FALSE(cuda::is_capturing(0));
   CHECK(std::isfinite(run.step(x, y).item()));
@@ -376,8 +377,8 @@ TEST_CASE("cuda/graph: replays allocate nothing; a destroyed graph gives its mem
   Tensor sx = empty({32, 10}, TensorOptions().device(kCUDA));
   Tensor sy = empty_like(sx);
   cuda::synchronize(0);
-  cuda::empty_cache(0);
-  const int64_t reserved_before = cuda::memory_reserved(0);
+  empty_cache(kCUDA);
+  const int64_t reserved_before = memory_reserved(kCUDA);
   {
     cuda::Graph graph;
     Tensor static_loss;
@@ -385,8 +386,8 @@ TEST_CASE("cuda/graph: replays allocate nothing; a destroyed graph gives its mem
     sx.copy_(data[3].first);
     sy.copy_(data[3].second);
     graph.replay();
-    const int64_t allocated = cuda::memory_allocated(0);
-    const int64_t reserved = cuda::memory_reserved(0);
+    const int64_t allocated = memory_allocated(kCUDA);
+    const int64_t reserved = memory_reserved(kCUDA);
     CHECK(reserved >= reserved_before + static_cast<int64_t>(2 * kMiB));  // the pool's segment
     for (int i = 0; i < 20; ++i) {
       const auto& [x, y] = data[static_cast<size_t>(i % 8)];
@@ -395,19 +396,19 @@ TEST_CASE("cuda/graph: replays allocate nothing; a destroyed graph gives its mem
       graph.replay();
     }
     cuda::synchronize(0);
-    CHECK(cuda::memory_allocated(0) == allocated);
-    CHECK(cuda::memory_reserved(0) == reserved);
+    CHECK(memory_allocated(kCUDA) == allocated);
+    CHECK(memory_reserved(kCUDA) == reserved);
     CHECK(std::isfinite(static_loss.item()));
     // The graph's tensors die; its pool stays reserved while it lives.
     static_loss = Tensor();
     run.opt->zero_grad();
-    cuda::empty_cache(0);
-    CHECK(cuda::memory_reserved(0) >= reserved_before + static_cast<int64_t>(2 * kMiB));
+    empty_cache(kCUDA);
+    CHECK(memory_reserved(kCUDA) >= reserved_before + static_cast<int64_t>(2 * kMiB));
   }
-  cuda::empty_cache(0);
-  CHECK(cuda::memory_reserved(0) <= reserved_before);
+  empty_cache(kCUDA);
+  CHECK(memory_reserved(kCUDA) <= reserved_before);
   // The summary still adds up, and the model trains on eagerly.
-  const std::string summary = cuda::memory_summary(0);
+  const std::string summary = memory_summary(kCUDA);
   CHECK(contains(summary, "GPU reserved memory"));
   CHECK(std::isfinite(run.step(data[0].first, data[0].second).item()));
 }

@@ -12,9 +12,9 @@
 #include <string_view>
 #include <vector>
 
-#include "core/error.h"
+#include "core/base/error.h"
 #include "core/tensor.h"
-#include "cuda/alloc_config.h"
+#include "core/memory/alloc_config.h"
 #include "nn/checkpoint.h"
 
 namespace ember::fuzz {
@@ -22,8 +22,8 @@ namespace ember::fuzz {
 // EMBER_CUDA_ALLOC_CONF's parser. Returns true when the text parsed.
 inline bool alloc_conf_one(const uint8_t* data, size_t size) {
   try {
-    cuda::AllocatorOptions o =
-        cuda::AllocatorOptions::parse(std::string_view(reinterpret_cast<const char*>(data), size));
+    memory::AllocatorOptions o =
+        memory::AllocatorOptions::parse(std::string_view(reinterpret_cast<const char*>(data), size));
     // What parsed must be usable: look up every interval's divisions.
     for (size_t shift = 9; shift < 64; ++shift) (void)o.divisions_for(size_t{1} << shift);
     return true;

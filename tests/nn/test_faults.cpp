@@ -20,8 +20,8 @@
 
 #include "core/autograd.h"
 #include "core/ops.h"
-#include "cuda/allocator.h"
-#include "cuda/caching_allocator.h"
+#include "core/memory/allocator.h"
+#include "core/memory/caching_allocator.h"
 #include "nn/nn.h"
 #include "optim/optim.h"
 
@@ -34,9 +34,9 @@ constexpr size_t kMiB = size_t{1} << 20;
 // Forwards to a caching allocator and throws OutOfMemoryError at the
 // `fail_at`-th non-empty allocation (1-based; 0: never), as a device that runs
 // out exactly there would. Counts calls so a test can walk every allocation.
-class FaultyAllocator final : public cuda::Allocator {
+class FaultyAllocator final : public memory::Allocator {
  public:
-  explicit FaultyAllocator(cuda::CachingAllocator& inner) : inner_(inner) {}
+  explicit FaultyAllocator(memory::CachingAllocator& inner) : inner_(inner) {}
   void* allocate(size_t bytes, cudaStream_t stream) override {
     if (bytes != 0 && ++calls_ == fail_at_)
       throw OutOfMemoryError("CPU out of memory (injected at allocation " +
@@ -51,7 +51,7 @@ class FaultyAllocator final : public cuda::Allocator {
   size_t calls() const { return calls_; }
 
  private:
-  cuda::CachingAllocator& inner_;
+  memory::CachingAllocator& inner_;
   size_t calls_ = 0;
   size_t fail_at_ = 0;
 };
@@ -95,9 +95,9 @@ struct Trainer {
 }  // namespace
 
 TEST_CASE("faults/oom: out of memory at each allocation of a training step in turn") {
-  cuda::CachingAllocator memory(std::make_unique<cuda::SimulatedBackend>(256 * kMiB));
+  memory::CachingAllocator memory(std::make_unique<memory::SimulatedBackend>(256 * kMiB));
   FaultyAllocator faulty(memory);
-  cuda::HostAllocatorOverride use(faulty);
+  memory::HostAllocatorOverride use(faulty);
 
   Trainer clean(3), faulted(3);
   // Step 0 makes the optimizer's state (allocations that only the first step
@@ -138,10 +138,10 @@ TEST_CASE("faults/oom: the simulated backend failing each segment allocation of 
   // From a cold cache, the step's own segments come from the backend; a failure
   // schedule fails the k-th of them and its retry, so the caching allocator's
   // real out-of-memory path (free the cache, retry, throw) runs at each.
-  auto backend = std::make_unique<cuda::SimulatedBackend>(256 * kMiB);
-  cuda::SimulatedBackend* sim = backend.get();
-  cuda::CachingAllocator memory(std::move(backend));
-  cuda::HostAllocatorOverride use(memory);
+  auto backend = std::make_unique<memory::SimulatedBackend>(256 * kMiB);
+  memory::SimulatedBackend* sim = backend.get();
+  memory::CachingAllocator memory(std::move(backend));
+  memory::HostAllocatorOverride use(memory);
   // Tensors of more than 1 MiB, so each activation and state buffer needs a
   // large-pool block: Linear(512, 512) with a batch of 1024.
   Generator gen(5);

@@ -9,10 +9,11 @@
 #include <vector>
 
 #include "fuzz/fuzz_harness.h"
+#include "source_dir.h"
 
 namespace {
 std::filesystem::path corpus_dir(const char* target) {
-  return std::filesystem::path(__FILE__).parent_path().parent_path() / "fuzz" / "corpus" / target;
+  return ember::testing::source_dir() / "tests" / "fuzz" / "corpus" / target;
 }
 std::vector<uint8_t> read_all(const std::filesystem::path& p) {
   std::ifstream in(p, std::ios::binary);

@@ -1,13 +1,13 @@
-#include "cuda/memory_snapshot.h"
+#include "core/memory/memory_snapshot.h"
 
 #include <cinttypes>
 #include <cstdio>
 #include <fstream>
 #include <ostream>
 
-#include "core/error.h"
+#include "core/base/error.h"
 
-namespace ember::cuda {
+namespace ember::memory {
 
 const char* to_string(BlockState state) {
   switch (state) {
@@ -107,4 +107,4 @@ void write_chrome_trace(const MemorySnapshot& snapshot, const std::string& path)
   EMBER_CHECK(file.good(), "write_chrome_trace: failed writing \"", path, "\"");
 }
 
-}  // namespace ember::cuda
+}  // namespace ember::memory

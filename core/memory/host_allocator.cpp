@@ -1,15 +1,14 @@
-// The process-wide allocators behind host_allocator() and device_allocator():
-// caching allocators over HostBackend and one CudaBackend per device.
-#include "cuda/allocator.h"
+// The process-wide allocator for host memory (CPU tensors), and the per-thread
+// override tests use to watch a private one.
+#include "core/memory/allocator.h"
 
 #include <cstdio>
 #include <exception>
 #include <vector>
 
-#include "cuda/caching_allocator.h"
-#include "cuda/runtime.h"
+#include "core/memory/caching_allocator.h"
 
-namespace ember::cuda {
+namespace ember::memory {
 
 namespace {
 // The host allocator keeps PyTorch's defaults but honours EMBER_CUDA_ALLOC_CONF's
@@ -35,21 +34,6 @@ CachingAllocator& host_caching_allocator() {
   return *allocator;
 }
 
-CachingAllocator& device_caching_allocator(int device) {
-  check_device(device);
-  // Never destroyed: the CUDA runtime may already be torn down when static
-  // destructors run, and cudaFree would then fail. If EMBER_CUDA_ALLOC_CONF is
-  // malformed the throw leaves this uninitialised and the next call throws again.
-  static const std::vector<CachingAllocator*> allocators = [] {
-    const AllocatorOptions options = AllocatorOptions::from_env();
-    std::vector<CachingAllocator*> all;
-    for (int d = 0; d < device_count(); ++d)
-      all.push_back(new CachingAllocator(std::make_unique<CudaBackend>(d), options));
-    return all;
-  }();
-  return *allocators[static_cast<size_t>(device)];
-}
-
 namespace {
 thread_local Allocator* t_host_override = nullptr;
 }  // namespace
@@ -64,6 +48,4 @@ Allocator& host_allocator() {
   return t_host_override != nullptr ? *t_host_override : host_caching_allocator();
 }
 
-Allocator& device_allocator(int device) { return device_caching_allocator(device); }
-
-}  // namespace ember::cuda
+}  // namespace ember::memory

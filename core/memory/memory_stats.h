@@ -8,7 +8,7 @@
 #include <map>
 #include <string>
 
-namespace ember::cuda {
+namespace ember::memory {
 
 // One counter: its value now, its high-water mark, and the totals ever added and
 // removed (current == allocated - freed until reset_accumulated()).
@@ -70,4 +70,4 @@ std::string format_memory_summary(const MemoryStats& stats, const std::string& t
 // out-of-memory message (bytes up to 1024, then two decimals).
 std::string format_bytes(uint64_t bytes);
 
-}  // namespace ember::cuda
+}  // namespace ember::memory

@@ -54,13 +54,14 @@
 #include <string>
 #include <vector>
 
-#include "cuda/alloc_config.h"
-#include "cuda/allocator.h"
-#include "cuda/allocator_backends.h"
-#include "cuda/memory_snapshot.h"
-#include "cuda/memory_stats.h"
+#include "core/base/alloc_tag.h"
+#include "core/memory/alloc_config.h"
+#include "core/memory/allocator.h"
+#include "core/memory/backends.h"
+#include "core/memory/memory_snapshot.h"
+#include "core/memory/memory_stats.h"
 
-namespace ember::cuda {
+namespace ember::memory {
 
 inline constexpr size_t kMinBlockSize = 512;               // rounding unit
 inline constexpr size_t kSmallSize = size_t{1} << 20;      // largest small-pool request
@@ -93,36 +94,6 @@ struct SanitizerReport {
   const char* tag = nullptr;    // allocation site, as AllocationTag / AllocationScope
   const char* scope = nullptr;
   std::string message;       // all of the above in words
-};
-
-// Names the op or tensor on whose behalf this thread allocates, for snapshots and
-// traces; guards nest. Only the pointer is kept, so the text must outlive the
-// allocator's use of it: pass a string literal (or storage that lives as long).
-class AllocationTag {
- public:
-  explicit AllocationTag(const char* tag) noexcept;
-  ~AllocationTag();
-  AllocationTag(const AllocationTag&) = delete;
-  AllocationTag& operator=(const AllocationTag&) = delete;
-  static const char* current() noexcept;
-
- private:
-  const char* previous_;
-};
-
-// Names the code region (a module's forward, say "model.fc1.forward") in which this
-// thread allocates; kept beside the tag, so a block reads "<scope> / <tag>". Guards
-// nest, innermost wins. Same lifetime rule as AllocationTag.
-class AllocationScope {
- public:
-  explicit AllocationScope(const char* scope) noexcept;
-  ~AllocationScope();
-  AllocationScope(const AllocationScope&) = delete;
-  AllocationScope& operator=(const AllocationScope&) = delete;
-  static const char* current() noexcept;
-
- private:
-  const char* previous_;
 };
 
 class CachingAllocator final : public Allocator {
@@ -191,25 +162,9 @@ class CachingAllocator final : public Allocator {
   std::unique_ptr<Impl> impl_;
 };
 
-// The allocators behind host_allocator() and device_allocator(device). Device
-// allocators read their options from EMBER_CUDA_ALLOC_CONF on first use; the
-// host allocator uses the defaults. They live until the process ends (never
-// destroyed, so no tensor outlives its allocator at exit).
+// The allocator behind host_allocator() (when no HostAllocatorOverride is
+// active): PyTorch's defaults plus EMBER_CUDA_ALLOC_CONF's sanitizer settings.
+// Never destroyed, so no tensor outlives it at exit.
 CachingAllocator& host_caching_allocator();
-CachingAllocator& device_caching_allocator(int device);
 
-// torch.cuda-style functions on device `device`'s allocator.
-std::map<std::string, int64_t> memory_stats(int device);
-int64_t memory_allocated(int device);
-int64_t max_memory_allocated(int device);
-int64_t memory_reserved(int device);
-int64_t max_memory_reserved(int device);
-void reset_peak_memory_stats(int device);
-void reset_accumulated_memory_stats(int device);
-void empty_cache(int device);
-std::string memory_summary(int device, bool abbreviated = false);
-MemorySnapshot memory_snapshot(int device);
-void record_memory_history(int device, bool enabled,
-                           size_t max_entries = kDefaultHistoryEntries);
-
-}  // namespace ember::cuda
+}  // namespace ember::memory

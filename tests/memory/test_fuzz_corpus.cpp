@@ -9,10 +9,11 @@
 #include <vector>
 
 #include "fuzz/fuzz_harness.h"
+#include "source_dir.h"
 
 TEST_CASE("fuzz corpus/alloc_conf: every kept input parses or is refused with ember::Error") {
   const auto dir =
-      std::filesystem::path(__FILE__).parent_path().parent_path() / "fuzz" / "corpus" / "alloc_conf";
+      ember::testing::source_dir() / "tests" / "fuzz" / "corpus" / "alloc_conf";
   REQUIRE(std::filesystem::is_directory(dir));
   size_t inputs = 0, parsed = 0;
   for (const auto& entry : std::filesystem::directory_iterator(dir)) {

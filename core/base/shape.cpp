@@ -1,9 +1,9 @@
-#include "core/shape.h"
+#include "core/base/shape.h"
 
 #include <limits>
 #include <sstream>
 
-#include "core/error.h"
+#include "core/base/error.h"
 
 namespace ember {
 

@@ -14,14 +14,16 @@
 #include <string>
 #include <vector>
 
-#include "core/error.h"
+#include "core/base/error.h"
 #include "core/memory.h"
-#include "cuda/caching_allocator.h"
+#include "core/memory/caching_allocator.h"
+#include "cuda/device_allocator.h"
 #include "cuda/runtime.h"
 
 namespace {
 
-using namespace ember::cuda;
+using namespace ember;
+using namespace ember::memory;
 
 constexpr size_t kMiB = 1024 * 1024;
 
@@ -549,25 +551,8 @@ TEST_CASE("allocator/device: ember::memory_* dispatch on the device") {
   CHECK(&ember::caching_allocator(ember::kCPU) == &host_caching_allocator());
   host_allocator().deallocate(p);
   CHECK(ember::memory_allocated(ember::kCPU) == before);
-  if (!is_available()) {
+  if (!ember::cuda::is_available()) {
     CHECK_THROWS_AS(ember::memory_allocated(ember::Device::cuda(0)), ember::Error);
   }
 }
 
-TEST_CASE("allocator/device: the CUDA device allocator is a caching allocator" *
-          doctest::test_suite("cuda")) {
-  CachingAllocator& dev = device_caching_allocator(0);
-  CHECK(&device_allocator(0) == static_cast<Allocator*>(&dev));
-  const int64_t before = memory_allocated(0);
-  void* p = device_allocator(0).allocate(1000, nullptr);
-  REQUIRE(p != nullptr);
-  CHECK(memory_allocated(0) == before + 1024);
-  CHECK(ember::memory_allocated(ember::Device::cuda(0)) == before + 1024);
-  CHECK(cudaMemset(p, 0, 1000) == cudaSuccess);  // real device memory
-  CHECK(cudaDeviceSynchronize() == cudaSuccess);
-  device_allocator(0).deallocate(p);
-  CHECK(memory_allocated(0) == before);
-  const std::string summary = memory_summary(0);
-  CHECK(contains(summary, "\n|                   ember CUDA memory summary, device ID 0"));
-  CHECK_THROWS_AS(device_allocator(device_count()), ember::Error);
-}

@@ -1,4 +1,4 @@
-#include "cuda/memory_timeline.h"
+#include "core/memory/memory_timeline.h"
 
 #include <algorithm>
 #include <cmath>
@@ -7,9 +7,9 @@
 #include <ostream>
 #include <vector>
 
-#include "core/error.h"
+#include "core/base/error.h"
 
-namespace ember::cuda {
+namespace ember::memory {
 
 namespace {
 
@@ -241,4 +241,4 @@ void write_memory_timeline_html(const MemorySnapshot& snapshot, const std::strin
   EMBER_CHECK(file.good(), "write_memory_timeline_html: failed writing \"", path, "\"");
 }
 
-}  // namespace ember::cuda
+}  // namespace ember::memory

@@ -12,13 +12,17 @@
 #include <tuple>
 #include <vector>
 
-#include "core/error.h"
-#include "cuda/caching_allocator.h"
+#include "core/base/error.h"
+#include "core/memory/caching_allocator.h"
+#include "cuda/cuda_backend.h"
 #include "cuda/runtime.h"
 
 namespace {
 
-using namespace ember::cuda;
+using namespace ember;
+using namespace ember::memory;
+using ember::cuda::Stream;
+using ember::cuda::set_device;
 
 constexpr size_t kKiB = 1024;
 constexpr size_t kMiB = 1024 * 1024;
@@ -68,7 +72,7 @@ class CudaHarness final : public Harness {
   }
   CachingAllocator& make(size_t capacity, AllocatorOptions options) override {
     allocators_.push_back(
-        std::make_unique<CachingAllocator>(std::make_unique<CudaBackend>(0, capacity), options));
+        std::make_unique<CachingAllocator>(std::make_unique<ember::cuda::CudaBackend>(0, capacity), options));
     return *allocators_.back();
   }
   cudaStream_t stream(int i) override {

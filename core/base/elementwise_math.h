@@ -13,7 +13,7 @@
 #define EMBER_HD inline
 #endif
 
-namespace ember::cuda {
+namespace ember {
 
 constexpr int kMaxDims = 8;
 
@@ -155,4 +155,4 @@ EMBER_HD double random_normal(uint64_t seed, uint64_t counter) {
   return std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
 }
 
-}  // namespace ember::cuda
+}  // namespace ember

@@ -7,9 +7,9 @@
 #include <iosfwd>
 #include <string>
 
-#include "cuda/memory_snapshot.h"
+#include "core/memory/memory_snapshot.h"
 
-namespace ember::cuda {
+namespace ember::memory {
 
 // Throws ember::Error if the snapshot holds no history or the file cannot be written.
 void write_memory_timeline_html(const MemorySnapshot& snapshot, std::ostream& out,
@@ -17,4 +17,4 @@ void write_memory_timeline_html(const MemorySnapshot& snapshot, std::ostream& ou
 void write_memory_timeline_html(const MemorySnapshot& snapshot, const std::string& path,
                                 const std::string& title = "ember memory timeline");
 
-}  // namespace ember::cuda
+}  // namespace ember::memory

@@ -10,7 +10,7 @@
 #include <string>
 #include <string_view>
 
-namespace ember::cuda {
+namespace ember::memory {
 
 inline constexpr const char* kAllocConfEnvVar = "EMBER_CUDA_ALLOC_CONF";
 
@@ -56,4 +56,4 @@ struct AllocatorOptions {
   uint32_t divisions_for(size_t bytes) const;
 };
 
-}  // namespace ember::cuda
+}  // namespace ember::memory

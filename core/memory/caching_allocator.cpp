@@ -1,4 +1,4 @@
-#include "cuda/caching_allocator.h"
+#include "core/memory/caching_allocator.h"
 
 #include <algorithm>
 #include <bit>
@@ -11,14 +11,11 @@
 #include <utility>
 #include <vector>
 
-#include "core/error.h"
+#include "core/base/error.h"
 
-namespace ember::cuda {
+namespace ember::memory {
 
 namespace {
-
-thread_local const char* t_allocation_tag = nullptr;
-thread_local const char* t_allocation_scope = nullptr;
 
 // The next of `divisions` equal steps between the powers of two around `size`.
 size_t roundup_power2_next_division(size_t size, size_t divisions) {
@@ -31,18 +28,6 @@ size_t roundup_power2_next_division(size_t size, size_t divisions) {
 }
 
 }  // namespace
-
-AllocationTag::AllocationTag(const char* tag) noexcept : previous_(t_allocation_tag) {
-  t_allocation_tag = tag;
-}
-AllocationTag::~AllocationTag() { t_allocation_tag = previous_; }
-const char* AllocationTag::current() noexcept { return t_allocation_tag; }
-
-AllocationScope::AllocationScope(const char* scope) noexcept : previous_(t_allocation_scope) {
-  t_allocation_scope = scope;
-}
-AllocationScope::~AllocationScope() { t_allocation_scope = previous_; }
-const char* AllocationScope::current() noexcept { return t_allocation_scope; }
 
 size_t CachingAllocator::round_size(size_t bytes, const AllocatorOptions& options) {
   if (bytes < kMinBlockSize) return kMinBlockSize;
@@ -766,13 +751,13 @@ class CachingAllocator::Impl {
     update(stats_.reserved_bytes, type, static_cast<int64_t>(bytes));
     if (bytes >= options_.max_split_size) stats_.oversize_segments.increase(1);
     ++stats_.num_device_alloc;
-    if (history_on_) record(TraceAction::segment_alloc, seg->base, bytes, stream, t_allocation_tag);
+    if (history_on_) record(TraceAction::segment_alloc, seg->base, bytes, stream, AllocationTag::current());
     return b;
   }
 
   [[noreturn]] void throw_out_of_memory(size_t bytes, cudaStream_t stream) {
     ++stats_.num_ooms;
-    if (history_on_) record(TraceAction::oom, 0, bytes, stream, t_allocation_tag);
+    if (history_on_) record(TraceAction::oom, 0, bytes, stream, AllocationTag::current());
     Backend::MemoryInfo info;
     const bool capturing = !capturing_.empty();
     try {
@@ -841,8 +826,8 @@ class CachingAllocator::Impl {
     }
     block->allocated = true;
     block->requested_size = requested;
-    block->tag = t_allocation_tag;
-    block->scope = t_allocation_scope;
+    block->tag = AllocationTag::current();
+    block->scope = AllocationScope::current();
     allocated_.insert(block->ptr, block);
 
     const auto block_bytes = static_cast<int64_t>(block->size);
@@ -1138,31 +1123,4 @@ void CachingAllocator::check_sanitizer_reports() const {
 }
 Backend& CachingAllocator::backend() { return impl_->backend(); }
 
-// =================================================================================
-// Per-device free functions
-
-std::map<std::string, int64_t> memory_stats(int device) {
-  return device_caching_allocator(device).memory_stats();
-}
-int64_t memory_allocated(int device) { return device_caching_allocator(device).memory_allocated(); }
-int64_t max_memory_allocated(int device) {
-  return device_caching_allocator(device).max_memory_allocated();
-}
-int64_t memory_reserved(int device) { return device_caching_allocator(device).memory_reserved(); }
-int64_t max_memory_reserved(int device) {
-  return device_caching_allocator(device).max_memory_reserved();
-}
-void reset_peak_memory_stats(int device) { device_caching_allocator(device).reset_peak_memory_stats(); }
-void reset_accumulated_memory_stats(int device) {
-  device_caching_allocator(device).reset_accumulated_memory_stats();
-}
-void empty_cache(int device) { device_caching_allocator(device).empty_cache(); }
-std::string memory_summary(int device, bool abbreviated) {
-  return device_caching_allocator(device).memory_summary(abbreviated);
-}
-MemorySnapshot memory_snapshot(int device) { return device_caching_allocator(device).memory_snapshot(); }
-void record_memory_history(int device, bool enabled, size_t max_entries) {
-  device_caching_allocator(device).record_memory_history(enabled, max_entries);
-}
-
-}  // namespace ember::cuda
+}  // namespace ember::memory

@@ -1,5 +1,5 @@
 // The raw memory a CachingAllocator carves up: whole segments from the device
-// (CudaBackend), from the host (HostBackend) or from a simulated device with a set
+// (cuda/cuda_backend.h), from the host (HostBackend) or from a simulated device with a set
 // capacity, scripted failures and events whose completion a test controls.
 #pragma once
 
@@ -13,7 +13,7 @@
 
 #include <cuda_runtime_api.h>
 
-namespace ember::cuda {
+namespace ember::memory {
 
 // What a caching allocator needs from the memory below it. raw_alloc reports
 // "no memory" by returning nullptr (the allocator then frees its cache and retries);
@@ -54,33 +54,6 @@ class Backend {
   virtual bool is_host() const { return false; }
   // The device index reported in summaries and messages.
   virtual int device() const { return 0; }
-};
-
-// cudaMalloc/cudaFree on one device. `limit_bytes` > 0 caps what this backend will
-// hold at once, as if the device had only that much memory (PyTorch's per-process
-// memory fraction); it lets the out-of-memory tests run on a real GPU.
-class CudaBackend final : public Backend {
- public:
-  explicit CudaBackend(int device, size_t limit_bytes = 0);
-
-  void* raw_alloc(size_t bytes) override;
-  void raw_free(void* ptr) noexcept override;
-  MemoryInfo memory_info() override;
-  EventHandle create_event() override;
-  void record_event(EventHandle event, cudaStream_t stream) override;
-  bool query_event(EventHandle event) override;
-  void synchronize_event(EventHandle event) override;
-  void destroy_event(EventHandle event) noexcept override;
-  void fill(void* ptr, unsigned char value, size_t bytes, cudaStream_t stream) override;
-  void read(void* host_dst, const void* ptr, size_t bytes, cudaStream_t stream) override;
-  int device() const override { return device_; }
-
- private:
-  int device_;
-  size_t limit_;
-  // Sizes of live segments, so that raw_free can keep held_ right for limit_.
-  size_t held_ = 0;
-  std::unordered_map<void*, size_t> sizes_;
 };
 
 // Page-aligned host memory for CPU tensors. Host work is synchronous, so events
@@ -165,4 +138,4 @@ class SimulatedBackend final : public Backend {
   uintptr_t next_event_ = 1;
 };
 
-}  // namespace ember::cuda
+}  // namespace ember::memory

@@ -11,7 +11,7 @@
 
 #include <cuda_runtime_api.h>
 
-namespace ember::cuda {
+namespace ember::memory {
 
 enum class BlockState : uint8_t {
   allocated,            // handed to a caller
@@ -68,4 +68,4 @@ struct MemorySnapshot {
 void write_chrome_trace(const MemorySnapshot& snapshot, std::ostream& out);
 void write_chrome_trace(const MemorySnapshot& snapshot, const std::string& path);
 
-}  // namespace ember::cuda
+}  // namespace ember::memory

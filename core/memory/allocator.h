@@ -1,5 +1,6 @@
 // The seam through which every tensor byte is allocated: core/Storage asks the
-// allocator of its device for memory and gives it back here. The allocator knows
+// allocator of its device (the host's here, a CUDA device's in
+// cuda/device_allocator.h) for memory and gives it back. The allocator knows
 // nothing of Tensor: raw bytes, a stream, a pointer.
 #pragma once
 
@@ -7,7 +8,7 @@
 
 #include <cuda_runtime_api.h>
 
-namespace ember::cuda {
+namespace ember::memory {
 
 class Allocator {
  public:
@@ -41,8 +42,4 @@ class HostAllocatorOverride {
  private:
   Allocator* previous_;
 };
-// The allocator for CUDA device `device`; throws ember::Error for a device that
-// does not exist.
-Allocator& device_allocator(int device);
-
-}  // namespace ember::cuda
+}  // namespace ember::memory

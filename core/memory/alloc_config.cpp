@@ -1,4 +1,4 @@
-#include "cuda/alloc_config.h"
+#include "core/memory/alloc_config.h"
 
 #include <algorithm>
 #include <bit>
@@ -6,9 +6,9 @@
 #include <cstdlib>
 #include <vector>
 
-#include "core/error.h"
+#include "core/base/error.h"
 
-namespace ember::cuda {
+namespace ember::memory {
 
 namespace {
 
@@ -167,4 +167,4 @@ uint32_t AllocatorOptions::divisions_for(size_t bytes) const {
   return roundup_power2_divisions[std::min(index, kRoundupIntervals - 1)];
 }
 
-}  // namespace ember::cuda
+}  // namespace ember::memory

@@ -11,16 +11,17 @@
 #include <string>
 #include <vector>
 
-#include "core/error.h"
+#include "core/base/error.h"
 #include "core/ops.h"
-#include "cuda/allocator.h"
-#include "cuda/caching_allocator.h"
+#include "core/memory/allocator.h"
+#include "core/memory/caching_allocator.h"
 #include "nn/nn.h"
 #include "optim/optim.h"
 
 namespace {
 
-using namespace ember::cuda;
+using namespace ember;
+using namespace ember::memory;
 constexpr size_t kMiB = size_t{1} << 20;
 
 AllocatorOptions sanitizing(size_t quarantine_blocks = 4) {

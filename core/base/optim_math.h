@@ -5,9 +5,9 @@
 
 #include <cmath>
 
-#include "cuda/kernels/elementwise_math.h"  // EMBER_HD
+#include "core/base/elementwise_math.h"  // EMBER_HD
 
-namespace ember::cuda {
+namespace ember {
 
 struct SgdConfig {
   double lr = 0;
@@ -70,4 +70,4 @@ EMBER_HD void adam_update(const AdamConfig& c, double& p, double g, double& m, d
   p -= step_size * m / (sqrt(second) / bc2_sqrt + c.eps);
 }
 
-}  // namespace ember::cuda
+}  // namespace ember

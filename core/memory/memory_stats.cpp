@@ -1,11 +1,11 @@
-#include "cuda/memory_stats.h"
+#include "core/memory/memory_stats.h"
 
 #include <cinttypes>
 #include <cstdio>
 #include <string_view>
 #include <vector>
 
-namespace ember::cuda {
+namespace ember::memory {
 
 namespace {
 
@@ -198,4 +198,4 @@ std::string format_bytes(uint64_t bytes) {
   return buf;
 }
 
-}  // namespace ember::cuda
+}  // namespace ember::memory

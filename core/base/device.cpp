@@ -1,8 +1,8 @@
-#include "core/device.h"
+#include "core/base/device.h"
 
 #include <charconv>
 
-#include "core/error.h"
+#include "core/base/error.h"
 
 namespace ember {
 

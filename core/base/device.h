@@ -34,5 +34,6 @@ struct Device {
 std::ostream& operator<<(std::ostream& os, Device d);
 
 constexpr Device kCPU = Device::cpu();
+constexpr Device kCUDA = Device::cuda(0);
 
 }  // namespace ember
