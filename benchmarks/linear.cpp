@@ -58,13 +58,13 @@ int main(int argc, char** argv) {
       auto ours = [&] {
         cuda::launch_linear_gemm(dtype, x.raw_data(), s.k, w.raw_data(), s.k, b.raw_data(),
                                  y_ours.raw_data(), nullptr, s.m, s.n, s.k,
-                                 cuda::GemmActivation::None, nullptr);
+                                 Activation::None, nullptr);
       };
       bool lt_ok = true;
       auto lt = [&] {
         lt_ok = cuda::lt_linear_forward(dtype, s.m, s.n, s.k, x.raw_data(), s.k, w.raw_data(), s.k,
                                         b.raw_data(), y_lt.raw_data(), nullptr,
-                                        cuda::GemmActivation::None, 0, nullptr);
+                                        Activation::None, 0, nullptr);
       };
       // Validate before timing: ours against cuBLASLt, and both against float64
       // for the first rows on the GPU (matmul in double).
@@ -109,7 +109,7 @@ int main(int argc, char** argv) {
           auto variant = [&] {
             cuda::launch_linear_gemm(dtype, x.raw_data(), s.k, w.raw_data(), s.k, b.raw_data(),
                                      y_ours.raw_data(), nullptr, s.m, s.n, s.k,
-                                     cuda::GemmActivation::None, nullptr, tile);
+                                     Activation::None, nullptr, tile);
           };
           variant();
           Tensor xs = x.slice(0, 0, 16).to(kFloat64);

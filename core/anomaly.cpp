@@ -5,7 +5,8 @@
 #include <string_view>
 
 #include "core/autograd.h"
-#include "core/ops/dispatch.h"
+#include "core/kernel_table.h"
+#include "core/kernels/cpu_loops.h"
 #include "core/tensor.h"
 
 namespace ember {
@@ -45,9 +46,8 @@ DetectAnomalyGuard::~DetectAnomalyGuard() { t_detect_anomaly = previous_; }
 
 bool all_finite(const Tensor& t) {
   if (!t.defined() || !is_floating(t.dtype()) || t.numel() == 0) return true;
-  if (t.is_cuda())
-    cuda::check_not_capturing(t.device().index, "anomaly detection (set_detect_anomaly)",
-                              "read values back to the host");
+  check_not_capturing(t.device(), "anomaly detection (set_detect_anomaly)",
+                      "read values back to the host");
   NoGradGuard no_grad;
   const Tensor h = t.detach().to(kCPU).contiguous();
   return detail::dispatch_cpu(h.dtype(), [&](auto tag) {

@@ -9,6 +9,9 @@
 // updates them in float32. Nothing else changes; CPU tensors are untouched.
 #pragma once
 
+#include <initializer_list>
+
+#include "core/base/device.h"
 #include "core/base/dtype.h"
 
 namespace ember {
@@ -16,6 +19,22 @@ namespace ember {
 // The active autocast dtype on this thread, or false when autocast is off.
 bool is_autocast_enabled();
 DType autocast_dtype();  // meaningful only when enabled
+
+class Tensor;
+
+// --- the policy, one place for the ops that autocast (linear, mse_loss)
+// Whether autocast (when on) applies on `device`: CUDA devices, as
+// torch.autocast("cuda").
+bool autocast_applies(Device device);
+// linear's rule: autocast is on, applies to the first operand's device, some
+// defined operand is float32, and the first is float32 or the autocast dtype.
+bool autocast_lowers(std::initializer_list<const Tensor*> operands);
+// A float32 tensor cast (recorded, differentiable) to the autocast dtype; any
+// other tensor, or an undefined one, as it is.
+Tensor autocast_lower(const Tensor& t);
+// mse_loss's rule: autocast is on and applies, and the two operands have
+// different dtypes, each float32 or the autocast dtype (computed in float32).
+bool autocast_widens(const Tensor& a, const Tensor& b);
 
 class AutocastGuard {
  public:

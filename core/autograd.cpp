@@ -23,12 +23,6 @@ std::atomic<uint64_t> g_next_sequence_nr{0};
 thread_local std::vector<std::shared_ptr<Node>> t_pending_deletes;
 thread_local bool t_draining_deletes = false;
 
-// Storages saved by SavedTensors made since the last attach_grad_fn on this
-// thread: an op builds its backward's captures just before attaching it, so the
-// next node attached is the one that holds them.
-thread_local std::vector<Node::SavedRef> t_pending_saved;
-// SavedTensors made outside any op (never attached) must not pile up.
-constexpr size_t kMaxPendingSaved = 64;
 }  // namespace
 
 bool is_grad_enabled() { return t_grad_enabled; }
@@ -85,21 +79,29 @@ std::vector<Tensor> AccumulateGrad::apply(const Tensor& grad_output) {
   return {};
 }
 
-SavedTensor::SavedTensor(const Tensor& t, const char* op) : op_(op) {
-  if (t.defined()) {
-    data_ = t.detach();
-    version_ = t.version();
-    if (t_pending_saved.size() >= kMaxPendingSaved) t_pending_saved.clear();
-    if (t_grad_enabled) t_pending_saved.push_back({t.storage(), t.is_leaf() && t.requires_grad()});
+void detail::throw_modified_in_place(const char* node, uint64_t saved, uint64_t now) {
+  EMBER_FAIL(node, ": a tensor saved for backward was modified by an in-place operation "
+             "(version ", saved, " when saved, ", now, " now); clone it before changing it in "
+             "place");
+}
+
+SavedTensors::SavedTensors(std::initializer_list<Tensor> tensors) {
+  entries_.reserve(tensors.size());
+  for (const Tensor& t : tensors) {
+    Entry& e = entries_.emplace_back();
+    if (t.defined()) {
+      e.data = t.detach();
+      e.version = t.version();
+      e.leaf = t.is_leaf() && t.requires_grad();
+    }
   }
 }
 
-const Tensor& SavedTensor::get() const {
-  EMBER_CHECK(!data_.defined() || data_.version() == version_, op_,
-              " backward: a tensor saved for backward was modified by an in-place operation "
-              "(version ", version_, " when saved, ", data_.version(),
-              " now); clone it before changing it in place");
-  return data_;
+std::vector<Node::SavedRef> SavedTensors::refs() const {
+  std::vector<Node::SavedRef> out;
+  for (const Entry& e : entries_)
+    if (e.data.defined()) out.push_back({e.data.storage(), e.leaf});
+  return out;
 }
 
 bool any_requires_grad(std::initializer_list<const Tensor*> inputs) {
@@ -124,14 +126,8 @@ Edge gradient_edge(const Tensor& t) {
 void detail::attach_node(Tensor& out, std::shared_ptr<Node> node, const Tensor* const* inputs,
                          size_t n) {
   if (is_anomaly_enabled()) [[unlikely]] {
-    try {
-      detail::check_forward_anomaly(out, node->name(), inputs, n);
-    } catch (...) {
-      t_pending_saved.clear();  // they belonged to the node that is not attached
-      throw;
-    }
+    detail::check_forward_anomaly(out, node->name(), inputs, n);
   }
-  node->saved.swap(t_pending_saved);
   node->next_edges.reserve(n);
   for (size_t i = 0; i < n; ++i) {
     const Tensor& in = *inputs[i];

@@ -76,29 +76,72 @@ using BackwardFn = std::function<std::vector<Tensor>(const Tensor& grad_output)>
 
 namespace detail {
 [[noreturn]] void throw_backward_twice(const char* node);
+[[noreturn]] void throw_modified_in_place(const char* node, uint64_t saved, uint64_t now);
 }  // namespace detail
 
+// The tensors an op's backward reads, given to the node explicitly when the op
+// attaches it (attach_grad_fn below). Each is kept as a history-free alias with
+// the version it had, so reading it after an in-place change throws instead of
+// giving a wrong gradient. Entries may be undefined (a side that needs nothing).
+class SavedTensors {
+ public:
+  SavedTensors() = default;
+  SavedTensors(std::initializer_list<Tensor> tensors);
+  // The i-th saved tensor; throws ember::Error naming the node if it was modified
+  // in place since it was saved.
+  const Tensor& operator[](size_t i) const {
+    const Entry& e = entries_[i];
+    if (e.data.defined() && e.data.version() != e.version) [[unlikely]]
+      detail::throw_modified_in_place(node_, e.version, e.data.version());
+    return e.data;
+  }
+  size_t size() const { return entries_.size(); }
+  // What the node's diagnostics see (Node::saved): storage, and whether a leaf.
+  std::vector<Node::SavedRef> refs() const;
+  void set_node_name(const char* name) { node_ = name; }
+  void clear() { entries_.clear(); }
+
+ private:
+  struct Entry {
+    Tensor data;
+    uint64_t version = 0;
+    bool leaf = false;  // a leaf that requires grad (a weight)
+  };
+  std::vector<Entry> entries_;
+  const char* node_ = "";
+};
+
 // A node whose backward is a callable F: the lambda an op attaches, kept in the
-// node itself (no std::function), so recording it allocates the node alone.
-// After release() it refuses to run again, which is how "backward through the
-// graph a second time" is caught.
+// node itself (no std::function), so recording it allocates the node alone. F
+// takes (grad_output) or (grad_output, const SavedTensors&). After release() it
+// refuses to run again, which is how "backward through the graph a second time"
+// is caught.
 template <typename F>
 class FunctionNode final : public Node {
  public:
-  FunctionNode(const char* name, F fn) : name_(name), fn_(std::move(fn)) {}
+  FunctionNode(const char* name, F fn, SavedTensors saved)
+      : name_(name), fn_(std::move(fn)), saved_tensors_(std::move(saved)) {
+    saved_tensors_.set_node_name(name);
+  }
   const char* name() const override { return name_; }
   std::vector<Tensor> apply(const Tensor& grad_output) override {
     if (!fn_) [[unlikely]] detail::throw_backward_twice(name_);
-    return (*fn_)(grad_output);
+    if constexpr (std::is_invocable_v<F&, const Tensor&, const SavedTensors&>)
+      return (*fn_)(grad_output, saved_tensors_);
+    else
+      return (*fn_)(grad_output);
   }
   void release() override {
-    fn_.reset();  // drops the lambda and everything it saved
+    fn_.reset();  // drops the lambda and everything it captured
+    saved_tensors_.clear();
     saved.clear();
   }
+  const SavedTensors& saved_tensors() const { return saved_tensors_; }
 
  private:
   const char* name_;
   std::optional<F> fn_;
+  SavedTensors saved_tensors_;
 };
 
 // The sink for a leaf: adds the incoming gradient into leaf.grad(), then runs the
@@ -112,21 +155,6 @@ class AccumulateGrad final : public Node {
 
  private:
   Tensor leaf_;
-};
-
-// A tensor saved for backward: a history-free alias plus the version it had, so
-// that using it after an in-place change throws instead of giving a wrong gradient.
-class SavedTensor {
- public:
-  SavedTensor() = default;
-  SavedTensor(const Tensor& t, const char* op);
-  const Tensor& get() const;
-  bool defined() const { return data_.defined(); }
-
- private:
-  Tensor data_;
-  uint64_t version_ = 0;
-  const char* op_ = "";
 };
 
 // --- grad mode (thread-local)
@@ -163,21 +191,33 @@ namespace detail {
 void attach_node(Tensor& out, std::shared_ptr<Node> node, const Tensor* const* inputs, size_t n);
 }  // namespace detail
 
-// Attaches a backward to `out`: a FunctionNode named `name` running `fn` (a
-// callable taking the output's gradient and returning one per input), with edges
-// to each input (null edges for inputs without grad).
+// Attaches a backward to `out`, the one way every op wires itself into autograd:
+// a FunctionNode named `name` running `fn`, with an edge to each input (a null
+// edge for inputs without grad) and `saved`, the explicit list of tensors its
+// backward reads, handed to fn as its second argument. fn returns one gradient
+// per input (undefined where none flows).
+template <typename F>
+void attach_grad_fn(Tensor& out, const char* name, std::initializer_list<const Tensor*> inputs,
+                    SavedTensors saved, F&& fn) {
+  std::vector<Node::SavedRef> refs = saved.refs();
+  auto node = std::make_shared<FunctionNode<std::decay_t<F>>>(name, std::forward<F>(fn),
+                                                              std::move(saved));
+  node->saved = std::move(refs);
+  detail::attach_node(out, std::move(node), inputs.begin(), inputs.size());
+}
+// For backwards that read no saved tensor.
 template <typename F>
 void attach_grad_fn(Tensor& out, const char* name, std::initializer_list<const Tensor*> inputs,
                     F&& fn) {
-  auto node = std::make_shared<FunctionNode<std::decay_t<F>>>(name, std::forward<F>(fn));
-  detail::attach_node(out, std::move(node), inputs.begin(), inputs.size());
+  attach_grad_fn(out, name, inputs, SavedTensors{}, std::forward<F>(fn));
 }
 template <typename F>
 void attach_grad_fn(Tensor& out, const char* name, const std::vector<Tensor>& inputs, F&& fn) {
   std::vector<const Tensor*> ptrs;
   ptrs.reserve(inputs.size());
   for (const Tensor& t : inputs) ptrs.push_back(&t);
-  auto node = std::make_shared<FunctionNode<std::decay_t<F>>>(name, std::forward<F>(fn));
+  auto node = std::make_shared<FunctionNode<std::decay_t<F>>>(name, std::forward<F>(fn),
+                                                              SavedTensors{});
   detail::attach_node(out, std::move(node), ptrs.data(), ptrs.size());
 }
 // The edge through which a gradient for `t` flows (null if t needs none).

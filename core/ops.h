@@ -6,34 +6,40 @@
 
 #include <vector>
 
+#include "core/base/elementwise_ops.h"
+#include "core/base/optim_math.h"
 #include "core/tensor.h"
 
 namespace ember {
 
-// --- element-wise (core/ops/elementwise.cpp), with numpy broadcasting
-Tensor add(const Tensor& a, const Tensor& b, double alpha = 1.0);  // a + alpha * b
-Tensor sub(const Tensor& a, const Tensor& b);
-Tensor mul(const Tensor& a, const Tensor& b);
-Tensor div(const Tensor& a, const Tensor& b);
-Tensor add(const Tensor& a, double s);
-Tensor mul(const Tensor& a, double s);
-Tensor rsub(const Tensor& a, double s);  // s - a
-Tensor rdiv(const Tensor& a, double s);  // s / a
-Tensor neg(const Tensor& a);
-Tensor pow(const Tensor& a, double exponent);
-Tensor exp(const Tensor& a);
-Tensor log(const Tensor& a);
-Tensor sqrt(const Tensor& a);
-Tensor abs(const Tensor& a);
-Tensor relu(const Tensor& a);
-Tensor sigmoid(const Tensor& a);
-Tensor tanh(const Tensor& a);
-Tensor gelu(const Tensor& a);  // tanh approximation, as PyTorch's approximate="tanh"
-// Not differentiable: 1 where a >= s (or a > s), else 0, in a's dtype.
-Tensor ge(const Tensor& a, double s);
-Tensor gt(const Tensor& a, double s);
-// Where-free masking: a * mask, for dropout.
+// --- element-wise (core/ops/elementwise.cpp), generated from the lists of
+// core/base/elementwise_ops.h: name(t) for each unary op (neg, exp, log, sqrt,
+// abs, relu, sigmoid, tanh, gelu (tanh approximation, as PyTorch's
+// approximate="tanh"), silu, sin, cos); name(t, s) for each op with a scalar
+// (pow, add, mul, rsub: s - t, rdiv: s / t, and the non-differentiable ge, gt:
+// 1 where t >= s (t > s), else 0, in t's dtype); name(a, b) for each binary op
+// (add, sub, mul, div), with numpy broadcasting.
+#define EMBER_X(name, ...) Tensor name(const Tensor& a);
+EMBER_UNARY_OPS(EMBER_X)
+#undef EMBER_X
+#define EMBER_X(name, ...) Tensor name(const Tensor& a, double s);
+EMBER_SCALAR_OPS(EMBER_X)
+#undef EMBER_X
+#define EMBER_X(name, ...) Tensor name(const Tensor& a, const Tensor& b);
+EMBER_BINARY_OPS(EMBER_X)
+#undef EMBER_X
+Tensor add(const Tensor& a, const Tensor& b, double alpha);  // a + alpha * b
 Tensor cast(const Tensor& a, DType t);  // differentiable dtype change
+
+namespace detail {
+// The generic element-wise forward (with its backward attached) behind the
+// generated ops; s is the scalar of ops that take one, alpha add's.
+Tensor unary_op(UnaryOp op, const Tensor& a, double s);
+Tensor binary_op(BinaryOp op, const Tensor& a, const Tensor& b, double alpha);
+// A unary op's d_x from the incoming gradient g and what its backward saves
+// (unary_saves: its input or its output), without recording anything.
+Tensor unary_backward_of(UnaryOp op, const Tensor& g, const Tensor& saved, double s);
+}  // namespace detail
 
 // In-place (bump the version; refuse tensors that require grad in grad mode).
 Tensor& fill_(Tensor& t, double value);
@@ -68,6 +74,21 @@ Tensor squeeze(const Tensor& a, int64_t dim);
 Tensor expand(const Tensor& a, Shape sizes);
 Tensor cat(const std::vector<Tensor>& tensors, int64_t dim = 0);
 Tensor contiguous(const Tensor& a);
+
+// --- optimizer updates (core/ops/optim.cpp), PyTorch's _fused_sgd_ and
+// _fused_adam_: in place, one fused kernel call per device, the rules of
+// core/base/optim_math.h. Parameters float32 or float64, contiguous; each list
+// one entry per parameter. momentum_buffers may be empty (momentum 0) or hold
+// undefined entries; max_exp_avg_sqs is read only with amsgrad. state_steps are
+// one-element int64 tensors on each parameter's device: Adam's kernel adds one
+// and takes its bias corrections from the new count, where it runs.
+void fused_sgd_(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
+                const std::vector<Tensor>& momentum_buffers, const std::vector<bool>& first_steps,
+                const SgdConfig& config);
+void fused_adam_(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
+                 const std::vector<Tensor>& exp_avgs, const std::vector<Tensor>& exp_avg_sqs,
+                 const std::vector<Tensor>& max_exp_avg_sqs, const std::vector<Tensor>& state_steps,
+                 const AdamConfig& config);
 
 // --- operators
 inline Tensor operator+(const Tensor& a, const Tensor& b) { return add(a, b); }
@@ -107,10 +128,10 @@ namespace ember {
 Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b = Tensor());
 
 // y = act(x w^T + b), the activation fused into the GEMM's epilogue on CUDA
-// (float32, TF32, bfloat16; composed elsewhere). GELU is the tanh approximation,
-// as gelu() above. Backward applies act' (ReLU: read off y; GELU: from the saved
-// pre-activation), then the same d_x, d_w, d_b as linear.
-enum class Activation { None, Relu, Gelu };
+// (float32, TF32, bfloat16; composed elsewhere). The activations are the unary
+// ops marked Act in core/base/elementwise_ops.h (ReLU, GELU, SiLU). Backward
+// applies act' (read off y for ReLU, from the saved pre-activation for the others,
+// as the list says), then the same d_x, d_w, d_b as linear.
 Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b, Activation act);
 
 enum class Reduction { None, Mean, Sum };

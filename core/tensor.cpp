@@ -8,9 +8,8 @@
 #include "core/alloc_site.h"
 #include "core/autograd.h"
 #include "core/ops.h"
-#include "core/ops/dispatch.h"
-#include "cuda/check.h"
-#include "cuda/kernels/elementwise.h"
+#include "core/kernel_table.h"
+#include "core/kernels/cpu_loops.h"
 
 namespace ember {
 
@@ -23,7 +22,7 @@ Tensor make_tensor(const Shape& sizes, DType dtype, Device device, const char* o
   EMBER_CHECK(!__builtin_mul_overflow(static_cast<size_t>(numel_of(sizes)), element_size(dtype),
                                       &nbytes),
               op, ": shape ", shape_str(sizes), " of ", dtype, " needs more bytes than size_t holds");
-  if (device.is_cuda()) cuda::check_device(device.index);
+  check_device(device);
   auto impl = std::make_shared<TensorImpl>();
   impl->sizes = sizes;
   impl->strides = contiguous_strides(sizes);
@@ -40,30 +39,10 @@ AutogradMeta& autograd_meta(const Tensor& t) {
 }
 
 // Copies contiguous bytes between any two devices; synchronises when the
-// destination is the host.
+// destination is the host. The device that is not the host does the copy.
 void copy_bytes(void* dst, Device dd, const void* src, Device sd, size_t n) {
-  if (n == 0) return;
-  if (dd.is_cpu() && sd.is_cpu()) {
-    std::memcpy(dst, src, n);
-  } else if (dd.is_cuda() && sd.is_cpu()) {
-    cuda::DeviceGuard g(dd.index);
-    EMBER_CUDA_CHECK(cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice,
-                                     cuda::current_stream(dd.index)));
-  } else if (dd.is_cpu() && sd.is_cuda()) {
-    cuda::DeviceGuard g(sd.index);
-    cudaStream_t s = cuda::current_stream(sd.index);
-    EMBER_CUDA_CHECK(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToHost, s));
-    EMBER_CUDA_CHECK(cudaStreamSynchronize(s));
-  } else if (dd.index == sd.index) {
-    cuda::DeviceGuard g(dd.index);
-    EMBER_CUDA_CHECK(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToDevice,
-                                     cuda::current_stream(dd.index)));
-  } else {
-    cuda::DeviceGuard g(sd.index);
-    cudaStream_t s = cuda::current_stream(sd.index);
-    EMBER_CUDA_CHECK(cudaMemcpyPeerAsync(dst, dd.index, src, sd.index, n, s));
-    EMBER_CUDA_CHECK(cudaStreamSynchronize(s));
-  }
+  const Device runner = dd.is_cpu() ? sd : dd;
+  kernels::kernels_for(runner).copy_bytes({runner, dst, dd, src, sd, n});
 }
 
 }  // namespace
@@ -124,13 +103,10 @@ Tensor full(const Shape& sizes, double value, TensorOptions o) {
 Tensor zeros(const Shape& sizes, TensorOptions o) { return full(sizes, 0.0, o); }
 Tensor ones(const Shape& sizes, TensorOptions o) { return full(sizes, 1.0, o); }
 
-static TensorOptions like(const Tensor& t) {
-  return TensorOptions().dtype(t.dtype()).device(t.device());
-}
-Tensor empty_like(const Tensor& t) { return empty(t.sizes(), like(t)); }
-Tensor zeros_like(const Tensor& t) { return zeros(t.sizes(), like(t)); }
-Tensor ones_like(const Tensor& t) { return ones(t.sizes(), like(t)); }
-Tensor full_like(const Tensor& t, double v) { return full(t.sizes(), v, like(t)); }
+Tensor empty_like(const Tensor& t) { return empty(t.sizes(), t.options()); }
+Tensor zeros_like(const Tensor& t) { return zeros(t.sizes(), t.options()); }
+Tensor ones_like(const Tensor& t) { return ones(t.sizes(), t.options()); }
+Tensor full_like(const Tensor& t, double v) { return full(t.sizes(), v, t.options()); }
 
 Tensor arange(double start, double end, double step, TensorOptions o) {
   EMBER_CHECK(step != 0 && std::isfinite(step) && std::isfinite(start) && std::isfinite(end),
@@ -194,28 +170,17 @@ static Tensor& fill_random(Tensor& t, bool normal, double p0, double p1, Generat
                            const char* op) {
   check_floating(op, t);
   check_inplace(op, t);
-  if (t.is_cuda())  // the generator's offset advances on the host, once
-    cuda::check_not_capturing(t.device().index, op,
-                              "draw random numbers (every replay would repeat the captured ones)");
+  // The generator's offset advances on the host, once: a replay would repeat it.
+  check_not_capturing(t.device(), op,
+                      "draw random numbers (every replay would repeat the captured ones)");
   Generator& g = gen ? *gen : default_generator();
   uint64_t n = static_cast<uint64_t>(t.numel());
   uint64_t offset = g.advance(n);
   Tensor dst = t.is_contiguous() ? t : empty_like(t);
-  if (dst.is_cuda()) {
-    cuda::DeviceGuard guard(dst.device().index);
-    cuda::launch_random(dst.dtype(), dst.raw_data(), dst.numel(), g.seed(), offset, normal, p0, p1,
-                        detail::stream_of(dst));
-  } else {
-    detail::dispatch_cpu(dst.dtype(), [&](auto tag) {
-      using S = decltype(tag);
-      S* p = static_cast<S*>(dst.raw_data());
-      for (uint64_t i = 0; i < n; ++i) {
-        double v = normal ? p0 + p1 * random_normal(g.seed(), offset + i)
-                          : p0 + (p1 - p0) * random_uniform(g.seed(), offset + i);
-        detail::store_from_double(p + i, v);
-      }
-    });
-  }
+  if (n > 0)
+    kernels::kernels_for(dst.device())
+        .random({dst.device(), dst.dtype(), dst.raw_data(), dst.numel(), g.seed(), offset, normal,
+                 p0, p1});
   if (!dst.is_same(t)) copy_(t, dst);
   else t.bump_version();
   return t;
@@ -249,12 +214,11 @@ Tensor randn(const Shape& sizes, TensorOptions o, Generator* gen) {
 
 Tensor Tensor::to(Device d) const {
   if (d == device()) return *this;
-  if (d.is_cuda()) cuda::check_device(d.index);
-  if (is_cuda()) cuda::check_not_capturing(device().index, "to()");  // the copy synchronises
-  if (d.is_cuda())
-    cuda::check_not_capturing(d.index, "to()",
-                              is_cpu() ? "copy from host memory (a replay would read it again)"
-                                       : "synchronise with the host");
+  check_device(d);
+  check_not_capturing(device(), "to()");  // the copy synchronises
+  check_not_capturing(d, "to()",
+                      is_cpu() ? "copy from host memory (a replay would read it again)"
+                               : "synchronise with the host");
   Tensor src = ember::contiguous(detach());
   Tensor out = make_tensor(sizes(), dtype(), d, "to");
   copy_bytes(out.raw_data(), d, src.raw_data(), src.device(), nbytes());
@@ -298,7 +262,7 @@ Tensor& Tensor::detach_() {
 double Tensor::item() const {
   EMBER_CHECK(numel() == 1, "item: tensor has ", numel(), " elements (shape ",
               shape_str(sizes()), "), expected exactly one");
-  if (is_cuda()) cuda::check_not_capturing(device().index, "item()");
+  check_not_capturing(device(), "item()");
   Tensor host = detach().to(kCPU);
   return detail::dispatch_cpu(dtype(), [&](auto tag) {
     using S = decltype(tag);
@@ -308,7 +272,7 @@ double Tensor::item() const {
 
 template <typename T>
 std::vector<T> Tensor::to_vector() const {
-  if (is_cuda()) cuda::check_not_capturing(device().index, "to_vector()");
+  check_not_capturing(device(), "to_vector()");
   Tensor host = ember::contiguous(detach().to(kCPU));
   std::vector<T> out(static_cast<size_t>(numel()));
   detail::dispatch_cpu(dtype(), [&](auto tag) {
@@ -368,7 +332,7 @@ std::string Tensor::str() const {
   else print_values(os, v, sizes(), 0, pos, 7, dtype() == kInt64);
   if (dim() != 1 || numel() == 0) os << ", size=" << shape_str(sizes());
   if (dtype() != kFloat32) os << ", dtype=" << dtype();
-  if (is_cuda()) os << ", device=" << device();
+  if (!is_cpu()) os << ", device=" << device();
   if (grad_fn()) os << ", grad_fn=<" << grad_fn()->name() << ">";
   else if (requires_grad()) os << ", requires_grad=true";
   os << ')';
@@ -449,14 +413,18 @@ Tensor Tensor::mean(int64_t d, bool k) const { return ember::mean(*this, d, k); 
 Tensor Tensor::max(int64_t d, bool k) const { return ember::max(*this, d, k); }
 Tensor Tensor::argmax(int64_t d, bool k) const { return ember::argmax(*this, d, k); }
 Tensor Tensor::matmul(const Tensor& o) const { return ember::matmul(*this, o); }
-Tensor Tensor::pow(double e) const { return ember::pow(*this, e); }
-Tensor Tensor::exp() const { return ember::exp(*this); }
-Tensor Tensor::log() const { return ember::log(*this); }
-Tensor Tensor::sqrt() const { return ember::sqrt(*this); }
-Tensor Tensor::relu() const { return ember::relu(*this); }
-Tensor Tensor::sigmoid() const { return ember::sigmoid(*this); }
-Tensor Tensor::tanh() const { return ember::tanh(*this); }
-Tensor Tensor::abs() const { return ember::abs(*this); }
+#define EMBER_X(name, ...) \
+  Tensor Tensor::name() const { return ember::name(*this); }
+EMBER_UNARY_OPS(EMBER_X)
+#undef EMBER_X
+#define EMBER_X(name, ...) \
+  Tensor Tensor::name(double s) const { return ember::name(*this, s); }
+EMBER_SCALAR_OPS(EMBER_X)
+#undef EMBER_X
+#define EMBER_X(name, ...) \
+  Tensor Tensor::name(const Tensor& other) const { return ember::name(*this, other); }
+EMBER_BINARY_OPS(EMBER_X)
+#undef EMBER_X
 
 Tensor& Tensor::fill_(double v) { return ember::fill_(*this, v); }
 Tensor& Tensor::zero_() { return ember::fill_(*this, 0.0); }

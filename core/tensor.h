@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "core/base/device.h"
+#include "core/base/elementwise_ops.h"
 #include "core/base/dtype.h"
 #include "core/base/error.h"
 #include "core/base/shape.h"
@@ -88,6 +89,8 @@ class Tensor {
   bool is_cuda() const { return device().is_cuda(); }
   bool is_cpu() const { return device().is_cpu(); }
   bool is_contiguous() const;
+  // Its dtype and device, for making tensors like it (libtorch's t.options()).
+  TensorOptions options() const { return TensorOptions().dtype(dtype()).device(device()); }
   int64_t storage_offset() const { return impl().offset; }
   size_t nbytes() const { return static_cast<size_t>(numel()) * element_size(dtype()); }
   const std::shared_ptr<Storage>& storage() const { return impl().storage; }
@@ -153,14 +156,17 @@ class Tensor {
   Tensor max(int64_t dim, bool keepdim = false) const;
   Tensor argmax(int64_t dim, bool keepdim = false) const;
   Tensor matmul(const Tensor& other) const;
-  Tensor pow(double exponent) const;
-  Tensor exp() const;
-  Tensor log() const;
-  Tensor sqrt() const;
-  Tensor relu() const;
-  Tensor sigmoid() const;
-  Tensor tanh() const;
-  Tensor abs() const;
+  // The element-wise ops of core/base/elementwise_ops.h's lists, as methods:
+  // t.exp(), t.pow(2.0), t.mul(other), ...
+#define EMBER_X(name, ...) Tensor name() const;
+  EMBER_UNARY_OPS(EMBER_X)
+#undef EMBER_X
+#define EMBER_X(name, ...) Tensor name(double s) const;
+  EMBER_SCALAR_OPS(EMBER_X)
+#undef EMBER_X
+#define EMBER_X(name, ...) Tensor name(const Tensor& other) const;
+  EMBER_BINARY_OPS(EMBER_X)
+#undef EMBER_X
 
   // --- in place (bump the version counter)
   Tensor& fill_(double value);

@@ -13,6 +13,7 @@
 #include <cublas_v2.h>
 
 #include "cuda/check.h"
+#include "cuda/kernels/elementwise.h"
 #include "cuda/runtime.h"
 
 namespace ember::cuda {
@@ -324,14 +325,17 @@ bool lt_run(const LtProblem& p, int device, cudaStream_t stream) {
 // Row-major y (m, n) is column-major y^T (n, m) = w (stored (k, n), op T) times
 // x (stored (k, m), op N); the bias runs along D's rows (our n), as cuBLASLt wants.
 //
-// float32 without TF32 and GELU: the GEMM and bias run in cuBLASLt (into pre,
-// or y), the GELU in our own element-wise kernel (tanhf, as the CPU reference).
-// cuBLASLt's GELU epilogue may use a fast approximate tanh, which would cost more
-// than fp32's 1e-5 budget; the extra pass is ~1% of an fp32 GEMM's time.
+// Activations cuBLASLt cannot fuse to our accuracy run as a second pass of our
+// element-wise kernel (the formula of core/base/elementwise_ops.h) over its output:
+// SiLU (cuBLASLt has no such epilogue), and GELU in float32 without TF32
+// (cuBLASLt's GELU epilogue may use a fast approximate tanh, which would cost more
+// than fp32's 1e-5 budget; the extra pass is ~1% of an fp32 GEMM's time). The
+// GEMM and bias then write into pre (or y).
 bool lt_linear_forward(DType dtype, int64_t m, int64_t n, int64_t k, const void* x, int64_t ldx,
                        const void* w, int64_t ldw, const void* b, void* y, void* pre,
-                       GemmActivation act, int device, cudaStream_t stream) {
-  const bool own_gelu = act == GemmActivation::Gelu && dtype == DType::Float32 && !allow_tf32();
+                       Activation act, int device, cudaStream_t stream) {
+  const bool own_act = act == Activation::Silu ||
+                       (act == Activation::Gelu && dtype == DType::Float32 && !allow_tf32());
   LtProblem p{};
   p.dtype = dtype;
   p.op_a = CUBLAS_OP_T;
@@ -339,29 +343,28 @@ bool lt_linear_forward(DType dtype, int64_t m, int64_t n, int64_t k, const void*
   p.rows = n, p.cols = m, p.inner = k;
   p.a = w, p.a_rows = k, p.a_cols = n, p.lda = ldw;
   p.b = x, p.b_rows = k, p.b_cols = m, p.ldb = ldx;
-  p.d = own_gelu && pre != nullptr ? pre : y, p.ldd = n;
+  p.d = own_act && pre != nullptr ? pre : y, p.ldd = n;
   p.bias = b;
-  switch (act) {
-    case GemmActivation::None:
-      p.epi = b != nullptr ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
-      break;
-    case GemmActivation::Relu:
-      p.epi = b != nullptr ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_RELU;
-      break;
-    case GemmActivation::Gelu:
-      if (own_gelu) {
-        p.epi = b != nullptr ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
-      } else if (pre != nullptr) {
-        if (n % 8 != 0) return false;  // the GELU input's leading dimension must be a multiple of 8
-        p.epi = b != nullptr ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
-        p.aux = pre, p.aux_ld = n;
-      } else {
-        p.epi = b != nullptr ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_GELU;
-      }
-      break;
+  if (own_act || act == Activation::None) {
+    p.epi = b != nullptr ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+  } else if (act == Activation::Relu) {
+    p.epi = b != nullptr ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_RELU;
+  } else if (act == Activation::Gelu) {
+    if (pre != nullptr) {
+      if (n % 8 != 0) return false;  // the GELU input's leading dimension must be a multiple of 8
+      p.epi = b != nullptr ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
+      p.aux = pre, p.aux_ld = n;
+    } else {
+      p.epi = b != nullptr ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_GELU;
+    }
+  } else {
+    EMBER_FAIL("linear: activation ", activation_name(act), " has no cuBLASLt epilogue");
   }
   if (!lt_run(p, device, stream)) return false;
-  if (own_gelu) launch_activation_forward(dtype, act, p.d, y, m * n, stream);
+  if (own_act) {
+    const StridedLayout flat = flat_layout(m * n);
+    launch_unary(unary_op_of(act), dtype, p.d, flat, y, flat, m * n, 0.0, stream);
+  }
   return true;
 }
 

@@ -47,7 +47,7 @@ void gemm(DType dtype, int64_t batch, int64_t m, int64_t n, int64_t k, const Gem
 // (only act == Gelu needs it: a ReLU's derivative is read off y itself).
 bool lt_linear_forward(DType dtype, int64_t m, int64_t n, int64_t k, const void* x, int64_t ldx,
                        const void* w, int64_t ldw, const void* b, void* y, void* pre,
-                       GemmActivation act, int device, cudaStream_t stream);
+                       Activation act, int device, cudaStream_t stream);
 
 // d_w (n, k) = d_y^T x and, when d_b is not null, d_b (n) = column sums of d_y,
 // in the same pass (CUBLASLT_EPILOGUE_BGRADB). d_y: (m, n) contiguous.

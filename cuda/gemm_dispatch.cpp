@@ -46,7 +46,7 @@ bool fuse_bias_grad(DType dtype) {
 
 GemmBackend linear_forward(DType dtype, int64_t m, int64_t n, int64_t k, const void* x, int64_t ldx,
                            const void* w, int64_t ldw, const void* b, void* y, void* pre,
-                           GemmActivation act, int device, cudaStream_t stream) {
+                           Activation act, int device, cudaStream_t stream) {
   const GemmBackend want = choose_linear_backend(dtype, m, n, k);
   if (want == GemmBackend::Cublas &&
       lt_linear_forward(dtype, m, n, k, x, ldx, w, ldw, b, y, pre, act, device, stream))

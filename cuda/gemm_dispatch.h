@@ -28,6 +28,6 @@ bool fuse_bias_grad(DType dtype);
 // backend that ran. float32 (TF32 through cuBLASLt when allowed) and bfloat16.
 GemmBackend linear_forward(DType dtype, int64_t m, int64_t n, int64_t k, const void* x, int64_t ldx,
                            const void* w, int64_t ldw, const void* b, void* y, void* pre,
-                           GemmActivation act, int device, cudaStream_t stream);
+                           Activation act, int device, cudaStream_t stream);
 
 }  // namespace ember::cuda

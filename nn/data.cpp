@@ -13,7 +13,8 @@
 
 #include "core/autograd.h"
 #include "core/ops.h"
-#include "core/base/elementwise_math.h"  // random_bits: the same mixer as ember's RNG
+#include "core/base/random.h"  // random_bits: the same mixer as ember's RNG
+#include "core/kernel_table.h"
 #include "cuda/pinned_buffer.h"
 #include "cuda/runtime.h"
 
@@ -177,7 +178,7 @@ struct DataLoader::Epoch {
                   shape_str(e0.data.sizes()), "); examples in a batch must stack");
     }
     const bool has_target = e0.target.defined();
-    if (e0.data.is_cuda()) {  // data already on a GPU: stack there
+    if (!e0.data.is_cpu()) {  // data already on a device: stack there
       HostBatch hb;
       hb.has_target = has_target;
       hb.batch.data = stack(ex, 0).to(options.device());
@@ -199,7 +200,7 @@ struct DataLoader::Epoch {
     for (int which = 0; which < (has_target ? 2 : 1); ++which) {
       hb.shape[which] = batch_shape(n, row_shapes[static_cast<size_t>(which)]);
       hb.dtype[which] = dtypes[static_cast<size_t>(which)];
-      if (options.device().is_cpu()) {
+      if (!staging) {  // the host, or a device that takes no host copies
         Tensor out = empty(hb.shape[which], hb.dtype[which]);
         write_rows(which, static_cast<char*>(out.raw_data()));
         (which == 0 ? hb.batch.data : hb.batch.target) = out;
@@ -283,7 +284,7 @@ DataLoader::DataLoader(std::shared_ptr<const Dataset> dataset, const DataLoaderO
   EMBER_CHECK(dataset_ != nullptr, "DataLoader: dataset is null");
   EMBER_CHECK(options_.batch_size() > 0, "DataLoader: batch_size must be positive, got ",
               options_.batch_size());
-  if (options_.device().is_cuda()) cuda::check_device(options_.device().index);
+  check_device(options_.device());
 }
 
 size_t DataLoader::size() const {
@@ -308,7 +309,8 @@ std::vector<size_t> DataLoader::epoch_order(uint64_t e) const {
 DataLoader::Iterator DataLoader::begin() {
   const uint64_t e = next_epoch_++;
   // Pinned buffers are reused across epochs unless an earlier epoch still runs.
-  if (options_.device().is_cuda() && (!staging_ || staging_.use_count() > 1))
+  if (kernels::kernels_for(options_.device()).hooks.pinned_staging &&
+      (!staging_ || staging_.use_count() > 1))
     staging_ = std::make_shared<Staging>();
   auto epoch = std::make_shared<Epoch>(dataset_, options_, epoch_order(e), size(), staging_);
   return Iterator(std::move(epoch));

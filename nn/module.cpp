@@ -8,6 +8,7 @@
 #include <typeinfo>
 
 #include "core/autograd.h"
+#include "core/kernel_table.h"
 #include "core/ops.h"
 
 namespace ember::nn {
@@ -134,10 +135,7 @@ void Module::train(bool on) {
 }
 
 void Module::convert(Device device, DType dtype, bool change_dtype) {
-  if (device.is_cuda()) {
-    // Fail before moving anything, so a bad device leaves the module as it was.
-    Tensor probe = empty({0}, TensorOptions().device(device));
-  }
+  check_device(device);  // fails before moving anything: a bad device changes nothing
   auto target = [&](const Tensor& t) {
     return change_dtype && is_floating(t.dtype()) ? dtype : t.dtype();
   };

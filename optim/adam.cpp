@@ -3,9 +3,8 @@
 #include <cmath>
 
 #include "core/autograd.h"
-#include "core/ops/dispatch.h"
-#include "cuda/kernels/fused_optim.h"
-#include "cuda/runtime.h"
+#include "core/kernel_table.h"
+#include "core/ops.h"
 
 namespace ember::optim {
 
@@ -61,41 +60,14 @@ AdamW::AdamW(std::vector<ParamGroup> groups, const AdamWOptions& defaults)
 namespace {
 
 // The options of a group as the update rule wants them; groups may carry either
-// options type (both name the same fields).
+// options type (both are AdamConfigSources).
 AdamConfig config_of(const OptimizerOptions& options, bool decoupled) {
-  AdamConfig c;
-  for (const auto& [name, value] : options.fields()) {
-    if (name == "lr")
-      c.lr = value;
-    else if (name == "beta1")
-      c.beta1 = value;
-    else if (name == "beta2")
-      c.beta2 = value;
-    else if (name == "eps")
-      c.eps = value;
-    else if (name == "weight_decay")
-      c.weight_decay = value;
-    else if (name == "amsgrad")
-      c.amsgrad = value != 0.0;
-  }
+  const auto* source = dynamic_cast<const AdamConfigSource*>(&options);
+  EMBER_CHECK(source != nullptr, decoupled ? "AdamW" : "Adam",
+              ": a parameter group carries options of another optimizer");
+  AdamConfig c = source->adam_config();
   c.decoupled_weight_decay = decoupled;
   return c;
-}
-
-// Gives a CUDA parameter its step count in device memory (from the host count,
-// on its first CUDA step or after it moved device), and a CPU parameter back its
-// host count: the fused kernel advances the device one, graph replays included.
-void place_step_count(ParamState& s, const Tensor& p, const char* who) {
-  if (p.is_cuda()) {
-    if (s.device_step.defined() && s.device_step.device() == p.device()) return;
-    cuda::check_not_capturing(p.device().index, who,
-                              "create optimizer state (run a few eager steps before capturing)");
-    if (s.device_step.defined()) s.step = static_cast<int64_t>(s.device_step.item());
-    s.device_step = full({}, static_cast<double>(s.step), TensorOptions(kInt64).device(p.device()));
-  } else if (s.device_step.defined()) {
-    s.step = static_cast<int64_t>(s.device_step.item());
-    s.device_step = Tensor();
-  }
 }
 
 }  // namespace
@@ -107,84 +79,32 @@ std::vector<std::string> Adam::buffer_names(const OptimizerOptions& options) con
 
 void Adam::step() {
   NoGradGuard no_grad;
-  // Everything that can fail (checks, state buffers, device step counts) happens
-  // for every group before any parameter or step count changes: a step that
-  // throws (out of memory, say) leaves the model and the optimizer as they were.
-  // On CUDA nothing here reads device memory, so a step can be captured in a CUDA
-  // graph once its state exists; lr and the other options are then baked into
-  // the graph (re-capture after changing them).
-  std::vector<detail::StepTargets> all_targets;
+  // Everything that can fail (checks, state buffers, step counts) happens for
+  // every group before any parameter or step count changes: a step that throws
+  // (out of memory, say) leaves the model and the optimizer as they were. Nothing
+  // here reads device memory, so a step can be captured in a CUDA graph once its
+  // state exists; lr and the other options are then baked into the graph
+  // (re-capture after changing them).
+  std::vector<std::vector<Tensor>> all_targets;
   for (ParamGroup& group : param_groups())
     all_targets.push_back(detail::step_targets(name(), group));
-  for (size_t g = 0; g < all_targets.size(); ++g) {
-    std::vector<Tensor> params = all_targets[g].cpu;
-    for (const auto& on_device : all_targets[g].cuda)
-      params.insert(params.end(), on_device.begin(), on_device.end());
-    reserve_state(params, buffer_names(param_groups()[g].options()));
-    for (const Tensor& p : params)
-      place_step_count(state_for(p), p, decoupled_ ? "AdamW.step()" : "Adam.step()");
-  }
+  for (size_t g = 0; g < all_targets.size(); ++g)
+    reserve_state(all_targets[g], buffer_names(param_groups()[g].options()), /*step_count=*/true);
 
   for (size_t g = 0; g < all_targets.size(); ++g) {
     const AdamConfig config = config_of(param_groups()[g].options(), decoupled_);
-    const detail::StepTargets& targets = all_targets[g];
-
-    // Advances p's step and fills t with its state and bias corrections.
-    auto prepare = [&](const Tensor& p, cuda::OptimTensor& t) {
+    const std::vector<Tensor>& params = all_targets[g];
+    std::vector<Tensor> grads, m, v, v_max, steps;
+    for (const Tensor& p : params) {
       ParamState& s = state_for(p);
       ++s.step;
-      Tensor m = s.get_or_zeros("exp_avg", p);
-      Tensor v = s.get_or_zeros("exp_avg_sq", p);
-      Tensor v_max = config.amsgrad ? s.get_or_zeros("max_exp_avg_sq", p) : Tensor();
-      const double t_step = static_cast<double>(s.step);
-      t.param = p.raw_data();
-      t.grad = p.grad().raw_data();
-      t.state[0] = m.raw_data();
-      t.state[1] = v.raw_data();
-      t.state[2] = v_max.defined() ? v_max.raw_data() : nullptr;
-      t.numel = p.numel();
-      t.is_double = p.dtype() == kFloat64;
-      if (p.is_cuda())
-        t.step = static_cast<int64_t*>(s.device_step.raw_data());  // the kernel advances it
-      else
-        adam_bias_corrections(config, t_step, t.step_size, t.bias_correction2_sqrt);
-      p.bump_version();
-    };
-
-    for (const Tensor& p : targets.cpu) {
-      cuda::OptimTensor t;
-      prepare(p, t);
-      ember::detail::dispatch_cpu(p.dtype(), [&](auto tag) {
-        using T = decltype(tag);
-        if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
-          T* pd = static_cast<T*>(t.param);
-          const T* gd = static_cast<const T*>(t.grad);
-          T* md = static_cast<T*>(t.state[0]);
-          T* vd = static_cast<T*>(t.state[1]);
-          T* vmd = static_cast<T*>(t.state[2]);
-          for (int64_t i = 0; i < t.numel; ++i) {
-            double pv = pd[i], mv = md[i], vv = vd[i];
-            double vm = vmd ? static_cast<double>(vmd[i]) : 0.0;
-            adam_update(config, pv, static_cast<double>(gd[i]), mv, vv, vm, t.step_size,
-                              t.bias_correction2_sqrt);
-            pd[i] = static_cast<T>(pv);
-            md[i] = static_cast<T>(mv);
-            vd[i] = static_cast<T>(vv);
-            if (vmd) vmd[i] = static_cast<T>(vm);
-          }
-        }
-      });
+      grads.push_back(p.grad());
+      m.push_back(s.get_or_zeros("exp_avg", p));
+      v.push_back(s.get_or_zeros("exp_avg_sq", p));
+      if (config.amsgrad) v_max.push_back(s.get_or_zeros("max_exp_avg_sq", p));
+      steps.push_back(s.device_step);
     }
-
-    for (size_t d = 0; d < targets.cuda.size(); ++d) {
-      const std::vector<Tensor>& on_device = targets.cuda[d];
-      std::vector<cuda::OptimTensor> table(on_device.size());
-      for (size_t k = 0; k < on_device.size(); ++k) prepare(on_device[k], table[k]);
-      const Device dev = on_device.front().device();
-      cuda::DeviceGuard guard(dev.index);
-      cuda::launch_fused_adam(table.data(), static_cast<int64_t>(table.size()), config,
-                              cuda::current_stream(dev.index));
-    }
+    fused_adam_(params, grads, m, v, v_max, steps, config);
   }
 }
 

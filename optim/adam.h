@@ -8,13 +8,22 @@
 #include <tuple>
 #include <vector>
 
+#include "core/base/optim_math.h"
 #include "optim/optimizer.h"
 
 namespace ember::optim {
 
+// What Adam's update reads from a group's options, whichever options type the
+// group carries (AdamOptions or AdamWOptions).
+class AdamConfigSource {
+ public:
+  virtual ~AdamConfigSource() = default;
+  virtual AdamConfig adam_config() const = 0;
+};
+
 // Options shared by Adam and AdamW; AdamW's defaults differ in weight_decay only.
 template <typename Derived>
-class AdamOptionsBase : public OptimizerCloneableOptions<Derived> {
+class AdamOptionsBase : public OptimizerCloneableOptions<Derived>, public AdamConfigSource {
  public:
   Derived& lr(double v) {
     lr_ = v;
@@ -50,6 +59,16 @@ class AdamOptionsBase : public OptimizerCloneableOptions<Derived> {
   }
   void set_field(const std::string& name, double value) override;
   void validate() const override;
+  AdamConfig adam_config() const override {
+    AdamConfig c;
+    c.lr = lr_;
+    c.beta1 = std::get<0>(betas_);
+    c.beta2 = std::get<1>(betas_);
+    c.eps = eps_;
+    c.weight_decay = weight_decay_;
+    c.amsgrad = amsgrad_;
+    return c;
+  }
 
  protected:
   AdamOptionsBase(double lr, double weight_decay) : lr_(lr), weight_decay_(weight_decay) {}

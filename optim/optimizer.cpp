@@ -5,7 +5,7 @@
 
 #include "core/autograd.h"
 #include "core/ops.h"
-#include "cuda/runtime.h"
+#include "core/kernel_table.h"
 
 namespace ember::optim {
 
@@ -108,15 +108,16 @@ ParamState& Optimizer::state_for(const Tensor& param) {
 }
 
 void Optimizer::reserve_state(const std::vector<Tensor>& params,
-                              const std::vector<std::string>& names) {
+                              const std::vector<std::string>& names, bool step_count) {
   std::vector<std::pair<const TensorImpl*, size_t>> touched;  // buffers held before
   std::vector<const TensorImpl*> created;
+  std::vector<std::pair<const TensorImpl*, Tensor>> replaced_steps;  // step tensors before
   try {
     for (const Tensor& p : params) {
       auto [it, inserted] = state_.try_emplace(p.impl_ptr().get());
       if (inserted) created.push_back(it->first);
       touched.emplace_back(it->first, it->second.buffers.size());
-      if (p.is_cuda() && cuda::is_capturing(p.device().index)) [[unlikely]]
+      if (is_capturing(p.device())) [[unlikely]]
         for (const std::string& buffer : names) {
           const Tensor* t = it->second.find(buffer);
           EMBER_CHECK(t != nullptr && t->device() == p.device() && t->dtype() == p.dtype(),
@@ -126,8 +127,20 @@ void Optimizer::reserve_state(const std::vector<Tensor>& params,
                       "eager steps before capturing");
         }
       for (const std::string& name : names) it->second.get_or_zeros(name, p);
+      ParamState& s = it->second;
+      if (step_count && !(s.device_step.defined() && s.device_step.device() == p.device())) {
+        check_not_capturing(p.device(), name(),
+                            "create optimizer state (run a few eager steps before capturing)");
+        const int64_t count =
+            s.device_step.defined() ? static_cast<int64_t>(s.device_step.item()) : s.step;
+        Tensor fresh = full({}, static_cast<double>(count), TensorOptions(kInt64).device(p.device()));
+        replaced_steps.emplace_back(it->first, s.device_step);
+        s.step = count;
+        s.device_step = std::move(fresh);
+      }
     }
   } catch (...) {
+    for (auto& [key, before] : replaced_steps) state_.at(key).device_step = std::move(before);
     for (auto& [key, before] : touched) {
       auto& buffers = state_.at(key).buffers;
       buffers.erase(buffers.begin() + static_cast<std::ptrdiff_t>(before), buffers.end());
@@ -286,9 +299,8 @@ void Optimizer::load_state_dict(const StateDict& sd) {
 
 namespace detail {
 
-StepTargets step_targets(const char* optimizer, const ParamGroup& group) {
-  StepTargets out;
-  std::vector<int> devices;
+std::vector<Tensor> step_targets(const char* optimizer, const ParamGroup& group) {
+  std::vector<Tensor> out;
   for (const Tensor& p : group.params()) {
     const Tensor& g = p.grad();
     if (!g.defined()) continue;
@@ -302,17 +314,7 @@ StepTargets step_targets(const char* optimizer, const ParamGroup& group) {
     EMBER_CHECK(p.is_contiguous() && g.is_contiguous(), optimizer,
                 ": parameter and gradient must be contiguous (parameter of shape ",
                 shape_str(p.sizes()), ")");
-    if (p.is_cpu()) {
-      out.cpu.push_back(p);
-      continue;
-    }
-    auto it = std::find(devices.begin(), devices.end(), p.device().index);
-    if (it == devices.end()) {
-      devices.push_back(p.device().index);
-      out.cuda.emplace_back();
-      it = devices.end() - 1;
-    }
-    out.cuda[static_cast<size_t>(it - devices.begin())].push_back(p);
+    out.push_back(p);
   }
   return out;
 }

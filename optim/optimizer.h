@@ -76,10 +76,11 @@ using OptimizerParamGroup = ParamGroup;
 // What an optimizer keeps per parameter.
 struct ParamState {
   int64_t step = 0;
-  // Adam on CUDA: the step count in device memory (an int64 scalar on the
-  // parameter's device), advanced by the fused kernel itself, so that a replayed
-  // CUDA graph (cuda/graph.h) counts its steps. When defined it is the true count
-  // (state_dict() reads it); `step` then counts only the host's calls of step().
+  // Adam: the step count as an int64 scalar on the parameter's device (the
+  // state_steps of fused_adam_), advanced by the update itself, so that a
+  // replayed CUDA graph (cuda/graph.h) counts its steps. When defined it is the
+  // true count (state_dict() reads it); `step` then counts only the host's calls
+  // of step().
   Tensor device_step;
   std::vector<std::pair<std::string, Tensor>> buffers;
   // The buffer `name`, or null.
@@ -126,8 +127,11 @@ class Optimizer {
   // (out of memory), what this call made is dropped and the error rethrown, so
   // the optimizer is exactly as it was. While a CUDA graph is being captured it
   // creates nothing (a replay would zero the state again): a missing buffer then
-  // throws ember::Error asking for eager warm-up steps before the capture.
-  void reserve_state(const std::vector<Tensor>& params, const std::vector<std::string>& names);
+  // throws ember::Error asking for eager warm-up steps before the capture. With
+  // step_count, each parameter also gets its step count as a tensor on its device
+  // (ParamState::device_step), all or nothing with the buffers.
+  void reserve_state(const std::vector<Tensor>& params, const std::vector<std::string>& names,
+                     bool step_count = false);
   // The names of the buffers this optimizer keeps for a parameter with these options.
   virtual std::vector<std::string> buffer_names(const OptimizerOptions& options) const = 0;
   virtual const char* name() const = 0;
@@ -139,13 +143,9 @@ class Optimizer {
 };
 
 namespace detail {
-// Parameters of `group` that have a gradient, split into CPU ones and CUDA ones
-// (grouped by device), after checking dtype, contiguity and matching grads.
-struct StepTargets {
-  std::vector<Tensor> cpu;
-  std::vector<std::vector<Tensor>> cuda;  // one list per device in use
-};
-StepTargets step_targets(const char* optimizer, const ParamGroup& group);
+// The parameters of `group` that have a gradient, after checking dtype,
+// contiguity and that each gradient matches its parameter.
+std::vector<Tensor> step_targets(const char* optimizer, const ParamGroup& group);
 }  // namespace detail
 
 }  // namespace ember::optim

@@ -4,9 +4,7 @@
 #include <cmath>
 
 #include "core/autograd.h"
-#include "core/ops/dispatch.h"
-#include "cuda/kernels/fused_optim.h"
-#include "cuda/runtime.h"
+#include "core/ops.h"
 
 namespace ember::optim {
 
@@ -62,80 +60,37 @@ void SGD::step() {
   // As Adam::step: checks and momentum buffers for every group first, so a step
   // that throws leaves the model and the optimizer as they were. Capturable in a
   // CUDA graph once the momentum buffers exist (lr and the options are baked in).
-  std::vector<detail::StepTargets> all_targets;
+  std::vector<std::vector<Tensor>> all_targets;
   for (ParamGroup& group : param_groups())
     all_targets.push_back(detail::step_targets("SGD", group));
   // A parameter without a momentum buffer yet takes its first step (buf = grad).
   std::vector<const TensorImpl*> first_step;
   for (size_t g = 0; g < all_targets.size(); ++g) {
-    std::vector<Tensor> params = all_targets[g].cpu;
-    for (const auto& on_device : all_targets[g].cuda)
-      params.insert(params.end(), on_device.begin(), on_device.end());
-    for (const Tensor& p : params) {
+    for (const Tensor& p : all_targets[g]) {
       const ParamState* s = state(p);
       const bool has_buffer =
           s != nullptr && std::any_of(s->buffers.begin(), s->buffers.end(),
                                       [](const auto& b) { return b.first == "momentum_buffer"; });
       if (!has_buffer) first_step.push_back(p.impl_ptr().get());
     }
-    reserve_state(params, buffer_names(param_groups()[g].options()));
+    reserve_state(all_targets[g], buffer_names(param_groups()[g].options()));
   }
 
   for (size_t g = 0; g < all_targets.size(); ++g) {
     const auto& o = static_cast<const SGDOptions&>(param_groups()[g].options());
-    const SgdConfig config{o.lr(), o.momentum(), o.dampening(), o.weight_decay(),
-                                 o.nesterov()};
-    const detail::StepTargets& targets = all_targets[g];
-
-    // Per parameter: its state before the update.
-    auto prepare = [&](const Tensor& p, Tensor& buf) {
+    const SgdConfig config{o.lr(), o.momentum(), o.dampening(), o.weight_decay(), o.nesterov()};
+    const std::vector<Tensor>& params = all_targets[g];
+    std::vector<Tensor> grads, buffers;
+    std::vector<bool> first;
+    for (const Tensor& p : params) {
       ParamState& s = state_for(p);
-      const bool first = std::find(first_step.begin(), first_step.end(),
-                                   p.impl_ptr().get()) != first_step.end();
       ++s.step;
-      if (o.momentum() != 0) buf = s.get_or_zeros("momentum_buffer", p);
-      p.bump_version();
-      return first;
-    };
-
-    for (const Tensor& p : targets.cpu) {
-      Tensor buf;
-      const bool first = prepare(p, buf);
-      ember::detail::dispatch_cpu(p.dtype(), [&](auto tag) {
-        using T = decltype(tag);
-        if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
-          T* pd = p.data_ptr<T>();
-          const T* gd = p.grad().data_ptr<T>();
-          T* bd = buf.defined() ? buf.data_ptr<T>() : nullptr;
-          for (int64_t i = 0; i < p.numel(); ++i) {
-            double pv = pd[i], bv = bd ? static_cast<double>(bd[i]) : 0.0;
-            sgd_update(config, pv, static_cast<double>(gd[i]), bv, first);
-            pd[i] = static_cast<T>(pv);
-            if (bd) bd[i] = static_cast<T>(bv);
-          }
-        }
-      });
+      grads.push_back(p.grad());
+      buffers.push_back(o.momentum() != 0 ? s.get_or_zeros("momentum_buffer", p) : Tensor());
+      first.push_back(std::find(first_step.begin(), first_step.end(), p.impl_ptr().get()) !=
+                      first_step.end());
     }
-
-    for (size_t d = 0; d < targets.cuda.size(); ++d) {
-      const std::vector<Tensor>& on_device = targets.cuda[d];
-      std::vector<cuda::OptimTensor> table;
-      for (const Tensor& p : on_device) {
-        Tensor buf;
-        cuda::OptimTensor t;
-        t.first_step = prepare(p, buf);
-        t.param = p.raw_data();
-        t.grad = p.grad().raw_data();
-        t.state[0] = buf.defined() ? buf.raw_data() : nullptr;
-        t.numel = p.numel();
-        t.is_double = p.dtype() == kFloat64;
-        table.push_back(t);
-      }
-      const Device dev = on_device.front().device();
-      cuda::DeviceGuard guard(dev.index);
-      cuda::launch_fused_sgd(table.data(), static_cast<int64_t>(table.size()), config,
-                             cuda::current_stream(dev.index));
-    }
+    fused_sgd_(params, grads, buffers, first, config);
   }
 }
 

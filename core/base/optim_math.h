@@ -4,10 +4,27 @@
 #pragma once
 
 #include <cmath>
+#include <cstdint>
 
-#include "core/base/elementwise_math.h"  // EMBER_HD
+#include "core/base/hd.h"
 
 namespace ember {
+
+// One parameter and its optimizer state for a fused multi-tensor update, as raw
+// pointers into the parameter's device memory (all of one tensor in float32 or
+// float64, contiguous).
+struct OptimTensor {
+  void* param = nullptr;
+  const void* grad = nullptr;
+  void* state[3] = {};  // SGD: momentum buffer; Adam: exp_avg, exp_avg_sq, max_exp_avg_sq
+  int64_t numel = 0;
+  bool is_double = false;
+  bool first_step = false;  // SGD: the momentum buffer starts as the gradient
+  // Adam: the parameter's step count (int64, on its device). The update adds one
+  // to it and derives the bias corrections from the new count where it runs, so a
+  // replayed CUDA graph advances the count and its corrections every step.
+  int64_t* step = nullptr;
+};
 
 struct SgdConfig {
   double lr = 0;

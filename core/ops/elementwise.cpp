@@ -1,13 +1,13 @@
-// Element-wise ops: forward, backward and CPU reference loop together. The CPU
-// loop computes in double; the CUDA path launches cuda/kernels/elementwise.cu.
-#include <cstring>
-
+// Element-wise ops. The ops of core/base/elementwise_ops.h's lists are generated
+// here: one generic forward per arity that runs the device's kernel from the
+// table, and one generic backward that evaluates the list's derivative (a kernel
+// of its own, or nothing where the derivative is the incoming gradient). Copies,
+// casts, fills and the in-place ops follow.
 #include "core/alloc_site.h"
 #include "core/autograd.h"
+#include "core/kernel_table.h"
 #include "core/ops.h"
-#include "core/ops/dispatch.h"
-#include "cuda/check.h"
-#include "cuda/kernels/elementwise.h"
+#include "core/ops/layouts.h"
 
 namespace ember {
 
@@ -79,54 +79,35 @@ StridedLayout layout_of(const Tensor& t, const Shape& iter, const char* op) {
 
 namespace {
 
-TensorOptions like(const Tensor& t) { return TensorOptions().dtype(t.dtype()).device(t.device()); }
+// Node names, one per op of the lists: "ExpBackward", "MulBackward", ...
+constexpr const char* kUnaryBackwardNames[] = {
+#define EMBER_X(name, Enum, ...) #Enum "Backward",
+    EMBER_UNARY_OPS(EMBER_X) EMBER_SCALAR_OPS(EMBER_X)
+#undef EMBER_X
+};
+constexpr const char* kBinaryBackwardNames[] = {
+#define EMBER_X(name, Enum, ...) #Enum "Backward",
+    EMBER_BINARY_OPS(EMBER_X)
+#undef EMBER_X
+};
 
 // out = op(a, s) elementwise; out may be a (in place) or a view.
 void run_unary(UnaryOp op, const Tensor& a, const Tensor& out, double s, const char* name) {
   const Shape& shape = out.sizes();
-  StridedLayout al = detail::layout_of(a, shape, name);
-  StridedLayout ol = detail::layout_of(out, shape, name);
-  const int64_t n = out.numel();
-  if (out.is_cuda()) {
-    cuda::DeviceGuard guard(out.device().index);
-    cuda::launch_unary(op, out.dtype(), a.storage()->data(), al, out.storage()->data(), ol, n, s,
-                       detail::stream_of(out));
-    return;
-  }
-  detail::dispatch_cpu(out.dtype(), [&](auto tag) {
-    using S = decltype(tag);
-    const S* x = static_cast<const S*>(a.storage()->data());
-    S* y = static_cast<S*>(out.storage()->data());
-    for (int64_t i = 0; i < n; ++i)
-      detail::store_from_double(y + ol.offset_of(i),
-                                apply_unary<double>(op, detail::load_as_double(x + al.offset_of(i)), s));
-  });
+  kernels::kernels_for(out.device())
+      .unary({out.device(), op, out.dtype(), a.storage()->data(),
+              detail::layout_of(a, shape, name), out.storage()->data(),
+              detail::layout_of(out, shape, name), out.numel(), s});
 }
 
 void run_binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out, double s,
                 const char* name) {
   const Shape& shape = out.sizes();
-  StridedLayout al = detail::layout_of(a, shape, name);
-  StridedLayout bl = detail::layout_of(b, shape, name);
-  StridedLayout ol = detail::layout_of(out, shape, name);
-  const int64_t n = out.numel();
-  if (out.is_cuda()) {
-    cuda::DeviceGuard guard(out.device().index);
-    cuda::launch_binary(op, out.dtype(), a.storage()->data(), al, b.storage()->data(), bl,
-                        out.storage()->data(), ol, n, s, detail::stream_of(out));
-    return;
-  }
-  detail::dispatch_cpu(out.dtype(), [&](auto tag) {
-    using S = decltype(tag);
-    const S* x = static_cast<const S*>(a.storage()->data());
-    const S* y = static_cast<const S*>(b.storage()->data());
-    S* o = static_cast<S*>(out.storage()->data());
-    for (int64_t i = 0; i < n; ++i)
-      detail::store_from_double(
-          o + ol.offset_of(i),
-          apply_binary<double>(op, detail::load_as_double(x + al.offset_of(i)),
-                                     detail::load_as_double(y + bl.offset_of(i)), s));
-  });
+  kernels::kernels_for(out.device())
+      .binary({out.device(), op, out.dtype(), a.storage()->data(),
+               detail::layout_of(a, shape, name), b.storage()->data(),
+               detail::layout_of(b, shape, name), out.storage()->data(),
+               detail::layout_of(out, shape, name), out.numel(), s});
 }
 
 void check_binary(const char* name, const Tensor& a, const Tensor& b) {
@@ -137,213 +118,115 @@ void check_binary(const char* name, const Tensor& a, const Tensor& b) {
   check_floating(name, a);
 }
 
-Tensor unary_forward(UnaryOp op, const char* name, const Tensor& a, double s = 0.0) {
-  OpSite site(name);
-  check_defined(name, a);
-  check_floating(name, a);
-  Tensor out = empty(a.sizes(), like(a));
-  run_unary(op, a, out, s, name);
+// d_x of a unary op: unary_backward(op, g, s, a) over g's shape, or g itself
+// when the list says the derivative is the incoming gradient.
+}  // namespace
+
+Tensor detail::unary_backward_of(UnaryOp op, const Tensor& g, const Tensor& saved, double a) {
+  if (unary_saves(op) == Saves::Pass) return g;
+  const Tensor& s = saved.defined() ? saved : g;  // read by the formula only if it saves one
+  Tensor out = empty(g.sizes(), g.options());
+  const Shape& shape = g.sizes();
+  kernels::kernels_for(g.device())
+      .unary_backward({g.device(), op, g.dtype(), g.storage()->data(),
+                       detail::layout_of(g, shape, "backward"), s.storage()->data(),
+                       detail::layout_of(s, shape, "backward"), out.storage()->data(),
+                       detail::layout_of(out, shape, "backward"), out.numel(), a});
   return out;
 }
 
-Tensor binary_forward(BinaryOp op, const char* name, const Tensor& a, const Tensor& b,
-                      double s = 1.0) {
-  OpSite site(name);
-  check_binary(name, a, b);
-  Tensor out = a.sizes() == b.sizes()
-                   ? empty(a.sizes(), like(a))
-                   : empty(broadcast_shapes(a.sizes(), b.sizes(), name), like(a));
-  run_binary(op, a, b, out, s, name);
-  return out;
-}
+namespace {
 
-// Backward helper: out = op(g, saved, s) for the activation derivatives.
-Tensor grad_binary(BinaryOp op, const Tensor& g, const Tensor& saved, double s = 1.0) {
-  Tensor out = empty(g.sizes(), like(g));
-  run_binary(op, g, saved, out, s, "backward");
+// A binary op's derivative with respect to x (side 0) or y (side 1), over g's
+// shape (the output's); x and y are read only where the list says so.
+Tensor binary_grad(BinaryOp op, int side, const Tensor& g, const Tensor& x, const Tensor& y,
+                   double a) {
+  const Reads r = binary_reads(op, side);
+  if (r == Reads::G) return g;
+  if (r == Reads::GA) return a == 1.0 ? g : mul(g, a);
+  const Tensor& xs = reads_x(r) ? x : g;
+  const Tensor& ys = reads_y(r) ? y : g;
+  Tensor out = empty(g.sizes(), g.options());
+  const Shape& shape = g.sizes();
+  kernels::kernels_for(g.device())
+      .binary_backward({g.device(), op, side, g.dtype(), g.storage()->data(),
+                        detail::layout_of(g, shape, "backward"), xs.storage()->data(),
+                        detail::layout_of(xs, shape, "backward"), ys.storage()->data(),
+                        detail::layout_of(ys, shape, "backward"), out.storage()->data(),
+                        detail::layout_of(out, shape, "backward"), out.numel(), a});
   return out;
 }
 
 }  // namespace
 
-// ---------------------------------------------------------------- binary
+namespace detail {
+
+Tensor unary_op(UnaryOp op, const Tensor& a, double s) {
+  const char* name = unary_name(op);
+  OpSite site(name);
+  check_defined(name, a);
+  check_floating(name, a);
+  Tensor out = empty(a.sizes(), a.options());
+  run_unary(op, a, out, s, name);
+  const Saves saves = unary_saves(op);
+  if (saves != Saves::NoGrad && any_requires_grad({&a})) {
+    attach_grad_fn(out, kUnaryBackwardNames[static_cast<int>(op)], {&a},
+                   {saves == Saves::In ? a : saves == Saves::Out ? out : Tensor()},
+                   [op, s](const Tensor& g, const SavedTensors& saved) {
+                     return Grads{unary_backward_of(op, g, saved[0], s)};
+                   });
+  }
+  return out;
+}
+
+Tensor binary_op(BinaryOp op, const Tensor& a, const Tensor& b, double alpha) {
+  const char* name = binary_name(op);
+  OpSite site(name);
+  check_binary(name, a, b);
+  Tensor out = a.sizes() == b.sizes()
+                   ? empty(a.sizes(), a.options())
+                   : empty(broadcast_shapes(a.sizes(), b.sizes(), name), a.options());
+  run_binary(op, a, b, out, alpha, name);
+  if (any_requires_grad({&a, &b})) {
+    const bool ga = a.requires_grad(), gb = b.requires_grad();
+    const Reads rx = binary_reads(op, 0), ry = binary_reads(op, 1);
+    const bool save_x = (ga && reads_x(rx)) || (gb && reads_x(ry));
+    const bool save_y = (ga && reads_y(rx)) || (gb && reads_y(ry));
+    attach_grad_fn(out, kBinaryBackwardNames[static_cast<int>(op)], {&a, &b},
+                   {save_x ? a : Tensor(), save_y ? b : Tensor()},
+                   [op, alpha, sa = a.sizes(), sb = b.sizes(), ga, gb](const Tensor& g,
+                                                                      const SavedTensors& s) {
+                     return Grads{ga ? sum_to(binary_grad(op, 0, g, s[0], s[1], alpha), sa)
+                                     : Tensor(),
+                                  gb ? sum_to(binary_grad(op, 1, g, s[0], s[1], alpha), sb)
+                                     : Tensor()};
+                   });
+  }
+  return out;
+}
+
+}  // namespace detail
+
+// ---------------------------------------------------------------- the generated ops
+
+#define EMBER_X(name, Enum, ...) \
+  Tensor name(const Tensor& a) { return detail::unary_op(UnaryOp::Enum, a, 0.0); }
+EMBER_UNARY_OPS(EMBER_X)
+#undef EMBER_X
+#define EMBER_X(name, Enum, ...) \
+  Tensor name(const Tensor& a, double s) { return detail::unary_op(UnaryOp::Enum, a, s); }
+EMBER_SCALAR_OPS(EMBER_X)
+#undef EMBER_X
+#define EMBER_X(name, Enum, ...)                         \
+  Tensor name(const Tensor& a, const Tensor& b) {        \
+    return detail::binary_op(BinaryOp::Enum, a, b, 1.0); \
+  }
+EMBER_BINARY_OPS(EMBER_X)
+#undef EMBER_X
 
 Tensor add(const Tensor& a, const Tensor& b, double alpha) {
-  Tensor out = binary_forward(BinaryOp::Add, "add", a, b, alpha);
-  if (any_requires_grad({&a, &b})) {
-    attach_grad_fn(out, "AddBackward", {&a, &b},
-                   [sa = a.sizes(), sb = b.sizes(), alpha](const Tensor& g) {
-                     return Grads{sum_to(g, sa), sum_to(alpha == 1.0 ? g : mul(g, alpha), sb)};
-                   });
-  }
-  return out;
+  return detail::binary_op(BinaryOp::Add, a, b, alpha);
 }
-
-Tensor sub(const Tensor& a, const Tensor& b) {
-  Tensor out = binary_forward(BinaryOp::Sub, "sub", a, b);
-  if (any_requires_grad({&a, &b})) {
-    attach_grad_fn(out, "SubBackward", {&a, &b}, [sa = a.sizes(), sb = b.sizes()](const Tensor& g) {
-      return Grads{sum_to(g, sa), sum_to(neg(g), sb)};
-    });
-  }
-  return out;
-}
-
-Tensor mul(const Tensor& a, const Tensor& b) {
-  Tensor out = binary_forward(BinaryOp::Mul, "mul", a, b);
-  if (any_requires_grad({&a, &b})) {
-    bool ga = a.requires_grad(), gb = b.requires_grad();
-    attach_grad_fn(out, "MulBackward", {&a, &b},
-                   [sa = SavedTensor(gb ? a : Tensor(), "mul"), sb = SavedTensor(ga ? b : Tensor(), "mul"),
-                    sza = a.sizes(), szb = b.sizes(), ga, gb](const Tensor& g) {
-                     return Grads{ga ? sum_to(mul(g, sb.get()), sza) : Tensor(),
-                                  gb ? sum_to(mul(g, sa.get()), szb) : Tensor()};
-                   });
-  }
-  return out;
-}
-
-Tensor div(const Tensor& a, const Tensor& b) {
-  Tensor out = binary_forward(BinaryOp::Div, "div", a, b);
-  if (any_requires_grad({&a, &b})) {
-    bool gb = b.requires_grad();
-    attach_grad_fn(out, "DivBackward", {&a, &b},
-                   [sa = SavedTensor(gb ? a : Tensor(), "div"), sb = SavedTensor(b, "div"),
-                    sza = a.sizes(), szb = b.sizes(), gb](const Tensor& g) {
-                     const Tensor& bv = sb.get();
-                     Tensor ga = div(g, bv);
-                     Tensor gbv = gb ? sum_to(neg(div(mul(ga, sa.get()), bv)), szb) : Tensor();
-                     return Grads{sum_to(ga, sza), gbv};
-                   });
-  }
-  return out;
-}
-
-// ---------------------------------------------------------------- scalar and unary
-
-Tensor add(const Tensor& a, double s) {
-  Tensor out = unary_forward(UnaryOp::AddScalar, "add", a, s);
-  if (any_requires_grad({&a}))
-    attach_grad_fn(out, "AddScalarBackward", {&a}, [](const Tensor& g) { return Grads{g}; });
-  return out;
-}
-
-Tensor mul(const Tensor& a, double s) {
-  Tensor out = unary_forward(UnaryOp::MulScalar, "mul", a, s);
-  if (any_requires_grad({&a}))
-    attach_grad_fn(out, "MulScalarBackward", {&a},
-                   [s](const Tensor& g) { return Grads{mul(g, s)}; });
-  return out;
-}
-
-Tensor rsub(const Tensor& a, double s) {
-  Tensor out = unary_forward(UnaryOp::RSubScalar, "rsub", a, s);
-  if (any_requires_grad({&a}))
-    attach_grad_fn(out, "RsubBackward", {&a}, [](const Tensor& g) { return Grads{neg(g)}; });
-  return out;
-}
-
-Tensor rdiv(const Tensor& a, double s) {
-  Tensor out = unary_forward(UnaryOp::RDivScalar, "rdiv", a, s);
-  if (any_requires_grad({&a}))
-    attach_grad_fn(out, "RdivBackward", {&a},
-                   [sa = SavedTensor(a, "rdiv"), so = SavedTensor(out, "rdiv")](const Tensor& g) {
-                     return Grads{neg(mul(g, div(so.get(), sa.get())))};
-                   });
-  return out;
-}
-
-Tensor neg(const Tensor& a) {
-  Tensor out = unary_forward(UnaryOp::Neg, "neg", a);
-  if (any_requires_grad({&a}))
-    attach_grad_fn(out, "NegBackward", {&a}, [](const Tensor& g) { return Grads{neg(g)}; });
-  return out;
-}
-
-Tensor pow(const Tensor& a, double e) {
-  Tensor out = unary_forward(UnaryOp::Pow, "pow", a, e);
-  if (any_requires_grad({&a}))
-    attach_grad_fn(out, "PowBackward", {&a}, [sa = SavedTensor(a, "pow"), e](const Tensor& g) {
-      return Grads{grad_binary(BinaryOp::PowGrad, g, sa.get(), e)};
-    });
-  return out;
-}
-
-Tensor exp(const Tensor& a) {
-  Tensor out = unary_forward(UnaryOp::Exp, "exp", a);
-  if (any_requires_grad({&a}))
-    attach_grad_fn(out, "ExpBackward", {&a}, [so = SavedTensor(out, "exp")](const Tensor& g) {
-      return Grads{mul(g, so.get())};
-    });
-  return out;
-}
-
-Tensor log(const Tensor& a) {
-  Tensor out = unary_forward(UnaryOp::Log, "log", a);
-  if (any_requires_grad({&a}))
-    attach_grad_fn(out, "LogBackward", {&a}, [sa = SavedTensor(a, "log")](const Tensor& g) {
-      return Grads{div(g, sa.get())};
-    });
-  return out;
-}
-
-Tensor sqrt(const Tensor& a) {
-  Tensor out = unary_forward(UnaryOp::Sqrt, "sqrt", a);
-  if (any_requires_grad({&a}))
-    attach_grad_fn(out, "SqrtBackward", {&a}, [so = SavedTensor(out, "sqrt")](const Tensor& g) {
-      return Grads{div(mul(g, 0.5), so.get())};
-    });
-  return out;
-}
-
-Tensor abs(const Tensor& a) {
-  Tensor out = unary_forward(UnaryOp::Abs, "abs", a);
-  if (any_requires_grad({&a}))
-    attach_grad_fn(out, "AbsBackward", {&a}, [sa = SavedTensor(a, "abs")](const Tensor& g) {
-      return Grads{mul(g, unary_forward(UnaryOp::Sign, "sign", sa.get()))};
-    });
-  return out;
-}
-
-Tensor relu(const Tensor& a) {
-  Tensor out = unary_forward(UnaryOp::Relu, "relu", a);
-  if (any_requires_grad({&a}))
-    attach_grad_fn(out, "ReluBackward", {&a}, [so = SavedTensor(out, "relu")](const Tensor& g) {
-      return Grads{grad_binary(BinaryOp::ReluGrad, g, so.get())};
-    });
-  return out;
-}
-
-Tensor sigmoid(const Tensor& a) {
-  Tensor out = unary_forward(UnaryOp::Sigmoid, "sigmoid", a);
-  if (any_requires_grad({&a}))
-    attach_grad_fn(out, "SigmoidBackward", {&a},
-                   [so = SavedTensor(out, "sigmoid")](const Tensor& g) {
-                     return Grads{grad_binary(BinaryOp::SigmoidGrad, g, so.get())};
-                   });
-  return out;
-}
-
-Tensor tanh(const Tensor& a) {
-  Tensor out = unary_forward(UnaryOp::Tanh, "tanh", a);
-  if (any_requires_grad({&a}))
-    attach_grad_fn(out, "TanhBackward", {&a}, [so = SavedTensor(out, "tanh")](const Tensor& g) {
-      return Grads{grad_binary(BinaryOp::TanhGrad, g, so.get())};
-    });
-  return out;
-}
-
-Tensor gelu(const Tensor& a) {
-  Tensor out = unary_forward(UnaryOp::Gelu, "gelu", a);
-  if (any_requires_grad({&a}))
-    attach_grad_fn(out, "GeluBackward", {&a}, [sa = SavedTensor(a, "gelu")](const Tensor& g) {
-      return Grads{grad_binary(BinaryOp::GeluGrad, g, sa.get())};
-    });
-  return out;
-}
-
-Tensor ge(const Tensor& a, double s) { return unary_forward(UnaryOp::GeScalar, "ge", a, s); }
-Tensor gt(const Tensor& a, double s) { return unary_forward(UnaryOp::GtScalar, "gt", a, s); }
 
 // ---------------------------------------------------------------- copies and casts
 
@@ -357,31 +240,10 @@ Tensor& copy_(Tensor& dst, const Tensor& src) {
   Tensor s = src.device() == dst.device() ? src.detach() : src.detach().to(dst.device());
   const int64_t n = dst.numel();
   if (n > 0) {
-    StridedLayout sl = detail::layout_of(s, dst.sizes(), "copy_");
-    StridedLayout dl = detail::layout_of(dst, "copy_");
-    if (dst.is_cuda()) {
-      cuda::DeviceGuard guard(dst.device().index);
-      if (sl.contiguous && dl.contiguous && s.dtype() == dst.dtype()) {
-        EMBER_CUDA_CHECK(cudaMemcpyAsync(dst.raw_data(), s.raw_data(), dst.nbytes(),
-                                         cudaMemcpyDeviceToDevice, detail::stream_of(dst)));
-      } else {
-        cuda::launch_cast(s.dtype(), s.storage()->data(), sl, dst.dtype(), dst.storage()->data(),
-                          dl, n, detail::stream_of(dst));
-      }
-    } else if (sl.contiguous && dl.contiguous && s.dtype() == dst.dtype()) {
-      std::memmove(dst.raw_data(), s.raw_data(), dst.nbytes());
-    } else {
-      detail::dispatch_cpu(s.dtype(), [&](auto stag) {
-        using SS = decltype(stag);
-        detail::dispatch_cpu(dst.dtype(), [&](auto dtag) {
-          using DS = decltype(dtag);
-          const SS* x = static_cast<const SS*>(s.storage()->data());
-          DS* y = static_cast<DS*>(dst.storage()->data());
-          for (int64_t i = 0; i < n; ++i)
-            detail::store_from_double(y + dl.offset_of(i), detail::load_as_double(x + sl.offset_of(i)));
-        });
-      });
-    }
+    kernels::kernels_for(dst.device())
+        .cast({dst.device(), s.dtype(), s.storage()->data(),
+               detail::layout_of(s, dst.sizes(), "copy_"), dst.dtype(), dst.storage()->data(),
+               detail::layout_of(dst, "copy_"), n});
   }
   dst.bump_version();
   return dst;
@@ -407,20 +269,9 @@ Tensor cast(const Tensor& a, DType t) {
 Tensor& fill_(Tensor& t, double value) {
   check_defined("fill_", t);
   check_inplace("fill_", t);
-  const int64_t n = t.numel();
-  StridedLayout l = detail::layout_of(t, "fill_");
-  if (t.is_cuda()) {
-    cuda::DeviceGuard guard(t.device().index);
-    cuda::launch_fill(t.dtype(), t.storage()->data(), l, n, value, detail::stream_of(t));
-  } else {
-    detail::dispatch_cpu(t.dtype(), [&](auto tag) {
-      using S = decltype(tag);
-      S* y = static_cast<S*>(t.storage()->data());
-      S v{};
-      detail::store_from_double(&v, value);
-      for (int64_t i = 0; i < n; ++i) y[l.offset_of(i)] = v;
-    });
-  }
+  kernels::kernels_for(t.device())
+      .fill({t.device(), t.dtype(), t.storage()->data(), detail::layout_of(t, "fill_"), t.numel(),
+             value});
   t.bump_version();
   return t;
 }

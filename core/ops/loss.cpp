@@ -1,12 +1,14 @@
 // mse_loss: mean/sum/none of (pred - target)^2, the seam behind nn::MSELoss.
 //
-// On CUDA with a Mean or Sum reduction one kernel (cuda/kernels/mse.cu) reads
-// pred and target once: it reduces the loss deterministically and, when a
-// gradient will be needed, writes d_pred = scale (pred - target) in the same pass
-// (3 accesses per element). Backward then only scales that stashed gradient by the
-// incoming scalar, on the device, and skips even that when it is 1 (the usual
-// loss.backward()). Without grad the same kernel runs without the gradient write.
-// CPU, and Reduction::None, are composed from the element-wise ops.
+// A fused op with a composed fallback, chosen by one predicate (the device's
+// mse_fused_supported for the dtype, and a Mean or Sum reduction). Fused (CUDA:
+// cuda/kernels/mse.cu), one kernel reads pred and target once: it reduces the loss
+// deterministically and, when a gradient will be needed, writes d_pred = scale
+// (pred - target) in the same pass (3 accesses per element). Backward then only
+// scales that stashed gradient by the incoming scalar, on the device, and skips
+// even that when it is 1 (the usual loss.backward()). Without grad the same kernel
+// runs without the gradient write. Elsewhere (CPU, Reduction::None) it is
+// composed from the element-wise ops.
 #include <limits>
 #include <memory>
 
@@ -14,8 +16,7 @@
 #include "core/autocast.h"
 #include "core/autograd.h"
 #include "core/ops.h"
-#include "core/ops/dispatch.h"
-#include "cuda/kernels/mse.h"
+#include "core/kernel_table.h"
 
 namespace ember {
 
@@ -38,7 +39,7 @@ struct MseStash {
   Tensor d_pred;  // scale * (pred - target), contiguous, shaped like pred
 };
 
-Tensor mse_loss_cuda(const Tensor& pred, const Tensor& target, Reduction r, bool gp, bool gt) {
+Tensor mse_loss_fused(const Tensor& pred, const Tensor& target, Reduction r, bool gp, bool gt) {
   const bool want_grad = gp || gt;
   const int64_t n = pred.numel();
   const double grad_scale = r == Reduction::Mean ? 2.0 / static_cast<double>(n) : 2.0;
@@ -51,28 +52,29 @@ Tensor mse_loss_cuda(const Tensor& pred, const Tensor& target, Reduction r, bool
     const TensorOptions opts = TensorOptions(pred.dtype()).device(pred.device());
     d_pred = want_grad ? empty(pred.sizes(), opts) : Tensor();
     loss = empty({}, opts);
-    const size_t ws_bytes = cuda::mse_workspace_bytes(n);
+    const kernels::KernelTable& k = kernels::kernels_for(pred.device());
+    const size_t ws_bytes = k.mse_workspace_bytes({pred.device(), pred.dtype(), n});
     Tensor ws = empty({static_cast<int64_t>((ws_bytes + 7) / 8)},
                       TensorOptions(kFloat64).device(pred.device()));
-    cuda::launch_mse_fused(pred.dtype(), p.raw_data(), t.raw_data(),
-                           want_grad ? d_pred.raw_data() : nullptr, loss.raw_data(), n, grad_scale,
-                           n == 0 ? 0.0 : loss_scale, ws.raw_data(), detail::stream_of(pred));
+    k.mse_fused({pred.device(), pred.dtype(), p.raw_data(), t.raw_data(),
+                 want_grad ? d_pred.raw_data() : nullptr, loss.raw_data(), n, grad_scale,
+                 n == 0 ? 0.0 : loss_scale, ws.raw_data()});
     if (n == 0 && r == Reduction::Mean) fill_(loss, std::numeric_limits<double>::quiet_NaN());
   }
   if (want_grad) {
     auto stash = std::make_shared<MseStash>(MseStash{d_pred});
-    attach_grad_fn(loss, "MseLossBackward", {&pred, &target},
-                   [stash, sp = SavedTensor(p, "mse_loss"), st = SavedTensor(t, "mse_loss"),
-                    grad_scale, gp, gt](const Tensor& g) {
+    attach_grad_fn(loss, "MseLossBackward", {&pred, &target}, {p, t},
+                   [stash, grad_scale, gp, gt](const Tensor& g, const SavedTensors& s) {
                      Tensor d;
                      if (stash->d_pred.defined()) {
                        d = std::move(stash->d_pred);  // ours alone, so scaling it in place is safe
                        stash->d_pred = Tensor();
                        const Tensor gc = g.contiguous();
-                       cuda::launch_scale_by_device_scalar(d.dtype(), d.raw_data(), gc.raw_data(),
-                                                           d.numel(), detail::stream_of(d));
+                       kernels::kernels_for(d.device())
+                           .scale_by_device_scalar(
+                               {d.device(), d.dtype(), d.raw_data(), gc.raw_data(), d.numel()});
                      } else {
-                       d = mul(mul(sub(sp.get(), st.get()), g), grad_scale);
+                       d = mul(mul(sub(s[0], s[1]), g), grad_scale);
                      }
                      return std::vector<Tensor>{gp ? d : Tensor(), gt ? neg(d) : Tensor()};
                    });
@@ -83,10 +85,7 @@ Tensor mse_loss_cuda(const Tensor& pred, const Tensor& target, Reduction r, bool
 }  // namespace
 
 Tensor mse_loss(const Tensor& pred, const Tensor& target, Reduction r) {
-  if (is_autocast_enabled() && pred.defined() && target.defined() && pred.is_cuda() &&
-      pred.dtype() != target.dtype() &&
-      (pred.dtype() == kFloat32 || pred.dtype() == autocast_dtype()) &&
-      (target.dtype() == kFloat32 || target.dtype() == autocast_dtype())) [[unlikely]] {
+  if (autocast_widens(pred, target)) [[unlikely]] {
     // Autocast (core/autocast.h): mixed operands are computed in float32, as
     // PyTorch's autocast does for mse_loss.
     auto up = [](const Tensor& t) { return t.dtype() == kFloat32 ? t : cast(t, kFloat32); };
@@ -95,8 +94,9 @@ Tensor mse_loss(const Tensor& pred, const Tensor& target, Reduction r) {
   OpSite site("mse_loss");  // names its allocations (core/alloc_site.h)
   check_mse(pred, target);
   const bool needs_grad = any_requires_grad({&pred, &target});
-  if (pred.is_cuda() && r != Reduction::None)
-    return mse_loss_cuda(pred, target, r, needs_grad && pred.requires_grad(),
+  if (r != Reduction::None &&
+      kernels::kernels_for(pred.device()).mse_fused_supported({pred.device(), pred.dtype()}))
+    return mse_loss_fused(pred, target, r, needs_grad && pred.requires_grad(),
                          needs_grad && target.requires_grad());
   Tensor diff, out;
   {

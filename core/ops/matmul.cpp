@@ -1,14 +1,13 @@
 // matmul: 2-D x 2-D, batched (B, n, k) x (B, k, m), and (B, n, k) x (k, m) with the
-// right operand shared by every batch. The CPU reference accumulates in double in
-// i-k-j order; CUDA goes through cuBLAS (cuda/blas.h) and reads transposed views
-// in place. Backward: d_a = g @ b^T, d_b = a^T @ g (summed over a shared b's batch).
+// right operand shared by every batch, through the device's gemm kernel (the CPU
+// reference accumulates in double in i-k-j order; CUDA runs cuBLAS), which reads
+// transposed views in place. Backward: d_a = g @ b^T, d_b = a^T @ g (summed over a shared b's batch).
 #include <algorithm>
 
 #include "core/alloc_site.h"
 #include "core/autograd.h"
 #include "core/ops.h"
-#include "core/ops/dispatch.h"
-#include "cuda/blas.h"
+#include "core/kernel_table.h"
 
 namespace ember {
 
@@ -47,34 +46,10 @@ MatmulDims check_matmul(const Tensor& a, const Tensor& b) {
   return d;
 }
 
-void matmul_cpu(const Tensor& a, const Tensor& b, const Tensor& out, const MatmulDims& d) {
-  const std::vector<double> av = a.to_vector<double>();  // (batch, n, k), row-major
-  const std::vector<double> bv = b.to_vector<double>();  // ((batch,) k, m)
-  std::vector<double> acc(static_cast<size_t>(d.m));
-  detail::dispatch_cpu(out.dtype(), [&](auto tag) {
-    using S = decltype(tag);
-    S* po = static_cast<S*>(out.raw_data());
-    for (int64_t t = 0; t < d.batch; ++t) {
-      const double* pa = av.data() + t * d.n * d.k;
-      const double* pb = bv.data() + (d.b_shared ? 0 : t * d.k * d.m);
-      for (int64_t i = 0; i < d.n; ++i) {
-        std::fill(acc.begin(), acc.end(), 0.0);
-        for (int64_t p = 0; p < d.k; ++p) {
-          const double aip = pa[i * d.k + p];
-          const double* brow = pb + p * d.m;
-          for (int64_t j = 0; j < d.m; ++j) acc[j] += aip * brow[j];
-        }
-        S* orow = po + (t * d.n + i) * d.m;
-        for (int64_t j = 0; j < d.m; ++j) detail::store_from_double(orow + j, acc[j]);
-      }
-    }
-  });
-}
-
-// How cuBLAS can read the last two dims (rows, cols) of t in place: row-major
+// How a kernel can read the last two dims (rows, cols) of t in place: row-major
 // (unit column stride) or column-major (a transposed contiguous matrix). False
 // when neither fits and t must be copied.
-bool gemm_operand(const Tensor& t, int64_t rows, int64_t cols, cuda::GemmOperand& op) {
+bool gemm_operand(const Tensor& t, int64_t rows, int64_t cols, kernels::MatrixOperand& op) {
   const int64_t sr = t.stride(-2), sc = t.stride(-1);
   op.data = t.raw_data();
   op.batch_stride = t.dim() == 3 ? t.stride(0) : 0;
@@ -91,9 +66,9 @@ bool gemm_operand(const Tensor& t, int64_t rows, int64_t cols, cuda::GemmOperand
   return false;
 }
 
-void matmul_cuda(const Tensor& a, const Tensor& b, const Tensor& out, const MatmulDims& d) {
+void run_gemm(const Tensor& a, const Tensor& b, const Tensor& out, const MatmulDims& d) {
   Tensor ac = a, bc = b;  // keep any contiguous copies alive until the GEMM is queued
-  cuda::GemmOperand oa, ob;
+  kernels::MatrixOperand oa, ob;
   if (!gemm_operand(ac, d.n, d.k, oa)) {
     ac = contiguous(a);
     gemm_operand(ac, d.n, d.k, oa);
@@ -109,8 +84,8 @@ void matmul_cuda(const Tensor& a, const Tensor& b, const Tensor& out, const Matm
     rows = batch * d.n;
     batch = 1;
   }
-  cuda::gemm(out.dtype(), batch, rows, d.m, d.k, oa, ob, out.raw_data(), out.device().index,
-             detail::stream_of(out));
+  kernels::kernels_for(out.device())
+      .gemm({out.device(), out.dtype(), batch, rows, d.m, d.k, oa, ob, out.raw_data()});
 }
 
 }  // namespace
@@ -124,25 +99,21 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
     if (d.k == 0) {
       NoGradGuard ng;
       fill_(out, 0.0);
-    } else if (out.is_cuda()) {
-      cuda::DeviceGuard guard(out.device().index);
-      matmul_cuda(a.detach(), b.detach(), out, d);
     } else {
-      matmul_cpu(a, b, out, d);
+      run_gemm(a.detach(), b.detach(), out, d);
     }
   }
   if (any_requires_grad({&a, &b})) {
     const bool ga = a.requires_grad(), gb = b.requires_grad();
-    attach_grad_fn(out, "MatmulBackward", {&a, &b},
-                   [sa = SavedTensor(gb ? a : Tensor(), "matmul"),
-                    sb = SavedTensor(ga ? b : Tensor(), "matmul"), ga, gb, d](const Tensor& g) {
+    attach_grad_fn(out, "MatmulBackward", {&a, &b}, {gb ? a : Tensor(), ga ? b : Tensor()},
+                   [ga, gb, d](const Tensor& g, const SavedTensors& s) {
                      Tensor d_a, d_b;
-                     if (ga) d_a = matmul(g, transpose(sb.get(), -1, -2));
+                     if (ga) d_a = matmul(g, transpose(s[1], -1, -2));
                      if (gb && d.b_shared)  // sum over batches of a_t^T @ g_t, as one GEMM
-                       d_b = matmul(transpose(reshape(sa.get(), {d.batch * d.n, d.k}), 0, 1),
+                       d_b = matmul(transpose(reshape(s[0], {d.batch * d.n, d.k}), 0, 1),
                                     reshape(g, {d.batch * d.n, d.m}));
                      else if (gb)
-                       d_b = matmul(transpose(sa.get(), -1, -2), g);
+                       d_b = matmul(transpose(s[0], -1, -2), g);
                      return Grads{d_a, d_b};
                    });
   }

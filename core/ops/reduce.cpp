@@ -1,7 +1,7 @@
 // Reductions: sum, mean, max (values, with the argmax kept for backward), argmax
 // and sum_to. Each views its input, made contiguous, as (outer, n, inner) and
-// reduces over n. The CPU reference accumulates in double; the CUDA path launches
-// cuda/kernels/reduce.cu. Sum of nothing is 0, mean of nothing NaN (as PyTorch),
+// reduces over n, through the device's kernels (core/kernel_table.h): the CPU
+// reference accumulates in double; CUDA's are deterministic (cuda/kernels/reduce.cu). Sum of nothing is 0, mean of nothing NaN (as PyTorch),
 // max of nothing an error.
 #include <cmath>
 #include <limits>
@@ -9,19 +9,13 @@
 #include "core/alloc_site.h"
 #include "core/autograd.h"
 #include "core/ops.h"
-#include "core/ops/dispatch.h"
-#include "cuda/check.h"
-#include "cuda/kernels/reduce.h"
+#include "core/kernel_table.h"
 
 namespace ember {
 
 using Grads = std::vector<Tensor>;
 
 namespace {
-
-TensorOptions like(const Tensor& t) {
-  return TensorOptions().dtype(t.dtype()).device(t.device());
-}
 
 // x (..., n, ...) seen as (outer, n, inner) around `dim`; a 0-dim tensor is (1, 1, 1).
 struct Split {
@@ -51,11 +45,11 @@ Shape reduced_shape(const Shape& s, int64_t dim, bool keepdim) {
   return out;
 }
 
-// Space for the second pass of a large CUDA reduction, from the device allocator.
-Tensor workspace_for(cuda::ReduceKind kind, const Tensor& x, const Split& s) {
-  size_t bytes = cuda::reduce_workspace_bytes(kind, x.dtype(), s.outer, s.n, s.inner);
+// Space for the second pass of a large reduction (none on the CPU), from the
+// device's allocator; `bytes` from the kernel's *_workspace_bytes.
+Tensor workspace_of(size_t bytes, Device device) {
   if (bytes == 0) return Tensor();
-  return empty({static_cast<int64_t>((bytes + 7) / 8)}, TensorOptions(kFloat64).device(x.device()));
+  return empty({static_cast<int64_t>((bytes + 7) / 8)}, TensorOptions(kFloat64).device(device));
 }
 
 // out (outer, inner) = sum (or mean) of x (outer, n, inner); x and out contiguous.
@@ -67,98 +61,34 @@ void run_sum(const Tensor& x, const Tensor& out, const Split& s, bool mean) {
     fill_(o, mean ? std::numeric_limits<double>::quiet_NaN() : 0.0);
     return;
   }
-  if (x.is_cuda()) {
-    cuda::DeviceGuard guard(x.device().index);
-    Tensor ws = workspace_for(cuda::ReduceKind::Sum, x, s);
-    cuda::launch_sum(x.dtype(), x.raw_data(), out.raw_data(), s.outer, s.n, s.inner,
-                     mean ? 1.0 / static_cast<double>(s.n) : 1.0,
-                     ws.defined() ? ws.raw_data() : nullptr, detail::stream_of(x));
-    return;
-  }
-  detail::dispatch_cpu(x.dtype(), [&](auto tag) {
-    using S = decltype(tag);
-    const S* px = static_cast<const S*>(x.raw_data());
-    S* py = static_cast<S*>(out.raw_data());
-    std::vector<double> acc(static_cast<size_t>(s.inner));
-    for (int64_t o = 0; o < s.outer; ++o) {
-      std::fill(acc.begin(), acc.end(), 0.0);
-      for (int64_t k = 0; k < s.n; ++k) {
-        const S* row = px + (o * s.n + k) * s.inner;
-        for (int64_t i = 0; i < s.inner; ++i) acc[i] += detail::load_as_double(row + i);
-      }
-      for (int64_t i = 0; i < s.inner; ++i)
-        detail::store_from_double(py + o * s.inner + i,
-                                  mean ? acc[i] / static_cast<double>(s.n) : acc[i]);
-    }
-  });
+  const kernels::KernelTable& k = kernels::kernels_for(x.device());
+  Tensor ws = workspace_of(k.sum_workspace_bytes({x.device(), x.dtype(), s.outer, s.n, s.inner}),
+                           x.device());
+  k.sum({x.device(), x.dtype(), x.raw_data(), out.raw_data(), s.outer, s.n, s.inner, mean,
+         ws.defined() ? ws.raw_data() : nullptr});
 }
 
 // values (may be undefined) and indices (outer, inner) = max and first argmax of
 // x (outer, n, inner) over n; NaN counts as the largest value. n >= 1.
 void run_max(const Tensor& x, const Tensor& values, const Tensor& indices, const Split& s) {
   if (indices.numel() == 0) return;
-  if (x.is_cuda()) {
-    cuda::DeviceGuard guard(x.device().index);
-    Tensor ws = workspace_for(cuda::ReduceKind::Max, x, s);
-    cuda::launch_max(x.dtype(), x.raw_data(), values.defined() ? values.raw_data() : nullptr,
-                     indices.data_ptr<int64_t>(), s.outer, s.n, s.inner,
-                     ws.defined() ? ws.raw_data() : nullptr, detail::stream_of(x));
-    return;
-  }
-  detail::dispatch_cpu(x.dtype(), [&](auto tag) {
-    using S = decltype(tag);
-    const S* px = static_cast<const S*>(x.raw_data());
-    S* pv = values.defined() ? static_cast<S*>(values.raw_data()) : nullptr;
-    int64_t* pi = indices.data_ptr<int64_t>();
-    std::vector<double> best(static_cast<size_t>(s.inner));
-    for (int64_t o = 0; o < s.outer; ++o) {
-      int64_t* arg = pi + o * s.inner;
-      for (int64_t i = 0; i < s.inner; ++i) {
-        best[i] = detail::load_as_double(px + o * s.n * s.inner + i);
-        arg[i] = 0;
-      }
-      for (int64_t k = 1; k < s.n; ++k) {
-        const S* row = px + (o * s.n + k) * s.inner;
-        for (int64_t i = 0; i < s.inner; ++i) {
-          double v = detail::load_as_double(row + i);
-          if (!std::isnan(best[i]) && (std::isnan(v) || v > best[i])) {
-            best[i] = v;
-            arg[i] = k;
-          }
-        }
-      }
-      if (pv)
-        for (int64_t i = 0; i < s.inner; ++i)
-          detail::store_from_double(pv + o * s.inner + i, best[i]);
-    }
-  });
+  const kernels::KernelTable& k = kernels::kernels_for(x.device());
+  Tensor ws = workspace_of(k.max_workspace_bytes({x.device(), x.dtype(), s.outer, s.n, s.inner}),
+                           x.device());
+  k.max({x.device(), x.dtype(), x.raw_data(), values.defined() ? values.raw_data() : nullptr,
+         indices.data_ptr<int64_t>(), s.outer, s.n, s.inner,
+         ws.defined() ? ws.raw_data() : nullptr});
 }
 
 // d_inp (outer, n, inner) gets d_out (outer, inner) at the argmax, 0 elsewhere.
 Tensor max_backward(const Tensor& d_out, const Tensor& indices, const Shape& in_sizes,
                     const Split& s) {
   Tensor g = contiguous(d_out);
-  Tensor d_inp = empty(in_sizes, like(g));
+  Tensor d_inp = empty(in_sizes, g.options());
   if (d_inp.numel() == 0) return d_inp;
-  if (g.is_cuda()) {
-    cuda::DeviceGuard guard(g.device().index);
-    cuda::launch_max_backward(g.dtype(), g.raw_data(), indices.data_ptr<int64_t>(),
-                              d_inp.raw_data(), s.outer, s.n, s.inner, detail::stream_of(g));
-    return d_inp;
-  }
-  detail::dispatch_cpu(g.dtype(), [&](auto tag) {
-    using S = decltype(tag);
-    const S* pg = static_cast<const S*>(g.raw_data());
-    const int64_t* pi = indices.data_ptr<int64_t>();
-    S* pd = static_cast<S*>(d_inp.raw_data());
-    for (int64_t o = 0; o < s.outer; ++o)
-      for (int64_t k = 0; k < s.n; ++k)
-        for (int64_t i = 0; i < s.inner; ++i) {
-          const int64_t oi = o * s.inner + i;
-          detail::store_from_double(pd + (o * s.n + k) * s.inner + i,
-                                    pi[oi] == k ? detail::load_as_double(pg + oi) : 0.0);
-        }
-  });
+  kernels::kernels_for(g.device())
+      .max_backward({g.device(), g.dtype(), g.raw_data(), indices.data_ptr<int64_t>(),
+                     d_inp.raw_data(), s.outer, s.n, s.inner});
   return d_inp;
 }
 
@@ -183,7 +113,7 @@ Tensor reduce_sum(const Tensor& a, int64_t dim, bool keepdim, bool mean, const c
   const bool all = dim == kAllDims;
   if (!all) dim = wrap_dim(dim, a.dim(), op);
   Split s = all ? Split{1, a.numel(), 1} : split_at(a.sizes(), dim);
-  Tensor out = empty(all ? Shape{} : reduced_shape(a.sizes(), dim, keepdim), like(a));
+  Tensor out = empty(all ? Shape{} : reduced_shape(a.sizes(), dim, keepdim), a.options());
   run_sum(contiguous(a.detach()), out, s, mean);
   if (any_requires_grad({&a})) {
     const double scale = mean ? 1.0 / static_cast<double>(s.n) : 1.0;
@@ -229,7 +159,7 @@ std::pair<Tensor, Tensor> max_impl(const Tensor& a, int64_t dim, bool keepdim, b
   EMBER_CHECK(s.n > 0, op, ": cannot reduce over dim ", dim, " of size 0 (input of shape ",
               shape_str(a.sizes()), "); the maximum of nothing is undefined");
   Shape out_sizes = reduced_shape(a.sizes(), dim, keepdim);
-  Tensor values = want_values ? empty(out_sizes, like(a)) : Tensor();
+  Tensor values = want_values ? empty(out_sizes, a.options()) : Tensor();
   Tensor indices = empty(out_sizes, TensorOptions(kInt64).device(a.device()));
   run_max(contiguous(a.detach()), values, indices, s);
   return {values, indices};

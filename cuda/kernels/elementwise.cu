@@ -1,10 +1,12 @@
 // Element-wise CUDA kernels: one grid-stride kernel per arity and storage type,
 // with the op chosen at run time (uniform across the grid, so the switch costs
 // little next to the memory traffic) to keep compile time and binary size small.
+#include <atomic>
 #include <tuple>
 
 #include <cuda_bf16.h>
 
+#include "core/base/random.h"
 #include "cuda/check.h"
 #include "cuda/kernels/elementwise.h"
 
@@ -34,10 +36,29 @@ __device__ __forceinline__ void store<__nv_bfloat16, double>(__nv_bfloat16* p, d
 
 constexpr int kThreads = 256;
 
+// 32 blocks per multiprocessor of the current device fill it; grid-stride loops do
+// the rest. Read once per device (the op path makes no runtime call for it).
+int64_t block_cap() {
+  constexpr int kMaxDevices = 64;
+  static std::atomic<int64_t> caps[kMaxDevices] = {};
+  int device = 0;
+  EMBER_CUDA_CHECK(cudaGetDevice(&device));
+  if (device < 0 || device >= kMaxDevices) device = 0;
+  int64_t cap = caps[device].load(std::memory_order_relaxed);
+  if (cap == 0) {
+    int sms = 0;
+    EMBER_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    cap = static_cast<int64_t>(sms > 0 ? sms : 1) * 32;
+    caps[device].store(cap, std::memory_order_relaxed);
+  }
+  return cap;
+}
+
 inline unsigned grid_for(int64_t n) {
   int64_t blocks = (n + kThreads - 1) / kThreads;
-  const int64_t cap = 132 * 32;  // enough blocks to fill an H100/H200; grid-stride does the rest
-  return static_cast<unsigned>(blocks < cap ? (blocks > 0 ? blocks : 1) : cap);
+  if (blocks <= 1) return 1;
+  const int64_t cap = block_cap();
+  return static_cast<unsigned>(blocks < cap ? blocks : cap);
 }
 
 template <typename S>
@@ -46,8 +67,21 @@ __global__ void unary_kernel(UnaryOp op, const S* x, StridedLayout xl, S* y, Str
   using C = typename ComputeOf<S>::type;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
        i += int64_t(gridDim.x) * blockDim.x) {
-    C v = apply_unary<C>(op, load(x + xl.offset_of(i)), static_cast<C>(a));
+    C v = unary_forward<C>(op, load(x + xl.offset_of(i)), static_cast<C>(a));
     store(y + yl.offset_of(i), v);
+  }
+}
+
+template <typename S>
+__global__ void unary_backward_kernel(UnaryOp op, const S* g, StridedLayout gl, const S* s,
+                                      StridedLayout sl, S* out, StridedLayout ol, int64_t n,
+                                      double a) {
+  using C = typename ComputeOf<S>::type;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    C v = unary_backward<C>(op, load(g + gl.offset_of(i)), load(s + sl.offset_of(i)),
+                            static_cast<C>(a));
+    store(out + ol.offset_of(i), v);
   }
 }
 
@@ -57,8 +91,21 @@ __global__ void binary_kernel(BinaryOp op, const S* x, StridedLayout xl, const S
   using C = typename ComputeOf<S>::type;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
        i += int64_t(gridDim.x) * blockDim.x) {
-    C v = apply_binary<C>(op, load(x + xl.offset_of(i)), load(y + yl.offset_of(i)),
-                          static_cast<C>(a));
+    C v = binary_forward<C>(op, load(x + xl.offset_of(i)), load(y + yl.offset_of(i)),
+                            static_cast<C>(a));
+    store(out + ol.offset_of(i), v);
+  }
+}
+
+template <typename S>
+__global__ void binary_backward_kernel(BinaryOp op, int side, const S* g, StridedLayout gl,
+                                       const S* x, StridedLayout xl, const S* y, StridedLayout yl,
+                                       S* out, StridedLayout ol, int64_t n, double a) {
+  using C = typename ComputeOf<S>::type;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    C v = binary_backward<C>(op, side, load(g + gl.offset_of(i)), load(x + xl.offset_of(i)),
+                             load(y + yl.offset_of(i)), static_cast<C>(a));
     store(out + ol.offset_of(i), v);
   }
 }
@@ -170,6 +217,31 @@ void launch_binary(BinaryOp op, DType dtype, const void* x, const StridedLayout&
     using S = std::remove_pointer_t<decltype(tag)>;
     launch<binary_kernel<S>>(n, stream, op, static_cast<const S*>(x), xl,
                              static_cast<const S*>(y), yl, static_cast<S*>(out), ol, n, a);
+  });
+}
+
+void launch_unary_backward(UnaryOp op, DType dtype, const void* g, const StridedLayout& gl,
+                           const void* saved, const StridedLayout& sl, void* out,
+                           const StridedLayout& ol, int64_t n, double a, cudaStream_t stream) {
+  if (n == 0) return;
+  dispatch_float(dtype, "unary backward", [&](auto* tag) {
+    using S = std::remove_pointer_t<decltype(tag)>;
+    launch<unary_backward_kernel<S>>(n, stream, op, static_cast<const S*>(g), gl,
+                                     static_cast<const S*>(saved), sl, static_cast<S*>(out), ol,
+                                     n, a);
+  });
+}
+
+void launch_binary_backward(BinaryOp op, int side, DType dtype, const void* g,
+                            const StridedLayout& gl, const void* x, const StridedLayout& xl,
+                            const void* y, const StridedLayout& yl, void* out,
+                            const StridedLayout& ol, int64_t n, double a, cudaStream_t stream) {
+  if (n == 0) return;
+  dispatch_float(dtype, "binary backward", [&](auto* tag) {
+    using S = std::remove_pointer_t<decltype(tag)>;
+    launch<binary_backward_kernel<S>>(n, stream, op, side, static_cast<const S*>(g), gl,
+                                      static_cast<const S*>(x), xl, static_cast<const S*>(y), yl,
+                                      static_cast<S*>(out), ol, n, a);
   });
 }
 

@@ -6,17 +6,29 @@
 #include <cuda_runtime_api.h>
 
 #include "core/base/dtype.h"
-#include "core/base/elementwise_math.h"
+#include "core/base/elementwise_ops.h"
+#include "core/base/layout.h"
 
 namespace ember::cuda {
 
 // y = op(x, a) for n elements; x and y share dtype.
 void launch_unary(UnaryOp op, DType dtype, const void* x, const StridedLayout& xl, void* y,
                   const StridedLayout& yl, int64_t n, double a, cudaStream_t stream);
+// out = unary_backward(op, g, saved, a): a unary op's d_x from the incoming
+// gradient and what its backward saved (core/base/elementwise_ops.h).
+void launch_unary_backward(UnaryOp op, DType dtype, const void* g, const StridedLayout& gl,
+                           const void* saved, const StridedLayout& sl, void* out,
+                           const StridedLayout& ol, int64_t n, double a, cudaStream_t stream);
 // out = op(x, y, a).
 void launch_binary(BinaryOp op, DType dtype, const void* x, const StridedLayout& xl,
                    const void* y, const StridedLayout& yl, void* out, const StridedLayout& ol,
                    int64_t n, double a, cudaStream_t stream);
+// out = binary_backward(op, side, g, x, y, a): a binary op's derivative with
+// respect to x (side 0) or y (side 1), over the output's shape.
+void launch_binary_backward(BinaryOp op, int side, DType dtype, const void* g,
+                            const StridedLayout& gl, const void* x, const StridedLayout& xl,
+                            const void* y, const StridedLayout& yl, void* out,
+                            const StridedLayout& ol, int64_t n, double a, cudaStream_t stream);
 // What launch_binary launches for (dtype, n elements): the kernel, grid and block.
 // For benchmarks/op_overhead.cpp, which times a bare cudaLaunchKernel of the same
 // work against the op. The kernel's parameters are those of launch_binary, in

@@ -2,7 +2,7 @@
 // tensor of a batch of at most kFusedOptimTensorsPerLaunch, found by a binary
 // search over the batch's chunk offsets; the batch is a kernel parameter
 // (__grid_constant__, read in place). The per-element math is
-// fused_optim_math.h, the same as the CPU loops.
+// core/base/optim_math.h, the same as the CPU loops.
 #include "core/base/error.h"
 #include "cuda/check.h"
 #include "cuda/kernels/fused_optim.h"
@@ -85,7 +85,7 @@ __global__ void fused_sgd_kernel(const __grid_constant__ TensorBatch batch,
 // the same stream, so every block of the update reads the new count.
 __global__ void advance_steps_kernel(const __grid_constant__ TensorBatch batch) {
   const int k = static_cast<int>(threadIdx.x);
-  if (k < batch.count && batch.t[k].step != nullptr) ++*batch.t[k].step;
+  if (k < batch.count) ++*batch.t[k].step;
 }
 
 __global__ void fused_adam_kernel(const __grid_constant__ TensorBatch batch,
@@ -97,9 +97,8 @@ __global__ void fused_adam_kernel(const __grid_constant__ TensorBatch batch,
   const int64_t end = begin + kChunk < t.numel ? begin + kChunk : t.numel;
   __shared__ double corrections[2];
   if (threadIdx.x == 0) {
-    double step_size = t.step_size, bc2_sqrt = t.bias_correction2_sqrt;
-    if (t.step != nullptr)
-      adam_bias_corrections(c, static_cast<double>(*t.step), step_size, bc2_sqrt);
+    double step_size = 0, bc2_sqrt = 1;
+    adam_bias_corrections(c, static_cast<double>(*t.step), step_size, bc2_sqrt);
     corrections[0] = step_size;
     corrections[1] = bc2_sqrt;
   }
@@ -146,12 +145,11 @@ void launch_fused_adam(const OptimTensor* tensors, int64_t count, const AdamConf
   for (int64_t offset = 0; offset < count; offset += kBatch) {
     TensorBatch batch{};
     const int64_t chunks = make_batch(tensors, count, offset, batch);
-    bool device_steps = false;
-    for (int k = 0; k < batch.count; ++k) device_steps |= batch.t[k].step != nullptr;
-    if (device_steps) {
-      advance_steps_kernel<<<1, kBatch, 0, stream>>>(batch);
-      EMBER_CUDA_CHECK(cudaGetLastError());
-    }
+    for (int k = 0; k < batch.count; ++k)
+      EMBER_CHECK(batch.t[k].step != nullptr, "fused Adam: tensor ", offset + k,
+                  " has no step count");
+    advance_steps_kernel<<<1, kBatch, 0, stream>>>(batch);
+    EMBER_CUDA_CHECK(cudaGetLastError());
     if (chunks == 0) continue;
     fused_adam_kernel<<<static_cast<unsigned>(chunks), kThreads, 0, stream>>>(batch, config);
     EMBER_CUDA_CHECK(cudaGetLastError());

@@ -31,27 +31,8 @@ __host__ __device__ inline int64_t ceil_div(int64_t a, int64_t b) {
   return (a + b - 1) / b;
 }
 
-__device__ __forceinline__ float gelu_tanh(float v) {
-  constexpr float kAlpha = 0.7978845608028654f;  // sqrt(2 / pi)
-  return 0.5f * v * (1.f + tanhf(kAlpha * (v + 0.044715f * v * v * v)));
-}
-__device__ __forceinline__ double gelu_tanh_grad(double v) {
-  constexpr double kAlpha = 0.7978845608028654;
-  const double inner = kAlpha * (v + 0.044715 * v * v * v);
-  const double t = tanh(inner);
-  return 0.5 * (1.0 + t) + 0.5 * v * (1.0 - t * t) * kAlpha * (1.0 + 3.0 * 0.044715 * v * v);
-}
-__device__ __forceinline__ float gelu_tanh_grad(float v) {
-  constexpr float kAlpha = 0.7978845608028654f;
-  const float inner = kAlpha * (v + 0.044715f * v * v * v);
-  const float t = tanhf(inner);
-  return 0.5f * (1.f + t) + 0.5f * v * (1.f - t * t) * kAlpha * (1.f + 3.f * 0.044715f * v * v);
-}
-
-__device__ __forceinline__ float apply_act(float v, GemmActivation act) {
-  if (act == GemmActivation::Relu) return v > 0.f ? v : 0.f;
-  if (act == GemmActivation::Gelu) return gelu_tanh(v);
-  return v;
+__device__ __forceinline__ float apply_act(float v, Activation act) {
+  return activation_forward<float>(act, v);
 }
 
 // ----------------------------------------------------------------------------
@@ -81,7 +62,7 @@ template <int kBK, bool kVec>
 __global__ void __launch_bounds__(kSgThreads, 2)
     sgemm_kernel(const float* __restrict__ x, int64_t ldx, const float* __restrict__ w, int64_t ldw,
                  const float* __restrict__ b, float* __restrict__ y, float* __restrict__ pre,
-                 int64_t M, int64_t N, int64_t K, GemmActivation act) {
+                 int64_t M, int64_t N, int64_t K, Activation act) {
   __shared__ __align__(16) float xs[2][kBK][kSgBM + kSgPad];  // xs[k][m]
   __shared__ __align__(16) float ws[2][kBK][kSgBN + kSgPad];  // ws[k][n]
   constexpr int kLoads = kBK / 8, kQuads = kBK / 4;  // float4 per thread; float4 per tile row
@@ -256,7 +237,7 @@ __global__ void __launch_bounds__(kBfThreads, kBN == 128 ? 2 : 1)
                      const __nv_bfloat16* __restrict__ w, int64_t ldw,
                      const __nv_bfloat16* __restrict__ b, __nv_bfloat16* __restrict__ y,
                      __nv_bfloat16* __restrict__ pre, int64_t M, int64_t N, int64_t K,
-                     GemmActivation act) {
+                     Activation act) {
   extern __shared__ __align__(128) unsigned char smem[];  // [stage][x tile, w tile]
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   constexpr int kWN = kBN / 4;  // warp tile: 64 x kWN
@@ -357,44 +338,6 @@ __device__ __forceinline__ float to_f<__nv_bfloat16>(__nv_bfloat16 v) {
   return __bfloat162float(v);
 }
 
-// y[i] = act(x[i]); x, y: (n), y may alias x.
-template <typename T>
-__global__ void activation_forward_kernel(GemmActivation act, const T* x, T* y, int64_t n) {
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
-       i += stride) {
-    if constexpr (sizeof(T) == 8) {
-      const double v = x[i];
-      constexpr double kAlpha = 0.7978845608028654;
-      y[i] = act == GemmActivation::Relu
-                 ? (v > 0 ? v : 0.0)
-                 : 0.5 * v * (1.0 + tanh(kAlpha * (v + 0.044715 * v * v * v)));
-    } else {
-      y[i] = static_cast<T>(apply_act(to_f(x[i]), act));
-    }
-  }
-}
-
-// d_pre[i] = d_y[i] * act'(pre[i]); d_y, pre, d_pre: (n).
-template <typename T>
-__global__ void activation_backward_kernel(GemmActivation act, const T* __restrict__ d_y,
-                                           const T* __restrict__ pre, T* __restrict__ d_pre,
-                                           int64_t n) {
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
-       i += stride) {
-    if constexpr (sizeof(T) == 8) {
-      const double v = pre[i];
-      const double d = act == GemmActivation::Relu ? (v > 0 ? 1.0 : 0.0) : gelu_tanh_grad(v);
-      d_pre[i] = static_cast<T>(d_y[i] * d);
-    } else {
-      const float v = to_f(pre[i]);
-      const float d = act == GemmActivation::Relu ? (v > 0.f ? 1.f : 0.f) : gelu_tanh_grad(v);
-      d_pre[i] = static_cast<T>(to_f(d_y[i]) * d);
-    }
-  }
-}
-
 // Measured on the H200 (bench_linear "fwd tile" rows, 2026-11-29, benchmarks/NOTES.md):
 // the 128x128 bf16 tile beats 128x256 at every size swept (8192x4096->4096: 0.966 ms vs
 // 1.431 ms); 3 and 4 stages are within 2% of each other, 4 ahead at 4096 and 4097.
@@ -409,7 +352,7 @@ bool aligned(const void* p, int bytes) {
 
 void launch_linear_gemm(DType dtype, const void* x, int64_t ldx, const void* w, int64_t ldw,
                         const void* b, void* y, void* pre, int64_t m, int64_t n, int64_t k,
-                        GemmActivation act, cudaStream_t stream, GemmTile tile) {
+                        Activation act, cudaStream_t stream, GemmTile tile) {
   if (m == 0 || n == 0) return;
   EMBER_CHECK(ceil_div(m, 128) <= 65535, "linear: ", m, " rows exceed the kernel's grid");
   if (dtype == DType::Float32) {
@@ -468,57 +411,6 @@ void launch_linear_gemm(DType dtype, const void* x, int64_t ldx, const void* w, 
     default:
       launch(bf16_gemm_kernel<128, 3, true>, bf16_gemm_kernel<128, 3, false>, 128, 3);
       break;
-  }
-  EMBER_CUDA_CHECK(cudaGetLastError());
-}
-
-void launch_activation_forward(DType dtype, GemmActivation act, const void* x, void* y, int64_t n,
-                               cudaStream_t stream) {
-  if (n == 0 || act == GemmActivation::None) return;
-  const int threads = 256;
-  const unsigned blocks = static_cast<unsigned>(std::min<int64_t>(ceil_div(n, threads), 8192));
-  switch (dtype) {
-    case DType::Float32:
-      activation_forward_kernel<<<blocks, threads, 0, stream>>>(act, static_cast<const float*>(x),
-                                                                static_cast<float*>(y), n);
-      break;
-    case DType::Float64:
-      activation_forward_kernel<<<blocks, threads, 0, stream>>>(act, static_cast<const double*>(x),
-                                                                static_cast<double*>(y), n);
-      break;
-    case DType::BFloat16:
-      activation_forward_kernel<<<blocks, threads, 0, stream>>>(
-          act, static_cast<const __nv_bfloat16*>(x), static_cast<__nv_bfloat16*>(y), n);
-      break;
-    default:
-      EMBER_FAIL("linear: dtype ", dtype, " is not supported on CUDA");
-  }
-  EMBER_CUDA_CHECK(cudaGetLastError());
-}
-
-void launch_activation_backward(DType dtype, GemmActivation act, const void* d_y, const void* pre,
-                                void* d_pre, int64_t n, cudaStream_t stream) {
-  if (n == 0 || act == GemmActivation::None) return;
-  const int threads = 256;
-  const unsigned blocks = static_cast<unsigned>(std::min<int64_t>(ceil_div(n, threads), 8192));
-  switch (dtype) {
-    case DType::Float32:
-      activation_backward_kernel<<<blocks, threads, 0, stream>>>(
-          act, static_cast<const float*>(d_y), static_cast<const float*>(pre),
-          static_cast<float*>(d_pre), n);
-      break;
-    case DType::Float64:
-      activation_backward_kernel<<<blocks, threads, 0, stream>>>(
-          act, static_cast<const double*>(d_y), static_cast<const double*>(pre),
-          static_cast<double*>(d_pre), n);
-      break;
-    case DType::BFloat16:
-      activation_backward_kernel<<<blocks, threads, 0, stream>>>(
-          act, static_cast<const __nv_bfloat16*>(d_y), static_cast<const __nv_bfloat16*>(pre),
-          static_cast<__nv_bfloat16*>(d_pre), n);
-      break;
-    default:
-      EMBER_FAIL("linear: dtype ", dtype, " is not supported on CUDA");
   }
   EMBER_CUDA_CHECK(cudaGetLastError());
 }

@@ -12,10 +12,9 @@
 #include <cuda_runtime_api.h>
 
 #include "core/base/dtype.h"
+#include "core/base/elementwise_ops.h"  // Activation
 
 namespace ember::cuda {
-
-enum class GemmActivation { None, Relu, Gelu };  // GELU: tanh approximation
 
 // Kernel variants: bf16 block tiles (M x N, pipeline stages) and the fp32 K step.
 // Auto picks (see gemm.cu); the others exist so bench_linear can time each in one run.
@@ -25,15 +24,6 @@ enum class GemmTile { Auto, k128x128s3, k128x128s4, k128x256s3, k128x256s4, kF32
 // (the pre-activation, saved for backward). dtype: Float32 or BFloat16.
 void launch_linear_gemm(DType dtype, const void* x, int64_t ldx, const void* w, int64_t ldw,
                         const void* b, void* y, void* pre, int64_t m, int64_t n, int64_t k,
-                        GemmActivation act, cudaStream_t stream, GemmTile tile = GemmTile::Auto);
-
-// y = act(x) for n contiguous elements (float32, float64, bfloat16); y may be x.
-void launch_activation_forward(DType dtype, GemmActivation act, const void* x, void* y, int64_t n,
-                               cudaStream_t stream);
-
-// d_pre = d_y * act'(pre) for n contiguous elements (float32, float64, bfloat16):
-// the activation's derivative for a Linear whose forward fused it.
-void launch_activation_backward(DType dtype, GemmActivation act, const void* d_y, const void* pre,
-                                void* d_pre, int64_t n, cudaStream_t stream);
+                        Activation act, cudaStream_t stream, GemmTile tile = GemmTile::Auto);
 
 }  // namespace ember::cuda

@@ -12,9 +12,9 @@
 #include <vector>
 
 #include "core/ops.h"
-#include "core/ops/dispatch.h"
 #include "cuda/blas.h"
 #include "cuda/gemm_dispatch.h"
+#include "cuda/runtime.h"
 #include "cuda/kernels/gemm.h"
 #include "gradcheck.h"
 
@@ -25,12 +25,6 @@ using ember::testing::rel_error;
 namespace {
 
 const double kNaN = std::numeric_limits<double>::quiet_NaN();
-
-cuda::GemmActivation gemm_act(Activation a) {
-  return a == Activation::Relu   ? cuda::GemmActivation::Relu
-         : a == Activation::Gelu ? cuda::GemmActivation::Gelu
-                                 : cuda::GemmActivation::None;
-}
 
 struct Case {
   int64_t m, n, k;
@@ -56,17 +50,17 @@ std::pair<double, double> run_gemm(DType dtype, Case c, Activation act, bool bia
   Tensor bg = bias ? b.to(kCUDA, dtype) : Tensor();
   Tensor y = full({c.m, c.n}, kNaN, TensorOptions(dtype).device(kCUDA));
   Tensor pre = want_pre ? full({c.m, c.n}, kNaN, TensorOptions(dtype).device(kCUDA)) : Tensor();
-  cudaStream_t s = detail::stream_of(xg);
+  cudaStream_t s = cuda::current_stream(0);
   if (lt) {
     const bool ran =
         cuda::lt_linear_forward(dtype, c.m, c.n, c.k, xg.raw_data(), c.k + pad, wg.raw_data(), c.k,
                                 bias ? bg.raw_data() : nullptr, y.raw_data(),
-                                want_pre ? pre.raw_data() : nullptr, gemm_act(act), 0, s);
+                                want_pre ? pre.raw_data() : nullptr, act, 0, s);
     if (!ran) return {-1.0, -1.0};  // no algorithm: the caller falls back (tested elsewhere)
   } else {
     cuda::launch_linear_gemm(dtype, xg.raw_data(), c.k + pad, wg.raw_data(), c.k,
                              bias ? bg.raw_data() : nullptr, y.raw_data(),
-                             want_pre ? pre.raw_data() : nullptr, c.m, c.n, c.k, gemm_act(act), s);
+                             want_pre ? pre.raw_data() : nullptr, c.m, c.n, c.k, act, s);
   }
   const double e_y = rel_error(y.to(kCPU).to(kFloat64), ref);
   const double e_pre = want_pre ? rel_error(pre.to(kCPU).to(kFloat64), pre_ref) : 0.0;
@@ -114,7 +108,7 @@ TEST_CASE("kernels/gemm: K = 0 writes the bias (or zeros); empty M or N writes n
     CHECK(e == 0.0);
     CHECK(e_pre == 0.0);
     cuda::launch_linear_gemm(dtype, nullptr, 1, nullptr, 1, nullptr, nullptr, nullptr, 0, 5, 3,
-                             cuda::GemmActivation::None, nullptr);
+                             Activation::None, nullptr);
   }
 }
 

@@ -1,25 +1,13 @@
-// Internal to core/ops: how an op reaches its kernel. Layouts of operands over an
-// iteration shape, typed dispatch for the CPU loops, and the stream to launch on.
+// Internal to the CPU kernels (core/kernels/cpu_*.cpp) and host-side conversions:
+// typed dispatch over a dtype, and element loads and stores through double, the
+// CPU reference's compute type.
 #pragma once
 
-#include <cuda_runtime_api.h>
+#include <cstdint>
 
-#include "core/tensor.h"
-#include "core/base/elementwise_math.h"
-#include "cuda/runtime.h"
+#include "core/base/dtype.h"
 
 namespace ember::detail {
-
-// t's layout over `iter` (t's shape broadcast to iter: missing or size-1 dims get
-// stride 0). Throws naming `op` if t has more than kMaxDims dims.
-StridedLayout layout_of(const Tensor& t, const Shape& iter, const char* op);
-inline StridedLayout layout_of(const Tensor& t, const char* op) {
-  return layout_of(t, t.sizes(), op);
-}
-
-inline cudaStream_t stream_of(const Tensor& t) {
-  return cuda::current_stream(t.device().index);
-}
 
 // Calls f(T{}) with T the host storage type of dtype.
 template <typename F>

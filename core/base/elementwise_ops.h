@@ -1,0 +1,304 @@
+// The element-wise ops, declared once. Each list entry below is an op's whole
+// definition: its name, its formula, its derivative, what backward must save, and
+// the test data its tests use. From these lists come the op enums, the formula
+// cases every device's kernel evaluates (CPU loops in double, CUDA kernels in
+// float or double), the free functions and Tensor methods (core/ops.h,
+// core/tensor.h), the backward bindings (core/ops/elementwise.cpp), the one
+// Activation enum that GEMM epilogues fuse, and the test table
+// (tests/core/test_elementwise_list.cpp: hand-computed value, gradcheck, CPU vs
+// CUDA, bfloat16). Adding an op is one entry here (README, "Adding an op").
+//
+// Inside an entry, T is the compute type, x the input, a the scalar parameter,
+// g the incoming gradient and s the tensor backward saved (see `saves`).
+#pragma once
+
+#include <cmath>
+
+#include "core/base/hd.h"
+
+namespace ember {
+
+// ------------------------------------------------------------- shared formulas
+
+// GELU, tanh approximation (PyTorch's approximate="tanh"), and its derivative.
+template <typename T>
+EMBER_HD T gelu_tanh(T x) {
+  using std::tanh;
+  const T inner = T(0.7978845608028654) * (x + T(0.044715) * x * x * x);  // sqrt(2/pi)(x + c x^3)
+  return T(0.5) * x * (T(1) + tanh(inner));
+}
+template <typename T>
+EMBER_HD T gelu_tanh_grad(T x) {
+  using std::tanh;
+  const T t = tanh(T(0.7978845608028654) * (x + T(0.044715) * x * x * x));
+  const T d_inner = T(0.7978845608028654) * (T(1) + T(3) * T(0.044715) * x * x);
+  return T(0.5) * (T(1) + t) + T(0.5) * x * (T(1) - t * t) * d_inner;
+}
+template <typename T>
+EMBER_HD T sigmoid_of(T x) {
+  using std::exp;
+  return T(1) / (T(1) + exp(-x));
+}
+// SiLU (swish): x sigmoid(x); derivative sigmoid(x) (1 + x (1 - sigmoid(x))).
+template <typename T>
+EMBER_HD T silu_grad(T x) {
+  const T sg = sigmoid_of(x);
+  return sg * (T(1) + x * (T(1) - sg));
+}
+
+// ------------------------------------------------------------- the lists
+
+// What backward reads as `s`: the input (In), the output (Out), nothing (None:
+// the formula reads g and a only); Pass: the derivative is g itself, no kernel
+// runs; NoGrad: the op is not differentiable (its output never requires grad).
+enum class Saves : int { None, In, Out, Pass, NoGrad };
+
+// Unary ops, t -> op(t).
+// ENTRY(name, Enum, act, saves, forward, backward, lo, hi, at, value)
+//   act: Act when a GEMM epilogue can fuse it (an Activation), NoAct otherwise
+//   lo, hi: the interval tests draw inputs from; at, value: name(at) == value,
+//   computed by hand
+#define EMBER_UNARY_OPS(ENTRY)                                                                   \
+  ENTRY(neg, Neg, NoAct, None, -x, -g, -4.0, 4.0, 1.5, -1.5)                                     \
+  ENTRY(exp, Exp, NoAct, Out, exp(x), g * s, -3.0, 3.0, 1.0, 2.718281828459045)                  \
+  ENTRY(log, Log, NoAct, In, log(x), g / s, 0.2, 4.0, 2.0, 0.6931471805599453)                   \
+  ENTRY(sqrt, Sqrt, NoAct, Out, sqrt(x), g * T(0.5) / s, 0.2, 4.0, 2.0, 1.4142135623730951)      \
+  ENTRY(abs, Abs, NoAct, In, (x < T(0) ? -x : x), (s > T(0) ? g : s < T(0) ? -g : T(0)), -4.0,   \
+    4.0, -2.5, 2.5)                                                                          \
+  ENTRY(relu, Relu, Act, Out, (x > T(0) ? x : T(0)), (s > T(0) ? g : T(0)), -4.0, 4.0, -2.0, 0.0) \
+  ENTRY(sigmoid, Sigmoid, NoAct, Out, sigmoid_of(x), g * s * (T(1) - s), -4.0, 4.0, 0.5,         \
+    0.6224593312018546)                                                                      \
+  ENTRY(tanh, Tanh, NoAct, Out, tanh(x), g * (T(1) - s * s), -3.0, 3.0, 0.5, 0.46211715726000974) \
+  ENTRY(gelu, Gelu, Act, In, gelu_tanh(x), g * gelu_tanh_grad(s), -4.0, 4.0, 1.0,                \
+    0.8411919906082768)                                                                      \
+  ENTRY(silu, Silu, Act, In, x * sigmoid_of(x), g * silu_grad(s), -4.0, 4.0, 1.0,                \
+    0.7310585786300049)                                                                      \
+  ENTRY(sin, Sin, NoAct, In, sin(x), g * cos(s), -3.0, 3.0, 0.5, 0.479425538604203)              \
+  ENTRY(cos, Cos, NoAct, In, cos(x), -g * sin(s), -3.0, 3.0, 0.5, 0.8775825618903728)
+
+// Ops of a tensor and a scalar a, t -> op(t, a).
+// ENTRY(name, Enum, saves, forward, backward, lo, hi, a, at, value)
+#define EMBER_SCALAR_OPS(ENTRY)                                                                  \
+  ENTRY(pow, Pow, In, pow(x, a), g * a * pow(s, a - T(1)), 0.2, 3.0, 2.5, 2.0, 5.656854249492381) \
+  ENTRY(add, AddScalar, Pass, x + a, g, -4.0, 4.0, 0.5, 1.0, 1.5)                                \
+  ENTRY(mul, MulScalar, None, x * a, g * a, -4.0, 4.0, -1.5, 2.0, -3.0)                          \
+  ENTRY(rsub, RSubScalar, None, a - x, -g, -4.0, 4.0, 2.0, 0.5, 1.5)                             \
+  ENTRY(rdiv, RDivScalar, In, a / x, -g * a / (s * s), 0.2, 3.0, 2.0, 4.0, 0.5)                  \
+  ENTRY(ge, GeScalar, NoGrad, (x >= a ? T(1) : T(0)), T(0), -4.0, 4.0, 1.0, 1.0, 1.0)            \
+  ENTRY(gt, GtScalar, NoGrad, (x > a ? T(1) : T(0)), T(0), -4.0, 4.0, 1.0, 1.0, 0.0)
+
+// What a binary op's derivative with respect to one operand reads: G (it is the
+// incoming gradient itself; no kernel runs), GA (g * a), or a formula reading g
+// and the saved operands: None (g only), X, Y or XY.
+enum class Reads : int { G, GA, None, X, Y, XY };
+
+// Ops of two tensors (numpy broadcasting), (x, y) -> op(x, y, a); a is add's alpha.
+// ENTRY(name, Enum, forward, d_x, d_y, dx_reads, dy_reads, lo, hi, at_x, at_y, value)
+#define EMBER_BINARY_OPS(ENTRY)                                                                  \
+  ENTRY(add, Add, x + a * y, g, g * a, G, GA, -4.0, 4.0, 1.0, 2.0, 3.0)                          \
+  ENTRY(sub, Sub, x - y, g, -g, G, None, -4.0, 4.0, 5.0, 2.0, 3.0)                               \
+  ENTRY(mul, Mul, x * y, g * y, g * x, Y, X, -4.0, 4.0, 3.0, 4.0, 12.0)                          \
+  ENTRY(div, Div, x / y, g / y, -((g / y) * x / y), Y, XY, 0.5, 3.0, 3.0, 4.0, 0.75)
+
+// ------------------------------------------------------------- enums
+
+enum class UnaryOp : int {
+#define EMBER_X(name, Enum, ...) Enum,
+  EMBER_UNARY_OPS(EMBER_X) EMBER_SCALAR_OPS(EMBER_X)
+#undef EMBER_X
+};
+
+enum class BinaryOp : int {
+#define EMBER_X(name, Enum, ...) Enum,
+  EMBER_BINARY_OPS(EMBER_X)
+#undef EMBER_X
+};
+
+// The one activation enum of the library: the unary ops marked Act, which
+// Linear (and every GEMM epilogue) can fuse. None: no activation.
+#define EMBER_ACT_Act(Enum) Enum,
+#define EMBER_ACT_NoAct(Enum)
+enum class Activation : int {
+  None,
+#define EMBER_X(name, Enum, act, ...) EMBER_ACT_##act(Enum)
+  EMBER_UNARY_OPS(EMBER_X)
+#undef EMBER_X
+};
+
+// ------------------------------------------------------------- formulas
+
+template <typename T>
+EMBER_HD T unary_forward(UnaryOp op, T x, T a) {
+  using std::cos;
+  using std::exp;
+  using std::log;
+  using std::pow;
+  using std::sin;
+  using std::sqrt;
+  using std::tanh;
+  (void)a;
+  switch (op) {
+#define EMBER_X(name, Enum, act, saves, fwd, ...) \
+  case UnaryOp::Enum:                             \
+    return fwd;
+    EMBER_UNARY_OPS(EMBER_X)
+#undef EMBER_X
+#define EMBER_X(name, Enum, saves, fwd, ...) \
+  case UnaryOp::Enum:                        \
+    return fwd;
+    EMBER_SCALAR_OPS(EMBER_X)
+#undef EMBER_X
+  }
+  return x;
+}
+
+// d_x of a unary op, from the incoming gradient g and the saved tensor s.
+template <typename T>
+EMBER_HD T unary_backward(UnaryOp op, T g, T s, T a) {
+  using std::cos;
+  using std::exp;
+  using std::log;
+  using std::pow;
+  using std::sin;
+  using std::sqrt;
+  using std::tanh;
+  (void)s;
+  (void)a;
+  switch (op) {
+#define EMBER_X(name, Enum, act, saves, fwd, bwd, ...) \
+  case UnaryOp::Enum:                                  \
+    return bwd;
+    EMBER_UNARY_OPS(EMBER_X)
+#undef EMBER_X
+#define EMBER_X(name, Enum, saves, fwd, bwd, ...) \
+  case UnaryOp::Enum:                             \
+    return bwd;
+    EMBER_SCALAR_OPS(EMBER_X)
+#undef EMBER_X
+  }
+  return g;
+}
+
+template <typename T>
+EMBER_HD T binary_forward(BinaryOp op, T x, T y, T a) {
+  (void)a;
+  switch (op) {
+#define EMBER_X(name, Enum, fwd, ...) \
+  case BinaryOp::Enum:                \
+    return fwd;
+    EMBER_BINARY_OPS(EMBER_X)
+#undef EMBER_X
+  }
+  return x;
+}
+
+// The derivative of a binary op with respect to x (side 0) or y (side 1).
+template <typename T>
+EMBER_HD T binary_backward(BinaryOp op, int side, T g, T x, T y, T a) {
+  (void)x;
+  (void)y;
+  (void)a;
+  switch (op) {
+#define EMBER_X(name, Enum, fwd, dx, dy, ...) \
+  case BinaryOp::Enum:                        \
+    return side == 0 ? (dx) : (dy);
+    EMBER_BINARY_OPS(EMBER_X)
+#undef EMBER_X
+  }
+  return g;
+}
+
+constexpr Saves unary_saves(UnaryOp op) {
+  switch (op) {
+#define EMBER_X(name, Enum, act, saves, ...) \
+  case UnaryOp::Enum:                        \
+    return Saves::saves;
+    EMBER_UNARY_OPS(EMBER_X)
+#undef EMBER_X
+#define EMBER_X(name, Enum, saves, ...) \
+  case UnaryOp::Enum:                   \
+    return Saves::saves;
+    EMBER_SCALAR_OPS(EMBER_X)
+#undef EMBER_X
+  }
+  return Saves::None;
+}
+
+constexpr const char* unary_name(UnaryOp op) {
+  switch (op) {
+#define EMBER_X(name, Enum, ...) \
+  case UnaryOp::Enum:            \
+    return #name;
+    EMBER_UNARY_OPS(EMBER_X) EMBER_SCALAR_OPS(EMBER_X)
+#undef EMBER_X
+  }
+  return "?";
+}
+
+constexpr const char* binary_name(BinaryOp op) {
+  switch (op) {
+#define EMBER_X(name, Enum, ...) \
+  case BinaryOp::Enum:           \
+    return #name;
+    EMBER_BINARY_OPS(EMBER_X)
+#undef EMBER_X
+  }
+  return "?";
+}
+
+// Which operands the derivative with respect to each side reads.
+constexpr Reads binary_reads(BinaryOp op, int side) {
+  switch (op) {
+#define EMBER_X(name, Enum, fwd, dx, dy, dx_reads, dy_reads, ...) \
+  case BinaryOp::Enum:                                            \
+    return side == 0 ? Reads::dx_reads : Reads::dy_reads;
+    EMBER_BINARY_OPS(EMBER_X)
+#undef EMBER_X
+  }
+  return Reads::None;
+}
+constexpr bool reads_x(Reads r) { return r == Reads::X || r == Reads::XY; }
+constexpr bool reads_y(Reads r) { return r == Reads::Y || r == Reads::XY; }
+
+// --- activations, as the unary ops they are
+
+constexpr UnaryOp unary_op_of(Activation act) {
+  switch (act) {
+#define EMBER_ACT_CASE_Act(Enum) \
+  case Activation::Enum:         \
+    return UnaryOp::Enum;
+#define EMBER_ACT_CASE_NoAct(Enum)
+#define EMBER_X(name, Enum, act, ...) EMBER_ACT_CASE_##act(Enum)
+    EMBER_UNARY_OPS(EMBER_X)
+#undef EMBER_X
+#undef EMBER_ACT_CASE_Act
+#undef EMBER_ACT_CASE_NoAct
+    case Activation::None:
+      break;
+  }
+  return UnaryOp::Neg;  // not reached for a real activation
+}
+
+constexpr const char* activation_name(Activation act) {
+  return act == Activation::None ? "none" : unary_name(unary_op_of(act));
+}
+
+// What an activation's backward reads: its input (the pre-activation: GELU,
+// SiLU) or its output (ReLU), as the list says.
+constexpr Saves activation_saves(Activation act) {
+  return act == Activation::None ? Saves::None : unary_saves(unary_op_of(act));
+}
+
+// act(v), for GEMM epilogues; None is the identity.
+template <typename T>
+EMBER_HD T activation_forward(Activation act, T v) {
+  return act == Activation::None ? v : unary_forward(unary_op_of(act), v, T(0));
+}
+
+// d_pre = act'(.) * g, where s is what activation_saves(act) names.
+template <typename T>
+EMBER_HD T activation_backward(Activation act, T g, T s) {
+  return act == Activation::None ? g : unary_backward(unary_op_of(act), g, s, T(0));
+}
+
+}  // namespace ember

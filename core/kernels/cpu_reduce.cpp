@@ -1,0 +1,91 @@
+// CPU reductions over the middle axis of (outer, n, inner), accumulating in double.
+// NaN counts as the largest value in max, as in PyTorch.
+#include <cmath>
+#include <vector>
+
+#include "core/kernels/cpu_loops.h"
+#include "core/kernels/registration.h"
+
+namespace ember::kernels {
+
+namespace {
+
+using detail::dispatch_cpu;
+using detail::load_as_double;
+using detail::store_from_double;
+
+void sum(const SumArgs& a) {
+  dispatch_cpu(a.dtype, [&](auto tag) {
+    using S = decltype(tag);
+    const S* px = static_cast<const S*>(a.x);
+    S* py = static_cast<S*>(a.y);
+    std::vector<double> acc(static_cast<size_t>(a.inner));
+    for (int64_t o = 0; o < a.outer; ++o) {
+      std::fill(acc.begin(), acc.end(), 0.0);
+      for (int64_t k = 0; k < a.n; ++k) {
+        const S* row = px + (o * a.n + k) * a.inner;
+        for (int64_t i = 0; i < a.inner; ++i) acc[i] += load_as_double(row + i);
+      }
+      for (int64_t i = 0; i < a.inner; ++i)
+        store_from_double(py + o * a.inner + i,
+                          a.mean ? acc[i] / static_cast<double>(a.n) : acc[i]);
+    }
+  });
+}
+
+void max(const MaxArgs& a) {
+  dispatch_cpu(a.dtype, [&](auto tag) {
+    using S = decltype(tag);
+    const S* px = static_cast<const S*>(a.x);
+    S* pv = static_cast<S*>(a.values);
+    std::vector<double> best(static_cast<size_t>(a.inner));
+    for (int64_t o = 0; o < a.outer; ++o) {
+      int64_t* arg = a.indices + o * a.inner;
+      for (int64_t i = 0; i < a.inner; ++i) {
+        best[i] = load_as_double(px + o * a.n * a.inner + i);
+        arg[i] = 0;
+      }
+      for (int64_t k = 1; k < a.n; ++k) {
+        const S* row = px + (o * a.n + k) * a.inner;
+        for (int64_t i = 0; i < a.inner; ++i) {
+          double v = load_as_double(row + i);
+          if (!std::isnan(best[i]) && (std::isnan(v) || v > best[i])) {
+            best[i] = v;
+            arg[i] = k;
+          }
+        }
+      }
+      if (pv)
+        for (int64_t i = 0; i < a.inner; ++i) store_from_double(pv + o * a.inner + i, best[i]);
+    }
+  });
+}
+
+void max_backward(const MaxBackwardArgs& a) {
+  dispatch_cpu(a.dtype, [&](auto tag) {
+    using S = decltype(tag);
+    const S* pg = static_cast<const S*>(a.d_out);
+    S* pd = static_cast<S*>(a.d_inp);
+    for (int64_t o = 0; o < a.outer; ++o)
+      for (int64_t k = 0; k < a.n; ++k)
+        for (int64_t i = 0; i < a.inner; ++i) {
+          const int64_t oi = o * a.inner + i;
+          store_from_double(pd + (o * a.n + k) * a.inner + i,
+                            a.indices[oi] == k ? load_as_double(pg + oi) : 0.0);
+        }
+  });
+}
+
+size_t no_workspace(const ReduceShape&) { return 0; }
+
+}  // namespace
+
+void register_cpu_reduce(KernelTable& t) {
+  t.sum = &sum;
+  t.sum_workspace_bytes = &no_workspace;
+  t.max = &max;
+  t.max_workspace_bytes = &no_workspace;
+  t.max_backward = &max_backward;
+}
+
+}  // namespace ember::kernels

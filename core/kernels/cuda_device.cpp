@@ -1,0 +1,67 @@
+// The CUDA devices: memory from each device's caching allocator on this thread's
+// current stream, copies through cudaMemcpyAsync, graphs (cuda/graph.h).
+#include "core/kernels/registration.h"
+#include "cuda/check.h"
+#include "cuda/device_allocator.h"
+#include "cuda/runtime.h"
+
+namespace ember::kernels {
+
+namespace {
+
+void check(int index) { cuda::check_device(index); }
+memory::CachingAllocator& allocator(int index) { return cuda::device_caching_allocator(index); }
+void* current_stream(int index) { return cuda::current_stream(index); }
+void check_not_capturing(int index, const char* what, const char* action) {
+  cuda::check_not_capturing(index, what, action);
+}
+bool is_capturing(int index) { return cuda::is_capturing(index); }
+void synchronize(int index) { cuda::synchronize(index); }
+int count() { return cuda::device_count(); }
+
+// Host <-> device, device <-> device (same or peer); synchronises when the
+// destination is the host or the copy crosses devices.
+void copy_bytes(const CopyBytesArgs& a) {
+  if (a.n == 0) return;
+  const Device dd = a.dst_device, sd = a.src_device;
+  if (dd.is_cuda() && sd.is_cpu()) {
+    cuda::DeviceGuard g(dd.index);
+    EMBER_CUDA_CHECK(cudaMemcpyAsync(a.dst, a.src, a.n, cudaMemcpyHostToDevice,
+                                     cuda::current_stream(dd.index)));
+  } else if (dd.is_cpu() && sd.is_cuda()) {
+    cuda::DeviceGuard g(sd.index);
+    cudaStream_t s = cuda::current_stream(sd.index);
+    EMBER_CUDA_CHECK(cudaMemcpyAsync(a.dst, a.src, a.n, cudaMemcpyDeviceToHost, s));
+    EMBER_CUDA_CHECK(cudaStreamSynchronize(s));
+  } else if (dd.index == sd.index) {
+    cuda::DeviceGuard g(dd.index);
+    EMBER_CUDA_CHECK(cudaMemcpyAsync(a.dst, a.src, a.n, cudaMemcpyDeviceToDevice,
+                                     cuda::current_stream(dd.index)));
+  } else {
+    cuda::DeviceGuard g(sd.index);
+    cudaStream_t s = cuda::current_stream(sd.index);
+    EMBER_CUDA_CHECK(cudaMemcpyPeerAsync(a.dst, dd.index, a.src, sd.index, a.n, s));
+    EMBER_CUDA_CHECK(cudaStreamSynchronize(s));
+  }
+}
+
+}  // namespace
+
+void register_cuda(KernelTable& t) {
+  t.hooks.check = &check;
+  t.hooks.allocator = &allocator;
+  t.hooks.current_stream = &current_stream;
+  t.hooks.check_not_capturing = &check_not_capturing;
+  t.hooks.is_capturing = &is_capturing;
+  t.hooks.synchronize = &synchronize;
+  t.hooks.count = &count;
+  t.hooks.pinned_staging = true;
+  t.copy_bytes = &copy_bytes;
+  register_cuda_elementwise(t);
+  register_cuda_reduce(t);
+  register_cuda_linalg(t);
+  register_cuda_loss(t);
+  register_cuda_optim(t);
+}
+
+}  // namespace ember::kernels

@@ -1,0 +1,20 @@
+// Internal to core/kernels: each family file's registration, called by its
+// device's register_*() (core/kernels/cpu_device.cpp, cuda_device.cpp).
+#pragma once
+
+#include "core/kernel_table.h"
+
+namespace ember::kernels {
+
+void register_cpu_elementwise(KernelTable& t);
+void register_cpu_reduce(KernelTable& t);
+void register_cpu_linalg(KernelTable& t);
+void register_cpu_optim(KernelTable& t);
+
+void register_cuda_elementwise(KernelTable& t);
+void register_cuda_reduce(KernelTable& t);
+void register_cuda_linalg(KernelTable& t);
+void register_cuda_loss(KernelTable& t);
+void register_cuda_optim(KernelTable& t);
+
+}  // namespace ember::kernels
