@@ -10,6 +10,7 @@
 
 #include <cmath>
 #include <limits>
+#include <string>
 #include <vector>
 
 #include "core/autograd.h"
@@ -59,12 +60,20 @@ const BinaryCase kBinaryCases[] = {EMBER_BINARY_OPS(EMBER_BINARY_CASE)};
 const std::vector<int64_t> kRagged = {1, 7, 127, 4097};
 const DType kDTypes[] = {kFloat32, kFloat64, kBFloat16};
 
+// DESIGN.md's thresholds for element-wise results. Gradients in float32 get 1e-5:
+// a derivative that reads the saved output (tanh's 1 - y^2, sigmoid's y (1 - y))
+// amplifies y's float rounding where the factor is small (|y| near 1), which the
+// CPU reference, computing y in double, does not see.
 double tol_for(DType t) { return t == kFloat64 ? 1e-12 : t == kFloat32 ? 1e-6 : 1e-2; }
+double grad_tol_for(DType t) { return t == kFloat32 ? 1e-5 : tol_for(t); }
 
 // Output and input gradients of f on CUDA in `dtype` against the CPU in float64 on
 // the same rounded values; the largest rel_error of all of them.
-double cuda_vs_cpu_with_grads(const ember::testing::TensorFn& f, const std::vector<Tensor>& inputs,
-                              DType dtype, bool with_grad, uint64_t seed) {
+// Checks f on CUDA in `dtype` against the CPU in float64 on the same rounded values:
+// the output at tol_for(dtype), and (with_grad) each input's gradient at
+// grad_tol_for(dtype).
+void check_cuda_vs_cpu(const ember::testing::TensorFn& f, const std::vector<Tensor>& inputs,
+                       DType dtype, bool with_grad, uint64_t seed) {
   std::vector<Tensor> cpu, gpu;
   for (const Tensor& x : inputs) {
     Tensor r = x.detach().to(dtype);
@@ -77,32 +86,34 @@ double cuda_vs_cpu_with_grads(const ember::testing::TensorFn& f, const std::vect
     gpu.push_back(g);
   }
   Tensor out_cpu = f(cpu), out_gpu = f(gpu);
-  if (!out_gpu.is_cuda() || out_gpu.dtype() != dtype) return std::numeric_limits<double>::infinity();
-  double worst = rel_error(out_gpu.to(kCPU).to(kFloat64), out_cpu);
-  if (!with_grad) return worst;
+  REQUIRE(out_gpu.is_cuda());
+  REQUIRE(out_gpu.dtype() == dtype);
+  CHECK(rel_error(out_gpu.to(kCPU).to(kFloat64), out_cpu) <= tol_for(dtype));
+  if (!with_grad) return;
   Tensor w = ember::testing::randn64(out_cpu.sizes(), seed).to(dtype);
   std::vector<Tensor> g_cpu = grad({out_cpu}, cpu, {w.to(kFloat64)});
   std::vector<Tensor> g_gpu = grad({out_gpu}, gpu, {w.to(kCUDA)});
   for (size_t i = 0; i < cpu.size(); ++i) {
-    if (!g_gpu[i].defined() || !g_gpu[i].is_cuda() || g_gpu[i].dtype() != dtype)
-      return std::numeric_limits<double>::infinity();
-    worst = std::max(worst, rel_error(g_gpu[i].to(kCPU).to(kFloat64), g_cpu[i]));
+    CAPTURE(i);
+    REQUIRE(g_gpu[i].defined());
+    CHECK(g_gpu[i].is_cuda());
+    CHECK(g_gpu[i].dtype() == dtype);
+    CHECK(rel_error(g_gpu[i].to(kCPU).to(kFloat64), g_cpu[i]) <= grad_tol_for(dtype));
   }
-  return worst;
 }
 
 }  // namespace
 
 TEST_CASE("ops/list: every element-wise op gives its hand-computed value") {
   for (const UnaryCase& c : kUnaryCases) {
-    CAPTURE(c.name);
+    CAPTURE(std::string(c.name));
     const Tensor x = tensor({c.at}, kFloat64);
     CHECK(c.fn(x).item() == doctest::Approx(c.value).epsilon(1e-12));
     CHECK(c.method(x).item() == doctest::Approx(c.value).epsilon(1e-12));
     CHECK(c.fn(x).dtype() == kFloat64);
   }
   for (const BinaryCase& c : kBinaryCases) {
-    CAPTURE(c.name);
+    CAPTURE(std::string(c.name));
     const Tensor x = tensor({c.at_x}, kFloat64), y = tensor({c.at_y}, kFloat64);
     CHECK(c.fn(x, y).item() == doctest::Approx(c.value).epsilon(1e-12));
     CHECK(c.method(x, y).item() == doctest::Approx(c.value).epsilon(1e-12));
@@ -112,7 +123,7 @@ TEST_CASE("ops/list: every element-wise op gives its hand-computed value") {
 TEST_CASE("ops/list: every differentiable element-wise op passes gradcheck") {
   uint64_t seed = 1;
   for (const UnaryCase& c : kUnaryCases) {
-    CAPTURE(c.name);
+    CAPTURE(std::string(c.name));
     const Tensor x = rand64({3, 4}, ++seed, c.lo, c.hi);
     if (!c.differentiable) {
       Tensor leaf = x.detach().set_requires_grad(true);
@@ -122,7 +133,7 @@ TEST_CASE("ops/list: every differentiable element-wise op passes gradcheck") {
     CHECK_GRADCHECK([&](const std::vector<Tensor>& v) { return c.fn(v[0]); }, {x});
   }
   for (const BinaryCase& c : kBinaryCases) {
-    CAPTURE(c.name);
+    CAPTURE(std::string(c.name));
     // Same shapes, then each side broadcast (its gradient is summed back).
     const Tensor x = rand64({3, 4}, ++seed, c.lo, c.hi), y = rand64({3, 4}, ++seed, c.lo, c.hi);
     const Tensor row = rand64({4}, ++seed, c.lo, c.hi), col = rand64({3, 1}, ++seed, c.lo, c.hi);
@@ -140,24 +151,24 @@ TEST_CASE("ops/list: every element-wise op on CUDA matches the CPU reference, fo
   for (const UnaryCase& c : kUnaryCases)
     for (int64_t n : kRagged)
       for (DType t : kDTypes) {
-        CAPTURE(c.name);
+        CAPTURE(std::string(c.name));
         CAPTURE(n);
         CAPTURE(t);
         const Tensor x = rand64({n}, ++seed, c.lo, c.hi);
-        CHECK(cuda_vs_cpu_with_grads([&](const std::vector<Tensor>& v) { return c.fn(v[0]); },
-                                     {x}, t, c.differentiable, seed) <= tol_for(t));
+        check_cuda_vs_cpu([&](const std::vector<Tensor>& v) { return c.fn(v[0]); }, {x}, t,
+                          c.differentiable, seed);
       }
   for (const BinaryCase& c : kBinaryCases)
     for (int64_t n : kRagged)
       for (DType t : kDTypes) {
-        CAPTURE(c.name);
+        CAPTURE(std::string(c.name));
         CAPTURE(n);
         CAPTURE(t);
         auto f = [&](const std::vector<Tensor>& v) { return c.fn(v[0], v[1]); };
         const Tensor x = rand64({n, 3}, ++seed, c.lo, c.hi), y = rand64({n, 3}, ++seed, c.lo, c.hi);
         const Tensor row = rand64({3}, ++seed, c.lo, c.hi);
-        CHECK(cuda_vs_cpu_with_grads(f, {x, y}, t, true, seed) <= tol_for(t));
-        CHECK(cuda_vs_cpu_with_grads(f, {x, row}, t, true, seed) <= tol_for(t));
-        CHECK(cuda_vs_cpu_with_grads(f, {x.t(), y.t()}, t, true, seed) <= tol_for(t));
+        check_cuda_vs_cpu(f, {x, y}, t, true, seed);
+        check_cuda_vs_cpu(f, {x, row}, t, true, seed);
+        check_cuda_vs_cpu(f, {x.t(), y.t()}, t, true, seed);
       }
 }
