@@ -86,9 +86,10 @@ void detail::throw_modified_in_place(const char* node, uint64_t saved, uint64_t 
 }
 
 SavedTensors::SavedTensors(std::initializer_list<Tensor> tensors) {
-  entries_.reserve(tensors.size());
+  EMBER_CHECK(tensors.size() <= kMax, "SavedTensors: a node saves at most ", kMax,
+              " tensors, got ", tensors.size());
   for (const Tensor& t : tensors) {
-    Entry& e = entries_.emplace_back();
+    Entry& e = *new (slot(size_++)) Entry();
     if (t.defined()) {
       e.data = t.detach();
       e.version = t.version();
@@ -99,8 +100,8 @@ SavedTensors::SavedTensors(std::initializer_list<Tensor> tensors) {
 
 std::vector<Node::SavedRef> SavedTensors::refs() const {
   std::vector<Node::SavedRef> out;
-  for (const Entry& e : entries_)
-    if (e.data.defined()) out.push_back({e.data.storage(), e.leaf});
+  for (size_t i = 0; i < size_; ++i)
+    if (slot(i)->data.defined()) out.push_back({slot(i)->data.storage(), slot(i)->leaf});
   return out;
 }
 

@@ -4,9 +4,11 @@
 // backward unless retain_graph; saved tensors check their version on use.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <new>
 #include <optional>
 #include <string>
 #include <type_traits>
@@ -85,21 +87,47 @@ namespace detail {
 // giving a wrong gradient. Entries may be undefined (a side that needs nothing).
 class SavedTensors {
  public:
+  // The most tensors one node saves, kept inline: recording a node allocates
+  // nothing for them, and a node that saves none pays for none.
+  static constexpr size_t kMax = 4;
+
   SavedTensors() = default;
   SavedTensors(std::initializer_list<Tensor> tensors);
+  SavedTensors(SavedTensors&& other) noexcept : node_(other.node_) {
+    for (size_t i = 0; i < other.size_; ++i) new (slot(i)) Entry(std::move(*other.slot(i)));
+    size_ = other.size_;
+    other.clear();
+  }
+  SavedTensors& operator=(SavedTensors&& other) noexcept {
+    if (this != &other) {
+      clear();
+      for (size_t i = 0; i < other.size_; ++i) new (slot(i)) Entry(std::move(*other.slot(i)));
+      size_ = other.size_;
+      node_ = other.node_;
+      other.clear();
+    }
+    return *this;
+  }
+  SavedTensors(const SavedTensors&) = delete;
+  SavedTensors& operator=(const SavedTensors&) = delete;
+  ~SavedTensors() { clear(); }
+
   // The i-th saved tensor; throws ember::Error naming the node if it was modified
   // in place since it was saved.
   const Tensor& operator[](size_t i) const {
-    const Entry& e = entries_[i];
+    const Entry& e = *slot(i);
     if (e.data.defined() && e.data.version() != e.version) [[unlikely]]
       detail::throw_modified_in_place(node_, e.version, e.data.version());
     return e.data;
   }
-  size_t size() const { return entries_.size(); }
+  size_t size() const { return size_; }
   // What the node's diagnostics see (Node::saved): storage, and whether a leaf.
   std::vector<Node::SavedRef> refs() const;
   void set_node_name(const char* name) { node_ = name; }
-  void clear() { entries_.clear(); }
+  void clear() noexcept {
+    for (size_t i = 0; i < size_; ++i) slot(i)->~Entry();
+    size_ = 0;
+  }
 
  private:
   struct Entry {
@@ -107,7 +135,12 @@ class SavedTensors {
     uint64_t version = 0;
     bool leaf = false;  // a leaf that requires grad (a weight)
   };
-  std::vector<Entry> entries_;
+  Entry* slot(size_t i) { return std::launder(reinterpret_cast<Entry*>(storage_) + i); }
+  const Entry* slot(size_t i) const {
+    return std::launder(reinterpret_cast<const Entry*>(storage_) + i);
+  }
+  alignas(Entry) unsigned char storage_[kMax * sizeof(Entry)];
+  size_t size_ = 0;
   const char* node_ = "";
 };
 
@@ -119,7 +152,7 @@ class SavedTensors {
 template <typename F>
 class FunctionNode final : public Node {
  public:
-  FunctionNode(const char* name, F fn, SavedTensors saved)
+  FunctionNode(const char* name, F fn, SavedTensors&& saved)
       : name_(name), fn_(std::move(fn)), saved_tensors_(std::move(saved)) {
     saved_tensors_.set_node_name(name);
   }

@@ -170,10 +170,11 @@ Tensor unary_op(UnaryOp op, const Tensor& a, double s) {
   run_unary(op, a, out, s, name);
   const Saves saves = unary_saves(op);
   if (saves != Saves::NoGrad && any_requires_grad({&a})) {
+    const Tensor save = saves == Saves::In ? a : saves == Saves::Out ? out : Tensor();
     attach_grad_fn(out, kUnaryBackwardNames[static_cast<int>(op)], {&a},
-                   {saves == Saves::In ? a : saves == Saves::Out ? out : Tensor()},
+                   save.defined() ? SavedTensors{save} : SavedTensors{},
                    [op, s](const Tensor& g, const SavedTensors& saved) {
-                     return Grads{unary_backward_of(op, g, saved[0], s)};
+                     return Grads{unary_backward_of(op, g, saved.size() ? saved[0] : Tensor(), s)};
                    });
   }
   return out;
@@ -192,14 +193,18 @@ Tensor binary_op(BinaryOp op, const Tensor& a, const Tensor& b, double alpha) {
     const Reads rx = binary_reads(op, 0), ry = binary_reads(op, 1);
     const bool save_x = (ga && reads_x(rx)) || (gb && reads_x(ry));
     const bool save_y = (ga && reads_y(rx)) || (gb && reads_y(ry));
-    attach_grad_fn(out, kBinaryBackwardNames[static_cast<int>(op)], {&a, &b},
-                   {save_x ? a : Tensor(), save_y ? b : Tensor()},
+    // Only what the derivatives read is saved (nothing at all for add and sub).
+    SavedTensors saved = save_x || save_y
+                             ? SavedTensors{save_x ? a : Tensor(), save_y ? b : Tensor()}
+                             : SavedTensors{};
+    attach_grad_fn(out, kBinaryBackwardNames[static_cast<int>(op)], {&a, &b}, std::move(saved),
                    [op, alpha, sa = a.sizes(), sb = b.sizes(), ga, gb](const Tensor& g,
                                                                       const SavedTensors& s) {
-                     return Grads{ga ? sum_to(binary_grad(op, 0, g, s[0], s[1], alpha), sa)
-                                     : Tensor(),
-                                  gb ? sum_to(binary_grad(op, 1, g, s[0], s[1], alpha), sb)
-                                     : Tensor()};
+                     const Tensor none;
+                     const Tensor& x = s.size() > 0 ? s[0] : none;
+                     const Tensor& y = s.size() > 1 ? s[1] : none;
+                     return Grads{ga ? sum_to(binary_grad(op, 0, g, x, y, alpha), sa) : Tensor(),
+                                  gb ? sum_to(binary_grad(op, 1, g, x, y, alpha), sb) : Tensor()};
                    });
   }
   return out;
