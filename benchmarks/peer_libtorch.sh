@@ -26,7 +26,7 @@ else
   cuda="${CUDA_HOME:-/usr/local/cuda}"
   # --no-as-needed: nothing names libtorch_cuda's symbols, yet it must load (it
   # registers the CUDA kernels).
-  g++ -O2 -std=c++17 -D_GLIBCXX_USE_CXX11_ABI="$abi" benchmarks/peer_libtorch.cpp \
+  g++ -O2 -std=c++20 -D_GLIBCXX_USE_CXX11_ABI="$abi" benchmarks/peer_libtorch.cpp \
       -I"$torch_dir/include" -I"$torch_dir/include/torch/csrc/api/include" -I"$cuda/include" \
       -L"$torch_dir/lib" -L"$cuda/lib64" -Wl,-rpath,"$torch_dir/lib" \
       -Wl,--no-as-needed -ltorch_cuda -ltorch -ltorch_cpu -lc10_cuda -lc10 -Wl,--as-needed \
