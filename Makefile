@@ -6,6 +6,7 @@
 #   make bench          build in Release and run the benchmark binaries (needs a GPU)
 #   make compare        benchmarks/compare.sh: every benchmark and its PyTorch peer, one table
 #   make test-sanitize  the CPU tests built with ASan + UBSan + LSan (build-sanitize)
+#   make test-tsan      the CPU tests built with ThreadSanitizer (build-tsan)
 #   make gpu-sanitize   the CUDA tests under compute-sanitizer (needs a GPU)
 #   make test-fuzz      libFuzzer targets (clang), a bounded time each
 #   make clean
@@ -23,7 +24,7 @@ ifneq ($(CI),)
   CMAKE_FLAGS += -DEMBER_WARNINGS_AS_ERRORS=ON
 endif
 
-.PHONY: all deps configure build demo test bench compare clean test-sanitize gpu-sanitize test-fuzz
+.PHONY: all deps configure build demo test bench compare clean test-sanitize test-tsan gpu-sanitize test-fuzz
 
 all: build
 
@@ -41,9 +42,12 @@ build: configure
 demo: build
 	@$(BUILD_DIR)/examples/seed_train
 
+# ctest -O keeps its console log (which tests failed, crashed, timed out or did
+# not run) for tools/test_summary.sh, which prints the closing count.
+CTEST_ARGS = --output-on-failure -j $(JOBS) -O Testing/Temporary/LastTestConsole.log
 test: build
-	@cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS); status=$$?; \
-	  cd .. && tools/test_summary.sh $(BUILD_DIR)/Testing/Temporary/LastTest.log; exit $$status
+	@(cd $(BUILD_DIR) && ctest $(CTEST_ARGS)); status=$$?; \
+	  tools/test_summary.sh $(BUILD_DIR); summary=$$?; [ $$status -eq 0 ] && [ $$summary -eq 0 ]
 
 bench: BUILD_DIR = build-release
 bench: BUILD_TYPE = Release
@@ -65,8 +69,23 @@ test-sanitize: deps
 	  -DEMBER_BUILD_EXAMPLES=OFF -DEMBER_BUILD_BENCHMARKS=OFF $(CMAKE_FLAGS)
 	@echo "ember: building the sanitizer build in $(SANITIZE_DIR) with $(JOBS) jobs"
 	@cmake --build $(SANITIZE_DIR) -j $(JOBS)
-	@. tools/sanitize_env.sh && (cd $(SANITIZE_DIR) && ctest --output-on-failure -j $(JOBS)); \
-	  status=$$?; tools/test_summary.sh $(SANITIZE_DIR)/Testing/Temporary/LastTest.log; exit $$status
+	@. tools/sanitize_env.sh && (cd $(SANITIZE_DIR) && ctest $(CTEST_ARGS)); \
+	  status=$$?; tools/test_summary.sh $(SANITIZE_DIR); summary=$$?; [ $$status -eq 0 ] && [ $$summary -eq 0 ]
+
+# The ThreadSanitizer build: the CPU tests (no examples, no benchmarks) built with
+# -fsanitize=thread in build-tsan, the MPI tests included (a bare MPI program runs
+# clean under TSan here; OpenMPI itself is not instrumented, so only our side of it
+# is checked). Options: tools/tsan_env.sh.
+TSAN_DIR ?= build-tsan
+test-tsan: deps
+	@cmake -S . -B $(TSAN_DIR) -G Ninja -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) -DEMBER_TSAN=ON \
+	  -DEMBER_BUILD_EXAMPLES=OFF -DEMBER_BUILD_BENCHMARKS=OFF $(CMAKE_FLAGS) >/dev/null \
+	  || cmake -S . -B $(TSAN_DIR) -G Ninja -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) -DEMBER_TSAN=ON \
+	  -DEMBER_BUILD_EXAMPLES=OFF -DEMBER_BUILD_BENCHMARKS=OFF $(CMAKE_FLAGS)
+	@echo "ember: building the ThreadSanitizer build in $(TSAN_DIR) with $(JOBS) jobs"
+	@cmake --build $(TSAN_DIR) -j $(JOBS)
+	@. tools/tsan_env.sh && (cd $(TSAN_DIR) && ctest $(CTEST_ARGS)); \
+	  status=$$?; tools/test_summary.sh $(TSAN_DIR); summary=$$?; [ $$status -eq 0 ] && [ $$summary -eq 0 ]
 
 # compute-sanitizer (memcheck, racecheck, initcheck, synccheck) over the CUDA test
 # cases of every test binary of the normal build; needs a GPU.
@@ -81,4 +100,4 @@ test-fuzz:
 	@tools/run_fuzz.sh build-fuzz $(FUZZ_SECONDS)
 
 clean:
-	rm -rf build build-release build-sanitize build-fuzz
+	rm -rf build build-release build-sanitize build-tsan build-fuzz

@@ -1,16 +1,36 @@
 #!/usr/bin/env bash
-# The one command that checks ember's speed claims on your GPU: builds in
-# Release, runs every benchmark binary and the PyTorch peer scripts on the same
-# GPU, and writes one markdown table of ratios (ours / PyTorch).
+# The one command that checks ember's speed claims on your GPU: builds in Release,
+# runs ember's benchmark binaries and their peers (PyTorch in Python, libtorch in
+# C++) on the same GPU, and writes one markdown table of medians, spreads, ratios
+# and verdicts (benchmarks/results_table.py says how each is read).
 #   benchmarks/compare.sh [OUTDIR]        (make compare; default OUTDIR: bench-results/<UTC time>)
-#   EMBER_BENCH_QUICK=1   fewer repetitions (a smoke run)
-#   EMBER_BENCH_BUILD=DIR build directory (default build-release; an existing one is reused)
-# OUTDIR gets each program's output (*.txt), its rows (*.json), env.txt (GPU,
-# driver, commit, time) and RESULTS.md (the joined tables, env first).
+#   EMBER_COMPARE_REPS=N   repetitions (default 5). Each repetition runs ours, then the
+#                          peers, as separate processes, so ours and the peer's runs
+#                          alternate: ours, peer, ours, peer, ... (OUTDIR/rep-K/).
+#   EMBER_COMPARE_SET=...  what the repetitions cover, comma-separated (default host,mlp):
+#                          host    seed step, per-op overhead, small Linear shapes: ember
+#                                  against libtorch and PyTorch
+#                          mlp     the 4 x 4096 MLP step: ember against PyTorch
+#                          device  Linear sweep, MSE, optimizer steps: ember against PyTorch
+#                          once    allocator, alloc_site, parallel: run in rep-1 only (no peer)
+#                          all     every one of these
+#   EMBER_BENCH_QUICK=1    fewer rounds inside each process (a smoke run)
+#   EMBER_BENCH_BUILD=DIR  build directory (default build-release; an existing one is reused)
+#   EMBER_LIBTORCH=PATH    the peer_libtorch binary; default: benchmarks/peer_libtorch.sh
+#                          builds it when python3 can import torch; "none" skips it
+# OUTDIR gets env.txt (GPU, driver, commit, time), each process's output (rep-K/*.txt)
+# and rows (rep-K/*.json), gpu_clocks.csv (SM clock, power, temperature and throttle
+# reasons sampled every 500 ms while the benchmarks ran) and RESULTS.md.
+# Every ember binary checks what it times before timing it; a failed check prints
+# no row and exits non-zero, which this script reports (and exits 1).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-bench-results/$(date -u +%Y%m%d-%H%M%S)}
+out="$(realpath -m "$out")"
 build=${EMBER_BENCH_BUILD:-build-release}
+reps=${EMBER_COMPARE_REPS:-5}
+set_=${EMBER_COMPARE_SET:-host,mlp}
+[ "$set_" = all ] && set_=host,mlp,device,once
 quick=()
 [ "${EMBER_BENCH_QUICK:-0}" = 1 ] && quick=(--quick)
 mkdir -p "$out"
@@ -19,6 +39,7 @@ if ! nvidia-smi -L >/dev/null 2>&1; then
   exit 1
 fi
 export NCCL_NVLS_ENABLE=${NCCL_NVLS_ENABLE:-0}
+has() { [[ ",$set_," == *",$1,"* ]]; }
 
 gen=(); command -v ninja >/dev/null && gen=(-G Ninja)
 if [ -f "$build/CMakeCache.txt" ]; then  # an existing build: keep its configuration
@@ -35,6 +56,17 @@ if ! "${configure[@]}" >"$out/configure.log" 2>&1 ||
   tail -20 "$out/build.log" >&2
   exit 1
 fi
+libtorch=${EMBER_LIBTORCH:-}
+if [ -z "$libtorch" ] && has host; then
+  if lt_log=$(benchmarks/peer_libtorch.sh build-libtorch 2>&1); then
+    libtorch=$(echo "$lt_log" | tail -1)
+  else
+    echo "$lt_log" | tail -5
+    echo "compare.sh: no libtorch peer (benchmarks/peer_libtorch.sh failed); its columns stay empty"
+  fi
+  echo "$lt_log" >"$out/peer_libtorch_build.log"
+fi
+[ "$libtorch" = none ] && libtorch=
 
 {
   echo "date: $(date -u '+%Y-%m-%d %H:%M UTC')"
@@ -42,30 +74,59 @@ fi
   echo "gpu: $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | head -1)"
   echo "nvcc: $(nvcc --version 2>/dev/null | tail -1)"
   echo "torch: $(python3 -c 'import torch; print(torch.__version__)' 2>/dev/null || echo 'not installed')"
+  echo "repetitions: $reps, covering: $set_ (ours and the peers alternate, one process each)"
 } >"$out/env.txt"
 cat "$out/env.txt"
 
+# The GPU's clocks while everything runs: a throttled SM clock is the first thing to
+# rule out when two runs of the same code differ (benchmarks/NOTES.md).
+nvidia-smi --query-gpu=timestamp,index,clocks.sm,clocks.mem,power.draw,temperature.gpu,clocks_throttle_reasons.active \
+  --format=csv -lms 500 >"$out/gpu_clocks.csv" 2>/dev/null &
+clocks_pid=$!
+trap 'kill "$clocks_pid" 2>/dev/null' EXIT
+
 status=0
-run() {  # name, timeout, command...
-  local name=$1 limit=$2; shift 2
-  echo "== $name"
-  timeout "$limit" "$@" >"$out/$name.txt" 2>&1
+run() {  # dir, name, timeout, command...
+  local dir=$1 name=$2 limit=$3; shift 3
+  echo "== $(basename "$dir") $name"
+  timeout "$limit" "$@" >"$dir/$name.txt" 2>&1
   local rc=$?
-  tail -3 "$out/$name.txt"
-  if [ $rc -ne 0 ]; then echo "   $name exited $rc (log: $out/$name.txt)"; status=1; fi
+  tail -2 "$dir/$name.txt" | sed 's/^/   /'
+  if [ $rc -ne 0 ]; then echo "   $name exited $rc (log: $dir/$name.txt)"; status=1; fi
 }
 b=$build/benchmarks
-run linear 300 "$b/bench_linear" --json "$out/linear.json"
-run mse 120 "$b/bench_mse" --json "$out/mse.json"
-run adam 120 "$b/bench_adam" --json "$out/adam.json"
-run train_step 300 "$b/bench_train_step" --json "$out/train_step.json" "${quick[@]}"
-[ -x "$b/bench_op_overhead" ] && run op_overhead 120 "$b/bench_op_overhead" --json "$out/op_overhead.json"
-run allocator 300 "$b/bench_allocator" --json "$out/allocator.json"
-[ -x "$b/bench_parallel" ] && run parallel 300 "$b/bench_parallel" --json "$out/parallel.json" "${quick[@]}"
-run peer 300 python3 benchmarks/peer_pytorch.py --json "$out/peer.json"
-run peer_train_step 300 python3 benchmarks/peer_train_step.py --json "$out/peer_train_step.json" "${quick[@]}"
-[ -f benchmarks/peer_parallel.py ] &&
-  run peer_parallel 300 python3 benchmarks/peer_parallel.py --json "$out/peer_parallel.json" "${quick[@]}"
+for ((k = 1; k <= reps; ++k)); do
+  d="$out/rep-$k"
+  mkdir -p "$d"
+  if has host; then
+    run "$d" train_step_seed 120 "$b/bench_train_step" --only seed --json "$d/train_step_seed.json" "${quick[@]}"
+    run "$d" op_overhead 120 "$b/bench_op_overhead" --json "$d/op_overhead.json"
+    run "$d" linear_small 120 "$b/bench_linear_small" --json "$d/linear_small.json"
+    [ -n "$libtorch" ] && run "$d" peer_libtorch 180 "$libtorch" --out "$d" "${quick[@]}"
+    run "$d" peer_train_step_seed 180 python3 benchmarks/peer_train_step.py --only seed \
+      --json "$d/peer_train_step_seed.json" "${quick[@]}"
+    run "$d" peer_host_bound 180 python3 benchmarks/peer_host_bound.py --out "$d"
+  fi
+  if has mlp; then
+    run "$d" train_step_mlp 300 "$b/bench_train_step" --only mlp --json "$d/train_step_mlp.json" "${quick[@]}"
+    run "$d" peer_train_step_mlp 300 python3 benchmarks/peer_train_step.py --only mlp \
+      --json "$d/peer_train_step_mlp.json" "${quick[@]}"
+  fi
+  if has device; then
+    run "$d" linear 300 "$b/bench_linear" --json "$d/linear.json"
+    run "$d" mse 180 "$b/bench_mse" --json "$d/mse.json"
+    run "$d" adam 180 "$b/bench_adam" --json "$d/adam.json"
+    run "$d" peer 300 python3 benchmarks/peer_pytorch.py --json "$d/peer.json"
+  fi
+  if has once && [ "$k" = 1 ]; then
+    run "$d" allocator 300 "$b/bench_allocator" --json "$d/allocator.json"
+    [ -x "$b/bench_alloc_site" ] && run "$d" alloc_site 120 "$b/bench_alloc_site"
+    [ -x "$b/bench_parallel" ] && run "$d" parallel 300 "$b/bench_parallel" --json "$d/parallel.json" "${quick[@]}"
+    [ -f benchmarks/peer_parallel.py ] &&
+      run "$d" peer_parallel 300 python3 benchmarks/peer_parallel.py --json "$d/peer_parallel.json" "${quick[@]}"
+  fi
+done
+kill "$clocks_pid" 2>/dev/null
 
 {
   echo "## Benchmark run"

@@ -174,6 +174,44 @@ void write_json(const char* path, const std::string& gpu) {
   std::fclose(f);
 }
 
+// Checks every path op_rows times, on `dev` with [n] inputs, against values
+// computed on the host: add without and with grad (its output and its node), a
+// chain of kBatch adds, add_ in place, and the gradients backward through the
+// chain gives. Prints what failed.
+bool validate_op_rows(Device dev, int64_t n) {
+  manual_seed(0);
+  Tensor a = randn({n}, dev), b = randn({n}, dev);
+  const std::vector<float> av = a.to_vector<float>(), bv = b.to_vector<float>();
+  std::vector<float> sum(av.size()), chain(av.size()), twice(av.size());
+  for (size_t i = 0; i < av.size(); ++i) {
+    sum[i] = av[i] + bv[i];
+    chain[i] = static_cast<float>(double(av[i]) + kBatch * double(bv[i]));
+    twice[i] = 2 * av[i];
+  }
+  bool ok = max_rel_err(add(a, b).to_vector<float>(), sum) <= 1e-6;
+  Tensor ga = a.detach().set_requires_grad(true), gb = b.detach().set_requires_grad(true);
+  Tensor c = add(ga, gb);
+  ok = ok && max_rel_err(c.to_vector<float>(), sum) <= 1e-6 && c.requires_grad() &&
+       c.grad_fn() != nullptr;
+  Tensor x = ga;
+  for (int i = 0; i < kBatch; ++i) x = add(x, gb);
+  ok = ok && max_rel_err(x.to_vector<float>(), chain) <= 1e-5;  // kBatch roundings in float
+  x.backward(ones_like(x.detach()));
+  ok = ok && ga.grad().to_vector<float>() == std::vector<float>(av.size(), 1.0f) &&
+       gb.grad().to_vector<float>() == std::vector<float>(av.size(), float(kBatch));
+  Tensor in_place = zeros({n}, dev);
+  in_place.add_(a);
+  in_place.add_(a);
+  ok = ok && max_rel_err(in_place.to_vector<float>(), twice) <= 1e-6;
+  Tensor fresh = empty({n}, dev);
+  ok = ok && fresh.numel() == n && fresh.device() == dev && fresh.dtype() == kFloat32;
+  if (!ok)
+    std::fprintf(stderr, "bench_op_overhead: VALIDATION FAILED on %s [%lld]: add, add with grad, "
+                 "the chain, its backward or add_ is wrong\n", dev.str().c_str(),
+                 static_cast<long long>(n));
+  return ok;
+}
+
 // The framework-only rows, on either device: the op without and with grad, its
 // parts (a fresh output alone; the same op in place, with no allocation), and
 // backward per node.
@@ -200,17 +238,12 @@ int main(int argc, char** argv) {
   std::printf("bench_op_overhead: host ns per eager op; median of %d batches of %d ops\n", kBatches,
               kBatch);
 
-  // Check before timing: add is right on CPU.
-  {
-    manual_seed(1);
-    Tensor a = randn({16}), b = randn({16});
-    std::vector<float> av = a.to_vector<float>(), bv = b.to_vector<float>(), want(16);
-    for (size_t i = 0; i < 16; ++i) want[i] = av[i] + bv[i];
-    if (max_rel_err(add(a, b).to_vector<float>(), want) > 1e-6) {
-      std::fprintf(stderr, "bench_op_overhead: add is wrong on CPU\n");
-      return 1;
-    }
-  }
+  // Check before timing: every timed path, on each device and size it runs at.
+  for (int64_t n : {16, 4096})
+    if (!validate_op_rows(kCPU, n)) return 1;
+  if (cuda::is_available())
+    for (int64_t n : {16, 4096})
+      if (!validate_op_rows(kCUDA, n)) return 1;
 
   std::printf("\n%-34s %-7s %-7s %10s %9s\n", "workload", "device", "shape", "ns/op", "vs bare");
   for (int64_t n : {16, 4096}) op_rows(kCPU, n, 0, [] {});
@@ -235,13 +268,25 @@ int main(int argc, char** argv) {
     manual_seed(2);
     Tensor a = randn({n}, kCUDA), b = randn({n}, kCUDA), out = empty({n}, kCUDA);
     BareAdd bare_add(a, b, out);
-    // Check before timing: the bare launch and ember's add agree with the CPU.
+    // Check before timing: the bare launch (by handle and by stub) and the launcher
+    // write what the CPU computes.
     std::vector<float> want = add(a.cpu(), b.cpu()).to_vector<float>();
-    bare_add();
-    sync();
-    if (max_rel_err(out.to_vector<float>(), want) > 1e-6 ||
-        max_rel_err(add(a, b).to_vector<float>(), want) > 1e-6) {
-      std::fprintf(stderr, "bench_op_overhead: CUDA add disagrees with the CPU\n");
+    bool launches_ok = true;
+    for (int way = 0; way < 3; ++way) {
+      fill_(out, 0.0);
+      sync();
+      bare_add.by_stub = way == 1;
+      if (way < 2)
+        bare_add();
+      else
+        cuda::launch_binary(BinaryOp::Add, kFloat32, a.raw_data(), bare_add.layout, b.raw_data(),
+                            bare_add.layout, out.raw_data(), bare_add.layout, n, 1.0, stream);
+      sync();
+      launches_ok = launches_ok && max_rel_err(out.to_vector<float>(), want) <= 1e-6;
+    }
+    bare_add.by_stub = false;
+    if (!launches_ok) {
+      std::fprintf(stderr, "bench_op_overhead: VALIDATION FAILED: a bare CUDA add disagrees with the CPU\n");
       return 1;
     }
     const double bare = host_ns(bare_add, sync);

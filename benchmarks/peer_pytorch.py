@@ -102,16 +102,32 @@ def bench_mse():
 
 
 def bench_adam():
-    header("adam: PyTorch fused Adam")
+    # The optimizers bench_adam times, as users call them: step() of Adam, AdamW
+    # (weight_decay 1e-2) and SGD with momentum 0.9, each fused (ember's are fused
+    # kernels too); Adam's default foreach path as an extra row.
+    header("optimizer step(): PyTorch, fused")
+    makers = (
+        ("adam", 28, lambda p, **kw: torch.optim.Adam(p, lr=1e-3, **kw)),
+        ("adamw", 28, lambda p, **kw: torch.optim.AdamW(p, lr=1e-3, weight_decay=1e-2, **kw)),
+        ("sgd", 20, lambda p, **kw: torch.optim.SGD(p, lr=1e-2, momentum=0.9, **kw)),
+    )
     for name, sizes in (("mlp 4x4096", [4096 * 4096, 4096] * 4), ("512 x 32768", [32768] * 512)):
         params = [torch.randn(s, device="cuda").requires_grad_(True) for s in sizes]
         for p in params:
             p.grad = torch.randn_like(p)
-        for impl, kw in (("foreach", dict(foreach=True)), ("fused", dict(fused=True))):
-            opt = torch.optim.Adam(params, lr=1e-3, **kw)
+        total = sum(sizes)
+        runs = [(impl, bpe, make, dict(fused=True)) for impl, bpe, make in makers]
+        runs.append(("adam foreach", 28, makers[0][2], dict(foreach=True)))
+        for impl, bpe, make, kw in runs:
+            note = ", ".join(f"{k}=True" for k in kw)
+            try:
+                opt = make(params, **kw)
+                opt.step()
+            except (RuntimeError, TypeError) as e:  # an older torch without this fused optimizer
+                opt = make(params, foreach=True)
+                note = f"foreach=True (fused: {type(e).__name__})"
             ms = median_ms(opt.step, 5, 50)
-            total = sum(sizes)
-            add(name, "f32", f"{len(sizes)} tensors", impl, ms, 28.0 * total / ms / 1e6, "GB/s")
+            add(name, "f32", f"{len(sizes)} tensors", impl, ms, bpe * total / ms / 1e6, "GB/s", note)
 
 
 def main():

@@ -4,13 +4,17 @@ way (wall clock over many steps, one synchronize per round, median round).
 
     python3 benchmarks/peer_train_step.py [--json FILE] [--quick]
 
-seed: nn.Linear(10, 10), MSELoss, Adam(lr=1e-2), batch 32 -- eager (PyTorch's
-      default Adam, foreach on CUDA, and fused=True), eager with
-      torch.cuda.empty_cache() every step, and the step captured in a CUDA graph
-      (Adam fused and capturable) and replayed after copying the batch in.
-mlp:  4 x Linear(4096, 4096) with ReLU between, batch 8192, MSELoss, fused Adam
-      (lr=1e-3): fp32 (TF32 off), TF32 on, bf16 autocast.
-Rows carry the same workload/dtype/shape/impl keys as bench_train_step's.
+seed: nn.Linear(10, 10), MSELoss, Adam(lr=1e-2, fused=True) (ember's Adam is one
+      fused kernel too), batch 32 -- eager, eager with torch.cuda.empty_cache()
+      every step, and the step captured in a CUDA graph (Adam fused and
+      capturable) and replayed after copying the batch in; also PyTorch's default
+      Adam (foreach), as an extra row.
+mlp:  4 x Linear(4096, 4096) with ReLU between, batch 8192, MSELoss on a fixed
+      teacher network's outputs (as bench_train_step), fused Adam (lr=1e-3): fp32
+      (TF32 off), TF32 on, bf16 autocast.
+Rows carry the same workload/dtype/shape/impl keys as bench_train_step's, with the
+median round and the fastest and slowest (ms_min, ms_max).
+    --only seed|mlp   one of the two workloads (compare.sh's interleaved runs)
 """
 import json
 import sys
@@ -19,15 +23,17 @@ import time
 ROWS = []
 
 
-def add(workload, dtype, shape, impl, ms, rate, unit, note=""):
-    ROWS.append(dict(workload=workload, dtype=dtype, shape=shape, impl=impl, ms=ms, rate=rate,
-                     unit=unit, note=note))
-    print(f"{workload:<22} {dtype:<6} {shape:<22} {impl:<18} {ms:10.4f} {rate:8.1f} {unit:<4} {note}",
-          flush=True)
+def add(workload, dtype, shape, impl, spread, rate, unit, note=""):
+    ms, lo, hi = spread
+    ROWS.append(dict(workload=workload, dtype=dtype, shape=shape, impl=impl, ms=ms, ms_min=lo,
+                     ms_max=hi, rate=rate, unit=unit, note=note))
+    print(f"{workload:<22} {dtype:<6} {shape:<22} {impl:<18} {ms:10.4f} {rate:8.1f} {unit:<4} "
+          f"[{lo:.4f}-{hi:.4f}] {note}", flush=True)
 
 
 def main():
     quick = "--quick" in sys.argv
+    only = sys.argv[sys.argv.index("--only") + 1] if "--only" in sys.argv else ""
     json_path = sys.argv[sys.argv.index("--json") + 1] if "--json" in sys.argv else None
     try:
         import torch
@@ -57,7 +63,7 @@ def main():
             torch.cuda.synchronize()
             per.append((time.perf_counter() - t0) * 1e3 / steps)
         per.sort()
-        return per[len(per) // 2]
+        return per[len(per) // 2], per[0], per[-1]
 
     nbatch = 16
 
@@ -81,20 +87,24 @@ def main():
             return loss
         return step, xs, ys
 
-    step, xs, ys = seed()
-    ms = wall_ms_per_step(lambda i: step(xs[i % nbatch], ys[i % nbatch]), 20, rounds, steps)
-    add("seed step", "f32", "32x10->10", "eager", ms, 1 / ms, "k/s", "Adam default (foreach)")
+    if only not in ("", "seed"):
+        return mlp(torch, nn, dev, quick, json_path)
     step, xs, ys = seed(fused=True)
     ms = wall_ms_per_step(lambda i: step(xs[i % nbatch], ys[i % nbatch]), 20, rounds, steps)
-    add("seed step", "f32", "32x10->10", "eager fused Adam", ms, 1 / ms, "k/s", "Adam(fused=True)")
+    add("seed step", "f32", "32x10->10", "eager", ms, 1 / ms[0], "k/s", "Adam(fused=True)")
     step, xs, ys = seed()
+    ms = wall_ms_per_step(lambda i: step(xs[i % nbatch], ys[i % nbatch]), 20, rounds, steps)
+    add("seed step", "f32", "32x10->10", "eager foreach Adam", ms, 1 / ms[0], "k/s",
+        "Adam default (foreach)")
+    step, xs, ys = seed(fused=True)
 
     def with_empty_cache(i):
         loss = step(xs[i % nbatch], ys[i % nbatch])
         del loss
         torch.cuda.empty_cache()
     ms = wall_ms_per_step(with_empty_cache, 20, rounds, steps)
-    add("seed step", "f32", "32x10->10", "eager+empty_cache", ms, 1 / ms, "k/s", "del + empty_cache()")
+    add("seed step", "f32", "32x10->10", "eager+empty_cache", ms, 1 / ms[0], "k/s",
+        "Adam(fused=True), del + empty_cache()")
 
     step, xs, ys = seed(fused=True, capturable=True)
     sx, sy = xs[0].clone(), ys[0].clone()
@@ -113,24 +123,56 @@ def main():
         sy.copy_(ys[i % nbatch])
         graph.replay()
     ms = wall_ms_per_step(replay, 5, rounds, steps * 5)
-    add("seed step", "f32", "32x10->10", "graphed", ms, 1 / ms, "k/s", "Adam(fused, capturable)")
+    add("seed step", "f32", "32x10->10", "graphed", ms, 1 / ms[0], "k/s", "Adam(fused, capturable)")
     del static_loss
+    if only == "seed":
+        return write(json_path)
+    return mlp(torch, nn, dev, quick, json_path)
 
-    batch = 8192
-    flops = 2.0 * batch * 4096 * 4096 * 11
-    for mode in ("f32", "tf32", "bf16"):
-        torch.backends.cuda.matmul.allow_tf32 = mode == "tf32"
-        torch.manual_seed(1)
+
+def write(json_path):
+    if json_path:
+        with open(json_path, "w") as f:
+            json.dump({"benchmark": "train_step (PyTorch)", "rows": ROWS}, f, indent=1)
+    return 0
+
+
+def mlp(torch, nn, dev, quick, json_path):
+    def wall_ms_per_step(f, warmup, rounds, steps):
+        for i in range(warmup):
+            f(i)
+        torch.cuda.synchronize()
+        per = []
+        for _ in range(rounds):
+            t0 = time.perf_counter()
+            for _ in range(steps):
+                f(0)
+            torch.cuda.synchronize()
+            per.append((time.perf_counter() - t0) * 1e3 / steps)
+        per.sort()
+        return per[len(per) // 2], per[0], per[-1]
+
+    def layers_of(seed):
+        torch.manual_seed(seed)
         layers = []
         for i in range(4):
             layers.append(nn.Linear(4096, 4096))
             if i < 3:
                 layers.append(nn.ReLU())
-        net = nn.Sequential(*layers).to(dev)
+        return nn.Sequential(*layers).to(dev)
+
+    batch = 8192
+    flops = 2.0 * batch * 4096 * 4096 * 11
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.manual_seed(3)
+    x = torch.randn(batch, 4096, device=dev)
+    with torch.no_grad():
+        y = layers_of(2)(x)  # the teacher's outputs: the loss depends on the network
+    for mode in ("f32", "tf32", "bf16"):
+        torch.backends.cuda.matmul.allow_tf32 = mode == "tf32"
+        net = layers_of(1)
         opt = torch.optim.Adam(net.parameters(), lr=1e-3, fused=True)
         crit = nn.MSELoss()
-        x = torch.randn(batch, 4096, device=dev)
-        y = torch.randn(batch, 4096, device=dev)
 
         def mlp_step(_):
             opt.zero_grad(set_to_none=True)
@@ -139,16 +181,12 @@ def main():
             loss.backward()
             opt.step()
         ms = wall_ms_per_step(mlp_step, 2, 3 if quick else 5, 3 if quick else 10)
-        add("mlp step", mode, "4x4096, batch 8192", "eager", ms, flops / ms / 1e9, "TF/s",
+        add("mlp step", mode, "4x4096, batch 8192", "eager", ms, flops / ms[0] / 1e9, "TF/s",
             "autocast(bf16)" if mode == "bf16" else "")
-        del net, opt, x, y
+        del net, opt
         torch.cuda.empty_cache()
     torch.backends.cuda.matmul.allow_tf32 = False
-
-    if json_path:
-        with open(json_path, "w") as f:
-            json.dump({"benchmark": "train_step (PyTorch)", "rows": ROWS}, f, indent=1)
-    return 0
+    return write(json_path)
 
 
 if __name__ == "__main__":

@@ -1,83 +1,312 @@
 #!/usr/bin/env python3
-"""Joins the JSON of the benchmark binaries with their PyTorch peers' (one run on
-one GPU) into markdown tables with the ratios the issues target. Sections whose
-files are missing are left out.
+"""Joins the JSON of ember's benchmark binaries with their peers' (PyTorch in
+Python, libtorch in C++) into markdown tables: the median, the spread (min-max)
+and the ratio each row is judged by, and a verdict on each target.
 
     python3 benchmarks/results_table.py DIR
-DIR holds linear.json mse.json adam.json peer.json (bench_linear/mse/adam,
-peer_pytorch.py), train_step.json peer_train_step.json (bench_train_step,
-peer_train_step.py) and op_overhead.json (bench_op_overhead).
+
+DIR is what benchmarks/compare.sh writes: rep-1/, rep-2/, ... one folder per
+repetition (ours and the peers run as separate processes, alternating), each with
+the JSON files below. A plain folder of those files counts as one repetition.
+
+How a figure is read:
+  - a time is the median over repetitions of each process's own median; its range
+    is the min-max over repetitions (with one repetition: the range of the rounds
+    inside that process, marked "1 run");
+  - a ratio is ours / the peer's time, taken per repetition (the two processes ran
+    next to each other), then its median and min-max over repetitions;
+  - a target "ratio <= T" is met only when the whole range is at or below T, and
+    missed only when the whole range is above it; a range that straddles T is
+    "undecided" (the difference is inside the noise), never met or missed.
+Sections whose files are missing are left out.
+
+Files: linear.json mse.json adam.json peer.json (bench_linear/mse/adam and
+peer_pytorch.py); train_step_seed.json train_step_mlp.json (or train_step.json),
+peer_train_step_seed.json peer_train_step_mlp.json (or peer_train_step.json);
+op_overhead.json, linear_small.json (bench_op_overhead, bench_linear_small);
+libtorch_{train_step,op_overhead,linear_small}.json (peer_libtorch);
+py_op_overhead.json py_linear_small.json (peer_host_bound.py).
 """
+import glob
 import json
 import os
+import statistics
 import sys
 
 
-def load(d, name):
-    p = os.path.join(d, name)
-    return json.load(open(p))["rows"] if os.path.exists(p) else []
+def reps_of(d):
+    reps = sorted(glob.glob(os.path.join(d, "rep-*")), key=lambda p: int(p.rsplit("-", 1)[1]))
+    return reps if reps else [d]
+
+
+def load(rep, *names):
+    rows = []
+    for name in names:
+        p = os.path.join(rep, name)
+        if os.path.exists(p):
+            with open(p) as f:
+                rows += json.load(f)["rows"]
+    return rows
+
+
+class Series:
+    """One figure over repetitions: each repetition's value, and (one repetition) the
+    process's own min and max."""
+
+    def __init__(self):
+        self.values, self.lo, self.hi = [], [], []
+
+    def add(self, value, lo=None, hi=None):
+        self.values.append(value)
+        self.lo.append(value if lo is None else lo)
+        self.hi.append(value if hi is None else hi)
+
+    def __bool__(self):
+        return bool(self.values)
+
+    def median(self):
+        return statistics.median(self.values)
+
+    def range(self):
+        if len(self.values) == 1:
+            return self.lo[0], self.hi[0]
+        return min(self.values), max(self.values)
+
+    def fmt(self, digits=4):
+        if not self:
+            return "-"
+        lo, hi = self.range()
+        one = " (1 run)" if len(self.values) == 1 else ""
+        return f"{self.median():.{digits}f} [{lo:.{digits}f}-{hi:.{digits}f}]{one}"
+
+
+def collect(reps, names, key, value="ms"):
+    """{key(row): Series} over repetitions."""
+    out = {}
+    for rep in reps:
+        for r in load(rep, *names):
+            s = out.setdefault(key(r), Series())
+            s.add(r[value], r.get(value + "_min"), r.get(value + "_max"))
+    return out
+
+
+def ratio_series(reps, ours_names, ours_key, peer_names, peer_key, want, value="ms"):
+    """Per repetition: ours / peer for the row `want` (a key of both), as a Series."""
+    s = Series()
+    for rep in reps:
+        o = {ours_key(r): r for r in load(rep, *ours_names)}
+        p = {peer_key(r): r for r in load(rep, *peer_names)}
+        if want in o and want in p and p[want][value] > 0:
+            s.add(o[want][value] / p[want][value])
+    return s
+
+
+def verdict(ratio, target):
+    """met / missed / undecided for `ratio <= target` from the ratio's range."""
+    if not ratio:
+        return "not measured"
+    lo, hi = ratio.range()
+    if len(ratio.values) == 1:
+        return "one run: not judged"
+    if hi <= target:
+        return "met"
+    if lo > target:
+        return "missed"
+    return "undecided (range straddles the target)"
+
+
+def rfmt(ratio):
+    if not ratio:
+        return "-"
+    lo, hi = ratio.range()
+    return f"{ratio.median():.3f}x [{lo:.3f}-{hi:.3f}]"
+
+
+TARGETS = []  # (issue, what, ratio Series, target)
+
+
+def table(header, rows):
+    print("| " + " | ".join(header) + " |")
+    print("|" + "---|" * len(header))
+    for r in rows:
+        print("| " + " | ".join(str(c) for c in r) + " |")
+    print()
+
+
+def row_key(r):
+    return (r["workload"], r["dtype"], r["shape"], r["impl"])
+
+
+def host_bound(reps):
+    n = len(reps)
+    print(f"### Host-bound rows: ember against libtorch (C++) and PyTorch (Python), {n} repetition(s)\n")
+    print("Times in ms (add: host ns per op); ratio = ember / peer, per repetition.\n")
+    train_names = ("train_step_seed.json", "train_step.json")
+    lt_train = ("libtorch_train_step.json",)
+    py_train = ("peer_train_step_seed.json", "peer_train_step.json")
+    ours = collect(reps, train_names, row_key)
+    lt = collect(reps, lt_train, row_key)
+    py = collect(reps, py_train, row_key)
+    rows = []
+    for impl in ("eager", "eager+empty_cache", "graphed"):
+        k = ("seed step", "f32", "32x10->10", impl)
+        if k not in ours:
+            continue
+        r_lt = ratio_series(reps, train_names, row_key, lt_train, row_key, k)
+        r_py = ratio_series(reps, train_names, row_key, py_train, row_key, k)
+        rows.append([f"seed step, {impl}", ours[k].fmt(), lt.get(k, Series()).fmt(),
+                     py.get(k, Series()).fmt(), rfmt(r_lt), rfmt(r_py)])
+        TARGETS.append(("20", f"seed step {impl} <= 1.0x libtorch", r_lt, 1.0))
+        if impl == "eager":
+            TARGETS.append(("8", "seed step eager <= 0.10x PyTorch eager (fused Adam)", r_py, 0.10))
+        if impl == "graphed":
+            TARGETS.append(("8", "seed step graphed <= 1.0x PyTorch graphed", r_py, 1.0))
+    op_key = lambda r: (r["workload"].strip(), r["device"], r["shape"])  # noqa: E731
+    ops = collect(reps, ("op_overhead.json",), op_key, "host_ns_per_op")
+    lt_ops = collect(reps, ("libtorch_op_overhead.json",), op_key, "host_ns_per_op")
+    py_ops = collect(reps, ("py_op_overhead.json",), op_key, "host_ns_per_op")
+    for dev, shape in (("cuda:0", "[16]"), ("cuda:0", "[4096]"), ("cpu", "[16]"), ("cpu", "[4096]")):
+        for what in ("add, no grad", "add, inputs require grad"):
+            k = (what, dev, shape)
+            if k not in ops:
+                continue
+            r_lt = ratio_series(reps, ("op_overhead.json",), op_key, ("libtorch_op_overhead.json",),
+                                op_key, k, "host_ns_per_op")
+            r_py = ratio_series(reps, ("op_overhead.json",), op_key, ("py_op_overhead.json",), op_key,
+                                k, "host_ns_per_op")
+            rows.append([f"{what}, {dev} {shape} (ns)", ops[k].fmt(0), lt_ops.get(k, Series()).fmt(0),
+                         py_ops.get(k, Series()).fmt(0), rfmt(r_lt), rfmt(r_py)])
+            if (dev, shape) in (("cuda:0", "[16]"), ("cpu", "[4096]")):
+                TARGETS.append(("20", f"{what} {dev} {shape} <= 1.0x libtorch", r_lt, 1.0))
+    lin_key = lambda r: (r["workload"], r["dtype"], r["shape"])  # noqa: E731
+    lin = collect(reps, ("linear_small.json",), lin_key)
+    lt_lin = collect(reps, ("libtorch_linear_small.json",), lin_key)
+    py_lin = collect(reps, ("py_linear_small.json",), lin_key)
+    for k in sorted(lin, key=lambda k: (k[2], k[0])):
+        r_lt = ratio_series(reps, ("linear_small.json",), lin_key, ("libtorch_linear_small.json",),
+                            lin_key, k)
+        r_py = ratio_series(reps, ("linear_small.json",), lin_key, ("py_linear_small.json",), lin_key, k)
+        rows.append([f"linear {k[0]} {k[2]}", lin[k].fmt(), lt_lin.get(k, Series()).fmt(),
+                     py_lin.get(k, Series()).fmt(), rfmt(r_lt), rfmt(r_py)])
+        TARGETS.append(("20", f"linear {k[0]} {k[2]} <= 1.0x libtorch", r_lt, 1.0))
+    if rows:
+        table(["row", "ember", "libtorch", "PyTorch", "ember / libtorch", "ember / PyTorch"], rows)
+
+
+def mlp(reps):
+    names = ("train_step_mlp.json", "train_step.json")
+    peer = ("peer_train_step_mlp.json", "peer_train_step.json")
+    ours = collect(reps, names, row_key)
+    py = collect(reps, peer, row_key)
+    rows = []
+    for mode in ("f32", "tf32", "bf16"):
+        k = ("mlp step", mode, "4x4096, batch 8192", "eager")
+        if k not in ours:
+            continue
+        r = ratio_series(reps, names, row_key, peer, row_key, k)
+        rows.append([mode, ours[k].fmt(), py.get(k, Series()).fmt(), rfmt(r), verdict(r, 1.0)])
+        TARGETS.append(("8", f"MLP step {mode} <= 1.0x PyTorch", r, 1.0))
+    if rows:
+        print(f"### MLP step: 4 x Linear(4096, 4096), batch 8192, Adam, {len(reps)} repetition(s)\n")
+        table(["mode", "ember ms", "PyTorch ms", "ember / PyTorch", "<= 1.0x"], rows)
+
+
+def linear(reps):
+    lin_key = lambda r: (r["workload"], r["dtype"], r["shape"], r["impl"])  # noqa: E731
+    ours = collect(reps, ("linear.json",), lin_key)
+    if not ours:
+        return
+    peer = collect(reps, ("peer.json",), lambda r: (r["workload"], r["dtype"], r["shape"]))
+    print("### Linear (ms; ratio = ours / PyTorch time, lower is better)\n")
+    rows = []
+    for k, s in ours.items():
+        if k[0] not in ("fwd", "fwd+bwd op", "fwd tile"):
+            continue
+        pk = ("fwd" if k[0] == "fwd tile" else k[0], k[1], k[2])
+        r = ratio_series(reps, ("linear.json",), lin_key, ("peer.json",),
+                         lambda q: (q["workload"], q["dtype"], q["shape"]), pk) if k[0] != "fwd tile" else Series()
+        if k[0] == "fwd tile":  # the peer has no tile rows: per repetition against its fwd row
+            for rep in reps:
+                o = {lin_key(q): q for q in load(rep, "linear.json")}
+                p = {(q["workload"], q["dtype"], q["shape"]): q for q in load(rep, "peer.json")}
+                if k in o and pk in p:
+                    r.add(o[k]["ms"] / p[pk]["ms"])
+        rows.append([k[0], k[1], k[2], k[3], s.fmt(), peer.get(pk, Series()).fmt(), rfmt(r)])
+        if k[0] == "fwd+bwd op" and k[3] == "auto" and k[2] == "8192x4096->4096":
+            TARGETS.append(("5", f"Linear fwd+bwd {k[1]} 8192x4096->4096 <= 1.0x PyTorch", r, 1.0))
+    table(["workload", "dtype", "shape", "impl", "ms", "PyTorch ms", "ours / PyTorch"], rows)
+
+
+def mse(reps):
+    key = lambda r: (r["workload"], r["dtype"])  # noqa: E731
+    ours = collect(reps, ("mse.json",), key)
+    if not ours:
+        return
+    peer_key = lambda r: (r["workload"], r["dtype"])  # noqa: E731
+    print("### MSE forward + backward, 2^28 elements\n")
+    rows = []
+    for k, s in ours.items():
+        r = Series()
+        for rep in reps:
+            o = {key(q): q for q in load(rep, "mse.json")}
+            p = {peer_key(q): q for q in load(rep, "peer.json")}
+            pk = ("mse_loss fwd+bwd op", k[1])
+            if k in o and pk in p and "mse" in k[0]:
+                r.add(o[k]["ms"] / p[pk]["ms"])
+        note = load(reps[0], "mse.json")
+        note = next((q["note"] for q in note if key(q) == k), "")
+        rows.append([k[0], k[1], s.fmt(), note, rfmt(r)])
+        if k[0] == "mse_loss fwd+bwd op":
+            TARGETS.append(("5", f"MSE fwd+bwd {k[1]} <= 0.35x PyTorch", r, 0.35))
+    table(["workload", "dtype", "ms", "note (first run)", "ours / PyTorch"], rows)
+
+
+def adam(reps):
+    key = lambda r: (r["workload"], r["impl"])  # noqa: E731
+    ours = collect(reps, ("adam.json",), key)
+    if not ours:
+        return
+    print("### Optimizer step (fp32): ember's step() against PyTorch's fused step()\n")
+    rows = []
+    for k, s in ours.items():
+        r = ratio_series(reps, ("adam.json",), key, ("peer.json",), key, k)
+        rows.append([k[0], k[1], s.fmt(), rfmt(r)])
+        TARGETS.append(("5", f"{k[1]} step {k[0]} <= 1.0x PyTorch fused", r, 1.0))
+    table(["params", "optimizer", "ms", "ours / PyTorch (fused)"], rows)
+
+
+def op_overhead(reps):
+    key = lambda r: (r["workload"].strip(), r["device"], r["shape"])  # noqa: E731
+    ns = collect(reps, ("op_overhead.json",), key, "host_ns_per_op")
+    if not ns:
+        return
+    ratio = collect(reps, ("op_overhead.json",), key, "ratio_to_bare_launch")
+    print("### Eager per-op host overhead (ns per op), ember's own breakdown\n")
+    rows = []
+    for k, s in ns.items():
+        r = ratio.get(k)
+        has_ratio = r is not None and r.median() > 0
+        rows.append([k[0], k[1], k[2], s.fmt(0), rfmt(r) if has_ratio else "-"])
+        if has_ratio and k[1] == "cuda:0" and k[2] == "[16]" and k[0] in ("add, no grad", "add, inputs require grad"):
+            TARGETS.append(("8", f"{k[0]} [16] cuda <= 1.5x a bare launch", r, 1.5))
+    table(["workload", "device", "shape", "host ns/op", "ratio to a bare launch"], rows)
 
 
 def main():
     d = sys.argv[1] if len(sys.argv) > 1 else "."
-    lin, mse, adam, peer = (load(d, f) for f in ("linear.json", "mse.json", "adam.json", "peer.json"))
-    pk = {(r["workload"], r["dtype"], r["shape"]): r for r in peer}
-    print("### Linear (ms; ratio = ours / PyTorch time, lower is better)\n")
-    print("| workload | dtype | shape | impl | ms | TFLOP/s | PyTorch ms | time vs PyTorch |")
-    print("|---|---|---|---|---|---|---|---|")
-    for r in lin:
-        if r["workload"] not in ("fwd", "fwd+bwd op", "fwd tile"):
-            continue
-        p = pk.get(("fwd" if r["workload"] == "fwd tile" else r["workload"], r["dtype"], r["shape"]))
-        pm = f"{p['ms']:.4f}" if p else "-"
-        ratio = f"{r['ms'] / p['ms']:.2f}x" if p else "-"
-        print(f"| {r['workload']} | {r['dtype']} | {r['shape']} | {r['impl']} | {r['ms']:.4f} | "
-              f"{r['rate']:.1f} | {pm} | {ratio} |")
-    print("\n### MSE forward + backward, 2^28 elements\n")
-    print("| workload | dtype | impl | ms | GB/s (3 accesses) | note | PyTorch ms | time vs PyTorch |")
-    print("|---|---|---|---|---|---|---|---|")
-    for r in mse:
-        p = pk.get(("mse_loss fwd+bwd op", r["dtype"], r["shape"])) if "mse" in r["workload"] else None
-        pm = f"{p['ms']:.4f}" if p else "-"
-        ratio = f"{r['ms'] / p['ms']:.2f}x" if p else "-"
-        print(f"| {r['workload']} | {r['dtype']} | {r['impl']} | {r['ms']:.4f} | {r['rate']:.0f} | "
-              f"{r['note']} | {pm} | {ratio} |")
-    print("\n### Adam step (fp32)\n")
-    print("| params | impl | ms | GB/s (28 B/param) | note | PyTorch fused ms | time vs PyTorch fused |")
-    print("|---|---|---|---|---|---|---|")
-    for r in adam:
-        p = next((q for q in peer if q["workload"] == r["workload"] and q["impl"] == "fused"), None)
-        pm = f"{p['ms']:.4f}" if p else "-"
-        ratio = f"{r['ms'] / p['ms']:.2f}x" if p else "-"
-        print(f"| {r['workload']} | {r['impl']} | {r['ms']:.4f} | {r['rate']:.0f} | {r['note']} | "
-              f"{pm} | {ratio} |")
-
-    train, ptrain = load(d, "train_step.json"), load(d, "peer_train_step.json")
-    if train:
-        pt = {(r["workload"], r["dtype"], r["shape"], r["impl"]): r for r in ptrain}
-        print("\n### Training steps (wall time per step; ratio = ours / PyTorch, lower is better)\n")
-        print("| workload | dtype | shape | impl | ms | note | PyTorch ms | time vs PyTorch |")
-        print("|---|---|---|---|---|---|---|---|")
-        for r in train:
-            p = pt.get((r["workload"], r["dtype"], r["shape"], r["impl"]))
-            pm = f"{p['ms']:.4f}" if p else "-"
-            ratio = f"{r['ms'] / p['ms']:.3f}x" if p else "-"
-            print(f"| {r['workload']} | {r['dtype']} | {r['shape']} | {r['impl']} | {r['ms']:.4f} | "
-                  f"{r['note']} | {pm} | {ratio} |")
-        extra = [r for r in ptrain if (r["workload"], r["dtype"], r["shape"], r["impl"]) not in
-                 {(q["workload"], q["dtype"], q["shape"], q["impl"]) for q in train}]
-        for r in extra:
-            print(f"| {r['workload']} | {r['dtype']} | {r['shape']} | PyTorch {r['impl']} | - | "
-                  f"{r['note']} | {r['ms']:.4f} | - |")
-    ovh = load(d, "op_overhead.json")
-    if ovh:
-        print("\n### Eager per-op host overhead (ns per op)\n")
-        print("| workload | device | shape | host ns/op | ratio to a bare launch |")
-        print("|---|---|---|---|---|")
-        for r in ovh:
-            ratio = f"{r['ratio_to_bare_launch']:.2f}x" if r["ratio_to_bare_launch"] > 0 else "-"
-            print(f"| {r['workload']} | {r['device']} | {r['shape']} | "
-                  f"{r['host_ns_per_op']:.0f} | {ratio} |")
+    reps = reps_of(d)
+    host_bound(reps)
+    mlp(reps)
+    linear(reps)
+    mse(reps)
+    adam(reps)
+    op_overhead(reps)
+    if TARGETS:
+        print("### Targets\n")
+        print("Met only when the whole range of the ratio is at or below the target, missed "
+              "only when it is all above; otherwise undecided.\n")
+        table(["issue", "target", "ratio: median [range]", "verdict"],
+              [[i, what, rfmt(r), verdict(r, t)] for i, what, r, t in TARGETS])
 
 
 if __name__ == "__main__":

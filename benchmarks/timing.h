@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <cuda_runtime_api.h>
@@ -16,10 +17,21 @@
 
 namespace bench {
 
-// Median milliseconds of f() over `iters` runs after `warmup`, each bracketed by
-// events on `stream` (f must launch on it).
+// The median of repeated measurements and their range (min, max): a reader
+// compares two medians only where the ranges say the difference is real.
+struct Spread {
+  double median = 0, min = 0, max = 0;
+};
+inline Spread spread_of(std::vector<double> v) {
+  if (v.empty()) return {};
+  std::sort(v.begin(), v.end());
+  return {v[v.size() / 2], v.front(), v.back()};
+}
+
+// Milliseconds of f() over `iters` runs after `warmup`, each bracketed by events on
+// `stream` (f must launch on it): the median and range, or the median alone.
 template <typename F>
-double median_ms(F&& f, int warmup, int iters, cudaStream_t stream = nullptr) {
+Spread spread_ms(F&& f, int warmup, int iters, cudaStream_t stream = nullptr) {
   for (int i = 0; i < warmup; ++i) f();
   cudaEvent_t start, stop;
   EMBER_CUDA_CHECK(cudaEventCreate(&start));
@@ -36,14 +48,18 @@ double median_ms(F&& f, int warmup, int iters, cudaStream_t stream = nullptr) {
   }
   EMBER_CUDA_CHECK(cudaEventDestroy(start));
   EMBER_CUDA_CHECK(cudaEventDestroy(stop));
-  std::sort(ms.begin(), ms.end());
-  return ms[ms.size() / 2];
+  return spread_of(std::move(ms));
+}
+template <typename F>
+double median_ms(F&& f, int warmup, int iters, cudaStream_t stream = nullptr) {
+  return spread_ms(std::forward<F>(f), warmup, iters, stream).median;
 }
 
 struct Row {
   std::string name, dtype, shape, impl;
   double ms = 0, rate = 0;  // rate: TFLOP/s or GB/s, as the benchmark says
   std::string rate_unit, note;
+  double ms_min = 0, ms_max = 0;  // the range of the repetitions ms is the median of (0: not kept)
 };
 
 class Table {
@@ -53,8 +69,11 @@ class Table {
                 "impl", "ms", "rate", "note");
   }
   void add(Row r) {
-    std::printf("%-22s %-6s %-22s %-10s %10.4f %8.1f %-4s %s\n", r.name.c_str(), r.dtype.c_str(),
-                r.shape.c_str(), r.impl.c_str(), r.ms, r.rate, r.rate_unit.c_str(), r.note.c_str());
+    char range[48] = "";
+    if (r.ms_min > 0) std::snprintf(range, sizeof range, "[%.4f-%.4f] ", r.ms_min, r.ms_max);
+    std::printf("%-22s %-6s %-22s %-10s %10.4f %8.1f %-4s %s%s\n", r.name.c_str(), r.dtype.c_str(),
+                r.shape.c_str(), r.impl.c_str(), r.ms, r.rate, r.rate_unit.c_str(), range,
+                r.note.c_str());
     std::fflush(stdout);
     rows_.push_back(std::move(r));
   }
@@ -70,8 +89,10 @@ class Table {
       const Row& r = rows_[i];
       std::fprintf(f,
                    "  {\"workload\": \"%s\", \"dtype\": \"%s\", \"shape\": \"%s\", \"impl\": "
-                   "\"%s\", \"ms\": %.6f, \"rate\": %.3f, \"unit\": \"%s\", \"note\": \"%s\"}%s\n",
-                   r.name.c_str(), r.dtype.c_str(), r.shape.c_str(), r.impl.c_str(), r.ms, r.rate,
+                   "\"%s\", \"ms\": %.6f, \"ms_min\": %.6f, \"ms_max\": %.6f, \"rate\": %.3f, "
+                   "\"unit\": \"%s\", \"note\": \"%s\"}%s\n",
+                   r.name.c_str(), r.dtype.c_str(), r.shape.c_str(), r.impl.c_str(), r.ms,
+                   r.ms_min > 0 ? r.ms_min : r.ms, r.ms_max > 0 ? r.ms_max : r.ms, r.rate,
                    r.rate_unit.c_str(), r.note.c_str(), i + 1 < rows_.size() ? "," : "");
     }
     std::fprintf(f, "]}\n");

@@ -1,6 +1,7 @@
 #include "core/autograd.h"
 
 #include <atomic>
+#include <mutex>
 #include <queue>
 #include <unordered_map>
 #include <unordered_set>
@@ -65,6 +66,7 @@ void detail::throw_backward_twice(const char* node) {
 }
 
 std::vector<Tensor> AccumulateGrad::apply(const Tensor& grad_output) {
+  std::lock_guard<std::mutex> lock(mutex_);
   AutogradMeta& meta = *leaf_.impl().autograd;
   if (!meta.grad.defined()) {
     // Steal the incoming buffer when nothing else can see it; otherwise copy.
@@ -116,6 +118,7 @@ Edge gradient_edge(const Tensor& t) {
   if (!t.defined() || !t.requires_grad()) return Edge{};
   AutogradMeta& meta = *t.impl().autograd;
   if (meta.grad_fn) return Edge{meta.grad_fn};
+  std::lock_guard<std::mutex> lock(meta.mutex);
   std::shared_ptr<Node> acc = meta.grad_accumulator.lock();
   if (!acc) {
     acc = std::make_shared<AccumulateGrad>(t);

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <new>
 #include <optional>
 #include <string>
@@ -27,10 +28,13 @@ struct Edge {
 struct AutogradMeta {
   bool requires_grad = false;
   bool retains_grad = false;
-  Tensor grad;
+  Tensor grad;                              // written under the AccumulateGrad's lock
   std::shared_ptr<Node> grad_fn;            // set for non-leaves
   std::weak_ptr<Node> grad_accumulator;     // for leaves, created on demand
   std::vector<GradHook> post_accumulate_hooks;
+  // Guards grad_accumulator's creation: threads recording ops on a shared leaf at
+  // once must all get the one AccumulateGrad (PyTorch's AutogradMeta::mutex_).
+  std::mutex mutex;
 };
 
 // What backward needs to know about each input to check the gradient it returns.
@@ -178,7 +182,11 @@ class FunctionNode final : public Node {
 };
 
 // The sink for a leaf: adds the incoming gradient into leaf.grad(), then runs the
-// leaf's post-accumulate hooks.
+// leaf's post-accumulate hooks. There is one per leaf, shared by every graph that
+// uses the leaf, so threads running backward over such graphs at once meet here:
+// the accumulation and the hooks run under this node's lock, as in PyTorch (hooks
+// must still be thread-safe themselves; reading .grad() while another thread's
+// backward writes it is the caller's race, as in PyTorch).
 class AccumulateGrad final : public Node {
  public:
   explicit AccumulateGrad(Tensor leaf) : leaf_(std::move(leaf)) {}
@@ -188,6 +196,7 @@ class AccumulateGrad final : public Node {
 
  private:
   Tensor leaf_;
+  std::mutex mutex_;
 };
 
 // --- grad mode (thread-local)

@@ -1,8 +1,10 @@
 // The memory timeline: records the allocator's history through 30 steps of
 // validation without NoGradGuard (leaking) and 30 with it (fixed), marking every
 // step, and writes each as Chrome trace JSON (Perfetto, chrome://tracing) and as a
-// self-contained HTML page where a leak is a rising staircase.
+// self-contained HTML page where a leak is a rising staircase. Exits 1 unless the
+// leaking run's allocated memory grew and the fixed run's did not (CTest runs it).
 // Usage: memory_timeline [output directory, default .]
+#include <cstdint>
 #include <cstdio>
 #include <string>
 
@@ -11,7 +13,8 @@
 
 using namespace ember;
 
-void record(bool fixed, const std::string& dir) {
+// Records one run; returns how much allocated memory grew over its 30 steps.
+int64_t record(bool fixed, const std::string& dir) {
   const Device dev = demo::pick_device();
   manual_seed(0);
   auto model = std::make_shared<demo::Net>();
@@ -22,6 +25,7 @@ void record(bool fixed, const std::string& dir) {
   caching_allocator(dev).record_memory_history(true);
   Tensor val_total = zeros({}, dev);
   double val_value = 0;
+  const int64_t before = memory_allocated(dev);
   for (int batch = 0; batch < 30; ++batch) {
     mark_step("step " + std::to_string(batch), {dev});
     if (fixed) {
@@ -32,6 +36,7 @@ void record(bool fixed, const std::string& dir) {
     }
   }
   mark_step("end", {dev});
+  const int64_t growth = memory_allocated(dev) - before;
   memory::MemorySnapshot snap = memory_snapshot(dev);
   caching_allocator(dev).record_memory_history(false);
 
@@ -43,11 +48,16 @@ void record(bool fixed, const std::string& dir) {
             : "validation without NoGradGuard (leaking): a rising staircase");
   std::printf("wrote %s.html and %s.json (allocated at the end: %lld bytes)\n", name.c_str(),
               name.c_str(), static_cast<long long>(memory_allocated(dev)));
+  return growth;
 }
 
 int main(int argc, char** argv) {
   const std::string dir = argc > 1 ? argv[1] : ".";
-  record(false, dir);
-  record(true, dir);
-  return 0;
+  const int64_t leak = record(false, dir);
+  const int64_t fixed = record(true, dir);
+  const bool right = leak > 0 && fixed == 0;
+  std::printf("verdict: %s (allocated memory grew %lld bytes leaking, %lld fixed)\n",
+              right ? "the leak rises, the fix is flat" : "WRONG", static_cast<long long>(leak),
+              static_cast<long long>(fixed));
+  return right ? 0 : 1;
 }

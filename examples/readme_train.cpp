@@ -21,6 +21,7 @@ int main() {
   nn::DataLoader loader(nn::TensorDataset(x, y),
                         nn::DataLoaderOptions(64).shuffle(true).device(device));
 
+  double loss_per_batch = 0;
   for (int epoch = 1; epoch <= 20; ++epoch) {
     double total = 0;
     for (const nn::Example& batch : loader) {
@@ -30,7 +31,9 @@ int main() {
       optimizer.step();
       total += loss.item();
     }
-    if (epoch % 5 == 0) std::printf("epoch %2d  loss %.5f\n", epoch, total / loader.size());
+    loss_per_batch = total / loader.size();
+    if (epoch % 5 == 0) std::printf("epoch %2d  loss %.5f\n", epoch, loss_per_batch);
   }
   nn::save(*model, optimizer, (std::filesystem::temp_directory_path() / "readme.ckp").string());
+  return loss_per_batch < 0.01 ? 0 : 1;  // it learned the function
 }

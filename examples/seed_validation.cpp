@@ -1,6 +1,8 @@
 // Seed scenario (c): validation that builds no autograd graph. After training,
 // the model goes to eval() (dropout off) and runs under NoGradGuard over a
-// validation DataLoader; outputs carry no grad_fn and memory does not grow.
+// validation DataLoader; outputs carry no grad_fn and memory does not grow. Exits
+// 1 if validation built a graph, made an output that requires grad, or left memory
+// allocated (CTest runs it).
 #include <cstdio>
 #include <memory>
 
@@ -29,6 +31,7 @@ int main() {
   optim::Adam optimizer(model->parameters(), optim::AdamOptions(1e-2));
   nn::MSELoss criterion;
 
+  bool wrong = false;
   for (int epoch = 1; epoch <= 3; ++epoch) {
     model->train();
     size_t train_nodes = 0;
@@ -59,6 +62,9 @@ int main() {
         epoch, total / static_cast<double>(val_loader.size()), train_nodes, val_nodes,
         any_grad ? " (outputs require grad!)" : "",
         static_cast<long long>(memory_allocated(device) - before));
+    wrong = wrong || val_nodes != 0 || any_grad || memory_allocated(device) != before;
   }
-  return 0;
+  std::printf("verdict: %s\n", wrong ? "WRONG: validation built a graph or kept memory"
+                                      : "no graph, no growth");
+  return wrong ? 1 : 0;
 }

@@ -21,9 +21,10 @@ echo "build: $(( $(date +%s) - start )) s"
 
 status=0
 if [[ "$what" == *tests* ]]; then
-  (cd build-gpu && ctest --output-on-failure -j4 >"$out/ctest.log" 2>&1) || status=1
+  (cd build-gpu && ctest --output-on-failure -j4 -O Testing/Temporary/LastTestConsole.log \
+     >"$out/ctest.log" 2>&1) || status=1
   tail -15 "$out/ctest.log"
-  tools/test_summary.sh build-gpu/Testing/Temporary/LastTest.log | tee -a "$out/ctest.log"
+  tools/test_summary.sh build-gpu | tee -a "$out/ctest.log" || status=1
   grep -B2 -A12 "ERROR\|FAILED" build-gpu/Testing/Temporary/LastTest.log | head -80
 fi
 if [[ "$what" == *examples* ]]; then

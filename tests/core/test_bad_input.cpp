@@ -122,13 +122,17 @@ TEST_CASE("bad input/non-contiguous views: every op reads strides, results equal
   CHECK(z.to_vector<double>() == V{0, 1, 0, 1, 0, 1, 0, 1});
 }
 
-TEST_CASE("bad input/devices: a CUDA tensor without a GPU is an error, nothing allocated") {
-  if (cuda::is_available()) return;  // the GPU suite covers devices that exist
+TEST_CASE("bad input/devices: a CUDA device that does not exist is an error, nothing allocated") {
+  // One past the last device: cuda:0 on a machine without a GPU, cuda:N with N GPUs.
+  const int n = cuda::device_count();
+  const Device missing = Device::cuda(n);
+  const std::string index = "cuda: device index " + std::to_string(n) + " is not available";
   Tensor a = ones({2});
   const HostCounters before;
-  const std::string msg = error_of([] { zeros({2}, kCUDA); });
-  CHECK(contains(msg, "cuda: device index 0 is not available (this machine has 0 CUDA devices)"));
-  CHECK(contains(error_of([&] { a.to(kCUDA); }), "cuda: device index 0 is not available"));
+  const std::string msg = error_of([&] { zeros({2}, missing); });
+  CHECK(contains(msg, index + " (this machine has " + std::to_string(n) + " CUDA device" +
+                          (n == 1 ? "" : "s") + ")"));
+  CHECK(contains(error_of([&] { a.to(missing); }), index));
   CHECK(HostCounters{} == before);
   CHECK(a.to_vector<double>() == V{1, 1});
 }

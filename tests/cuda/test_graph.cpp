@@ -8,6 +8,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <thread>
@@ -389,6 +390,16 @@ TEST_CASE("cuda/graph: replays allocate nothing; a destroyed graph gives its mem
     const int64_t allocated = memory_allocated(kCUDA);
     const int64_t reserved = memory_reserved(kCUDA);
     CHECK(reserved >= reserved_before + static_cast<int64_t>(2 * kMiB));  // the pool's segment
+    // The allocator's own counters of calls, not just its byte totals (which an
+    // allocate + free pair would leave unchanged): allocations and frees made,
+    // segments and device allocations (cudaMalloc) made.
+    auto calls = [] {
+      const std::map<std::string, int64_t> st = memory_stats(kCUDA);
+      return std::vector<int64_t>{st.at("allocation.all.allocated"), st.at("allocation.all.freed"),
+                                  st.at("segment.all.allocated"), st.at("num_device_alloc"),
+                                  st.at("num_alloc_retries")};
+    };
+    const std::vector<int64_t> calls_before = calls();
     for (int i = 0; i < 20; ++i) {
       const auto& [x, y] = data[static_cast<size_t>(i % 8)];
       sx.copy_(x);
@@ -396,8 +407,14 @@ TEST_CASE("cuda/graph: replays allocate nothing; a destroyed graph gives its mem
       graph.replay();
     }
     cuda::synchronize(0);
+    CHECK(calls() == calls_before);
     CHECK(memory_allocated(kCUDA) == allocated);
     CHECK(memory_reserved(kCUDA) == reserved);
+    {  // The counters do see an allocation: one eager op moves them by one each.
+      Tensor probe = sx + sy;
+      CHECK(calls()[0] == calls_before[0] + 1);
+    }
+    CHECK(calls()[1] == calls_before[1] + 1);
     CHECK(std::isfinite(static_loss.item()));
     // The graph's tensors die; its pool stays reserved while it lives.
     static_loss = Tensor();

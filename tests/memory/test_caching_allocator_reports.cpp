@@ -551,8 +551,8 @@ TEST_CASE("allocator/device: ember::memory_* dispatch on the device") {
   CHECK(&ember::caching_allocator(ember::kCPU) == &host_caching_allocator());
   host_allocator().deallocate(p);
   CHECK(ember::memory_allocated(ember::kCPU) == before);
-  if (!ember::cuda::is_available()) {
-    CHECK_THROWS_AS(ember::memory_allocated(ember::Device::cuda(0)), ember::Error);
-  }
+  // A device one past the last (cuda:0 without a GPU) is refused everywhere.
+  CHECK_THROWS_AS(ember::memory_allocated(ember::Device::cuda(ember::cuda::device_count())),
+                  ember::Error);
 }
 

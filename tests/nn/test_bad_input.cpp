@@ -194,11 +194,12 @@ TEST_CASE("bad input/data loader: options and datasets out of range") {
   CHECK(contains(error_of([] { nn::TensorDataset(Tensor(), Tensor()); }),
                  "TensorDataset: data must be a tensor"));
   CHECK(contains(error_of([&] { data->get(4); }), "TensorDataset: index 4 out of range for 4"));
-  if (!cuda::is_available()) {
+  {  // a device one past the last (cuda:0 without a GPU)
+    const int n = cuda::device_count();
     CHECK(contains(error_of([&] {
-                     nn::DataLoader(data, nn::DataLoaderOptions(2).device(kCUDA));
+                     nn::DataLoader(data, nn::DataLoaderOptions(2).device(Device::cuda(n)));
                    }),
-                   "cuda: device index 0 is not available"));
+                   "cuda: device index " + std::to_string(n) + " is not available"));
   }
   // An empty dataset is no error: an epoch of no batches.
   nn::DataLoader none(std::make_shared<nn::TensorDataset>(zeros({0, 2}), Tensor()),

@@ -1,7 +1,10 @@
 // The doctest main of tests/parallel, run by CTest under mpirun with 1-3 ranks:
 // MPI_Init/Finalize around the run, the "cuda" suite skipped without a GPU (as
-// tests/main.cpp), and only rank 0 printing doctest's summary (other ranks print
-// their failures, prefixed, so tools/test_summary.sh counts each test case once).
+// tests/main.cpp), the suite "2+ ranks" skipped with one rank, each skip said
+// with its reason. Every rank runs every case; rank 0 prints doctest's report and,
+// last, one summary for all ranks ("[ember] test cases over N MPI rank(s): ...", a case
+// failed on any rank counted failed), which tools/test_summary.sh counts; the other
+// ranks print their failures, prefixed "[rank k]".
 // `--launcher-probe` instead checks the environment ember-run gives its children;
 // `--rank-killed-probe` kills a rank mid-run under ember-run (rank_killed.cpp).
 #define DOCTEST_CONFIG_IMPLEMENT
@@ -13,6 +16,7 @@
 #include <iostream>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "cuda/runtime.h"
 #include "parallel/process_group.h"
@@ -51,6 +55,55 @@ int launcher_probe() {
   }
 }
 
+// Records, in run order, whether each test case that ran failed, and doctest's
+// counts, so that main can combine the ranks' results (every rank runs the same
+// cases in the same order: the same binary with the same filters).
+class RankResults : public doctest::IReporter {
+ public:
+  explicit RankResults(const doctest::ContextOptions&) {}
+  static std::vector<int>& failed() {
+    static std::vector<int> f;
+    return f;
+  }
+  static unsigned& total() {
+    static unsigned t = 0;
+    return t;
+  }
+  void report_query(const doctest::QueryData&) override {}
+  void test_run_start() override {}
+  void test_run_end(const doctest::TestRunStats& st) override { total() = st.numTestCases; }
+  void test_case_start(const doctest::TestCaseData&) override {}
+  void test_case_reenter(const doctest::TestCaseData&) override {}
+  void test_case_end(const doctest::CurrentTestCaseStats& st) override {
+    failed().push_back(st.testCaseSuccess ? 0 : 1);
+  }
+  void test_case_exception(const doctest::TestCaseException&) override {}
+  void subcase_start(const doctest::SubcaseSignature&) override {}
+  void subcase_end() override {}
+  void log_assert(const doctest::AssertData&) override {}
+  void log_message(const doctest::MessageData&) override {}
+  void test_case_skipped(const doctest::TestCaseData&) override {}
+};
+REGISTER_LISTENER("ember_rank_results", 1, RankResults);
+
+// Rank 0 prints one line for the whole world: a case counts as failed when it
+// failed on any rank (rank 0's own doctest summary sees only rank 0).
+void print_world_summary(int rank, int size) {
+  std::vector<int>& mine = RankResults::failed();
+  int n = static_cast<int>(mine.size()), most = 0;
+  MPI_Allreduce(&n, &most, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  mine.resize(static_cast<size_t>(most), 1);  // a rank that ran fewer cases: the rest failed
+  std::vector<int> any(static_cast<size_t>(most), 0);
+  MPI_Allreduce(mine.data(), any.data(), most, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  if (rank != 0) return;
+  int failed = 0;
+  for (int f : any) failed += f;
+  const int skipped = static_cast<int>(RankResults::total()) - most;
+  std::printf("[ember] test cases over %d MPI rank(s): %d | %d passed | %d failed | %d skipped\n", size,
+              most, most - failed, failed, skipped);
+  std::fflush(stdout);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -67,17 +120,29 @@ int main(int argc, char** argv) {
   const int gpus = ember::cuda::device_count();
   const bool have_gpu = gpus > 0;
   if (!have_gpu) context.addFilter("test-suite-exclude", "cuda");
-  // The NCCL cases with one rank per process need a GPU per rank, and the
-  // timeout case 2+ ranks: where they cannot run they are filtered out here, so
-  // doctest counts them as skipped (never as passed).
+  // What cannot run here is filtered out, so doctest counts it as skipped (never
+  // as passed), and the reason is printed: the timeout cases need 2+ ranks, the
+  // NCCL cases with one rank per process a GPU per rank.
   std::string not_here;
+  if (size < 2) {
+    context.addFilter("test-suite-exclude", "2+ ranks");
+    not_here += "; one rank: test cases in suite '2+ ranks' are skipped";
+  }
+#ifndef EMBER_HAVE_NCCL
+  // DataParallel on GPUs all-reduces through NCCL (the nccl/* cases are not even
+  // compiled without it).
+  if (have_gpu) {
+    context.addFilter("test-case-exclude", "data_parallel/cuda*");
+    not_here += "; built without NCCL: data_parallel/cuda is skipped";
+  }
+#endif
   if (have_gpu && size > gpus) {
     context.addFilter("test-case-exclude", "nccl/communicator*,nccl/ddp*,nccl/timeout*");
-    not_here = "; " + std::to_string(size) + " ranks but " + std::to_string(gpus) +
+    not_here += "; " + std::to_string(size) + " ranks but " + std::to_string(gpus) +
                " GPU(s): the one-GPU-per-rank NCCL cases are skipped";
   } else if (have_gpu && size < 2) {
     context.addFilter("test-case-exclude", "nccl/timeout*");
-    not_here = "; one rank: nccl/timeout (2+ ranks) is skipped";
+    not_here += "; one rank: nccl/timeout (2+ ranks) is skipped";
   }
   std::ostringstream captured;
   if (rank == 0) {
@@ -96,6 +161,7 @@ int main(int argc, char** argv) {
       std::cout << "[rank " << rank << "] " << line << "\n";
     std::cout.flush();
   }
+  print_world_summary(rank, size);
   int worst = 0;
   MPI_Allreduce(&status, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
   MPI_Finalize();
