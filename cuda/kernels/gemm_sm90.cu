@@ -98,6 +98,7 @@ void launch_sm90_gemm(DType dtype, int64_t m, int64_t n, int64_t k, const Sm90Op
   p.d = d, p.ldc = ldc, p.bias = epi.bias, p.pre = epi.pre, p.bias_grad = epi.bias_grad;
   p.act = epi.act, p.out_f32 = epi.out == DType::Float32 ? 1 : 0;
   p.watchdog = tuning.watchdog;
+  p.no_epilogue = tuning.no_epilogue ? 1 : 0;
   if (k == 0) {
     const int blocks = static_cast<int>(std::min<int64_t>((m * n + 255) / 256, 4096));
     if (dtype == DType::Float32)
@@ -110,9 +111,15 @@ void launch_sm90_gemm(DType dtype, int64_t m, int64_t n, int64_t k, const Sm90Op
     return;
   }
   const int sms = sm_count(device);
-  const Sm90Tile tile = tuning.tile != Sm90Tile::Auto ? tuning.tile : choose_tile(m, n, sms);
-  EMBER_CHECK(tile == Sm90Tile::k128x256 || tile == Sm90Tile::k128x128,
-              "sm90 gemm: tile 256x128 is not built");
+  // Auto: cooperative (the schedule measured so far, benchmarks/NOTES.md);
+  // ping-pong runs 128x128 tiles only.
+  const Sm90Schedule schedule =
+      tuning.schedule != Sm90Schedule::Auto ? tuning.schedule : Sm90Schedule::Cooperative;
+  Sm90Tile tile = tuning.tile;
+  if (tile == Sm90Tile::Auto)
+    tile = schedule == Sm90Schedule::Pingpong ? Sm90Tile::k128x128 : choose_tile(m, n, sms);
+  EMBER_CHECK(tile == Sm90Tile::k128x128 || schedule != Sm90Schedule::Pingpong,
+              "sm90 gemm: the ping-pong schedule runs 128x128 tiles only");
   const int bm = 128, bn = tile == Sm90Tile::k128x256 ? 256 : 128;
   const int bk = 128 / static_cast<int>(element_size(dtype));
   // Boxes: K-major {bk, rows of the tile}; M/N-major {64 rows, bk} (gemm_kernel.cuh).
@@ -121,13 +128,13 @@ void launch_sm90_gemm(DType dtype, int64_t m, int64_t n, int64_t k, const Sm90Op
   const CUtensorMap mb = b.k_major ? make_tensor_map_2d(dtype, b.data, k, n, b.ld, bk, bn)
                                    : make_tensor_map_2d(dtype, b.data, n, k, b.ld, 64, bk);
   if (dtype == DType::Float32)
-    sm90::launch<float, true, true>(tile, ma, mb, p, sms, tuning, stream);
+    sm90::launch<float, true, true>(tile, schedule, ma, mb, p, sms, tuning, stream);
   else if (a.k_major && b.k_major)
-    sm90::launch<__nv_bfloat16, true, true>(tile, ma, mb, p, sms, tuning, stream);
+    sm90::launch<__nv_bfloat16, true, true>(tile, schedule, ma, mb, p, sms, tuning, stream);
   else if (a.k_major)
-    sm90::launch<__nv_bfloat16, true, false>(tile, ma, mb, p, sms, tuning, stream);
+    sm90::launch<__nv_bfloat16, true, false>(tile, schedule, ma, mb, p, sms, tuning, stream);
   else
-    sm90::launch<__nv_bfloat16, false, false>(tile, ma, mb, p, sms, tuning, stream);
+    sm90::launch<__nv_bfloat16, false, false>(tile, schedule, ma, mb, p, sms, tuning, stream);
 }
 
 }  // namespace ember::cuda

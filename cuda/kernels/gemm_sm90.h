@@ -44,13 +44,22 @@ struct GemmEpilogue {
 // problems, 128x128 where that would leave multiprocessors idle.
 enum class Sm90Tile { Auto, k128x256, k128x128 };
 
+// How the two consumer warpgroups share the work (gemm_kernel.cuh):
+// cooperative (both on each tile, half its rows each; the default) or ping-pong
+// (each on whole tiles in turn, one's epilogue under the other's MMAs; 128x128
+// tiles only: a whole 128x256 tile needs more accumulator registers than a
+// thread has).
+enum class Sm90Schedule { Auto, Cooperative, Pingpong };
+
 // Knobs for measuring and debugging; the defaults are what dispatch uses.
 struct Sm90Tuning {
   Sm90Tile tile = Sm90Tile::Auto;
+  Sm90Schedule schedule = Sm90Schedule::Auto;
   int group_m = 0;     // row blocks per rasterisation group (0: chosen from the grid)
   int max_ctas = 0;    // persistent grid size (0: one block per multiprocessor)
   int max_tiles = 0;   // process only the first tiles (0: all): one-tile debugging
   int* watchdog = nullptr;  // with EMBER_GEMM_WATCHDOG builds: where a stuck wait reports
+  bool no_epilogue = false;  // write nothing (timing the main loop alone; D is left as it was)
 };
 
 // Empty when launch_sm90_gemm can run the problem on `device`, else why not:

@@ -5,8 +5,9 @@
 
 namespace ember::cuda::sm90 {
 
-template void launch<__nv_bfloat16, true, true>(Sm90Tile, const CUtensorMap&, const CUtensorMap&, Params, int,
-                                 const Sm90Tuning&, cudaStream_t);
+template void launch<__nv_bfloat16, true, true>(Sm90Tile, Sm90Schedule, const CUtensorMap&,
+                                 const CUtensorMap&, Params, int, const Sm90Tuning&,
+                                 cudaStream_t);
 
 }  // namespace ember::cuda::sm90
 

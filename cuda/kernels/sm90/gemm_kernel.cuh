@@ -8,17 +8,22 @@
 //   warpgroup 0, the producer: one thread issues the TMA copies of each K step
 //     into a ring of kStages shared-memory stages; when a bias gradient is asked
 //     for, warps 2 and 3 sum the rows of A from the same stages.
-//   warpgroups 1 and 2, the consumers: each owns BM/2 rows of the block tile and
-//     all BN columns, issues wgmma from the stages, then runs the epilogue
-//     straight from its accumulator registers to global memory.
-// Every role walks the same tile sequence (tile = blockIdx.x, += gridDim.x) and
-// the same (stage, phase) ring, so they stay in step without talking.
+//   warpgroups 1 and 2, the consumers, on one of two schedules:
+//     cooperative: each owns BM/2 rows of every tile of the block and all BN
+//       columns; both issue wgmma from every stage, then run the epilogue;
+//     ping-pong: each owns whole tiles, taking turns (the block's tiles 0, 2,
+//       4, ... and 1, 3, 5, ...), so one's epilogue runs under the other's MMAs.
+//   The epilogue goes straight from the accumulator registers to global memory
+//   (through a small per-warp scratch, see park_chunk).
+// Every role walks the block's tile sequence (tile = blockIdx.x, += gridDim.x)
+// and the ring of stages in the same order, so they stay in step without talking.
 //
-// The ring: full[s] completes when stage s's bytes have landed (the producer
-// arms it with arrive.expect_tx; TMA's complete_tx finishes it); empty[s]
-// completes when every consumer warp (and summing warp) is done reading stage s.
-// A waiter of round r (r = 0, 1, ...) of stage s waits for phase parity r & 1 on
-// full[s], and the producer waits on empty[s] for parity (r & 1) ^ 1: a fresh
+// The ring: full[o][s] completes when stage s's bytes have landed for a tile of
+// consumer warpgroup o (always o = 0 when cooperative; the producer arms it with
+// arrive.expect_tx, TMA's complete_tx finishes it); empty[s] completes when
+// every consumer warp reading the stage (and each summing warp) is done with it.
+// A waiter's n-th wait (n = 0, 1, ...) on a barrier is for phase parity n & 1;
+// the producer waits on empty[s] of round r for parity (r & 1) ^ 1: a fresh
 // barrier is in phase 0, and a wait for the parity of the phase before it
 // returns at once, so the first round finds every stage free.
 //
@@ -72,21 +77,29 @@ constexpr int kScratchLd = kChunk + 8;  // floats per scratch row
 constexpr int kScratchWarpBytes = 16 * kScratchLd * 4;
 constexpr int kScratchBytes = kConsumerWarps * kScratchWarpBytes;
 
-// Compile-time shape of one kernel.
-template <typename T_, int BM_, int BN_, int kStages_, bool kAK_, bool kBK_>
+// Compile-time shape of one kernel. kPing_: the ping-pong schedule (each
+// consumer warpgroup owns whole tiles, the two taking turns; see the kernel)
+// rather than the cooperative one (both share each tile, BM / 2 rows each).
+template <typename T_, int BM_, int BN_, int kStages_, bool kAK_, bool kBK_, bool kPing_ = false>
 struct Config {
   using T = T_;
   static constexpr int BM = BM_, BN = BN_, kStages = kStages_;
   static constexpr bool kAK = kAK_, kBK = kBK_;  // operand is K-major
+  static constexpr bool kPing = kPing_;
   static constexpr int kEsize = sizeof(T);
   static constexpr int BK = 128 / kEsize;              // one 128-byte swizzle row of k
   static constexpr int kMmaK = 32 / kEsize;            // k per wgmma: 16 bf16, 8 tf32
-  static constexpr int kWM = BM / 128;                 // m64 slices per consumer warpgroup
+  static constexpr int kWM = kPing ? BM / 64 : BM / 128;  // m64 slices per consumer warpgroup
+  static constexpr int kWgRows = kWM * 64;                // rows of a tile per consumer warpgroup
+  // Consumer warps that read each stage (and arrive on its empty barrier).
+  static constexpr int kReaders = kPing ? kConsumerWarps / 2 : kConsumerWarps;
   static constexpr int kABytes = BM * 128, kBBytes = BN * 128;
   static constexpr int kStageBytes = kABytes + kBBytes;
-  // stages, the epilogue's scratch, the barriers, slack to align the base to 1024
-  static constexpr int kSmemBytes = kStages * kStageBytes + kScratchBytes + 2 * kStages * 8 + 1024;
+  // stages, the epilogue's scratch, the barriers (full: one set per consumer
+  // warpgroup, see the kernel; empty), slack to align the base to 1024
+  static constexpr int kSmemBytes = kStages * kStageBytes + kScratchBytes + 3 * kStages * 8 + 1024;
   static_assert(BM % 128 == 0 && (BN == 64 || BN == 128 || BN == 256), "tile");
+  static_assert(kWM * BN / 2 <= 128, "at most 128 accumulators per consumer thread");
   static_assert(sizeof(T) == 2 || (kAK && kBK), "TF32 operands are K-major only");
 };
 
@@ -356,8 +369,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   const uint32_t bars = base + S * C::kStageBytes + kScratchBytes;
   auto a_tile = [&](int s) { return base + static_cast<uint32_t>(s * C::kStageBytes); };
   auto b_tile = [&](int s) { return a_tile(s) + C::kABytes; };
-  auto full_bar = [&](int s) { return bars + 8u * s; };
-  auto empty_bar = [&](int s) { return bars + 8u * (S + s); };
+  // full_bar(o, s): stage s has landed for a tile of consumer warpgroup o (0 when
+  // cooperative: both read every tile); empty_bar(s): stage s may be refilled.
+  auto full_bar = [&](int o, int s) { return bars + 8u * (o * S + s); };
+  auto empty_bar = [&](int s) { return bars + 8u * (2 * S + s); };
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, wg = threadIdx.x / 128;
   const bool sum_rows = p.bias_grad != nullptr;
@@ -365,8 +380,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     prefetch_tensor_map(&map_a);
     prefetch_tensor_map(&map_b);
     for (int s = 0; s < S; ++s) {
-      mbar_init(full_bar(s), 1);
-      mbar_init(empty_bar(s), kConsumerWarps + (sum_rows ? 2 : 0));
+      mbar_init(full_bar(0, s), 1);
+      mbar_init(full_bar(1, s), 1);
+      mbar_init(empty_bar(s), C::kReaders + (sum_rows ? 2 : 0));
     }
     fence_mbar_init();
   }
@@ -381,12 +397,13 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (warp == 0 && lane == 0) {
       int stage = 0;
       uint32_t phase = 0;
-      for (int t = blockIdx.x; t < p.num_tiles; t += gridDim.x) {
+      for (int ti = 0, t = blockIdx.x; t < p.num_tiles; ++ti, t += gridDim.x) {
         int mb, nb;
         tile_coords(t, num_m, num_n, p.group_m, mb, nb);
+        const int owner = C::kPing ? ti & 1 : 0;  // whose full barriers this tile's stages arm
         for (int kb = 0; kb < kblocks; ++kb) {
           mbar_wait(empty_bar(stage), phase ^ 1u, p.watchdog, 1, t, kb);
-          const uint32_t fb = full_bar(stage);
+          const uint32_t fb = full_bar(owner, stage);
           mbar_arrive_expect_tx(fb, C::kStageBytes);
           if constexpr (C::kAK) {
             tma_load_2d(a_tile(stage), &map_a, fb, kb * BK, mb * BM);
@@ -413,16 +430,20 @@ __global__ void __launch_bounds__(kThreads, 1)
       // 128-byte k row, swizzled by k % 8.
       constexpr int kSlots = BM / 128;  // 64-row boxes per summing warp
       int stage = 0;
-      uint32_t phase = 0;
-      for (int t = blockIdx.x; t < p.num_tiles; t += gridDim.x) {
+      uint64_t phases = 0;  // bit 32 o + s: parity of the next wait on owner o's stage s
+      for (int ti = 0, t = blockIdx.x; t < p.num_tiles; ++ti, t += gridDim.x) {
         int mb, nb;
         tile_coords(t, num_m, num_n, p.group_m, mb, nb);
+        const int owner = C::kPing ? ti & 1 : 0;
         const bool mine = nb == 0;
         float s0[kSlots], s1[kSlots];
 #pragma unroll
         for (int i = 0; i < kSlots; ++i) s0[i] = s1[i] = 0.f;
         for (int kb = 0; kb < kblocks; ++kb) {
-          mbar_wait(full_bar(stage), phase, p.watchdog, 2, t, kb);
+          const int bit = 32 * owner + stage;
+          mbar_wait(full_bar(owner, stage), static_cast<uint32_t>(phases >> bit) & 1u, p.watchdog,
+                    2, t, kb);
+          phases ^= uint64_t{1} << bit;
           if (mine) {
             const uint8_t* tile = smem + (a_tile(stage) - base);
 #pragma unroll
@@ -441,7 +462,7 @@ __global__ void __launch_bounds__(kThreads, 1)
           }
           __syncwarp();
           if (lane == 0) mbar_arrive(empty_bar(stage));
-          if (++stage == S) stage = 0, phase ^= 1u;
+          if (++stage == S) stage = 0;
         }
         if (mine) {
 #pragma unroll
@@ -462,8 +483,22 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
   } else {
     // ------------------------------------------------------------ consumers
+    // Cooperative: both warpgroups run every tile of the block, warpgroup cw
+    // rows [cw * BM / 2, (cw + 1) * BM / 2), and walk every stage of the ring.
+    // Ping-pong: warpgroup cw runs the block's tiles cw, cw + 2, ... whole (all
+    // BM rows) and skips the other's stages (the stage of the block's i-th
+    // tile's first K step is i * kblocks mod S). The producer fills the ring in
+    // tile order, so one warpgroup's MMAs run while the other's epilogue does,
+    // and their MMAs overlap only at tile boundaries. A warpgroup that skips
+    // ahead must not wait on a barrier whose previous phase is still pending: a
+    // parity wait only compares parities, so a wait for phase r would return at
+    // once, taking phase r - 1's pending state for r's completion. Hence one set
+    // of full barriers per warpgroup, waited on only by its owner (and the
+    // summing warps, which walk every tile in order), whose phases it tracks
+    // in a bit mask (bit s: the parity of its next wait on stage s).
     setmaxnreg_inc<kConsumerRegs>();
-    const int cw = wg - 1;  // rows [cw * BM / 2, (cw + 1) * BM / 2) of the tile
+    const int cw = wg - 1;
+    const int wg_row0 = C::kPing ? 0 : cw * C::kWgRows;  // first row of this warpgroup's part
     // Descriptor constants (see the file comment).
     constexpr uint32_t kALbo = C::kAK ? 16 : BK * 128, kBLbo = C::kBK ? 16 : BK * 128;
     constexpr uint32_t kSbo = 1024;
@@ -471,22 +506,26 @@ __global__ void __launch_bounds__(kThreads, 1)
     constexpr uint32_t kBStep = C::kBK ? 32 : C::kMmaK * 128;
     // Start of m64 slice w of this warpgroup within an A tile.
     auto a_slice = [&](int w) -> uint32_t {
-      const int r = cw * (BM / 2) + 64 * w;
+      const int r = wg_row0 + 64 * w;
       return C::kAK ? static_cast<uint32_t>(r * 128) : static_cast<uint32_t>((r / 64) * BK * 128);
     };
-    int stage = 0;
-    uint32_t phase = 0;
-    for (int t = blockIdx.x; t < p.num_tiles; t += gridDim.x) {
+    const int first = C::kPing ? cw : 0, every = C::kPing ? 2 : 1;
+    uint32_t phases = 0;  // bit s: the parity of this warpgroup's next wait on stage s
+    static_assert(S <= 32, "one phase bit per stage");
+    for (int i = first, t = blockIdx.x + first * gridDim.x; t < p.num_tiles;
+         i += every, t += every * gridDim.x) {
       int mb, nb;
       tile_coords(t, num_m, num_n, p.group_m, mb, nb);
+      int stage = static_cast<int>(static_cast<long long>(i) * kblocks % S);
       float acc[C::kWM][BN / 2];
 #pragma unroll
       for (int w = 0; w < C::kWM; ++w)
 #pragma unroll
-        for (int i = 0; i < BN / 2; ++i) acc[w][i] = 0.f;
+        for (int j = 0; j < BN / 2; ++j) acc[w][j] = 0.f;
       int prev_stage = -1;
       for (int kb = 0; kb < kblocks; ++kb) {
-        mbar_wait(full_bar(stage), phase, p.watchdog, 3, t, kb);
+        mbar_wait(full_bar(C::kPing ? cw : 0, stage), (phases >> stage) & 1u, p.watchdog, 3, t, kb);
+        phases ^= 1u << stage;
 #pragma unroll
         for (int w = 0; w < C::kWM; ++w) fence_regs(acc[w]);
         wgmma_fence();
@@ -507,12 +546,13 @@ __global__ void __launch_bounds__(kThreads, 1)
         wgmma_wait<1>();
         if (prev_stage >= 0 && lane == 0) mbar_arrive(empty_bar(prev_stage));
         prev_stage = stage;
-        if (++stage == S) stage = 0, phase ^= 1u;
+        if (++stage == S) stage = 0;
       }
       wgmma_wait<0>();
       if (prev_stage >= 0 && lane == 0) mbar_arrive(empty_bar(prev_stage));
 #pragma unroll
       for (int w = 0; w < C::kWM; ++w) fence_regs(acc[w]);
+      if (p.no_epilogue) continue;  // measuring the main loop alone (Sm90Tuning)
       // Epilogue (see park_chunk): this warp's 16 rows of each m64 slice.
       float* scratch = reinterpret_cast<float*>(smem + S * C::kStageBytes) +
                        (warp - 4) * (kScratchWarpBytes / 4);
@@ -523,7 +563,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                           reinterpret_cast<uintptr_t>(p.pre) % pair_bytes == 0;
 #pragma unroll
       for (int w = 0; w < C::kWM; ++w) {
-        const int row0 = mb * BM + cw * (BM / 2) + 64 * w + 16 * (warp % 4);
+        const int row0 = mb * BM + wg_row0 + 64 * w + 16 * (warp % 4);
 #pragma unroll 1
         for (int c = 0; c < BN / kChunk; ++c) {
           park_chunk<BN>(acc[w], c, scratch);
@@ -579,17 +619,18 @@ void launch_config(const CUtensorMap& map_a, const CUtensorMap& map_b, Params p,
 
 // Stages fill ~200 KB of the 227 KB of shared memory a block may have.
 template <typename T, bool kAK, bool kBK>
-void launch(Sm90Tile tile, const CUtensorMap& map_a, const CUtensorMap& map_b, Params p, int sms,
-            const Sm90Tuning& tuning, cudaStream_t stream) {
-  switch (tile) {
-    case Sm90Tile::k128x128:
-      launch_config<Config<T, 128, 128, 6, kAK, kBK>>(map_a, map_b, p, sms, tuning, stream);
-      break;
-    case Sm90Tile::k128x256:
-      launch_config<Config<T, 128, 256, 4, kAK, kBK>>(map_a, map_b, p, sms, tuning, stream);
-      break;
-    default:
-      EMBER_FAIL("sm90 gemm: tile ", static_cast<int>(tile), " is not built");
+void launch(Sm90Tile tile, Sm90Schedule schedule, const CUtensorMap& map_a,
+            const CUtensorMap& map_b, Params p, int sms, const Sm90Tuning& tuning,
+            cudaStream_t stream) {
+  if (schedule == Sm90Schedule::Pingpong && tile == Sm90Tile::k128x128) {
+    launch_config<Config<T, 128, 128, 6, kAK, kBK, true>>(map_a, map_b, p, sms, tuning, stream);
+  } else if (schedule == Sm90Schedule::Cooperative && tile == Sm90Tile::k128x128) {
+    launch_config<Config<T, 128, 128, 6, kAK, kBK>>(map_a, map_b, p, sms, tuning, stream);
+  } else if (schedule == Sm90Schedule::Cooperative && tile == Sm90Tile::k128x256) {
+    launch_config<Config<T, 128, 256, 4, kAK, kBK>>(map_a, map_b, p, sms, tuning, stream);
+  } else {
+    EMBER_FAIL("sm90 gemm: tile ", static_cast<int>(tile), " with schedule ",
+               static_cast<int>(schedule), " is not built");
   }
 }
 

@@ -27,28 +27,30 @@ struct Params {
   int group_m;    // rasterisation group (row blocks); set by launch
   int num_tiles;  // tiles to run (the debug limit applied); set by launch
   int* watchdog;
+  int no_epilogue;  // 1: skip the epilogue (Sm90Tuning::no_epilogue)
 };
 
 // Launches the persistent kernel of one dtype (__nv_bfloat16 or float = TF32)
-// and operand layout (kAK / kBK: A / B K-major) with tile `tile` (not Auto) on
-// `sms` multiprocessors.
+// and operand layout (kAK / kBK: A / B K-major) with tile `tile` and schedule
+// `schedule` (neither Auto) on `sms` multiprocessors.
 template <typename T, bool kAK, bool kBK>
-void launch(Sm90Tile tile, const CUtensorMap& map_a, const CUtensorMap& map_b, Params p, int sms,
-            const Sm90Tuning& tuning, cudaStream_t stream);
+void launch(Sm90Tile tile, Sm90Schedule schedule, const CUtensorMap& map_a,
+            const CUtensorMap& map_b, Params p, int sms, const Sm90Tuning& tuning,
+            cudaStream_t stream);
 
 // Whether the kernels' sm_90a image loads on the current device.
 bool kernels_loadable();
 
-extern template void launch<__nv_bfloat16, true, true>(Sm90Tile, const CUtensorMap&,
+extern template void launch<__nv_bfloat16, true, true>(Sm90Tile, Sm90Schedule, const CUtensorMap&,
                                                        const CUtensorMap&, Params, int,
                                                        const Sm90Tuning&, cudaStream_t);
-extern template void launch<__nv_bfloat16, true, false>(Sm90Tile, const CUtensorMap&,
+extern template void launch<__nv_bfloat16, true, false>(Sm90Tile, Sm90Schedule, const CUtensorMap&,
                                                         const CUtensorMap&, Params, int,
                                                         const Sm90Tuning&, cudaStream_t);
-extern template void launch<__nv_bfloat16, false, false>(Sm90Tile, const CUtensorMap&,
+extern template void launch<__nv_bfloat16, false, false>(Sm90Tile, Sm90Schedule, const CUtensorMap&,
                                                          const CUtensorMap&, Params, int,
                                                          const Sm90Tuning&, cudaStream_t);
-extern template void launch<float, true, true>(Sm90Tile, const CUtensorMap&, const CUtensorMap&,
+extern template void launch<float, true, true>(Sm90Tile, Sm90Schedule, const CUtensorMap&, const CUtensorMap&,
                                                Params, int, const Sm90Tuning&, cudaStream_t);
 
 }  // namespace ember::cuda::sm90
