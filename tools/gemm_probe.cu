@@ -6,16 +6,22 @@
 //     on the host: every element, norm-relative error, NaN count (outputs are
 //     poisoned with NaN first, so an unwritten element counts), and
 //   - against a float64 host reference on whole sampled rows and columns,
-// and times ours and cuBLASLt (median of events around single launches),
-// printing TFLOP/s and the ratio. Any wrong answer makes the exit code non-zero.
+// and times ours and cuBLASLt: every variant of a case (tile, schedule, the
+// main loop alone) and cuBLASLt with the same epilogue, in one loop that
+// alternates them, PROBE_REPS (>= 5) single-launch timings each; prints the
+// median, [min-max], TFLOP/s and cuBLASLt's time over ours (> 1: ours faster).
+// Every variant is checked before it is timed. The `dispatch` group also
+// prints what the dispatch rule (cuda/gemm_rule.h) picks beside which side
+// was faster, and a SUMMARY line per shape. Any wrong answer makes the exit
+// code non-zero.
 //
 // The parent process never touches CUDA: each group of cases runs in a forked
 // child with a time limit, so a kernel that traps (the watchdog in a stuck
 // mbarrier wait) or hangs fails its group and the other groups still run.
 //
-// Usage: gemm_probe [group ...]      groups: diag fwd epi bwd tf32 tiles old big
-//        gemm_probe --list
-// Environment: PROBE_TIMEOUT (s per group, default 150), PROBE_REPS (timed runs).
+// Usage: gemm_probe [group ...]      groups: gemm_probe --list
+// Environment: PROBE_TIMEOUT (s per group, default 150), PROBE_REPS (timed runs
+// per variant, default 15, at least 5).
 #include <cublasLt.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -36,6 +42,7 @@
 #include <thread>
 #include <vector>
 
+#include "cuda/gemm_rule.h"
 #include "cuda/kernels/gemm.h"
 #include "cuda/kernels/gemm_sm90.h"
 
@@ -76,6 +83,7 @@ void say(const char* fmt, ...) {
 }
 
 int g_failures = 0;
+std::vector<std::string> g_summary;  // SUMMARY lines of the dispatch group, printed at its end
 int* g_watch_host = nullptr;  // mapped host memory the kernels report a stuck wait into
 int* g_watch_dev = nullptr;   // its device alias, given to the kernels
 
@@ -106,6 +114,16 @@ struct Buf {
 
 // ------------------------------------------------------------------ cuBLASLt
 
+// cuBLASLt's fused epilogue, for timing it against ours on the same work: bias
+// (n) added along our rows, GELU with its input kept in aux (n % 8 == 0), or
+// the row sums of our A (BGRADB: cuBLAS's B is our A^T, summed over k).
+struct LtEpi {
+  const void* bias = nullptr;
+  bool relu = false, gelu = false;
+  void* aux = nullptr;
+  void* bgrad = nullptr;
+};
+
 // D (m, n, row-major, fp32 or the input dtype) = A B^T with A, B laid out as our
 // kernels take them. Row-major D is column-major D^T (n x m) = op(B) op(A^T).
 struct Lt {
@@ -122,7 +140,7 @@ struct Lt {
   }
   // Returns false when cuBLASLt offers no algorithm.
   bool run(DType dt, int64_t m, int64_t n, int64_t k, const Sm90Operand& a, const Sm90Operand& b,
-           void* d, DType out, cudaStream_t st, bool tf32 = true) {
+           void* d, DType out, cudaStream_t st, bool tf32 = true, const LtEpi* epi = nullptr) {
     const cudaDataType_t in_t = dt == DType::BFloat16 ? CUDA_R_16BF : CUDA_R_32F;
     const cudaDataType_t out_t = out == DType::BFloat16 ? CUDA_R_16BF : CUDA_R_32F;
     const cublasComputeType_t comp =
@@ -133,6 +151,31 @@ struct Lt {
     const cublasOperation_t op_b = a.k_major ? CUBLAS_OP_N : CUBLAS_OP_T;  // cuBLAS's B = our A^T
     CKL(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof op_a));
     CKL(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof op_b));
+    if (epi != nullptr) {
+      cublasLtEpilogue_t e = CUBLASLT_EPILOGUE_DEFAULT;
+      const void* ptr = nullptr;
+      if (epi->bgrad != nullptr) {
+        e = CUBLASLT_EPILOGUE_BGRADB, ptr = epi->bgrad;
+      } else if (epi->gelu) {
+        e = epi->aux != nullptr ? (epi->bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX)
+                                : (epi->bias ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_GELU);
+        ptr = epi->bias;
+      } else if (epi->relu) {
+        e = epi->bias ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_RELU, ptr = epi->bias;
+      } else if (epi->bias != nullptr) {
+        e = CUBLASLT_EPILOGUE_BIAS, ptr = epi->bias;
+      }
+      CKL(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &e, sizeof e));
+      if (ptr != nullptr)
+        CKL(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &ptr, sizeof ptr));
+      if (epi->gelu && epi->aux != nullptr) {
+        const int64_t aux_ld = n;
+        CKL(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &epi->aux,
+                                           sizeof epi->aux));
+        CKL(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld,
+                                           sizeof aux_ld));
+      }
+    }
     cublasLtMatrixLayout_t la, lb, ld;
     if (b.k_major)
       CKL(cublasLtMatrixLayoutCreate(&la, in_t, k, n, b.ld));
@@ -171,8 +214,25 @@ Lt* g_lt = nullptr;
 
 enum class Pattern { Random, RowId, KId, ColId, KIdB };  // diag patterns (see fill)
 
+// One way of running ours, timed beside the others of its case.
+struct Variant {
+  const char* name;
+  Sm90Tile tile = Sm90Tile::Auto;
+  Sm90Schedule sched = Sm90Schedule::Auto;
+  bool no_epilogue = false;  // the main loop alone: writes nothing, not checked
+};
+const Variant kCoop256{"coop 128x256", Sm90Tile::k128x256, Sm90Schedule::Cooperative};
+const Variant kCoop128{"coop 128x128", Sm90Tile::k128x128, Sm90Schedule::Cooperative};
+const Variant kPing128{"pingpong 128x128", Sm90Tile::k128x128, Sm90Schedule::Pingpong};
+const Variant kCoop256Loop{"coop 128x256 mainloop only", Sm90Tile::k128x256,
+                           Sm90Schedule::Cooperative, true};
+const Variant kPing128Loop{"pingpong 128x128 mainloop only", Sm90Tile::k128x128,
+                           Sm90Schedule::Pingpong, true};
+const std::vector<Variant> kSchedVariants = {kCoop256, kCoop128, kPing128, kCoop256Loop,
+                                             kPing128Loop};
+
 struct Case {
-  const char* group;
+  const char* group = "";
   DType dt = DType::BFloat16;
   int64_t m = 0, n = 0, k = 0;
   bool a_k = true, b_k = true;  // operands K-major
@@ -181,8 +241,11 @@ struct Case {
   Activation act = Activation::None;
   DType out = DType::BFloat16;
   Sm90Tile tile = Sm90Tile::Auto;
+  Sm90Schedule sched = Sm90Schedule::Auto;
   int max_tiles = 0, max_ctas = 0, group_m = 0;
   bool time = false;
+  std::vector<Variant> variants;  // timed side by side (empty: the case's own tuning)
+  bool rule = false;              // print what the dispatch rule picks (group dispatch)
   Pattern pat = Pattern::Random;
   enum Kernel { Sm90, Simt, MmaSync } kernel = Sm90;  // old kernels: forward layout only
 };
@@ -192,6 +255,13 @@ const char* tile_name(Sm90Tile t) {
     case Sm90Tile::k128x256: return "128x256";
     case Sm90Tile::k128x128: return "128x128";
     default: return "auto";
+  }
+}
+const char* sched_name(Sm90Schedule s) {
+  switch (s) {
+    case Sm90Schedule::Cooperative: return " coop";
+    case Sm90Schedule::Pingpong: return " ping";
+    default: return "";
   }
 }
 const char* act_name(Activation a) {
@@ -215,7 +285,12 @@ struct Operand {
 
 void fill(Operand& op, DType dt, int64_t rows, int64_t k, bool k_major, int64_t pad, Pattern pat,
           bool is_a, std::mt19937_64& rng) {
-  std::uniform_real_distribution<float> u(-1.f, 1.f);
+  // xorshift64 for the values (the operands of the big cases are 10^8 elements).
+  uint64_t st = rng() | 1;
+  auto u = [&st](std::mt19937_64&) {
+    st ^= st << 13, st ^= st >> 7, st ^= st << 17;
+    return static_cast<float>(st >> 40) * (2.f / 16777216.f) - 1.f;
+  };
   op.k_major = k_major;
   op.v.resize(static_cast<size_t>(rows * k));
   for (int64_t r = 0; r < rows; ++r)
@@ -241,9 +316,11 @@ void fill(Operand& op, DType dt, int64_t rows, int64_t k, bool k_major, int64_t 
       }
       op.v[static_cast<size_t>(r * k + kk)] = dt == DType::BFloat16 ? bf16_round(x) : tf32_trunc(x);
     }
-  // Storage: K-major rows of k (+ pad), or M/N-major rows of `rows` (+ pad) per k.
+  // Storage: K-major rows of k, or M/N-major rows of `rows` per k, each rounded
+  // up to TMA's 16 bytes, plus pad elements (strided rows).
   const int64_t inner = k_major ? k : rows, outer = k_major ? rows : k;
-  op.ld = inner + pad;
+  const int64_t align = dt == DType::BFloat16 ? 8 : 4;
+  op.ld = (std::max<int64_t>(inner, 1) + align - 1) / align * align + pad;
   const size_t total = static_cast<size_t>(std::max<int64_t>(outer * op.ld, 1));
   if (dt == DType::BFloat16)
     op.bf.assign(total, 0x7FC0);  // NaN in the padding: it must never be read
@@ -278,26 +355,39 @@ double median(std::vector<float> v) {
   return v.empty() ? 0.0 : v[v.size() / 2];
 }
 
-// Times fn (one launch) with events: median of reps single-launch timings, ms.
-double time_ms(const std::function<void()>& fn, int reps) {
+struct Stats {
+  double median = 0, min = 0, max = 0;  // ms
+};
+
+// Times each fn (one launch each) with events: after 3 warm-up calls of each,
+// `reps` rounds that call every fn once in turn (so clocks, temperature and L2
+// state drift alike for all of them); per fn the median, min and max, in ms.
+std::vector<Stats> time_alternating(const std::vector<std::function<void()>>& fns, int reps) {
   cudaEvent_t a, b;
   CK(cudaEventCreate(&a));
   CK(cudaEventCreate(&b));
-  for (int i = 0; i < 3; ++i) fn();
+  for (const auto& fn : fns)
+    for (int i = 0; i < 3; ++i) fn();
   CK(cudaDeviceSynchronize());
-  std::vector<float> t;
-  for (int i = 0; i < reps; ++i) {
-    CK(cudaEventRecord(a));
-    fn();
-    CK(cudaEventRecord(b));
-    CK(cudaEventSynchronize(b));
-    float ms = 0;
-    CK(cudaEventElapsedTime(&ms, a, b));
-    t.push_back(ms);
-  }
+  std::vector<std::vector<float>> t(fns.size());
+  for (int r = 0; r < reps; ++r)
+    for (size_t f = 0; f < fns.size(); ++f) {
+      CK(cudaEventRecord(a));
+      fns[f]();
+      CK(cudaEventRecord(b));
+      CK(cudaEventSynchronize(b));
+      float ms = 0;
+      CK(cudaEventElapsedTime(&ms, a, b));
+      t[f].push_back(ms);
+    }
   cudaEventDestroy(a);
   cudaEventDestroy(b);
-  return median(t);
+  std::vector<Stats> out;
+  for (auto& v : t) {
+    std::sort(v.begin(), v.end());
+    out.push_back({median(v), v.front(), v.back()});
+  }
+  return out;
 }
 
 void check_watchdog(const char* where) {
@@ -369,17 +459,19 @@ bool run_case(const Case& c, uint64_t seed) {
   epi.out = c.out;
   Sm90Tuning tune;
   tune.tile = c.tile;
+  tune.schedule = c.sched;
   tune.max_tiles = c.max_tiles;
   tune.max_ctas = c.max_ctas;
   tune.group_m = c.group_m;
   tune.watchdog = g_watch_dev;
 
   char label[256];
-  std::snprintf(label, sizeof label, "%-5s %s %s%s %-7s %5lldx%5lldx%5lld%s act=%s%s%s%s out=%s%s",
+  std::snprintf(label, sizeof label, "%-5s %s %s%s %-7s%s %5lldx%5lldx%5lld%s act=%s%s%s%s out=%s%s",
                 c.group, dt == DType::BFloat16 ? "bf16" : "tf32", c.a_k ? "K" : "M",
                 c.b_k ? "K" : "N",
                 c.kernel == Case::Sm90 ? tile_name(c.tile)
                                        : (c.kernel == Case::Simt ? "simt" : "mma.sync"),
+                sched_name(c.sched),
                 static_cast<long long>(c.m), static_cast<long long>(c.n),
                 static_cast<long long>(c.k), c.pad ? " pad" : "", act_name(c.act),
                 c.bias ? " +bias" : "", c.pre ? " +pre" : "", c.bias_grad ? " +dbias" : "",
@@ -504,12 +596,13 @@ bool run_case(const Case& c, uint64_t seed) {
   }
   const double e64 = den > 0 ? std::sqrt(num / den) : std::sqrt(num);
   // (3) the bias gradient: row sums of A in float64.
-  double eg = -1;
-  if (c.bias_grad) {
+  std::vector<double> row_sums(c.bias_grad ? static_cast<size_t>(c.m) : 0);
+  for (size_t i = 0; i < row_sums.size(); ++i)
+    for (int64_t kk = 0; kk < c.k; ++kk) row_sums[i] += A.v[i * static_cast<size_t>(c.k) + kk];
+  auto bias_grad_error = [&](const std::vector<uint8_t>& got_g) {
     double gn = 0, gd = 0;
     for (int64_t i = 0; i < c.m; ++i) {
-      double s = 0;
-      for (int64_t kk = 0; kk < c.k; ++kk) s += A.v[static_cast<size_t>(i * c.k + kk)];
+      const double s = row_sums[static_cast<size_t>(i)];
       const double o = from_out(got_g, c.out, static_cast<size_t>(i));
       if (std::isnan(o)) {
         ++nan_count;
@@ -521,8 +614,9 @@ bool run_case(const Case& c, uint64_t seed) {
       gn += (o - s) * (o - s);
       gd += s * s;
     }
-    eg = gd > 0 ? std::sqrt(gn / gd) : std::sqrt(gn);
-  }
+    return gd > 0 ? std::sqrt(gn / gd) : std::sqrt(gn);
+  };
+  const double eg = c.bias_grad ? bias_grad_error(got_g) : -1;
   ok = nan_count == 0 && nan64 == 0 && e64 <= tol && (e1 < 0 || e1 <= tol) &&
        (e1p < 0 || e1p <= tol) && (eg < 0 || eg <= tol);
   say("  %s  err_vs_lt %.2e%s  err_f64 %.2e (%zu pts)%s  NaN %lld\n", ok ? "PASS" : "FAIL", e1,
@@ -545,31 +639,133 @@ bool run_case(const Case& c, uint64_t seed) {
     }
   }
 
-  if (c.time && ok) {
-    const int reps = std::getenv("PROBE_REPS") ? std::atoi(std::getenv("PROBE_REPS")) : 20;
-    const double flops = 2.0 * c.m * c.n * c.k;
-    const bool simt = c.kernel == Case::Simt;  // timed against cuBLAS's plain fp32 GEMM
-    const double t_ours = time_ms(launch_ours, reps);
+  if (!c.time || !ok) return ok;
+
+  // ---- timing: cuBLASLt (same epilogue) and every variant of ours, alternating.
+  std::vector<Variant> vars = c.variants;
+  if (vars.empty())
+    vars.push_back(Variant{c.kernel == Case::Sm90 ? "ours"
+                           : c.kernel == Case::Simt ? "ours simt" : "ours mma.sync",
+                           c.tile, c.sched});
+  // Checks variant v's outputs against the reference computed above.
+  auto check_variant = [&](const Variant& v, const Sm90Tuning& t) {
+    poison(dd), poison(dpre), poison(dg);
+    launch_sm90_gemm(dt, c.m, c.n, c.k, oa, ob, dd.d, c.n, epi, nullptr, t);
     check_watchdog(label);
-    Buf dlt(std::max<size_t>(out_elems, 1) * osize);
-    double t_lt = -1;
-    if (have_lt)
-      t_lt = time_ms([&] { g_lt->run(dt, c.m, c.n, c.k, oa, ob, dlt.d, c.out, nullptr, !simt); },
-                     reps);
-    say("  TIME ours %.4f ms %.1f TF/s | cublasLt%s %.4f ms %.1f TF/s | ratio (lt/ours) %.3f\n",
-        t_ours, flops / t_ours * 1e-9, simt ? " (fp32, no TF32)" : "", t_lt,
-        t_lt > 0 ? flops / t_lt * 1e-9 : 0.0, t_lt > 0 ? t_lt / t_ours : 0.0);
+    if (out_elems) CK(cudaMemcpy(got.data(), dd.d, got.size(), cudaMemcpyDeviceToHost));
+    if (c.pre && out_elems)
+      CK(cudaMemcpy(got_pre.data(), dpre.d, got_pre.size(), cudaMemcpyDeviceToHost));
+    if (c.bias_grad && c.m) CK(cudaMemcpy(got_g.data(), dg.d, got_g.size(), cudaMemcpyDeviceToHost));
+    nan_count = 0, shown = 0;
+    double ev = -1, evp = -1;
+    if (have_lt) {
+      compare_full(got, false, ev);
+      if (c.pre) compare_full(got_pre, true, evp);
+    }
+    const double evg = c.bias_grad ? bias_grad_error(got_g) : -1;
+    const bool good = have_lt && nan_count == 0 && ev <= tol && evp <= tol && evg <= tol;
+    say("  %s  %-32s err_vs_lt %.2e%s NaN %lld\n", good ? "PASS" : "FAIL", v.name, ev,
+        c.bias_grad ? (std::string(" dbias ") + std::to_string(evg)).c_str() : "", nan_count);
+    if (!good) ++g_failures;
+    return good;
+  };
+  std::vector<std::function<void()>> fns;
+  std::vector<std::string> names;
+  // cuBLASLt with the case's epilogue, into its own buffers (plain fp32 GEMM for
+  // the SIMT kernel; SiLU has no cuBLASLt epilogue: bias only, said so).
+  const bool simt = c.kernel == Case::Simt;
+  Buf dlt(std::max<size_t>(out_elems, 1) * osize), dlt_pre(c.pre ? out_elems * osize : 0),
+      dlt_g(c.bias_grad ? c.m * osize : 0);
+  LtEpi le;
+  le.bias = epi.bias;
+  le.relu = c.act == Activation::Relu;
+  le.gelu = c.act == Activation::Gelu;
+  le.aux = le.gelu && c.pre ? dlt_pre.d : nullptr;
+  le.bgrad = c.bias_grad ? dlt_g.d : nullptr;
+  const LtEpi* lep = simt ? nullptr : &le;
+  if (have_lt && lep != nullptr && !g_lt->run(dt, c.m, c.n, c.k, oa, ob, dlt.d, c.out, nullptr, true, lep)) {
+    say("  (cuBLASLt has no algorithm with this epilogue: timed without it)\n");
+    lep = nullptr;
+  }
+  if (have_lt) {
+    fns.push_back([&, lep] { g_lt->run(dt, c.m, c.n, c.k, oa, ob, dlt.d, c.out, nullptr, !simt, lep); });
+    std::string n = simt ? "cublasLt fp32 (no TF32)" : "cublasLt";
+    if (lep != nullptr && (lep->bias || lep->gelu || lep->relu || lep->bgrad))
+      n += std::string(" +") + (lep->bgrad ? "BGRADB" : lep->gelu ? (lep->aux ? "GELU_AUX_BIAS" : "GELU_BIAS")
+                                : lep->relu ? "RELU_BIAS" : "BIAS");
+    if (c.act == Activation::Silu) n += " (no SiLU)";
+    names.push_back(n);
+  }
+  for (const Variant& v : vars) {
+    Sm90Tuning t = tune;
+    if (c.kernel == Case::Sm90 && c.variants.size() > 0) {
+      t.tile = v.tile, t.schedule = v.sched, t.no_epilogue = v.no_epilogue;
+      if (!v.no_epilogue) {
+        bool good = false;
+        try {
+          good = check_variant(v, t);
+        } catch (const std::exception& e) {
+          say("  !! %s: %s\n", v.name, e.what());
+          ++g_failures;
+        }
+        if (!good) continue;  // a wrong answer is not timed
+      }
+    }
+    if (c.kernel == Case::Sm90)
+      fns.push_back([&, t] { launch_sm90_gemm(dt, c.m, c.n, c.k, oa, ob, dd.d, c.n, epi, nullptr, t); });
+    else
+      fns.push_back(launch_ours);
+    names.push_back(v.name);
+  }
+  const char* env_reps = std::getenv("PROBE_REPS");
+  const int reps = std::max(5, env_reps ? std::atoi(env_reps) : 15);
+  const std::vector<Stats> st = time_alternating(fns, reps);
+  check_watchdog(label);
+  const double flops = 2.0 * c.m * c.n * c.k;
+  const double t_lt = have_lt ? st[0].median : -1;
+  for (size_t i = 0; i < st.size(); ++i) {
+    const bool is_lt = have_lt && i == 0;
+    say("  TIME %-36s %8.4f ms [%.4f-%.4f] %6.1f TF/s", names[i].c_str(), st[i].median, st[i].min,
+        st[i].max, flops / st[i].median * 1e-9);
+    if (!is_lt && t_lt > 0) say("  lt/ours %.3f", t_lt / st[i].median);
+    say("\n");
+  }
+  if (c.rule && have_lt && st.size() >= 2) {
+    // What the dispatch rule picks for this product, against what was faster
+    // (ours: the first variant, the kernel dispatch would run).
+    const LinearProduct prod = c.a_k ? (c.b_k ? LinearProduct::Forward : LinearProduct::InputGrad)
+                                     : LinearProduct::WeightGrad;
+    const bool rule_ours = sm90_measured_faster(prod, dt, dt == DType::Float32, c.m, c.n, c.k);
+    const double ratio = t_lt / st[1].median;
+    const bool ours_faster = ratio >= 1.0;
+    say("  RULE picks %s; measured faster: %s (lt/ours %.3f) %s\n", rule_ours ? "ours" : "cublas",
+        ours_faster ? "ours" : "cublas", ratio,
+        rule_ours == ours_faster ? "AGREE"
+        : std::fabs(ratio - 1.0) < 0.02 ? "DISAGREE (within 2%)" : "DISAGREE");
+    char line[256];
+    std::snprintf(line, sizeof line,
+                  "SUMMARY %-11s %s %5lld %5lld %5lld%s  lt %.4f ms  ours %.4f ms  lt/ours %.3f  "
+                  "rule %s  faster %s  %s",
+                  to_string(prod), dt == DType::BFloat16 ? "bf16" : "tf32",
+                  static_cast<long long>(c.m), static_cast<long long>(c.n),
+                  static_cast<long long>(c.k), c.bias_grad ? " +dbias" : (c.bias ? " +bias" : ""),
+                  t_lt, st[1].median, ratio, rule_ours ? "ours" : "cublas",
+                  ours_faster ? "ours" : "cublas", rule_ours == ours_faster ? "AGREE" : "DISAGREE");
+    g_summary.push_back(line);
   }
   return ok;
 }
 
 // ------------------------------------------------------------------ groups
 
+const char* kGroups[] = {"diag", "fwd",   "epi",      "bwd", "tf32", "big",
+                         "tiles", "ping", "sched", "dispatch", "old", "ncu"};
+
 std::vector<Case> group_cases(const std::string& g) {
   std::vector<Case> v;
   auto add = [&](Case c) {
-    c.group = g == "diag" ? "diag" : g == "fwd" ? "fwd" : g == "epi" ? "epi" : g == "bwd" ? "bwd"
-              : g == "tf32" ? "tf32" : g == "tiles" ? "tiles" : g == "old" ? "old" : "big";
+    for (const char* name : kGroups)
+      if (g == name) c.group = name;
     v.push_back(c);
   };
   if (g == "diag") {
@@ -685,6 +881,103 @@ std::vector<Case> group_cases(const std::string& g) {
     c.m = 8192, c.n = 4096, c.k = 4096, c.bias = true, c.act = Activation::Gelu, c.pre = true;
     c.time = true;
     add(c);
+  } else if (g == "ping") {
+    // The ping-pong schedule's correctness: structured one-tile cases per layout,
+    // a ring that wraps (13 K steps over 6 stages), blocks walking an odd and an
+    // even number of tiles (one warpgroup idle at the end), ragged sizes, the
+    // row sums, the epilogue with the pre-activation, TF32.
+    for (auto lay : {std::pair{true, true}, std::pair{true, false}, std::pair{false, false}}) {
+      for (Pattern p : {Pattern::RowId, Pattern::KId, Pattern::ColId, Pattern::KIdB}) {
+        Case c;
+        c.m = 128, c.n = 128, c.k = 64, c.a_k = lay.first, c.b_k = lay.second;
+        c.sched = Sm90Schedule::Pingpong, c.out = DType::Float32, c.pat = p;
+        add(c);
+      }
+      Case c;
+      c.a_k = lay.first, c.b_k = lay.second, c.sched = Sm90Schedule::Pingpong;
+      c.out = DType::Float32, c.bias_grad = !lay.first;
+      c.m = 128, c.n = 128, c.k = 64 * 13;
+      add(c);
+      for (int ctas : {1, 2, 3}) {
+        c.m = 128 * 5, c.n = 128 * 3, c.k = 64 * 7, c.max_ctas = ctas;
+        add(c);
+      }
+      c.max_ctas = 0;
+      for (auto s : std::vector<std::array<int64_t, 3>>{{1, 1, 1}, {127, 4095, 520}, {4097, 136, 1001},
+                                                       {1000, 1000, 1000}}) {
+        c.m = s[0], c.n = s[1], c.k = s[2], c.out = DType::BFloat16;
+        add(c);
+      }
+    }
+    Case e;
+    e.m = 333, e.n = 517, e.k = 264, e.bias = true, e.pre = true, e.act = Activation::Gelu;
+    e.sched = Sm90Schedule::Pingpong;
+    add(e);
+    e.act = Activation::Silu, e.out = DType::Float32;
+    add(e);
+    Case t;
+    t.dt = DType::Float32, t.out = DType::Float32, t.sched = Sm90Schedule::Pingpong;
+    t.m = 128 * 3 + 5, t.n = 128 * 2 + 3, t.k = 32 * 11, t.max_ctas = 2;
+    add(t);
+  } else if (g == "sched") {
+    // Each schedule and tile side by side, and the main loop alone (what the
+    // epilogue costs), on the shapes whose ratios decide dispatch.
+    auto timed = [&](Case c) {
+      c.time = true, c.variants = kSchedVariants;
+      add(c);
+    };
+    Case c;
+    c.m = 8192, c.n = 4096, c.k = 4096;
+    timed(c);  // forward, plain
+    c.bias = true, c.act = Activation::Gelu, c.pre = true;
+    timed(c);  // forward, the GELU epilogue with its input kept
+    c.act = Activation::Relu, c.pre = false;
+    timed(c);  // forward, ReLU + bias (the MLP's)
+    c = Case{};
+    c.m = 8192, c.n = 8192, c.k = 8192;
+    timed(c);
+    c.m = 4096, c.n = 4096, c.k = 4096;
+    timed(c);
+    c = Case{};
+    c.m = 8192, c.n = 4096, c.k = 4096, c.b_k = false;
+    timed(c);  // d_x
+    c = Case{};
+    c.m = 4096, c.n = 4096, c.k = 8192, c.a_k = false, c.b_k = false;
+    timed(c);  // d_w alone...
+    c.bias_grad = true;
+    timed(c);  // ...and with d_b
+    c = Case{};
+    c.m = 4096, c.n = 4096, c.k = 8192;
+    timed(c);  // the same shape K-major: the layout's share against the shape's
+    c = Case{};
+    c.dt = DType::Float32, c.out = DType::Float32, c.m = 8192, c.n = 4096, c.k = 4096;
+    timed(c);  // TF32
+  } else if (g == "dispatch") {
+    // The sweep behind the dispatch rule: ours as dispatch runs it (default
+    // tuning) against cuBLASLt with the same epilogue (bias; BGRADB for d_w),
+    // and what the rule picks.
+    auto timed = [&](DType dt, bool a_k, bool b_k, int64_t m, int64_t n, int64_t k) {
+      Case c;
+      c.dt = dt, c.out = dt, c.a_k = a_k, c.b_k = b_k, c.m = m, c.n = n, c.k = k;
+      c.bias = a_k && b_k, c.bias_grad = !a_k, c.time = true, c.rule = true;
+      add(c);
+    };
+    using S3 = std::array<int64_t, 3>;
+    for (S3 s : {S3{1024, 1024, 1024}, S3{2048, 2048, 2048}, S3{4096, 4096, 4096},
+                 S3{6144, 6144, 6144}, S3{8192, 8192, 8192}, S3{8192, 4096, 4096},
+                 S3{16384, 4096, 4096}, S3{8192, 8192, 4096}, S3{8192, 4096, 16384},
+                 S3{4096, 4095, 4096}, S3{1024, 1023, 1024}, S3{4097, 4097, 4096},
+                 S3{127, 4097, 4096}})
+      timed(DType::BFloat16, true, true, s[0], s[1], s[2]);
+    for (S3 s : {S3{4096, 4096, 4096}, S3{8192, 4096, 4096}, S3{8192, 8192, 8192},
+                 S3{4097, 4097, 4096}})
+      timed(DType::Float32, true, true, s[0], s[1], s[2]);
+    for (S3 s : {S3{2048, 2048, 2048}, S3{4096, 4096, 4096}, S3{8192, 4096, 4096},
+                 S3{8192, 8192, 8192}})
+      timed(DType::BFloat16, true, false, s[0], s[1], s[2]);
+    for (S3 s : {S3{2048, 2048, 2048}, S3{4096, 4096, 4096}, S3{4096, 4096, 8192},
+                 S3{8192, 8192, 8192}})
+      timed(DType::BFloat16, false, false, s[0], s[1], s[2]);
   } else if (g == "old") {
     Case c;
     c.m = 8192, c.n = 4096, c.k = 4096, c.time = true, c.kernel = Case::MmaSync;
@@ -695,7 +988,31 @@ std::vector<Case> group_cases(const std::string& g) {
   return v;
 }
 
-const char* kGroups[] = {"diag", "fwd", "epi", "bwd", "tf32", "big", "tiles", "old"};
+
+// For a profiler (tools/gpu_gemm.sh, EMBER_GEMM_NCU=1): bf16 8192x4096x4096
+// with the bias, two launches of ours (cooperative 128x256, ping-pong 128x128),
+// then cuBLASLt with its bias epilogue, and nothing else.
+int profile_forward() {
+  const int64_t m = 8192, n = 4096, k = 4096;
+  Buf a(m * k * 2), b(n * k * 2), bias(n * 2), d(m * n * 2);
+  CK(cudaMemset(a.d, 0x3c, a.bytes));  // bf16 0x3c3c: ~0.0115, finite
+  CK(cudaMemset(b.d, 0x3c, b.bytes));
+  CK(cudaMemset(bias.d, 0, bias.bytes));
+  const Sm90Operand oa{a.d, k, true}, ob{b.d, k, true};
+  GemmEpilogue epi;
+  epi.bias = bias.d;
+  for (Sm90Schedule s : {Sm90Schedule::Cooperative, Sm90Schedule::Pingpong}) {
+    Sm90Tuning t;
+    t.schedule = s;
+    launch_sm90_gemm(DType::BFloat16, m, n, k, oa, ob, d.d, n, epi, nullptr, t);
+  }
+  LtEpi le;
+  le.bias = bias.d;
+  g_lt->run(DType::BFloat16, m, n, k, oa, ob, d.d, DType::BFloat16, nullptr, true, &le);
+  CK(cudaDeviceSynchronize());
+  say("== group ncu: profiled launches done\n");
+  return 0;
+}
 
 int run_group(const std::string& g) {
   int dev = 0;
@@ -711,7 +1028,9 @@ int run_group(const std::string& g) {
   say("== group %s on %s (cc %d.%d, %d SMs)\n", g.c_str(), prop.name, prop.major, prop.minor,
       prop.multiProcessorCount);
   uint64_t seed = 1234;
+  if (g == "ncu") return profile_forward();
   for (const Case& c : group_cases(g)) run_case(c, seed++);
+  for (const std::string& line : g_summary) say("%s\n", line.c_str());
   say("== group %s: %d failure(s)\n", g.c_str(), g_failures);
   return g_failures == 0 ? 0 : 1;
 }

@@ -4,6 +4,7 @@
 # cuBLASLt and a float64 host reference, with timings (tools/gemm_probe.cu).
 #
 #   bash tools/gemm_probe.sh [group ...]    (groups: gemm_probe --list; default all)
+#   bash tools/gemm_probe.sh --build-only   (build, write the summaries, run nothing)
 #
 # Writes under $OUT (default ./probe-out): probe.log (everything), build.log
 # (nvcc, with ptxas -v: registers, stack, spills), sass_summary.txt (the matrix
@@ -21,6 +22,7 @@ mkdir -p "$OBJ"
 SOURCES=(cuda/kernels/sm90/gemm_bf16_kk.cu cuda/kernels/sm90/gemm_bf16_kn.cu
          cuda/kernels/sm90/gemm_bf16_mn.cu cuda/kernels/sm90/gemm_tf32_kk.cu
          cuda/kernels/gemm_sm90.cu cuda/kernels/gemm.cu cuda/tensor_map.cpp cuda/check.cpp
+         cuda/gemm_rule.cpp
          core/base/error.cpp tools/gemm_probe.cu)
 echo "nvcc: $($NVCC --version | tail -1)"
 start=$(date +%s)
@@ -64,6 +66,9 @@ if command -v cuobjdump > /dev/null; then
       | sort | uniq -c
   done > "$OUT/sass_summary.txt" 2>&1
   echo "sass: $(grep -c HGMMA "$OUT/sass_summary.txt") HGMMA kinds, local memory ops: $(grep -cE ' (LDL|STL)$' "$OUT/sass_summary.txt")"
+fi
+if [[ ${1:-} == --build-only ]]; then
+  exit 0
 fi
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu,power.draw \
   --format=csv,noheader 2>/dev/null | sed 's/^/gpu: /'
