@@ -54,8 +54,9 @@ targets=(ember_tests_cuda bench_linear)
 ) &
 cmake_pid=$!
 
-# 2. The probe: build, then its correctness groups while CMake builds.
-probe_out="$out/probe"
+# 2. The probe: build, then its correctness groups while CMake builds. Its objects
+# and binary stay out of $OUT (they are large); its logs are copied there at the end.
+probe_out="$PWD/build-gemm-probe"
 read -ra checks <<<"${PROBE_CHECK-diag ping}"
 [ "${#checks[@]}" -gt 0 ] || checks=(--build-only)
 OUT="$probe_out" PROBE_TIMEOUT=${PROBE_TIMEOUT:-120} bash tools/gemm_probe.sh "${checks[@]}" \
@@ -129,5 +130,7 @@ if [ "${EMBER_GEMM_NCU:-0}" = 1 ] && command -v ncu >/dev/null && [ -x "$probe_o
   stamp "ncu: exit $? (see ncu.txt)"
 fi
 
+mkdir -p "$out/probe"
+cp "$probe_out"/{build.log,ptxas_summary.txt,sass_summary.txt} "$out/probe/" 2>/dev/null
 stamp "done: status $status (logs in $out)"
 exit $status
