@@ -208,6 +208,19 @@ struct LinearWeightGradArgs {
   void* d_w;
   void* d_b;  // may be null
 };
+// d_x (m, k) = d_y (m, n) w (n, k), Linear's input gradient: rows K-contiguous
+// (row strides ldd, ldw), d_x contiguous. Returns false, having done nothing,
+// when the device leaves it to the op's composition (matmul).
+struct LinearInputGradArgs {
+  Device device;
+  DType dtype;
+  int64_t m, n, k;
+  const void* d_y;
+  int64_t ldd;
+  const void* w;
+  int64_t ldw;
+  void* d_x;
+};
 struct DTypeQuery {
   Device device;
   DType dtype;
@@ -278,6 +291,7 @@ struct FusedAdamArgs {
   X(linear_fused_supported, bool, DTypeQuery)                \
   X(linear_fused, void, LinearArgs)                          \
   X(linear_weight_grad_fused, bool, LinearWeightGradArgs)    \
+  X(linear_input_grad, bool, LinearInputGradArgs)            \
   X(linear_fuses_bias_grad, bool, DTypeQuery)                \
   X(mse_fused_supported, bool, DTypeQuery)                   \
   X(mse_fused, void, MseArgs)                                \

@@ -372,15 +372,15 @@ bool lt_linear_forward(DType dtype, int64_t m, int64_t n, int64_t k, const void*
 // d_y (stored (n, m), op T). BGRADB sums op(B) = d_y over the GEMM's inner m: the
 // bias gradient, one per column of D (our n).
 bool lt_linear_backward_weight(DType dtype, int64_t m, int64_t n, int64_t k, const void* x,
-                               int64_t ldx, const void* d_y, void* d_w, void* d_b, int device,
-                               cudaStream_t stream) {
+                               int64_t ldx, const void* d_y, int64_t ldd, void* d_w, void* d_b,
+                               int device, cudaStream_t stream) {
   LtProblem p{};
   p.dtype = dtype;
   p.op_a = CUBLAS_OP_N;
   p.op_b = CUBLAS_OP_T;
   p.rows = k, p.cols = n, p.inner = m;
   p.a = x, p.a_rows = k, p.a_cols = m, p.lda = ldx;
-  p.b = d_y, p.b_rows = n, p.b_cols = m, p.ldb = n;
+  p.b = d_y, p.b_rows = n, p.b_cols = m, p.ldb = ldd;
   p.d = d_w, p.ldd = k;
   p.epi = d_b != nullptr ? CUBLASLT_EPILOGUE_BGRADB : CUBLASLT_EPILOGUE_DEFAULT;
   p.bias = d_b;

@@ -50,9 +50,9 @@ bool lt_linear_forward(DType dtype, int64_t m, int64_t n, int64_t k, const void*
                        Activation act, int device, cudaStream_t stream);
 
 // d_w (n, k) = d_y^T x and, when d_b is not null, d_b (n) = column sums of d_y,
-// in the same pass (CUBLASLT_EPILOGUE_BGRADB). d_y: (m, n) contiguous.
+// in the same pass (CUBLASLT_EPILOGUE_BGRADB). d_y: (m, n), row stride ldd.
 bool lt_linear_backward_weight(DType dtype, int64_t m, int64_t n, int64_t k, const void* x,
-                               int64_t ldx, const void* d_y, void* d_w, void* d_b, int device,
-                               cudaStream_t stream);
+                               int64_t ldx, const void* d_y, int64_t ldd, void* d_w, void* d_b,
+                               int device, cudaStream_t stream);
 
 }  // namespace ember::cuda

@@ -5,54 +5,190 @@
 
 #include "core/base/error.h"
 #include "cuda/blas.h"
+#include "cuda/kernels/gemm.h"
+#include "cuda/kernels/gemm_sm90.h"
 
 namespace ember::cuda {
 
 namespace {
-// Below this many FLOPs (2mnk) ours runs. Measured on the H200 (bench_linear,
-// benchmarks/RESULTS.md): at 32x10->10 (6.4e3 FLOPs) ours is 1.47x faster than
-// cuBLASLt forward in f32 (one launch, no heuristic query); at 256x1024->1024
-// (5.4e8) cuBLASLt is 3.8x faster. The crossover lies between; 2^21 is the
-// conservative end (the 64x128->128 row of the sweep sits at 2.1e6).
-constexpr double kOursBelowFlops = double{1 << 21};
-}  // namespace
 
-const char* to_string(GemmBackend b) {
-  return b == GemmBackend::Ours ? "ours" : "cublas";
+enum class Mode { Auto, Ours, Cublas };
+
+Mode gemm_mode() {
+  const char* env = std::getenv("EMBER_GEMM");
+  if (env == nullptr || env[0] == '\0' || std::strcmp(env, "auto") == 0) return Mode::Auto;
+  if (std::strcmp(env, "ours") == 0) return Mode::Ours;
+  if (std::strcmp(env, "cublas") == 0) return Mode::Cublas;
+  EMBER_FAIL("EMBER_GEMM=", env, ": expected ours, cublas or auto");
 }
 
-// The rule (see benchmarks/NOTES.md for the measurements behind it): cuBLASLt
-// wherever it was measured faster. It is faster for every large shape in every
-// dtype (our fp32 SGEMM and mma.sync bf16 kernel trail its Hopper kernels), and
-// TF32 runs only through it; ours is kept for tiny problems, where a single
-// launch of ours beats cuBLASLt's heuristic-selected kernel plus its setup.
-GemmBackend choose_linear_backend(DType dtype, int64_t m, int64_t n, int64_t k) {
-  if (const char* env = std::getenv("EMBER_GEMM")) {
-    if (std::strcmp(env, "ours") == 0) return GemmBackend::Ours;
-    if (std::strcmp(env, "cublas") == 0) return GemmBackend::Cublas;
-    EMBER_CHECK(std::strcmp(env, "auto") == 0 || env[0] == '\0', "EMBER_GEMM=", env,
-                ": expected ours, cublas or auto");
+bool tf32_mode(DType dtype) { return dtype == DType::Float32 && allow_tf32(); }
+
+struct Dims {
+  int64_t m, n, k;
+};
+Dims gemm_dims(const LinearGemm& g) {
+  switch (g.product) {
+    case LinearProduct::Forward: return {g.rows, g.out, g.in};
+    case LinearProduct::InputGrad: return {g.rows, g.in, g.out};
+    default: return {g.out, g.in, g.rows};
   }
-  (void)dtype;
-  const double flops =
-      2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
-  return flops < kOursBelowFlops ? GemmBackend::Ours : GemmBackend::Cublas;
+}
+
+// The Hopper kernel's view of g: D (m, n) = sum_k A (m, k) B (n, k).
+//   Forward     A = x (K-major),         B = w (K-major)
+//   InputGrad   A = d_y (K-major),       B = w (N-major: w's rows run over k)
+//   WeightGrad  A = d_y (M-major),       B = x (N-major), bias_grad = d_b
+struct Sm90View {
+  Sm90Operand a, b;
+  GemmEpilogue epi;
+};
+Sm90View sm90_view(const LinearGemm& g) {
+  Sm90View v;
+  v.epi.out = g.dtype;
+  switch (g.product) {
+    case LinearProduct::Forward:
+      v.a = {g.x, g.ldx, true};
+      v.b = {g.w, g.ldw, true};
+      v.epi.bias = g.b;
+      v.epi.pre = g.pre;
+      v.epi.act = g.act;
+      break;
+    case LinearProduct::InputGrad:
+      v.a = {g.d_y, g.ldd, true};
+      v.b = {g.w, g.ldw, false};
+      break;
+    case LinearProduct::WeightGrad:
+      v.a = {g.d_y, g.ldd, false};
+      v.b = {g.x, g.ldx, false};
+      v.epi.bias_grad = g.d_b;
+      break;
+  }
+  return v;
+}
+
+// Whether the Hopper kernel can run g on `device`. fp32 only as TF32: with
+// TF32 off, float32 promises fp32 accuracy, which TF32 operands cannot give.
+bool sm90_can(const LinearGemm& g, int device) {
+  if (g.dtype == DType::Float32 && !allow_tf32()) return false;
+  const Dims d = gemm_dims(g);
+  const Sm90View v = sm90_view(g);
+  return sm90_gemm_unsupported(g.dtype, d.m, d.n, d.k, v.a, v.b, v.epi, device)[0] == '\0';
+}
+
+bool rule_prefers_sm90(LinearProduct p, DType dtype, int64_t m, int64_t n, int64_t k) {
+  return sm90_measured_faster(p, dtype, tf32_mode(dtype), m, n, k);
+}
+
+GemmKernel older_forward_kernel(DType dtype) {
+  return dtype == DType::BFloat16 ? GemmKernel::MmaSync : GemmKernel::Simt;
+}
+
+void launch_sm90(const LinearGemm& g, cudaStream_t stream) {
+  const Dims d = gemm_dims(g);
+  const Sm90View v = sm90_view(g);
+  launch_sm90_gemm(g.dtype, d.m, d.n, d.k, v.a, v.b, g.result, d.n, v.epi, stream);
+}
+
+void launch_older_forward(const LinearGemm& g, cudaStream_t stream) {
+  launch_linear_gemm(g.dtype, g.x, g.ldx, g.w, g.ldw, g.b, g.result, g.pre, g.rows, g.out, g.in,
+                     g.act, stream);
+}
+
+void check_gemm(const LinearGemm& g) {
+  EMBER_CHECK(g.dtype == DType::Float32 || g.dtype == DType::BFloat16, "linear (", to_string(g.product),
+              "): CUDA GEMMs take float32 or bfloat16, not ", g.dtype);
+  EMBER_CHECK(g.rows >= 0 && g.in >= 0 && g.out >= 0, "linear (", to_string(g.product),
+              "): negative size (rows ", g.rows, ", in ", g.in, ", out ", g.out, ")");
+}
+
+}  // namespace
+
+const char* to_string(GemmBackend b) { return b == GemmBackend::Ours ? "ours" : "cublas"; }
+
+const char* to_string(GemmKernel k) {
+  switch (k) {
+    case GemmKernel::Sm90: return "sm90";
+    case GemmKernel::MmaSync: return "mma.sync";
+    case GemmKernel::Simt: return "simt";
+    case GemmKernel::Cublas: return "cublas";
+    default: return "none";
+  }
+}
+
+GemmBackend choose_linear_backend(LinearProduct p, DType dtype, int64_t m, int64_t n, int64_t k) {
+  switch (gemm_mode()) {
+    case Mode::Ours: return GemmBackend::Ours;
+    case Mode::Cublas: return GemmBackend::Cublas;
+    default: break;
+  }
+  const double flops = 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
+  if (p == LinearProduct::Forward && flops < kTinyForwardFlops) return GemmBackend::Ours;
+  return rule_prefers_sm90(p, dtype, m, n, k) ? GemmBackend::Ours : GemmBackend::Cublas;
+}
+
+GemmKernel plan_linear(const LinearGemm& g, int device) {
+  check_gemm(g);
+  const Dims d = gemm_dims(g);
+  const Mode mode = gemm_mode();
+  if (g.product == LinearProduct::Forward) {
+    if (g.rows == 0 || g.out == 0) return GemmKernel::None;  // nothing to write
+    if (mode == Mode::Cublas && g.in > 0) return GemmKernel::Cublas;
+    const bool sm90 = sm90_can(g, device);
+    if (mode == Mode::Ours) return sm90 ? GemmKernel::Sm90 : older_forward_kernel(g.dtype);
+    // The older kernels: tiny products (one plain launch wins) and K = 0 (the bias alone).
+    if (g.in == 0 || 2.0 * d.m * d.n * d.k < kTinyForwardFlops) return older_forward_kernel(g.dtype);
+    return sm90 && rule_prefers_sm90(g.product, g.dtype, d.m, d.n, d.k) ? GemmKernel::Sm90
+                                                                        : GemmKernel::Cublas;
+  }
+  // The backward products: empty ones are left to the op's composition (matmul
+  // and sum know every empty case), the rest to ours or cuBLAS(Lt).
+  if (g.rows == 0 || g.in == 0 || g.out == 0) return GemmKernel::None;
+  if (mode == Mode::Cublas) return GemmKernel::Cublas;
+  const bool sm90 = sm90_can(g, device);
+  if (mode == Mode::Ours) return sm90 ? GemmKernel::Sm90 : GemmKernel::Cublas;
+  return sm90 && rule_prefers_sm90(g.product, g.dtype, d.m, d.n, d.k) ? GemmKernel::Sm90
+                                                                      : GemmKernel::Cublas;
+}
+
+GemmKernel run_linear(const LinearGemm& g, int device, cudaStream_t stream) {
+  GemmKernel k = plan_linear(g, device);
+  switch (g.product) {
+    case LinearProduct::Forward:
+      if (k == GemmKernel::Cublas) {
+        if (lt_linear_forward(g.dtype, g.rows, g.out, g.in, g.x, g.ldx, g.w, g.ldw, g.b, g.result,
+                              g.pre, g.act, device, stream))
+          return k;
+        k = sm90_can(g, device) ? GemmKernel::Sm90 : older_forward_kernel(g.dtype);  // no algorithm
+      }
+      if (k == GemmKernel::Sm90) launch_sm90(g, stream);
+      if (k == GemmKernel::MmaSync || k == GemmKernel::Simt) launch_older_forward(g, stream);
+      return k;
+    case LinearProduct::InputGrad:
+      if (k == GemmKernel::Cublas) {
+        GemmOperand a, b;  // d_x (rows, in) = d_y (rows, out) w (out, in)
+        a.data = g.d_y, a.ld = g.ldd;
+        b.data = g.w, b.ld = g.ldw;
+        gemm(g.dtype, 1, g.rows, g.in, g.out, a, b, g.result, device, stream);
+      }
+      if (k == GemmKernel::Sm90) launch_sm90(g, stream);
+      return k;
+    case LinearProduct::WeightGrad:
+      if (k == GemmKernel::Cublas) {
+        if (lt_linear_backward_weight(g.dtype, g.rows, g.out, g.in, g.x, g.ldx, g.d_y, g.ldd,
+                                      g.result, g.d_b, device, stream))
+          return k;
+        k = sm90_can(g, device) ? GemmKernel::Sm90 : GemmKernel::None;  // no algorithm
+      }
+      if (k == GemmKernel::Sm90) launch_sm90(g, stream);
+      return k;
+  }
+  return GemmKernel::None;
 }
 
 bool fuse_bias_grad(DType dtype) {
-  (void)dtype;
+  (void)dtype;  // fused in every dtype (NOTES.md, run 1: BGRADB; ours sums rows in the pass)
   return true;
-}
-
-GemmBackend linear_forward(DType dtype, int64_t m, int64_t n, int64_t k, const void* x, int64_t ldx,
-                           const void* w, int64_t ldw, const void* b, void* y, void* pre,
-                           Activation act, int device, cudaStream_t stream) {
-  const GemmBackend want = choose_linear_backend(dtype, m, n, k);
-  if (want == GemmBackend::Cublas &&
-      lt_linear_forward(dtype, m, n, k, x, ldx, w, ldw, b, y, pre, act, device, stream))
-    return GemmBackend::Cublas;
-  launch_linear_gemm(dtype, x, ldx, w, ldw, b, y, pre, m, n, k, act, stream);
-  return GemmBackend::Ours;
 }
 
 }  // namespace ember::cuda

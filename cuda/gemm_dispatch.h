@@ -1,7 +1,12 @@
-// Which GEMM runs a CUDA Linear forward: ember's own kernels (cuda/kernels/gemm.cu)
-// or cuBLASLt with a fused epilogue. The rule, from the measurements recorded in
-// benchmarks/NOTES.md, is in gemm_dispatch.cpp; EMBER_GEMM=ours|cublas overrides
-// it (read on every call, so a benchmark can switch between runs).
+// Which GEMM runs each of Linear's three products on CUDA: ember's own kernels
+// (the Hopper wgmma + TMA kernels of cuda/kernels/gemm_sm90.h, the older
+// mma.sync / SIMT kernels of cuda/kernels/gemm.h) or cuBLAS(Lt). The rule is
+// chosen by measurement (benchmarks/NOTES.md, "GEMM dispatch"); EMBER_GEMM=ours
+// or =cublas forces one side (read on every call, so a benchmark can switch
+// between runs; =auto or unset: the rule). Where ours cannot take the operands
+// (not a compute capability 9.0 device, or a base or row stride TMA cannot
+// address), "ours" falls back to the older kernels for the forward and to
+// cuBLAS for the backward products, which have no older kernel of ours.
 #pragma once
 
 #include <cstdint>
@@ -9,25 +14,57 @@
 #include <cuda_runtime_api.h>
 
 #include "core/base/dtype.h"
-#include "cuda/kernels/gemm.h"
+#include "core/base/elementwise_ops.h"  // Activation
+#include "cuda/gemm_rule.h"
 
 namespace ember::cuda {
 
 enum class GemmBackend { Ours, Cublas };
 const char* to_string(GemmBackend b);
 
-// The backend the rule (or EMBER_GEMM) picks for y (m, n) = x (m, k) w (n, k)^T.
-GemmBackend choose_linear_backend(DType dtype, int64_t m, int64_t n, int64_t k);
+// Linear's products (LinearProduct, cuda/gemm_rule.h) on row-major operands
+// whose rows are contiguous (row strides ld*), outputs contiguous:
+//   Forward     y   (rows, out) = act(x (rows, in) w (out, in)^T + b)
+//   InputGrad   d_x (rows, in)  = d_y (rows, out) w (out, in)
+//   WeightGrad  d_w (out, in)   = d_y^T x, and d_b (out) = column sums of d_y
 
-// Whether Linear's backward sums d_b inside the d_w GEMM (cuBLASLt BGRADB) rather
-// than in a separate reduction; measured per dtype (benchmarks/NOTES.md).
+// The kernel that runs a product. None: nothing ran (the op composes instead).
+enum class GemmKernel { Sm90, MmaSync, Simt, Cublas, None };
+const char* to_string(GemmKernel k);
+
+struct LinearGemm {
+  LinearProduct product = LinearProduct::Forward;
+  DType dtype = DType::Float32;  // float32 (TF32 where allow_tf32()) or bfloat16
+  int64_t rows = 0, in = 0, out = 0;
+  const void* x = nullptr;  // Forward, WeightGrad
+  int64_t ldx = 0;
+  const void* w = nullptr;  // Forward, InputGrad
+  int64_t ldw = 0;
+  const void* d_y = nullptr;  // InputGrad, WeightGrad
+  int64_t ldd = 0;
+  const void* b = nullptr;  // Forward: the bias (may be null)
+  void* pre = nullptr;      // Forward: x w^T + b (may be null)
+  Activation act = Activation::None;
+  void* result = nullptr;  // y, d_x or d_w
+  void* d_b = nullptr;     // WeightGrad (may be null)
+};
+
+// The backend the rule (or EMBER_GEMM) asks for, before looking at the operands.
+// GEMM sizes: m x n outputs, k the reduced size (Forward: rows, out, in;
+// InputGrad: rows, in, out; WeightGrad: out, in, rows).
+GemmBackend choose_linear_backend(LinearProduct p, DType dtype, int64_t m, int64_t n, int64_t k);
+
+// The kernel run_linear would run for g on `device` (no launch). Throws when
+// EMBER_GEMM holds something other than ours, cublas or auto.
+GemmKernel plan_linear(const LinearGemm& g, int device);
+
+// Runs g on `stream` and returns the kernel that ran: plan_linear's, except
+// that a cuBLASLt call that finds no algorithm falls back to ours (or to None
+// for WeightGrad when ours cannot take it: the caller then composes).
+GemmKernel run_linear(const LinearGemm& g, int device, cudaStream_t stream);
+
+// Whether Linear's backward sums d_b inside the d_w GEMM (our kernel's row sums,
+// cuBLASLt's BGRADB) rather than in a separate reduction; measured per dtype.
 bool fuse_bias_grad(DType dtype);
-
-// y = act(x w^T + b) (pre: the pre-activation, when not null) on the chosen
-// backend; falls back to ours when cuBLASLt offers no algorithm. Returns the
-// backend that ran. float32 (TF32 through cuBLASLt when allowed) and bfloat16.
-GemmBackend linear_forward(DType dtype, int64_t m, int64_t n, int64_t k, const void* x, int64_t ldx,
-                           const void* w, int64_t ldw, const void* b, void* y, void* pre,
-                           Activation act, int device, cudaStream_t stream);
 
 }  // namespace ember::cuda

@@ -43,7 +43,7 @@ if [[ "$what" == *bench* ]]; then
 fi
 if [[ "$what" == *sanitize* ]]; then
   for t in build-gpu/tests/ember_tests_*; do
-    compute-sanitizer --tool memcheck --error-exitcode 1 "$t" -ts=cuda >>"$out/sanitizer.log" 2>&1 \
+    compute-sanitizer --tool memcheck --error-exitcode 1 "$t" -ts=cuda,cuda_sm90 >>"$out/sanitizer.log" 2>&1 \
       || { echo "memcheck failed: $t"; status=1; }
   done
   tail -20 "$out/sanitizer.log"

@@ -27,7 +27,7 @@ mkdir -p "$logs"
 
 # The soak tests run 100,000 steps: minutes natively, hours under a sanitizer.
 # Their kernels are the ones every other CUDA test case already runs.
-doctest_args=(-ts=cuda "-tce=soak/*" --no-intro=true --no-colors=true)
+doctest_args=(-ts=cuda,cuda_sm90 "-tce=soak/*" --no-intro=true --no-colors=true)
 # memcheck: no --leak-check, because the per-device caching allocators are
 # deliberately never destroyed (cuda/allocator.cpp), so their segments are still
 # held at exit by design; everything else it checks is on.

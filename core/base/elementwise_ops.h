@@ -125,6 +125,16 @@ enum class Activation : int {
 #undef EMBER_X
 };
 
+// How many Activation values there are (None included): kernels that fuse an
+// activation instantiate their epilogue once per value, from 0 to this.
+#define EMBER_ACT_COUNT_Act 1
+#define EMBER_ACT_COUNT_NoAct 0
+inline constexpr int kActivationCount = 1
+#define EMBER_X(name, Enum, act, ...) +EMBER_ACT_COUNT_##act
+    EMBER_UNARY_OPS(EMBER_X)
+#undef EMBER_X
+    ;
+
 // ------------------------------------------------------------- formulas
 
 template <typename T>

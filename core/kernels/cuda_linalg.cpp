@@ -1,6 +1,6 @@
-// CUDA matrix products: cuBLAS for matmul, and the fused Linear (our GEMMs or
-// cuBLASLt with the bias and activation in the epilogue, as cuda/gemm_dispatch.h
-// picks) with its fused weight-and-bias gradient.
+// CUDA matrix products: cuBLAS for matmul, and Linear's three products (the
+// forward with its bias and activation in the epilogue, d_x, and d_w with d_b in
+// the same pass) on our GEMMs or cuBLAS(Lt), as cuda/gemm_dispatch.h picks.
 #include "core/kernels/registration.h"
 #include "cuda/blas.h"
 #include "cuda/gemm_dispatch.h"
@@ -31,14 +31,35 @@ bool linear_fused_supported(const DTypeQuery& q) {
 
 void linear_fused(const LinearArgs& a) {
   cuda::DeviceGuard guard(a.device.index);
-  cuda::linear_forward(a.dtype, a.m, a.n, a.k, a.x, a.ldx, a.w, a.ldw, a.b, a.y, a.pre, a.act,
-                       a.device.index, cuda::current_stream(a.device.index));
+  cuda::LinearGemm g;
+  g.product = cuda::LinearProduct::Forward;
+  g.dtype = a.dtype;
+  g.rows = a.m, g.out = a.n, g.in = a.k;
+  g.x = a.x, g.ldx = a.ldx, g.w = a.w, g.ldw = a.ldw;
+  g.b = a.b, g.pre = a.pre, g.act = a.act, g.result = a.y;
+  cuda::run_linear(g, a.device.index, cuda::current_stream(a.device.index));
+}
+
+bool linear_input_grad(const LinearInputGradArgs& a) {
+  cuda::DeviceGuard guard(a.device.index);
+  cuda::LinearGemm g;
+  g.product = cuda::LinearProduct::InputGrad;
+  g.dtype = a.dtype;
+  g.rows = a.m, g.out = a.n, g.in = a.k;
+  g.d_y = a.d_y, g.ldd = a.ldd, g.w = a.w, g.ldw = a.ldw, g.result = a.d_x;
+  return cuda::run_linear(g, a.device.index, cuda::current_stream(a.device.index)) !=
+         cuda::GemmKernel::None;
 }
 
 bool linear_weight_grad_fused(const LinearWeightGradArgs& a) {
   cuda::DeviceGuard guard(a.device.index);
-  return cuda::lt_linear_backward_weight(a.dtype, a.m, a.n, a.k, a.x, a.ldx, a.d_y, a.d_w, a.d_b,
-                                         a.device.index, cuda::current_stream(a.device.index));
+  cuda::LinearGemm g;
+  g.product = cuda::LinearProduct::WeightGrad;
+  g.dtype = a.dtype;
+  g.rows = a.m, g.out = a.n, g.in = a.k;
+  g.x = a.x, g.ldx = a.ldx, g.d_y = a.d_y, g.ldd = a.n, g.result = a.d_w, g.d_b = a.d_b;
+  return cuda::run_linear(g, a.device.index, cuda::current_stream(a.device.index)) !=
+         cuda::GemmKernel::None;
 }
 
 bool linear_fuses_bias_grad(const DTypeQuery& q) { return cuda::fuse_bias_grad(q.dtype); }
@@ -50,6 +71,7 @@ void register_cuda_linalg(KernelTable& t) {
   t.linear_fused_supported = &linear_fused_supported;
   t.linear_fused = &linear_fused;
   t.linear_weight_grad_fused = &linear_weight_grad_fused;
+  t.linear_input_grad = &linear_input_grad;
   t.linear_fuses_bias_grad = &linear_fuses_bias_grad;
 }
 

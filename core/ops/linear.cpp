@@ -5,9 +5,11 @@
 // the bias and activation in its epilogue (on CUDA ours or cuBLASLt, as
 // cuda/gemm_dispatch.h picks) and the backward computes d_w with d_b in one pass
 // where the device can; everywhere else (CPU, float64) it is composed from
-// matmul, add, sum and the activation's element-wise op. The activation's
-// derivative is the element-wise op's own (core/base/elementwise_ops.h), read off
-// y or the saved pre-activation as the list says.
+// matmul, add, sum and the activation's element-wise op. The fused backward's
+// d_x = d_pre w is the device's too (linear_input_grad), matmul where it declines.
+// The activation's derivative is the element-wise op's own
+// (core/base/elementwise_ops.h), read off y or the saved pre-activation as the
+// list says.
 #include "core/alloc_site.h"
 #include "core/autocast.h"
 #include "core/autograd.h"
@@ -38,10 +40,11 @@ void check_linear(const Tensor& x, const Tensor& w, const Tensor& b) {
   }
 }
 
-Tensor rows_contiguous(const Tensor& t) {  // rows may be strided, each row contiguous
-  const bool ok = t.dim() == 2 && t.stride(1) == 1 && t.stride(0) >= t.size(1);
-  return ok ? t : t.contiguous();
+bool has_contiguous_rows(const Tensor& t) {  // rows may be strided, each row contiguous
+  return t.dim() == 2 && t.stride(1) == 1 && t.stride(0) >= t.size(1);
 }
+
+Tensor rows_contiguous(const Tensor& t) { return has_contiguous_rows(t) ? t : t.contiguous(); }
 
 // The activation applied to the pre-activation, as its element-wise op.
 Tensor apply_activation(const Tensor& pre, Activation act) {
@@ -97,6 +100,20 @@ std::pair<Tensor, Tensor> fused_weight_grad(const Tensor& d_pre, const Tensor& x
   return {d_w, d_b};
 }
 
+// d_x = d_pre w by the device's kernel, or undefined where it leaves the product
+// to matmul (which also reads a transposed w in place, as the kernel does not).
+Tensor fused_input_grad(const Tensor& d_pre, const Tensor& w) {
+  if (!has_contiguous_rows(w)) return Tensor();
+  const Tensor g = rows_contiguous(d_pre);  // (M, out)
+  const int64_t m = g.size(0), out_features = w.size(0), in = w.size(1);
+  Tensor d_x = empty({m, in}, TensorOptions(g.dtype()).device(g.device()));
+  if (!kernels::kernels_for(g.device())
+           .linear_input_grad({g.device(), g.dtype(), m, out_features, in, g.raw_data(),
+                               g.stride(0), w.raw_data(), w.stride(0), d_x.raw_data()}))
+    return Tensor();
+  return d_x;
+}
+
 }  // namespace
 
 Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) {
@@ -144,7 +161,8 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b, Activation act)
           }
           Tensor d_inp;
           if (gx) {
-            d_inp = matmul(d_pre, s[1]);
+            if (fused) d_inp = fused_input_grad(d_pre, s[1]);
+            if (!d_inp.defined()) d_inp = matmul(d_pre, s[1]);
             if (x_shape.size() != 2) d_inp = d_inp.reshape(x_shape);
           }
           Tensor d_w, d_b;

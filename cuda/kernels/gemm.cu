@@ -338,9 +338,8 @@ __device__ __forceinline__ float to_f<__nv_bfloat16>(__nv_bfloat16 v) {
   return __bfloat162float(v);
 }
 
-// Measured on the H200 (bench_linear "fwd tile" rows, 2026-11-29, benchmarks/NOTES.md):
-// the 128x128 bf16 tile beats 128x256 at every size swept (8192x4096->4096: 0.966 ms vs
-// 1.431 ms); 3 and 4 stages are within 2% of each other, 4 ahead at 4096 and 4097.
+// Chosen by measurement (benchmarks/NOTES.md, run 1's "Decisions"): the 128x128 bf16
+// tile with 4 stages, and the SGEMM's K step of 8.
 constexpr GemmTile kDefaultLargeTile = GemmTile::k128x128s4;
 constexpr bool kDefaultSgemmBk16 = false;
 

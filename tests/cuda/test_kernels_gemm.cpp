@@ -16,9 +16,12 @@
 #include "cuda/gemm_dispatch.h"
 #include "cuda/runtime.h"
 #include "cuda/kernels/gemm.h"
+#include "error_text.h"
 #include "gradcheck.h"
 
 using namespace ember;
+using ember::testing::contains;
+using ember::testing::error_of;
 using ember::testing::randn64;
 using ember::testing::rel_error;
 
@@ -136,13 +139,40 @@ TEST_CASE("kernels/gemm: cuBLASLt epilogues match the CPU (fp32, TF32, bf16)" *
   cuda::set_allow_tf32(false);
 }
 
-TEST_CASE("kernels/gemm: EMBER_GEMM forces the backend, and the rule picks one" *
-          doctest::test_suite("cuda")) {
+// The rule itself reads no device: it runs on every machine (no "cuda" suite).
+TEST_CASE("kernels/gemm: EMBER_GEMM forces the backend, and the rule follows the measurements") {
+  using cuda::GemmBackend;
+  using cuda::LinearProduct;
+  struct EnvGuard {
+    ~EnvGuard() { unsetenv("EMBER_GEMM"); }
+  } restore;
   setenv("EMBER_GEMM", "ours", 1);
-  CHECK(cuda::choose_linear_backend(kFloat32, 8192, 4096, 4096) == cuda::GemmBackend::Ours);
+  CHECK(cuda::choose_linear_backend(LinearProduct::Forward, kFloat32, 8192, 4096, 4096) ==
+        GemmBackend::Ours);
+  CHECK(cuda::choose_linear_backend(LinearProduct::WeightGrad, kBFloat16, 4096, 4096, 8192) ==
+        GemmBackend::Ours);
   setenv("EMBER_GEMM", "cublas", 1);
-  CHECK(cuda::choose_linear_backend(kBFloat16, 1, 1, 1) == cuda::GemmBackend::Cublas);
+  CHECK(cuda::choose_linear_backend(LinearProduct::Forward, kBFloat16, 1, 1, 1) ==
+        GemmBackend::Cublas);
   setenv("EMBER_GEMM", "bogus", 1);
-  CHECK_THROWS(cuda::choose_linear_backend(kFloat32, 1, 1, 1));
-  unsetenv("EMBER_GEMM");
+  CHECK(contains(error_of([] {
+                   cuda::choose_linear_backend(LinearProduct::Forward, kFloat32, 1, 1, 1);
+                 }),
+                 "EMBER_GEMM=bogus"));
+  // The rule (benchmarks/NOTES.md, "GEMM dispatch"), with EMBER_GEMM=auto as unset.
+  setenv("EMBER_GEMM", "auto", 1);
+  auto pick = [](LinearProduct p, DType dt, int64_t m, int64_t n, int64_t k) {
+    return cuda::choose_linear_backend(p, dt, m, n, k);
+  };
+  CHECK(pick(LinearProduct::Forward, kBFloat16, 32, 10, 10) == GemmBackend::Ours);  // tiny
+  CHECK(pick(LinearProduct::Forward, kBFloat16, 8192, 8192, 8192) == GemmBackend::Ours);
+  CHECK(pick(LinearProduct::Forward, kBFloat16, 4097, 4097, 4096) == GemmBackend::Ours);
+  CHECK(pick(LinearProduct::Forward, kBFloat16, 8192, 4096, 4096) == GemmBackend::Cublas);
+  CHECK(pick(LinearProduct::InputGrad, kBFloat16, 8192, 4096, 4096) == GemmBackend::Cublas);
+  CHECK(pick(LinearProduct::WeightGrad, kBFloat16, 4096, 4096, 8192) == GemmBackend::Cublas);
+  CHECK(pick(LinearProduct::Forward, kFloat32, 8192, 4096, 4096) == GemmBackend::Cublas);
+  cuda::set_allow_tf32(true);
+  CHECK(pick(LinearProduct::Forward, kFloat32, 8192, 4096, 4096) == GemmBackend::Ours);
+  CHECK(pick(LinearProduct::Forward, kFloat32, 1024, 1024, 1024) == GemmBackend::Cublas);
+  cuda::set_allow_tf32(false);
 }
