@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/base/error.h"
+#include "core/memory/replay.h"
 
 namespace ember::memory {
 
@@ -301,7 +302,8 @@ class CachingAllocator::Impl {
     update(stats_.allocated_bytes, type, -static_cast<int64_t>(block->size));
     if (block->size >= options_.max_split_size) stats_.oversize_allocations.decrease(1);
     if (history_on_)
-      record(TraceAction::free, block->ptr, block->size, block->stream, block->tag, block->scope);
+      record(TraceAction::free_requested, block->ptr, block->size, block->stream, block->tag,
+             block->scope, block->requested_size);
     if (block->segment->pool != nullptr) [[unlikely]] {
       // A graph's block: the graph orders its uses; it waits for no other stream.
       block->stream_uses.clear();
@@ -534,6 +536,9 @@ class CachingAllocator::Impl {
       // The caller never saw the pointer: take the block back as a free would.
       allocated_.erase(base + kGuardFront);
       block->allocated = false;
+      if (history_on_)
+        record(TraceAction::free_requested, block->ptr, block->size, block->stream, block->tag,
+               block->scope, block->requested_size);
       const size_t type = pool_type(block->small);
       update(stats_.allocation, type, -1);
       update(stats_.allocated_bytes, type, -static_cast<int64_t>(block->size));
@@ -733,7 +738,7 @@ class CachingAllocator::Impl {
       ++stats_.num_alloc_retries;
       ptr = backend_->raw_alloc(bytes);
     }
-    if (ptr == nullptr) throw_out_of_memory(bytes, stream);
+    if (ptr == nullptr) throw_out_of_memory(bytes, stream, size);
 
     auto* seg =
         new Segment{reinterpret_cast<uintptr_t>(ptr), bytes, stream, small, nullptr, target};
@@ -755,7 +760,9 @@ class CachingAllocator::Impl {
     return b;
   }
 
-  [[noreturn]] void throw_out_of_memory(size_t bytes, cudaStream_t stream) {
+  // `request`: the (rounded) request that needed `bytes` of new segment, for the
+  // replay suggestion; 0 when unknown.
+  [[noreturn]] void throw_out_of_memory(size_t bytes, cudaStream_t stream, size_t request = 0) {
     ++stats_.num_ooms;
     if (history_on_) record(TraceAction::oom, 0, bytes, stream, AllocationTag::current());
     Backend::MemoryInfo info;
@@ -769,6 +776,9 @@ class CachingAllocator::Impl {
     const int64_t unallocated = stats_.reserved_bytes[kAggregate].current - allocated;
     const bool host = backend_->is_host();
     std::string where = host ? "The host" : "GPU " + std::to_string(backend_->device());
+    std::string suggestion;
+    if (request > 0 && !capturing && info.total > 0)
+      suggestion = oom_replay_suggestion(request, stream, info);
     throw OutOfMemoryError(detail::str_cat(
         host ? "CPU" : "CUDA", " out of memory. Tried to allocate ", format_bytes(bytes), ". ",
         where, " has a total capacity of ", format_bytes(info.total), " of which ",
@@ -780,7 +790,34 @@ class CachingAllocator::Impl {
         kAllocConfEnvVar, "=max_split_size_mb:<MiB, more than 20> to avoid fragmentation.",
         capturing ? " A CUDA graph was being captured, so the cache was not freed to retry (and "
                     "the capacity was not queried): capture with more memory free."
-                  : ""));
+                  : "",
+        suggestion.empty() ? "" : "\n", suggestion));
+  }
+
+  // The replay hook (core/memory/replay.h): when history is being recorded,
+  // replays it under other options to see whether one would have fit `request`.
+  std::string oom_replay_suggestion(size_t request, cudaStream_t stream,
+                                    const Backend::MemoryInfo& info) noexcept {
+    if (!history_on_ || history_.empty() || options_.sanitize || replay_in_progress()) return "";
+    try {
+      OomReplayInput in;
+      const size_t start = history_.size() < history_capacity_ ? 0 : history_next_;
+      in.history.reserve(history_.size());
+      for (size_t i = 0; i < history_.size(); ++i)
+        in.history.push_back(history_[(start + i) % history_.size()]);
+      for (const auto& [base, seg] : segments_)
+        for (const Block* b = seg->head; b != nullptr; b = b->next)
+          if (b->allocated || b->event_count > 0)
+            in.live.push_back(LiveBlock{b->ptr, b->requested_size,
+                                        static_cast<uint64_t>(reinterpret_cast<uintptr_t>(b->stream))});
+      in.request = request;
+      in.stream = static_cast<uint64_t>(reinterpret_cast<uintptr_t>(stream));
+      in.capacity = static_cast<uint64_t>(stats_.reserved_bytes[kAggregate].current) + info.free;
+      in.options = options_;
+      return suggest_options_for_oom(in);
+    } catch (const std::exception&) {
+      return "";  // out of host memory: the OOM message goes without it
+    }
   }
 
   bool should_split(const Block* b, size_t size) const {
@@ -838,7 +875,8 @@ class CachingAllocator::Impl {
     update(stats_.requested_bytes, type, static_cast<int64_t>(requested));
     if (block->size >= options_.max_split_size) stats_.oversize_allocations.increase(1);
     if (history_on_)
-      record(TraceAction::alloc, block->ptr, block->size, block->stream, block->tag, block->scope);
+      record(TraceAction::alloc, block->ptr, block->size, block->stream, block->tag, block->scope,
+             requested);
     return reinterpret_cast<void*>(block->ptr);
   }
 
@@ -864,6 +902,9 @@ class CachingAllocator::Impl {
 
   // A block nobody uses any more: merged with its free neighbours and cached.
   void release_to_pool(Block* block) {
+    if (history_on_)
+      record(TraceAction::free_completed, block->ptr, block->size, block->stream, block->tag,
+             block->scope, block->requested_size);
     const size_t type = pool_type(block->small);
     const auto original_size = static_cast<int64_t>(block->size);
     const auto requested = static_cast<int64_t>(block->requested_size);
@@ -995,11 +1036,12 @@ class CachingAllocator::Impl {
   }
 
   void record(TraceAction action, uintptr_t address, size_t size, cudaStream_t stream,
-              const char* tag, const char* scope = nullptr) {
+              const char* tag, const char* scope = nullptr, size_t requested = 0) {
     TraceEntry e;
     e.action = action;
     e.address = address;
     e.size = size;
+    e.requested_size = requested;
     e.stream = stream;
     e.time_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
                     std::chrono::steady_clock::now() - start_)

@@ -40,14 +40,18 @@ struct SegmentSnapshot {
   std::vector<BlockSnapshot> blocks;  // in address order
 };
 
-enum class TraceAction : uint8_t { alloc, free, segment_alloc, segment_free, oom,
-                                   step };  // step: a mark_step() boundary, tag = label
+// free_requested: the caller freed the block (allocated bytes drop). free_completed:
+// it became reusable, at once or, for a block used on other streams, once their
+// work finished (record_stream). step: a mark_step() boundary, tag = label.
+enum class TraceAction : uint8_t { alloc, free_requested, free_completed, segment_alloc,
+                                   segment_free, oom, step };
 const char* to_string(TraceAction action);
 
 struct TraceEntry {
   TraceAction action = TraceAction::alloc;
   uintptr_t address = 0;  // 0 for oom
   size_t size = 0;        // block or segment bytes; for oom, the rounded request
+  size_t requested_size = 0;  // alloc and frees: the bytes the caller asked for
   cudaStream_t stream = nullptr;
   int64_t time_ns = 0;    // since the allocator was created
   const char* tag = nullptr;

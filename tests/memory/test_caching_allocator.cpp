@@ -587,14 +587,15 @@ ALLOCATOR_TEST("allocator/history: the ring keeps the latest entries in order", 
   {
     AllocationTag tag("step");
     void* p = a.allocate(kMiB, h.stream(0));  // segment_alloc, alloc
-    a.deallocate(p);                          // free
+    a.deallocate(p);                          // free_requested, free_completed
   }
   void* q = a.allocate(2 * kMiB, h.stream(0));  // segment_alloc, alloc
-  a.empty_cache();  // small segment_free: 6 entries so far, the ring keeps 4
+  a.empty_cache();  // small segment_free: 7 entries so far, the ring keeps 4
   std::vector<TraceEntry> trace = a.memory_snapshot().trace;
   REQUIRE(trace.size() == 4);
-  CHECK(trace[0].action == TraceAction::free);
+  CHECK(trace[0].action == TraceAction::free_completed);
   CHECK(std::string(trace[0].tag) == "step");
+  CHECK(trace[0].requested_size == kMiB);
   CHECK(trace[0].allocated_bytes == 0);
   CHECK(trace[1].action == TraceAction::segment_alloc);
   CHECK(trace[1].size == 20 * kMiB);

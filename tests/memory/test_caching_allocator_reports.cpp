@@ -500,7 +500,8 @@ TEST_CASE("allocator/trace: the history exports as well-formed Chrome trace JSON
   a->empty_cache();
 
   const MemorySnapshot snap = a->memory_snapshot();
-  REQUIRE(snap.trace.size() == 5);  // segment_alloc, alloc, oom, free, segment_free
+  // segment_alloc, alloc, oom, free_requested, free_completed, segment_free
+  REQUIRE(snap.trace.size() == 6);
   std::ostringstream out;
   write_chrome_trace(snap, out);
   const std::string json = out.str();
@@ -527,7 +528,7 @@ TEST_CASE("allocator/trace: write_chrome_trace writes a file and rejects a bad p
   std::ifstream in(path);
   const std::string json((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   CHECK(JsonChecker(json).valid());
-  CHECK(count(json, "\"ph\":\"C\"") == 3);  // segment_alloc, alloc, free
+  CHECK(count(json, "\"ph\":\"C\"") == 3);  // segment_alloc, alloc, free_requested
   std::remove(path.c_str());
   CHECK_THROWS_AS(write_chrome_trace(a->memory_snapshot(), "/nonexistent-dir/trace.json"),
                   ember::Error);
