@@ -468,7 +468,7 @@ std::unique_ptr<ReplayPolicy> make_caching_policy(const std::string& conf) {
   if (conf.find("expandable_segments:True") != std::string::npos &&
       !expandable_segments_supported(&why))
     return std::make_unique<CachingPolicy>(name, AllocatorOptions{},
-                                           "this build's allocator refuses it (" + why + ")");
+                                           "not supported by this build's allocator");
   return make_caching_policy(name, AllocatorOptions::parse(conf));
 }
 
