@@ -81,7 +81,7 @@ uint64_t parse_capacity(const std::string& text) {
   else EMBER_FAIL("--capacity: unknown unit \"", unit, "\" in \"", text, "\" (B, K, M, G, T or KiB, MiB, GiB, TiB)");
   const double bytes = v * mult;
   EMBER_CHECK(bytes < static_cast<double>(RunSettings::kUnlimitedCapacity), "--capacity: ", text,
-              " is larger than the replay can simulate (2^60 bytes)");
+              " is not below the 1 PiB the replay treats as unlimited");
   return static_cast<uint64_t>(bytes);
 }
 

@@ -39,6 +39,23 @@ if [ ${#missing[@]} -gt 0 ]; then
   fi
 fi
 
+# Optional: headless Chromium for the browser test of the memory timeline page
+# (tests: timeline_browser, skipped without it). Installed where we can (root with
+# apt-get); elsewhere the test says it is skipped and why.
+if ! command -v chromium >/dev/null 2>&1 && ! command -v chromium-browser >/dev/null 2>&1 \
+   && [ -z "${EMBER_NO_CHROMIUM:-}" ]; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "ember: installing chromium (headless browser for the timeline page test)"
+    export DEBIAN_FRONTEND=noninteractive
+    if ! { apt-get update -qq && apt-get install -y -qq --no-install-recommends chromium >/dev/null; }; then
+      echo "ember: could not install chromium; the browser test will be skipped" >&2
+    fi
+  else
+    echo "ember: note: no chromium; the browser test of the timeline page will be skipped" \
+         "(as root: apt-get install chromium)" >&2
+  fi
+fi
+
 # The CUDA toolkit is not something to apt-get silently: it is large and comes
 # from NVIDIA's repository or Debian's non-free nvidia-cuda-toolkit.
 if ! command -v nvcc >/dev/null 2>&1 && [ ! -x /usr/local/cuda/bin/nvcc ]; then

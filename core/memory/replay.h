@@ -174,7 +174,10 @@ struct RunSettings {
   uint64_t capacity = kUnlimitedCapacity;
   bool stop_at_first_oom = false;       // bisection only asks "does it fit"
   bool measure_fragmentation = true;    // costs a second, partial replay
-  static constexpr uint64_t kUnlimitedCapacity = uint64_t{1} << 60;
+  // "Unlimited": 1 PiB, far above any device, yet leaving room in a 64-bit address
+  // space for many reservations of that size (expandable segments reserve a
+  // capacity and an eighth of address space each).
+  static constexpr uint64_t kUnlimitedCapacity = uint64_t{1} << 50;
 };
 
 // A policy: a way to serve the trace's requests. run() never throws for an
