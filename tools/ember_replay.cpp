@@ -41,7 +41,9 @@ cudaMallocAsync and ember's allocator on cudaMalloc when a GPU is present.
                            e.g. "max_split_size_mb:128,roundup_power2_divisions:4" (repeatable)
   --max-split-size-mb N[,N...]          add a variant per value
   --roundup-power2-divisions N[,N...]   add a variant per value
-  --gc-threshold T[,T...]               add a variant per value (garbage_collection_threshold)
+  --gc-threshold T[,T...]               add a variant per value (garbage_collection_threshold;
+                                        it acts on a fraction of the capacity, so without
+                                        --capacity only its min capacity differs from native)
   --capacity BYTES         run on a device of this capacity (K, M, G, KiB, MiB, GiB suffixes)
                            and name each policy's first failing event (default: unlimited)
   --no-min-capacity        skip the search for the smallest device each policy fits
