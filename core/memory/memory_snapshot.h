@@ -31,7 +31,13 @@ struct BlockSnapshot {
 
 struct SegmentSnapshot {
   uintptr_t address = 0;
+  // Bytes of memory: the segment, or the mapped part of an expandable segment.
   size_t total_size = 0;
+  // Bytes of address space: total_size, or an expandable segment's whole range
+  // (address .. address + address_space_size), of which the first total_size
+  // bytes are mapped and tiled by `blocks`.
+  size_t address_space_size = 0;
+  bool expandable = false;
   size_t allocated_size = 0;  // sum of allocated blocks
   size_t active_size = 0;     // allocated + pending free
   size_t requested_size = 0;
@@ -41,7 +47,10 @@ struct SegmentSnapshot {
 };
 
 enum class TraceAction : uint8_t { alloc, free, segment_alloc, segment_free, oom,
-                                   step };  // step: a mark_step() boundary, tag = label
+                                   step,  // step: a mark_step() boundary, tag = label
+                                   // pages of an expandable segment mapped / unmapped
+                                   // (address and size: those pages)
+                                   segment_map, segment_unmap };
 const char* to_string(TraceAction action);
 
 struct TraceEntry {
@@ -63,7 +72,8 @@ struct MemorySnapshot {
   std::vector<TraceEntry> trace;          // oldest first; empty unless recording
 };
 
-// The history as a Chrome trace: counter tracks "allocated" and "reserved" (bytes)
+// The history as a Chrome trace: counter tracks "allocated" and "reserved" (bytes of
+// memory: mapped pages of expandable segments count, their unmapped address space not)
 // and an instant event per OOM and per step marker. Throws ember::Error if the file cannot be written.
 void write_chrome_trace(const MemorySnapshot& snapshot, std::ostream& out);
 void write_chrome_trace(const MemorySnapshot& snapshot, const std::string& path);
