@@ -27,6 +27,8 @@ const char* to_string(TraceAction action) {
     case TraceAction::segment_free: return "segment_free";
     case TraceAction::oom: return "oom";
     case TraceAction::step: return "step";
+    case TraceAction::segment_map: return "segment_map";
+    case TraceAction::segment_unmap: return "segment_unmap";
   }
   return "?";
 }
@@ -92,7 +94,9 @@ void write_chrome_trace(const MemorySnapshot& snapshot, std::ostream& out) {
     // moves neither: allocated bytes dropped at its free_requested).
     if (e.action == TraceAction::free_completed) continue;
     bool moves_reserved = e.action == TraceAction::segment_alloc ||
-                          e.action == TraceAction::segment_free;
+                          e.action == TraceAction::segment_free ||
+                          e.action == TraceAction::segment_map ||
+                          e.action == TraceAction::segment_unmap;
     const char* name = moves_reserved ? "reserved" : "allocated";
     int64_t value = moves_reserved ? e.reserved_bytes : e.allocated_bytes;
     out << ",\n{\"name\":\"" << name << "\",\"ph\":\"C\",\"pid\":" << pid << ",\"tid\":0,\"ts\":";

@@ -204,6 +204,25 @@ TimelineAnalysis analyze_memory_timeline(const MemorySnapshot& snap) {
     switch (e.action) {
       case TraceAction::segment_alloc: segments[e.address] = e.size; break;
       case TraceAction::segment_free: segments.erase(e.address); break;
+      case TraceAction::segment_map: {
+        // Pages mapped at the end of an expandable segment: its mapped part grows
+        // (or, for its first pages, begins).
+        auto it = segments.lower_bound(e.address);
+        if (it != segments.begin() && std::prev(it)->first + std::prev(it)->second == e.address)
+          std::prev(it)->second += e.size;
+        else
+          segments[e.address] = e.size;
+        break;
+      }
+      case TraceAction::segment_unmap: {
+        // Pages unmapped from its end: it shrinks to what stays mapped.
+        auto it = segments.upper_bound(e.address);
+        if (it == segments.begin()) break;
+        --it;
+        if (it->first == e.address) segments.erase(it);
+        else it->second = e.address - it->first;
+        break;
+      }
       case TraceAction::alloc:
         blocks[e.address] = LiveBlock{e.size, drawn[ids.site_of(e)], false};
         break;

@@ -65,16 +65,45 @@ void ReplayBackend::release(cudaStream_t stream) {
     if (e.stream == stream) e.complete = true;
 }
 
+uint64_t ReplayBackend::take_addresses(uint64_t bytes) {
+  // Ranges never overlap and are never reused; 2 MiB aligned, as cudaMalloc's
+  // large ones. From 2^40 up, 2^64 bytes hold some 16,000 reservations of a
+  // 1 PiB device (the "unlimited" one) and an eighth.
+  const uint64_t rounded = (bytes + kGranularity - 1) / kGranularity * kGranularity;
+  EMBER_CHECK(rounded >= bytes && next_address_ <= UINT64_MAX - rounded,
+              "replay backend: out of simulated address space");
+  const uint64_t addr = next_address_;
+  next_address_ += rounded;
+  return addr;
+}
+
 void* ReplayBackend::raw_alloc(size_t bytes) {
   if (bytes > capacity_ - std::min(capacity_, used_)) return nullptr;
-  // Segments never share addresses, and addresses are never reused: 2^63 bytes of
-  // address space outlast any replay. 2 MiB alignment, as cudaMalloc's large ones.
-  constexpr uint64_t kAlign = uint64_t{2} << 20;
-  const uint64_t addr = next_address_;
-  next_address_ += (bytes + kAlign - 1) / kAlign * kAlign;
+  const uint64_t addr = take_addresses(bytes);
   used_ += bytes;
   sizes_.emplace(addr, bytes);
   return reinterpret_cast<void*>(static_cast<uintptr_t>(addr));
+}
+
+bool ReplayBackend::supports_virtual_memory(std::string* /*why*/) { return true; }
+
+void* ReplayBackend::reserve_address_space(size_t bytes) {
+  if (next_address_ > UINT64_MAX - bytes - kGranularity) return nullptr;
+  return reinterpret_cast<void*>(static_cast<uintptr_t>(take_addresses(bytes)));
+}
+
+bool ReplayBackend::map_pages(void* /*ptr*/, size_t bytes) {
+  if (bytes > capacity_ - std::min(capacity_, used_)) return false;
+  used_ += bytes;
+  return true;
+}
+
+void ReplayBackend::unmap_pages(void* /*ptr*/, size_t bytes) noexcept {
+  used_ -= std::min<uint64_t>(used_, bytes);
+}
+
+void ReplayBackend::release_address_space(void* /*base*/, size_t /*bytes*/) noexcept {
+  // Addresses are never reused: nothing to do.
 }
 
 void ReplayBackend::raw_free(void* ptr) noexcept {
@@ -636,6 +665,22 @@ std::string format_replay_table(const ReplayProgram& program, const std::vector<
 
 // =================================================================================
 // The out-of-memory suggestion
+
+std::optional<std::string> replay_out_of_memory_advisor(const std::vector<TraceEntry>& history,
+                                                        const OutOfMemoryRequest& request) {
+  if (history.empty() || request.options == nullptr || request.capacity == 0) return std::nullopt;
+  OomReplayInput in;
+  in.history = history;
+  in.live = request.live_blocks;
+  in.request = request.requested_bytes;
+  in.stream = static_cast<uint64_t>(reinterpret_cast<uintptr_t>(request.stream));
+  in.capacity = static_cast<uint64_t>(std::max<int64_t>(0, history.back().reserved_bytes)) +
+                request.free_bytes;
+  in.options = *request.options;
+  std::string line = suggest_options_for_oom(in);
+  if (line.empty()) return std::nullopt;
+  return line;
+}
 
 std::string suggest_options_for_oom(const OomReplayInput& input) {
   if (replay_in_progress() || input.history.empty() || input.capacity == 0) return "";

@@ -32,16 +32,17 @@
 
 #include "core/memory/alloc_config.h"
 #include "core/memory/backends.h"
+#include "core/memory/caching_allocator.h"
 #include "core/memory/trace.h"
 
 namespace ember::memory {
 
-class CachingAllocator;
-
 // A simulated device for replays: raw_alloc hands out addresses from a counter
 // (never dereferenced: the caching allocator only does arithmetic on them) while
 // the segments fit the capacity. Events recorded on a held stream stay incomplete
-// until it is released. Refuses fill/read (sanitizer mode), which need memory.
+// until it is released. Virtual memory (expandable segments) is modelled the
+// same way: reservations are address ranges, mapped pages count against the
+// capacity. Refuses fill/read (sanitizer mode), which need memory.
 // Single-threaded, as a replay is.
 class ReplayBackend final : public Backend {
  public:
@@ -62,8 +63,18 @@ class ReplayBackend final : public Backend {
   void destroy_event(EventHandle event) noexcept override;
   void fill(void* ptr, unsigned char value, size_t bytes, cudaStream_t stream) override;
   void read(void* host_dst, const void* ptr, size_t bytes, cudaStream_t stream) override;
+  bool supports_virtual_memory(std::string* why = nullptr) override;
+  size_t granularity() override { return kGranularity; }
+  void* reserve_address_space(size_t bytes) override;
+  bool map_pages(void* ptr, size_t bytes) override;
+  void unmap_pages(void* ptr, size_t bytes) noexcept override;
+  void release_address_space(void* base, size_t bytes) noexcept override;
+
+  static constexpr size_t kGranularity = size_t{2} << 20;  // a CUDA GPU's page
 
  private:
+  uint64_t take_addresses(uint64_t bytes);
+
   struct Event {
     cudaStream_t stream = nullptr;
     bool complete = true;
@@ -240,7 +251,8 @@ struct ReplayTableOptions {
 std::string format_replay_table(const ReplayProgram& program, const std::vector<ReplayResult>& results,
                                 const ReplayTableOptions& options = {});
 
-// --- The out-of-memory suggestion (CachingAllocator's OOM path calls this).
+// --- The out-of-memory suggestion: CachingAllocator's advisor when none is set
+// (caching_allocator.h); suggest_options_for_oom does the work.
 struct OomReplayInput {
   std::vector<TraceEntry> history;  // the allocator's recent history, oldest first (may be empty)
   std::vector<LiveBlock> live;      // blocks allocated or pending at the failure
@@ -257,5 +269,10 @@ std::string suggest_options_for_oom(const OomReplayInput& input);
 // True on a thread that is running a replay: its allocators' OOMs do not ask for
 // suggestions (which would replay again).
 bool replay_in_progress();
+// suggest_options_for_oom as an OutOfMemoryAdvisor: the history, the request's
+// live blocks, its requested bytes and stream, and a capacity of the reserved
+// bytes at the failure (the history's last entry) plus the backend's free bytes.
+std::optional<std::string> replay_out_of_memory_advisor(const std::vector<TraceEntry>& history,
+                                                        const OutOfMemoryRequest& request);
 
 }  // namespace ember::memory

@@ -235,6 +235,10 @@ Trace trace_from_history(const std::vector<TraceEntry>& history, const std::stri
       case TraceAction::free_completed: e.op = TraceOp::free_completed; break;
       case TraceAction::segment_alloc: e.op = TraceOp::segment_alloc; break;
       case TraceAction::segment_free: e.op = TraceOp::segment_free; break;
+      // Pages of expandable segments mapped and unmapped: no row (as PyTorch's
+      // converter drops its segment_map/segment_unmap).
+      case TraceAction::segment_map:
+      case TraceAction::segment_unmap:
       case TraceAction::oom:
       case TraceAction::step: continue;
     }

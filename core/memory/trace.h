@@ -100,11 +100,6 @@ Trace trace_from_history(const std::vector<TraceEntry>& history, const std::stri
 // waiting on other streams when the trace began). The number of blocks added is
 // kept as metadata "prelude_allocs". `live` (addr, requested size, stream) lists
 // blocks known to be live at the END of the trace (an allocator's current blocks).
-struct LiveBlock {
-  uint64_t addr = 0;
-  uint64_t size = 0;
-  uint64_t stream = 0;
-};
 Trace with_prelude(const Trace& trace, const std::vector<LiveBlock>& live = {});
 
 }  // namespace ember::memory

@@ -228,6 +228,28 @@ TEST_CASE("replay/options: max_split_size_mb keeps a large cached block whole") 
   CHECK(run(p, "max_split_size_mb:64", 400 * kMiB).ooms == 0);
 }
 
+TEST_CASE("replay/expandable: a larger request grows the segment instead of adding one") {
+  // 12 MiB freed, then 14 MiB. Native: a 12 MiB segment cached, a 14 MiB one added
+  // (26 MiB). Expandable: the free 12 MiB at the segment's end gets 2 MiB more
+  // pages (14 MiB, one segment).
+  const ReplayProgram p = program_of(
+      "alloc,1,12582912,0\nfree_requested,1,12582912,0\nfree_completed,1,12582912,0\n"
+      "alloc,2,14680064,0\n");
+  const ReplayResult native = run(p);
+  CHECK(native.peak_reserved == int64_t(26 * kMiB));
+  CHECK(native.peak_segments == 2);
+  REQUIRE(expandable_segments_supported());
+  const ReplayResult grown = run(p, "expandable_segments:True");
+  CHECK(grown.peak_reserved == int64_t(14 * kMiB));
+  CHECK(grown.peak_segments == 1);
+  CHECK(grown.fragmentation == 0.0);  // nothing cached at the peak
+  auto expandable = make_caching_policy("expandable_segments:True");
+  CHECK(find_min_capacity(*expandable, p, 14 * kMiB) == 14 * kMiB);
+  auto native_policy = make_caching_policy("native");
+  // Native at 14 MiB: the retry returns the cached 12 MiB segment first: it fits too.
+  CHECK(find_min_capacity(*native_policy, p, 26 * kMiB) == 14 * kMiB);
+}
+
 TEST_CASE("replay/compile: inconsistent rows are errors naming their line") {
   CHECK(contains(compile_error("alloc,0x10,512,0\nfree_requested,0x20,512,0\n"),
                  "trace t.csv:3: free of unknown address 0x20"));
@@ -340,7 +362,12 @@ TEST_CASE("replay/oom: the out-of-memory message names an option that a replay s
   CHECK(contains(msg, "max_split_size_mb:64"));
   CHECK_FALSE(contains(msg, "max_split_size_mb:512"));
   CHECK_FALSE(contains(msg, "roundup_power2_divisions"));
-  if (!expandable_segments_supported())
+  // Expandable segments fit too: the 276 MiB free tail of the one segment grows by
+  // 14 MiB of pages (300 + 14 <= 400 MiB). The line names the first three that fit.
+  if (expandable_segments_supported())
+    CHECK(contains(msg, "fits with expandable_segments:True, max_split_size_mb:64 or "
+                        "max_split_size_mb:128: try EMBER_CUDA_ALLOC_CONF=expandable_segments:True."));
+  else
     CHECK(contains(msg, "fits with max_split_size_mb:64, max_split_size_mb:128 or "
                         "max_split_size_mb:256: try EMBER_CUDA_ALLOC_CONF=max_split_size_mb:64."));
   // The allocator carries on: the suggestion's replays did not touch it.
