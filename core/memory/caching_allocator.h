@@ -30,8 +30,9 @@
 //    the request retried once more (num_alloc_retries). If it fails again,
 //    OutOfMemoryError is thrown (num_ooms) and the allocator is left as it was,
 //    less the cache it freed. The message gives PyTorch's facts, then the largest
-//    free block, the allocation sites holding the most memory and, if an advisor
-//    is set (set_out_of_memory_advisor), its one-line suggestion.
+//    free block, the allocation sites holding the most memory and an advisor's
+//    one-line suggestion (set_out_of_memory_advisor; by default the replay one of
+//    core/memory/replay.h, which speaks only while history is recorded).
 //  * garbage_collection_threshold:t (PyTorch's rule): on a miss, if reserved memory
 //    exceeds t times the allowed memory (the backend's capacity), whole free
 //    segments of the general large pool whose age (large-pool lookups since they

@@ -5,9 +5,11 @@
 // a real browser).
 #include <doctest/doctest.h>
 
+#include <memory>
 #include <sstream>
 #include <string>
 
+#include "core/memory/caching_allocator.h"
 #include "core/memory/memory_timeline.h"
 #include "error_text.h"
 #include "memory/timeline_workload.h"
@@ -107,4 +109,27 @@ TEST_CASE("timeline/analysis: a history that began while blocks were live says s
   CHECK(contains(out.str(), "allocated before the history began"));
   CHECK(contains(ember::testing::error_of([] { analyze_memory_timeline(MemorySnapshot{}); }),
                  "no allocation history"));
+}
+
+TEST_CASE("timeline/analysis: an expandable segment at the peak is its mapped pages") {
+  // 3 MiB maps 4 MiB of the large pool's segment; 5 MiB more takes the free 1 MiB
+  // at its end and 4 MiB of new pages: one segment of 8 MiB, two blocks, nothing free.
+  CachingAllocator a(std::make_unique<SimulatedBackend>(256 * kMiB),
+                     AllocatorOptions::parse("expandable_segments:True"));
+  a.record_memory_history(true);
+  void* p = a.allocate(3 * kMiB, nullptr);
+  void* q = a.allocate(5 * kMiB, nullptr);
+  a.deallocate(q);
+  a.empty_cache();  // unmaps the free end: the peak stays 8 MiB
+  const TimelineAnalysis t = analyze_memory_timeline(a.memory_snapshot());
+  CHECK(t.peak_reserved == 8 * kMiB);
+  REQUIRE(t.segments_at_peak.size() == 1);
+  const TimelineSegment& s = t.segments_at_peak[0];
+  CHECK(s.address == reinterpret_cast<uintptr_t>(p));
+  CHECK(s.size == size_t(8 * kMiB));
+  REQUIRE(s.blocks.size() == 2);
+  CHECK(s.blocks[1].address == reinterpret_cast<uintptr_t>(q));
+  CHECK(s.blocks[1].size == size_t(5 * kMiB));
+  CHECK(s.free_bytes == 0);
+  a.deallocate(p);
 }
