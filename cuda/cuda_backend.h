@@ -1,8 +1,12 @@
 // The caching allocator's backend on a CUDA device: segments from cudaMalloc,
-// events from cudaEventRecord.
+// events from cudaEventRecord, and for expandable segments the driver's virtual
+// memory management (cuMemAddressReserve, cuMemCreate, cuMemMap, ...), reached
+// through cudaGetDriverEntryPointByVersion so that no binary links libcuda and
+// every one still loads on a machine without a GPU driver.
 #pragma once
 
 #include <cstddef>
+#include <string>
 #include <unordered_map>
 
 #include "core/memory/backends.h"
@@ -11,7 +15,8 @@ namespace ember::cuda {
 
 // cudaMalloc/cudaFree on one device. `limit_bytes` > 0 caps what this backend will
 // hold at once, as if the device had only that much memory (PyTorch's per-process
-// memory fraction); it lets the out-of-memory tests run on a real GPU.
+// memory fraction); it lets the out-of-memory tests run on a real GPU. Mapped pages
+// count against it as segments do.
 class CudaBackend final : public memory::Backend {
  public:
   explicit CudaBackend(int device, size_t limit_bytes = 0);
@@ -28,9 +33,26 @@ class CudaBackend final : public memory::Backend {
   void read(void* host_dst, const void* ptr, size_t bytes, cudaStream_t stream) override;
   int device() const override { return device_; }
 
+  // Virtual memory: false (and why) where the driver lacks it or the entry
+  // points cannot be found. Pages are the device's minimum granularity (2 MiB on
+  // Hopper); each page is its own physical allocation, so any page can be
+  // unmapped alone, and unmapping waits for the device first (cuMemUnmap, unlike
+  // cudaFree, does not).
+  bool supports_virtual_memory(std::string* why = nullptr) override;
+  size_t granularity() override;
+  void* reserve_address_space(size_t bytes) override;
+  bool map_pages(void* ptr, size_t bytes) override;
+  void unmap_pages(void* ptr, size_t bytes) noexcept override;
+  void release_address_space(void* base, size_t bytes) noexcept override;
+
  private:
+  void unmap_some(uintptr_t base, size_t pages) noexcept;
+
   int device_;
   size_t limit_;
+  int vmm_ = -1;  // virtual memory: -1 not yet asked, 0 no, 1 yes
+  std::string vmm_why_;
+  size_t granularity_ = 0;
   // Sizes of live segments, so that raw_free can keep held_ right for limit_.
   size_t held_ = 0;
   std::unordered_map<void*, size_t> sizes_;

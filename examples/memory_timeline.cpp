@@ -1,7 +1,8 @@
 // The memory timeline: records the allocator's history through 30 steps of
 // validation without NoGradGuard (leaking) and 30 with it (fixed), marking every
-// step, and writes each as Chrome trace JSON (Perfetto, chrome://tracing) and as a
-// self-contained HTML page where a leak is a rising staircase. Exits 1 unless the
+// step, and writes each as Chrome trace JSON (Perfetto, chrome://tracing), as a
+// self-contained HTML page where a leak is a rising staircase (and the leaking site
+// a widening band), and as a trace CSV that ember-replay replays. Exits 1 unless the
 // leaking run's allocated memory grew and the fixed run's did not (CTest runs it).
 // Usage: memory_timeline [output directory, default .]
 #include <cstdint>
@@ -9,6 +10,7 @@
 #include <string>
 
 #include "core/memory/memory_timeline.h"
+#include "core/memory/trace.h"
 #include "leak_demo.h"
 
 using namespace ember;
@@ -46,8 +48,9 @@ int64_t record(bool fixed, const std::string& dir) {
       snap, name + ".html",
       fixed ? "validation under NoGradGuard (fixed): flat"
             : "validation without NoGradGuard (leaking): a rising staircase");
-  std::printf("wrote %s.html and %s.json (allocated at the end: %lld bytes)\n", name.c_str(),
-              name.c_str(), static_cast<long long>(memory_allocated(dev)));
+  memory::write_trace_csv(memory::trace_from_history(snap.trace, name), name + ".csv");
+  std::printf("wrote %s.html, .json and .csv (allocated at the end: %lld bytes)\n", name.c_str(),
+              static_cast<long long>(memory_allocated(dev)));
   return growth;
 }
 

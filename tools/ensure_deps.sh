@@ -20,6 +20,7 @@ need_cmd ccache ccache
 need_cmd mpicxx libopenmpi-dev
 need_cmd mpirun openmpi-bin
 need_file /usr/include/doctest/doctest.h doctest-dev
+need_cmd python3 python3   # tools/convert_torch_trace.py and its test
 for pkg in "$@"; do
   dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
 done
@@ -35,6 +36,23 @@ if [ ${#missing[@]} -gt 0 ]; then
     echo "ember: missing packages: ${missing[*]}" >&2
     echo "ember: install them (as root: apt-get install ${missing[*]}) and run again" >&2
     exit 1
+  fi
+fi
+
+# Optional: headless Chromium for the browser test of the memory timeline page
+# (tests: timeline_browser, skipped without it). Installed where we can (root with
+# apt-get); elsewhere the test says it is skipped and why.
+if ! command -v chromium >/dev/null 2>&1 && ! command -v chromium-browser >/dev/null 2>&1 \
+   && [ -z "${EMBER_NO_CHROMIUM:-}" ]; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "ember: installing chromium (headless browser for the timeline page test)"
+    export DEBIAN_FRONTEND=noninteractive
+    if ! { apt-get update -qq && apt-get install -y -qq --no-install-recommends chromium >/dev/null; }; then
+      echo "ember: could not install chromium; the browser test will be skipped" >&2
+    fi
+  else
+    echo "ember: note: no chromium; the browser test of the timeline page will be skipped" \
+         "(as root: apt-get install chromium)" >&2
   fi
 fi
 

@@ -36,6 +36,12 @@ size_t parse_unsigned(std::string_view key, std::string_view value) {
   return out;
 }
 
+bool parse_bool(std::string_view key, std::string_view value) {
+  if (value == "True" || value == "true" || value == "1") return true;
+  if (value == "False" || value == "false" || value == "0") return false;
+  fail(key, value, "expected True or False");
+}
+
 uint32_t parse_divisions(std::string_view key, std::string_view value) {
   size_t d = parse_unsigned(key, value);
   if (d > (size_t{1} << 31) || (d != 0 && !std::has_single_bit(d)))
@@ -132,20 +138,13 @@ AllocatorOptions AllocatorOptions::parse(std::string_view text) {
       if (!(t > 0.0 && t < 1.0)) fail(key, value, "must be between 0.0 and 1.0 (exclusive)");
       o.garbage_collection_threshold = t;
     } else if (key == "sanitize") {
-      if (value == "True" || value == "true" || value == "1")
-        o.sanitize = true;
-      else if (value == "False" || value == "false" || value == "0")
-        o.sanitize = false;
-      else
-        fail(key, value, "expected True or False");
+      o.sanitize = parse_bool(key, value);
     } else if (key == "sanitize_quarantine_blocks") {
       o.quarantine_blocks = parse_unsigned(key, value);
     } else if (key == "sanitize_quarantine_mb") {
       o.quarantine_bytes = std::min(parse_unsigned(key, value), kNoMaxSplit / kMiB) * kMiB;
     } else if (key == "expandable_segments") {
-      if (value == "True" || value == "true" || value == "1")
-        fail(key, value, "expandable segments are not supported by ember");
-      if (value != "False" && value != "false" && value != "0") fail(key, value, "expected False");
+      o.expandable_segments = parse_bool(key, value);
     } else {
       EMBER_FAIL(kAllocConfEnvVar, ": unknown option \"", key,
                  "\" (known: max_split_size_mb, max_non_split_rounding_mb, "

@@ -31,7 +31,18 @@ struct AllocatorOptions {
   std::array<uint32_t, kRoundupIntervals> roundup_power2_divisions{};
   // When > 0: on a cache miss with reserved memory above this fraction of the
   // device's capacity, free cached whole segments, oldest first, down to it.
+  // PyTorch's rule (garbage_collect_cached_blocks): when > 0, on a cache miss with
+  // reserved memory above this fraction of the allowed memory (the backend's
+  // capacity: the device's total, or CudaBackend's limit), whole free segments of
+  // the general large pool that have waited in the cache longer than the average
+  // are returned (age = large-pool lookups since the block was cached), pass after
+  // pass, until the excess is reclaimed or nothing more can be.
   double garbage_collection_threshold = 0.0;
+  // expandable_segments:True: per stream and pool, one large range of address
+  // space whose memory is mapped page by page at its end as it grows and unmapped
+  // from its end by empty_cache() (see caching_allocator.h). Falls back to ordinary
+  // segments, with a warning, where the backend has no virtual memory management.
+  bool expandable_segments = false;
 
   // Sanitizer mode (sanitize:True): each block gets guard bytes before and after
   // what was asked, checked when it is freed; a freed block is poisoned and kept
@@ -45,7 +56,7 @@ struct AllocatorOptions {
 
   // Parses `key:value,...`. Keys: max_split_size_mb, max_non_split_rounding_mb,
   // roundup_power2_divisions (N or [size_mb:N,...,>:N]), garbage_collection_threshold,
-  // expandable_segments (only False is supported), sanitize (True/False),
+  // expandable_segments (True/False), sanitize (True/False),
   // sanitize_quarantine_blocks, sanitize_quarantine_mb. Throws ember::Error naming
   // the offending key or value.
   static AllocatorOptions parse(std::string_view text);

@@ -1,8 +1,11 @@
 #include "core/memory/backends.h"
 
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <bit>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
@@ -32,6 +35,21 @@ void Backend::fill(void* ptr, unsigned char value, size_t bytes, cudaStream_t) {
 void Backend::read(void* host_dst, const void* ptr, size_t bytes, cudaStream_t) {
   std::memcpy(host_dst, ptr, bytes);
 }
+
+bool Backend::supports_virtual_memory(std::string* why) {
+  if (why != nullptr) *why = "this backend has no virtual memory management";
+  return false;
+}
+
+void* Backend::reserve_address_space(size_t) { return nullptr; }
+
+bool Backend::map_pages(void*, size_t) {
+  EMBER_FAIL("map_pages: this backend has no virtual memory management");
+}
+
+void Backend::unmap_pages(void*, size_t) noexcept {}
+
+void Backend::release_address_space(void*, size_t) noexcept {}
 
 // ---------------------------------------------------------------------------------
 // HostBackend
@@ -143,6 +161,152 @@ void SimulatedBackend::raw_free(void* ptr) noexcept {
   used_ -= it->second;
   sizes_.erase(it);
   std::free(ptr);
+}
+
+// ---------------------------------------------------------------------------------
+// SimulatedBackend: virtual memory on the host's
+
+namespace {
+
+constexpr int kNoAccess = PROT_NONE;
+constexpr int kMapFlags = MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE;
+
+// A misuse of the simulated device's virtual memory is a bug in the allocator
+// above it; a noexcept call cannot throw it, so it ends the program loudly.
+[[noreturn]] void simulated_vm_bug(const char* what, const void* ptr, size_t bytes) {
+  std::fprintf(stderr, "ember: simulated device: %s (%p, %zu bytes)\n", what, ptr, bytes);
+  std::abort();
+}
+
+}  // namespace
+
+void SimulatedBackend::set_granularity(size_t bytes) {
+  EMBER_CHECK(std::has_single_bit(bytes) && bytes >= kPageSize,
+              "SimulatedBackend::set_granularity: ", bytes,
+              " is not a power of two of at least 4096 bytes");
+  std::lock_guard lock(mutex_);
+  EMBER_CHECK(reservations_.empty(), "SimulatedBackend::set_granularity: address space is "
+              "already reserved with the old granularity");
+  granularity_ = bytes;
+}
+
+void SimulatedBackend::set_virtual_memory(bool supported) {
+  std::lock_guard lock(mutex_);
+  virtual_memory_ = supported;
+}
+
+size_t SimulatedBackend::mapped_bytes() const {
+  std::lock_guard lock(mutex_);
+  return mapped_;
+}
+size_t SimulatedBackend::map_calls() const {
+  std::lock_guard lock(mutex_);
+  return map_calls_;
+}
+size_t SimulatedBackend::unmap_calls() const {
+  std::lock_guard lock(mutex_);
+  return unmap_calls_;
+}
+size_t SimulatedBackend::reservations() const {
+  std::lock_guard lock(mutex_);
+  return reservations_.size();
+}
+size_t SimulatedBackend::reserved_address_bytes() const {
+  std::lock_guard lock(mutex_);
+  return reserved_;
+}
+
+bool SimulatedBackend::supports_virtual_memory(std::string* why) {
+  std::lock_guard lock(mutex_);
+  if (!virtual_memory_ && why != nullptr)
+    *why = "the simulated driver has no virtual memory management";
+  return virtual_memory_;
+}
+
+size_t SimulatedBackend::granularity() {
+  std::lock_guard lock(mutex_);
+  return virtual_memory_ ? granularity_ : 0;
+}
+
+void* SimulatedBackend::reserve_address_space(size_t bytes) {
+  std::lock_guard lock(mutex_);
+  EMBER_CHECK(virtual_memory_, "reserve_address_space: the simulated driver has no virtual "
+              "memory management");
+  EMBER_CHECK(bytes > 0 && bytes % granularity_ == 0, "reserve_address_space: ", bytes,
+              " bytes is not a positive multiple of the granularity (", granularity_, ")");
+  // Over-reserve by one page and trim both ends, so that the range is aligned to
+  // the granularity as a GPU's reservation is.
+  void* raw = mmap(nullptr, bytes + granularity_, kNoAccess, kMapFlags, -1, 0);
+  if (raw == MAP_FAILED) return nullptr;
+  const auto start = reinterpret_cast<uintptr_t>(raw);
+  const uintptr_t base = (start + granularity_ - 1) & ~(uintptr_t{granularity_} - 1);
+  if (base > start) munmap(raw, base - start);
+  const uintptr_t end = start + bytes + granularity_;
+  if (end > base + bytes) munmap(reinterpret_cast<void*>(base + bytes), end - (base + bytes));
+  reservations_.emplace(reinterpret_cast<void*>(base), bytes);
+  reserved_ += bytes;
+  return reinterpret_cast<void*>(base);
+}
+
+// The reservation holding [ptr, ptr + bytes), or null.
+static bool inside(const std::unordered_map<void*, size_t>& reservations, const void* ptr,
+                   size_t bytes) {
+  const auto p = reinterpret_cast<uintptr_t>(ptr);
+  for (const auto& [base, size] : reservations) {
+    const auto b = reinterpret_cast<uintptr_t>(base);
+    if (p >= b && p + bytes <= b + size) return true;
+  }
+  return false;
+}
+
+bool SimulatedBackend::map_pages(void* ptr, size_t bytes) {
+  std::lock_guard lock(mutex_);
+  ++map_calls_;
+  EMBER_CHECK(bytes > 0 && bytes % granularity_ == 0 &&
+                  reinterpret_cast<uintptr_t>(ptr) % granularity_ == 0,
+              "map_pages: ", ptr, " + ", bytes, " bytes is not whole pages of ", granularity_);
+  EMBER_CHECK(inside(reservations_, ptr, bytes), "map_pages: ", ptr, " + ", bytes,
+              " bytes is not inside one reservation");
+  const auto p = reinterpret_cast<uintptr_t>(ptr);
+  for (uintptr_t page = p; page < p + bytes; page += granularity_)
+    EMBER_CHECK(mapped_pages_.count(page) == 0, "map_pages: the page at ",
+                reinterpret_cast<void*>(page), " is already mapped");
+  if (should_fail(bytes)) return false;
+  EMBER_CHECK(mprotect(ptr, bytes, PROT_READ | PROT_WRITE) == 0,
+              "map_pages: the host refused to back ", bytes, " bytes");
+  for (uintptr_t page = p; page < p + bytes; page += granularity_) mapped_pages_.insert(page);
+  used_ += bytes;
+  mapped_ += bytes;
+  return true;
+}
+
+void SimulatedBackend::unmap_pages(void* ptr, size_t bytes) noexcept {
+  std::lock_guard lock(mutex_);
+  ++unmap_calls_;
+  const auto p = reinterpret_cast<uintptr_t>(ptr);
+  if (bytes == 0 || bytes % granularity_ != 0 || p % granularity_ != 0)
+    simulated_vm_bug("unmap_pages of a range that is not whole pages", ptr, bytes);
+  for (uintptr_t page = p; page < p + bytes; page += granularity_)
+    if (mapped_pages_.erase(page) == 0) simulated_vm_bug("unmap_pages of an unmapped page", ptr, bytes);
+  // Replacing the pages discards their contents, as giving memory back does.
+  if (mmap(ptr, bytes, kNoAccess, kMapFlags | MAP_FIXED, -1, 0) == MAP_FAILED)
+    simulated_vm_bug("the host could not unmap", ptr, bytes);
+  used_ -= bytes;
+  mapped_ -= bytes;
+}
+
+void SimulatedBackend::release_address_space(void* base, size_t bytes) noexcept {
+  std::lock_guard lock(mutex_);
+  auto it = reservations_.find(base);
+  if (it == reservations_.end() || it->second != bytes)
+    simulated_vm_bug("release_address_space of something never reserved", base, bytes);
+  const auto b = reinterpret_cast<uintptr_t>(base);
+  for (uintptr_t page = b; page < b + bytes; page += granularity_)
+    if (mapped_pages_.count(page) != 0)
+      simulated_vm_bug("release_address_space with pages still mapped", base, bytes);
+  munmap(base, bytes);
+  reservations_.erase(it);
+  reserved_ -= bytes;
 }
 
 Backend::MemoryInfo SimulatedBackend::memory_info() {

@@ -1,6 +1,8 @@
 // The raw memory a CachingAllocator carves up: whole segments from the device
 // (cuda/cuda_backend.h), from the host (HostBackend) or from a simulated device with a set
-// capacity, scripted failures and events whose completion a test controls.
+// capacity, scripted failures and events whose completion a test controls. Backends with
+// virtual memory management also reserve address space and map memory into it page by
+// page, for expandable segments.
 #pragma once
 
 #include <cstddef>
@@ -50,6 +52,26 @@ class Backend {
   virtual void fill(void* ptr, unsigned char value, size_t bytes, cudaStream_t stream);
   virtual void read(void* host_dst, const void* ptr, size_t bytes, cudaStream_t stream);
 
+  // --- Virtual memory, for expandable segments (AllocatorOptions::expandable_segments).
+  // Address space is reserved with nothing behind it; pages of granularity() bytes
+  // inside it are backed by memory (mapped) on demand and given back (unmapped).
+  // The defaults describe a backend without virtual memory management.
+
+  // Whether the calls below work; when not, `why` (if given) says why not.
+  virtual bool supports_virtual_memory(std::string* why = nullptr);
+  // Bytes of one page (a power of two); every address and size below is a multiple.
+  virtual size_t granularity() { return 0; }
+  // Reserves `bytes` of address space; nullptr when none is left.
+  virtual void* reserve_address_space(size_t bytes);
+  // Backs [ptr, ptr + bytes) (unmapped pages of a reservation) with memory, usable
+  // on this device. Returns false, with nothing mapped, when memory runs out.
+  virtual bool map_pages(void* ptr, size_t bytes);
+  // Gives the memory of mapped pages back; work already queued that uses them
+  // completes first. The address space stays reserved.
+  virtual void unmap_pages(void* ptr, size_t bytes) noexcept;
+  // Returns a whole reservation (no page of it mapped) from reserve_address_space.
+  virtual void release_address_space(void* base, size_t bytes) noexcept;
+
   // Host memory titles its summary "CPU" and says "CPU out of memory".
   virtual bool is_host() const { return false; }
   // The device index reported in summaries and messages.
@@ -74,7 +96,10 @@ class HostBackend final : public Backend {
 // A device simulated in host memory so that every allocator path runs without a
 // GPU. Segments are real (page-aligned, untouched) host memory, so they may be
 // written to. Failures are scripted; events recorded on a held stream stay
-// incomplete until the test releases that stream.
+// incomplete until the test releases that stream. Virtual memory is modelled with
+// the host's: a reservation is inaccessible address space (mmap PROT_NONE), a mapped
+// page is readable and writable and counts against the capacity, an unmapped one
+// is inaccessible again and its contents are gone.
 class SimulatedBackend final : public Backend {
  public:
   explicit SimulatedBackend(size_t capacity_bytes, int device = 0);
@@ -87,6 +112,14 @@ class SimulatedBackend final : public Backend {
   // Consumed one entry per raw_alloc: true fails it. Once used up, no more failures.
   void set_failure_schedule(std::vector<bool> schedule);
   void set_capacity(size_t capacity_bytes);
+  // (The schedule above also applies to map_pages: each call is one allocation.)
+
+  // --- virtual memory ---
+  // Page size of map_pages/unmap_pages: a power of two, at least the host's page
+  // (4 KiB); 2 MiB (a CUDA GPU's granularity) by default.
+  void set_granularity(size_t bytes);
+  // false models a driver without virtual memory management.
+  void set_virtual_memory(bool supported);
 
   // --- streams and events ---
   // Events recorded on `stream` while it is held stay incomplete until release().
@@ -100,6 +133,11 @@ class SimulatedBackend final : public Backend {
   size_t raw_free_calls() const;
   size_t live_events() const;
   size_t event_syncs() const;  // synchronize_event calls (each completes its event)
+  size_t mapped_bytes() const;  // bytes of pages mapped now (part of used())
+  size_t map_calls() const;     // map_pages calls, failed ones included
+  size_t unmap_calls() const;
+  size_t reservations() const;  // live address-space reservations
+  size_t reserved_address_bytes() const;
 
   void* raw_alloc(size_t bytes) override;
   void raw_free(void* ptr) noexcept override;
@@ -109,6 +147,12 @@ class SimulatedBackend final : public Backend {
   bool query_event(EventHandle event) override;
   void synchronize_event(EventHandle event) override;
   void destroy_event(EventHandle event) noexcept override;
+  bool supports_virtual_memory(std::string* why = nullptr) override;
+  size_t granularity() override;
+  void* reserve_address_space(size_t bytes) override;
+  bool map_pages(void* ptr, size_t bytes) override;
+  void unmap_pages(void* ptr, size_t bytes) noexcept override;
+  void release_address_space(void* base, size_t bytes) noexcept override;
   int device() const override { return device_; }
 
  private:
@@ -136,6 +180,14 @@ class SimulatedBackend final : public Backend {
   std::unordered_set<cudaStream_t> held_;
   std::unordered_map<uintptr_t, FakeEvent> events_;
   uintptr_t next_event_ = 1;
+  bool virtual_memory_ = true;
+  size_t granularity_ = size_t{2} << 20;
+  size_t mapped_ = 0;
+  size_t map_calls_ = 0;
+  size_t unmap_calls_ = 0;
+  std::unordered_map<void*, size_t> reservations_;  // base -> bytes
+  std::unordered_set<uintptr_t> mapped_pages_;
+  size_t reserved_ = 0;
 };
 
 }  // namespace ember::memory

@@ -1,17 +1,22 @@
 #include "core/memory/caching_allocator.h"
 
 #include <algorithm>
+#include <array>
+#include <atomic>
 #include <bit>
 #include <chrono>
 #include <cstdio>
 #include <deque>
-#include <new>
+#include <map>
 #include <mutex>
+#include <new>
 #include <set>
+#include <thread>
 #include <utility>
 #include <vector>
 
 #include "core/base/error.h"
+#include "core/memory/replay.h"
 
 namespace ember::memory {
 
@@ -26,6 +31,8 @@ size_t roundup_power2_next_division(size_t size, size_t divisions) {
   size_t down = size & ~(step - 1);
   return down == size ? size : down + step;
 }
+
+size_t round_up(size_t n, size_t unit) { return (n + unit - 1) / unit * unit; }
 
 }  // namespace
 
@@ -49,37 +56,9 @@ size_t CachingAllocator::segment_size(size_t rounded_bytes) {
 
 namespace {
 
+struct Block;
 struct Segment;
 struct PrivatePool;
-
-// A piece of a segment: handed out, pending free, or cached in its pool.
-struct Block {
-  uintptr_t ptr = 0;
-  size_t size = 0;
-  size_t requested_size = 0;
-  cudaStream_t stream = nullptr;
-  Block* prev = nullptr;  // neighbours within the segment, by address
-  Block* next = nullptr;
-  Segment* segment = nullptr;
-  bool allocated = false;
-  bool small = false;
-  int event_count = 0;  // events still to complete before it may be reused
-  const char* tag = nullptr;
-  const char* scope = nullptr;
-  uint64_t freed_tick = 0;  // when it entered the cache, for garbage collection
-  std::vector<cudaStream_t> stream_uses;  // other streams it was recorded on
-
-  bool is_split() const { return prev != nullptr || next != nullptr; }
-};
-
-struct Segment {
-  uintptr_t base = 0;
-  size_t size = 0;
-  cudaStream_t stream = nullptr;
-  bool small = false;
-  Block* head = nullptr;  // the lowest-addressed block
-  PrivatePool* pool = nullptr;  // the graph pool it belongs to; null: the general cache
-};
 
 struct SearchKey {
   cudaStream_t stream;
@@ -89,22 +68,13 @@ struct SearchKey {
 inline uintptr_t stream_key(cudaStream_t s) { return reinterpret_cast<uintptr_t>(s); }
 
 // Orders cached blocks by (stream, size, address), so lower_bound on
-// (stream, size) finds the best fit on that stream.
+// (stream, size) finds the best fit on that stream: the first block not less than
+// the key. Strict (`<` throughout, never `<=`), so it is a strict weak ordering
+// and a key sorts as a block of its size at address 0 would.
 struct BlockLess {
   using is_transparent = void;
-  bool operator()(const Block* a, const Block* b) const {
-    if (a->stream != b->stream) return stream_key(a->stream) < stream_key(b->stream);
-    if (a->size != b->size) return a->size < b->size;
-    return a->ptr < b->ptr;
-  }
-  bool operator()(const Block* a, const SearchKey& k) const {
-    if (a->stream != k.stream) return stream_key(a->stream) < stream_key(k.stream);
-    return a->size < k.size;
-  }
-  bool operator()(const SearchKey& k, const Block* b) const {
-    if (k.stream != b->stream) return stream_key(k.stream) < stream_key(b->stream);
-    return k.size <= b->size;
-  }
+  bool operator()(const Block* a, const Block* b) const;
+  bool operator()(const Block* a, const SearchKey& k) const;
 };
 
 // Recycles the nodes of the free-block sets: a node erased from a set is kept on
@@ -161,6 +131,55 @@ struct NodeAllocator {
 
 using BlockSet = std::set<Block*, BlockLess, NodeAllocator<Block*>>;
 
+// A piece of a segment: handed out, pending free, or cached in its pool.
+struct Block {
+  uintptr_t ptr = 0;
+  size_t size = 0;
+  size_t requested_size = 0;
+  cudaStream_t stream = nullptr;
+  Block* prev = nullptr;  // neighbours within the segment, by address
+  Block* next = nullptr;
+  Segment* segment = nullptr;
+  bool allocated = false;
+  bool small = false;
+  bool cached = false;  // in its pool's set, at `where`
+  int event_count = 0;  // events (or pools, or the quarantine) still to release it
+  const char* tag = nullptr;
+  const char* scope = nullptr;
+  uint64_t gc_base = 0;  // large-pool lookups when it was cached (garbage collection age)
+  // Its node while cached: a cache hit and a free change a block's size in place
+  // and move the node only when the order needs it (see reposition_*).
+  BlockSet::iterator where{};
+  std::vector<cudaStream_t> stream_uses;  // other streams it was recorded on
+
+  bool is_split() const { return prev != nullptr || next != nullptr; }
+};
+
+bool BlockLess::operator()(const Block* a, const Block* b) const {
+  if (a->stream != b->stream) return stream_key(a->stream) < stream_key(b->stream);
+  if (a->size != b->size) return a->size < b->size;
+  return a->ptr < b->ptr;
+}
+bool BlockLess::operator()(const Block* a, const SearchKey& k) const {
+  if (a->stream != k.stream) return stream_key(a->stream) < stream_key(k.stream);
+  return a->size < k.size;
+}
+
+// A range of memory blocks are carved from. An ordinary segment is one backend
+// allocation, all of it memory (mapped == size). An expandable segment is a
+// reservation of address space (size) of which only the first `mapped` bytes,
+// whole pages, are backed by memory; its blocks tile exactly that prefix.
+struct Segment {
+  uintptr_t base = 0;
+  size_t size = 0;
+  size_t mapped = 0;
+  cudaStream_t stream = nullptr;
+  bool small = false;
+  bool expandable = false;
+  Block* head = nullptr;        // the lowest-addressed block
+  PrivatePool* pool = nullptr;  // the graph pool it belongs to; null: the general cache
+};
+
 // A CUDA graph's memory: the free blocks of its own segments, and the general
 // blocks freed while it captured (held until it is released).
 struct PrivatePool {
@@ -171,6 +190,70 @@ struct PrivatePool {
   bool capturing = false;
   cudaStream_t stream = nullptr;  // the stream it captures
   std::vector<Block*> held;
+};
+
+// A StatArray as the hot path keeps it: per pool only the current value, peak and
+// total added, with `freed` implied (base + allocated - current, base being the
+// current value at the last reset_accumulated) and the aggregate's current value
+// and totals the pools' sums; only the aggregate's peak is its own. Stat's four
+// numbers for three pool types are thus kept by two adds and a max on increase
+// and one subtraction on decrease.
+struct Counter {
+  struct Pool {
+    int64_t current = 0;
+    int64_t peak = 0;
+    int64_t allocated = 0;
+    int64_t base = 0;
+  };
+  Pool pools[2];  // [0] small pool, [1] large pool
+  int64_t peak = 0;  // of the aggregate
+
+  int64_t current() const { return pools[0].current + pools[1].current; }
+  void reset_peak() {
+    for (Pool& p : pools) p.peak = p.current;
+    peak = current();
+  }
+  void reset_accumulated() {
+    for (Pool& p : pools) {
+      p.allocated = 0;
+      p.base = p.current;
+    }
+  }
+  StatArray to_stat_array() const {
+    StatArray a;
+    for (size_t i = 0; i < 2; ++i) {
+      const Pool& p = pools[i];
+      Stat& s = a[i == 0 ? kSmallPool : kLargePool];
+      s = Stat{p.current, p.peak, p.allocated, p.base + p.allocated - p.current};
+      a[kAggregate].current += s.current;
+      a[kAggregate].allocated += s.allocated;
+      a[kAggregate].freed += s.freed;
+    }
+    a[kAggregate].peak = peak;
+    return a;
+  }
+};
+
+// MemoryStats' nine StatArrays, as Counters.
+struct Counters {
+  Counter allocation, segment, active, inactive_split, allocated_bytes, reserved_bytes,
+      active_bytes, inactive_split_bytes, requested_bytes;
+
+  std::array<Counter*, 9> all() {
+    return {&allocation, &segment, &active, &inactive_split, &allocated_bytes, &reserved_bytes,
+            &active_bytes, &inactive_split_bytes, &requested_bytes};
+  }
+  void write_to(MemoryStats& s) const {
+    s.allocation = allocation.to_stat_array();
+    s.segment = segment.to_stat_array();
+    s.active = active.to_stat_array();
+    s.inactive_split = inactive_split.to_stat_array();
+    s.allocated_bytes = allocated_bytes.to_stat_array();
+    s.reserved_bytes = reserved_bytes.to_stat_array();
+    s.active_bytes = active_bytes.to_stat_array();
+    s.inactive_split_bytes = inactive_split_bytes.to_stat_array();
+    s.requested_bytes = requested_bytes.to_stat_array();
+  }
 };
 
 // Live allocations by address: open addressing with linear probing, so a lookup
@@ -242,7 +325,51 @@ class PointerMap {
   size_t count_ = 0;
 };
 
+// The allocator's lock, taken twice per allocate/free round trip, where a locked
+// instruction is the largest single cost (about 12-25 ns each on the machines
+// measured): so one per lock() and none per unlock(), a plain release store.
+// The price is that a waiter cannot be woken: it spins briefly, then yields, then
+// sleeps in short naps, which suits a lock held for a few hundred nanoseconds,
+// rarely contended, and only now and then for long (a cudaMalloc, an event wait).
+class AllocatorMutex {
+ public:
+  void lock() noexcept {
+    if (!locked_.exchange(true, std::memory_order_acquire)) [[likely]] return;
+    lock_contended();
+  }
+  void unlock() noexcept { locked_.store(false, std::memory_order_release); }
+
+ private:
+  void lock_contended() noexcept {
+    for (unsigned tries = 0;; ++tries) {
+      while (locked_.load(std::memory_order_relaxed)) {
+        if (tries < 64) {
+#if defined(__x86_64__) || defined(__i386__)
+          __builtin_ia32_pause();
+#endif
+        } else if (tries < 1024) {
+          std::this_thread::yield();
+        } else {
+          std::this_thread::sleep_for(std::chrono::microseconds(20));
+        }
+        ++tries;
+      }
+      if (!locked_.exchange(true, std::memory_order_acquire)) return;
+    }
+  }
+
+  std::atomic<bool> locked_{false};
+};
+
+std::mutex g_default_advisor_mutex;
+OutOfMemoryAdvisor g_default_advisor;  // under g_default_advisor_mutex
+
 }  // namespace
+
+void set_default_out_of_memory_advisor(OutOfMemoryAdvisor advisor) {
+  std::lock_guard lock(g_default_advisor_mutex);
+  g_default_advisor = std::move(advisor);
+}
 
 class CachingAllocator::Impl {
  public:
@@ -254,13 +381,27 @@ class CachingAllocator::Impl {
     stats_.max_split_size = options_.max_split_size == AllocatorOptions::kNoMaxSplit
                                 ? -1
                                 : static_cast<int64_t>(options_.max_split_size);
+    if (options_.expandable_segments) {
+      std::string why;
+      if (backend_->supports_virtual_memory(&why) && backend_->granularity() > 0) {
+        expandable_ = true;
+        page_ = backend_->granularity();
+      } else {
+        warn_no_expandable(why);
+      }
+    }
   }
 
   ~Impl() {
     for (auto& [event, block] : pending_events_) backend_->destroy_event(event);
     for (Backend::EventHandle e : spare_events_) backend_->destroy_event(e);
     for (auto& [base, seg] : segments_) {
-      backend_->raw_free(reinterpret_cast<void*>(seg->base));
+      if (seg->expandable) {
+        if (seg->mapped > 0) backend_->unmap_pages(reinterpret_cast<void*>(seg->base), seg->mapped);
+        backend_->release_address_space(reinterpret_cast<void*>(seg->base), seg->size);
+      } else {
+        backend_->raw_free(reinterpret_cast<void*>(seg->base));
+      }
       for (Block* b = seg->head; b != nullptr;) delete std::exchange(b, b->next);
       delete seg;
     }
@@ -276,13 +417,16 @@ class CachingAllocator::Impl {
     PrivatePool* target = nullptr;
     if (!capturing_.empty()) [[unlikely]]
       target = capturing_pool(stream);  // and no event queries: a capture forbids them
-    else if (!pending_events_.empty())
+    else if (!pending_events_.empty() || !deferred_.empty()) [[unlikely]]
       process_events();
     if (options_.sanitize) [[unlikely]] return sanitized_allocate(bytes, stream);
-    const size_t size = round_size(bytes, options_);
+    // Without roundup_power2_divisions a request rounds to 512 bytes (round_size).
+    const size_t size = plain_rounding_ && bytes <= kMaxRequest
+                            ? std::max(kMinBlockSize, (bytes + kMinBlockSize - 1) & ~(kMinBlockSize - 1))
+                            : round_size(bytes, options_);
     const bool small = size <= kSmallSize;
     Block* block = take_cached_block(small, stream, size, target);
-    if (block == nullptr) block = new_segment(small, stream, size, target);
+    if (block == nullptr) [[unlikely]] block = allocate_memory(small, stream, size, bytes, target);
     return hand_out(block, size, bytes);
   }
 
@@ -290,20 +434,22 @@ class CachingAllocator::Impl {
     if (ptr == nullptr) return;
     std::lock_guard lock(mutex_);
     Block* block = allocated_.erase(reinterpret_cast<uintptr_t>(ptr));
-    if (block == nullptr) {
+    if (block == nullptr) [[unlikely]] {
       std::fprintf(stderr, "ember: deallocate(%p): not a live allocation of this allocator; "
                    "ignored\n", ptr);
       return;
     }
     block->allocated = false;
     const size_t type = pool_type(block->small);
-    update(stats_.allocation, type, -1);
-    update(stats_.allocated_bytes, type, -static_cast<int64_t>(block->size));
+    decrease(c_.allocation, type, 1);
+    decrease(c_.allocated_bytes, type, block->size);
     if (block->size >= options_.max_split_size) stats_.oversize_allocations.decrease(1);
     if (history_on_)
-      record(TraceAction::free, block->ptr, block->size, block->stream, block->tag, block->scope);
+      record(TraceAction::free_requested, block->ptr, block->size, block->stream, block->tag,
+             block->scope, block->requested_size);
     if (block->segment->pool != nullptr) [[unlikely]] {
-      // A graph's block: the graph orders its uses; it waits for no other stream.
+      // A graph's block goes back to that graph's pool, whichever captures are
+      // underway: the graph orders its uses; it waits for no other stream.
       block->stream_uses.clear();
       release_to_pool(block);
       return;
@@ -312,12 +458,19 @@ class CachingAllocator::Impl {
       hold(block);
       return;
     }
-    free_block(block);
+    if (block->stream_uses.empty() && !options_.sanitize) [[likely]] release_to_pool(block);
+    else free_block(block);
   }
 
   // The rest of a free: wait for the streams the block was used on, then cache it.
   void free_block(Block* block) noexcept {
-    if (!block->stream_uses.empty()) {
+    if (!block->stream_uses.empty()) [[unlikely]] {
+      if (!capturing_.empty()) {
+        // Recording an event on a stream being captured would put it in the
+        // graph; wait until no capture is underway (as PyTorch does).
+        defer(block);
+        return;
+      }
       try {
         record_events(block);
       } catch (const std::exception& e) {
@@ -397,19 +550,19 @@ class CachingAllocator::Impl {
     // Nothing below throws: the pool is gone in one piece.
     p->small.clear();
     p->large.clear();
+    for (Block* b : cached) b->cached = false;
     for (auto& [base, seg] : segments_) {
       if (seg->pool != p) continue;
       seg->pool = nullptr;
       seg->stream = stream;
       for (Block* b = seg->head; b != nullptr; b = b->next) b->stream = stream;
     }
-    for (Block* b : cached) pool_of(b).insert(b);
+    for (Block* b : cached) cache_insert(b);
     private_pools_.erase(id);
-    for (Block* b : held) {
-      --b->event_count;
-      if (!capturing_.empty()) hold(b);  // another graph is capturing
-      else free_block(b);
-    }
+    // A general block freed during this capture was held by every pool capturing
+    // at that moment; it is free once the last of them is released.
+    for (Block* b : held)
+      if (--b->event_count == 0) free_block(b);
   }
 
   bool capture_underway() const {
@@ -417,19 +570,33 @@ class CachingAllocator::Impl {
     return !capturing_.empty();
   }
 
-  MemoryStats stats() const {
+  MemoryStats stats(bool with_gauges) const {
     std::lock_guard lock(mutex_);
-    return stats_;
+    MemoryStats s = stats_;
+    c_.write_to(s);
+    if (with_gauges) fill_gauges(s);
+    return s;
+  }
+
+  int64_t current(Counter Counters::*member) const {
+    std::lock_guard lock(mutex_);
+    return (c_.*member).current();
+  }
+  int64_t peak(Counter Counters::*member) const {
+    std::lock_guard lock(mutex_);
+    return (c_.*member).peak;
   }
 
   void reset_peak() {
     std::lock_guard lock(mutex_);
     stats_.reset_peak();
+    for (Counter* c : c_.all()) c->reset_peak();
   }
 
   void reset_accumulated() {
     std::lock_guard lock(mutex_);
     stats_.reset_accumulated();
+    for (Counter* c : c_.all()) c->reset_accumulated();
   }
 
   std::string summary(bool abbreviated) const {
@@ -437,7 +604,9 @@ class CachingAllocator::Impl {
                             ? std::string("ember CPU memory summary")
                             : "ember CUDA memory summary, device ID " +
                                   std::to_string(backend_->device());
-    return format_memory_summary(stats(), title, backend_->is_host(), abbreviated);
+    const MemoryStats s = stats(true);
+    return format_memory_summary(s, title, backend_->is_host(), abbreviated) +
+           format_fragmentation_line(s) + "\n";
   }
 
   MemorySnapshot snapshot() const {
@@ -447,9 +616,12 @@ class CachingAllocator::Impl {
     snap.host = backend_->is_host();
     snap.segments.reserve(segments_.size());
     for (const auto& [base, seg] : segments_) {
+      if (seg->mapped == 0) continue;
       SegmentSnapshot s;
       s.address = seg->base;
-      s.total_size = seg->size;
+      s.total_size = seg->mapped;
+      s.address_space_size = seg->size;
+      s.expandable = seg->expandable;
       s.stream = seg->stream;
       s.is_large = !seg->small;
       for (const Block* b = seg->head; b != nullptr; b = b->next) {
@@ -471,13 +643,7 @@ class CachingAllocator::Impl {
       }
       snap.segments.push_back(std::move(s));
     }
-    if (!history_.empty()) {
-      // The ring's oldest entry sits at history_next_ once it has wrapped.
-      snap.trace.reserve(history_.size());
-      size_t start = history_.size() < history_capacity_ ? 0 : history_next_;
-      for (size_t i = 0; i < history_.size(); ++i)
-        snap.trace.push_back(history_[(start + i) % history_.size()]);
-    }
+    snap.trace = history_in_order();
     return snap;
   }
 
@@ -503,7 +669,13 @@ class CachingAllocator::Impl {
     history_next_ = 0;
   }
 
+  void set_advisor(OutOfMemoryAdvisor advisor) {
+    std::lock_guard lock(mutex_);
+    advisor_ = std::move(advisor);
+  }
+
   const AllocatorOptions& options() const { return options_; }
+  bool expandable() const { return expandable_; }
   Backend& backend() { return *backend_; }
 
   std::vector<SanitizerReport> sanitizer_reports() const {
@@ -518,11 +690,11 @@ class CachingAllocator::Impl {
   // The block for `bytes` plus both guards, handed out as usual, then filed under
   // the pointer the caller gets (past the front guard) with its guards written.
   void* sanitized_allocate(size_t bytes, cudaStream_t stream) {
-    if (bytes > kMaxRequest) throw_out_of_memory(bytes, stream);
+    if (bytes > kMaxRequest) throw_out_of_memory(bytes, kMaxRequest, kMaxRequest, stream);
     const size_t size = round_size(bytes + kGuardFront + kGuardBackMin, options_);
     const bool small = size <= kSmallSize;
-    Block* block = take_cached_block(small, stream, size);
-    if (block == nullptr) block = new_segment(small, stream, size);
+    Block* block = take_cached_block(small, stream, size, nullptr);
+    if (block == nullptr) block = allocate_memory(small, stream, size, bytes, nullptr);
     const auto base = reinterpret_cast<uintptr_t>(hand_out(block, size, bytes));
     block = allocated_.erase(base);
     allocated_.insert(base + kGuardFront, block);
@@ -534,9 +706,12 @@ class CachingAllocator::Impl {
       // The caller never saw the pointer: take the block back as a free would.
       allocated_.erase(base + kGuardFront);
       block->allocated = false;
+      if (history_on_)
+        record(TraceAction::free_requested, block->ptr, block->size, block->stream, block->tag,
+               block->scope, block->requested_size);
       const size_t type = pool_type(block->small);
-      update(stats_.allocation, type, -1);
-      update(stats_.allocated_bytes, type, -static_cast<int64_t>(block->size));
+      decrease(c_.allocation, type, 1);
+      decrease(c_.allocated_bytes, type, block->size);
       if (block->size >= options_.max_split_size) stats_.oversize_allocations.decrease(1);
       release_to_pool(block);
       throw;
@@ -642,15 +817,21 @@ class CachingAllocator::Impl {
  private:
   static size_t pool_type(bool small) { return small ? kSmallPool : kLargePool; }
 
-  // Applies a change to the aggregate and the pool's counter.
-  static void update(StatArray& a, size_t type, int64_t delta) {
-    if (delta >= 0) {
-      a[kAggregate].increase(delta);
-      a[type].increase(delta);
-    } else {
-      a[kAggregate].decrease(-delta);
-      a[type].decrease(-delta);
-    }
+  // Changes the pool's counter, and the aggregate's peak (always inlined: a round
+  // trip makes about twenty of these).
+  [[gnu::always_inline]] static void increase(Counter& a, size_t type, size_t n) {
+    Counter::Pool& p = a.pools[type == kLargePool];
+    p.current += static_cast<int64_t>(n);
+    p.allocated += static_cast<int64_t>(n);
+    p.peak = std::max(p.peak, p.current);
+    a.peak = std::max(a.peak, a.current());
+  }
+  [[gnu::always_inline]] static void decrease(Counter& a, size_t type, size_t n) {
+    a.pools[type == kLargePool].current -= static_cast<int64_t>(n);
+  }
+  static void update(Counter& a, size_t type, int64_t delta) {
+    if (delta > 0) increase(a, type, static_cast<size_t>(delta));
+    else if (delta < 0) decrease(a, type, static_cast<size_t>(-delta));
   }
 
   BlockSet& pool(bool small) { return small ? small_pool_ : large_pool_; }
@@ -674,17 +855,46 @@ class CachingAllocator::Impl {
     return nullptr;
   }
 
-  // A general block freed during a capture: the graph may read or write it on
-  // replay, so it stays pending until the capturing pool is released.
+  // A general block freed during a capture: any graph capturing now may read or
+  // write it on replay, so it stays pending (event_count) until every one of those
+  // pools is released. Pools that begin capturing later cannot have used it.
   void hold(Block* block) noexcept {
+    for (PrivatePool* p : capturing_) {
+      try {
+        p->held.push_back(block);
+        ++block->event_count;
+      } catch (const std::exception&) {
+        // Out of host memory: the pools that took it hold it; if none could, the
+        // lesser harm is to cache it now.
+      }
+    }
+    if (block->event_count == 0) release_to_pool(block);
+  }
+
+  // A block used on other streams, freed while a capture is underway: its events
+  // are recorded once no capture is (process_events, release_cached_blocks).
+  void defer(Block* block) noexcept {
     try {
-      capturing_.front()->held.push_back(block);
-      ++block->event_count;
+      deferred_.push_back(block);
+      block->event_count = 1;  // shown as pending free, never merged meanwhile
     } catch (const std::exception&) {
-      free_block(block);  // out of host memory: the lesser harm is to cache it now
+      block->stream_uses.clear();  // out of host memory: cache it without waiting
+      release_to_pool(block);
     }
   }
 
+  void process_deferred() {
+    std::vector<Block*> blocks = std::move(deferred_);
+    deferred_.clear();
+    for (Block* b : blocks) {
+      b->event_count = 0;
+      free_block(b);
+    }
+  }
+
+  // A block that is not allocated, cached or pending, with no request, site or
+  // stream uses; the caller sets where it is (ptr, size, stream, small, segment,
+  // prev, next).
   Block* new_block() {
     if (spare_blocks_.empty()) return new Block;
     Block* b = spare_blocks_.back();
@@ -692,110 +902,96 @@ class CachingAllocator::Impl {
     return b;
   }
 
+  // Back to the spares. Every block that is recycled is already free, uncached
+  // and not pending (event_count 0), with no stream uses; what a new owner would
+  // otherwise read stale is reset here.
   void recycle(Block* b) {
-    b->stream_uses.clear();  // keeps its capacity for the next user
-    std::vector<cudaStream_t> uses = std::move(b->stream_uses);
-    *b = Block{};
-    b->stream_uses = std::move(uses);
+    b->requested_size = 0;
+    b->tag = b->scope = nullptr;
     spare_blocks_.push_back(b);
   }
 
-  // The best-fitting cached block, taken out of its pool (`target`, or the
-  // general cache when null), or nullptr.
+  // --- the free-block sets. A cached block's node is at b->where. Its key (size,
+  // address) may change in place when the change keeps the set ordered: a block
+  // that shrank can only be out of order with its predecessor, one that grew only
+  // with its successor, so one neighbour is compared and the node moved if needed.
+
+  void cache_insert(Block* b) {
+    b->gc_base = large_lookups_;
+    b->where = pool_of(b).insert(b).first;
+    b->cached = true;
+  }
+
+  void cache_erase(Block* b) {
+    pool_of(b).erase(b->where);
+    b->cached = false;
+  }
+
+  void reposition(BlockSet& set, Block* b) {
+    auto node = set.extract(b->where);
+    b->where = set.insert(std::move(node)).position;
+  }
+
+  void reposition_shrunk(Block* b) {
+    BlockSet& set = pool_of(b);
+    if (b->where != set.begin() && BlockLess{}(b, *std::prev(b->where))) reposition(set, b);
+    b->gc_base = large_lookups_;
+  }
+
+  void reposition_grown(Block* b) {
+    BlockSet& set = pool_of(b);
+    auto next = std::next(b->where);
+    if (next != set.end() && BlockLess{}(*next, b)) reposition(set, b);
+    b->gc_base = large_lookups_;
+  }
+
+  // An expandable segment's last block when it is free: growing the segment
+  // extends it, so as a best fit it counts as larger than it is.
+  static bool growable_tail(const Block* b) {
+    return b->next == nullptr && b->segment->expandable && b->segment->mapped < b->segment->size;
+  }
+
+  // The best-fitting cached block, still in its pool (`target`, or the general
+  // cache when null), or nullptr.
   Block* take_cached_block(bool small, cudaStream_t stream, size_t size,
-                           PrivatePool* target = nullptr) {
+                           PrivatePool* target) {
     BlockSet& blocks = target == nullptr ? pool(small) : small ? target->small : target->large;
+    if (!small && target == nullptr) ++large_lookups_;
     auto it = blocks.lower_bound(SearchKey{stream, size});
     if (it == blocks.end() || (*it)->stream != stream) return nullptr;
-    const size_t found = (*it)->size;
+    Block* b = *it;
+    if (b->segment->expandable) [[unlikely]] {
+      // As PyTorch: prefer any other fitting block to a segment's growable tail,
+      // which is as good as fresh memory.
+      for (auto next = std::next(it); growable_tail(b) && next != blocks.end() &&
+                                      (*next)->stream == stream;
+           ++next)
+        if (!growable_tail(*next)) b = *next;
+      return b;  // max_split_size does not apply inside expandable segments
+    }
     const size_t max_split = options_.max_split_size;
     // An unsplittable block would waste its excess on a normal request...
-    if (size < max_split && found >= max_split) return nullptr;
+    if (size < max_split && b->size >= max_split) return nullptr;
     // ...and an oversize request may round up only so far.
-    if (size >= max_split && found - size >= options_.max_non_split_rounding) return nullptr;
-    Block* b = *it;
-    blocks.erase(it);
+    if (size >= max_split && b->size - size >= options_.max_non_split_rounding) return nullptr;
     return b;
-  }
-
-  // A fresh segment as one block; frees the cache and retries once when the
-  // backend fails, and throws OutOfMemoryError when that fails too.
-  // While a graph captures, nothing is freed: the capture forbids cudaFree and
-  // event waits, and a replay may use what a graph was given.
-  Block* new_segment(bool small, cudaStream_t stream, size_t size,
-                     PrivatePool* target = nullptr) {
-    const size_t bytes = segment_size(size);
-    const bool may_free = capturing_.empty();
-    if (may_free && options_.garbage_collection_threshold > 0.0) collect_garbage();
-    void* ptr = backend_->raw_alloc(bytes);
-    if (ptr == nullptr && may_free) {
-      release_cached_blocks();
-      ++stats_.num_alloc_retries;
-      ptr = backend_->raw_alloc(bytes);
-    }
-    if (ptr == nullptr) throw_out_of_memory(bytes, stream);
-
-    auto* seg =
-        new Segment{reinterpret_cast<uintptr_t>(ptr), bytes, stream, small, nullptr, target};
-    Block* b = new_block();
-    b->ptr = seg->base;
-    b->size = bytes;
-    b->stream = stream;
-    b->small = small;
-    b->segment = seg;
-    seg->head = b;
-    segments_.emplace(seg->base, seg);
-
-    const size_t type = pool_type(small);
-    update(stats_.segment, type, 1);
-    update(stats_.reserved_bytes, type, static_cast<int64_t>(bytes));
-    if (bytes >= options_.max_split_size) stats_.oversize_segments.increase(1);
-    ++stats_.num_device_alloc;
-    if (history_on_) record(TraceAction::segment_alloc, seg->base, bytes, stream, AllocationTag::current());
-    return b;
-  }
-
-  [[noreturn]] void throw_out_of_memory(size_t bytes, cudaStream_t stream) {
-    ++stats_.num_ooms;
-    if (history_on_) record(TraceAction::oom, 0, bytes, stream, AllocationTag::current());
-    Backend::MemoryInfo info;
-    const bool capturing = !capturing_.empty();
-    try {
-      if (!capturing) info = backend_->memory_info();  // a device query a capture may forbid
-    } catch (const std::exception&) {
-      // Leave capacity unknown (0) rather than replace the OOM with another error.
-    }
-    const int64_t allocated = stats_.allocated_bytes[kAggregate].current;
-    const int64_t unallocated = stats_.reserved_bytes[kAggregate].current - allocated;
-    const bool host = backend_->is_host();
-    std::string where = host ? "The host" : "GPU " + std::to_string(backend_->device());
-    throw OutOfMemoryError(detail::str_cat(
-        host ? "CPU" : "CUDA", " out of memory. Tried to allocate ", format_bytes(bytes), ". ",
-        where, " has a total capacity of ", format_bytes(info.total), " of which ",
-        format_bytes(info.free), " is free. Of the allocated memory ",
-        format_bytes(static_cast<uint64_t>(allocated)), " is allocated by ember, and ",
-        format_bytes(static_cast<uint64_t>(unallocated)),
-        " is reserved by ember but unallocated. If reserved but unallocated memory is large "
-        "try setting ",
-        kAllocConfEnvVar, "=max_split_size_mb:<MiB, more than 20> to avoid fragmentation.",
-        capturing ? " A CUDA graph was being captured, so the cache was not freed to retry (and "
-                    "the capacity was not queried): capture with more memory free."
-                  : ""));
   }
 
   bool should_split(const Block* b, size_t size) const {
     const size_t remaining = b->size - size;
-    if (b->small) return remaining >= kMinBlockSize;
+    if (b->small || b->segment->expandable) return remaining >= kMinBlockSize;
     return size < options_.max_split_size && remaining > kSmallSize;
   }
 
-  // Splits off what the request does not need, marks the block allocated and
-  // counts it.
+  // Takes `block` out of the cache (if cached), splits off what the request does
+  // not need (the remainder stays cached, in place), marks it allocated and counts it.
   void* hand_out(Block* block, size_t size, size_t requested) {
     const size_t type = pool_type(block->small);
+    const bool counts_split = !block->segment->expandable;  // as PyTorch: see format_fragmentation_line
     const bool was_split = block->is_split();
     if (should_split(block, size)) {
-      // The allocation takes the front; the original block becomes the remainder.
+      // The allocation takes the front; the original block becomes the remainder
+      // and keeps its place in the set when the order allows.
       Block* rest = block;
       block = new_block();
       block->ptr = rest->ptr;
@@ -810,19 +1006,25 @@ class CachingAllocator::Impl {
       rest->prev = block;
       rest->ptr += size;
       rest->size -= size;
-      pool_of(rest).insert(rest);
-      if (was_split) {
-        // An inactive split block shrank by `size`.
-        update(stats_.inactive_split_bytes, type, -static_cast<int64_t>(size));
-      } else {
-        // An unsplit block became a split, leaving an inactive remainder.
-        update(stats_.inactive_split_bytes, type, static_cast<int64_t>(rest->size));
-        update(stats_.inactive_split, type, 1);
+      if (rest->cached) reposition_shrunk(rest);
+      else cache_insert(rest);
+      if (counts_split) {
+        if (was_split) {
+          // An inactive split block shrank by `size`.
+          decrease(c_.inactive_split_bytes, type, size);
+        } else {
+          // An unsplit block became a split, leaving an inactive remainder.
+          increase(c_.inactive_split_bytes, type, rest->size);
+          increase(c_.inactive_split, type, 1);
+        }
       }
-    } else if (was_split) {
-      // A whole inactive split block becomes active.
-      update(stats_.inactive_split_bytes, type, -static_cast<int64_t>(block->size));
-      update(stats_.inactive_split, type, -1);
+    } else {
+      if (block->cached) cache_erase(block);
+      if (was_split && counts_split) {
+        // A whole inactive split block becomes active.
+        decrease(c_.inactive_split_bytes, type, block->size);
+        decrease(c_.inactive_split, type, 1);
+      }
     }
     block->allocated = true;
     block->requested_size = requested;
@@ -830,67 +1032,84 @@ class CachingAllocator::Impl {
     block->scope = AllocationScope::current();
     allocated_.insert(block->ptr, block);
 
-    const auto block_bytes = static_cast<int64_t>(block->size);
-    update(stats_.allocation, type, 1);
-    update(stats_.allocated_bytes, type, block_bytes);
-    update(stats_.active, type, 1);
-    update(stats_.active_bytes, type, block_bytes);
-    update(stats_.requested_bytes, type, static_cast<int64_t>(requested));
+    increase(c_.allocation, type, 1);
+    increase(c_.allocated_bytes, type, block->size);
+    increase(c_.active, type, 1);
+    increase(c_.active_bytes, type, block->size);
+    increase(c_.requested_bytes, type, requested);
     if (block->size >= options_.max_split_size) stats_.oversize_allocations.increase(1);
     if (history_on_)
-      record(TraceAction::alloc, block->ptr, block->size, block->stream, block->tag, block->scope);
+      record(TraceAction::alloc, block->ptr, block->size, block->stream, block->tag, block->scope,
+             requested);
     return reinterpret_cast<void*>(block->ptr);
   }
 
-  // Absorbs `src` into `dst` when it is cached; returns the bytes absorbed.
-  size_t try_merge(Block* dst, Block* src) {
-    if (src == nullptr || src->allocated || src->event_count > 0 || !src->stream_uses.empty())
-      return 0;
-    pool_of(src).erase(src);
-    if (dst->prev == src) {
-      dst->ptr = src->ptr;
-      dst->prev = src->prev;
-      if (dst->prev != nullptr) dst->prev->next = dst;
-      else dst->segment->head = dst;
-    } else {
-      dst->next = src->next;
-      if (dst->next != nullptr) dst->next->prev = dst;
-    }
-    const size_t absorbed = src->size;
-    dst->size += absorbed;
-    recycle(src);
-    return absorbed;
+  // Unlinks `b` from its segment's list (its neighbours now meet) and recycles it.
+  [[gnu::always_inline]] void unlink(Block* b) {
+    if (b->prev != nullptr) b->prev->next = b->next;
+    else b->segment->head = b->next;
+    if (b->next != nullptr) b->next->prev = b->prev;
+    recycle(b);
   }
 
-  // A block nobody uses any more: merged with its free neighbours and cached.
+  // A block nobody uses any more: merged with its cached neighbours and cached.
+  // When a neighbour is cached, the merged block takes that neighbour's node.
   void release_to_pool(Block* block) {
+    if (history_on_)
+      record(TraceAction::free_completed, block->ptr, block->size, block->stream, block->tag,
+             block->scope, block->requested_size);
     const size_t type = pool_type(block->small);
-    const auto original_size = static_cast<int64_t>(block->size);
-    const auto requested = static_cast<int64_t>(block->requested_size);
+    const size_t original_size = block->size;
+    const size_t requested = block->requested_size;
+    const bool counts_split = !block->segment->expandable;
+    Block* prev = block->prev;
+    Block* next = block->next;
+    const bool merge_prev = prev != nullptr && prev->cached;
+    const bool merge_next = next != nullptr && next->cached;
     int64_t split_blocks = 0;
     int64_t split_bytes = 0;
-    for (Block* neighbour : {block->prev, block->next}) {
-      size_t absorbed = try_merge(block, neighbour);
-      if (absorbed > 0) {
-        split_blocks -= 1;
-        split_bytes -= static_cast<int64_t>(absorbed);
-      }
+    Block* merged = block;
+    if (merge_prev && merge_next) {
+      split_blocks = -2;
+      split_bytes = -static_cast<int64_t>(prev->size + next->size);
+      prev->size += block->size + next->size;
+      cache_erase(next);
+      unlink(block);
+      unlink(next);
+      merged = prev;
+      reposition_grown(prev);
+    } else if (merge_prev) {
+      split_blocks = -1;
+      split_bytes = -static_cast<int64_t>(prev->size);
+      prev->size += block->size;
+      unlink(block);
+      merged = prev;
+      reposition_grown(prev);
+    } else if (merge_next) {
+      split_blocks = -1;
+      split_bytes = -static_cast<int64_t>(next->size);
+      next->ptr = block->ptr;
+      next->size += block->size;
+      unlink(block);
+      merged = next;
+      reposition_grown(next);
+    } else {
+      block->requested_size = 0;
+      block->tag = nullptr;
+      block->scope = nullptr;
+      cache_insert(block);
     }
-    if (block->is_split()) {
+    if (merged->is_split()) {
       split_blocks += 1;
-      split_bytes += static_cast<int64_t>(block->size);
+      split_bytes += static_cast<int64_t>(merged->size);
     }
-    block->requested_size = 0;
-    block->tag = nullptr;
-    block->scope = nullptr;
-    block->freed_tick = ++tick_;
-    pool_of(block).insert(block);
-
-    update(stats_.inactive_split, type, split_blocks);
-    update(stats_.inactive_split_bytes, type, split_bytes);
-    update(stats_.active, type, -1);
-    update(stats_.active_bytes, type, -original_size);
-    update(stats_.requested_bytes, type, -requested);
+    if (counts_split) {
+      update(c_.inactive_split, type, split_blocks);
+      update(c_.inactive_split_bytes, type, split_bytes);
+    }
+    decrease(c_.active, type, 1);
+    decrease(c_.active_bytes, type, original_size);
+    decrease(c_.requested_bytes, type, requested);
   }
 
   Backend::EventHandle take_event() {
@@ -924,8 +1143,10 @@ class CachingAllocator::Impl {
     }
   }
 
-  // Caches every block whose events have all completed.
+  // Records the events deferred during captures, then caches every block whose
+  // events have all completed.
   void process_events() {
+    if (!deferred_.empty()) process_deferred();
     size_t kept = 0;
     for (size_t i = 0; i < pending_events_.size(); ++i) {
       auto [event, block] = pending_events_[i];
@@ -937,6 +1158,7 @@ class CachingAllocator::Impl {
 
   void synchronize_and_free_events() {
     ++stats_.num_sync_all_streams;
+    if (!deferred_.empty()) process_deferred();
     while (!pending_events_.empty()) {
       auto [event, block] = pending_events_.back();
       backend_->synchronize_event(event);
@@ -945,12 +1167,214 @@ class CachingAllocator::Impl {
     }
   }
 
+  // -------------------------------------------------------------------------------
+  // memory from the backend
+
+  // A block of at least `size` bytes from new memory, not cached. The steps, as
+  // PyTorch's malloc: garbage collection (if set), then the backend; if that fails,
+  // return cached oversize blocks just large enough and try again; if that fails,
+  // return everything cached and try once more (num_alloc_retries). Then
+  // OutOfMemoryError. While a graph captures, nothing is returned: the capture
+  // forbids frees and waits, and a replay may use what any graph was given.
+  Block* allocate_memory(bool small, cudaStream_t stream, size_t size, size_t requested,
+                         PrivatePool* target) {
+    const bool may_free = capturing_.empty();
+    if (may_free && options_.garbage_collection_threshold > 0.0) garbage_collect();
+    Block* b = try_allocate_memory(small, stream, size, target);
+    if (b == nullptr && may_free && release_available_cached_blocks(small, stream, size))
+      b = try_allocate_memory(small, stream, size, target);
+    if (b == nullptr && may_free) {
+      release_cached_blocks();
+      ++stats_.num_alloc_retries;
+      b = try_allocate_memory(small, stream, size, target);
+    }
+    if (b == nullptr) throw_out_of_memory(requested, size, segment_size(size), stream);
+    return b;
+  }
+
+  Block* try_allocate_memory(bool small, cudaStream_t stream, size_t size, PrivatePool* target) {
+    if (expandable_) {
+      bool no_address_space = false;
+      Block* b = grow_expandable(small, stream, size, target, no_address_space);
+      if (!no_address_space) return b;
+    }
+    return new_segment(small, stream, size, target);
+  }
+
+  // A fresh ordinary segment as one block, or nullptr when the backend has no memory.
+  Block* new_segment(bool small, cudaStream_t stream, size_t size, PrivatePool* target) {
+    const size_t bytes = segment_size(size);
+    void* ptr = backend_->raw_alloc(bytes);
+    if (ptr == nullptr) return nullptr;
+    auto* seg = new Segment;
+    seg->base = reinterpret_cast<uintptr_t>(ptr);
+    seg->size = seg->mapped = bytes;
+    seg->stream = stream;
+    seg->small = small;
+    seg->pool = target;
+    Block* b = new_block();
+    b->ptr = seg->base;
+    b->size = bytes;
+    b->stream = stream;
+    b->small = small;
+    b->segment = seg;
+    b->prev = b->next = nullptr;
+    seg->head = b;
+    segments_.emplace(seg->base, seg);
+
+    const size_t type = pool_type(small);
+    increase(c_.segment, type, 1);
+    increase(c_.reserved_bytes, type, bytes);
+    if (bytes >= options_.max_split_size) stats_.oversize_segments.increase(1);
+    ++stats_.num_device_alloc;
+    if (history_on_) record(TraceAction::segment_alloc, seg->base, bytes, stream, AllocationTag::current());
+    return b;
+  }
+
+  // The expandable segment of (stream, pool kind, graph pool) that can still grow,
+  // reserving one when there is none; null (with `no_address_space`) when address
+  // space cannot be had.
+  Segment* expandable_segment(bool small, cudaStream_t stream, PrivatePool* target,
+                              size_t need, bool& no_address_space) {
+    for (Segment* seg : expandables_)
+      if (seg->stream == stream && seg->small == small && seg->pool == target &&
+          seg->size - seg->mapped >= need)
+        return seg;
+    if (reservation_ == 0) {
+      // Room for the whole device and an eighth more, as PyTorch reserves: one
+      // stream's segment can hold everything the device has.
+      const size_t total = backend_->memory_info().total;
+      reservation_ = round_up(std::max(total + total / 8, page_), page_);
+    }
+    if (need > reservation_) return nullptr;  // more than the device has: out of memory
+    const size_t bytes = reservation_;
+    void* base = backend_->reserve_address_space(bytes);
+    if (base == nullptr) {
+      warn_no_expandable("no address space is left to reserve");
+      no_address_space = true;
+      return nullptr;
+    }
+    auto* seg = new Segment;
+    seg->base = reinterpret_cast<uintptr_t>(base);
+    seg->size = bytes;
+    seg->mapped = 0;
+    seg->stream = stream;
+    seg->small = small;
+    seg->expandable = true;
+    seg->pool = target;
+    segments_.emplace(seg->base, seg);
+    expandables_.push_back(seg);
+    return seg;
+  }
+
+  static Block* last_block(const Segment* seg) {
+    Block* b = seg->head;
+    while (b != nullptr && b->next != nullptr) b = b->next;
+    return b;
+  }
+
+  // Maps the pages a request needs at the end of its expandable segment: what the
+  // free tail block lacks, rounded up to whole pages. The new memory extends the
+  // free tail (or becomes a new last block); returns that block, uncached, or
+  // nullptr when the backend has no memory.
+  Block* grow_expandable(bool small, cudaStream_t stream, size_t size, PrivatePool* target,
+                         bool& no_address_space) {
+    // The tail of the segment this would grow, if its free tail can help.
+    Segment* seg = nullptr;
+    size_t have = 0;
+    for (Segment* s : expandables_) {
+      if (s->stream != stream || s->small != small || s->pool != target) continue;
+      Block* tail = last_block(s);
+      const size_t tail_free = tail != nullptr && tail->cached ? tail->size : 0;
+      if (s->size - s->mapped >= round_up(size - std::min(size, tail_free), page_)) {
+        seg = s;
+        have = std::min(size, tail_free);
+        break;
+      }
+    }
+    const size_t need = round_up(size - have, page_);
+    if (seg == nullptr) seg = expandable_segment(small, stream, target, need, no_address_space);
+    if (seg == nullptr) return nullptr;
+    if (need == 0) {  // the free tail grew enough meanwhile (events completed)
+      Block* tail = last_block(seg);
+      cache_erase(tail);
+      return tail;
+    }
+    const uintptr_t at = seg->base + seg->mapped;
+    if (!backend_->map_pages(reinterpret_cast<void*>(at), need)) {
+      if (seg->mapped == 0) release_expandable(seg);  // a fresh reservation: nothing to keep
+      return nullptr;
+    }
+    const size_t type = pool_type(small);
+    if (seg->mapped == 0) increase(c_.segment, type, 1);  // counted while it holds memory
+    seg->mapped += need;
+    increase(c_.reserved_bytes, type, need);
+    ++stats_.num_device_alloc;
+    if (history_on_) record(TraceAction::segment_map, at, need, stream, AllocationTag::current());
+
+    Block* tail = last_block(seg);
+    if (tail != nullptr && tail->cached) {
+      cache_erase(tail);
+      tail->size += need;
+      return tail;
+    }
+    Block* b = new_block();
+    b->ptr = at;
+    b->size = need;
+    b->stream = stream;
+    b->small = small;
+    b->segment = seg;
+    b->prev = tail;
+    b->next = nullptr;
+    if (tail != nullptr) tail->next = b;
+    else seg->head = b;
+    return b;
+  }
+
+  // Gives back the whole free pages at the end of an expandable segment (all the
+  // pages after the last block in use), and the segment once nothing is mapped.
+  void unmap_free_tail(Segment* seg) {
+    Block* tail = last_block(seg);
+    if (tail == nullptr || !tail->cached) return;
+    const size_t offset = tail->ptr - seg->base;
+    const size_t keep = round_up(offset, page_);
+    if (keep >= seg->mapped) return;
+    const size_t bytes = seg->mapped - keep;
+    backend_->unmap_pages(reinterpret_cast<void*>(seg->base + keep), bytes);
+    seg->mapped = keep;
+    const size_t type = pool_type(seg->small);
+    decrease(c_.reserved_bytes, type, bytes);
+    ++stats_.num_device_free;
+    if (history_on_) record(TraceAction::segment_unmap, seg->base + keep, bytes, seg->stream, nullptr);
+    if (keep == offset) {
+      cache_erase(tail);
+      unlink(tail);
+    } else {
+      tail->size = keep - offset;
+      reposition_shrunk(tail);
+    }
+    if (seg->mapped == 0) {
+      decrease(c_.segment, type, 1);
+      release_expandable(seg);
+    }
+  }
+
+  // Returns the address space of an expandable segment with nothing mapped.
+  void release_expandable(Segment* seg) {
+    backend_->release_address_space(reinterpret_cast<void*>(seg->base), seg->size);
+    expandables_.erase(std::find(expandables_.begin(), expandables_.end(), seg));
+    segments_.erase(seg->base);
+    delete seg;
+  }
+
+  // Returns an ordinary segment that is one cached block (the block leaves its set).
   void release_segment(Block* block) {
     Segment* seg = block->segment;
     const size_t type = pool_type(seg->small);
+    if (block->cached) cache_erase(block);
     backend_->raw_free(reinterpret_cast<void*>(seg->base));
-    update(stats_.segment, type, -1);
-    update(stats_.reserved_bytes, type, -static_cast<int64_t>(seg->size));
+    decrease(c_.segment, type, 1);
+    decrease(c_.reserved_bytes, type, seg->size);
     if (seg->size >= options_.max_split_size) stats_.oversize_segments.decrease(1);
     ++stats_.num_device_free;
     segments_.erase(seg->base);
@@ -959,55 +1383,293 @@ class CachingAllocator::Impl {
     recycle(block);
   }
 
-  // Returns every cached block that is a whole segment.
+  static bool whole_segment(const Block* b) { return !b->is_split() && !b->segment->expandable; }
+
+  // PyTorch's first answer to a failed allocation (release_available_cached_blocks):
+  // with max_split_size set, return the smallest cached oversize block on this
+  // stream that is at least as large as the request (or max_split_size); failing
+  // that, oversize blocks from the largest down until as many bytes are returned.
+  // True when enough was returned.
+  bool release_available_cached_blocks(bool small, cudaStream_t stream, size_t size) {
+    const size_t max_split = options_.max_split_size;
+    if (max_split == AllocatorOptions::kNoMaxSplit) return false;
+    BlockSet& blocks = pool(small);
+    const size_t want = std::max(size, max_split);
+    auto it = blocks.lower_bound(SearchKey{stream, want});
+    if (it != blocks.end() && (*it)->stream == stream && whole_segment(*it)) {
+      release_segment(*it);
+      return true;
+    }
+    size_t released = 0;
+    while (released < want && it != blocks.begin()) {
+      Block* b = *--it;
+      if (b->stream != stream || b->size < max_split) break;
+      if (!whole_segment(b)) continue;
+      released += b->size;
+      it = std::next(it);  // release_segment erases b; `it` then points past it
+      release_segment(b);
+    }
+    return released >= want;
+  }
+
+  // Returns every cached ordinary segment that is one free block and every whole
+  // free page at the end of an expandable segment, after waiting for all events.
   void release_cached_blocks() {
     synchronize_and_free_events();
     if (options_.sanitize) flush_quarantine();
     for (auto* blocks : {&large_pool_, &small_pool_}) {
       for (auto it = blocks->begin(); it != blocks->end();) {
-        Block* b = *it;
-        if (b->is_split()) {
-          ++it;
-          continue;
-        }
-        it = blocks->erase(it);
+        Block* b = *it++;
+        if (whole_segment(b)) release_segment(b);
+      }
+    }
+    const std::vector<Segment*> expandables = expandables_;
+    for (Segment* seg : expandables)
+      if (seg->pool == nullptr) unmap_free_tail(seg);
+  }
+
+  // PyTorch's garbage_collect_cached_blocks. Only whole ordinary segments cached in
+  // the general large pool are candidates; a block's age is the number of
+  // large-pool lookups since it was cached.
+  void garbage_collect() {
+    if (capacity_ == 0) capacity_ = backend_->memory_info().total;
+    const auto threshold = static_cast<size_t>(options_.garbage_collection_threshold *
+                                               static_cast<double>(capacity_));
+    const auto reserved = static_cast<size_t>(c_.reserved_bytes.current());
+    if (reserved <= threshold) return;
+    const size_t target = reserved - threshold;
+    auto age = [this](const Block* b) { return large_lookups_ - b->gc_base; };
+    uint64_t total_age = 0;
+    size_t candidates = 0;
+    for (const Block* b : large_pool_) {
+      if (!whole_segment(b)) continue;
+      total_age += age(b);
+      ++candidates;
+    }
+    size_t reclaimed = 0;
+    bool freed = true;
+    while (reclaimed < target && freed && candidates > 0) {
+      // Each pass frees every candidate at least as old as the average (not
+      // stopping at the target, so that collection is not triggered again soon).
+      const double threshold_age =
+          static_cast<double>(total_age) / static_cast<double>(candidates);
+      freed = false;
+      for (auto it = large_pool_.begin(); it != large_pool_.end();) {
+        Block* b = *it++;
+        if (!whole_segment(b) || static_cast<double>(age(b)) < threshold_age) continue;
+        freed = true;
+        reclaimed += b->size;
+        total_age -= age(b);
+        --candidates;
         release_segment(b);
       }
     }
   }
 
-  void collect_garbage() {
-    if (capacity_ == 0) capacity_ = backend_->memory_info().total;
-    const auto limit =
-        static_cast<int64_t>(options_.garbage_collection_threshold * static_cast<double>(capacity_));
-    if (stats_.reserved_bytes[kAggregate].current <= limit) return;
-    std::vector<Block*> whole;
-    for (auto* blocks : {&large_pool_, &small_pool_})
-      for (Block* b : *blocks)
-        if (!b->is_split()) whole.push_back(b);
-    std::sort(whole.begin(), whole.end(),
-              [](const Block* a, const Block* b) { return a->freed_tick < b->freed_tick; });
-    for (Block* b : whole) {
-      if (stats_.reserved_bytes[kAggregate].current <= limit) break;
-      pool(b->small).erase(b);
-      release_segment(b);
+  // -------------------------------------------------------------------------------
+  // reports
+
+  // The largest cached free block and the address space held, per pool type.
+  void fill_gauges(MemoryStats& s) const {
+    s.largest_free_block = {};
+    s.address_space = {};
+    auto scan = [&s](const BlockSet& set) {
+      for (const Block* b : set) {
+        const auto size = static_cast<int64_t>(b->size);
+        auto& pool = s.largest_free_block[pool_type(b->small)];
+        pool = std::max(pool, size);
+        s.largest_free_block[kAggregate] = std::max(s.largest_free_block[kAggregate], size);
+      }
+    };
+    scan(small_pool_);
+    scan(large_pool_);
+    for (const auto& [id, p] : private_pools_) {
+      scan(p->small);
+      scan(p->large);
+    }
+    for (const auto& [base, seg] : segments_) {
+      s.address_space[kAggregate] += static_cast<int64_t>(seg->size);
+      s.address_space[pool_type(seg->small)] += static_cast<int64_t>(seg->size);
     }
   }
 
+  void warn_no_expandable(const std::string& why) {
+    if (warned_expandable_) return;
+    warned_expandable_ = true;
+    std::fprintf(stderr, "ember: %s=expandable_segments:True: %s; %s ordinary segments\n",
+                 kAllocConfEnvVar, why.c_str(),
+                 expandable_ ? "requests that do not fit fall back to" : "using");
+  }
+
+  std::vector<TraceEntry> history_in_order() const {
+    std::vector<TraceEntry> out;
+    if (history_.empty()) return out;
+    // The ring's oldest entry sits at history_next_ once it has wrapped.
+    out.reserve(history_.size());
+    const size_t start = history_.size() < history_capacity_ ? 0 : history_next_;
+    for (size_t i = 0; i < history_.size(); ++i)
+      out.push_back(history_[(start + i) % history_.size()]);
+    return out;
+  }
+
+  // The out-of-memory message: PyTorch's sentence, then the largest free block,
+  // the allocation sites holding the most memory and, when an advisor is set, its
+  // suggestion. At most 4 + kOomSites lines.
+  std::string out_of_memory_message(const OutOfMemoryRequest& r, bool capturing) const {
+    const int64_t allocated = c_.allocated_bytes.current();
+    const int64_t unallocated = c_.reserved_bytes.current() - allocated;
+    const std::string where = r.host ? "The host" : "GPU " + std::to_string(r.device);
+    std::string msg = detail::str_cat(
+        r.host ? "CPU" : "CUDA", " out of memory. Tried to allocate ",
+        format_bytes(r.allocation_bytes), ". ", where, " has a total capacity of ",
+        format_bytes(r.capacity), " of which ", format_bytes(r.free_bytes),
+        " is free. Of the allocated memory ", format_bytes(static_cast<uint64_t>(allocated)),
+        " is allocated by ember, and ", format_bytes(static_cast<uint64_t>(unallocated)),
+        " is reserved by ember but unallocated.",
+        expandable_ ? ""
+                    : detail::str_cat(" If reserved but unallocated memory is large try setting ",
+                                      kAllocConfEnvVar,
+                                      "=expandable_segments:True to avoid fragmentation."),
+        capturing ? " A CUDA graph was being captured, so the cache was not freed to retry (and "
+                    "the capacity was not queried): capture with more memory free."
+                  : "");
+
+    MemoryStats gauges;
+    fill_gauges(gauges);
+    size_t cached_blocks = 0;
+    size_t cached_bytes = 0;
+    auto count = [&](const BlockSet& set) {
+      for (const Block* b : set) {
+        ++cached_blocks;
+        cached_bytes += b->size;
+      }
+    };
+    count(small_pool_);
+    count(large_pool_);
+    for (const auto& [id, p] : private_pools_) {
+      count(p->small);
+      count(p->large);
+    }
+    msg += detail::str_cat(
+        "\nLargest free block: ",
+        format_bytes(static_cast<uint64_t>(gauges.largest_free_block[kAggregate])), " (",
+        format_bytes(cached_bytes), " cached in ", cached_blocks, " free block",
+        cached_blocks == 1 ? "" : "s", ").");
+
+    // Live bytes by allocation site (scope / tag), the largest first.
+    std::map<std::pair<std::string, std::string>, std::pair<size_t, size_t>> sites;
+    for (const auto& [base, seg] : segments_)
+      for (const Block* b = seg->head; b != nullptr; b = b->next) {
+        if (!b->allocated) continue;
+        auto& [bytes, blocks] = sites[{b->scope ? b->scope : "", b->tag ? b->tag : ""}];
+        bytes += b->size;
+        ++blocks;
+      }
+    std::vector<std::pair<std::pair<size_t, size_t>, std::pair<std::string, std::string>>> top;
+    for (auto& [site, use] : sites) top.emplace_back(use, site);
+    std::sort(top.begin(), top.end(), [](const auto& a, const auto& b) {
+      return a.first.first != b.first.first ? a.first.first > b.first.first : a.second < b.second;
+    });
+    if (!top.empty()) {
+      msg += detail::str_cat("\nLive memory by allocation site (the largest ",
+                             std::min(top.size(), kOomSites), " of ", top.size(), "):");
+      for (size_t i = 0; i < std::min(top.size(), kOomSites); ++i) {
+        const auto& [use, site] = top[i];
+        const auto& [scope, tag] = site;
+        const std::string name = !scope.empty() && !tag.empty() ? scope + " / " + tag
+                                 : !scope.empty()              ? scope
+                                 : !tag.empty()                ? tag
+                                                               : std::string("(untagged)");
+        msg += detail::str_cat("\n  ", format_bytes(use.first), " in ", use.second, " block",
+                               use.second == 1 ? "" : "s", ": ", name);
+      }
+    }
+
+    const OutOfMemoryAdvisor* advisor = &advisor_;
+    OutOfMemoryAdvisor fallback;
+    if (!*advisor) {
+      std::lock_guard lock(g_default_advisor_mutex);
+      fallback = g_default_advisor;
+      advisor = &fallback;
+    }
+    if (!*advisor) {
+      static const OutOfMemoryAdvisor kReplay = replay_out_of_memory_advisor;
+      advisor = &kReplay;
+    }
+    if (*advisor) {
+      try {
+        std::optional<std::string> advice = (*advisor)(history_in_order(), r);
+        if (advice && !advice->empty()) {
+          std::string line = *advice;
+          line.erase(std::find(line.begin(), line.end(), '\n'), line.end());  // one line
+          msg += "\n" + line;
+        }
+      } catch (const std::exception&) {
+        // An advisor that fails gives no advice; the error stays the OOM.
+      }
+    }
+    return msg;
+  }
+
+  [[noreturn]] void throw_out_of_memory(size_t requested, size_t rounded, size_t allocation,
+                                        cudaStream_t stream) {
+    ++stats_.num_ooms;
+    if (history_on_) record(TraceAction::oom, 0, allocation, stream, AllocationTag::current());
+    OutOfMemoryRequest r;
+    r.requested_bytes = requested;
+    r.rounded_bytes = rounded;
+    r.allocation_bytes = allocation;
+    r.stream = stream;
+    r.device = backend_->device();
+    r.host = backend_->is_host();
+    r.options = &options_;
+    if (history_on_) {
+      // For a replay of the history (the advisor): the blocks it may have begun after.
+      try {
+        for (const auto& [base, seg] : segments_)
+          for (const Block* b = seg->head; b != nullptr; b = b->next)
+            if (b->allocated || b->event_count > 0)
+              r.live_blocks.push_back(LiveBlock{b->ptr, b->requested_size,
+                                                reinterpret_cast<uintptr_t>(b->stream)});
+      } catch (const std::exception&) {
+        r.live_blocks.clear();  // out of host memory: advise without them
+      }
+    }
+    const bool capturing = !capturing_.empty();
+    try {
+      if (!capturing) {  // a device query a capture may forbid
+        const Backend::MemoryInfo info = backend_->memory_info();
+        r.capacity = info.total;
+        r.free_bytes = info.free;
+      }
+    } catch (const std::exception&) {
+      // Leave capacity unknown (0) rather than replace the OOM with another error.
+    }
+    std::string message;
+    try {
+      message = out_of_memory_message(r, capturing);
+    } catch (const std::exception&) {
+      message = detail::str_cat(r.host ? "CPU" : "CUDA", " out of memory. Tried to allocate ",
+                                format_bytes(allocation), ".");
+    }
+    throw OutOfMemoryError(message);
+  }
+
   void record(TraceAction action, uintptr_t address, size_t size, cudaStream_t stream,
-              const char* tag, const char* scope = nullptr) {
+              const char* tag, const char* scope = nullptr, size_t requested = 0) {
     TraceEntry e;
     e.action = action;
     e.address = address;
     e.size = size;
+    e.requested_size = requested;
     e.stream = stream;
     e.time_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
                     std::chrono::steady_clock::now() - start_)
                     .count();
     e.tag = tag;
     e.scope = scope;
-    e.allocated_bytes = stats_.allocated_bytes[kAggregate].current;
-    e.reserved_bytes = stats_.reserved_bytes[kAggregate].current;
+    e.allocated_bytes = c_.allocated_bytes.current();
+    e.reserved_bytes = c_.reserved_bytes.current();
     if (history_.size() < history_capacity_) {
       try {
         history_.push_back(e);
@@ -1023,11 +1685,14 @@ class CachingAllocator::Impl {
     history_next_ = (history_next_ + 1) % history_capacity_;
   }
 
-  mutable std::mutex mutex_;
+  static constexpr size_t kOomSites = 5;  // allocation sites the OOM message names
+
+  mutable AllocatorMutex mutex_;
   std::unique_ptr<Backend> backend_;
   const AllocatorOptions options_;
   const std::chrono::steady_clock::time_point start_;
-  MemoryStats stats_;
+  MemoryStats stats_;  // all but its StatArrays, which live in c_
+  Counters c_;
 
   // Declared before the pools so it outlives them: their nodes come from here.
   NodePool node_pool_;
@@ -1038,8 +1703,19 @@ class CachingAllocator::Impl {
   std::vector<Block*> spare_blocks_;
   std::vector<std::pair<Backend::EventHandle, Block*>> pending_events_;
   std::vector<Backend::EventHandle> spare_events_;
-  uint64_t tick_ = 0;
-  size_t capacity_ = 0;  // backend capacity, read once for garbage collection
+  std::vector<Block*> deferred_;  // used on other streams, freed during a capture
+  uint64_t large_lookups_ = 0;    // general large-pool lookups: garbage collection's clock
+  size_t capacity_ = 0;           // backend capacity, read once for garbage collection
+
+  // Expandable segments (options_.expandable_segments, where the backend can).
+  const bool plain_rounding_ = std::all_of(options_.roundup_power2_divisions.begin(),
+                                           options_.roundup_power2_divisions.end(),
+                                           [](uint32_t d) { return d <= 1; });
+  bool expandable_ = false;
+  bool warned_expandable_ = false;
+  size_t page_ = 0;          // the backend's granularity
+  size_t reservation_ = 0;   // address space per segment, chosen on first use
+  std::vector<Segment*> expandables_;
 
   // Private pools; declared after node_pool_, whose nodes their sets use.
   std::map<PoolId, std::unique_ptr<PrivatePool>> private_pools_;
@@ -1052,6 +1728,7 @@ class CachingAllocator::Impl {
   std::vector<SanitizerReport> reports_;
   std::vector<unsigned char> scratch_;
 
+  OutOfMemoryAdvisor advisor_;
   bool history_on_ = false;
   std::vector<TraceEntry> history_;
   size_t history_capacity_ = 0;
@@ -1083,21 +1760,21 @@ void CachingAllocator::release_pool(PoolId pool, cudaStream_t stream) {
   impl_->release_pool(pool, stream);
 }
 bool CachingAllocator::capture_underway() const { return impl_->capture_underway(); }
-MemoryStats CachingAllocator::stats() const { return impl_->stats(); }
+MemoryStats CachingAllocator::stats() const { return impl_->stats(true); }
 std::map<std::string, int64_t> CachingAllocator::memory_stats() const {
-  return impl_->stats().to_map();
+  return impl_->stats(true).to_map();
 }
 int64_t CachingAllocator::memory_allocated() const {
-  return impl_->stats().allocated_bytes[kAggregate].current;
+  return impl_->current(&Counters::allocated_bytes);
 }
 int64_t CachingAllocator::max_memory_allocated() const {
-  return impl_->stats().allocated_bytes[kAggregate].peak;
+  return impl_->peak(&Counters::allocated_bytes);
 }
 int64_t CachingAllocator::memory_reserved() const {
-  return impl_->stats().reserved_bytes[kAggregate].current;
+  return impl_->current(&Counters::reserved_bytes);
 }
 int64_t CachingAllocator::max_memory_reserved() const {
-  return impl_->stats().reserved_bytes[kAggregate].peak;
+  return impl_->peak(&Counters::reserved_bytes);
 }
 void CachingAllocator::reset_peak_memory_stats() { impl_->reset_peak(); }
 void CachingAllocator::reset_accumulated_memory_stats() { impl_->reset_accumulated(); }
@@ -1109,7 +1786,11 @@ void CachingAllocator::record_memory_history(bool enabled, size_t max_entries) {
   impl_->record_history(enabled, max_entries);
 }
 void CachingAllocator::mark_step(const char* label) { impl_->mark_step(label); }
+void CachingAllocator::set_out_of_memory_advisor(OutOfMemoryAdvisor advisor) {
+  impl_->set_advisor(std::move(advisor));
+}
 const AllocatorOptions& CachingAllocator::options() const { return impl_->options(); }
+bool CachingAllocator::expandable_segments() const { return impl_->expandable(); }
 std::vector<SanitizerReport> CachingAllocator::sanitizer_reports() const {
   return impl_->sanitizer_reports();
 }

@@ -22,15 +22,40 @@
 //    marks a block as used on s too: when freed, an event is recorded on every
 //    such stream and the block is reused only once all those events completed
 //    (checked at the start of each allocate; no device-wide synchronisation).
-//  * When the backend fails, every cached block that forms a whole segment is
-//    returned (after waiting for outstanding events) and the request is retried
-//    once (num_alloc_retries). If it fails again, OutOfMemoryError is thrown
-//    (num_ooms) and the allocator is left as it was, less the cache it freed.
-//  * garbage_collection_threshold:t: on a miss, if reserved memory exceeds t times
-//    the backend's capacity, whole free segments are returned, least recently
-//    freed first, until it no longer does.
+//  * When the backend fails (PyTorch's sequence): with max_split_size set, the
+//    smallest cached oversize block at least as large as the request is returned
+//    (or, if none is, oversize blocks from the largest down until as many bytes
+//    are), and the request tried again; if that fails, every cached block that
+//    forms a whole segment is returned (after waiting for outstanding events) and
+//    the request retried once more (num_alloc_retries). If it fails again,
+//    OutOfMemoryError is thrown (num_ooms) and the allocator is left as it was,
+//    less the cache it freed. The message gives PyTorch's facts, then the largest
+//    free block, the allocation sites holding the most memory and an advisor's
+//    one-line suggestion (set_out_of_memory_advisor; by default the replay one of
+//    core/memory/replay.h, which speaks only while history is recorded).
+//  * garbage_collection_threshold:t (PyTorch's rule): on a miss, if reserved memory
+//    exceeds t times the allowed memory (the backend's capacity), whole free
+//    segments of the general large pool whose age (large-pool lookups since they
+//    were cached) is at least the average are returned, pass after pass, until the
+//    excess is reclaimed or no candidate is left.
 //  * empty_cache() waits for outstanding events and returns every whole free
 //    segment. Memory still in use, or sharing a segment with it, stays reserved.
+//  * Expandable segments (expandable_segments:True, on a backend with virtual memory
+//    management; otherwise ordinary segments and a warning): instead of a segment
+//    per miss, each (stream, pool, graph pool) has one range of address space
+//    (the device's capacity and an eighth) whose memory is mapped at its end in
+//    pages of the backend's granularity (2 MiB on current GPUs) as requests need
+//    it. Its blocks split (any remainder of at least 512 bytes) and merge as in
+//    ordinary segments; max_split_size does not apply inside it. A miss maps what
+//    the free block at the end lacks, rounded up to pages, and a best fit prefers
+//    any other block to that growable end. empty_cache() (and the out-of-memory
+//    retry) unmaps the whole free pages after the last block in use, and returns
+//    the range once nothing is mapped. A free block with a live block after it
+//    stays mapped: live blocks pin the pages below them.
+//    reserved_bytes counts mapped memory, not address space (address_space_bytes
+//    in memory_stats() does); a segment counts once while any of it is mapped;
+//    num_device_alloc/num_device_free count maps and unmaps; as PyTorch, blocks of
+//    expandable segments are left out of inactive_split(_bytes).
 //  * Private pools (for CUDA graphs, cuda/graph.h; PyTorch's graph pools): while a
 //    pool captures a stream, allocations on that stream are served from the pool's
 //    own segments only, and a freed block of the pool returns to the pool (during
@@ -38,19 +63,24 @@
 //    was given. While any capture is underway nothing is returned to the backend
 //    (empty_cache throws; an allocation that does not fit throws OutOfMemoryError
 //    at once, without freeing the cache to retry; no garbage collection) and no
-//    event is queried or recorded. A block of the general cache freed during a
-//    capture is held back (shown as pending free) until the pool is released, as
-//    the graph may use it. Releasing a pool hands its free blocks to the general
+//    event is queried or recorded (a block used on other streams and freed then
+//    waits for its events until no capture is). A block of the general cache freed
+//    during a capture is held back (shown as pending free) until every pool that
+//    was capturing at that moment has been released, as any of those graphs may
+//    use it; a block of a pool goes back to that pool, whatever else captures.
+//    Releasing a pool hands its free blocks to the general
 //    cache, and its blocks still in use join it when freed.
 //
-// Thread-safe: one mutex per allocator. In steady state (a hit in the cache) an
+// Thread-safe: one lock per allocator. In steady state (a hit in the cache) an
 // allocate/deallocate pair does no heap allocation.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -96,6 +126,37 @@ struct SanitizerReport {
   std::string message;       // all of the above in words
 };
 
+// A request the allocator could not serve, as an out-of-memory advisor sees it.
+struct OutOfMemoryRequest {
+  size_t requested_bytes = 0;   // what the caller asked for
+  size_t rounded_bytes = 0;     // after round_size
+  size_t allocation_bytes = 0;  // the segment the policy asked the backend for
+  cudaStream_t stream = nullptr;
+  int device = 0;
+  bool host = false;
+  size_t capacity = 0;    // the backend's total and free memory (0: unknown)
+  size_t free_bytes = 0;
+  const AllocatorOptions* options = nullptr;  // the failing allocator's
+  // While history is recorded: the blocks allocated or waiting on other streams
+  // (address, requested bytes, stream), so a replay of the history can start
+  // with those it began after. Empty otherwise.
+  std::vector<LiveBlock> live_blocks;
+};
+
+// Asked while an OutOfMemoryError is built, with the allocator's recent history
+// (oldest first; empty unless record_memory_history is on) and the request that
+// failed: returns one line the message ends with (say, which other option would
+// have fit a replay of that history), or nothing. It runs under the allocator's
+// lock, so it must not call that allocator; an exception from it is ignored.
+using OutOfMemoryAdvisor = std::function<std::optional<std::string>(
+    const std::vector<TraceEntry>& history, const OutOfMemoryRequest& request)>;
+
+// The advisor of every allocator that has none of its own (process-wide; empty
+// by default). With neither, replay_out_of_memory_advisor (core/memory/replay.h)
+// advises: it speaks only when history is recorded and a replay of it shows that
+// another option would have fit.
+void set_default_out_of_memory_advisor(OutOfMemoryAdvisor advisor);
+
 class CachingAllocator final : public Allocator {
  public:
   explicit CachingAllocator(std::unique_ptr<Backend> backend, AllocatorOptions options = {});
@@ -110,14 +171,16 @@ class CachingAllocator final : public Allocator {
 
   void empty_cache();
 
-  MemoryStats stats() const;
-  std::map<std::string, int64_t> memory_stats() const;  // PyTorch's keys
+  MemoryStats stats() const;  // counters and gauges (memory_stats.h)
+  // PyTorch's keys, and ember's fragmentation gauges (MemoryStats::to_map).
+  std::map<std::string, int64_t> memory_stats() const;
   int64_t memory_allocated() const;                     // allocated_bytes.all.current
   int64_t max_memory_allocated() const;                 // allocated_bytes.all.peak
   int64_t memory_reserved() const;                      // reserved_bytes.all.current
   int64_t max_memory_reserved() const;                  // reserved_bytes.all.peak
   void reset_peak_memory_stats();         // every peak := current
   void reset_accumulated_memory_stats();  // every allocated/freed total and event count := 0
+  // PyTorch's table, then one line of ember's (format_fragmentation_line).
   std::string memory_summary(bool abbreviated = false) const;
 
   MemorySnapshot memory_snapshot() const;
@@ -128,7 +191,12 @@ class CachingAllocator final : public Allocator {
   // timelines can mark steps. `label` must outlive the allocator, as tags do.
   void mark_step(const char* label);
 
+  // This allocator's advisor (overrides the default one; empty: use the default).
+  void set_out_of_memory_advisor(OutOfMemoryAdvisor advisor);
+
   const AllocatorOptions& options() const;
+  // Whether expandable segments are in use (asked for, and the backend can).
+  bool expandable_segments() const;
   Backend& backend();
 
   // Sanitizer mode: what was caught so far (empty when the mode is off). Freed

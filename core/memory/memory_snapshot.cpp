@@ -21,11 +21,14 @@ const char* to_string(BlockState state) {
 const char* to_string(TraceAction action) {
   switch (action) {
     case TraceAction::alloc: return "alloc";
-    case TraceAction::free: return "free";
+    case TraceAction::free_requested: return "free_requested";
+    case TraceAction::free_completed: return "free_completed";
     case TraceAction::segment_alloc: return "segment_alloc";
     case TraceAction::segment_free: return "segment_free";
     case TraceAction::oom: return "oom";
     case TraceAction::step: return "step";
+    case TraceAction::segment_map: return "segment_map";
+    case TraceAction::segment_unmap: return "segment_unmap";
   }
   return "?";
 }
@@ -87,9 +90,13 @@ void write_chrome_trace(const MemorySnapshot& snapshot, std::ostream& out) {
       out << "}}";
       continue;
     }
-    // One sample per counter after each event that can move it.
+    // One sample per counter after each event that can move it (a completed free
+    // moves neither: allocated bytes dropped at its free_requested).
+    if (e.action == TraceAction::free_completed) continue;
     bool moves_reserved = e.action == TraceAction::segment_alloc ||
-                          e.action == TraceAction::segment_free;
+                          e.action == TraceAction::segment_free ||
+                          e.action == TraceAction::segment_map ||
+                          e.action == TraceAction::segment_unmap;
     const char* name = moves_reserved ? "reserved" : "allocated";
     int64_t value = moves_reserved ? e.reserved_bytes : e.allocated_bytes;
     out << ",\n{\"name\":\"" << name << "\",\"ph\":\"C\",\"pid\":" << pid << ",\"tid\":0,\"ts\":";

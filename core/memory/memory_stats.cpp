@@ -1,5 +1,6 @@
 #include "core/memory/memory_stats.h"
 
+#include <algorithm>
 #include <cinttypes>
 #include <cstdio>
 #include <string_view>
@@ -140,7 +141,28 @@ std::map<std::string, int64_t> MemoryStats::to_map() const {
   out["num_device_alloc"] = num_device_alloc;
   out["num_device_free"] = num_device_free;
   out["max_split_size"] = max_split_size;
+  for (size_t t = 0; t < kNumStatTypes; ++t) {
+    const std::string pool = kPoolKeys[t];
+    out["largest_free_block_bytes." + pool] = largest_free_block[t];
+    out["reserved_unallocated_bytes." + pool] =
+        reserved_bytes[t].current - allocated_bytes[t].current;
+    out["address_space_bytes." + pool] = address_space[t];
+  }
   return out;
+}
+
+std::string format_fragmentation_line(const MemoryStats& s) {
+  auto bytes = [](int64_t v) { return format_bytes(static_cast<uint64_t>(std::max<int64_t>(v, 0))); };
+  std::string line = "Fragmentation: largest free block " + bytes(s.largest_free_block[kAggregate]) +
+                     " (large pool " + bytes(s.largest_free_block[kLargePool]) + ", small pool " +
+                     bytes(s.largest_free_block[kSmallPool]) + "); reserved but unallocated " +
+                     bytes(s.reserved_bytes[kAggregate].current -
+                           s.allocated_bytes[kAggregate].current) +
+                     ".";
+  if (s.address_space[kAggregate] > s.reserved_bytes[kAggregate].current)
+    line += " Expandable segments: " + bytes(s.reserved_bytes[kAggregate].current) +
+            " mapped of " + bytes(s.address_space[kAggregate]) + " of address space.";
+  return line;
 }
 
 std::string format_memory_summary(const MemoryStats& stats, const std::string& title, bool host,

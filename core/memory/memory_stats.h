@@ -1,6 +1,8 @@
-// The allocator's counters under PyTorch's names (allocated_bytes.all.current, ...),
-// and the reports built from them: the memory_summary() table, laid out exactly as
-// torch.cuda.memory_summary() lays it out, and human-readable byte sizes.
+// The allocator's counters under PyTorch's names (allocated_bytes.all.current, ...)
+// plus a few gauges of ember's own (fragmentation, address space), and the reports
+// built from them: the memory_summary() table, laid out exactly as
+// torch.cuda.memory_summary() lays it out, one line of ember's below it, and
+// human-readable byte sizes.
 #pragma once
 
 #include <array>
@@ -54,10 +56,23 @@ struct MemoryStats {
   Stat oversize_segments;          // segments >= max_split_size held
   int64_t max_split_size = -1;     // bytes; -1 when unlimited (PyTorch's SIZE_MAX cast)
 
+  // ember's gauges, not PyTorch's: values at the moment the stats were taken
+  // (CachingAllocator::stats() fills them; no peaks or totals), by StatType.
+  // The largest free block cached (private pools included): the largest request
+  // the cache can serve without new memory.
+  std::array<int64_t, kNumStatTypes> largest_free_block{};
+  // Address space held: reserved_bytes plus the unmapped rest of expandable
+  // segments' ranges (equal to reserved_bytes without expandable segments).
+  std::array<int64_t, kNumStatTypes> address_space{};
+
   void reset_accumulated();
   void reset_peak();
-  // Flattened to PyTorch's keys ("active.all.current", "num_ooms", ...); a sorted
-  // map, so printing it is stable.
+  // Flattened to PyTorch's keys ("active.all.current", "num_ooms", ...), and
+  // ember's, each for all/small_pool/large_pool (no .current/.peak suffix):
+  //   largest_free_block_bytes.*    largest_free_block
+  //   reserved_unallocated_bytes.*  reserved_bytes - allocated_bytes, current
+  //   address_space_bytes.*         address_space
+  // A sorted map, so printing it is stable.
   std::map<std::string, int64_t> to_map() const;
 };
 
@@ -65,6 +80,12 @@ struct MemoryStats {
 // title row; `host` names the memory CPU instead of GPU in the row labels.
 std::string format_memory_summary(const MemoryStats& stats, const std::string& title, bool host,
                                   bool abbreviated);
+
+// The line memory_summary() prints below the table (no newline), e.g.
+// "Fragmentation: largest free block 18.00 MiB (large pool 18.00 MiB, small pool
+// 1.50 MiB); reserved but unallocated 19.50 MiB." and, with expandable segments,
+// " Expandable segments: 64.00 MiB mapped of 159.75 GiB of address space."
+std::string format_fragmentation_line(const MemoryStats& stats);
 
 // "512 bytes", "1.50 KiB", "20.00 MiB", "1.25 GiB": the form of PyTorch's
 // out-of-memory message (bytes up to 1024, then two decimals).

@@ -14,131 +14,11 @@
 
 #include "core/base/error.h"
 #include "core/memory/caching_allocator.h"
-#include "cuda/cuda_backend.h"
-#include "cuda/runtime.h"
-
-namespace {
+#include "memory/allocator_harness.h"
 
 using namespace ember;
 using namespace ember::memory;
-using ember::cuda::Stream;
-using ember::cuda::set_device;
-
-constexpr size_t kKiB = 1024;
-constexpr size_t kMiB = 1024 * 1024;
-
-// Makes allocators over one kind of backend and controls its streams.
-class Harness {
- public:
-  virtual ~Harness() = default;
-  // A fresh allocator whose backend holds at most `capacity` bytes.
-  virtual CachingAllocator& make(size_t capacity, AllocatorOptions options = {}) = 0;
-  // Distinct streams; 0 is the default stream.
-  virtual cudaStream_t stream(int i) = 0;
-  // Work queued on `s` after hold() does not finish before release(s).
-  virtual void hold(cudaStream_t s) = 0;
-  virtual void release(cudaStream_t s) = 0;
-};
-
-class SimHarness final : public Harness {
- public:
-  CachingAllocator& make(size_t capacity, AllocatorOptions options) override {
-    auto backend = std::make_unique<SimulatedBackend>(capacity);
-    sim_ = backend.get();
-    allocators_.push_back(std::make_unique<CachingAllocator>(std::move(backend), options));
-    return *allocators_.back();
-  }
-  cudaStream_t stream(int i) override {
-    return reinterpret_cast<cudaStream_t>(static_cast<uintptr_t>(i) * 0x1000);
-  }
-  void hold(cudaStream_t s) override { sim_->hold(s); }
-  void release(cudaStream_t s) override { sim_->release(s); }
-
- private:
-  SimulatedBackend* sim_ = nullptr;  // the latest allocator's
-  std::vector<std::unique_ptr<CachingAllocator>> allocators_;
-};
-
-// Holds a real stream with a host function that waits for a flag, so the test
-// decides when events recorded behind it complete.
-class CudaHarness final : public Harness {
- public:
-  CudaHarness() { set_device(0); }
-  ~CudaHarness() override {
-    // Open every gate before the allocators free memory (cudaFree waits for the device).
-    for (auto& [s, gate] : held_) gate->open = true;
-    (void)cudaDeviceSynchronize();
-    allocators_.clear();
-  }
-  CachingAllocator& make(size_t capacity, AllocatorOptions options) override {
-    allocators_.push_back(
-        std::make_unique<CachingAllocator>(std::make_unique<ember::cuda::CudaBackend>(0, capacity), options));
-    return *allocators_.back();
-  }
-  cudaStream_t stream(int i) override {
-    if (i == 0) return nullptr;
-    while (static_cast<int>(streams_.size()) < i) streams_.emplace_back(0);
-    return streams_[static_cast<size_t>(i - 1)].get();
-  }
-  void hold(cudaStream_t s) override {
-    auto gate = std::make_unique<Gate>();
-    REQUIRE(cudaLaunchHostFunc(s, &Gate::wait, gate.get()) == cudaSuccess);
-    held_[s] = std::move(gate);
-  }
-  void release(cudaStream_t s) override {
-    held_.at(s)->open = true;
-    REQUIRE(cudaStreamSynchronize(s) == cudaSuccess);
-    held_.erase(s);
-  }
-
- private:
-  struct Gate {
-    std::atomic<bool> open{false};
-    static void CUDART_CB wait(void* self) {
-      while (!static_cast<Gate*>(self)->open.load()) std::this_thread::yield();
-    }
-  };
-  std::vector<Stream> streams_;
-  std::map<cudaStream_t, std::unique_ptr<Gate>> held_;
-  std::vector<std::unique_ptr<CachingAllocator>> allocators_;
-};
-
-int64_t stat(const CachingAllocator& a, const std::string& key) {
-  auto stats = a.memory_stats();
-  auto it = stats.find(key);
-  REQUIRE_MESSAGE(it != stats.end(), "no statistic named ", key);
-  return it->second;
-}
-
-int64_t i64(size_t v) { return static_cast<int64_t>(v); }
-uintptr_t addr(const void* p) { return reinterpret_cast<uintptr_t>(p); }
-
-// Offsets and states of the blocks of the segment holding `p`.
-std::vector<std::pair<size_t, BlockState>> blocks_of(const CachingAllocator& a, const void* p) {
-  for (const SegmentSnapshot& s : a.memory_snapshot().segments) {
-    if (addr(p) < s.address || addr(p) >= s.address + s.total_size) continue;
-    std::vector<std::pair<size_t, BlockState>> out;
-    for (const BlockSnapshot& b : s.blocks) out.emplace_back(b.size, b.state);
-    return out;
-  }
-  FAIL("no segment holds the pointer");
-  return {};
-}
-
-}  // namespace
-
-// Registers `body` twice: on the simulated backend and, in suite "cuda", on CUDA.
-#define ALLOCATOR_TEST(name, body)                                                      \
-  static void body(Harness& h);                                                         \
-  TEST_CASE(name) {                                                                     \
-    SimHarness h;                                                                       \
-    body(h);                                                                            \
-  }                                                                                     \
-  TEST_CASE(name " [cuda]" * doctest::test_suite("cuda")) {                             \
-    CudaHarness h;                                                                      \
-    body(h);                                                                            \
-  }                                                                                     \
-  static void body(Harness& h)
+using namespace ember::testing;
 
 using State = BlockState;
 
@@ -437,12 +317,16 @@ ALLOCATOR_TEST("allocator/oom: a failed allocation throws and leaves the stats c
   } catch (const ember::OutOfMemoryError& e) {
     message = e.what();
   }
+  // PyTorch's sentence (its current advice: expandable segments), then ember's lines.
   CHECK(message ==
         "CUDA out of memory. Tried to allocate 30.00 MiB. GPU 0 has a total capacity of "
         "40.00 MiB of which 16.00 MiB is free. Of the allocated memory 24.00 MiB is allocated "
         "by ember, and 0 bytes is reserved by ember but unallocated. If reserved but "
         "unallocated memory is large try setting "
-        "EMBER_CUDA_ALLOC_CONF=max_split_size_mb:<MiB, more than 20> to avoid fragmentation.");
+        "EMBER_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.\n"
+        "Largest free block: 0 bytes (0 bytes cached in 0 free blocks).\n"
+        "Live memory by allocation site (the largest 1 of 1):\n"
+        "  24.00 MiB in 1 block: (untagged)");
   CHECK(stat(a, "num_ooms") == 1);
   CHECK(stat(a, "num_alloc_retries") == 1);
   CHECK(a.memory_allocated() == i64(24 * kMiB));
@@ -462,21 +346,44 @@ ALLOCATOR_TEST("allocator/oom: a failed allocation throws and leaves the stats c
   CHECK(ooms == 1);
 }
 
-ALLOCATOR_TEST("allocator/gc: garbage collection returns the oldest free segments first",
+ALLOCATOR_TEST("allocator/gc: PyTorch's rule frees whole large segments older than the average",
                garbage_collection) {
+  // Allowed memory 100 MiB, threshold 0.7. Ages count large-pool lookups since a
+  // block was cached (PyTorch's get_free_blocks_call_count).
   CachingAllocator& a =
-      h.make(100 * kMiB, AllocatorOptions::parse("garbage_collection_threshold:0.5"));
-  void* old_block = a.allocate(30 * kMiB, h.stream(0));
-  void* new_block = a.allocate(24 * kMiB, h.stream(0));
-  a.deallocate(old_block);
-  a.deallocate(new_block);  // 54 MiB cached, above half of 100 MiB
-  void* p = a.allocate(40 * kMiB, h.stream(0));  // a miss: collect, then allocate
-  CHECK(stat(a, "num_device_free") == 1);
+      h.make(100 * kMiB, AllocatorOptions::parse("garbage_collection_threshold:0.7"));
+  void* small = a.allocate(kMiB, h.stream(0));  // small pool: not counted, never collected
+  void* a30 = a.allocate(30 * kMiB, h.stream(0));  // lookups 1-4 miss: four segments
+  void* b12 = a.allocate(12 * kMiB, h.stream(0));
+  void* c14 = a.allocate(14 * kMiB, h.stream(0));
+  void* d16 = a.allocate(16 * kMiB, h.stream(0));
+  a.deallocate(a30);  // cached at 4
+  a.deallocate(b12);  // cached at 4
+  a.deallocate(c14);
+  for (int i = 0; i < 2; ++i) a.deallocate(a.allocate(14 * kMiB, h.stream(0)));  // c14: cached at 6
+  CHECK(a.memory_reserved() == i64(2 + 30 + 12 + 14 + 16) * i64(kMiB));  // 74 MiB > 70 MiB
+  CHECK(stat(a, "num_device_free") == 0);
+
+  // Lookup 7 misses (40 MiB fits nothing). Ages: a30 3, b12 3, c14 1 (average 7/3).
+  // The pass frees every candidate at least that old, b12 then a30, although b12
+  // alone covers the 4 MiB excess: PyTorch does not stop at the target within a pass.
+  void* p = a.allocate(40 * kMiB, h.stream(0));
+  CHECK(stat(a, "num_device_free") == 2);
   CHECK(stat(a, "num_alloc_retries") == 0);
-  CHECK(a.memory_reserved() == i64(64 * kMiB));  // the 24 MiB segment stayed cached
-  CHECK(a.allocate(24 * kMiB, h.stream(0)) == new_block);
-  a.deallocate(new_block);
-  a.deallocate(p);
+  CHECK(a.memory_reserved() == i64(2 + 14 + 16 + 40) * i64(kMiB));
+  CHECK(a.allocate(14 * kMiB, h.stream(0)) == c14);  // the young one stayed cached
+  a.deallocate(small);
+  CHECK(stat(a, "segment.small_pool.current") == 1);
+  for (void* q : {c14, d16, p}) a.deallocate(q);
+
+  // Under the threshold nothing is collected, however old.
+  CachingAllocator& b =
+      h.make(100 * kMiB, AllocatorOptions::parse("garbage_collection_threshold:0.9"));
+  b.deallocate(b.allocate(30 * kMiB, h.stream(0)));
+  void* q = b.allocate(40 * kMiB, h.stream(0));  // 70 MiB <= 90 MiB: no collection
+  CHECK(stat(b, "num_device_free") == 0);
+  CHECK(b.memory_reserved() == i64(70 * kMiB));
+  b.deallocate(q);
 }
 
 ALLOCATOR_TEST("allocator/threads: many threads at once leave the stats exactly at zero",
@@ -587,14 +494,15 @@ ALLOCATOR_TEST("allocator/history: the ring keeps the latest entries in order", 
   {
     AllocationTag tag("step");
     void* p = a.allocate(kMiB, h.stream(0));  // segment_alloc, alloc
-    a.deallocate(p);                          // free
+    a.deallocate(p);                          // free_requested, free_completed
   }
   void* q = a.allocate(2 * kMiB, h.stream(0));  // segment_alloc, alloc
-  a.empty_cache();  // small segment_free: 6 entries so far, the ring keeps 4
+  a.empty_cache();  // small segment_free: 7 entries so far, the ring keeps 4
   std::vector<TraceEntry> trace = a.memory_snapshot().trace;
   REQUIRE(trace.size() == 4);
-  CHECK(trace[0].action == TraceAction::free);
+  CHECK(trace[0].action == TraceAction::free_completed);
   CHECK(std::string(trace[0].tag) == "step");
+  CHECK(trace[0].requested_size == kMiB);
   CHECK(trace[0].allocated_bytes == 0);
   CHECK(trace[1].action == TraceAction::segment_alloc);
   CHECK(trace[1].size == 20 * kMiB);

@@ -137,7 +137,7 @@ size_t count(const std::string& text, const std::string& what) {
 
 }  // namespace
 
-TEST_CASE("allocator/stats: memory_stats has exactly PyTorch's keys") {
+TEST_CASE("allocator/stats: memory_stats has exactly PyTorch's keys and ember's three gauges") {
   std::set<std::string> expected;
   for (const char* metric : {"allocation", "segment", "active", "inactive_split",
                              "allocated_bytes", "reserved_bytes", "active_bytes",
@@ -151,7 +151,11 @@ TEST_CASE("allocator/stats: memory_stats has exactly PyTorch's keys") {
   for (const char* key : {"max_split_size", "num_alloc_retries", "num_device_alloc",
                           "num_device_free", "num_ooms", "num_sync_all_streams"})
     expected.insert(key);
-  REQUIRE(expected.size() == 122);
+  REQUIRE(expected.size() == 122);  // PyTorch's
+  for (const char* gauge : {"largest_free_block_bytes", "reserved_unallocated_bytes",
+                            "address_space_bytes"})
+    for (const char* pool : {"all", "large_pool", "small_pool"})
+      expected.insert(std::string(gauge) + "." + pool);
 
   auto a = simulated(64 * kMiB);
   auto stats = a->memory_stats();
@@ -218,16 +222,21 @@ TEST_CASE("allocator/summary: the table matches a known state line for line") {
       "|---------------------------------------------------------------------------|\n"
       "| Oversize GPU segments |       0    |       0    |       0    |       0    |\n"
       "|===========================================================================|\n";
+  // ember's one line below PyTorch's table: the large pool's free 17 MiB block; the
+  // small segment's 1948 KiB remainder after r; 22 MiB reserved - 3172 KiB allocated.
+  const std::string fragmentation =
+      "Fragmentation: largest free block 17.00 MiB (large pool 17.00 MiB, small pool "
+      "1.90 MiB); reserved but unallocated 18.90 MiB.\n";
   const std::string summary = a->memory_summary();
-  CHECK(summary == expected);
+  CHECK(summary == expected + fragmentation);
 
-  // Abbreviated: the same table without the per-pool rows.
+  // Abbreviated: the same table without the per-pool rows, and the same line.
   std::string without_pools;
   std::istringstream lines(expected);
   for (std::string line; std::getline(lines, line);)
     if (!contains(line, "from large pool") && !contains(line, "from small pool"))
       without_pools += line + "\n";
-  CHECK(a->memory_summary(true) == without_pools);
+  CHECK(a->memory_summary(true) == without_pools + fragmentation);
 
   a->deallocate(q);
   a->deallocate(r);
@@ -375,9 +384,15 @@ TEST_CASE("allocator/options: well-formed settings parse") {
   CHECK(list.divisions_for(600 * kMiB) == 2);
   CHECK(list.divisions_for(size_t{100} << 30) == 8);
 
+  CHECK_FALSE(list.expandable_segments);
+  CHECK(AllocatorOptions::parse("expandable_segments:True").expandable_segments);
+  CHECK(AllocatorOptions::parse("garbage_collection_threshold:0.8,expandable_segments:true")
+            .expandable_segments);
+
   AllocatorOptions defaults = AllocatorOptions::parse("  ");
   CHECK(defaults.max_split_size == AllocatorOptions::kNoMaxSplit);
   CHECK(defaults.garbage_collection_threshold == 0.0);
+  CHECK_FALSE(defaults.expandable_segments);
 }
 
 TEST_CASE("allocator/options: each malformed setting is an error that names it") {
@@ -402,8 +417,8 @@ TEST_CASE("allocator/options: each malformed setting is an error that names it")
       {"roundup_power2_divisions:[300:2]", "interval sizes must be powers of 2"},
       {"roundup_power2_divisions:[256:x]", "invalid value \"x\""},
       {"max_non_split_rounding_mb:lots", "invalid value \"lots\""},
-      {"expandable_segments:True", "not supported"},
-      {"expandable_segments:maybe", "expected False"},
+      {"expandable_segments:maybe", "invalid value \"maybe\" for expandable_segments: expected "
+                                    "True or False"},
       {"max_split_size_mb:100,,garbage_collection_threshold:0.5", "empty entry"},
       {"max_split_size_mb:100,", "empty entry"},
       {"max_split_mb:100", "unknown option \"max_split_mb\""},
@@ -500,7 +515,8 @@ TEST_CASE("allocator/trace: the history exports as well-formed Chrome trace JSON
   a->empty_cache();
 
   const MemorySnapshot snap = a->memory_snapshot();
-  REQUIRE(snap.trace.size() == 5);  // segment_alloc, alloc, oom, free, segment_free
+  // segment_alloc, alloc, oom, free_requested, free_completed, segment_free
+  REQUIRE(snap.trace.size() == 6);
   std::ostringstream out;
   write_chrome_trace(snap, out);
   const std::string json = out.str();
@@ -527,7 +543,7 @@ TEST_CASE("allocator/trace: write_chrome_trace writes a file and rejects a bad p
   std::ifstream in(path);
   const std::string json((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   CHECK(JsonChecker(json).valid());
-  CHECK(count(json, "\"ph\":\"C\"") == 3);  // segment_alloc, alloc, free
+  CHECK(count(json, "\"ph\":\"C\"") == 3);  // segment_alloc, alloc, free_requested
   std::remove(path.c_str());
   CHECK_THROWS_AS(write_chrome_trace(a->memory_snapshot(), "/nonexistent-dir/trace.json"),
                   ember::Error);
