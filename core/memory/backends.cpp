@@ -53,8 +53,16 @@ Backend::MemoryInfo HostBackend::memory_info() {
 // ---------------------------------------------------------------------------------
 // SimulatedBackend
 
-SimulatedBackend::SimulatedBackend(size_t capacity_bytes, int device)
-    : device_(device), capacity_(capacity_bytes) {}
+namespace {
+// SimulatedMemory::none hands out addresses from here up: non-canonical on
+// x86-64 and AArch64 (bits 48..62 neither all 0 nor all 1), so a stray access
+// faults at once instead of touching host memory. Segments are multiples of
+// 2 MiB, so blocks keep the allocator's 512-byte alignment.
+constexpr uintptr_t kNoMemoryBase = uintptr_t{1} << 60;
+}  // namespace
+
+SimulatedBackend::SimulatedBackend(size_t capacity_bytes, int device, SimulatedMemory memory)
+    : device_(device), memory_(memory), next_address_(kNoMemoryBase), capacity_(capacity_bytes) {}
 
 void SimulatedBackend::fail_nth_alloc(size_t n) {
   std::lock_guard lock(mutex_);
@@ -127,9 +135,17 @@ void* SimulatedBackend::raw_alloc(size_t bytes) {
   std::lock_guard lock(mutex_);
   ++alloc_calls_;
   if (should_fail(bytes)) return nullptr;
-  void* ptr = page_aligned_alloc(bytes);
-  EMBER_CHECK(ptr != nullptr, "simulated device: the host could not back a segment of ", bytes,
-              " bytes");
+  void* ptr = nullptr;
+  if (memory_ == SimulatedMemory::none) {
+    // Addresses rise and are never reused, as a device's fresh virtual ranges do;
+    // 2^59 bytes of them outlast any run.
+    ptr = reinterpret_cast<void*>(next_address_);
+    next_address_ += (bytes + kPageSize - 1) / kPageSize * kPageSize;
+  } else {
+    ptr = page_aligned_alloc(bytes);
+    EMBER_CHECK(ptr != nullptr, "simulated device: the host could not back a segment of ", bytes,
+                " bytes");
+  }
   used_ += bytes;
   sizes_.emplace(ptr, bytes);
   return ptr;
@@ -142,7 +158,21 @@ void SimulatedBackend::raw_free(void* ptr) noexcept {
   if (it == sizes_.end()) return;
   used_ -= it->second;
   sizes_.erase(it);
-  std::free(ptr);
+  if (memory_ == SimulatedMemory::host) std::free(ptr);
+}
+
+void SimulatedBackend::fill(void* ptr, unsigned char value, size_t bytes, cudaStream_t stream) {
+  EMBER_CHECK(memory_ == SimulatedMemory::host,
+              "simulated device without memory: cannot write ", bytes,
+              " bytes (the allocator's sanitizer mode needs a backend with memory)");
+  Backend::fill(ptr, value, bytes, stream);
+}
+
+void SimulatedBackend::read(void* host_dst, const void* ptr, size_t bytes, cudaStream_t stream) {
+  EMBER_CHECK(memory_ == SimulatedMemory::host,
+              "simulated device without memory: cannot read ", bytes,
+              " bytes (the allocator's sanitizer mode needs a backend with memory)");
+  Backend::read(host_dst, ptr, bytes, stream);
 }
 
 Backend::MemoryInfo SimulatedBackend::memory_info() {

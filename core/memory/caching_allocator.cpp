@@ -67,6 +67,10 @@ struct Block {
   const char* tag = nullptr;
   const char* scope = nullptr;
   uint64_t freed_tick = 0;  // when it entered the cache, for garbage collection
+  // Its segment's creation number: equally good fits go to the oldest segment,
+  // then the lowest address in it, so the choice does not depend on where the
+  // backend put the segments (meta predictions, core/meta.h, rely on it).
+  uint64_t segment_order = 0;
   std::vector<cudaStream_t> stream_uses;  // other streams it was recorded on
 
   bool is_split() const { return prev != nullptr || next != nullptr; }
@@ -88,13 +92,14 @@ struct SearchKey {
 
 inline uintptr_t stream_key(cudaStream_t s) { return reinterpret_cast<uintptr_t>(s); }
 
-// Orders cached blocks by (stream, size, address), so lower_bound on
+// Orders cached blocks by (stream, size, segment age, address), so lower_bound on
 // (stream, size) finds the best fit on that stream.
 struct BlockLess {
   using is_transparent = void;
   bool operator()(const Block* a, const Block* b) const {
     if (a->stream != b->stream) return stream_key(a->stream) < stream_key(b->stream);
     if (a->size != b->size) return a->size < b->size;
+    if (a->segment_order != b->segment_order) return a->segment_order < b->segment_order;
     return a->ptr < b->ptr;
   }
   bool operator()(const Block* a, const SearchKey& k) const {
@@ -743,6 +748,7 @@ class CachingAllocator::Impl {
     b->stream = stream;
     b->small = small;
     b->segment = seg;
+    b->segment_order = ++segment_count_;
     seg->head = b;
     segments_.emplace(seg->base, seg);
 
@@ -803,6 +809,7 @@ class CachingAllocator::Impl {
       block->stream = rest->stream;
       block->small = rest->small;
       block->segment = rest->segment;
+      block->segment_order = rest->segment_order;
       block->prev = rest->prev;
       if (block->prev != nullptr) block->prev->next = block;
       else block->segment->head = block;
@@ -1039,6 +1046,7 @@ class CachingAllocator::Impl {
   std::vector<std::pair<Backend::EventHandle, Block*>> pending_events_;
   std::vector<Backend::EventHandle> spare_events_;
   uint64_t tick_ = 0;
+  uint64_t segment_count_ = 0;  // segments ever created (Block::segment_order)
   size_t capacity_ = 0;  // backend capacity, read once for garbage collection
 
   // Private pools; declared after node_pool_, whose nodes their sets use.
