@@ -343,9 +343,16 @@ MemoryPrediction measure_memory(const StepFactory& make_step, Device device,
               " reserved bytes before the run; free those tensors first, or the figures would "
               "not be the step's alone");
   alloc.reset_accumulated_memory_stats();
+  // What the process takes beside the allocator during the run (cuBLAS and
+  // cuBLASLt handles and workspaces made on first use) shows as free device
+  // memory lost beyond what the allocator still reserves afterwards.
+  const memory::Backend::MemoryInfo before = alloc.backend().memory_info();
   MemoryPrediction r = run_steps(make_step, device, alloc, options);
+  const memory::Backend::MemoryInfo after = alloc.backend().memory_info();
+  const int64_t taken = static_cast<int64_t>(before.free) - static_cast<int64_t>(after.free);
+  r.library_bytes = static_cast<size_t>(std::max<int64_t>(0, taken - alloc.memory_reserved()));
   r.device = device.str();
-  r.capacity = alloc.backend().memory_info().total;
+  r.capacity = before.total;
   return r;
 }
 

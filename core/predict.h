@@ -96,8 +96,11 @@ struct MemoryPrediction {
   int64_t peak_reserved = 0;
   int peak_step = -1;             // where allocated peaked; -1: the set-up
   std::vector<SiteMemory> peak_sites;  // live at the allocated peak, largest first
-  // Device memory outside the allocator: the mirrored CUDA device's cuBLAS and
-  // cuBLASLt workspaces (predictions only; a measurement cannot see them).
+  // Device memory outside the allocator. Predicted: the mirrored CUDA device's
+  // cuBLAS and cuBLASLt workspaces (32 MiB each, when first used). Measured on a
+  // GPU: how much free device memory the process lost during the run beyond what
+  // the allocator reserves (those handles, made on first use in the process, and
+  // whatever the libraries take with them); 0 on the CPU.
   size_t library_bytes = 0;
   bool fits = true;
   std::string failure;     // the out-of-memory message when it did not fit

@@ -5,7 +5,7 @@
 // simulated device) and prints the two side by side.
 //
 //   ember-predict list
-//   ember-predict seed_train
+//   ember-predict                  (the seed model: ember-predict seed_train)
 //   ember-predict mlp_bf16 --capacity 80GiB --policy max_split_size_mb:128
 //   ember-predict mlp_fp32 --capacity 40GiB --batch-search 256:65536
 //   ember-predict leak_outputs_list --steps 20
@@ -74,8 +74,9 @@ void compare(const MemoryPrediction& p, const MemoryPrediction& m) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc < 2) usage(nullptr);
-  const std::string name = argv[1];
+  // Without arguments: the seed model (as `make demo` trains it).
+  const std::string name = argc < 2 ? "seed_train" : argv[1];
+  if (name == "--help" || name == "-h") usage(nullptr);
   const std::vector<workloads::Workload> all = workloads::all();
   if (name == "list") {
     for (const workloads::Workload& w : all)
@@ -128,6 +129,16 @@ int main(int argc, char** argv) {
       for (const auto& [batch, fits] : s.probes)
         std::printf("  batch %8lld  %s\n", static_cast<long long>(batch), fits ? "fits" : "does not fit");
       std::printf("at batch %lld: %s", static_cast<long long>(s.batch), s.at_batch.table().c_str());
+      if (measure && s.batch > 0 && cuda::is_available()) {
+        // The GPU's own allocator cannot be given a smaller capacity: run the found
+        // batch for real and compare its figures with the prediction's.
+        const int64_t b = s.batch;
+        const auto factory = workloads::mlp_batched(precision);
+        const MemoryPrediction m =
+            measure_memory([&](Device d) { return factory(d, b); }, kCUDA, options);
+        std::printf("\nmeasured at batch %lld: %s", static_cast<long long>(b), m.table().c_str());
+        compare(s.at_batch, m);
+      }
       return 0;
     }
     const StepFactory factory = w->factory();

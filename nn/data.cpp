@@ -11,6 +11,7 @@
 #include <optional>
 #include <thread>
 
+#include "core/alloc_site.h"
 #include "core/autograd.h"
 #include "core/ops.h"
 #include "core/base/random.h"  // random_bits: the same mixer as ember's RNG
@@ -201,6 +202,7 @@ struct DataLoader::Epoch {
   HostBatch assemble(size_t b, int64_t n, bool has_target, const std::array<Shape, 2>& row_shapes,
                      const std::array<DType, 2>& dtypes,
                      const std::function<void(int, char*)>& write_rows) {
+    OpSite site("DataLoader batch");
     HostBatch hb;
     hb.has_target = has_target;
     for (int which = 0; which < (has_target ? 2 : 1); ++which) {
@@ -227,6 +229,7 @@ struct DataLoader::Epoch {
   // On the consuming thread: queue the device copies of a staged batch.
   Example deliver(HostBatch hb) {
     if (!hb.staged) return std::move(hb.batch);
+    OpSite site("DataLoader batch");
     const Device dev = options.device();
     Example out;
     for (int which = 0; which < (hb.has_target ? 2 : 1); ++which) {
