@@ -102,8 +102,13 @@ MemoryPrediction run_steps(const StepFactory& make_step, Device device,
   alloc.reset_peak_memory_stats();
   int where = -1;
   int64_t last_allocated = alloc.memory_allocated();
+  // Outside the try: at an out-of-memory the figures are taken while the step's
+  // state (model, optimizer) still lives, as the failing program still held it;
+  // destroying it frees in an order that may follow host addresses (the
+  // optimizer's state map), which no figure should depend on.
+  StepFunction step;
   try {
-    StepFunction step = make_step(device);
+    step = make_step(device);
     EMBER_CHECK(step != nullptr, "predict_memory: the step factory returned an empty step");
     r.setup = figures(alloc, last_allocated);
     last_allocated = r.setup.allocated;
@@ -129,9 +134,11 @@ MemoryPrediction run_steps(const StepFactory& make_step, Device device,
     r.peak_reserved = partial.peak_reserved;
     r.peak_step = where;
   } catch (...) {
+    step = nullptr;
     alloc.record_memory_history(false);
     throw;
   }
+  step = nullptr;  // frees what the run made, after its figures were taken
   auto consider = [&](const StepMemory& m, int index) {
     if (m.peak_allocated > r.peak_allocated) {
       r.peak_allocated = m.peak_allocated;
