@@ -35,8 +35,10 @@ struct MetaDeviceOptions {
   // Bytes the simulated device holds: reserved memory plus the workspaces that the
   // mirrored libraries take outside the allocator. kNoCapacityLimit: no limit.
   size_t capacity = kNoCapacityLimit;
-  // The allocator's options (PyTorch's PYTORCH_CUDA_ALLOC_CONF keys). sanitize is
-  // ignored: its guard bytes need memory to write (and would change the sizes).
+  // The allocator's options (PyTorch's PYTORCH_CUDA_ALLOC_CONF keys; default
+  // PyTorch's defaults, while MetaDeviceScope() reads EMBER_CUDA_ALLOC_CONF as the
+  // CUDA devices do). sanitize is ignored: its guard bytes need memory to write
+  // (and would change the sizes).
   memory::AllocatorOptions allocator;
 
   MetaDeviceOptions& mirror_device(DeviceType t) {

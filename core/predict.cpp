@@ -65,12 +65,14 @@ std::vector<SiteMemory> sites_at_peak(const std::vector<memory::TraceEntry>& tra
     const char* scope;
   };
   std::unordered_map<uintptr_t, Live> live;
+  using memory::TraceAction;
   for (size_t i = 0; i <= peak_index; ++i) {
     const memory::TraceEntry& e = trace[i];
-    if (e.action == memory::TraceAction::alloc)
+    if (e.action == TraceAction::alloc)
       live[e.address] = Live{e.size, e.tag, e.scope};
-    else if (e.action == memory::TraceAction::free)
-      live.erase(e.address);
+    else if (e.action != TraceAction::segment_alloc && e.action != TraceAction::segment_free &&
+             e.action != TraceAction::oom && e.action != TraceAction::step)
+      live.erase(e.address);  // the block was freed (every other action is a free)
   }
   std::map<std::string, SiteMemory> by_site;
   for (const auto& [address, l] : live) {
@@ -159,15 +161,16 @@ std::string mirror_name(DeviceType mirror) {
   return "meta (mirroring " + Device(mirror).str() + ")";
 }
 
-MemoryPrediction predict_once(const StepFactory& make_step, const PredictOptions& o,
-                              size_t capacity, const memory::AllocatorOptions& allocator,
-                              const PredictOptions& run) {
+// One meta run: `run`'s steps, mirror and bookkeeping, on a fresh meta device of
+// `capacity` with `allocator`'s options.
+MemoryPrediction predict_once(const StepFactory& make_step, const PredictOptions& run,
+                              size_t capacity, const memory::AllocatorOptions& allocator) {
   MetaDeviceScope scope(MetaDeviceOptions()
-                            .mirror_device(o.mirror_)
+                            .mirror_device(run.mirror_)
                             .capacity_bytes(capacity)
                             .allocator_options(allocator));
   MemoryPrediction r = run_steps(make_step, kMeta, scope.allocator(), run);
-  r.device = mirror_name(o.mirror_);
+  r.device = mirror_name(run.mirror_);
   r.capacity = capacity;
   r.library_bytes = scope.library_bytes();
   return r;
@@ -298,22 +301,23 @@ std::string MemoryPrediction::table() const {
 
 MemoryPrediction predict_memory(const StepFactory& make_step, const PredictOptions& options) {
   const size_t capacity = resolve_capacity(options);
-  MemoryPrediction r = predict_once(make_step, options, capacity, options.allocator_, options);
+  MemoryPrediction r = predict_once(make_step, options, capacity, options.allocator_);
+  PredictOptions quiet = options;  // the extra runs need only their figures
+  quiet.top_sites_ = 0;
+  quiet.keep_trace_ = false;
   if (!r.fits) {
     // How much it would need: the same run without a limit.
-    PredictOptions quiet = options;
-    quiet.top_sites_ = 0;
-    quiet.keep_trace_ = false;
     const MemoryPrediction u =
-        predict_once(make_step, options, kNoCapacityLimit, options.allocator_, quiet);
+        predict_once(make_step, quiet, kNoCapacityLimit, options.allocator_);
     if (u.fits) r.needed_bytes = u.peak_reserved + static_cast<int64_t>(u.library_bytes);
   }
+  // Each policy is a run of its own: the requests are the same (the meta device's
+  // ops do not depend on the allocator), so this is exact where a replay of the
+  // trace (core/memory/replay.h) would be too; a replay adds the policies the
+  // native allocator does not have.
   for (const std::string& conf : options.policies_) {
-    PredictOptions quiet = options;
-    quiet.top_sites_ = 0;
-    quiet.keep_trace_ = false;
     const memory::AllocatorOptions policy = memory::AllocatorOptions::parse(conf);
-    const MemoryPrediction p = predict_once(make_step, options, capacity, policy, quiet);
+    const MemoryPrediction p = predict_once(make_step, quiet, capacity, policy);
     r.policies.push_back(PolicyMemory{conf, p.peak_allocated, p.peak_reserved,
                                       p.stats.num_device_alloc, p.fits});
   }
@@ -351,8 +355,9 @@ MemoryPrediction measure_memory(const StepFactory& make_step, Device device,
               "not be the step's alone");
   alloc.reset_accumulated_memory_stats();
   // What the process takes beside the allocator during the run (cuBLAS and
-  // cuBLASLt handles and workspaces made on first use) shows as free device
-  // memory lost beyond what the allocator still reserves afterwards.
+  // cuBLASLt handles and workspaces made on first use, kernel code loaded on first
+  // launch) shows as free device memory lost beyond what the allocator still
+  // reserves afterwards.
   const memory::Backend::MemoryInfo before = alloc.backend().memory_info();
   MemoryPrediction r = run_steps(make_step, device, alloc, options);
   const memory::Backend::MemoryInfo after = alloc.backend().memory_info();

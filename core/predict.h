@@ -31,7 +31,9 @@ namespace ember {
 // One step of the user's program (`step` counts from 0), and what makes it for a
 // device: builds the model, optimizer and data there and returns the step, which
 // keeps them alive. On the meta device the step must not read values (item(),
-// printing): do that only when !device.is_meta().
+// printing): do that only when !device.is_meta(). The factory is called once per
+// run: predict_memory makes extra runs for each policy compared and, when the step
+// does not fit, one without a limit (to say how much it needs).
 using StepFunction = std::function<void(int step)>;
 using StepFactory = std::function<StepFunction(Device device)>;
 
@@ -99,8 +101,9 @@ struct MemoryPrediction {
   // Device memory outside the allocator. Predicted: the mirrored CUDA device's
   // cuBLAS and cuBLASLt workspaces (32 MiB each, when first used). Measured on a
   // GPU: how much free device memory the process lost during the run beyond what
-  // the allocator reserves (those handles, made on first use in the process, and
-  // whatever the libraries take with them); 0 on the CPU.
+  // the allocator reserves (those handles and workspaces, made on first use in the
+  // process, what the libraries take with them, and kernel code the driver loads
+  // on first launch); 0 on the CPU.
   size_t library_bytes = 0;
   bool fits = true;
   std::string failure;     // the out-of-memory message when it did not fit

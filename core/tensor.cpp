@@ -214,9 +214,9 @@ Tensor randn(const Shape& sizes, TensorOptions o, Generator* gen) {
 
 Tensor Tensor::to(Device d) const {
   if (d == device()) return *this;
-  check_device(d);
   if (kernels::kernels_for(d).hooks.holds_data) [[likely]]
     check_holds_data(device(), d.is_cpu() ? "to(cpu)" : "to(cuda)");
+  check_device(d);
   check_not_capturing(device(), "to()");  // the copy synchronises
   check_not_capturing(d, "to()",
                       is_cpu() ? "copy from host memory (a replay would read it again)"

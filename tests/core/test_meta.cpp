@@ -84,6 +84,7 @@ TEST_CASE("meta/errors: reading values names the op and asks for shape-only code
                  "printing a tensor (str(), operator<<): a tensor on meta"));
   CHECK(contains(error_of([&] { (void)t.to(kCPU); }), "to(cpu): a tensor on meta"));
   CHECK(contains(error_of([&] { (void)t.cpu(); }), "shape-only"));
+  CHECK(contains(error_of([&] { (void)t.to(kCUDA); }), "to(cuda): a tensor on meta"));
   Tensor host = zeros({2, 2});
   CHECK(contains(error_of([&] { copy_(host, t); }), "to(cpu): a tensor on meta"));
   {
