@@ -46,6 +46,7 @@ DetectAnomalyGuard::~DetectAnomalyGuard() { t_detect_anomaly = previous_; }
 
 bool all_finite(const Tensor& t) {
   if (!t.defined() || !is_floating(t.dtype()) || t.numel() == 0) return true;
+  check_holds_data(t.device(), "anomaly detection (set_detect_anomaly)");
   check_not_capturing(t.device(), "anomaly detection (set_detect_anomaly)",
                       "read values back to the host");
   NoGradGuard no_grad;

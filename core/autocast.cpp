@@ -1,6 +1,7 @@
 #include "core/autocast.h"
 
 #include "core/base/error.h"
+#include "core/kernel_table.h"
 #include "core/ops.h"
 
 namespace ember {
@@ -13,7 +14,9 @@ thread_local DType t_dtype = DType::BFloat16;
 bool is_autocast_enabled() { return t_enabled; }
 DType autocast_dtype() { return t_dtype; }
 
-bool autocast_applies(Device device) { return device.type == DeviceType::CUDA; }
+bool autocast_applies(Device device) {
+  return kernels::kernels_for(device).hooks.autocasts(device.index);
+}
 
 bool autocast_lowers(std::initializer_list<const Tensor*> operands) {
   if (!t_enabled || operands.size() == 0) return false;

@@ -24,7 +24,7 @@ class Tensor;
 
 // --- the policy, one place for the ops that autocast (linear, mse_loss)
 // Whether autocast (when on) applies on `device`: CUDA devices, as
-// torch.autocast("cuda").
+// torch.autocast("cuda"), and the meta device when it mirrors CUDA (core/meta.h).
 bool autocast_applies(Device device);
 // linear's rule: autocast is on, applies to the first operand's device, some
 // defined operand is float32, and the first is float32 or the autocast dtype.

@@ -8,11 +8,14 @@
 // Fused ops (Linear with its epilogue, MSE with its gradient) also have a
 // `*_supported` predicate: an op runs its fused kernel where the predicate says
 // yes, and its composition of simpler ops (the reference) elsewhere, as MLX's
-// fast primitives do. A device is one registration (core/kernels/registry.cpp).
+// fast primitives do. A device is one registration (core/kernels/registry.cpp):
+// CPU, CUDA, and the meta device (core/kernels/meta_device.cpp), whose kernels
+// compute nothing but answer every query as the device it mirrors would.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "core/base/device.h"
 #include "core/base/dtype.h"
@@ -305,9 +308,12 @@ struct FusedAdamArgs {
 struct DeviceHooks {
   // Throws ember::Error naming the device when `index` is not a usable one.
   void (*check)(int index) = nullptr;
-  // The caching allocator of device `index` and the stream allocations are made
-  // on (the current one of this thread; null for the host).
+  // The caching allocator of device `index` (its statistics: core/memory.h), the
+  // allocator tensors take their bytes from (the same, except that the host's
+  // honours this thread's memory::HostAllocatorOverride), and the stream
+  // allocations are made on (the current one of this thread; null for the host).
   memory::CachingAllocator& (*allocator)(int index) = nullptr;
+  memory::Allocator& (*tensor_allocator)(int index) = nullptr;
   void* (*current_stream)(int index) = nullptr;
   // Throws when work on `index` is being captured into a CUDA graph, naming `what`
   // and the action a capture forbids; never for devices without graphs.
@@ -317,9 +323,14 @@ struct DeviceHooks {
   void (*synchronize)(int index) = nullptr;
   // How many such devices there are (1 for the host).
   int (*count)() = nullptr;
+  // Whether autocast (core/autocast.h), when on, applies to its tensors.
+  bool (*autocasts)(int index) = nullptr;
   // Batches for it are assembled in pinned host memory and copied asynchronously
   // (nn::DataLoader); otherwise assembled in ordinary host tensors.
   bool pinned_staging = false;
+  // false for the meta device: its tensors have shapes but no values, so nothing
+  // may read them (item(), to_vector(), printing, copies to a real device).
+  bool holds_data = true;
 };
 
 struct KernelTable {
@@ -329,7 +340,7 @@ struct KernelTable {
   DeviceHooks hooks;
 };
 
-inline constexpr int kDeviceTypes = 2;  // DeviceType's values: CPU, CUDA
+inline constexpr int kDeviceTypes = 3;  // DeviceType's values: CPU, CUDA, Meta
 
 // The table of `type`, built once (every device's registration runs on first use).
 const KernelTable& table(DeviceType type);
@@ -340,6 +351,13 @@ inline const KernelTable& kernels_for(Device device) { return table(device.type)
 // naming the family and the device.
 void register_cpu(KernelTable& t);
 void register_cuda(KernelTable& t);
+void register_meta(KernelTable& t);
+
+// The families `type` did not register (calling one throws, naming it). The CPU
+// leaves out the fused kernels it never runs; CUDA and meta have every family, and
+// tests/core/test_meta.cpp holds them to it, so a family added without its meta
+// kernel fails there by name.
+std::vector<const char*> missing_families(DeviceType type);
 
 }  // namespace ember::kernels
 
@@ -357,6 +375,16 @@ inline void check_not_capturing(Device device, const char* what,
 }
 inline bool is_capturing(Device device) {
   return kernels::kernels_for(device).hooks.is_capturing(device.index);
+}
+
+namespace detail {
+[[noreturn]] void throw_no_data(Device device, const char* what);
+}
+// Throws when `device`'s tensors hold no values (the meta device), naming `what`
+// and saying that memory prediction needs shape-only code.
+inline void check_holds_data(Device device, const char* what) {
+  if (!kernels::kernels_for(device).hooks.holds_data) [[unlikely]]
+    detail::throw_no_data(device, what);
 }
 
 }  // namespace ember

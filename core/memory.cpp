@@ -1,11 +1,11 @@
 #include "core/memory.h"
-#include "cuda/device_allocator.h"
+
+#include "core/kernel_table.h"
 
 namespace ember {
 
 memory::CachingAllocator& caching_allocator(Device device) {
-  return device.is_cpu() ? memory::host_caching_allocator()
-                         : cuda::device_caching_allocator(device.index);
+  return kernels::kernels_for(device).hooks.allocator(device.index);
 }
 
 std::map<std::string, int64_t> memory_stats(Device device) {

@@ -1,6 +1,7 @@
 // Memory statistics and cache control by ember::Device: CPU goes to the host
-// allocator, CUDA:n to device n's. Thin wrappers over core/memory/caching_allocator.h for
-// users who think in devices rather than allocator objects.
+// allocator, CUDA:n to device n's, meta to this thread's meta device's
+// (core/meta.h). Thin wrappers over core/memory/caching_allocator.h for users who
+// think in devices rather than allocator objects.
 #pragma once
 
 #include <cstdint>

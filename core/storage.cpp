@@ -1,19 +1,14 @@
 #include "core/storage.h"
 
+#include "core/kernel_table.h"
 #include "core/memory/allocator.h"
-#include "cuda/device_allocator.h"
-#include "cuda/runtime.h"
 
 namespace ember {
 
 Storage::Storage(size_t nbytes, Device device) : nbytes_(nbytes), device_(device) {
-  if (device.is_cpu()) {
-    allocator_ = &memory::host_allocator();
-    data_ = allocator_->allocate(nbytes, nullptr);
-  } else {
-    allocator_ = &cuda::device_caching_allocator(device.index);
-    data_ = allocator_->allocate(nbytes, cuda::current_stream(device.index));
-  }
+  const kernels::DeviceHooks& hooks = kernels::kernels_for(device).hooks;
+  allocator_ = &hooks.tensor_allocator(device.index);
+  data_ = allocator_->allocate(nbytes, static_cast<cudaStream_t>(hooks.current_stream(device.index)));
 }
 
 Storage::~Storage() { allocator_->deallocate(data_); }

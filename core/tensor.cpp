@@ -214,6 +214,8 @@ Tensor randn(const Shape& sizes, TensorOptions o, Generator* gen) {
 
 Tensor Tensor::to(Device d) const {
   if (d == device()) return *this;
+  if (kernels::kernels_for(d).hooks.holds_data) [[likely]]
+    check_holds_data(device(), d.is_cpu() ? "to(cpu)" : "to(cuda)");
   check_device(d);
   check_not_capturing(device(), "to()");  // the copy synchronises
   check_not_capturing(d, "to()",
@@ -260,6 +262,7 @@ Tensor& Tensor::detach_() {
 }
 
 double Tensor::item() const {
+  check_holds_data(device(), "item()");
   EMBER_CHECK(numel() == 1, "item: tensor has ", numel(), " elements (shape ",
               shape_str(sizes()), "), expected exactly one");
   check_not_capturing(device(), "item()");
@@ -272,6 +275,7 @@ double Tensor::item() const {
 
 template <typename T>
 std::vector<T> Tensor::to_vector() const {
+  check_holds_data(device(), "to_vector()");
   check_not_capturing(device(), "to_vector()");
   Tensor host = ember::contiguous(detach().to(kCPU));
   std::vector<T> out(static_cast<size_t>(numel()));
@@ -324,6 +328,7 @@ void print_values(std::ostream& os, const std::vector<double>& v, const Shape& s
 
 std::string Tensor::str() const {
   if (!defined()) return "tensor(undefined)";
+  check_holds_data(device(), "printing a tensor (str(), operator<<)");
   std::ostringstream os;
   os << "tensor(";
   std::vector<double> v = to_vector<double>();

@@ -3,6 +3,7 @@
 #include <array>
 #include <atomic>
 #include <climits>
+#include <initializer_list>
 #include <cstdio>
 #include <map>
 #include <memory>
@@ -251,10 +252,16 @@ struct LtProblem {
   int64_t aux_ld = 0;
 };
 
-bool lt_run(const LtProblem& p, int device, cudaStream_t stream) {
-  if (p.dtype != DType::Float32 && p.dtype != DType::BFloat16) return false;
-  for (int64_t v : {p.rows, p.cols, p.inner, p.lda, p.ldb, p.ldd})
+// What lt_run checks before it asks cuBLASLt anything.
+bool lt_attempts(DType dtype, std::initializer_list<int64_t> sizes) {
+  if (dtype != DType::Float32 && dtype != DType::BFloat16) return false;
+  for (int64_t v : sizes)
     if (v <= 0 || v > INT_MAX) return false;
+  return true;
+}
+
+bool lt_run(const LtProblem& p, int device, cudaStream_t stream) {
+  if (!lt_attempts(p.dtype, {p.rows, p.cols, p.inner, p.lda, p.ldb, p.ldd})) return false;
   const bool tf32 = p.dtype == DType::Float32 && allow_tf32();
   const cublasComputeType_t compute = tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
   const cudaDataType_t type = lt_type(p.dtype);
@@ -386,6 +393,16 @@ bool lt_linear_backward_weight(DType dtype, int64_t m, int64_t n, int64_t k, con
   p.bias = d_b;
   return lt_run(p, device, stream);
 }
+
+bool lt_linear_backward_weight_attempts(DType dtype, int64_t m, int64_t n, int64_t k,
+                                        int64_t ldx) {
+  // The sizes lt_linear_backward_weight gives lt_run: rows k, cols n, inner m,
+  // lda ldx, ldb n, ldd k.
+  return lt_attempts(dtype, {k, n, m, ldx, n, k});
+}
+
+size_t blas_workspace_bytes() { return kBlasWorkspaceBytes; }
+size_t lt_workspace_bytes() { return kLtWorkspaceBytes; }
 
 void create_handles(int device) {
   handle_for(device);

@@ -3,6 +3,7 @@
 // runs in full fp32 unless TF32 is allowed globally; bfloat16 accumulates in fp32.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 #include <cuda_runtime_api.h>
@@ -16,6 +17,12 @@ namespace ember::cuda {
 // Off by default; applies to every device from the next call on.
 void set_allow_tf32(bool allow);
 bool allow_tf32();
+
+// Device bytes of the cuBLAS and cuBLASLt workspaces: each cudaMalloc'd once per
+// device when its handle is created (by the first matmul, the first cuBLASLt
+// Linear), outside the caching allocator, and kept for the process.
+size_t blas_workspace_bytes();
+size_t lt_workspace_bytes();
 
 // Creates `device`'s cuBLAS and cuBLASLt handles and their workspaces now if
 // they do not exist yet. cuda::Graph calls it before capturing: creating them
@@ -48,6 +55,12 @@ void gemm(DType dtype, int64_t batch, int64_t m, int64_t n, int64_t k, const Gem
 bool lt_linear_forward(DType dtype, int64_t m, int64_t n, int64_t k, const void* x, int64_t ldx,
                        const void* w, int64_t ldw, const void* b, void* y, void* pre,
                        Activation act, int device, cudaStream_t stream);
+
+// Whether lt_linear_backward_weight attempts cuBLASLt for these sizes (dtype and
+// 32-bit sizes; it then succeeds unless the heuristic offers no algorithm, which
+// no shape of ember's tests or benchmarks meets). Needs no GPU: the meta device
+// answers with it.
+bool lt_linear_backward_weight_attempts(DType dtype, int64_t m, int64_t n, int64_t k, int64_t ldx);
 
 // d_w (n, k) = d_y^T x and, when d_b is not null, d_b (n) = column sums of d_y,
 // in the same pass (CUBLASLT_EPILOGUE_BGRADB). d_y: (m, n), row stride ldd.

@@ -11,6 +11,7 @@
 #include <optional>
 #include <thread>
 
+#include "core/alloc_site.h"
 #include "core/autograd.h"
 #include "core/ops.h"
 #include "core/base/random.h"  // random_bits: the same mixer as ember's RNG
@@ -56,7 +57,9 @@ struct DataLoader::Staging {
 namespace {
 
 // A batch as the producer leaves it: final (`batch`), or staged in pinned slot
-// `slot` waiting for its copy to the device.
+// `slot` waiting for its copy to the device, or (slot kShapeOnly) only its shapes,
+// for a device whose tensors hold no values (the meta device).
+constexpr int kShapeOnly = -1;
 struct HostBatch {
   Example batch;
   bool staged = false;
@@ -98,6 +101,9 @@ struct DataLoader::Epoch {
   size_t position = 0;  // index of the current batch
   Example current;
   std::shared_ptr<Staging> staging;
+  // The target holds no values (the meta device): batches are shapes, and the
+  // device tensors are made where a GPU's would be (deliver), without reading rows.
+  bool shape_only = false;
 
   std::thread worker;
   std::mutex mutex;
@@ -112,7 +118,8 @@ struct DataLoader::Epoch {
         options(o),
         order(std::move(ord)),
         num_batches(batches),
-        staging(std::move(st)) {
+        staging(std::move(st)),
+        shape_only(!kernels::kernels_for(o.device()).hooks.holds_data) {
     if (num_batches == 0) return;
     if (options.prefetch()) worker = std::thread([this] { run(); });
     try {
@@ -195,12 +202,16 @@ struct DataLoader::Epoch {
   HostBatch assemble(size_t b, int64_t n, bool has_target, const std::array<Shape, 2>& row_shapes,
                      const std::array<DType, 2>& dtypes,
                      const std::function<void(int, char*)>& write_rows) {
+    OpSite site("DataLoader batch");
     HostBatch hb;
     hb.has_target = has_target;
     for (int which = 0; which < (has_target ? 2 : 1); ++which) {
       hb.shape[which] = batch_shape(n, row_shapes[static_cast<size_t>(which)]);
       hb.dtype[which] = dtypes[static_cast<size_t>(which)];
-      if (!staging) {  // the host, or a device that takes no host copies
+      if (shape_only) {
+        hb.staged = true;
+        hb.slot = kShapeOnly;
+      } else if (!staging) {  // the host, or a device that takes no host copies
         Tensor out = empty(hb.shape[which], hb.dtype[which]);
         write_rows(which, static_cast<char*>(out.raw_data()));
         (which == 0 ? hb.batch.data : hb.batch.target) = out;
@@ -218,10 +229,15 @@ struct DataLoader::Epoch {
   // On the consuming thread: queue the device copies of a staged batch.
   Example deliver(HostBatch hb) {
     if (!hb.staged) return std::move(hb.batch);
+    OpSite site("DataLoader batch");
     const Device dev = options.device();
     Example out;
     for (int which = 0; which < (hb.has_target ? 2 : 1); ++which) {
       Tensor t = empty(hb.shape[which], TensorOptions(hb.dtype[which]).device(dev));
+      if (hb.slot == kShapeOnly) {
+        (which == 0 ? out.data : out.target) = t;
+        continue;
+      }
       staging->buffers[hb.slot][which].copy_to_device_async(t.raw_data(), t.nbytes(), dev.index,
                                                             cuda::current_stream(dev.index));
       (which == 0 ? out.data : out.target) = t;

@@ -1,7 +1,9 @@
 // Data loading: a Dataset hands out single examples, a DataLoader groups them
 // into batches (stacked along a new first dim), optionally shuffled, optionally
 // prepared one batch ahead on a background thread, and, for a CUDA target,
-// staged in pinned host memory and copied to the device asynchronously.
+// staged in pinned host memory and copied to the device asynchronously. For the
+// meta device (core/meta.h) batches are made with their shapes only, where a CUDA
+// target's device tensors would be, and no row is read.
 //
 //   auto data = std::make_shared<nn::TensorDataset>(x, y);
 //   nn::DataLoader loader(data, nn::DataLoaderOptions().batch_size(32).shuffle(true));

@@ -12,8 +12,9 @@ Linear::Linear(const LinearOptions& opts) : options(opts) {
   EMBER_CHECK(opts.in_features() > 0 && opts.out_features() > 0,
               "Linear: in_features and out_features must be positive, got ", opts.in_features(),
               " and ", opts.out_features());
-  weight = register_parameter("weight", empty({opts.out_features(), opts.in_features()}));
-  if (opts.bias()) bias = register_parameter("bias", empty({opts.out_features()}));
+  const TensorOptions where = TensorOptions().device(opts.device());
+  weight = register_parameter("weight", empty({opts.out_features(), opts.in_features()}, where));
+  if (opts.bias()) bias = register_parameter("bias", empty({opts.out_features()}, where));
   reset_parameters();
 }
 

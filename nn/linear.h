@@ -24,16 +24,25 @@ class LinearOptions {
     activation_ = act;
     return *this;
   }
+  // Where the parameters are made and initialised (as PyTorch's device= factory
+  // argument): the same values on every device (ember's RNG is counter-based),
+  // without a host copy; on the meta device, without any work.
+  LinearOptions& device(Device d) {
+    device_ = d;
+    return *this;
+  }
   int64_t in_features() const { return in_features_; }
   int64_t out_features() const { return out_features_; }
   bool bias() const { return bias_; }
   Activation activation() const { return activation_; }
+  Device device() const { return device_; }
 
  private:
   int64_t in_features_;
   int64_t out_features_;
   bool bias_ = true;
   Activation activation_ = Activation::None;
+  Device device_ = kCPU;
 };
 
 class Linear : public Module {

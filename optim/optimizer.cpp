@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <sstream>
 
+#include "core/alloc_site.h"
 #include "core/autograd.h"
 #include "core/ops.h"
 #include "core/kernel_table.h"
@@ -109,6 +110,7 @@ ParamState& Optimizer::state_for(const Tensor& param) {
 
 void Optimizer::reserve_state(const std::vector<Tensor>& params,
                               const std::vector<std::string>& names, bool step_count) {
+  OpSite site("optimizer state");  // names the buffers in snapshots and predictions
   std::vector<std::pair<const TensorImpl*, size_t>> touched;  // buffers held before
   std::vector<const TensorImpl*> created;
   std::vector<std::pair<const TensorImpl*, Tensor>> replaced_steps;  // step tensors before

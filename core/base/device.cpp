@@ -11,6 +11,10 @@ Device::Device(const std::string& spec) {
     *this = Device::cpu();
     return;
   }
+  if (spec == "meta") {
+    *this = Device::meta();
+    return;
+  }
   if (spec == "cuda") {
     *this = Device::cuda(0);
     return;
@@ -25,11 +29,15 @@ Device::Device(const std::string& spec) {
     *this = Device::cuda(i);
     return;
   }
-  EMBER_FAIL("Device: unknown device '", spec, "' (expected cpu, cuda or cuda:N)");
+  EMBER_FAIL("Device: unknown device '", spec, "' (expected cpu, cuda, cuda:N or meta)");
 }
 
 std::string Device::str() const {
-  return is_cpu() ? std::string("cpu") : "cuda:" + std::to_string(index);
+  switch (type) {
+    case DeviceType::CPU: return "cpu";
+    case DeviceType::Meta: return "meta";
+    default: return "cuda:" + std::to_string(index);
+  }
 }
 
 std::ostream& operator<<(std::ostream& os, Device d) { return os << d.str(); }

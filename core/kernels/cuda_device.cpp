@@ -11,6 +11,8 @@ namespace {
 
 void check(int index) { cuda::check_device(index); }
 memory::CachingAllocator& allocator(int index) { return cuda::device_caching_allocator(index); }
+memory::Allocator& tensor_allocator(int index) { return cuda::device_caching_allocator(index); }
+bool autocasts(int) { return true; }
 void* current_stream(int index) { return cuda::current_stream(index); }
 void check_not_capturing(int index, const char* what, const char* action) {
   cuda::check_not_capturing(index, what, action);
@@ -50,11 +52,13 @@ void copy_bytes(const CopyBytesArgs& a) {
 void register_cuda(KernelTable& t) {
   t.hooks.check = &check;
   t.hooks.allocator = &allocator;
+  t.hooks.tensor_allocator = &tensor_allocator;
   t.hooks.current_stream = &current_stream;
   t.hooks.check_not_capturing = &check_not_capturing;
   t.hooks.is_capturing = &is_capturing;
   t.hooks.synchronize = &synchronize;
   t.hooks.count = &count;
+  t.hooks.autocasts = &autocasts;
   t.hooks.pinned_staging = true;
   t.copy_bytes = &copy_bytes;
   register_cuda_elementwise(t);

@@ -1,5 +1,6 @@
 // Internal to core/kernels: each family file's registration, called by its
-// device's register_*() (core/kernels/cpu_device.cpp, cuda_device.cpp).
+// device's register_*() (core/kernels/cpu_device.cpp, cuda_device.cpp; the meta
+// device registers all of its own in core/kernels/meta_device.cpp).
 #pragma once
 
 #include "core/kernel_table.h"

@@ -34,10 +34,21 @@ const KernelTable& table(DeviceType type) {
     std::array<KernelTable, kDeviceTypes> t{};
     register_cpu(t[static_cast<size_t>(DeviceType::CPU)]);
     register_cuda(t[static_cast<size_t>(DeviceType::CUDA)]);
+    register_meta(t[static_cast<size_t>(DeviceType::Meta)]);
     for (KernelTable& k : t) fill_missing(k);
     return t;
   }();
   return tables[static_cast<size_t>(type)];
+}
+
+std::vector<const char*> missing_families(DeviceType type) {
+  const KernelTable& t = table(type);
+  std::vector<const char*> missing;
+#define EMBER_LIST_MISSING(name, R, Args) \
+  if (t.name == &missing_##name) missing.push_back(#name);
+  EMBER_KERNEL_FAMILIES(EMBER_LIST_MISSING)
+#undef EMBER_LIST_MISSING
+  return missing;
 }
 
 }  // namespace ember::kernels

@@ -71,8 +71,16 @@ Backend::MemoryInfo HostBackend::memory_info() {
 // ---------------------------------------------------------------------------------
 // SimulatedBackend
 
-SimulatedBackend::SimulatedBackend(size_t capacity_bytes, int device)
-    : device_(device), capacity_(capacity_bytes) {}
+namespace {
+// SimulatedMemory::none hands out addresses from here up: non-canonical on
+// x86-64 and AArch64 (bits 48..62 neither all 0 nor all 1), so a stray access
+// faults at once instead of touching host memory. Segments are multiples of
+// 2 MiB, so blocks keep the allocator's 512-byte alignment.
+constexpr uintptr_t kNoMemoryBase = uintptr_t{1} << 60;
+}  // namespace
+
+SimulatedBackend::SimulatedBackend(size_t capacity_bytes, int device, SimulatedMemory memory)
+    : device_(device), memory_(memory), next_address_(kNoMemoryBase), capacity_(capacity_bytes) {}
 
 void SimulatedBackend::fail_nth_alloc(size_t n) {
   std::lock_guard lock(mutex_);
@@ -145,9 +153,17 @@ void* SimulatedBackend::raw_alloc(size_t bytes) {
   std::lock_guard lock(mutex_);
   ++alloc_calls_;
   if (should_fail(bytes)) return nullptr;
-  void* ptr = page_aligned_alloc(bytes);
-  EMBER_CHECK(ptr != nullptr, "simulated device: the host could not back a segment of ", bytes,
-              " bytes");
+  void* ptr = nullptr;
+  if (memory_ == SimulatedMemory::none) {
+    // Addresses rise and are never reused, as a device's fresh virtual ranges do;
+    // 2^59 bytes of them outlast any run.
+    ptr = reinterpret_cast<void*>(next_address_);
+    next_address_ += (bytes + kPageSize - 1) / kPageSize * kPageSize;
+  } else {
+    ptr = page_aligned_alloc(bytes);
+    EMBER_CHECK(ptr != nullptr, "simulated device: the host could not back a segment of ", bytes,
+                " bytes");
+  }
   used_ += bytes;
   sizes_.emplace(ptr, bytes);
   return ptr;
@@ -160,7 +176,21 @@ void SimulatedBackend::raw_free(void* ptr) noexcept {
   if (it == sizes_.end()) return;
   used_ -= it->second;
   sizes_.erase(it);
-  std::free(ptr);
+  if (memory_ == SimulatedMemory::host) std::free(ptr);
+}
+
+void SimulatedBackend::fill(void* ptr, unsigned char value, size_t bytes, cudaStream_t stream) {
+  EMBER_CHECK(memory_ == SimulatedMemory::host,
+              "simulated device without memory: cannot write ", bytes,
+              " bytes (the allocator's sanitizer mode needs a backend with memory)");
+  Backend::fill(ptr, value, bytes, stream);
+}
+
+void SimulatedBackend::read(void* host_dst, const void* ptr, size_t bytes, cudaStream_t stream) {
+  EMBER_CHECK(memory_ == SimulatedMemory::host,
+              "simulated device without memory: cannot read ", bytes,
+              " bytes (the allocator's sanitizer mode needs a backend with memory)");
+  Backend::read(host_dst, ptr, bytes, stream);
 }
 
 // ---------------------------------------------------------------------------------
@@ -234,6 +264,13 @@ void* SimulatedBackend::reserve_address_space(size_t bytes) {
               "memory management");
   EMBER_CHECK(bytes > 0 && bytes % granularity_ == 0, "reserve_address_space: ", bytes,
               " bytes is not a positive multiple of the granularity (", granularity_, ")");
+  if (memory_ == SimulatedMemory::none) {  // addresses only, aligned to the granularity
+    const uintptr_t base = (next_address_ + granularity_ - 1) & ~(uintptr_t{granularity_} - 1);
+    next_address_ = base + bytes;
+    reservations_.emplace(reinterpret_cast<void*>(base), bytes);
+    reserved_ += bytes;
+    return reinterpret_cast<void*>(base);
+  }
   // Over-reserve by one page and trim both ends, so that the range is aligned to
   // the granularity as a GPU's reservation is.
   void* raw = mmap(nullptr, bytes + granularity_, kNoAccess, kMapFlags, -1, 0);
@@ -272,7 +309,7 @@ bool SimulatedBackend::map_pages(void* ptr, size_t bytes) {
     EMBER_CHECK(mapped_pages_.count(page) == 0, "map_pages: the page at ",
                 reinterpret_cast<void*>(page), " is already mapped");
   if (should_fail(bytes)) return false;
-  EMBER_CHECK(mprotect(ptr, bytes, PROT_READ | PROT_WRITE) == 0,
+  EMBER_CHECK(memory_ == SimulatedMemory::none || mprotect(ptr, bytes, PROT_READ | PROT_WRITE) == 0,
               "map_pages: the host refused to back ", bytes, " bytes");
   for (uintptr_t page = p; page < p + bytes; page += granularity_) mapped_pages_.insert(page);
   used_ += bytes;
@@ -289,7 +326,8 @@ void SimulatedBackend::unmap_pages(void* ptr, size_t bytes) noexcept {
   for (uintptr_t page = p; page < p + bytes; page += granularity_)
     if (mapped_pages_.erase(page) == 0) simulated_vm_bug("unmap_pages of an unmapped page", ptr, bytes);
   // Replacing the pages discards their contents, as giving memory back does.
-  if (mmap(ptr, bytes, kNoAccess, kMapFlags | MAP_FIXED, -1, 0) == MAP_FAILED)
+  if (memory_ == SimulatedMemory::host &&
+      mmap(ptr, bytes, kNoAccess, kMapFlags | MAP_FIXED, -1, 0) == MAP_FAILED)
     simulated_vm_bug("the host could not unmap", ptr, bytes);
   used_ -= bytes;
   mapped_ -= bytes;
@@ -304,7 +342,7 @@ void SimulatedBackend::release_address_space(void* base, size_t bytes) noexcept 
   for (uintptr_t page = b; page < b + bytes; page += granularity_)
     if (mapped_pages_.count(page) != 0)
       simulated_vm_bug("release_address_space with pages still mapped", base, bytes);
-  munmap(base, bytes);
+  if (memory_ == SimulatedMemory::host) munmap(base, bytes);
   reservations_.erase(it);
   reserved_ -= bytes;
 }

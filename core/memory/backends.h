@@ -93,16 +93,26 @@ class HostBackend final : public Backend {
   bool is_host() const override { return true; }
 };
 
-// A device simulated in host memory so that every allocator path runs without a
-// GPU. Segments are real (page-aligned, untouched) host memory, so they may be
-// written to. Failures are scripted; events recorded on a held stream stay
+// What a simulated device's segments are made of.
+enum class SimulatedMemory : uint8_t {
+  host,  // real (page-aligned, untouched) host memory: tensors may be written to
+  none,  // addresses only, never backed nor touched (the meta device, core/meta.h)
+};
+
+// A device simulated so that every allocator path runs without a GPU. With
+// SimulatedMemory::host its segments are host memory that may be written to; with
+// SimulatedMemory::none they are distinct, non-canonical addresses that no host
+// memory backs (any access faults), so a simulated device of any capacity costs
+// nothing. Failures are scripted; events recorded on a held stream stay
 // incomplete until the test releases that stream. Virtual memory is modelled with
 // the host's: a reservation is inaccessible address space (mmap PROT_NONE), a mapped
 // page is readable and writable and counts against the capacity, an unmapped one
-// is inaccessible again and its contents are gone.
+// is inaccessible again and its contents are gone. With SimulatedMemory::none a
+// reservation is a range of the same never-backed addresses and mapping only counts.
 class SimulatedBackend final : public Backend {
  public:
-  explicit SimulatedBackend(size_t capacity_bytes, int device = 0);
+  explicit SimulatedBackend(size_t capacity_bytes, int device = 0,
+                            SimulatedMemory memory = SimulatedMemory::host);
 
   // --- failure schedule (all conditions combine) ---
   // Fails the n-th raw_alloc from now (1 = the next one); 0 cancels.
@@ -138,6 +148,7 @@ class SimulatedBackend final : public Backend {
   size_t unmap_calls() const;
   size_t reservations() const;  // live address-space reservations
   size_t reserved_address_bytes() const;
+  SimulatedMemory memory() const { return memory_; }
 
   void* raw_alloc(size_t bytes) override;
   void raw_free(void* ptr) noexcept override;
@@ -153,6 +164,10 @@ class SimulatedBackend final : public Backend {
   bool map_pages(void* ptr, size_t bytes) override;
   void unmap_pages(void* ptr, size_t bytes) noexcept override;
   void release_address_space(void* base, size_t bytes) noexcept override;
+  // SimulatedMemory::none has no bytes to write or read: these throw ember::Error
+  // (the allocator's sanitizer mode cannot run on it).
+  void fill(void* ptr, unsigned char value, size_t bytes, cudaStream_t stream) override;
+  void read(void* host_dst, const void* ptr, size_t bytes, cudaStream_t stream) override;
   int device() const override { return device_; }
 
  private:
@@ -167,6 +182,8 @@ class SimulatedBackend final : public Backend {
   // this class has its own lock.
   mutable std::mutex mutex_;
   int device_;
+  SimulatedMemory memory_;
+  uintptr_t next_address_;  // SimulatedMemory::none: where the next segment starts
   size_t capacity_;
   size_t used_ = 0;
   size_t alloc_calls_ = 0;

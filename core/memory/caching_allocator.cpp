@@ -67,7 +67,7 @@ struct SearchKey {
 
 inline uintptr_t stream_key(cudaStream_t s) { return reinterpret_cast<uintptr_t>(s); }
 
-// Orders cached blocks by (stream, size, address), so lower_bound on
+// Orders cached blocks by (stream, size, segment age, address), so lower_bound on
 // (stream, size) finds the best fit on that stream: the first block not less than
 // the key. Strict (`<` throughout, never `<=`), so it is a strict weak ordering
 // and a key sorts as a block of its size at address 0 would.
@@ -155,15 +155,6 @@ struct Block {
   bool is_split() const { return prev != nullptr || next != nullptr; }
 };
 
-bool BlockLess::operator()(const Block* a, const Block* b) const {
-  if (a->stream != b->stream) return stream_key(a->stream) < stream_key(b->stream);
-  if (a->size != b->size) return a->size < b->size;
-  return a->ptr < b->ptr;
-}
-bool BlockLess::operator()(const Block* a, const SearchKey& k) const {
-  if (a->stream != k.stream) return stream_key(a->stream) < stream_key(k.stream);
-  return a->size < k.size;
-}
 
 // A range of memory blocks are carved from. An ordinary segment is one backend
 // allocation, all of it memory (mapped == size). An expandable segment is a
@@ -178,7 +169,22 @@ struct Segment {
   bool expandable = false;
   Block* head = nullptr;        // the lowest-addressed block
   PrivatePool* pool = nullptr;  // the graph pool it belongs to; null: the general cache
+  // Its creation number: equally good fits go to the oldest segment, then the
+  // lowest address in it, so the choice does not depend on where the backend put
+  // the segments (meta predictions, core/meta.h, rely on it).
+  uint64_t order = 0;
 };
+
+bool BlockLess::operator()(const Block* a, const Block* b) const {
+  if (a->stream != b->stream) return stream_key(a->stream) < stream_key(b->stream);
+  if (a->size != b->size) return a->size < b->size;
+  if (a->segment->order != b->segment->order) return a->segment->order < b->segment->order;
+  return a->ptr < b->ptr;
+}
+bool BlockLess::operator()(const Block* a, const SearchKey& k) const {
+  if (a->stream != k.stream) return stream_key(a->stream) < stream_key(k.stream);
+  return a->size < k.size;
+}
 
 // A CUDA graph's memory: the free blocks of its own segments, and the general
 // blocks freed while it captured (held until it is released).
@@ -999,6 +1005,7 @@ class CachingAllocator::Impl {
       block->stream = rest->stream;
       block->small = rest->small;
       block->segment = rest->segment;
+      block->segment_order = rest->segment_order;
       block->prev = rest->prev;
       if (block->prev != nullptr) block->prev->next = block;
       else block->segment->head = block;
@@ -1209,6 +1216,7 @@ class CachingAllocator::Impl {
     auto* seg = new Segment;
     seg->base = reinterpret_cast<uintptr_t>(ptr);
     seg->size = seg->mapped = bytes;
+    seg->order = ++segment_count_;
     seg->stream = stream;
     seg->small = small;
     seg->pool = target;
@@ -1258,6 +1266,7 @@ class CachingAllocator::Impl {
     seg->base = reinterpret_cast<uintptr_t>(base);
     seg->size = bytes;
     seg->mapped = 0;
+    seg->order = ++segment_count_;
     seg->stream = stream;
     seg->small = small;
     seg->expandable = true;
@@ -1705,6 +1714,7 @@ class CachingAllocator::Impl {
   std::vector<Backend::EventHandle> spare_events_;
   std::vector<Block*> deferred_;  // used on other streams, freed during a capture
   uint64_t large_lookups_ = 0;    // general large-pool lookups: garbage collection's clock
+  uint64_t segment_count_ = 0;    // segments ever created (Segment::order)
   size_t capacity_ = 0;           // backend capacity, read once for garbage collection
 
   // Expandable segments (options_.expandable_segments, where the backend can).

@@ -10,8 +10,12 @@
 //    are 2 MiB. Larger ones come from the large pool, whose segments are 20 MiB
 //    for requests under 10 MiB and the request rounded up to 2 MiB otherwise.
 //  * A request takes the best-fitting cached block: the smallest free block of its
-//    pool, allocated on the same stream, that is large enough (lowest address on a
-//    tie). Only on a miss is a new segment asked of the backend.
+//    pool, allocated on the same stream, that is large enough; on a tie, the one in
+//    the oldest segment, then the lowest address (PyTorch takes the lowest address,
+//    which depends on where the device put each segment; segment age does not, so
+//    the allocator's every choice follows from the request sequence alone and a
+//    meta-device prediction, core/meta.h, makes the same ones). Only on a miss is
+//    a new segment asked of the backend.
 //  * A block larger than the request is split and the remainder stays cached: in
 //    the small pool when at least 512 bytes remain, in the large pool when more
 //    than 1 MiB remains and the request is below max_split_size. A block of at

@@ -15,13 +15,15 @@ using ember::testing::contains;
 using ember::testing::error_of;
 
 TEST_CASE("kernel table: every family of every device type is callable") {
-  for (DeviceType type : {DeviceType::CPU, DeviceType::CUDA}) {
+  for (DeviceType type : {DeviceType::CPU, DeviceType::CUDA, DeviceType::Meta}) {
     const kernels::KernelTable& t = kernels::table(type);
 #define EMBER_CHECK_FAMILY(name, R, Args) CHECK(static_cast<bool>(t.name));
     EMBER_KERNEL_FAMILIES(EMBER_CHECK_FAMILY)
 #undef EMBER_CHECK_FAMILY
     CHECK(static_cast<bool>(t.hooks.check));
     CHECK(static_cast<bool>(t.hooks.allocator));
+    CHECK(static_cast<bool>(t.hooks.tensor_allocator));
+    CHECK(static_cast<bool>(t.hooks.autocasts));
     CHECK(static_cast<bool>(t.hooks.count));
   }
 }

@@ -1,0 +1,105 @@
+// The meta device (kMeta): tensors with shapes, dtypes and strides but no data.
+// Every op runs on it through its kernels (core/kernels/meta_device.cpp), which
+// compute nothing but make the decisions of the device they mirror (CUDA unless
+// told otherwise, or the CPU): the same fused-op predicates, the same workspace
+// sizes. So a step on the meta device makes the allocation requests, in the same
+// order and sizes, that it would make there, workspaces included, in host time
+// only. Its bytes come from a caching allocator over a simulated device without
+// memory (memory::SimulatedMemory::none) configured like the target: capacity and
+// EMBER_CUDA_ALLOC_CONF's options. predict_memory (core/predict.h) is built on it.
+//
+// Nothing reads a meta tensor's values: item(), to_vector(), printing and copies
+// to a real device throw, naming the op. Meta and real tensors do not mix in one
+// op (check_same_device names both devices); to(kMeta) from a real device is
+// allowed (it copies nothing).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "core/base/device.h"
+#include "core/memory/alloc_config.h"
+#include "core/memory/caching_allocator.h"
+
+namespace ember {
+
+inline constexpr size_t kNoCapacityLimit = size_t{1} << 62;
+
+// What the meta device imitates.
+struct MetaDeviceOptions {
+  // Whose kernel choices and workspaces it makes: DeviceType::CUDA (fused Linear
+  // and MSE, reduction workspaces, autocast, cuBLAS(Lt) workspaces) or
+  // DeviceType::CPU (composed Linear and MSE, no workspaces).
+  DeviceType mirror = DeviceType::CUDA;
+  // Bytes the simulated device holds: reserved memory plus the workspaces that the
+  // mirrored libraries take outside the allocator. kNoCapacityLimit: no limit.
+  size_t capacity = kNoCapacityLimit;
+  // The allocator's options (PyTorch's PYTORCH_CUDA_ALLOC_CONF keys; default
+  // PyTorch's defaults, while MetaDeviceScope() reads EMBER_CUDA_ALLOC_CONF as the
+  // CUDA devices do). sanitize is ignored: its guard bytes need memory to write
+  // (and would change the sizes).
+  memory::AllocatorOptions allocator;
+
+  MetaDeviceOptions& mirror_device(DeviceType t) {
+    mirror = t;
+    return *this;
+  }
+  MetaDeviceOptions& capacity_bytes(size_t bytes) {
+    capacity = bytes;
+    return *this;
+  }
+  MetaDeviceOptions& allocator_options(const memory::AllocatorOptions& o) {
+    allocator = o;
+    return *this;
+  }
+};
+
+// Libraries whose device workspaces the mirrored CUDA device cudaMallocs outside
+// its caching allocator, once per device (cuda/blas.cpp): the meta device takes
+// them out of its capacity when the first kernel that needs them runs, so that a
+// run that would not fit beside them fails as it would on the GPU.
+enum class MetaLibrary : uint8_t { cublas, cublaslt };
+
+namespace detail {
+struct MetaContext;
+}
+
+// While alive, this thread's meta tensors come from a fresh meta device set up by
+// `options` (scopes nest; the innermost wins). Tensors made in the scope should
+// die in it; any that outlive it keep its allocator alive (it is then never
+// freed) so freeing them stays safe.
+class MetaDeviceScope {
+ public:
+  explicit MetaDeviceScope(const MetaDeviceOptions& options);
+  MetaDeviceScope();  // CUDA mirror, no capacity limit, EMBER_CUDA_ALLOC_CONF's options
+  ~MetaDeviceScope();
+  MetaDeviceScope(const MetaDeviceScope&) = delete;
+  MetaDeviceScope& operator=(const MetaDeviceScope&) = delete;
+
+  memory::CachingAllocator& allocator() const;
+  DeviceType mirror() const;
+  size_t capacity() const;
+  // Bytes the mirrored libraries took outside the allocator so far (cuBLAS and
+  // cuBLASLt workspaces, 32 MiB each on CUDA), and which of them.
+  size_t library_bytes() const;
+  bool uses(MetaLibrary library) const;
+
+ private:
+  detail::MetaContext* context_;
+  detail::MetaContext* previous_;
+};
+
+// The meta device this thread sees: the innermost MetaDeviceScope's, or a
+// process-wide default (CUDA mirror, no capacity limit, EMBER_CUDA_ALLOC_CONF).
+memory::CachingAllocator& meta_allocator();
+DeviceType meta_mirror();
+
+namespace detail {
+// Called by the meta kernels when the mirrored device would create `library`'s
+// workspace: the first call per meta device takes its bytes from the capacity,
+// and throws OutOfMemoryError when they do not fit.
+void meta_uses_library(MetaLibrary library);
+}  // namespace detail
+
+}  // namespace ember

@@ -1,0 +1,261 @@
+// The meta device (core/meta.h): shapes without data through every kernel family,
+// the mirrored device's choices (fused ops, workspaces, autocast, library
+// workspaces), its allocator, and the errors for code that reads values or mixes
+// meta and real tensors.
+#include <doctest/doctest.h>
+
+#include <sstream>
+
+#include "core/anomaly.h"
+#include "core/autocast.h"
+#include "core/autograd.h"
+#include "core/kernel_table.h"
+#include "core/memory.h"
+#include "core/memory/backends.h"
+#include "core/meta.h"
+#include "core/ops.h"
+#include "cuda/blas.h"
+#include "cuda/kernels/mse.h"
+#include "error_text.h"
+#include "nn/nn.h"
+#include "optim/optim.h"
+
+using namespace ember;
+using ember::testing::contains;
+using ember::testing::error_of;
+
+namespace {
+
+MetaDeviceOptions mirroring(DeviceType t, size_t capacity = kNoCapacityLimit) {
+  return MetaDeviceOptions().mirror_device(t).capacity_bytes(capacity);
+}
+
+// Bytes the allocator hands out for a request (512-byte rounding, default options).
+int64_t rounded(int64_t bytes) { return (bytes + 511) / 512 * 512; }
+
+}  // namespace
+
+TEST_CASE("meta/device: spelled meta, index 0, one of the kernel table's devices") {
+  CHECK(Device("meta") == kMeta);
+  CHECK(kMeta.str() == "meta");
+  CHECK(kMeta.is_meta());
+  CHECK(Device(DeviceType::Meta, 3).index == 0);
+  CHECK(contains(error_of([] { check_device(Device("meta")); }), "(no error)"));
+  CHECK(contains(error_of([] { (void)Device("meta:1"); }), "unknown device 'meta:1'"));
+}
+
+TEST_CASE("meta/kernels: every kernel family has a meta kernel (and a CUDA one)") {
+  // A family added to core/kernel_table.h without its meta kernel fails here by name.
+  for (const char* family : kernels::missing_families(DeviceType::Meta))
+    FAIL_CHECK("the meta device has no kernel for family ", family);
+  for (const char* family : kernels::missing_families(DeviceType::CUDA))
+    FAIL_CHECK("the CUDA device has no kernel for family ", family);
+  CHECK(kernels::missing_families(DeviceType::Meta).empty());
+}
+
+TEST_CASE("meta/tensor: shapes, strides and dtypes, bytes from the meta allocator") {
+  MetaDeviceScope scope(mirroring(DeviceType::CUDA));
+  Tensor t = empty({3, 5}, TensorOptions(kFloat64).device(kMeta));
+  CHECK(t.device() == kMeta);
+  CHECK(t.sizes() == Shape{3, 5});
+  CHECK(t.strides() == Shape{5, 1});
+  CHECK(t.dtype() == kFloat64);
+  Tensor v = t.t();
+  CHECK(v.strides() == Shape{1, 5});
+  CHECK(memory_allocated(kMeta) == rounded(3 * 5 * 8));
+  CHECK(&caching_allocator(kMeta) == &scope.allocator());
+  Tensor s = (t.t().contiguous() * 2.0).sum(0);  // ops run, computing nothing
+  CHECK(s.sizes() == Shape{3});
+  CHECK(s.device() == kMeta);
+  // The simulated device has no memory: addresses are not host memory.
+  CHECK(reinterpret_cast<uintptr_t>(t.raw_data()) >= (uintptr_t{1} << 60));
+}
+
+TEST_CASE("meta/errors: reading values names the op and asks for shape-only code") {
+  Tensor t = zeros({2, 2}, kMeta);
+  const std::string item = error_of([&] { (void)t.sum().item(); });
+  CHECK(contains(item, "item(): a tensor on meta has a shape but no values"));
+  CHECK(contains(item, "needs shape-only code"));
+  CHECK(contains(error_of([&] { (void)t.to_vector<float>(); }), "to_vector(): a tensor on meta"));
+  CHECK(contains(error_of([&] {
+                   std::ostringstream os;
+                   os << t;
+                 }),
+                 "printing a tensor (str(), operator<<): a tensor on meta"));
+  CHECK(contains(error_of([&] { (void)t.to(kCPU); }), "to(cpu): a tensor on meta"));
+  CHECK(contains(error_of([&] { (void)t.cpu(); }), "shape-only"));
+  CHECK(contains(error_of([&] { (void)t.to(kCUDA); }), "to(cuda): a tensor on meta"));
+  Tensor host = zeros({2, 2});
+  CHECK(contains(error_of([&] { copy_(host, t); }), "to(cpu): a tensor on meta"));
+  {
+    DetectAnomalyGuard anomaly(true);
+    Tensor w = ones({2, 2}, TensorOptions().device(kMeta).requires_grad());
+    CHECK(contains(error_of([&] { (void)(w * 2.0); }), "anomaly detection (set_detect_anomaly)"));
+  }
+}
+
+TEST_CASE("meta/errors: meta and real tensors do not mix; to(kMeta) copies nothing") {
+  Tensor m = ones({2, 3}, kMeta);
+  Tensor c = ones({2, 3});
+  CHECK(contains(error_of([&] { (void)(m + c); }),
+                 "add: operands are on different devices (meta and cpu)"));
+  CHECK(contains(error_of([&] { (void)matmul(c, m.t()); }), "cpu and meta"));
+  Tensor w = ones({4, 3});
+  CHECK(contains(error_of([&] { (void)linear(m, w); }), "meta and cpu"));
+  Tensor moved = c.to(kMeta);
+  CHECK(moved.device() == kMeta);
+  CHECK(moved.sizes() == c.sizes());
+  CHECK(tensor({1.0, 2.0}, kMeta).device() == kMeta);
+}
+
+TEST_CASE("meta/autograd: backward and optimizers make gradients and state on meta") {
+  MetaDeviceScope scope(mirroring(DeviceType::CUDA));
+  auto model = std::make_shared<nn::Linear>(nn::LinearOptions(8, 4).device(kMeta));
+  CHECK(model->weight.device() == kMeta);
+  optim::Adam adam(model->parameters(), optim::AdamOptions(1e-3));
+  Tensor x = randn({16, 8}, kMeta), y = randn({16, 4}, kMeta);
+  Tensor loss = mse_loss(model->forward(x), y);
+  loss.backward();
+  CHECK(model->weight.grad().device() == kMeta);
+  CHECK(model->weight.grad().sizes() == Shape{4, 8});
+  CHECK(model->bias.grad().sizes() == Shape{4});
+  adam.step();
+  const optim::ParamState* state = adam.state(model->weight);
+  REQUIRE(state != nullptr);
+  CHECK(state->device_step.device() == kMeta);
+  CHECK(state->device_step.dtype() == kInt64);
+  CHECK(state->buffers.size() == 2);
+  for (const auto& [name, buffer] : state->buffers) CHECK(buffer.device() == kMeta);
+}
+
+TEST_CASE("meta/mirror: the fused MSE of CUDA or the composed one of the CPU, by bytes") {
+  const int64_t n = 1000;  // 4000 bytes of float32: 4096 in the allocator
+  for (DeviceType mirror : {DeviceType::CUDA, DeviceType::CPU}) {
+    CAPTURE(Device(mirror));
+    MetaDeviceScope scope(mirroring(mirror));
+    Tensor pred = zeros({n}, TensorOptions().device(kMeta).requires_grad());
+    Tensor target = zeros({n}, kMeta);
+    scope.allocator().reset_peak_memory_stats();
+    const int64_t before = memory_allocated(kMeta);
+    Tensor loss = mse_loss(pred, target);
+    const int64_t peak = max_memory_allocated(kMeta) - before;
+    if (mirror == DeviceType::CUDA) {
+      // d_pred stashed, the loss, and the kernel's workspace of partial sums.
+      CHECK(peak == rounded(4 * n) + rounded(4) +
+                        rounded(static_cast<int64_t>((cuda::mse_workspace_bytes(n) + 7) / 8 * 8)));
+      CHECK(std::string(loss.grad_fn()->name()) == "MseLossBackward");
+    } else {
+      // pred - target (kept for backward), its square, and the mean.
+      CHECK(peak == rounded(4 * n) * 2 + rounded(4));
+    }
+  }
+}
+
+TEST_CASE("meta/mirror: autocast applies when the meta device mirrors CUDA") {
+  for (DeviceType mirror : {DeviceType::CUDA, DeviceType::CPU}) {
+    MetaDeviceScope scope(mirroring(mirror));
+    Tensor x = ones({4, 8}, kMeta), w = ones({3, 8}, kMeta);
+    AutocastGuard bf16;
+    CHECK(linear(x, w).dtype() == (mirror == DeviceType::CUDA ? kBFloat16 : kFloat32));
+  }
+}
+
+TEST_CASE("meta/mirror: cuBLAS and cuBLASLt workspaces come out of the capacity") {
+  const int64_t blas = static_cast<int64_t>(cuda::blas_workspace_bytes());
+  const int64_t lt = static_cast<int64_t>(cuda::lt_workspace_bytes());
+  {
+    MetaDeviceScope scope(mirroring(DeviceType::CUDA));
+    Tensor a = ones({64, 64}, kMeta);
+    (void)matmul(a, a);
+    CHECK(scope.uses(MetaLibrary::cublas));
+    CHECK_FALSE(scope.uses(MetaLibrary::cublaslt));
+    CHECK(scope.library_bytes() == static_cast<size_t>(blas));
+    (void)matmul(a, a);  // once per device
+    CHECK(scope.library_bytes() == static_cast<size_t>(blas));
+    // A Linear large enough for cuBLASLt (cuda/gemm_dispatch.h: 2^21 FLOPs and up).
+    Tensor x = ones({256, 256}, kMeta), w = ones({256, 256}, kMeta);
+    (void)linear(x, w);
+    CHECK(scope.uses(MetaLibrary::cublaslt));
+    CHECK(scope.library_bytes() == static_cast<size_t>(blas + lt));
+    CHECK(memory_allocated(kMeta) == rounded(64 * 64 * 4) + 2 * rounded(256 * 256 * 4));
+  }
+  {
+    MetaDeviceScope scope(mirroring(DeviceType::CPU));
+    Tensor a = ones({64, 64}, kMeta);
+    (void)matmul(a, a);
+    CHECK(scope.library_bytes() == 0);
+  }
+  {
+    // 40 MiB: the first 2 MiB segment and cuBLAS's 32 MiB fit, cuBLASLt's does not.
+    MetaDeviceScope scope(mirroring(DeviceType::CUDA, size_t{40} << 20));
+    Tensor a = ones({64, 64}, kMeta);
+    (void)matmul(a, a);
+    Tensor x = ones({256, 256}, kMeta), w = ones({256, 256}, kMeta);
+    Tensor y;
+    const std::string e = error_of([&] { y = linear(x, w); });
+    CHECK(contains(e, "the cuBLASLt workspace (32.00 MiB, allocated outside the caching allocator"));
+    CHECK_THROWS_AS((void)linear(x, w), OutOfMemoryError);
+  }
+}
+
+TEST_CASE("meta/capacity: the simulated device runs out of memory as a GPU would") {
+  MetaDeviceScope scope(mirroring(DeviceType::CUDA, size_t{64} << 20));
+  Tensor a = empty({int64_t{10} << 20}, kMeta);  // 40 MiB of float32
+  const std::string e = error_of([&] { (void)empty({int64_t{12} << 20}, kMeta); });
+  CHECK(contains(e, "CUDA out of memory. Tried to allocate 48.00 MiB"));
+  CHECK(contains(e, "total capacity of 64.00 MiB"));
+  CHECK(memory_allocated(kMeta) == int64_t{40} << 20);
+  CHECK_THROWS_AS((void)empty({int64_t{12} << 20}, kMeta), OutOfMemoryError);
+}
+
+TEST_CASE("meta/data: DataLoader batches on meta have shapes and come from the meta allocator") {
+  Tensor x = randn({100, 6}), y = randn({100, 2});
+  MetaDeviceScope scope(mirroring(DeviceType::CUDA));
+  nn::DataLoader loader(nn::TensorDataset(x, y), nn::DataLoaderOptions(32).device(kMeta));
+  std::vector<int64_t> rows;
+  for (const nn::Example& b : loader) {
+    CHECK(b.data.device() == kMeta);
+    CHECK(b.target.device() == kMeta);
+    CHECK(b.data.size(1) == 6);
+    CHECK(b.target.size(1) == 2);
+    rows.push_back(b.data.size(0));
+    CHECK(memory_allocated(kMeta) == rounded(b.data.size(0) * 6 * 4) + rounded(b.data.size(0) * 2 * 4));
+  }
+  CHECK(rows == std::vector<int64_t>{32, 32, 32, 4});
+  CHECK(memory_allocated(kMeta) == 0);
+}
+
+TEST_CASE("meta/scope: scopes nest, each with its own allocator and mirror") {
+  const DeviceType outer_default = meta_mirror();
+  CHECK(outer_default == DeviceType::CUDA);
+  {
+    MetaDeviceScope a(mirroring(DeviceType::CPU));
+    CHECK(meta_mirror() == DeviceType::CPU);
+    Tensor t = empty({128}, kMeta);
+    {
+      MetaDeviceScope b(mirroring(DeviceType::CUDA));
+      CHECK(meta_mirror() == DeviceType::CUDA);
+      CHECK(memory_allocated(kMeta) == 0);
+    }
+    CHECK(&meta_allocator() == &a.allocator());
+    CHECK(memory_allocated(kMeta) == 512);
+  }
+  CHECK(meta_mirror() == outer_default);
+}
+
+TEST_CASE("memory/simulated: SimulatedMemory::none hands out addresses and no memory") {
+  memory::SimulatedBackend b(size_t{8} << 20, 0, memory::SimulatedMemory::none);
+  void* p = b.raw_alloc(size_t{2} << 20);
+  void* q = b.raw_alloc(size_t{4} << 20);
+  REQUIRE(p != nullptr);
+  REQUIRE(q != nullptr);
+  CHECK(reinterpret_cast<uintptr_t>(q) == reinterpret_cast<uintptr_t>(p) + (size_t{2} << 20));
+  CHECK(b.raw_alloc(size_t{4} << 20) == nullptr);  // 6 MiB used of 8
+  CHECK(b.used() == size_t{6} << 20);
+  b.raw_free(p);
+  CHECK(b.used() == size_t{4} << 20);
+  unsigned char byte = 0;
+  CHECK(contains(error_of([&] { b.fill(q, 0xAB, 1, nullptr); }), "simulated device without memory"));
+  CHECK(contains(error_of([&] { b.read(&byte, q, 1, nullptr); }), "simulated device without memory"));
+  b.raw_free(q);
+}
