@@ -235,9 +235,10 @@ Tensor binary_cross_entropy_with_logits(const Tensor& logits, const Tensor& targ
   if (pos_weight.defined()) {
     check_floating("binary_cross_entropy_with_logits", pos_weight);
     check_same_device("binary_cross_entropy_with_logits", logits, pos_weight);
-    EMBER_CHECK(broadcast_shapes(logits.sizes(), pos_weight.sizes(),
-                                 "binary_cross_entropy_with_logits") == logits.sizes(),
-                "binary_cross_entropy_with_logits: pos_weight of shape ",
+    bool fits = pos_weight.dim() <= logits.dim();
+    for (int64_t i = 1; fits && i <= pos_weight.dim(); ++i)
+      fits = pos_weight.size(-i) == 1 || pos_weight.size(-i) == logits.size(-i);
+    EMBER_CHECK(fits, "binary_cross_entropy_with_logits: pos_weight of shape ",
                 shape_str(pos_weight.sizes()), " does not broadcast to the logits' shape ",
                 shape_str(logits.sizes()));
     weight_of_softplus = add(mul(add(pos_weight, -1.0), target), 1.0);
