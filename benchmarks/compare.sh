@@ -58,6 +58,8 @@ b=$build/benchmarks
 run linear 300 "$b/bench_linear" --json "$out/linear.json"
 run mse 120 "$b/bench_mse" --json "$out/mse.json"
 run adam 120 "$b/bench_adam" --json "$out/adam.json"
+run cross_entropy 180 "$b/bench_cross_entropy" --json "$out/cross_entropy.json"
+run layer_norm 120 "$b/bench_layer_norm" --json "$out/layer_norm.json"
 run train_step 300 "$b/bench_train_step" --json "$out/train_step.json" "${quick[@]}"
 [ -x "$b/bench_op_overhead" ] && run op_overhead 120 "$b/bench_op_overhead" --json "$out/op_overhead.json"
 run allocator 300 "$b/bench_allocator" --json "$out/allocator.json"

@@ -4,9 +4,10 @@ one GPU) into markdown tables with the ratios the issues target. Sections whose
 files are missing are left out.
 
     python3 benchmarks/results_table.py DIR
-DIR holds linear.json mse.json adam.json peer.json (bench_linear/mse/adam,
-peer_pytorch.py), train_step.json peer_train_step.json (bench_train_step,
-peer_train_step.py) and op_overhead.json (bench_op_overhead).
+DIR holds linear.json mse.json adam.json cross_entropy.json layer_norm.json
+peer.json (bench_linear/mse/adam/cross_entropy/layer_norm, peer_pytorch.py),
+train_step.json peer_train_step.json (bench_train_step, peer_train_step.py) and
+op_overhead.json (bench_op_overhead).
 """
 import json
 import os
@@ -51,6 +52,33 @@ def main():
         ratio = f"{r['ms'] / p['ms']:.2f}x" if p else "-"
         print(f"| {r['workload']} | {r['impl']} | {r['ms']:.4f} | {r['rate']:.0f} | {r['note']} | "
               f"{pm} | {ratio} |")
+
+    ce = load(d, "cross_entropy.json")
+    if ce:
+        print("\n### Cross-entropy forward + backward, 8192 x 32768 (goal: <= 0.6x PyTorch's time, "
+              ">= 0.80 of copy)\n")
+        print("| workload | dtype | impl | ms | GB/s (read logits + write grad) | note | "
+              "PyTorch op ms | time vs PyTorch |")
+        print("|---|---|---|---|---|---|---|---|")
+        for r in ce:
+            p = pk.get(("cross_entropy fwd+bwd op", r["dtype"], r["shape"])) \
+                if r["workload"] != "d2d copy" else None
+            pm = f"{p['ms']:.4f}" if p else "-"
+            ratio = f"{r['ms'] / p['ms']:.2f}x" if p else "-"
+            print(f"| {r['workload']} | {r['dtype']} | {r['impl']} | {r['ms']:.4f} | "
+                  f"{r['rate']:.0f} | {r['note']} | {pm} | {ratio} |")
+    ln = load(d, "layer_norm.json")
+    if ln:
+        print("\n### Layer norm forward + backward, 8192 x 4096 (goal: <= 0.8x PyTorch's time)\n")
+        print("| workload | dtype | impl | ms | GB/s | note | PyTorch op ms | time vs PyTorch |")
+        print("|---|---|---|---|---|---|---|---|")
+        for r in ln:
+            p = pk.get(("layer_norm fwd+bwd op", r["dtype"], r["shape"])) \
+                if r["workload"] == "layer_norm fwd+bwd op" else None
+            pm = f"{p['ms']:.4f}" if p else "-"
+            ratio = f"{r['ms'] / p['ms']:.2f}x" if p else "-"
+            print(f"| {r['workload']} | {r['dtype']} | {r['impl']} | {r['ms']:.4f} | "
+                  f"{r['rate']:.0f} | {r['note']} | {pm} | {ratio} |")
 
     train, ptrain = load(d, "train_step.json"), load(d, "peer_train_step.json")
     if train:
