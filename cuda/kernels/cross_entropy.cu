@@ -155,7 +155,7 @@ __global__ void __launch_bounds__(kThreads, kThreads >= 512 ? 1024 / kThreads : 
   for (int i = 0; i < kItems; ++i) {
     const int64_t c = (static_cast<int64_t>(i / V) * kThreads + threadIdx.x) * V + i % V;
     if (c < limit) {
-      sums.x += expf(x[i] - m);
+      if (x[i] != -INFINITY) sums.x += expf(x[i] - m);  // a masked logit adds nothing
       sums.y += x[i];
     }
   }

@@ -69,9 +69,9 @@ __device__ __forceinline__ void update(MaxSum<C>& a, C x) {
   } else if (x != x) {
     a.m = x;  // NaN: the row's results are NaN, as PyTorch's
     a.s = x;
-  } else {
-    a.s += ex(x - a.m);  // x == m == -inf gives NaN, as PyTorch's all -inf row
-  }
+  } else if (x != C(-INFINITY)) {
+    a.s += ex(x - a.m);
+  }  // -inf adds nothing; a row of only -inf ends with s = 0: NaN, as PyTorch's
 }
 
 template <typename C>

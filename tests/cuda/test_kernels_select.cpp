@@ -8,6 +8,7 @@
 // float reduction, GEMM's); bfloat16 1e-2; comparisons and integers exact.
 #include <doctest/doctest.h>
 
+#include <cmath>
 #include <vector>
 
 #include "core/autograd.h"
@@ -167,8 +168,23 @@ TEST_CASE("kernels/select: softmax and log_softmax match the CPU for every layou
               tl);
       }
     }
-  // Stable past exp's range.
+  // Stable past exp's range; a masked (-inf) entry gets 0, a row of only -inf NaN.
   Tensor big = tensor({1000.0, 1001.0, 1002.0}).to(kCUDA);
   CHECK(rel_error(softmax(big, 0).to(kCPU).to(kFloat64),
                   softmax(tensor({0.0, 1.0, 2.0}, kFloat64), 0)) <= 1e-6);
+  for (int64_t n : {int64_t{3}, int64_t{3000}}) {  // a warp's row and a block's
+    Tensor masked = zeros({2, n});
+    masked[0].slice(0, 0, n / 3).fill_(-INFINITY);
+    masked[1].fill_(-INFINITY);
+    Tensor got = softmax(masked.to(kCUDA), 1).to(kCPU);
+    CHECK(rel_error(got[0].to(kFloat64), softmax(masked[0].to(kFloat64), 0)) <= 1e-6);
+    CHECK(got[0][0].item() == 0.0);
+    CHECK(std::isnan(got[1][0].item()));
+  }
+  // Cross-entropy with masked logits: finite, as on the CPU.
+  Tensor logits = randn64({4, 2000}, 51).to(kFloat32);
+  logits.slice(1, 0, 1000).fill_(-INFINITY);
+  Tensor t = tensor({1500, 1999, 1000, 1234}, kInt64);
+  CHECK(rel_error(cross_entropy(logits.to(kCUDA), t.to(kCUDA)).to(kCPU).to(kFloat64),
+                  cross_entropy(logits.to(kFloat64), t)) <= 1e-5);
 }
