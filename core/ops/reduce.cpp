@@ -2,8 +2,8 @@
 // backward), argmax, argmin and sum_to. Integer input: sum, max and min through
 // float64 (exact below 2^53), the result int64. Each views its input, made contiguous, as (outer, n, inner) and
 // reduces over n, through the device's kernels (core/kernel_table.h): the CPU
-// reference accumulates in double; CUDA's are deterministic (cuda/kernels/reduce.cu). Sum of nothing is 0, mean of nothing NaN (as PyTorch),
-// max of nothing an error.
+// reference accumulates in double; CUDA's are deterministic (cuda/kernels/reduce.cu).
+// Sum of nothing is 0, mean of nothing NaN (as PyTorch), max of nothing an error.
 #include <cmath>
 #include <limits>
 
