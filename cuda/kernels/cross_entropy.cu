@@ -6,10 +6,10 @@
 // out, nll, then its backward): 2.14 / 1.05 ms there.
 //
 // A row lives in registers: a block of kThreads threads holds kItems logits per
-// thread (16-byte vector loads where the row allows; up to 16384 logits in a
-// 1024-thread block), and a row longer than one block's share is split over a
-// thread block cluster (up to 8 blocks, Hopper's distributed shared memory), so
-// each logit is read from memory exactly once.
+// thread (16-byte vector loads where the row allows; 8192 logits in a 512-thread
+// block, two of which fit an SM), and a row longer than one block's share is split
+// over a thread block cluster (up to 8 blocks, Hopper's distributed shared
+// memory), so each logit is read from memory exactly once.
 // Each block reduces its part of the row with cub::BlockReduce to (maximum, sum of
 // exp(x - maximum), sum of x); the blocks of a cluster exchange those three
 // numbers through distributed shared memory and combine them in rank order, so
@@ -248,15 +248,24 @@ struct Cfg {
   static constexpr int kItems = I;
   static constexpr int64_t kChunk = int64_t{T} * I;
 };
-using Small = Cfg<128, 8>;    // rows up to 1024 classes
-using Mid = Cfg<256, 16>;     // up to 4096
-using Large = Cfg<1024, 16>;  // 16384 per block, up to 8 blocks per row (131072 classes)
-using Wide = Cfg<512, 32>;    // 16384 per block in 512 threads, two blocks per SM (block_threads 512)
+using Small = Cfg<128, 8>;     // rows up to 1024 classes, one block
+using Mid = Cfg<256, 16>;      // up to 4096, one block
+using Medium = Cfg<512, 16>;   // 8192 per block, up to 8 blocks: 65536 classes
+using Large = Cfg<1024, 16>;   // 16384 per block, up to 8 blocks: 131072 classes
+using Wide = Cfg<512, 32>;     // 16384 per block in 512 threads (forced only)
 
 template <typename F>
-void dispatch_cfg(int64_t classes, int block_threads, F&& f) {
-  if (block_threads == 512) f(Wide{});
-  else if (block_threads == 1024 || classes > Mid::kChunk) f(Large{});
+void dispatch_cfg(int64_t classes, CrossEntropyShape shape, F&& f) {
+  switch (shape) {
+    case CrossEntropyShape::T512x16: return f(Medium{});
+    case CrossEntropyShape::T1024x16: return f(Large{});
+    case CrossEntropyShape::T512x32: return f(Wide{});
+    case CrossEntropyShape::Auto: break;
+  }
+  // Two blocks per SM where a cluster of 8 such blocks holds the row, so one
+  // block's reductions overlap the other's loads and stores; one wider block past that.
+  if (classes > kMaxCluster * Medium::kChunk) f(Large{});
+  else if (classes > Mid::kChunk) f(Medium{});
   else if (classes > Small::kChunk) f(Mid{});
   else f(Small{});
 }
@@ -272,7 +281,8 @@ int current_device_index() {
 template <typename S>
 void run_typed(const char* op, const S* logits, const int64_t* target, S* d_logits, S* loss,
                int64_t rows, int64_t classes, int64_t ignore_index, float ls,
-               Reduction reduction, const Workspace& ws, cudaStream_t stream, int block_threads) {
+               Reduction reduction, const Workspace& ws, cudaStream_t stream,
+               CrossEntropyShape shape) {
   if (reduction == Reduction::Mean) {
     count_kernel<<<1, kFinishThreads, 0, stream>>>(target, rows, classes, ignore_index, ws.count,
                                                    ws.scale);
@@ -283,7 +293,7 @@ void run_typed(const char* op, const S* logits, const int64_t* target, S* d_logi
                    (d_logits == nullptr || aligned16(d_logits));
   DeviceErrorRecord* err = device_error_record(current_device_index());
   const float* scale = reduction == Reduction::Mean ? ws.scale : nullptr;
-  dispatch_cfg(classes, block_threads, [&](auto cfg) {
+  dispatch_cfg(classes, shape, [&](auto cfg) {
     using C = decltype(cfg);
     const int cluster = static_cast<int>(ceil_div(classes, C::kChunk));
     EMBER_CHECK(cluster <= kMaxCluster, op, ": ", classes, " classes do not fit a cluster of ",
@@ -336,11 +346,9 @@ size_t cross_entropy_workspace_bytes(int64_t rows) {
 void launch_cross_entropy(DType dtype, const char* op, const void* logits, const int64_t* target,
                           void* d_logits, void* loss, int64_t rows, int64_t classes,
                           int64_t ignore_index, double label_smoothing, Reduction reduction,
-                          void* workspace, cudaStream_t stream, int block_threads) {
+                          void* workspace, cudaStream_t stream, CrossEntropyShape shape) {
   EMBER_CHECK(cross_entropy_supported(dtype, classes), op, ": the fused kernel does not take ",
               classes, " classes of ", dtype);
-  EMBER_CHECK(block_threads == 0 || block_threads == 512 || block_threads == 1024, op,
-              ": block_threads must be 0, 512 or 1024, got ", block_threads);
   const Workspace ws = workspace_of(workspace);
   const float ls = static_cast<float>(label_smoothing);
   if (rows == 0) {  // nothing to read; the loss of nothing (0, or NaN for Mean)
@@ -359,11 +367,11 @@ void launch_cross_entropy(DType dtype, const char* op, const void* logits, const
   if (dtype == DType::Float32)
     run_typed(op, static_cast<const float*>(logits), target, static_cast<float*>(d_logits),
               static_cast<float*>(loss), rows, classes, ignore_index, ls, reduction, ws, stream,
-              block_threads);
+              shape);
   else
     run_typed(op, static_cast<const __nv_bfloat16*>(logits), target,
               static_cast<__nv_bfloat16*>(d_logits), static_cast<__nv_bfloat16*>(loss), rows,
-              classes, ignore_index, ls, reduction, ws, stream, block_threads);
+              classes, ignore_index, ls, reduction, ws, stream, shape);
 }
 
 }  // namespace ember::cuda

@@ -3,7 +3,7 @@
 // composed log_softmax + nll_loss) on fresh random inputs at ragged class counts,
 // from one small block to rows split over a cluster of 8 blocks (131072
 // classes), float32 and bfloat16, every reduction, ignore_index and label
-// smoothing; the 512-thread shape of the row kernel; misaligned rows; identical
+// smoothing; every block shape of the row kernel; misaligned rows; identical
 // bits from run to run; a retained graph; the composed path on CUDA; and a bad
 // target raised at the next synchronisation.
 //
@@ -112,7 +112,7 @@ TEST_CASE("kernels/cross_entropy: misaligned rows, a custom ignore_index, an inc
   }
 }
 
-TEST_CASE("kernels/cross_entropy: the 512-thread row kernel agrees with the 1024-thread one" *
+TEST_CASE("kernels/cross_entropy: every block shape of the row kernel agrees with the CPU" *
           doctest::test_suite("cuda")) {
   for (DType dtype : {kFloat32, kBFloat16}) {
     INFO(dtype);
@@ -124,22 +124,31 @@ TEST_CASE("kernels/cross_entropy: the 512-thread row kernel agrees with the 1024
     Tensor x_ref = x.to(kCPU).to(kFloat64).detach().set_requires_grad(true);
     Tensor ref = cross_entropy(x_ref, t.to(kCPU), CrossEntropyOptions(Reduction::Mean, -100, 0.05));
     ref.backward();
-    std::vector<Tensor> grads;
-    for (int threads : {1024, 512}) {
-      INFO("block_threads=", threads);
+    for (auto shape : {cuda::CrossEntropyShape::Auto, cuda::CrossEntropyShape::T512x16,
+                       cuda::CrossEntropyShape::T1024x16, cuda::CrossEntropyShape::T512x32}) {
+      INFO("shape=", static_cast<int>(shape));
       Tensor d = empty({rows, classes}, TensorOptions(dtype).device(kCUDA));
       Tensor loss = empty({}, TensorOptions(dtype).device(kCUDA));
       cuda::launch_cross_entropy(dtype, "cross_entropy", x.raw_data(), t.data_ptr<int64_t>(),
                                  d.raw_data(), loss.raw_data(), rows, classes, -100, 0.05,
-                                 Reduction::Mean, ws.raw_data(), cuda::current_stream(0),
-                                 threads);
+                                 Reduction::Mean, ws.raw_data(), cuda::current_stream(0), shape);
       CHECK(rel_error(loss.to(kCPU).to(kFloat64), ref) <= tol(dtype));
       CHECK(rel_error(d.to(kCPU).to(kFloat64), x_ref.grad()) <= tol(dtype));
-      grads.push_back(d.to(kCPU).to(kFloat64));
     }
-    // The same per-row maths; only the order of the block sums differs.
-    CHECK(rel_error(grads[1], grads[0]) <= tol(dtype));
   }
+  // A forced shape whose cluster cannot hold the row is refused.
+  Tensor x = zeros({1, 70000}, TensorOptions(kFloat32).device(kCUDA));
+  Tensor t = zeros({1}, TensorOptions(kInt64).device(kCUDA));
+  Tensor ws = empty({4}, TensorOptions(kFloat64).device(kCUDA));
+  Tensor loss = empty({}, TensorOptions(kFloat32).device(kCUDA));
+  CHECK(contains(error_of([&] {
+                   cuda::launch_cross_entropy(kFloat32, "cross_entropy", x.raw_data(),
+                                              t.data_ptr<int64_t>(), nullptr, loss.raw_data(), 1,
+                                              70000, -100, 0.0, Reduction::Mean, ws.raw_data(),
+                                              cuda::current_stream(0),
+                                              cuda::CrossEntropyShape::T512x16);
+                 }),
+                 "70000 classes do not fit a cluster of 8 blocks of 8192"));
 }
 
 TEST_CASE("kernels/cross_entropy: the same input gives the same bits; no-grad and retained graphs" *
