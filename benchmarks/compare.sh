@@ -116,6 +116,8 @@ for ((k = 1; k <= reps; ++k)); do
     run "$d" linear 300 "$b/bench_linear" --json "$d/linear.json"
     run "$d" mse 180 "$b/bench_mse" --json "$d/mse.json"
     run "$d" adam 180 "$b/bench_adam" --json "$d/adam.json"
+    run "$d" cross_entropy 180 "$b/bench_cross_entropy" --json "$d/cross_entropy.json"
+    run "$d" layer_norm 120 "$b/bench_layer_norm" --json "$d/layer_norm.json"
     run "$d" peer 300 python3 benchmarks/peer_pytorch.py --json "$d/peer.json"
   fi
   if has once && [ "$k" = 1 ]; then

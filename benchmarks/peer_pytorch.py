@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
-"""The PyTorch peer of bench_linear, bench_mse and bench_adam: the same shapes and
-workloads, timed the same way (CUDA events, warm-up, median), printed in the same
-table format, so one call on the GPU machine runs both sides.
+"""The PyTorch peer of bench_linear, bench_mse, bench_adam, bench_cross_entropy and
+bench_layer_norm: the same shapes and workloads, timed the same way (CUDA events,
+warm-up, median), printed in the same table format, so one call on the GPU machine
+runs both sides.
 
-    python3 benchmarks/peer_pytorch.py [--json FILE] [--only linear,mse,adam]
+    python3 benchmarks/peer_pytorch.py [--json FILE] [--only linear,mse,adam,cross_entropy,layer_norm]
 """
 import json
 import statistics
@@ -131,21 +132,116 @@ def bench_adam():
             add(name, "f32", f"{len(sizes)} tensors", impl, ms, bpe * total / ms / 1e6, "GB/s", note)
 
 
+def check(name, err, tol):
+    """Prints the check of a peer row against float64; False when it fails."""
+    print(f"validate {name}: rel err {err:.2e}")
+    if not err <= tol:
+        print("VALIDATION FAILED")
+        return False
+    return True
+
+
+def rel_err(a, b):
+    a, b = a.double(), b.double()
+    return ((a - b).norm() / b.norm()).item()
+
+
+def bench_cross_entropy():
+    header("cross_entropy: PyTorch (F.cross_entropy + autograd.grad), 8192 x 32768")
+    n, c = 8192, 32768
+    a = torch.randn(n * c, device="cuda")
+    b = torch.empty_like(a)
+    ms = median_ms(lambda: b.copy_(a), 5, 50)
+    copy = 2.0 * a.numel() * 4 / ms / 1e6
+    add("d2d copy", "f32", "8192x32768", "pytorch", ms, copy, "GB/s", "read + write")
+    del a, b
+    t = torch.randint(0, c, (n,), device="cuda")
+    ok = True
+    for name, dtype in (("f32", torch.float32), ("bf16", torch.bfloat16)):
+        x = (torch.randn(n, c, device="cuda") * 2.0).to(dtype).requires_grad_(True)
+        x64 = x.detach().double().requires_grad_(True)
+        ref = F.cross_entropy(x64, t)
+        (g64,) = torch.autograd.grad(ref, (x64,))
+        loss = F.cross_entropy(x, t)
+        (g,) = torch.autograd.grad(loss, (x,))
+        tol = 1e-5 if dtype == torch.float32 else 1e-2
+        if not (check(f"{name} loss", rel_err(loss, ref), tol) and
+                check(f"{name} gradient", rel_err(g, g64), tol)):
+            ok = False
+            continue
+        del x64, ref, g64, g
+
+        def step():
+            loss = F.cross_entropy(x, t)
+            torch.autograd.grad(loss, (x,))
+
+        ms = median_ms(step, 5, 30)
+        rate = 2.0 * n * c * x.element_size() / ms / 1e6
+        add("cross_entropy fwd+bwd op", name, "8192x32768", "pytorch", ms, rate, "GB/s",
+            f"{rate / copy:.2f} of copy (read logits, write grad)")
+    return ok
+
+
+def bench_layer_norm():
+    header("layer_norm: PyTorch (F.layer_norm + autograd.grad of x, w, b), 8192 x 4096")
+    n, c = 8192, 4096
+    a = torch.randn(n * c, device="cuda")
+    b = torch.empty_like(a)
+    ms = median_ms(lambda: b.copy_(a), 5, 100)
+    copy = 2.0 * a.numel() * 4 / ms / 1e6
+    add("d2d copy", "f32", "8192x4096", "pytorch", ms, copy, "GB/s", "read + write")
+    ok = True
+    for name, dtype in (("f32", torch.float32), ("bf16", torch.bfloat16)):
+        x = (torch.randn(n, c, device="cuda") * 3.0 + 1.0).to(dtype).requires_grad_(True)
+        w = (torch.randn(c, device="cuda") * 0.5 + 1.0).to(dtype).requires_grad_(True)
+        bias = torch.randn(c, device="cuda").to(dtype).requires_grad_(True)
+        dy = torch.randn(n, c, device="cuda").to(dtype)
+        leaves64 = [v.detach().double().requires_grad_(True) for v in (x, w, bias)]
+        y64 = F.layer_norm(leaves64[0], (c,), leaves64[1], leaves64[2])
+        ref = torch.autograd.grad(y64, leaves64, dy.double())
+        y = F.layer_norm(x, (c,), w, bias)
+        got = torch.autograd.grad(y, (x, w, bias), dy)
+        tol = 1e-5 if dtype == torch.float32 else 1e-2
+        worst = max([rel_err(y, y64)] + [rel_err(p, q) for p, q in zip(got, ref)])
+        if not check(f"{name} layer_norm", worst, tol):
+            ok = False
+            continue
+
+        def step():
+            y = F.layer_norm(x, (c,), w, bias)
+            torch.autograd.grad(y, (x, w, bias), dy)
+
+        ms = median_ms(step, 5, 100)
+        rate = 5.0 * n * c * x.element_size() / ms / 1e6
+        add("layer_norm fwd+bwd op", name, "8192x4096", "pytorch", ms, rate, "GB/s",
+            f"{rate / copy:.2f} of copy (5 accesses/elem)")
+    return ok
+
+
 def main():
-    only = sys.argv[sys.argv.index("--only") + 1].split(",") if "--only" in sys.argv else None
     if not torch.cuda.is_available():
         print("peer_pytorch: no CUDA device, nothing to measure")
         return 0
     print(f"peer_pytorch: torch {torch.__version__} on {torch.cuda.get_device_name(0)}")
-    for name, fn in (("linear", bench_linear), ("mse", bench_mse), ("adam", bench_adam)):
-        if only is None or name in only:
-            fn()
+    benches = {"linear": bench_linear, "mse": bench_mse, "adam": bench_adam,
+               "cross_entropy": bench_cross_entropy, "layer_norm": bench_layer_norm}
+    only = list(benches)
+    if "--only" in sys.argv:
+        only = sys.argv[sys.argv.index("--only") + 1].split(",")
+        unknown = [b for b in only if b not in benches]
+        if unknown:
+            print(f"peer_pytorch: unknown benchmark(s) {unknown}; choose from {list(benches)}")
+            return 2
+    status = 0
+    for name in only:
+        if benches[name]() is False:
+            status = 1
     if "--json" in sys.argv:
         path = sys.argv[sys.argv.index("--json") + 1]
         with open(path, "w") as f:
             json.dump({"benchmark": "peer_pytorch", "torch": torch.__version__,
                        "gpu": torch.cuda.get_device_name(0), "rows": ROWS}, f, indent=1)
-    return 0
+    return status
 
 
 if __name__ == "__main__":

@@ -20,8 +20,8 @@ How a figure is read:
     "undecided" (the difference is inside the noise), never met or missed.
 Sections whose files are missing are left out.
 
-Files: linear.json mse.json adam.json peer.json (bench_linear/mse/adam and
-peer_pytorch.py); train_step_seed.json train_step_mlp.json (or train_step.json),
+Files: linear.json mse.json adam.json cross_entropy.json layer_norm.json peer.json
+(bench_linear/mse/adam/cross_entropy/layer_norm and peer_pytorch.py); train_step_seed.json train_step_mlp.json (or train_step.json),
 peer_train_step_seed.json peer_train_step_mlp.json (or peer_train_step.json);
 op_overhead.json, linear_small.json (bench_op_overhead, bench_linear_small);
 libtorch_{train_step,op_overhead,linear_small}.json (peer_libtorch);
@@ -30,6 +30,7 @@ py_op_overhead.json py_linear_small.json (peer_host_bound.py).
 import glob
 import json
 import os
+import re
 import statistics
 import sys
 
@@ -280,6 +281,32 @@ def adam(reps):
     table(["params", "optimizer", "ms", "ours / PyTorch (fused)"], rows)
 
 
+def fused(reps, name, title, op_workload, target):
+    """A fused-op benchmark (cross_entropy.json, layer_norm.json): every row, and the
+    op's row against PyTorch's op of the same workload, per repetition."""
+    def variant(r):  # rows of one workload differ by the block shape named in the note
+        m = re.search(r"\(([^)]*)\)\s*$", r.get("note", ""))
+        return m.group(1) if m and r["workload"] != op_workload else ""
+    key = lambda r: (r["workload"], r["dtype"], r["shape"], r["impl"], variant(r))  # noqa: E731
+    ours = collect(reps, (name,), key)
+    if not ours:
+        return
+    print(f"### {title}\n")
+    rows = []
+    for k, s in ours.items():
+        r = Series()
+        if k[0] == op_workload:
+            for rep in reps:
+                o = {key(q): q for q in load(rep, name)}
+                p = {(q["workload"], q["dtype"], q["shape"]): q for q in load(rep, "peer.json")}
+                if k in o and (k[0], k[1], k[2]) in p:
+                    r.add(o[k]["ms"] / p[(k[0], k[1], k[2])]["ms"])
+            TARGETS.append(("14", f"{op_workload} {k[1]} {k[2]} <= {target}x PyTorch", r, target))
+        note = next((q.get("note", "") for q in load(reps[-1], name) if key(q) == k), "")
+        rows.append([k[0], k[1], k[2], k[3], s.fmt(), note, rfmt(r)])
+    table(["workload", "dtype", "shape", "impl", "ms", "note (last run)", "ours / PyTorch"], rows)
+
+
 def op_overhead(reps):
     key = lambda r: (r["workload"].strip(), r["device"], r["shape"])  # noqa: E731
     ns = collect(reps, ("op_overhead.json",), key, "host_ns_per_op")
@@ -305,6 +332,10 @@ def main():
     linear(reps)
     mse(reps)
     adam(reps)
+    fused(reps, "cross_entropy.json", "Cross-entropy forward + backward, 8192 x 32768 (GB/s: one "
+          "read of the logits, one write of their gradient)", "cross_entropy fwd+bwd op", 0.6)
+    fused(reps, "layer_norm.json", "Layer norm forward + backward, 8192 x 4096",
+          "layer_norm fwd+bwd op", 0.8)
     op_overhead(reps)
     if TARGETS:
         print("### Targets\n")

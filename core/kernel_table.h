@@ -22,13 +22,17 @@
 #include "core/base/elementwise_ops.h"
 #include "core/base/layout.h"
 #include "core/base/optim_math.h"
+#include "core/base/reduction.h"
 #include "core/memory/caching_allocator.h"
 
 namespace ember::kernels {
 
 // ------------------------------------------------------------------ element-wise
 
-struct UnaryArgs {  // y = unary_forward(op, x, a) over n elements
+// y = unary_forward(op, x, a) over n elements; x is of dtype, y of out_dtype:
+// dtype, or Bool for the comparisons (gives_bool). Integer inputs are computed
+// in double (exact below 2^53).
+struct UnaryArgs {
   Device device;
   UnaryOp op;
   DType dtype;
@@ -38,6 +42,7 @@ struct UnaryArgs {  // y = unary_forward(op, x, a) over n elements
   StridedLayout yl;
   int64_t n;
   double a;
+  DType out_dtype;
 };
 
 struct UnaryBackwardArgs {  // out = unary_backward(op, g, s, a)
@@ -54,7 +59,9 @@ struct UnaryBackwardArgs {  // out = unary_backward(op, g, s, a)
   double a;
 };
 
-struct BinaryArgs {  // out = binary_forward(op, x, y, a)
+// out = binary_forward(op, x, y, a); x and y of dtype, out of out_dtype (dtype,
+// or Bool for the comparisons).
+struct BinaryArgs {
   Device device;
   BinaryOp op;
   DType dtype;
@@ -66,6 +73,22 @@ struct BinaryArgs {  // out = binary_forward(op, x, y, a)
   StridedLayout ol;
   int64_t n;
   double a;
+  DType out_dtype;
+};
+
+// out = cond ? a : b; cond bool, a, b and out of dtype, layouts over out's shape.
+struct WhereArgs {
+  Device device;
+  DType dtype;
+  const void* cond;
+  StridedLayout cl;
+  const void* a;
+  StridedLayout al;
+  const void* b;
+  StridedLayout bl;
+  void* out;
+  StridedLayout ol;
+  int64_t n;
 };
 
 struct BinaryBackwardArgs {  // out = binary_backward(op, side, g, x, y, a)
@@ -106,7 +129,8 @@ struct FillArgs {
 };
 
 // y[i] = lo + (hi - lo) U(seed, offset + i), or mean + std N(seed, offset + i)
-// (core/base/random.h); y contiguous.
+// (core/base/random.h), or with `integer` lo + floor((hi - lo) U(seed, offset + i))
+// (randint: an integer in [lo, hi)); y contiguous.
 struct RandomArgs {
   Device device;
   DType dtype;
@@ -116,6 +140,18 @@ struct RandomArgs {
   uint64_t offset;
   bool normal;
   double p0, p1;  // lo, hi or mean, std
+  bool integer = false;
+};
+
+// out (n) = a random permutation of 0..n-1: i ordered by random_bits(seed,
+// offset + i), ties by i, so every device gives the same permutation.
+struct RandpermArgs {
+  Device device;
+  int64_t* out;
+  int64_t n;
+  uint64_t seed;
+  uint64_t offset;
+  void* workspace;  // randperm_workspace_bytes of it
 };
 
 // Copies n contiguous bytes between two devices (either may be the host); the
@@ -142,7 +178,7 @@ struct SumArgs {  // y (outer, inner) = sum_k x[o, k, i], divided by n when mean
   bool mean;
   void* workspace;  // sum_workspace_bytes of it, from the device's allocator
 };
-struct MaxArgs {  // values (may be null), indices = max and its first index over n
+struct MaxArgs {  // values (may be null), indices = max (min) and its first index over n
   Device device;
   DType dtype;
   const void* x;
@@ -150,6 +186,7 @@ struct MaxArgs {  // values (may be null), indices = max and its first index ove
   int64_t* indices;
   int64_t outer, n, inner;
   void* workspace;  // max_workspace_bytes of it
+  bool min = false;  // the minimum instead (NaN still wins)
 };
 struct MaxBackwardArgs {  // d_inp[o, k, i] = k == indices[o, i] ? d_out[o, i] : 0
   Device device;
@@ -163,6 +200,100 @@ struct ReduceShape {
   Device device;
   DType dtype;
   int64_t outer, n, inner;
+};
+
+// ------------------------------------------------------------------ softmax
+
+// y (outer, n, inner) = softmax (log_softmax when `log`) of x over n, computed in
+// float (double for float64) with the row maximum subtracted; all contiguous.
+struct SoftmaxArgs {
+  Device device;
+  DType dtype;
+  const void* x;
+  void* y;
+  int64_t outer, n, inner;
+  bool log;
+};
+// d_x from the forward's output y and d_y: y (d_y - sum(d_y y)) for softmax,
+// d_y - exp(y) sum(d_y) for log_softmax; sums over n.
+struct SoftmaxBackwardArgs {
+  Device device;
+  DType dtype;
+  const void* y;
+  const void* d_y;
+  void* d_x;
+  int64_t outer, n, inner;
+  bool log;
+};
+
+// ------------------------------------------------------------------ indexing
+//
+// An index out of range cannot throw where a CUDA kernel meets it: the kernel
+// writes zeros for that element, records the first bad index with `op` (the name
+// of the op the user called) in the device's error record, and ember raises it
+// as an ember::Error at the device's next synchronisation with the host
+// (cuda/device_error.h). CPU kernels throw at once. No host sync per call.
+
+// out (outer, k, inner) = x (outer, n, inner) at rows index[j] (0 <= index < n);
+// all contiguous.
+struct IndexSelectArgs {
+  Device device;
+  DType dtype;
+  const char* op;
+  const void* x;
+  const int64_t* index;
+  void* out;
+  int64_t outer, n, k, inner;
+};
+// dst (outer, n, inner) += src (outer, k, inner) at rows index[j], summed in
+// order of j for every row (deterministic, no atomics); rows whose index is out
+// of range are skipped (index_select recorded them). All contiguous.
+struct IndexAddArgs {
+  Device device;
+  DType dtype;
+  const void* src;
+  const int64_t* index;
+  void* dst;
+  int64_t outer, n, k, inner;
+  void* workspace;  // index_add_workspace_bytes of it
+};
+// gather: out[p] = x[p with coordinate `dim` replaced by index[p]], for every
+// multi-index p of index's shape `sizes` (index.size(d) <= x.size(d) for d != dim);
+// x (x_sizes), index and out contiguous, ndim <= kMaxDims.
+struct GatherArgs {
+  Device device;
+  DType dtype;
+  const char* op;
+  const void* x;
+  const int64_t* index;
+  void* out;
+  int ndim;
+  int dim;
+  int64_t sizes[kMaxDims];
+  int64_t x_sizes[kMaxDims];
+  int64_t n;  // elements of index
+  bool targets = false;  // the indices are class targets (the error says "target")
+};
+// scatter_add, gather's backward: dst (x_sizes) += src (sizes) at the positions
+// gather read, summed in order of p for every destination (deterministic);
+// out-of-range indices are skipped.
+struct ScatterAddArgs {
+  Device device;
+  DType dtype;
+  const void* src;
+  const int64_t* index;
+  void* dst;
+  int ndim;
+  int dim;
+  int64_t sizes[kMaxDims];
+  int64_t x_sizes[kMaxDims];
+  int64_t n;
+  void* workspace;  // scatter_add_workspace_bytes of it
+};
+struct ScatterQuery {  // n entries scattered into `rows` destinations
+  Device device;
+  int64_t n;
+  int64_t rows;
 };
 
 // ------------------------------------------------------------------ matrix products
@@ -257,6 +388,74 @@ struct SizeQuery {
   int64_t n;
 };
 
+// The fused cross-entropy over class-index targets: one pass over each row of
+// logits (rows, classes), contiguous, computing its log-sum-exp, its loss
+//   (1 - ls) (lse - x[t]) + ls (lse - mean_c x[c])   (ls: label_smoothing)
+// and, when d_logits is not null, the gradient of the reduced loss (for an
+// incoming gradient of 1) in the same pass:
+//   scale (softmax(x) - (1 - ls) onehot(t) - ls / classes),
+// scale = 1 / (rows whose target is not ignore_index) for Mean, 1 otherwise.
+// Rows whose target is ignore_index give loss 0 and a zero gradient row. `loss`:
+// one element (Mean, Sum) or (rows) (None), of dtype. A target out of [0,
+// classes) is an error named `op` (as for indices, above; the row counts as
+// ignored).
+struct CrossEntropyArgs {
+  Device device;
+  DType dtype;
+  const char* op;
+  const void* logits;
+  const int64_t* target;
+  void* d_logits;
+  void* loss;
+  int64_t rows, classes;
+  int64_t ignore_index;
+  double label_smoothing;
+  Reduction reduction;
+  void* workspace;  // cross_entropy_workspace_bytes of it
+};
+struct CrossEntropyQuery {
+  Device device;
+  DType dtype;
+  int64_t rows, classes;
+};
+
+// The fused layer norm over rows of `cols` elements: y = (x - mean) rstd w + b,
+// rstd = 1 / sqrt(var + eps) (biased variance), keeping mean and rstd (rows; float32, or
+// float64 for float64 input) for backward. w, b (cols) may be null. All contiguous.
+struct LayerNormArgs {
+  Device device;
+  DType dtype;
+  const void* x;
+  const void* w;
+  const void* b;
+  void* y;
+  void* mean;
+  void* rstd;
+  int64_t rows, cols;
+  double eps;
+};
+// Its backward from the kept statistics: d_x (may be null), d_w and d_b (cols;
+// null when not wanted), the column sums deterministic.
+struct LayerNormBackwardArgs {
+  Device device;
+  DType dtype;
+  const void* d_y;
+  const void* x;
+  const void* w;
+  const void* mean;
+  const void* rstd;
+  void* d_x;
+  void* d_w;
+  void* d_b;
+  int64_t rows, cols;
+  void* workspace;  // layer_norm_workspace_bytes of it
+};
+struct LayerNormQuery {
+  Device device;
+  DType dtype;
+  int64_t rows, cols;
+};
+
 // ------------------------------------------------------------------ optimizers
 
 struct FusedSgdArgs {
@@ -281,10 +480,21 @@ struct FusedAdamArgs {
   X(unary_backward, void, UnaryBackwardArgs)                 \
   X(binary, void, BinaryArgs)                                \
   X(binary_backward, void, BinaryBackwardArgs)               \
+  X(where, void, WhereArgs)                                  \
   X(cast, void, CastArgs)                                    \
   X(fill, void, FillArgs)                                    \
   X(random, void, RandomArgs)                                \
+  X(randperm, void, RandpermArgs)                            \
+  X(randperm_workspace_bytes, size_t, ScatterQuery)          \
   X(copy_bytes, void, CopyBytesArgs)                         \
+  X(softmax, void, SoftmaxArgs)                              \
+  X(softmax_backward, void, SoftmaxBackwardArgs)             \
+  X(index_select, void, IndexSelectArgs)                     \
+  X(index_add, void, IndexAddArgs)                           \
+  X(index_add_workspace_bytes, size_t, ScatterQuery)         \
+  X(gather, void, GatherArgs)                                \
+  X(scatter_add, void, ScatterAddArgs)                       \
+  X(scatter_add_workspace_bytes, size_t, ScatterQuery)       \
   X(sum, void, SumArgs)                                      \
   X(sum_workspace_bytes, size_t, ReduceShape)                \
   X(max, void, MaxArgs)                                      \
@@ -300,6 +510,13 @@ struct FusedAdamArgs {
   X(mse_fused, void, MseArgs)                                \
   X(mse_workspace_bytes, size_t, SizeQuery)                  \
   X(scale_by_device_scalar, void, ScaleByScalarArgs)         \
+  X(cross_entropy_fused_supported, bool, CrossEntropyQuery)  \
+  X(cross_entropy_fused, void, CrossEntropyArgs)             \
+  X(cross_entropy_workspace_bytes, size_t, CrossEntropyQuery) \
+  X(layer_norm_fused_supported, bool, LayerNormQuery)        \
+  X(layer_norm_fused, void, LayerNormArgs)                   \
+  X(layer_norm_backward_fused, void, LayerNormBackwardArgs)  \
+  X(layer_norm_workspace_bytes, size_t, LayerNormQuery)      \
   X(fused_sgd, void, FusedSgdArgs)                           \
   X(fused_adam, void, FusedAdamArgs)
 

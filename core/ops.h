@@ -8,6 +8,8 @@
 
 #include "core/base/elementwise_ops.h"
 #include "core/base/optim_math.h"
+#include "core/base/reduction.h"
+#include "core/base/scalar.h"
 #include "core/tensor.h"
 
 namespace ember {
@@ -15,49 +17,122 @@ namespace ember {
 // --- element-wise (core/ops/elementwise.cpp), generated from the lists of
 // core/base/elementwise_ops.h: name(t) for each unary op (neg, exp, log, sqrt,
 // abs, relu, sigmoid, tanh, gelu (tanh approximation, as PyTorch's
-// approximate="tanh"), silu, sin, cos); name(t, s) for each op with a scalar
-// (pow, add, mul, rsub: s - t, rdiv: s / t, and the non-differentiable ge, gt:
-// 1 where t >= s (t > s), else 0, in t's dtype); name(a, b) for each binary op
-// (add, sub, mul, div), with numpy broadcasting.
+// approximate="tanh"), silu, sin, cos, softplus); name(t, s) for each op with a
+// scalar (pow, add, mul, rsub: s - t, rdiv: s / t, clamp_min, clamp_max, and the
+// comparisons eq, ne, lt, le, ge, gt); name(a, b) for each binary op (add, sub,
+// mul, div, maximum, minimum and the comparisons eq, ne, lt, le, gt, ge), with
+// numpy broadcasting. Comparisons give bool tensors and have no gradient.
+// maximum/minimum propagate NaN and split the gradient evenly on ties.
+//
+// Type promotion is PyTorch's: two tensors compute in result_type(a, b) (int64 +
+// float32 -> float32, bfloat16 + float32 -> float32; a 0-dim tensor only counts
+// when of a higher category); a Scalar never widens a tensor of its own category
+// (float32 * 0.5 stays float32, int64 + 1 stays int64) but a floating-point one
+// makes an integer tensor float32. int64 stays int64 under neg, abs, relu, add,
+// sub, mul, maximum, minimum, clamp and pow by an exponent >= 0 (keeps_integers);
+// div and / are true division (float32); every other op computes integer input
+// in float32. Integer arithmetic computes through double: exact below 2^53.
+// Arithmetic on two bool tensors throws (convert one to int64).
 #define EMBER_X(name, ...) Tensor name(const Tensor& a);
 EMBER_UNARY_OPS(EMBER_X)
 #undef EMBER_X
-#define EMBER_X(name, ...) Tensor name(const Tensor& a, double s);
+#define EMBER_X(name, ...) Tensor name(const Tensor& a, Scalar s);
 EMBER_SCALAR_OPS(EMBER_X)
 #undef EMBER_X
 #define EMBER_X(name, ...) Tensor name(const Tensor& a, const Tensor& b);
 EMBER_BINARY_OPS(EMBER_X)
 #undef EMBER_X
 Tensor add(const Tensor& a, const Tensor& b, double alpha);  // a + alpha * b
+inline Tensor sub(const Tensor& a, Scalar s) { return add(a, -s); }  // a - s
 Tensor cast(const Tensor& a, DType t);  // differentiable dtype change
+// The dtype a binary op of a and b computes in (torch.result_type).
+DType result_type(const Tensor& a, const Tensor& b);
+
+// --- selection (core/ops/elementwise.cpp)
+// cond ? a : b element-wise, broadcasting all three; cond must be bool; a and b
+// promote as a binary op. Gradients flow to the side that was chosen.
+Tensor where(const Tensor& condition, const Tensor& a, const Tensor& b);
+// x with value where mask (bool, broadcast to x's shape) is true; x's dtype and shape.
+Tensor masked_fill(const Tensor& x, const Tensor& mask, Scalar value);
+// min <= x <= max element-wise (clamp_min then clamp_max: min > max gives max, as
+// PyTorch); the gradient flows where min <= x <= max.
+Tensor clamp(const Tensor& x, Scalar min, Scalar max);
 
 namespace detail {
 // The generic element-wise forward (with its backward attached) behind the
 // generated ops; s is the scalar of ops that take one, alpha add's.
-Tensor unary_op(UnaryOp op, const Tensor& a, double s);
+Tensor unary_op(UnaryOp op, const Tensor& a, Scalar s);
 Tensor binary_op(BinaryOp op, const Tensor& a, const Tensor& b, double alpha);
 // A unary op's d_x from the incoming gradient g and what its backward saves
 // (unary_saves: its input or its output), without recording anything.
 Tensor unary_backward_of(UnaryOp op, const Tensor& g, const Tensor& saved, double s);
+// gather whose bad index is reported as op's (a class target when `targets`).
+Tensor gather(const Tensor& x, int64_t dim, const Tensor& index, const char* op, bool targets);
 }  // namespace detail
 
-// In-place (bump the version; refuse tensors that require grad in grad mode).
+// In-place (bump the version; refuse tensors that require grad in grad mode). The
+// other operand may be of another dtype when the result still fits t's (float32
+// += bfloat16, float32 += int64), as PyTorch.
 Tensor& fill_(Tensor& t, double value);
 Tensor& copy_(Tensor& dst, const Tensor& src);  // broadcasting src to dst, any dtypes
 Tensor& add_(Tensor& t, const Tensor& other, double alpha = 1.0);
-Tensor& add_(Tensor& t, double value);
+Tensor& add_(Tensor& t, Scalar value);
 Tensor& mul_(Tensor& t, const Tensor& other);
-Tensor& mul_(Tensor& t, double value);
+Tensor& mul_(Tensor& t, Scalar value);
 
-// --- reductions (core/ops/reduce.cpp)
+// --- reductions (core/ops/reduce.cpp). sum of an int64 or bool tensor is int64
+// (exact below 2^53); max and min of int64 give int64 values.
 Tensor sum(const Tensor& a);
 Tensor sum(const Tensor& a, int64_t dim, bool keepdim = false);
 Tensor mean(const Tensor& a);
 Tensor mean(const Tensor& a, int64_t dim, bool keepdim = false);
-Tensor max(const Tensor& a, int64_t dim, bool keepdim = false);     // values
+// The largest (smallest) element, a 0-dim tensor; NaN wins. Its gradient is split
+// evenly among the elements equal to it (as PyTorch's max()).
+Tensor max(const Tensor& a);
+Tensor min(const Tensor& a);
+// Values and int64 indices (the first on ties; NaN wins) over dim, as libtorch's
+// tuple: auto [values, indices] = max(x, 1). The gradient goes to the index.
+ValuesAndIndices max(const Tensor& a, int64_t dim, bool keepdim = false);
+ValuesAndIndices min(const Tensor& a, int64_t dim, bool keepdim = false);
 Tensor argmax(const Tensor& a, int64_t dim, bool keepdim = false);  // int64 indices
+Tensor argmin(const Tensor& a, int64_t dim, bool keepdim = false);
 // Sums `g` down to `shape` (the inverse of broadcasting), for backward of broadcast ops.
 Tensor sum_to(const Tensor& g, const Shape& shape);
+
+// --- softmax (core/ops/softmax.cpp): along dim, numerically stable (the maximum
+// is subtracted), computed in float for bfloat16 and float32 input (double for
+// float64), the output in the input's dtype.
+Tensor softmax(const Tensor& x, int64_t dim);
+Tensor log_softmax(const Tensor& x, int64_t dim);
+
+// --- indexing (core/ops/index.cpp). Indices are int64. One out of range throws
+// ember::Error naming the op: at once on the CPU; on CUDA at the device's next
+// synchronisation with the host (item(), to_vector(), to(kCPU), printing,
+// cuda::synchronize()), without a host sync per call: the kernel zeroes what the
+// bad index would have read and records it (cuda/device_error.h).
+// The entries of x at `index` (1-D) along dim: out.size(dim) == index.numel().
+// Backward adds the gradient rows back in index order (deterministic, also on CUDA).
+Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index);
+// out[i][j][k] = x[i][index[i][j][k]][k] for dim 1 (any dim likewise); index has
+// x's number of dims and sizes <= x's outside dim; out has index's shape.
+// Backward scatters the gradient back, summing in order (deterministic).
+Tensor gather(const Tensor& x, int64_t dim, const Tensor& index);
+// Rows of weight (num, dim) at indices (any shape): shape indices.shape + (dim).
+// padding_idx >= 0: that row gets no gradient (as PyTorch's); -1: none.
+Tensor embedding(const Tensor& weight, const Tensor& indices, int64_t padding_idx = -1);
+// int64 one-hot rows: shape indices.shape + (num_classes); num_classes < 0 takes
+// max(indices) + 1 (which synchronises), as torch.nn.functional.one_hot.
+Tensor one_hot(const Tensor& indices, int64_t num_classes = -1);
+// The tensors (all the same shape) joined along a new dim.
+Tensor stack(const std::vector<Tensor>& tensors, int64_t dim = 0);
+
+// --- normalisation (core/ops/layer_norm.cpp): y = (x - mean) / sqrt(var + eps) *
+// weight + bias over the trailing dims normalized_shape (biased variance, as
+// PyTorch); weight and bias (shape normalized_shape) may be undefined. On CUDA
+// (float32, bfloat16) one fused kernel per direction, the row mean and 1/std
+// kept for backward; composed elsewhere.
+Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight = Tensor(),
+                  const Tensor& bias = Tensor(), double eps = 1e-5);
 
 // --- linear algebra (core/ops/matmul.cpp): 2-D x 2-D, or batched (B, n, k) x (B, k, m)
 // and (B, n, k) x (k, m). CUDA through cuBLAS.
@@ -90,24 +165,46 @@ void fused_adam_(const std::vector<Tensor>& params, const std::vector<Tensor>& g
                  const std::vector<Tensor>& max_exp_avg_sqs, const std::vector<Tensor>& state_steps,
                  const AdamConfig& config);
 
-// --- operators
+// --- operators (comparisons give bool tensors, as libtorch's)
+// t / s: true division (an integer tensor gives float32).
+inline Tensor div(const Tensor& a, Scalar s) { return mul(a, 1.0 / s.to_double()); }
 inline Tensor operator+(const Tensor& a, const Tensor& b) { return add(a, b); }
 inline Tensor operator-(const Tensor& a, const Tensor& b) { return sub(a, b); }
 inline Tensor operator*(const Tensor& a, const Tensor& b) { return mul(a, b); }
 inline Tensor operator/(const Tensor& a, const Tensor& b) { return div(a, b); }
 inline Tensor operator-(const Tensor& a) { return neg(a); }
-inline Tensor operator+(const Tensor& a, double s) { return add(a, s); }
-inline Tensor operator+(double s, const Tensor& a) { return add(a, s); }
-inline Tensor operator-(const Tensor& a, double s) { return add(a, -s); }
-inline Tensor operator-(double s, const Tensor& a) { return rsub(a, s); }
-inline Tensor operator*(const Tensor& a, double s) { return mul(a, s); }
-inline Tensor operator*(double s, const Tensor& a) { return mul(a, s); }
-inline Tensor operator/(const Tensor& a, double s) { return mul(a, 1.0 / s); }
-inline Tensor operator/(double s, const Tensor& a) { return rdiv(a, s); }
+inline Tensor operator+(const Tensor& a, Scalar s) { return add(a, s); }
+inline Tensor operator+(Scalar s, const Tensor& a) { return add(a, s); }
+inline Tensor operator-(const Tensor& a, Scalar s) { return add(a, -s); }
+inline Tensor operator-(Scalar s, const Tensor& a) { return rsub(a, s); }
+inline Tensor operator*(const Tensor& a, Scalar s) { return mul(a, s); }
+inline Tensor operator*(Scalar s, const Tensor& a) { return mul(a, s); }
+inline Tensor operator/(const Tensor& a, Scalar s) { return div(a, s); }
+inline Tensor operator/(Scalar s, const Tensor& a) { return rdiv(a, s); }
+inline Tensor operator==(const Tensor& a, const Tensor& b) { return eq(a, b); }
+inline Tensor operator!=(const Tensor& a, const Tensor& b) { return ne(a, b); }
+inline Tensor operator<(const Tensor& a, const Tensor& b) { return lt(a, b); }
+inline Tensor operator<=(const Tensor& a, const Tensor& b) { return le(a, b); }
+inline Tensor operator>(const Tensor& a, const Tensor& b) { return gt(a, b); }
+inline Tensor operator>=(const Tensor& a, const Tensor& b) { return ge(a, b); }
+inline Tensor operator==(const Tensor& a, Scalar s) { return eq(a, s); }
+inline Tensor operator!=(const Tensor& a, Scalar s) { return ne(a, s); }
+inline Tensor operator<(const Tensor& a, Scalar s) { return lt(a, s); }
+inline Tensor operator<=(const Tensor& a, Scalar s) { return le(a, s); }
+inline Tensor operator>(const Tensor& a, Scalar s) { return gt(a, s); }
+inline Tensor operator>=(const Tensor& a, Scalar s) { return ge(a, s); }
+inline Tensor operator==(Scalar s, const Tensor& a) { return eq(a, s); }
+inline Tensor operator!=(Scalar s, const Tensor& a) { return ne(a, s); }
+inline Tensor operator<(Scalar s, const Tensor& a) { return gt(a, s); }
+inline Tensor operator<=(Scalar s, const Tensor& a) { return ge(a, s); }
+inline Tensor operator>(Scalar s, const Tensor& a) { return lt(a, s); }
+inline Tensor operator>=(Scalar s, const Tensor& a) { return le(a, s); }
 inline Tensor& operator+=(Tensor& a, const Tensor& b) { return add_(a, b); }
 inline Tensor& operator-=(Tensor& a, const Tensor& b) { return add_(a, b, -1.0); }
 inline Tensor& operator*=(Tensor& a, const Tensor& b) { return mul_(a, b); }
-inline Tensor& operator*=(Tensor& a, double s) { return mul_(a, s); }
+inline Tensor& operator+=(Tensor& a, Scalar s) { return add_(a, s); }
+inline Tensor& operator-=(Tensor& a, Scalar s) { return add_(a, -s); }
+inline Tensor& operator*=(Tensor& a, Scalar s) { return mul_(a, s); }
 
 // --- checks shared by ops
 void check_same_device(const char* op, const Tensor& a, const Tensor& b);
@@ -134,10 +231,88 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b = Tensor());
 // as the list says), then the same d_x, d_w, d_b as linear.
 Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b, Activation act);
 
-enum class Reduction { None, Mean, Sum };
 // (pred - target)^2, reduced. pred and target have the same shape. Backward:
 // d_pred = 2 (pred - target) * g / N for Mean (N = numel), without / N for Sum,
 // elementwise g for None; d_target = -d_pred.
 Tensor mse_loss(const Tensor& pred, const Tensor& target, Reduction r = Reduction::Mean);
+
+// Options of cross_entropy, as libtorch's CrossEntropyFuncOptions:
+// CrossEntropyOptions().label_smoothing(0.1), or CrossEntropyOptions{Reduction::Sum}.
+class CrossEntropyOptions {
+ public:
+  CrossEntropyOptions(Reduction reduction = Reduction::Mean, int64_t ignore_index = -100,
+                      double label_smoothing = 0.0)
+      : reduction_(reduction), ignore_index_(ignore_index), label_smoothing_(label_smoothing) {}
+  CrossEntropyOptions& reduction(Reduction r) {
+    reduction_ = r;
+    return *this;
+  }
+  CrossEntropyOptions& ignore_index(int64_t i) {
+    ignore_index_ = i;
+    return *this;
+  }
+  CrossEntropyOptions& label_smoothing(double s) {
+    label_smoothing_ = s;
+    return *this;
+  }
+  Reduction reduction() const { return reduction_; }
+  int64_t ignore_index() const { return ignore_index_; }
+  double label_smoothing() const { return label_smoothing_; }
+
+ private:
+  Reduction reduction_;
+  int64_t ignore_index_;
+  double label_smoothing_;
+};
+
+// Cross-entropy of logits (N, C) or (N, C, d...) against int64 class indices (N)
+// or (N, d...), as torch.nn.functional.cross_entropy: per element
+//   (1 - ls) (logsumexp(x) - x[t]) + ls (logsumexp(x) - mean_c x[c]),
+// ls = label_smoothing; elements whose target is ignore_index count 0 and are
+// left out of Mean's count (Mean of none is NaN, as PyTorch). None keeps the
+// shape of target. A target out of [0, C) (other than ignore_index) is an error
+// (on CUDA, raised at the next synchronisation: see indexing above). On CUDA,
+// 2-D float32/bfloat16 logits run one fused kernel that reads each row once and
+// writes the loss and the gradient of the logits in the same pass
+// (core/ops/cross_entropy.cpp); composed of log_softmax and nll_loss elsewhere.
+Tensor cross_entropy(const Tensor& logits, const Tensor& target,
+                     const CrossEntropyOptions& options = {});
+
+// Options of nll_loss, as libtorch's NLLLossFuncOptions.
+class NLLLossOptions {
+ public:
+  NLLLossOptions(Reduction reduction = Reduction::Mean, int64_t ignore_index = -100)
+      : reduction_(reduction), ignore_index_(ignore_index) {}
+  NLLLossOptions& reduction(Reduction r) {
+    reduction_ = r;
+    return *this;
+  }
+  NLLLossOptions& ignore_index(int64_t i) {
+    ignore_index_ = i;
+    return *this;
+  }
+  Reduction reduction() const { return reduction_; }
+  int64_t ignore_index() const { return ignore_index_; }
+
+ private:
+  Reduction reduction_;
+  int64_t ignore_index_;
+};
+
+// -log_probs[n, target[n]] (and likewise for (N, C, d...)), reduced as
+// cross_entropy (Mean over the targets not ignored).
+Tensor nll_loss(const Tensor& log_probs, const Tensor& target, const NLLLossOptions& options = {});
+
+// -(t log(p) + (1 - t) log(1 - p)) with each log clamped to >= -100 (as PyTorch);
+// probs in [0, 1], target of the same shape.
+Tensor binary_cross_entropy(const Tensor& probs, const Tensor& target,
+                            Reduction r = Reduction::Mean);
+// The same from logits, stable for any logit: (1 - t) x + (1 + (pw - 1) t)
+// softplus(-x), pw = pos_weight (broadcast along the last dim; undefined: 1).
+Tensor binary_cross_entropy_with_logits(const Tensor& logits, const Tensor& target,
+                                        const Tensor& pos_weight = Tensor(),
+                                        Reduction r = Reduction::Mean);
+// |pred - target|, reduced; the gradient at pred == target is 0.
+Tensor l1_loss(const Tensor& pred, const Tensor& target, Reduction r = Reduction::Mean);
 
 }  // namespace ember

@@ -210,6 +210,51 @@ Tensor randn(const Shape& sizes, TensorOptions o, Generator* gen) {
   return t;
 }
 
+Tensor randint(int64_t low, int64_t high, const Shape& sizes, TensorOptions o, Generator* gen) {
+  EMBER_CHECK(low < high, "randint: low (", low, ") must be below high (", high, ")");
+  // Computed through double: every integer of the range must be exact there.
+  EMBER_CHECK(std::fabs(static_cast<double>(low)) <= 9007199254740992.0 &&
+                  std::fabs(static_cast<double>(high)) <= 9007199254740992.0,
+              "randint: bounds must be within +-2^53, got [", low, ", ", high, ")");
+  EMBER_CHECK(o.dtype_ != kBool && !o.requires_grad_,
+              "randint: the dtype must be numeric and the result cannot require grad");
+  Tensor t = make_tensor(sizes, o.dtype_, o.device_, "randint");
+  check_not_capturing(t.device(), "randint",
+                      "draw random numbers (every replay would repeat the captured ones)");
+  Generator& g = gen ? *gen : default_generator();
+  const uint64_t offset = g.advance(static_cast<uint64_t>(t.numel()));
+  if (t.numel() > 0)
+    kernels::kernels_for(t.device())
+        .random({t.device(), t.dtype(), t.raw_data(), t.numel(), g.seed(), offset, false,
+                 static_cast<double>(low), static_cast<double>(high), true});
+  return t;
+}
+
+Tensor randint(int64_t high, const Shape& sizes, TensorOptions o, Generator* gen) {
+  return randint(0, high, sizes, o, gen);
+}
+
+Tensor randperm(int64_t n, TensorOptions o, Generator* gen) {
+  OpSite site("randperm");
+  EMBER_CHECK(n >= 0, "randperm: n must be >= 0, got ", n);
+  EMBER_CHECK(o.dtype_ == kInt64 && !o.requires_grad_, "randperm: the result is int64, asked for ",
+              o.dtype_);
+  Tensor t = make_tensor({n}, kInt64, o.device_, "randperm");
+  check_not_capturing(t.device(), "randperm",
+                      "draw random numbers (every replay would repeat the captured ones)");
+  Generator& g = gen ? *gen : default_generator();
+  const uint64_t offset = g.advance(static_cast<uint64_t>(n));
+  if (n == 0) return t;
+  const kernels::KernelTable& k = kernels::kernels_for(t.device());
+  const size_t ws_bytes = k.randperm_workspace_bytes({t.device(), n, n});
+  Tensor ws = ws_bytes == 0 ? Tensor()
+                            : empty({static_cast<int64_t>((ws_bytes + 7) / 8)},
+                                    TensorOptions(kFloat64).device(t.device()));
+  k.randperm({t.device(), t.data_ptr<int64_t>(), n, g.seed(), offset,
+              ws.defined() ? ws.raw_data() : nullptr});
+  return t;
+}
+
 // ---------------------------------------------------------------- copies
 
 Tensor Tensor::to(Device d) const {
@@ -289,15 +334,23 @@ std::vector<T> Tensor::to_vector() const {
 template std::vector<float> Tensor::to_vector<float>() const;
 template std::vector<double> Tensor::to_vector<double>() const;
 template std::vector<int64_t> Tensor::to_vector<int64_t>() const;
+template std::vector<bool> Tensor::to_vector<bool>() const;
 
 // ---------------------------------------------------------------- printing
 
 namespace {
+// How elements print: as floats (4 decimals), integers, or True/False (PyTorch's).
+enum class Print { Float, Integer, Bool };
+void print_one(std::ostream& os, double v, Print how) {
+  if (how == Print::Integer) os << static_cast<int64_t>(v);
+  else if (how == Print::Bool) os << (v != 0 ? "True" : "False");
+  else os << std::fixed << std::setprecision(4) << v;
+}
+
 void print_values(std::ostream& os, const std::vector<double>& v, const Shape& sizes, size_t dim,
-                  size_t& pos, int indent, bool integral) {
+                  size_t& pos, int indent, Print integral) {
   if (sizes.empty()) {
-    if (integral) os << static_cast<int64_t>(v[pos++]);
-    else os << std::fixed << std::setprecision(4) << v[pos++];
+    print_one(os, v[pos++], integral);
     return;
   }
   os << '[';
@@ -315,8 +368,7 @@ void print_values(std::ostream& os, const std::vector<double>& v, const Shape& s
       continue;
     }
     if (dim + 1 == sizes.size()) {
-      if (integral) os << static_cast<int64_t>(v[pos++]);
-      else os << std::fixed << std::setprecision(4) << v[pos++];
+      print_one(os, v[pos++], integral);
     } else {
       print_values(os, v, sizes, dim + 1, pos, indent + 1, integral);
     }
@@ -334,9 +386,13 @@ std::string Tensor::str() const {
   std::vector<double> v = to_vector<double>();
   size_t pos = 0;
   if (numel() == 0) os << "[]";
-  else print_values(os, v, sizes(), 0, pos, 7, dtype() == kInt64);
+  else
+    print_values(os, v, sizes(), 0, pos, 7,
+                 dtype() == kInt64 ? Print::Integer
+                 : dtype() == kBool ? Print::Bool
+                                    : Print::Float);
   if (dim() != 1 || numel() == 0) os << ", size=" << shape_str(sizes());
-  if (dtype() != kFloat32) os << ", dtype=" << dtype();
+  if (dtype() != kFloat32 && dtype() != kBool) os << ", dtype=" << dtype();  // as PyTorch
   if (!is_cpu()) os << ", device=" << device();
   if (grad_fn()) os << ", grad_fn=<" << grad_fn()->name() << ">";
   else if (requires_grad()) os << ", requires_grad=true";
@@ -415,15 +471,29 @@ Tensor Tensor::sum() const { return ember::sum(*this); }
 Tensor Tensor::sum(int64_t d, bool k) const { return ember::sum(*this, d, k); }
 Tensor Tensor::mean() const { return ember::mean(*this); }
 Tensor Tensor::mean(int64_t d, bool k) const { return ember::mean(*this, d, k); }
-Tensor Tensor::max(int64_t d, bool k) const { return ember::max(*this, d, k); }
+Tensor Tensor::max() const { return ember::max(*this); }
+Tensor Tensor::min() const { return ember::min(*this); }
+ValuesAndIndices Tensor::max(int64_t d, bool k) const { return ember::max(*this, d, k); }
+ValuesAndIndices Tensor::min(int64_t d, bool k) const { return ember::min(*this, d, k); }
 Tensor Tensor::argmax(int64_t d, bool k) const { return ember::argmax(*this, d, k); }
+Tensor Tensor::argmin(int64_t d, bool k) const { return ember::argmin(*this, d, k); }
 Tensor Tensor::matmul(const Tensor& o) const { return ember::matmul(*this, o); }
+Tensor Tensor::softmax(int64_t d) const { return ember::softmax(*this, d); }
+Tensor Tensor::log_softmax(int64_t d) const { return ember::log_softmax(*this, d); }
+Tensor Tensor::index_select(int64_t d, const Tensor& i) const {
+  return ember::index_select(*this, d, i);
+}
+Tensor Tensor::gather(int64_t d, const Tensor& i) const { return ember::gather(*this, d, i); }
+Tensor Tensor::masked_fill(const Tensor& m, Scalar v) const {
+  return ember::masked_fill(*this, m, v);
+}
+Tensor Tensor::clamp(Scalar lo, Scalar hi) const { return ember::clamp(*this, lo, hi); }
 #define EMBER_X(name, ...) \
   Tensor Tensor::name() const { return ember::name(*this); }
 EMBER_UNARY_OPS(EMBER_X)
 #undef EMBER_X
 #define EMBER_X(name, ...) \
-  Tensor Tensor::name(double s) const { return ember::name(*this, s); }
+  Tensor Tensor::name(Scalar s) const { return ember::name(*this, s); }
 EMBER_SCALAR_OPS(EMBER_X)
 #undef EMBER_X
 #define EMBER_X(name, ...) \
@@ -435,8 +505,8 @@ Tensor& Tensor::fill_(double v) { return ember::fill_(*this, v); }
 Tensor& Tensor::zero_() { return ember::fill_(*this, 0.0); }
 Tensor& Tensor::copy_(const Tensor& s) { return ember::copy_(*this, s); }
 Tensor& Tensor::add_(const Tensor& o, double alpha) { return ember::add_(*this, o, alpha); }
-Tensor& Tensor::add_(double v) { return ember::add_(*this, v); }
+Tensor& Tensor::add_(Scalar v) { return ember::add_(*this, v); }
 Tensor& Tensor::mul_(const Tensor& o) { return ember::mul_(*this, o); }
-Tensor& Tensor::mul_(double v) { return ember::mul_(*this, v); }
+Tensor& Tensor::mul_(Scalar v) { return ember::mul_(*this, v); }
 
 }  // namespace ember

@@ -16,6 +16,7 @@
 #include "core/base/elementwise_ops.h"
 #include "core/base/dtype.h"
 #include "core/base/error.h"
+#include "core/base/scalar.h"
 #include "core/base/shape.h"
 #include "core/storage.h"
 
@@ -23,11 +24,13 @@ namespace ember {
 
 class Node;
 class Tensor;
+struct ValuesAndIndices;
 
 constexpr DType kFloat32 = DType::Float32;
 constexpr DType kFloat64 = DType::Float64;
 constexpr DType kBFloat16 = DType::BFloat16;
 constexpr DType kInt64 = DType::Int64;
+constexpr DType kBool = DType::Bool;
 
 // libtorch-style options: zeros({2, 3}, TensorOptions().dtype(kFloat64).device(kCUDA)).
 struct TensorOptions {
@@ -153,15 +156,25 @@ class Tensor {
   Tensor sum(int64_t dim, bool keepdim = false) const;
   Tensor mean() const;
   Tensor mean(int64_t dim, bool keepdim = false) const;
-  Tensor max(int64_t dim, bool keepdim = false) const;
+  Tensor max() const;
+  Tensor min() const;
+  ValuesAndIndices max(int64_t dim, bool keepdim = false) const;  // auto [values, indices]
+  ValuesAndIndices min(int64_t dim, bool keepdim = false) const;
   Tensor argmax(int64_t dim, bool keepdim = false) const;
+  Tensor argmin(int64_t dim, bool keepdim = false) const;
   Tensor matmul(const Tensor& other) const;
+  Tensor softmax(int64_t dim) const;
+  Tensor log_softmax(int64_t dim) const;
+  Tensor index_select(int64_t dim, const Tensor& index) const;
+  Tensor gather(int64_t dim, const Tensor& index) const;
+  Tensor masked_fill(const Tensor& mask, Scalar value) const;
+  Tensor clamp(Scalar min, Scalar max) const;
   // The element-wise ops of core/base/elementwise_ops.h's lists, as methods:
-  // t.exp(), t.pow(2.0), t.mul(other), ...
+  // t.exp(), t.pow(2.0), t.mul(other), t.ge(0.5), t.eq(other), ...
 #define EMBER_X(name, ...) Tensor name() const;
   EMBER_UNARY_OPS(EMBER_X)
 #undef EMBER_X
-#define EMBER_X(name, ...) Tensor name(double s) const;
+#define EMBER_X(name, ...) Tensor name(Scalar s) const;
   EMBER_SCALAR_OPS(EMBER_X)
 #undef EMBER_X
 #define EMBER_X(name, ...) Tensor name(const Tensor& other) const;
@@ -173,10 +186,10 @@ class Tensor {
   Tensor& zero_();
   Tensor& copy_(const Tensor& src);
   Tensor& add_(const Tensor& other, double alpha = 1.0);
-  Tensor& add_(double value);
+  Tensor& add_(Scalar value);
   Tensor& sub_(const Tensor& other) { return add_(other, -1.0); }
   Tensor& mul_(const Tensor& other);
-  Tensor& mul_(double value);
+  Tensor& mul_(Scalar value);
   Tensor& div_(double value) { return mul_(1.0 / value); }
 
   // Every accessor goes through here, several times per op: the check is one
@@ -194,6 +207,16 @@ class Tensor {
 };
 
 std::ostream& operator<<(std::ostream& os, const Tensor& t);
+
+// What max(dim) and min(dim) return: the values and the int64 indices where they
+// were found (the first on ties). As libtorch's tuple, `auto [values, indices] =
+// max(x, 1);`; as Python's named tuple, `.values` and `.indices`. It converts to
+// its values, so `Tensor m = max(x, 1);` keeps the values.
+struct ValuesAndIndices {
+  Tensor values;
+  Tensor indices;
+  operator Tensor() const { return values; }
+};
 
 // --- factories (sizes checked: no negative size)
 Tensor empty(const Shape& sizes, TensorOptions opts = {});
@@ -234,6 +257,13 @@ void manual_seed(uint64_t seed);  // reseeds the default generator
 
 Tensor rand(const Shape& sizes, TensorOptions opts = {}, Generator* gen = nullptr);
 Tensor randn(const Shape& sizes, TensorOptions opts = {}, Generator* gen = nullptr);
+// Integers uniform in [low, high) (int64 unless opts say otherwise), as torch.randint.
+Tensor randint(int64_t low, int64_t high, const Shape& sizes, TensorOptions opts = kInt64,
+               Generator* gen = nullptr);
+Tensor randint(int64_t high, const Shape& sizes, TensorOptions opts = kInt64,
+               Generator* gen = nullptr);
+// A random permutation of 0..n-1 (int64), as torch.randperm; the same on every device.
+Tensor randperm(int64_t n, TensorOptions opts = kInt64, Generator* gen = nullptr);
 Tensor& uniform_(Tensor& t, double lo, double hi, Generator* gen = nullptr);
 Tensor& normal_(Tensor& t, double mean, double stddev, Generator* gen = nullptr);
 

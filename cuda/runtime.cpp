@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "cuda/check.h"
+#include "cuda/device_error.h"
 
 namespace ember::cuda {
 
@@ -62,6 +63,7 @@ void synchronize(int device) {
   check_not_capturing(device, "cuda::synchronize()");
   DeviceGuard guard(device);
   EMBER_CUDA_CHECK(cudaDeviceSynchronize());
+  check_device_errors(device);  // what kernels found in their input (cuda/device_error.h)
 }
 
 bool is_capturing(int device) {

@@ -219,7 +219,7 @@ StateDict parse_state_dict(const unsigned char* bytes, size_t size, const std::s
     const unsigned char* name_bytes = r.bytes(name_len, "name");
     std::string name(reinterpret_cast<const char*>(name_bytes), name_len);
     const auto code = r.get<uint8_t>("dtype");
-    EMBER_CHECK(code <= static_cast<uint8_t>(DType::Int64), "checkpoint '", path, "': entry '",
+    EMBER_CHECK(code <= static_cast<uint8_t>(DType::Bool), "checkpoint '", path, "': entry '",
                 name, "' has unknown dtype code ", int(code));
     const auto ndim = r.get<uint8_t>("dims");
     r.get<uint16_t>("padding");

@@ -1,6 +1,8 @@
-// nn::functional: the stateless forms of the layers. linear and mse_loss call the
-// seam ops of core/ops.h (where the custom CUDA kernels plug in); dropout draws
-// its mask from ember's seedable generator.
+// nn::functional: the stateless forms of the layers, with libtorch's names and
+// argument order (F::embedding(input, weight), F::cross_entropy(input, target,
+// options)). linear, mse_loss, cross_entropy and layer_norm call the seam ops of
+// core/ops.h (where the fused CUDA kernels plug in); dropout draws its mask from
+// ember's seedable generator.
 #pragma once
 
 #include "core/ops.h"
@@ -27,6 +29,56 @@ inline Tensor tanh(const Tensor& x) {
 inline Tensor sigmoid(const Tensor& x) {
   return ember::sigmoid(x);
 }
+inline Tensor softplus(const Tensor& x) {
+  return ember::softplus(x);
+}
+inline Tensor softmax(const Tensor& x, int64_t dim) {
+  return ember::softmax(x, dim);
+}
+inline Tensor log_softmax(const Tensor& x, int64_t dim) {
+  return ember::log_softmax(x, dim);
+}
+
+// --- losses (core/ops.h documents each)
+using CrossEntropyFuncOptions = CrossEntropyOptions;  // libtorch's name
+using NLLLossFuncOptions = NLLLossOptions;
+inline Tensor cross_entropy(const Tensor& input, const Tensor& target,
+                            const CrossEntropyOptions& options = {}) {
+  return ember::cross_entropy(input, target, options);
+}
+inline Tensor nll_loss(const Tensor& input, const Tensor& target,
+                       const NLLLossOptions& options = {}) {
+  return ember::nll_loss(input, target, options);
+}
+inline Tensor binary_cross_entropy(const Tensor& input, const Tensor& target,
+                                   Reduction reduction = Reduction::Mean) {
+  return ember::binary_cross_entropy(input, target, reduction);
+}
+inline Tensor binary_cross_entropy_with_logits(const Tensor& input, const Tensor& target,
+                                               const Tensor& pos_weight = Tensor(),
+                                               Reduction reduction = Reduction::Mean) {
+  return ember::binary_cross_entropy_with_logits(input, target, pos_weight, reduction);
+}
+inline Tensor l1_loss(const Tensor& input, const Tensor& target,
+                      Reduction reduction = Reduction::Mean) {
+  return ember::l1_loss(input, target, reduction);
+}
+
+// --- embeddings and normalisation
+// Rows of weight (num, dim) at the int64 indices `input`: input.shape + (dim).
+// padding_idx >= 0 names a row that gets no gradient; -1: none.
+inline Tensor embedding(const Tensor& input, const Tensor& weight, int64_t padding_idx = -1) {
+  return ember::embedding(weight, input, padding_idx);
+}
+inline Tensor one_hot(const Tensor& input, int64_t num_classes = -1) {
+  return ember::one_hot(input, num_classes);
+}
+inline Tensor layer_norm(const Tensor& input, const Shape& normalized_shape,
+                         const Tensor& weight = Tensor(), const Tensor& bias = Tensor(),
+                         double eps = 1e-5) {
+  return ember::layer_norm(input, normalized_shape, weight, bias, eps);
+}
+
 // Zeroes each element with probability p and scales the rest by 1 / (1 - p)
 // ("inverted" dropout, so eval needs no rescaling). Identity when !training.
 Tensor dropout(const Tensor& x, double p = 0.5, bool training = true, Generator* gen = nullptr);

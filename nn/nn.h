@@ -1,11 +1,16 @@
 // Everything in ember::nn, for programs that want it all:
 //   module.h      Module: parameters, buffers, children, train/eval, to(), state_dict
 //   linear.h      Linear, LinearOptions
-//   activation.h  ReLU, GELU, Tanh, Sigmoid
+//   embedding.h   Embedding, EmbeddingOptions
+//   normalization.h LayerNorm, LayerNormOptions
+//   activation.h  ReLU, GELU, Tanh, Sigmoid, Softmax, LogSoftmax
 //   dropout.h     Dropout, DropoutOptions
 //   sequential.h  Sequential
-//   loss.h        MSELoss, MSELossOptions
-//   functional.h  functional::linear, mse_loss, relu, gelu, tanh, sigmoid, dropout
+//   loss.h        MSELoss, CrossEntropyLoss, NLLLoss, BCELoss, BCEWithLogitsLoss, L1Loss
+//                 and their options
+//   functional.h  functional::linear, mse_loss, cross_entropy, nll_loss, binary_cross_entropy
+//                 (_with_logits), l1_loss, embedding, one_hot, layer_norm, softmax,
+//                 log_softmax, relu, gelu, tanh, sigmoid, softplus, dropout
 //   init.h        init::kaiming_uniform_, xavier_uniform_, normal_, zeros_, ...
 //   data.h        Dataset, TensorDataset, DataLoader
 //   checkpoint.h  save / load of model and optimizer state to one file
@@ -15,9 +20,11 @@
 #include "nn/checkpoint.h"
 #include "nn/data.h"
 #include "nn/dropout.h"
+#include "nn/embedding.h"
 #include "nn/functional.h"
 #include "nn/init.h"
 #include "nn/linear.h"
 #include "nn/loss.h"
 #include "nn/module.h"
+#include "nn/normalization.h"
 #include "nn/sequential.h"

@@ -16,6 +16,7 @@ ncclDataType_t nccl_type(DType t) {
     case DType::Float64: return ncclFloat64;
     case DType::BFloat16: return ncclBfloat16;
     case DType::Int64: return ncclInt64;
+    case DType::Bool: return ncclUint8;
   }
   EMBER_FAIL("NcclCommunicator: unknown dtype");
 }

@@ -45,13 +45,38 @@ EMBER_HD T silu_grad(T x) {
   const T sg = sigmoid_of(x);
   return sg * (T(1) + x * (T(1) - sg));
 }
+// softplus(x) = log(1 + exp(x)), written so that neither side overflows:
+// max(x, 0) + log1p(exp(-|x|)). Its derivative is sigmoid(x).
+template <typename T>
+EMBER_HD T softplus_of(T x) {
+  using std::exp;
+  using std::log1p;
+  const T ax = x < T(0) ? -x : x;
+  return (x > T(0) ? x : T(0)) + log1p(exp(-ax));
+}
+// maximum/minimum: NaN wins (as torch.maximum); on a tie each side gets half the
+// gradient (PyTorch's rule), so the two halves add up to g.
+template <typename T>
+EMBER_HD T max_of(T x, T y) {
+  return (x != x || y != y) ? x + y : (x > y ? x : y);
+}
+template <typename T>
+EMBER_HD T min_of(T x, T y) {
+  return (x != x || y != y) ? x + y : (x < y ? x : y);
+}
+template <typename T>
+EMBER_HD T wins_over(T x, T y) {  // d max(x, y) / dx
+  return x > y ? T(1) : x == y ? T(0.5) : T(0);
+}
 
 // ------------------------------------------------------------- the lists
 
 // What backward reads as `s`: the input (In), the output (Out), nothing (None:
 // the formula reads g and a only); Pass: the derivative is g itself, no kernel
-// runs; NoGrad: the op is not differentiable (its output never requires grad).
-enum class Saves : int { None, In, Out, Pass, NoGrad };
+// runs; NoGrad: the op is not differentiable (its output never requires grad);
+// Bool: a comparison, not differentiable, whose output is a bool tensor (the
+// formula's 1 or 0).
+enum class Saves : int { None, In, Out, Pass, NoGrad, Bool };
 
 // Unary ops, t -> op(t).
 // ENTRY(name, Enum, act, saves, forward, backward, lo, hi, at, value)
@@ -74,7 +99,9 @@ enum class Saves : int { None, In, Out, Pass, NoGrad };
   ENTRY(silu, Silu, Act, In, x * sigmoid_of(x), g * silu_grad(s), -4.0, 4.0, 1.0,                \
     0.7310585786300049)                                                                      \
   ENTRY(sin, Sin, NoAct, In, sin(x), g * cos(s), -3.0, 3.0, 0.5, 0.479425538604203)              \
-  ENTRY(cos, Cos, NoAct, In, cos(x), -g * sin(s), -3.0, 3.0, 0.5, 0.8775825618903728)
+  ENTRY(cos, Cos, NoAct, In, cos(x), -g * sin(s), -3.0, 3.0, 0.5, 0.8775825618903728)              \
+  ENTRY(softplus, Softplus, NoAct, In, softplus_of(x), g * sigmoid_of(s), -4.0, 4.0, 1.0,          \
+    1.3132616875182228)
 
 // Ops of a tensor and a scalar a, t -> op(t, a).
 // ENTRY(name, Enum, saves, forward, backward, lo, hi, a, at, value)
@@ -84,13 +111,20 @@ enum class Saves : int { None, In, Out, Pass, NoGrad };
   ENTRY(mul, MulScalar, None, x * a, g * a, -4.0, 4.0, -1.5, 2.0, -3.0)                          \
   ENTRY(rsub, RSubScalar, None, a - x, -g, -4.0, 4.0, 2.0, 0.5, 1.5)                             \
   ENTRY(rdiv, RDivScalar, In, a / x, -g * a / (s * s), 0.2, 3.0, 2.0, 4.0, 0.5)                  \
-  ENTRY(ge, GeScalar, NoGrad, (x >= a ? T(1) : T(0)), T(0), -4.0, 4.0, 1.0, 1.0, 1.0)            \
-  ENTRY(gt, GtScalar, NoGrad, (x > a ? T(1) : T(0)), T(0), -4.0, 4.0, 1.0, 1.0, 0.0)
+  ENTRY(clamp_min, ClampMin, In, (x < a ? a : x), (s >= a ? g : T(0)), -4.0, 4.0, 0.5, 0.25, 0.5) \
+  ENTRY(clamp_max, ClampMax, In, (x > a ? a : x), (s <= a ? g : T(0)), -4.0, 4.0, 0.5, 1.0, 0.5)   \
+  ENTRY(eq, EqScalar, Bool, (x == a ? T(1) : T(0)), T(0), -4.0, 4.0, 1.0, 1.0, 1.0)              \
+  ENTRY(ne, NeScalar, Bool, (x != a ? T(1) : T(0)), T(0), -4.0, 4.0, 1.0, 1.0, 0.0)              \
+  ENTRY(lt, LtScalar, Bool, (x < a ? T(1) : T(0)), T(0), -4.0, 4.0, 1.0, 0.5, 1.0)               \
+  ENTRY(le, LeScalar, Bool, (x <= a ? T(1) : T(0)), T(0), -4.0, 4.0, 1.0, 1.0, 1.0)              \
+  ENTRY(ge, GeScalar, Bool, (x >= a ? T(1) : T(0)), T(0), -4.0, 4.0, 1.0, 1.0, 1.0)              \
+  ENTRY(gt, GtScalar, Bool, (x > a ? T(1) : T(0)), T(0), -4.0, 4.0, 1.0, 1.0, 0.0)
 
 // What a binary op's derivative with respect to one operand reads: G (it is the
 // incoming gradient itself; no kernel runs), GA (g * a), or a formula reading g
-// and the saved operands: None (g only), X, Y or XY.
-enum class Reads : int { G, GA, None, X, Y, XY };
+// and the saved operands: None (g only), X, Y or XY. Bool marks a comparison: not
+// differentiable, its output a bool tensor (the formula's 1 or 0).
+enum class Reads : int { G, GA, None, X, Y, XY, Bool };
 
 // Ops of two tensors (numpy broadcasting), (x, y) -> op(x, y, a); a is add's alpha.
 // ENTRY(name, Enum, forward, d_x, d_y, dx_reads, dy_reads, lo, hi, at_x, at_y, value)
@@ -98,7 +132,17 @@ enum class Reads : int { G, GA, None, X, Y, XY };
   ENTRY(add, Add, x + a * y, g, g * a, G, GA, -4.0, 4.0, 1.0, 2.0, 3.0)                          \
   ENTRY(sub, Sub, x - y, g, -g, G, None, -4.0, 4.0, 5.0, 2.0, 3.0)                               \
   ENTRY(mul, Mul, x * y, g * y, g * x, Y, X, -4.0, 4.0, 3.0, 4.0, 12.0)                          \
-  ENTRY(div, Div, x / y, g / y, -((g / y) * x / y), Y, XY, 0.5, 3.0, 3.0, 4.0, 0.75)
+  ENTRY(div, Div, x / y, g / y, -((g / y) * x / y), Y, XY, 0.5, 3.0, 3.0, 4.0, 0.75)             \
+  ENTRY(maximum, Maximum, max_of(x, y), g * wins_over(x, y), g * wins_over(y, x), XY, XY, -4.0,  \
+    4.0, 1.0, 2.0, 2.0)                                                                          \
+  ENTRY(minimum, Minimum, min_of(x, y), g * wins_over(y, x), g * wins_over(x, y), XY, XY, -4.0,  \
+    4.0, 1.0, 2.0, 1.0)                                                                          \
+  ENTRY(eq, Eq, (x == y ? T(1) : T(0)), T(0), T(0), Bool, Bool, -4.0, 4.0, 1.0, 1.0, 1.0)        \
+  ENTRY(ne, Ne, (x != y ? T(1) : T(0)), T(0), T(0), Bool, Bool, -4.0, 4.0, 1.0, 1.0, 0.0)        \
+  ENTRY(lt, Lt, (x < y ? T(1) : T(0)), T(0), T(0), Bool, Bool, -4.0, 4.0, 1.0, 2.0, 1.0)         \
+  ENTRY(le, Le, (x <= y ? T(1) : T(0)), T(0), T(0), Bool, Bool, -4.0, 4.0, 2.0, 2.0, 1.0)        \
+  ENTRY(gt, Gt, (x > y ? T(1) : T(0)), T(0), T(0), Bool, Bool, -4.0, 4.0, 1.0, 2.0, 0.0)         \
+  ENTRY(ge, Ge, (x >= y ? T(1) : T(0)), T(0), T(0), Bool, Bool, -4.0, 4.0, 2.0, 2.0, 1.0)
 
 // ------------------------------------------------------------- enums
 
@@ -269,6 +313,37 @@ constexpr Reads binary_reads(BinaryOp op, int side) {
 }
 constexpr bool reads_x(Reads r) { return r == Reads::X || r == Reads::XY; }
 constexpr bool reads_y(Reads r) { return r == Reads::Y || r == Reads::XY; }
+
+// --- comparisons and integers (PyTorch's type promotion)
+
+// The comparisons: their output is a bool tensor, whatever their inputs.
+constexpr bool gives_bool(UnaryOp op) { return unary_saves(op) == Saves::Bool; }
+constexpr bool gives_bool(BinaryOp op) { return binary_reads(op, 0) == Reads::Bool; }
+
+// The ops that map integers to integers, so an int64 input stays int64 (with an
+// integral scalar, for the ops that take one); every other op computes integer
+// and bool inputs in float32, as PyTorch does (exp, true division by /, ...).
+// A new op not named here is computed in floating point: the safe default.
+constexpr bool keeps_integers(UnaryOp op) {
+  switch (op) {
+    case UnaryOp::Neg:
+    case UnaryOp::Abs:
+    case UnaryOp::Relu:
+    case UnaryOp::AddScalar:
+    case UnaryOp::MulScalar:
+    case UnaryOp::RSubScalar:
+    case UnaryOp::Pow:  // with an exponent >= 0 (core/ops/elementwise.cpp)
+    case UnaryOp::ClampMin:
+    case UnaryOp::ClampMax:
+      return true;
+    default:
+      return false;
+  }
+}
+constexpr bool keeps_integers(BinaryOp op) {
+  return op == BinaryOp::Add || op == BinaryOp::Sub || op == BinaryOp::Mul ||
+         op == BinaryOp::Maximum || op == BinaryOp::Minimum;
+}
 
 // --- activations, as the unary ops they are
 

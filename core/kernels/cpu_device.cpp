@@ -44,6 +44,8 @@ void register_cpu(KernelTable& t) {
   register_cpu_reduce(t);
   register_cpu_linalg(t);
   register_cpu_optim(t);
+  register_cpu_index(t);
+  register_cpu_softmax(t);
 }
 
 }  // namespace ember::kernels

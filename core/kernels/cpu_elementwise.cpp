@@ -1,6 +1,10 @@
 // CPU element-wise kernels: plain loops computing in double, the reference every
 // CUDA kernel is tested against. The formulas are core/base/elementwise_ops.h's.
+#include <algorithm>
+#include <cmath>
 #include <cstring>
+#include <utility>
+#include <vector>
 
 #include "core/base/random.h"
 #include "core/kernels/cpu_loops.h"
@@ -14,11 +18,24 @@ using detail::dispatch_cpu;
 using detail::load_as_double;
 using detail::store_from_double;
 
-void unary(const UnaryArgs& a) {
-  dispatch_cpu(a.dtype, [&](auto tag) {
+// Output of the input's storage type, or bool for the comparisons.
+template <typename F>
+void dispatch_out(DType in, DType out, F&& f) {
+  dispatch_cpu(in, [&](auto tag) {
     using S = decltype(tag);
+    if (out == DType::Bool)
+      f(S{}, bool{});
+    else
+      f(S{}, S{});
+  });
+}
+
+void unary(const UnaryArgs& a) {
+  dispatch_out(a.dtype, a.out_dtype, [&](auto in_tag, auto out_tag) {
+    using S = decltype(in_tag);
+    using O = decltype(out_tag);
     const S* x = static_cast<const S*>(a.x);
-    S* y = static_cast<S*>(a.y);
+    O* y = static_cast<O*>(a.y);
     for (int64_t i = 0; i < a.n; ++i)
       store_from_double(y + a.yl.offset_of(i),
                         unary_forward<double>(a.op, load_as_double(x + a.xl.offset_of(i)), a.a));
@@ -39,15 +56,28 @@ void unary_backward(const UnaryBackwardArgs& a) {
 }
 
 void binary(const BinaryArgs& a) {
-  dispatch_cpu(a.dtype, [&](auto tag) {
-    using S = decltype(tag);
+  dispatch_out(a.dtype, a.out_dtype, [&](auto in_tag, auto out_tag) {
+    using S = decltype(in_tag);
+    using O = decltype(out_tag);
     const S* x = static_cast<const S*>(a.x);
     const S* y = static_cast<const S*>(a.y);
-    S* o = static_cast<S*>(a.out);
+    O* o = static_cast<O*>(a.out);
     for (int64_t i = 0; i < a.n; ++i)
       store_from_double(o + a.ol.offset_of(i),
                         binary_forward<double>(a.op, load_as_double(x + a.xl.offset_of(i)),
                                                load_as_double(y + a.yl.offset_of(i)), a.a));
+  });
+}
+
+void where(const WhereArgs& a) {
+  dispatch_cpu(a.dtype, [&](auto tag) {
+    using S = decltype(tag);
+    const bool* c = static_cast<const bool*>(a.cond);
+    const S* x = static_cast<const S*>(a.a);
+    const S* y = static_cast<const S*>(a.b);
+    S* o = static_cast<S*>(a.out);
+    for (int64_t i = 0; i < a.n; ++i)
+      o[a.ol.offset_of(i)] = c[a.cl.offset_of(i)] ? x[a.al.offset_of(i)] : y[a.bl.offset_of(i)];
   });
 }
 
@@ -102,12 +132,25 @@ void random(const RandomArgs& a) {
     S* p = static_cast<S*>(a.y);
     for (int64_t i = 0; i < a.n; ++i) {
       const uint64_t c = a.offset + static_cast<uint64_t>(i);
-      double v = a.normal ? a.p0 + a.p1 * random_normal(a.seed, c)
-                          : a.p0 + (a.p1 - a.p0) * random_uniform(a.seed, c);
+      double v = a.integer  ? a.p0 + std::floor((a.p1 - a.p0) * random_uniform(a.seed, c))
+                 : a.normal ? a.p0 + a.p1 * random_normal(a.seed, c)
+                            : a.p0 + (a.p1 - a.p0) * random_uniform(a.seed, c);
       store_from_double(p + i, v);
     }
   });
 }
+
+// Sorted by (key, index): the order a stable sort by key gives, which is what the
+// CUDA radix sort produces.
+void randperm(const RandpermArgs& a) {
+  std::vector<std::pair<uint64_t, int64_t>> keyed(static_cast<size_t>(a.n));
+  for (int64_t i = 0; i < a.n; ++i)
+    keyed[static_cast<size_t>(i)] = {random_bits(a.seed, a.offset + static_cast<uint64_t>(i)), i};
+  std::sort(keyed.begin(), keyed.end());
+  for (int64_t i = 0; i < a.n; ++i) a.out[i] = keyed[static_cast<size_t>(i)].second;
+}
+
+size_t no_workspace(const ScatterQuery&) { return 0; }
 
 }  // namespace
 
@@ -116,9 +159,12 @@ void register_cpu_elementwise(KernelTable& t) {
   t.unary_backward = &unary_backward;
   t.binary = &binary;
   t.binary_backward = &binary_backward;
+  t.where = &where;
   t.cast = &cast;
   t.fill = &fill;
   t.random = &random;
+  t.randperm = &randperm;
+  t.randperm_workspace_bytes = &no_workspace;
 }
 
 }  // namespace ember::kernels

@@ -1,5 +1,5 @@
 // CPU reductions over the middle axis of (outer, n, inner), accumulating in double.
-// NaN counts as the largest value in max, as in PyTorch.
+// NaN counts as the extreme value in max and min, as in PyTorch.
 #include <cmath>
 #include <vector>
 
@@ -49,7 +49,7 @@ void max(const MaxArgs& a) {
         const S* row = px + (o * a.n + k) * a.inner;
         for (int64_t i = 0; i < a.inner; ++i) {
           double v = load_as_double(row + i);
-          if (!std::isnan(best[i]) && (std::isnan(v) || v > best[i])) {
+          if (!std::isnan(best[i]) && (std::isnan(v) || (a.min ? v < best[i] : v > best[i]))) {
             best[i] = v;
             arg[i] = k;
           }

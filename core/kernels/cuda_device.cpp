@@ -2,6 +2,7 @@
 // current stream, copies through cudaMemcpyAsync, graphs (cuda/graph.h).
 #include "core/kernels/registration.h"
 #include "cuda/check.h"
+#include "cuda/device_error.h"
 #include "cuda/device_allocator.h"
 #include "cuda/runtime.h"
 
@@ -35,6 +36,9 @@ void copy_bytes(const CopyBytesArgs& a) {
     cudaStream_t s = cuda::current_stream(sd.index);
     EMBER_CUDA_CHECK(cudaMemcpyAsync(a.dst, a.src, a.n, cudaMemcpyDeviceToHost, s));
     EMBER_CUDA_CHECK(cudaStreamSynchronize(s));
+    // The host now waits for the device anyway: raise what kernels found in their
+    // input (cuda/device_error.h), e.g. at item() after an embedding.
+    cuda::check_device_errors(sd.index);
   } else if (dd.index == sd.index) {
     cuda::DeviceGuard g(dd.index);
     EMBER_CUDA_CHECK(cudaMemcpyAsync(a.dst, a.src, a.n, cudaMemcpyDeviceToDevice,
@@ -66,6 +70,9 @@ void register_cuda(KernelTable& t) {
   register_cuda_linalg(t);
   register_cuda_loss(t);
   register_cuda_optim(t);
+  register_cuda_index(t);
+  register_cuda_softmax(t);
+  register_cuda_norm(t);
 }
 
 }  // namespace ember::kernels

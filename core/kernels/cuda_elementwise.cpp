@@ -11,7 +11,7 @@ namespace {
 
 void unary(const UnaryArgs& a) {
   cuda::DeviceGuard guard(a.device.index);
-  cuda::launch_unary(a.op, a.dtype, a.x, a.xl, a.y, a.yl, a.n, a.a,
+  cuda::launch_unary(a.op, a.dtype, a.x, a.xl, a.y, a.yl, a.n, a.a, a.out_dtype,
                      cuda::current_stream(a.device.index));
 }
 
@@ -23,8 +23,14 @@ void unary_backward(const UnaryBackwardArgs& a) {
 
 void binary(const BinaryArgs& a) {
   cuda::DeviceGuard guard(a.device.index);
-  cuda::launch_binary(a.op, a.dtype, a.x, a.xl, a.y, a.yl, a.out, a.ol, a.n, a.a,
+  cuda::launch_binary(a.op, a.dtype, a.x, a.xl, a.y, a.yl, a.out, a.ol, a.n, a.a, a.out_dtype,
                       cuda::current_stream(a.device.index));
+}
+
+void where(const WhereArgs& a) {
+  cuda::DeviceGuard guard(a.device.index);
+  cuda::launch_where(a.dtype, a.cond, a.cl, a.a, a.al, a.b, a.bl, a.out, a.ol, a.n,
+                     cuda::current_stream(a.device.index));
 }
 
 void binary_backward(const BinaryBackwardArgs& a) {
@@ -54,7 +60,7 @@ void fill(const FillArgs& a) {
 
 void random(const RandomArgs& a) {
   cuda::DeviceGuard guard(a.device.index);
-  cuda::launch_random(a.dtype, a.y, a.n, a.seed, a.offset, a.normal, a.p0, a.p1,
+  cuda::launch_random(a.dtype, a.y, a.n, a.seed, a.offset, a.normal, a.integer, a.p0, a.p1,
                       cuda::current_stream(a.device.index));
 }
 
@@ -65,6 +71,7 @@ void register_cuda_elementwise(KernelTable& t) {
   t.unary_backward = &unary_backward;
   t.binary = &binary;
   t.binary_backward = &binary_backward;
+  t.where = &where;
   t.cast = &cast;
   t.fill = &fill;
   t.random = &random;

@@ -21,7 +21,7 @@ size_t sum_workspace_bytes(const ReduceShape& s) {
 void max(const MaxArgs& a) {
   cuda::DeviceGuard guard(a.device.index);
   cuda::launch_max(a.dtype, a.x, a.values, a.indices, a.outer, a.n, a.inner, a.workspace,
-                   cuda::current_stream(a.device.index));
+                   cuda::current_stream(a.device.index), a.min);
 }
 size_t max_workspace_bytes(const ReduceShape& s) {
   return cuda::reduce_workspace_bytes(cuda::ReduceKind::Max, s.dtype, s.outer, s.n, s.inner);

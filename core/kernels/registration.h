@@ -11,11 +11,16 @@ void register_cpu_elementwise(KernelTable& t);
 void register_cpu_reduce(KernelTable& t);
 void register_cpu_linalg(KernelTable& t);
 void register_cpu_optim(KernelTable& t);
+void register_cpu_index(KernelTable& t);
+void register_cpu_softmax(KernelTable& t);
 
 void register_cuda_elementwise(KernelTable& t);
 void register_cuda_reduce(KernelTable& t);
 void register_cuda_linalg(KernelTable& t);
 void register_cuda_loss(KernelTable& t);
 void register_cuda_optim(KernelTable& t);
+void register_cuda_index(KernelTable& t);
+void register_cuda_softmax(KernelTable& t);
+void register_cuda_norm(KernelTable& t);
 
 }  // namespace ember::kernels

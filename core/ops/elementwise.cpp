@@ -1,8 +1,12 @@
 // Element-wise ops. The ops of core/base/elementwise_ops.h's lists are generated
 // here: one generic forward per arity that runs the device's kernel from the
 // table, and one generic backward that evaluates the list's derivative (a kernel
-// of its own, or nothing where the derivative is the incoming gradient). Copies,
-// casts, fills and the in-place ops follow.
+// of its own, or nothing where the derivative is the incoming gradient). Mixed
+// dtypes follow PyTorch's type promotion (result_type): operands are cast to the
+// dtype the op computes in (a differentiable cast), comparisons give bool.
+// where, masked_fill and clamp, copies, casts, fills and the in-place ops follow.
+#include <cmath>
+
 #include "core/alloc_site.h"
 #include "core/autograd.h"
 #include "core/kernel_table.h"
@@ -91,32 +95,64 @@ constexpr const char* kBinaryBackwardNames[] = {
 #undef EMBER_X
 };
 
-// out = op(a, s) elementwise; out may be a (in place) or a view.
+// out = op(a, s) elementwise; out may be a (in place) or a view. a is of the
+// dtype the op computes in; out of that dtype, or bool for a comparison.
 void run_unary(UnaryOp op, const Tensor& a, const Tensor& out, double s, const char* name) {
   const Shape& shape = out.sizes();
   kernels::kernels_for(out.device())
-      .unary({out.device(), op, out.dtype(), a.storage()->data(),
+      .unary({out.device(), op, a.dtype(), a.storage()->data(),
               detail::layout_of(a, shape, name), out.storage()->data(),
-              detail::layout_of(out, shape, name), out.numel(), s});
+              detail::layout_of(out, shape, name), out.numel(), s, out.dtype()});
 }
 
 void run_binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out, double s,
                 const char* name) {
   const Shape& shape = out.sizes();
   kernels::kernels_for(out.device())
-      .binary({out.device(), op, out.dtype(), a.storage()->data(),
+      .binary({out.device(), op, a.dtype(), a.storage()->data(),
                detail::layout_of(a, shape, name), b.storage()->data(),
                detail::layout_of(b, shape, name), out.storage()->data(),
-               detail::layout_of(out, shape, name), out.numel(), s});
+               detail::layout_of(out, shape, name), out.numel(), s, out.dtype()});
 }
 
-void check_binary(const char* name, const Tensor& a, const Tensor& b) {
-  check_defined(name, a, "first operand");
-  check_defined(name, b, "second operand");
-  check_same_device(name, a, b);
-  check_same_dtype(name, a, b);
-  check_floating(name, a);
+// The in-place binary ops: `other` is cast to t's dtype when the promoted type of
+// the two is t's own (float32 += bfloat16, float32 += int64), as PyTorch allows;
+// otherwise the result could not be stored in t, an error.
+Tensor operand_for_inplace(const char* name, const Tensor& t, const Tensor& other) {
+  check_defined(name, t, "first operand");
+  check_defined(name, other, "second operand");
+  check_same_device(name, t, other);
+  EMBER_CHECK(t.dtype() != kBool, name, ": in-place arithmetic on a bool tensor is not supported");
+  if (other.dtype() == t.dtype()) return other;
+  EMBER_CHECK(promote_types(t.dtype(), other.dtype()) == t.dtype(), name,
+              ": operands have different dtypes (", t.dtype(), " and ", other.dtype(),
+              ") and the result type ", promote_types(t.dtype(), other.dtype()),
+              " cannot be stored in the ", t.dtype(), " tensor");
+  return cast(other, t.dtype());
 }
+
+// Ops of the unary list proper come first in UnaryOp; those of the scalar list
+// (which take a scalar) after them.
+constexpr int kPlainUnaryOps = 0
+#define EMBER_X(...) +1
+    EMBER_UNARY_OPS(EMBER_X)
+#undef EMBER_X
+    ;
+constexpr bool takes_scalar(UnaryOp op) { return static_cast<int>(op) >= kPlainUnaryOps; }
+
+// The dtype a unary op computes in, given its input's: floating inputs as they
+// are; integer (and bool) inputs stay int64 for the ops that keep integers (with
+// an integral scalar, and pow's exponent >= 0) and the comparisons, and become
+// float32 for everything else (as PyTorch: exp of an int64 tensor is float32).
+DType unary_compute_dtype(UnaryOp op, DType in, Scalar s) {
+  if (is_floating(in)) return in;
+  if (gives_bool(op)) return kInt64;
+  const bool closed = keeps_integers(op) && (!takes_scalar(op) || s.is_integral()) &&
+                      !(op == UnaryOp::Pow && s.to_double() < 0);
+  return closed ? kInt64 : kFloat32;
+}
+
+Tensor as_dtype(const Tensor& t, DType d) { return t.dtype() == d ? t : cast(t, d); }
 
 // d_x of a unary op: unary_backward(op, g, s, a) over g's shape, or g itself
 // when the list says the derivative is the incoming gradient.
@@ -159,17 +195,35 @@ Tensor binary_grad(BinaryOp op, int side, const Tensor& g, const Tensor& x, cons
 
 }  // namespace
 
+// PyTorch's result_type for two tensors: dimensioned operands decide within their
+// category, a 0-dim operand counts only when of a higher category (as a scalar):
+// a float32 tensor times a float64 0-dim tensor stays float32, an int64 tensor
+// plus a float64 0-dim tensor is float64.
+DType result_type(const Tensor& a, const Tensor& b) {
+  const DType x = a.dtype(), y = b.dtype();
+  if (x == y) return x;
+  const bool za = a.dim() == 0, zb = b.dim() == 0;
+  if (za == zb) return promote_types(x, y);
+  const DType dimmed = za ? y : x, zero = za ? x : y;
+  if (is_floating(dimmed)) return dimmed;
+  if (dimmed == kBool || is_floating(zero)) return promote_types(dimmed, zero);
+  return dimmed;
+}
+
 namespace detail {
 
-Tensor unary_op(UnaryOp op, const Tensor& a, double s) {
+Tensor unary_op(UnaryOp op, const Tensor& input, Scalar scalar) {
   const char* name = unary_name(op);
   OpSite site(name);
-  check_defined(name, a);
-  check_floating(name, a);
-  Tensor out = empty(a.sizes(), a.options());
+  check_defined(name, input);
+  const DType compute = unary_compute_dtype(op, input.dtype(), scalar);
+  Tensor converted;  // only when the input's dtype is not the one the op computes in
+  const Tensor& a = input.dtype() == compute ? input : (converted = cast(input, compute));
+  const double s = scalar.to_double();
+  Tensor out = empty(a.sizes(), TensorOptions(gives_bool(op) ? kBool : a.dtype()).device(a.device()));
   run_unary(op, a, out, s, name);
   const Saves saves = unary_saves(op);
-  if (saves != Saves::NoGrad && any_requires_grad({&a})) {
+  if (saves != Saves::NoGrad && saves != Saves::Bool && any_requires_grad({&a})) {
     const Tensor save = saves == Saves::In ? a : saves == Saves::Out ? out : Tensor();
     attach_grad_fn(out, kUnaryBackwardNames[static_cast<int>(op)], {&a},
                    save.defined() ? SavedTensors{save} : SavedTensors{},
@@ -180,15 +234,36 @@ Tensor unary_op(UnaryOp op, const Tensor& a, double s) {
   return out;
 }
 
-Tensor binary_op(BinaryOp op, const Tensor& a, const Tensor& b, double alpha) {
+Tensor binary_op(BinaryOp op, const Tensor& x, const Tensor& y, double alpha) {
   const char* name = binary_name(op);
   OpSite site(name);
-  check_binary(name, a, b);
-  Tensor out = a.sizes() == b.sizes()
-                   ? empty(a.sizes(), a.options())
-                   : empty(broadcast_shapes(a.sizes(), b.sizes(), name), a.options());
+  check_defined(name, x, "first operand");
+  check_defined(name, y, "second operand");
+  check_same_device(name, x, y);
+  // The dtype it computes in: the operands' result type, where integers stay
+  // int64 for the ops that keep integers and the comparisons (true division and
+  // the rest compute them in float32), as PyTorch.
+  DType compute = result_type(x, y);
+  if (!is_floating(compute)) {
+    if (gives_bool(op)) {
+      compute = kInt64;
+    } else if (keeps_integers(op)) {
+      EMBER_CHECK(compute != kBool, name, ": arithmetic on two bool tensors is not supported; "
+                  "convert one with .to(kInt64)");
+      EMBER_CHECK(alpha == std::floor(alpha), name, ": alpha must be an integer for integer "
+                  "operands, got ", alpha);
+    } else {
+      compute = kFloat32;
+    }
+  }
+  Tensor xc, yc;  // only for operands not already of the compute dtype
+  const Tensor& a = x.dtype() == compute ? x : (xc = cast(x, compute));
+  const Tensor& b = y.dtype() == compute ? y : (yc = cast(y, compute));
+  const TensorOptions opts = TensorOptions(gives_bool(op) ? kBool : compute).device(a.device());
+  Tensor out = a.sizes() == b.sizes() ? empty(a.sizes(), opts)
+                                      : empty(broadcast_shapes(a.sizes(), b.sizes(), name), opts);
   run_binary(op, a, b, out, alpha, name);
-  if (any_requires_grad({&a, &b})) {
+  if (!gives_bool(op) && any_requires_grad({&a, &b})) {
     const bool ga = a.requires_grad(), gb = b.requires_grad();
     const Reads rx = binary_reads(op, 0), ry = binary_reads(op, 1);
     const bool save_x = (ga && reads_x(rx)) || (gb && reads_x(ry));
@@ -219,7 +294,7 @@ Tensor binary_op(BinaryOp op, const Tensor& a, const Tensor& b, double alpha) {
 EMBER_UNARY_OPS(EMBER_X)
 #undef EMBER_X
 #define EMBER_X(name, Enum, ...) \
-  Tensor name(const Tensor& a, double s) { return detail::unary_op(UnaryOp::Enum, a, s); }
+  Tensor name(const Tensor& a, Scalar s) { return detail::unary_op(UnaryOp::Enum, a, s); }
 EMBER_SCALAR_OPS(EMBER_X)
 #undef EMBER_X
 #define EMBER_X(name, Enum, ...)                         \
@@ -284,45 +359,105 @@ Tensor& fill_(Tensor& t, double value) {
 // ---------------------------------------------------------------- in place
 
 Tensor& add_(Tensor& t, const Tensor& other, double alpha) {
-  check_binary("add_", t, other);
+  const Tensor o = operand_for_inplace("add_", t, other);
   check_inplace("add_", t);
   EMBER_CHECK(other.sizes() == t.sizes() ||
                   broadcast_shapes(t.sizes(), other.sizes(), "add_") == t.sizes(),
               "add_: operand of shape ", shape_str(other.sizes()), " cannot be broadcast to ",
               shape_str(t.sizes()));
-  run_binary(BinaryOp::Add, t, other, t, alpha, "add_");
+  EMBER_CHECK(is_floating(t.dtype()) || alpha == std::floor(alpha),
+              "add_: alpha must be an integer for an integer tensor, got ", alpha);
+  run_binary(BinaryOp::Add, t, o, t, alpha, "add_");
   t.bump_version();
   return t;
 }
 
-Tensor& add_(Tensor& t, double value) {
+Tensor& add_(Tensor& t, Scalar value) {
   check_defined("add_", t);
-  check_floating("add_", t);
   check_inplace("add_", t);
-  run_unary(UnaryOp::AddScalar, t, t, value, "add_");
+  EMBER_CHECK(is_floating(t.dtype()) || (t.dtype() == kInt64 && value.is_integral()),
+              "add_: cannot add ", value.is_integral() ? "an integer" : "a floating-point",
+              " scalar to a ", t.dtype(), " tensor in place");
+  run_unary(UnaryOp::AddScalar, t, t, value.to_double(), "add_");
   t.bump_version();
   return t;
 }
 
 Tensor& mul_(Tensor& t, const Tensor& other) {
-  check_binary("mul_", t, other);
+  const Tensor o = operand_for_inplace("mul_", t, other);
   check_inplace("mul_", t);
   EMBER_CHECK(other.sizes() == t.sizes() ||
                   broadcast_shapes(t.sizes(), other.sizes(), "mul_") == t.sizes(),
               "mul_: operand of shape ", shape_str(other.sizes()), " cannot be broadcast to ",
               shape_str(t.sizes()));
-  run_binary(BinaryOp::Mul, t, other, t, 1.0, "mul_");
+  run_binary(BinaryOp::Mul, t, o, t, 1.0, "mul_");
   t.bump_version();
   return t;
 }
 
-Tensor& mul_(Tensor& t, double value) {
+Tensor& mul_(Tensor& t, Scalar value) {
   check_defined("mul_", t);
-  check_floating("mul_", t);
   check_inplace("mul_", t);
-  run_unary(UnaryOp::MulScalar, t, t, value, "mul_");
+  EMBER_CHECK(is_floating(t.dtype()) || (t.dtype() == kInt64 && value.is_integral()),
+              "mul_: cannot multiply a ", t.dtype(), " tensor by a",
+              value.is_integral() ? "n integer" : " floating-point", " scalar in place");
+  run_unary(UnaryOp::MulScalar, t, t, value.to_double(), "mul_");
   t.bump_version();
   return t;
+}
+
+// ---------------------------------------------------------------- selection
+
+Tensor where(const Tensor& condition, const Tensor& x, const Tensor& y) {
+  OpSite site("where");
+  check_defined("where", condition, "condition");
+  check_defined("where", x, "first operand");
+  check_defined("where", y, "second operand");
+  EMBER_CHECK(condition.dtype() == kBool, "where: the condition must be a bool tensor, got ",
+              condition.dtype(), " (compare, e.g. t > 0, to make one)");
+  check_same_device("where", condition, x);
+  check_same_device("where", x, y);
+  const DType dtype = result_type(x, y);
+  const Tensor a = as_dtype(x, dtype), b = as_dtype(y, dtype);
+  const Shape shape = broadcast_shapes(condition.sizes(), broadcast_shapes(a.sizes(), b.sizes(),
+                                       "where"), "where");
+  Tensor out = empty(shape, a.options());
+  if (out.numel() > 0)
+    kernels::kernels_for(out.device())
+        .where({out.device(), dtype, condition.storage()->data(),
+                detail::layout_of(condition, shape, "where"), a.storage()->data(),
+                detail::layout_of(a, shape, "where"), b.storage()->data(),
+                detail::layout_of(b, shape, "where"), out.storage()->data(),
+                detail::layout_of(out, shape, "where"), out.numel()});
+  if (any_requires_grad({&a, &b})) {
+    const bool ga = a.requires_grad(), gb = b.requires_grad();
+    attach_grad_fn(out, "WhereBackward", {&a, &b}, {condition},
+                   [ga, gb, sa = a.sizes(), sb = b.sizes()](const Tensor& g, const SavedTensors& s) {
+                     const Tensor zero = zeros({}, g.options());
+                     return Grads{ga ? sum_to(where(s[0], g, zero), sa) : Tensor(),
+                                  gb ? sum_to(where(s[0], zero, g), sb) : Tensor()};
+                   });
+  }
+  return out;
+}
+
+Tensor masked_fill(const Tensor& x, const Tensor& mask, Scalar value) {
+  check_defined("masked_fill", x);
+  check_defined("masked_fill", mask, "mask");
+  EMBER_CHECK(mask.dtype() == kBool, "masked_fill: the mask must be a bool tensor, got ",
+              mask.dtype());
+  EMBER_CHECK(broadcast_shapes(x.sizes(), mask.sizes(), "masked_fill") == x.sizes(),
+              "masked_fill: a mask of shape ", shape_str(mask.sizes()),
+              " does not broadcast to the input's shape ", shape_str(x.sizes()));
+  EMBER_CHECK(is_floating(x.dtype()) || value.is_integral(), "masked_fill: cannot fill a ",
+              x.dtype(), " tensor with the floating-point value ", value.to_double());
+  // A 0-dim value of x's dtype: where keeps x's dtype, and the value has no gradient.
+  return where(mask, full({}, value.to_double(), x.options()), x);
+}
+
+Tensor clamp(const Tensor& x, Scalar min, Scalar max) {
+  check_defined("clamp", x);
+  return clamp_max(clamp_min(x, min), max);
 }
 
 }  // namespace ember

@@ -1,5 +1,6 @@
-// Reductions: sum, mean, max (values, with the argmax kept for backward), argmax
-// and sum_to. Each views its input, made contiguous, as (outer, n, inner) and
+// Reductions: sum, mean, max and min (full, or values with the index kept for
+// backward), argmax, argmin and sum_to. Integer input: sum, max and min through
+// float64 (exact below 2^53), the result int64. Each views its input, made contiguous, as (outer, n, inner) and
 // reduces over n, through the device's kernels (core/kernel_table.h): the CPU
 // reference accumulates in double; CUDA's are deterministic (cuda/kernels/reduce.cu).
 // Sum of nothing is 0, mean of nothing NaN (as PyTorch), max of nothing an error.
@@ -68,16 +69,17 @@ void run_sum(const Tensor& x, const Tensor& out, const Split& s, bool mean) {
          ws.defined() ? ws.raw_data() : nullptr});
 }
 
-// values (may be undefined) and indices (outer, inner) = max and first argmax of
-// x (outer, n, inner) over n; NaN counts as the largest value. n >= 1.
-void run_max(const Tensor& x, const Tensor& values, const Tensor& indices, const Split& s) {
+// values (may be undefined) and indices (outer, inner) = max (min) and its first
+// index of x (outer, n, inner) over n; NaN counts as the extreme value. n >= 1.
+void run_max(const Tensor& x, const Tensor& values, const Tensor& indices, const Split& s,
+             bool min) {
   if (indices.numel() == 0) return;
   const kernels::KernelTable& k = kernels::kernels_for(x.device());
   Tensor ws = workspace_of(k.max_workspace_bytes({x.device(), x.dtype(), s.outer, s.n, s.inner}),
                            x.device());
   k.max({x.device(), x.dtype(), x.raw_data(), values.defined() ? values.raw_data() : nullptr,
          indices.data_ptr<int64_t>(), s.outer, s.n, s.inner,
-         ws.defined() ? ws.raw_data() : nullptr});
+         ws.defined() ? ws.raw_data() : nullptr, min});
 }
 
 // d_inp (outer, n, inner) gets d_out (outer, inner) at the argmax, 0 elsewhere.
@@ -109,6 +111,12 @@ constexpr int64_t kAllDims = std::numeric_limits<int64_t>::min();
 // Sum (or mean) over `dim`, or over everything when dim == kAllDims.
 Tensor reduce_sum(const Tensor& a, int64_t dim, bool keepdim, bool mean, const char* op) {
   OpSite site(op);
+  check_defined(op, a);
+  if (!is_floating(a.dtype()) && !mean) {
+    // int64 and bool sum to int64 (as PyTorch), through float64: exact below 2^53.
+    const Tensor wide = cast(a, kFloat64);
+    return cast(reduce_sum(wide, dim, keepdim, false, op), kInt64);
+  }
   check_reduce_input(op, a);
   const bool all = dim == kAllDims;
   if (!all) dim = wrap_dim(dim, a.dim(), op);
@@ -145,44 +153,91 @@ Tensor mean(const Tensor& a, int64_t dim, bool keepdim) {
   return reduce_sum(a, dim, keepdim, true, "mean");
 }
 
-// ---------------------------------------------------------------- max and argmax
+// ---------------------------------------------------------------- max, min, argmax, argmin
 
 namespace {
 
-// Returns the values (when wanted) and the indices of the max of `a` over `dim`.
+// Returns the values (when wanted) and the indices of the max (min) of `a` over `dim`.
 std::pair<Tensor, Tensor> max_impl(const Tensor& a, int64_t dim, bool keepdim, bool want_values,
-                                   const char* op) {
+                                   bool min, const char* op) {
   OpSite site(op);
+  check_defined(op, a);
+  if (a.dtype() == kInt64) {
+    // Through float64 (exact below 2^53); the same indices, values back to int64.
+    std::pair<Tensor, Tensor> r =
+        max_impl(cast(a, kFloat64), dim, keepdim, want_values, min, op);
+    if (want_values) r.first = cast(r.first, kInt64);
+    return r;
+  }
   check_reduce_input(op, a);
   dim = wrap_dim(dim, a.dim(), op);
   Split s = split_at(a.sizes(), dim);
   EMBER_CHECK(s.n > 0, op, ": cannot reduce over dim ", dim, " of size 0 (input of shape ",
-              shape_str(a.sizes()), "); the maximum of nothing is undefined");
+              shape_str(a.sizes()), "); the ", min ? "minimum" : "maximum",
+              " of nothing is undefined");
   Shape out_sizes = reduced_shape(a.sizes(), dim, keepdim);
   Tensor values = want_values ? empty(out_sizes, a.options()) : Tensor();
   Tensor indices = empty(out_sizes, TensorOptions(kInt64).device(a.device()));
-  run_max(contiguous(a.detach()), values, indices, s);
+  run_max(contiguous(a.detach()), values, indices, s, min);
   return {values, indices};
+}
+
+ValuesAndIndices extreme_over_dim(const Tensor& a, int64_t dim, bool keepdim, bool min) {
+  const char* op = min ? "min" : "max";
+  // Not a structured binding: clang before 16 cannot capture one (make test-fuzz).
+  std::pair<Tensor, Tensor> result = max_impl(a, dim, keepdim, true, min, op);
+  Tensor& values = result.first;
+  const Tensor indices = result.second;
+  if (any_requires_grad({&a})) {
+    Split s = split_at(a.sizes(), wrap_dim(dim, a.dim(), op));
+    attach_grad_fn(values, min ? "MinBackward" : "MaxBackward", {&a},
+                   [indices, sizes = a.sizes(), s](const Tensor& g) {
+                     return Grads{max_backward(g, indices, sizes, s)};
+                   });
+  }
+  return {values, indices};
+}
+
+// The max (min) of all elements. Its gradient is shared evenly by every element
+// equal to it (PyTorch's evenly_distribute_backward): each of several equal
+// maxima gets g / count.
+Tensor extreme_of_all(const Tensor& a, bool min) {
+  const char* op = min ? "min" : "max";
+  check_defined(op, a);
+  EMBER_CHECK(a.numel() > 0, op, ": the input of shape ", shape_str(a.sizes()),
+              " is empty; the ", min ? "minimum" : "maximum", " of nothing is undefined");
+  Tensor out;
+  {
+    NoGradGuard ng;
+    out = max_impl(reshape(a.detach(), {-1}), 0, false, true, min, op).first;
+  }
+  if (any_requires_grad({&a}))
+    attach_grad_fn(out, min ? "MinAllBackward" : "MaxAllBackward", {&a}, {a, out},
+                   [](const Tensor& g, const SavedTensors& s) {
+                     // A NaN maximum is shared by the NaN elements.
+                     const Tensor hit = where(ne(s[1], s[1]), ne(s[0], s[0]), eq(s[0], s[1]));
+                     const Tensor count = sum(hit);
+                     return Grads{where(hit, div(g, count), zeros({}, g.options()))};
+                   });
+  return out;
 }
 
 }  // namespace
 
-Tensor max(const Tensor& a, int64_t dim, bool keepdim) {
-  // Not a structured binding: clang before 16 cannot capture one (make test-fuzz).
-  std::pair<Tensor, Tensor> result = max_impl(a, dim, keepdim, true, "max");
-  Tensor& values = result.first;
-  const Tensor indices = result.second;
-  if (any_requires_grad({&a})) {
-    Split s = split_at(a.sizes(), wrap_dim(dim, a.dim(), "max"));
-    attach_grad_fn(values, "MaxBackward", {&a}, [indices, sizes = a.sizes(), s](const Tensor& g) {
-      return Grads{max_backward(g, indices, sizes, s)};
-    });
-  }
-  return values;
+ValuesAndIndices max(const Tensor& a, int64_t dim, bool keepdim) {
+  return extreme_over_dim(a, dim, keepdim, false);
 }
+ValuesAndIndices min(const Tensor& a, int64_t dim, bool keepdim) {
+  return extreme_over_dim(a, dim, keepdim, true);
+}
+Tensor max(const Tensor& a) { return extreme_of_all(a, false); }
+Tensor min(const Tensor& a) { return extreme_of_all(a, true); }
 
 Tensor argmax(const Tensor& a, int64_t dim, bool keepdim) {
-  return max_impl(a, dim, keepdim, false, "argmax").second;
+  return max_impl(a, dim, keepdim, false, false, "argmax").second;
+}
+Tensor argmin(const Tensor& a, int64_t dim, bool keepdim) {
+  return max_impl(a, dim, keepdim, false, true, "argmin").second;
 }
 
 // ---------------------------------------------------------------- sum_to

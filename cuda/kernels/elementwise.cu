@@ -1,6 +1,8 @@
 // Element-wise CUDA kernels: one grid-stride kernel per arity and storage type,
 // with the op chosen at run time (uniform across the grid, so the switch costs
 // little next to the memory traffic) to keep compile time and binary size small.
+// Forward kernels take float32, float64, bfloat16 and int64 input (int64 computed
+// in double) and write the input's type or, for comparisons, bool.
 #include <atomic>
 #include <tuple>
 
@@ -16,6 +18,7 @@ namespace {
 
 template <typename S> struct ComputeOf { using type = float; };
 template <> struct ComputeOf<double> { using type = double; };
+template <> struct ComputeOf<int64_t> { using type = double; };
 
 template <typename S>
 __device__ __forceinline__ typename ComputeOf<S>::type load(const S* p) { return *p; }
@@ -61,8 +64,9 @@ inline unsigned grid_for(int64_t n) {
   return static_cast<unsigned>(blocks < cap ? blocks : cap);
 }
 
-template <typename S>
-__global__ void unary_kernel(UnaryOp op, const S* x, StridedLayout xl, S* y, StridedLayout yl,
+// O: the output's storage type, S or bool.
+template <typename S, typename O>
+__global__ void unary_kernel(UnaryOp op, const S* x, StridedLayout xl, O* y, StridedLayout yl,
                              int64_t n, double a) {
   using C = typename ComputeOf<S>::type;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
@@ -85,9 +89,9 @@ __global__ void unary_backward_kernel(UnaryOp op, const S* g, StridedLayout gl, 
   }
 }
 
-template <typename S>
+template <typename S, typename O>
 __global__ void binary_kernel(BinaryOp op, const S* x, StridedLayout xl, const S* y,
-                              StridedLayout yl, S* out, StridedLayout ol, int64_t n, double a) {
+                              StridedLayout yl, O* out, StridedLayout ol, int64_t n, double a) {
   using C = typename ComputeOf<S>::type;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
        i += int64_t(gridDim.x) * blockDim.x) {
@@ -95,6 +99,14 @@ __global__ void binary_kernel(BinaryOp op, const S* x, StridedLayout xl, const S
                             static_cast<C>(a));
     store(out + ol.offset_of(i), v);
   }
+}
+
+template <typename S>
+__global__ void where_kernel(const bool* cond, StridedLayout cl, const S* a, StridedLayout al,
+                             const S* b, StridedLayout bl, S* out, StridedLayout ol, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x)
+    out[ol.offset_of(i)] = cond[cl.offset_of(i)] ? a[al.offset_of(i)] : b[bl.offset_of(i)];
 }
 
 template <typename S>
@@ -132,11 +144,12 @@ __global__ void fill_kernel(S* y, StridedLayout yl, int64_t n, double value) {
 
 template <typename S>
 __global__ void random_kernel(S* y, int64_t n, uint64_t seed, uint64_t offset, bool normal,
-                              double p0, double p1) {
+                              bool integer, double p0, double p1) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
        i += int64_t(gridDim.x) * blockDim.x) {
-    double v = normal ? p0 + p1 * random_normal(seed, offset + i)
-                      : p0 + (p1 - p0) * random_uniform(seed, offset + i);
+    double v = integer  ? p0 + floor((p1 - p0) * random_uniform(seed, offset + i))
+               : normal ? p0 + p1 * random_normal(seed, offset + i)
+                        : p0 + (p1 - p0) * random_uniform(seed, offset + i);
     store(y + i, v);
   }
 }
@@ -189,34 +202,68 @@ void dispatch_float(DType t, const char* op, F&& f) {
   }
 }
 
+// Every storage type (casts and fills).
 template <typename F>
 void dispatch_all(DType t, F&& f) {
   if (t == DType::Int64)
     f(static_cast<int64_t*>(nullptr));
+  else if (t == DType::Bool)
+    f(static_cast<bool*>(nullptr));
   else
     dispatch_float(t, "cast", std::forward<F>(f));
+}
+
+// The input types of the forward element-wise kernels: floating point and int64.
+template <typename F>
+void dispatch_numeric(DType t, const char* op, F&& f) {
+  if (t == DType::Int64)
+    f(static_cast<int64_t*>(nullptr));
+  else
+    dispatch_float(t, op, std::forward<F>(f));
 }
 
 }  // namespace
 
 void launch_unary(UnaryOp op, DType dtype, const void* x, const StridedLayout& xl, void* y,
-                  const StridedLayout& yl, int64_t n, double a, cudaStream_t stream) {
+                  const StridedLayout& yl, int64_t n, double a, DType out_dtype,
+                  cudaStream_t stream) {
   if (n == 0) return;
-  dispatch_float(dtype, "unary", [&](auto* tag) {
+  dispatch_numeric(dtype, unary_name(op), [&](auto* tag) {
     using S = std::remove_pointer_t<decltype(tag)>;
-    launch<unary_kernel<S>>(n, stream, op, static_cast<const S*>(x), xl, static_cast<S*>(y),
-                            yl, n, a);
+    if (out_dtype == DType::Bool)
+      launch<unary_kernel<S, bool>>(n, stream, op, static_cast<const S*>(x), xl,
+                                    static_cast<bool*>(y), yl, n, a);
+    else
+      launch<unary_kernel<S, S>>(n, stream, op, static_cast<const S*>(x), xl, static_cast<S*>(y),
+                                 yl, n, a);
   });
 }
 
 void launch_binary(BinaryOp op, DType dtype, const void* x, const StridedLayout& xl,
                    const void* y, const StridedLayout& yl, void* out, const StridedLayout& ol,
-                   int64_t n, double a, cudaStream_t stream) {
+                   int64_t n, double a, DType out_dtype, cudaStream_t stream) {
   if (n == 0) return;
-  dispatch_float(dtype, "binary", [&](auto* tag) {
+  dispatch_numeric(dtype, binary_name(op), [&](auto* tag) {
     using S = std::remove_pointer_t<decltype(tag)>;
-    launch<binary_kernel<S>>(n, stream, op, static_cast<const S*>(x), xl,
-                             static_cast<const S*>(y), yl, static_cast<S*>(out), ol, n, a);
+    if (out_dtype == DType::Bool)
+      launch<binary_kernel<S, bool>>(n, stream, op, static_cast<const S*>(x), xl,
+                                     static_cast<const S*>(y), yl, static_cast<bool*>(out), ol,
+                                     n, a);
+    else
+      launch<binary_kernel<S, S>>(n, stream, op, static_cast<const S*>(x), xl,
+                                  static_cast<const S*>(y), yl, static_cast<S*>(out), ol, n, a);
+  });
+}
+
+void launch_where(DType dtype, const void* cond, const StridedLayout& cl, const void* a,
+                  const StridedLayout& al, const void* b, const StridedLayout& bl, void* out,
+                  const StridedLayout& ol, int64_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  dispatch_all(dtype, [&](auto* tag) {
+    using S = std::remove_pointer_t<decltype(tag)>;
+    launch<where_kernel<S>>(n, stream, static_cast<const bool*>(cond), cl,
+                            static_cast<const S*>(a), al, static_cast<const S*>(b), bl,
+                            static_cast<S*>(out), ol, n);
   });
 }
 
@@ -249,8 +296,8 @@ KernelLaunch binary_kernel_launch(DType dtype, int64_t n) {
   KernelLaunch l;
   dispatch_float(dtype, "binary", [&](auto* tag) {
     using S = std::remove_pointer_t<decltype(tag)>;
-    l.kernel = reinterpret_cast<const void*>(&binary_kernel<S>);
-    l.handle = reinterpret_cast<const void*>(handle_of<binary_kernel<S>>());
+    l.kernel = reinterpret_cast<const void*>(&binary_kernel<S, S>);
+    l.handle = reinterpret_cast<const void*>(handle_of<binary_kernel<S, S>>());
   });
   l.grid = grid_for(n);
   l.block = kThreads;
@@ -280,11 +327,12 @@ void launch_fill(DType dtype, void* y, const StridedLayout& yl, int64_t n, doubl
 }
 
 void launch_random(DType dtype, void* y, int64_t n, uint64_t seed, uint64_t offset, bool normal,
-                   double p0, double p1, cudaStream_t stream) {
+                   bool integer, double p0, double p1, cudaStream_t stream) {
   if (n == 0) return;
-  dispatch_float(dtype, "random", [&](auto* tag) {
+  dispatch_numeric(dtype, "random", [&](auto* tag) {
     using S = std::remove_pointer_t<decltype(tag)>;
-    launch<random_kernel<S>>(n, stream, static_cast<S*>(y), n, seed, offset, normal, p0, p1);
+    launch<random_kernel<S>>(n, stream, static_cast<S*>(y), n, seed, offset, normal, integer, p0,
+                             p1);
   });
 }
 

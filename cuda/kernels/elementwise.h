@@ -11,18 +11,33 @@
 
 namespace ember::cuda {
 
-// y = op(x, a) for n elements; x and y share dtype.
+// y = op(x, a) for n elements; x of dtype (floating point or int64, computed in
+// double), y of out_dtype: dtype, or Bool for the comparisons.
 void launch_unary(UnaryOp op, DType dtype, const void* x, const StridedLayout& xl, void* y,
-                  const StridedLayout& yl, int64_t n, double a, cudaStream_t stream);
+                  const StridedLayout& yl, int64_t n, double a, DType out_dtype,
+                  cudaStream_t stream);
+inline void launch_unary(UnaryOp op, DType dtype, const void* x, const StridedLayout& xl, void* y,
+                         const StridedLayout& yl, int64_t n, double a, cudaStream_t stream) {
+  launch_unary(op, dtype, x, xl, y, yl, n, a, dtype, stream);
+}
 // out = unary_backward(op, g, saved, a): a unary op's d_x from the incoming
 // gradient and what its backward saved (core/base/elementwise_ops.h).
 void launch_unary_backward(UnaryOp op, DType dtype, const void* g, const StridedLayout& gl,
                            const void* saved, const StridedLayout& sl, void* out,
                            const StridedLayout& ol, int64_t n, double a, cudaStream_t stream);
-// out = op(x, y, a).
+// out = op(x, y, a); x, y of dtype, out of out_dtype (dtype, or Bool).
 void launch_binary(BinaryOp op, DType dtype, const void* x, const StridedLayout& xl,
                    const void* y, const StridedLayout& yl, void* out, const StridedLayout& ol,
-                   int64_t n, double a, cudaStream_t stream);
+                   int64_t n, double a, DType out_dtype, cudaStream_t stream);
+inline void launch_binary(BinaryOp op, DType dtype, const void* x, const StridedLayout& xl,
+                          const void* y, const StridedLayout& yl, void* out,
+                          const StridedLayout& ol, int64_t n, double a, cudaStream_t stream) {
+  launch_binary(op, dtype, x, xl, y, yl, out, ol, n, a, dtype, stream);
+}
+// out = cond ? a : b; cond bool; a, b, out of dtype (any).
+void launch_where(DType dtype, const void* cond, const StridedLayout& cl, const void* a,
+                  const StridedLayout& al, const void* b, const StridedLayout& bl, void* out,
+                  const StridedLayout& ol, int64_t n, cudaStream_t stream);
 // out = binary_backward(op, side, g, x, y, a): a binary op's derivative with
 // respect to x (side 0) or y (side 1), over the output's shape.
 void launch_binary_backward(BinaryOp op, int side, DType dtype, const void* g,
@@ -47,8 +62,9 @@ void launch_cast(DType from, const void* x, const StridedLayout& xl, DType to, v
                  const StridedLayout& yl, int64_t n, cudaStream_t stream);
 void launch_fill(DType dtype, void* y, const StridedLayout& yl, int64_t n, double value,
                  cudaStream_t stream);
-// y[i] = lo + (hi - lo) * U(seed, offset + i), or mean + std * N(seed, offset + i).
+// y[i] = lo + (hi - lo) * U(seed, offset + i), or mean + std * N(seed, offset + i),
+// or (integer) lo + floor((hi - lo) * U(seed, offset + i)); float types or int64.
 void launch_random(DType dtype, void* y, int64_t n, uint64_t seed, uint64_t offset, bool normal,
-                   double p0, double p1, cudaStream_t stream);
+                   bool integer, double p0, double p1, cudaStream_t stream);
 
 }  // namespace ember::cuda

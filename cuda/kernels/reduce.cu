@@ -91,17 +91,18 @@ struct ValueIndex {
   int64_t i;
 };
 
-// Max with its index. The combine is order-independent: NaN beats numbers, a
-// larger value beats a smaller one, and equal values keep the smaller index.
-template <typename C>
+// Max (min when kMin) with its index. The combine is order-independent: NaN beats
+// numbers, a larger (smaller) value beats a smaller (larger) one, and equal values
+// keep the smaller index.
+template <typename C, bool kMin = false>
 struct MaxOp {
   using Acc = ValueIndex<C>;
-  __device__ static Acc identity() { return Acc{C(-INFINITY), INT64_MAX}; }
+  __device__ static Acc identity() { return Acc{C(kMin ? INFINITY : -INFINITY), INT64_MAX}; }
   __device__ static Acc make(C v, int64_t k) { return Acc{v, k}; }
   __device__ static Acc combine(Acc a, Acc b) {
     const bool a_nan = a.v != a.v, b_nan = b.v != b.v;
     if (a_nan != b_nan) return a_nan ? a : b;
-    if (!a_nan && a.v != b.v) return a.v > b.v ? a : b;
+    if (!a_nan && a.v != b.v) return (kMin ? a.v < b.v : a.v > b.v) ? a : b;
     return a.i <= b.i ? a : b;
   }
   __device__ static Acc shfl_down(Acc a, int d, int width) {
@@ -402,13 +403,15 @@ void launch_sum(DType dtype, const void* x, void* y, int64_t outer, int64_t n, i
 }
 
 void launch_max(DType dtype, const void* x, void* values, int64_t* indices, int64_t outer,
-                int64_t n, int64_t inner, void* workspace, cudaStream_t stream) {
-  dispatch_float(dtype, "max", [&](auto* tag) {
+                int64_t n, int64_t inner, void* workspace, cudaStream_t stream, bool min) {
+  dispatch_float(dtype, min ? "min" : "max", [&](auto* tag) {
     using S = std::remove_pointer_t<decltype(tag)>;
     using C = typename ValueOf<S>::type;
-    reduce<MaxOp<C>>(static_cast<const S*>(x),
-                     MaxWriter<S, C>{static_cast<S*>(values), indices, inner}, outer, n, inner,
-                     workspace, stream);
+    const MaxWriter<S, C> write{static_cast<S*>(values), indices, inner};
+    if (min)
+      reduce<MaxOp<C, true>>(static_cast<const S*>(x), write, outer, n, inner, workspace, stream);
+    else
+      reduce<MaxOp<C>>(static_cast<const S*>(x), write, outer, n, inner, workspace, stream);
   });
 }
 

@@ -25,10 +25,11 @@ size_t reduce_workspace_bytes(ReduceKind kind, DType dtype, int64_t outer, int64
 void launch_sum(DType dtype, const void* x, void* y, int64_t outer, int64_t n, int64_t inner,
                 double scale, void* workspace, cudaStream_t stream);
 
-// values[o, i] = max_k x[o, k, i] and indices[o, i] = its first index k (NaN counts
-// as the largest value, as in PyTorch); either output may be null; n >= 1.
+// values[o, i] = max_k x[o, k, i] (min_k with `min`) and indices[o, i] = its first
+// index k (NaN counts as the extreme value, as in PyTorch); either output may be
+// null; n >= 1.
 void launch_max(DType dtype, const void* x, void* values, int64_t* indices, int64_t outer,
-                int64_t n, int64_t inner, void* workspace, cudaStream_t stream);
+                int64_t n, int64_t inner, void* workspace, cudaStream_t stream, bool min = false);
 
 // d_inp[o, k, i] = k == indices[o, i] ? d_out[o, i] : 0; every element written.
 void launch_max_backward(DType dtype, const void* d_out, const int64_t* indices, void* d_inp,

@@ -6,6 +6,7 @@
 //    for differentiable entries, with broadcasting for binary ones;
 //  - CUDA against the CPU reference, forward and backward, in float32, float64
 //    and bfloat16 at ragged sizes (suite "cuda": skipped, not passed, without a GPU).
+// Comparisons (Saves::Bool, Reads::Bool) give bool tensors and have no gradient.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -30,16 +31,19 @@ struct UnaryCase {
   Tensor (*method)(const Tensor&);
   double lo, hi, a, at, value;
   bool differentiable;
+  bool boolean;  // a comparison: its output is bool
 };
 
 #define EMBER_UNARY_CASE(name, Enum, act, saves, fwd, bwd, lo, hi, at, value)                     \
   UnaryCase{#name,      [](const Tensor& t) { return ember::name(t); },                            \
             [](const Tensor& t) { return t.name(); }, lo, hi, 0.0, at, value,                      \
-            Saves::saves != Saves::NoGrad},
+            Saves::saves != Saves::NoGrad && Saves::saves != Saves::Bool,                          \
+            Saves::saves == Saves::Bool},
 #define EMBER_SCALAR_CASE(name, Enum, saves, fwd, bwd, lo, hi, a, at, value)                       \
   UnaryCase{#name "(a=" #a ")", [](const Tensor& t) { return ember::name(t, a); },                 \
             [](const Tensor& t) { return t.name(a); }, lo, hi, a, at, value,                       \
-            Saves::saves != Saves::NoGrad},
+            Saves::saves != Saves::NoGrad && Saves::saves != Saves::Bool,                          \
+            Saves::saves == Saves::Bool},
 const UnaryCase kUnaryCases[] = {EMBER_UNARY_OPS(EMBER_UNARY_CASE)
                                      EMBER_SCALAR_OPS(EMBER_SCALAR_CASE)};
 #undef EMBER_UNARY_CASE
@@ -50,10 +54,12 @@ struct BinaryCase {
   Tensor (*fn)(const Tensor&, const Tensor&);
   Tensor (*method)(const Tensor&, const Tensor&);
   double lo, hi, at_x, at_y, value;
+  bool boolean;  // a comparison: bool output, no gradient
 };
 #define EMBER_BINARY_CASE(name, Enum, fwd, dx, dy, dx_reads, dy_reads, lo, hi, at_x, at_y, value) \
   BinaryCase{#name, [](const Tensor& x, const Tensor& y) { return ember::name(x, y); },            \
-             [](const Tensor& x, const Tensor& y) { return x.name(y); }, lo, hi, at_x, at_y, value},
+             [](const Tensor& x, const Tensor& y) { return x.name(y); }, lo, hi, at_x, at_y, value, \
+             Reads::dx_reads == Reads::Bool},
 const BinaryCase kBinaryCases[] = {EMBER_BINARY_OPS(EMBER_BINARY_CASE)};
 #undef EMBER_BINARY_CASE
 
@@ -87,7 +93,7 @@ void check_cuda_vs_cpu(const ember::testing::TensorFn& f, const std::vector<Tens
   }
   Tensor out_cpu = f(cpu), out_gpu = f(gpu);
   REQUIRE(out_gpu.is_cuda());
-  REQUIRE(out_gpu.dtype() == dtype);
+  REQUIRE(out_gpu.dtype() == (out_cpu.dtype() == kBool ? kBool : dtype));
   CHECK(rel_error(out_gpu.to(kCPU).to(kFloat64), out_cpu) <= tol_for(dtype));
   if (!with_grad) return;
   Tensor w = ember::testing::randn64(out_cpu.sizes(), seed).to(dtype);
@@ -110,13 +116,14 @@ TEST_CASE("ops/list: every element-wise op gives its hand-computed value") {
     const Tensor x = tensor({c.at}, kFloat64);
     CHECK(c.fn(x).item() == doctest::Approx(c.value).epsilon(1e-12));
     CHECK(c.method(x).item() == doctest::Approx(c.value).epsilon(1e-12));
-    CHECK(c.fn(x).dtype() == kFloat64);
+    CHECK(c.fn(x).dtype() == (c.boolean ? kBool : kFloat64));
   }
   for (const BinaryCase& c : kBinaryCases) {
     CAPTURE(std::string(c.name));
     const Tensor x = tensor({c.at_x}, kFloat64), y = tensor({c.at_y}, kFloat64);
     CHECK(c.fn(x, y).item() == doctest::Approx(c.value).epsilon(1e-12));
     CHECK(c.method(x, y).item() == doctest::Approx(c.value).epsilon(1e-12));
+    CHECK(c.fn(x, y).dtype() == (c.boolean ? kBool : kFloat64));
   }
 }
 
@@ -138,6 +145,11 @@ TEST_CASE("ops/list: every differentiable element-wise op passes gradcheck") {
     const Tensor x = rand64({3, 4}, ++seed, c.lo, c.hi), y = rand64({3, 4}, ++seed, c.lo, c.hi);
     const Tensor row = rand64({4}, ++seed, c.lo, c.hi), col = rand64({3, 1}, ++seed, c.lo, c.hi);
     auto f = [&](const std::vector<Tensor>& v) { return c.fn(v[0], v[1]); };
+    if (c.boolean) {
+      Tensor leaf = x.detach().set_requires_grad(true);
+      CHECK_FALSE(c.fn(leaf, y).requires_grad());
+      continue;
+    }
     CHECK_GRADCHECK(f, {x, y});
     CHECK_GRADCHECK(f, {x, row});
     CHECK_GRADCHECK(f, {col, y});
@@ -167,8 +179,8 @@ TEST_CASE("ops/list: every element-wise op on CUDA matches the CPU reference, fo
         auto f = [&](const std::vector<Tensor>& v) { return c.fn(v[0], v[1]); };
         const Tensor x = rand64({n, 3}, ++seed, c.lo, c.hi), y = rand64({n, 3}, ++seed, c.lo, c.hi);
         const Tensor row = rand64({3}, ++seed, c.lo, c.hi);
-        check_cuda_vs_cpu(f, {x, y}, t, true, seed);
-        check_cuda_vs_cpu(f, {x, row}, t, true, seed);
-        check_cuda_vs_cpu(f, {x.t(), y.t()}, t, true, seed);
+        check_cuda_vs_cpu(f, {x, y}, t, !c.boolean, seed);
+        check_cuda_vs_cpu(f, {x, row}, t, !c.boolean, seed);
+        check_cuda_vs_cpu(f, {x.t(), y.t()}, t, !c.boolean, seed);
       }
 }

@@ -77,7 +77,7 @@ TEST_CASE("ops/sum: 0-dim tensors reduce to themselves") {
   CHECK(sum(s, 0).dim() == 0);
   CHECK(sum(s, -1, true).item() == 4.0);
   CHECK(mean(s).item() == 4.0);
-  CHECK(max(s, 0).item() == 4.0);
+  CHECK(max(s, 0).values.item() == 4.0);
   CHECK(argmax(s, 0).item() == 0.0);
 }
 
@@ -102,32 +102,33 @@ TEST_CASE("ops/mean: whole tensor and along dims") {
 
 TEST_CASE("ops/max: values and argmax, first index on ties, NaN wins") {
   Tensor x = tensor({{1, 7, 7, 2}, {-1, -5, -0.5, -3}});
-  CHECK(max(x, 1).to_vector<double>() == V{7, -0.5});
+  CHECK(max(x, 1).values.to_vector<double>() == V{7, -0.5});
   CHECK(argmax(x, 1).to_vector<int64_t>() == std::vector<int64_t>{1, 2});
   CHECK(argmax(x, 1).dtype() == kInt64);
-  CHECK(max(x, 0).to_vector<double>() == V{1, 7, 7, 2});
+  CHECK(max(x, 0).values.to_vector<double>() == V{1, 7, 7, 2});
   CHECK(argmax(x, 0).to_vector<int64_t>() == std::vector<int64_t>{0, 0, 0, 0});
-  CHECK(max(x, 1, true).sizes() == Shape{2, 1});
+  CHECK(max(x, 1, true).values.sizes() == Shape{2, 1});
   CHECK(argmax(x, -1, true).sizes() == Shape{2, 1});
 
   Tensor ties = tensor({3, 3, 3});
   CHECK(argmax(ties, 0).item() == 0.0);
   Tensor infs = tensor({-kInf, -kInf});
   CHECK(argmax(infs, 0).item() == 0.0);
-  CHECK(max(infs, 0).item() == -kInf);
+  CHECK(max(infs, 0).values.item() == -kInf);
   Tensor nan = tensor({1, kNaN, 5, kNaN});
-  CHECK(std::isnan(max(nan, 0).item()));
+  CHECK(std::isnan(max(nan, 0).values.item()));
   CHECK(argmax(nan, 0).item() == 1.0);
 
   Tensor y = arange(24, kFloat64).reshape({2, 3, 4});
   CHECK(argmax(y, 1).to_vector<int64_t>() == std::vector<int64_t>(8, 2));
-  CHECK(max(y, 1).to_vector<double>() == V{8, 9, 10, 11, 20, 21, 22, 23});
-  CHECK(max(y.transpose(1, 2), 2).to_vector<double>() == V{8, 9, 10, 11, 20, 21, 22, 23});
+  CHECK(max(y, 1).values.to_vector<double>() == V{8, 9, 10, 11, 20, 21, 22, 23});
+  CHECK(max(y.transpose(1, 2), 2).values.to_vector<double>() ==
+        V{8, 9, 10, 11, 20, 21, 22, 23});
 }
 
 TEST_CASE("ops/max: backward routes the gradient to the first argmax") {
   Tensor x = tensor({{1, 3, 3}, {5, 0, 2}}).set_requires_grad(true);
-  max(x, 1).sum().backward();
+  max(x, 1).values.sum().backward();
   CHECK(x.grad().to_vector<double>() == V{0, 1, 0, 1, 0, 0});
   Tensor y = tensor({{1, 3, 3}, {5, 0, 2}}).set_requires_grad(true);
   Tensor m = max(y, 0, true);  // (1, 3)
@@ -135,20 +136,25 @@ TEST_CASE("ops/max: backward routes the gradient to the first argmax") {
   CHECK(y.grad().to_vector<double>() == V{0, 2, 3, 1, 0, 0});
 }
 
-TEST_CASE("ops/max: empty dims, integer tensors and bad dims throw naming the op") {
+TEST_CASE("ops/max: empty dims and bad dims throw naming the op; integers reduce as PyTorch") {
   CHECK_THROWS_WITH_AS(max(zeros({2, 0}), 1),
                        doctest::Contains("max: cannot reduce over dim 1 of size 0"), Error);
   CHECK_THROWS_WITH_AS(argmax(zeros({0}), 0), doctest::Contains("argmax: cannot reduce"), Error);
-  CHECK(max(zeros({0, 3}), 1).sizes() == Shape{0});  // non-empty dim, empty output
+  CHECK(max(zeros({0, 3}), 1).values.sizes() == Shape{0});  // non-empty dim, empty output
   CHECK_THROWS_WITH_AS(max(zeros({2, 3}), 2), doctest::Contains("max: dim 2 is out of range"),
                        Error);
   CHECK_THROWS_WITH_AS(sum(zeros({2, 3}), -3), doctest::Contains("sum: dim -3 is out of range"),
                        Error);
   CHECK_THROWS_WITH_AS(mean(zeros({2}), 1), doctest::Contains("mean: dim 1"), Error);
-  Tensor idx = argmax(tensor({1, 2}), 0);
-  CHECK_THROWS_WITH_AS(sum(idx),
-                       doctest::Contains("sum: expects a floating-point tensor, got int64"), Error);
-  CHECK_THROWS_WITH_AS(max(idx, 0), doctest::Contains("max: expects a floating-point"), Error);
+  // Integers reduce as in PyTorch: sum and max give int64, mean refuses.
+  Tensor ints = tensor({3, -1, 7}, kInt64);
+  CHECK(sum(ints).dtype() == kInt64);
+  CHECK(sum(ints).item<int64_t>() == 9);
+  CHECK(max(ints, 0).values.dtype() == kInt64);
+  CHECK(max(ints, 0).values.item<int64_t>() == 7);
+  CHECK(max(ints, 0).indices.item<int64_t>() == 2);
+  CHECK_THROWS_WITH_AS(mean(ints),
+                       doctest::Contains("mean: expects a floating-point tensor, got int64"), Error);
   CHECK_THROWS_WITH_AS(sum(Tensor()), doctest::Contains("sum: input is an undefined tensor"),
                        Error);
 }

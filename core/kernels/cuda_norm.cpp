@@ -1,0 +1,41 @@
+// CUDA normalisation: the fused layer norm (cuda/kernels/layer_norm.cu).
+#include "core/kernels/registration.h"
+#include "cuda/kernels/layer_norm.h"
+#include "cuda/runtime.h"
+
+namespace ember::kernels {
+
+namespace {
+
+bool layer_norm_fused_supported(const LayerNormQuery& q) {
+  return cuda::layer_norm_supported(q.dtype, q.cols);
+}
+
+void layer_norm_fused(const LayerNormArgs& a) {
+  cuda::DeviceGuard guard(a.device.index);
+  cuda::launch_layer_norm(a.dtype, a.x, a.w, a.b, a.y, a.mean, a.rstd, a.rows, a.cols, a.eps,
+                          cuda::current_stream(a.device.index));
+}
+
+void layer_norm_backward_fused(const LayerNormBackwardArgs& a) {
+  cuda::DeviceGuard guard(a.device.index);
+  cuda::launch_layer_norm_backward(a.dtype, a.d_y, a.x, a.w, a.mean, a.rstd, a.d_x, a.d_w, a.d_b,
+                                   a.rows, a.cols, a.workspace,
+                                   cuda::current_stream(a.device.index));
+}
+
+size_t layer_norm_workspace_bytes(const LayerNormQuery& q) {
+  cuda::DeviceGuard guard(q.device.index);
+  return cuda::layer_norm_workspace_bytes(q.dtype, q.rows, q.cols);
+}
+
+}  // namespace
+
+void register_cuda_norm(KernelTable& t) {
+  t.layer_norm_fused_supported = &layer_norm_fused_supported;
+  t.layer_norm_fused = &layer_norm_fused;
+  t.layer_norm_backward_fused = &layer_norm_backward_fused;
+  t.layer_norm_workspace_bytes = &layer_norm_workspace_bytes;
+}
+
+}  // namespace ember::kernels

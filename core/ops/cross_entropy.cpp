@@ -1,0 +1,258 @@
+// Classification losses: nll_loss, cross_entropy, binary_cross_entropy(_with_logits)
+// and l1_loss, with PyTorch's semantics (ignore_index, label_smoothing, Mean over
+// the targets not ignored).
+//
+// cross_entropy is a fused op with a composed fallback, chosen by one predicate
+// (the device's cross_entropy_fused_supported for the dtype and class count, on
+// 2-D logits). Fused (CUDA: cuda/kernels/cross_entropy.cu), one kernel reads each
+// row of logits once and writes the loss and, when a gradient will be needed, the
+// gradient of the logits for an incoming gradient of 1, in the same pass; backward
+// then only scales that stashed gradient by the incoming one on the device (not
+// at all when it is 1, the usual loss.backward()). Elsewhere (CPU, float64,
+// (N, C, d...) logits) it is log_softmax followed by nll_loss, whose gradient
+// autograd derives.
+#include <memory>
+
+#include "core/alloc_site.h"
+#include "core/autograd.h"
+#include "core/kernel_table.h"
+#include "core/ops.h"
+
+namespace ember {
+
+using Grads = std::vector<Tensor>;
+
+namespace {
+
+// logits (N, C, d...) with target (N, d...), or (C) with a 0-dim target.
+void check_class_targets(const char* op, const Tensor& input, const Tensor& target,
+                         const char* input_name) {
+  check_defined(op, input, input_name);
+  check_defined(op, target, "target");
+  check_floating(op, input);
+  EMBER_CHECK(target.dtype() == kInt64, op, ": target must be an int64 tensor of class indices, "
+              "got ", target.dtype(), " of shape ", shape_str(target.sizes()));
+  check_same_device(op, input, target);
+  EMBER_CHECK(input.dim() >= 1, op, ": ", input_name, " must have a class dim, got a 0-dim tensor");
+  if (input.dim() == 1) {
+    EMBER_CHECK(target.dim() == 0, op, ": ", input_name, " of shape ", shape_str(input.sizes()),
+                " (one sample) needs a 0-dim target, got shape ", shape_str(target.sizes()));
+  } else {
+    EMBER_CHECK(target.dim() >= 1 && target.size(0) == input.size(0), op, ": ", input_name,
+                " of shape ", shape_str(input.sizes()), " and target of shape ",
+                shape_str(target.sizes()), " have different batch sizes (",
+                input.size(0), " and ", target.dim() >= 1 ? target.size(0) : 0, ")");
+    Shape want = input.sizes();
+    want.erase(want.begin() + 1);  // (N, C, d...) -> (N, d...)
+    EMBER_CHECK(target.sizes() == want, op, ": target of shape ", shape_str(target.sizes()),
+                " does not match ", input_name, " of shape ", shape_str(input.sizes()),
+                " (expected ", shape_str(want), ")");
+  }
+  EMBER_CHECK(input.size(input.dim() == 1 ? 0 : 1) >= 1, op, ": ", input_name,
+              " has no classes (shape ", shape_str(input.sizes()), ")");
+}
+
+// Per-element losses reduced; Mean divides by the count of `valid` elements (the
+// targets not ignored): 0 / 0 gives NaN, as PyTorch.
+Tensor reduce_over(const Tensor& per, const Tensor& valid, Reduction r) {
+  if (r == Reduction::None) return per;
+  if (r == Reduction::Sum) return sum(per);
+  return div(sum(per), sum(valid));
+}
+
+Tensor reduce_all(const Tensor& per, Reduction r) {
+  return r == Reduction::None ? per : r == Reduction::Sum ? sum(per) : mean(per);
+}
+
+// -log_probs at the targets, 0 where the target is ignore_index; shape of target.
+Tensor picked_nll(const Tensor& log_probs, const Tensor& target, const Tensor& valid,
+                  int64_t class_dim, const char* op) {
+  const Tensor safe = where(valid, target, zeros({}, TensorOptions(kInt64).device(target.device())));
+  Tensor picked = squeeze(detail::gather(log_probs, class_dim, unsqueeze(safe, class_dim), op, true),
+                          class_dim);
+  return where(valid, neg(picked), zeros({}, picked.options()));
+}
+
+// The stashed gradient of the fused kernel, handed to the engine on the first
+// backward; a second backward through a retained graph recomputes it.
+struct CrossEntropyStash {
+  Tensor d_logits;
+};
+
+Tensor cross_entropy_fused(const Tensor& logits, const Tensor& target,
+                           const CrossEntropyOptions& o, bool want_grad) {
+  const Device device = logits.device();
+  const int64_t rows = logits.size(0), classes = logits.size(1);
+  const TensorOptions opts = logits.options();
+  // Runs the kernel on (x, t), writing d (when defined) and returning the loss.
+  auto run = [rows, classes, o, device](const Tensor& x, const Tensor& t, const Tensor& d) {
+    const kernels::KernelTable& kt = kernels::kernels_for(device);
+    Tensor loss = o.reduction() == Reduction::None ? empty({rows}, x.options())
+                                                   : empty({}, x.options());
+    const size_t ws_bytes = kt.cross_entropy_workspace_bytes({device, x.dtype(), rows, classes});
+    const Tensor ws = empty({static_cast<int64_t>((ws_bytes + 7) / 8)},
+                            TensorOptions(kFloat64).device(device));
+    kt.cross_entropy_fused({device, x.dtype(), "cross_entropy", x.raw_data(),
+                            t.data_ptr<int64_t>(), d.defined() ? d.raw_data() : nullptr,
+                            loss.raw_data(), rows, classes, o.ignore_index(), o.label_smoothing(),
+                            o.reduction(), ws.raw_data()});
+    return loss;
+  };
+  Tensor x, t, d, loss;
+  {
+    NoGradGuard no_grad;
+    x = contiguous(logits.detach());
+    t = contiguous(target);
+    d = want_grad ? empty({rows, classes}, opts) : Tensor();
+    loss = run(x, t, d);
+  }
+  if (want_grad) {
+    auto stash = std::make_shared<CrossEntropyStash>(CrossEntropyStash{d});
+    const Reduction r = o.reduction();
+    attach_grad_fn(loss, "CrossEntropyLossBackward", {&logits}, {x, t},
+                   [stash, run, r, rows, classes](const Tensor& g, const SavedTensors& s) {
+                     Tensor grad_logits = std::move(stash->d_logits);
+                     stash->d_logits = Tensor();
+                     if (!grad_logits.defined()) {  // a second backward: recompute it
+                       grad_logits = empty({rows, classes}, s[0].options());
+                       run(s[0], s[1], grad_logits);
+                     }
+                     if (r == Reduction::None) return Grads{mul(grad_logits, unsqueeze(g, 1))};
+                     // Ours alone, so scaling it in place is safe; skipped on the
+                     // device when g is 1.
+                     const Tensor gc = contiguous(g);
+                     kernels::kernels_for(grad_logits.device())
+                         .scale_by_device_scalar({grad_logits.device(), grad_logits.dtype(),
+                                                  grad_logits.raw_data(), gc.raw_data(),
+                                                  grad_logits.numel()});
+                     return Grads{grad_logits};
+                   });
+  }
+  return loss;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------- nll_loss
+
+Tensor nll_loss(const Tensor& log_probs, const Tensor& target, const NLLLossOptions& o) {
+  OpSite site("nll_loss");
+  check_class_targets("nll_loss", log_probs, target, "log_probs");
+  const int64_t class_dim = log_probs.dim() == 1 ? 0 : 1;
+  const Tensor valid = ne(target, o.ignore_index());
+  return reduce_over(picked_nll(log_probs, target, valid, class_dim, "nll_loss"), valid,
+                     o.reduction());
+}
+
+// ---------------------------------------------------------------- cross_entropy
+
+Tensor cross_entropy(const Tensor& logits, const Tensor& target, const CrossEntropyOptions& o) {
+  OpSite site("cross_entropy");
+  check_class_targets("cross_entropy", logits, target, "logits");
+  const double ls = o.label_smoothing();
+  EMBER_CHECK(ls >= 0.0 && ls <= 1.0, "cross_entropy: label_smoothing must be in [0, 1], got ",
+              ls);
+  if (logits.dim() == 2 && kernels::kernels_for(logits.device())
+                               .cross_entropy_fused_supported({logits.device(), logits.dtype(),
+                                                               logits.size(0), logits.size(1)}))
+    return cross_entropy_fused(logits, target, o, any_requires_grad({&logits}));
+  const int64_t class_dim = logits.dim() == 1 ? 0 : 1;
+  const Tensor log_probs = log_softmax(logits, class_dim);
+  const Tensor valid = ne(target, o.ignore_index());
+  Tensor per = picked_nll(log_probs, target, valid, class_dim, "cross_entropy");
+  if (ls > 0.0) {
+    // PyTorch's smoothing: (1 - ls) nll + ls / C * (-sum_c log_probs), 0 where ignored.
+    const double classes = static_cast<double>(logits.size(class_dim));
+    const Tensor smooth = where(valid, neg(sum(log_probs, class_dim)), zeros({}, per.options()));
+    per = add(mul(per, 1.0 - ls), mul(smooth, ls / classes));
+  }
+  return reduce_over(per, valid, o.reduction());
+}
+
+// ---------------------------------------------------------------- binary and l1
+
+namespace {
+
+void check_same_shape(const char* op, const Tensor& input, const Tensor& target) {
+  check_defined(op, input, "input");
+  check_defined(op, target, "target");
+  check_floating(op, input);
+  check_floating(op, target);
+  check_same_device(op, input, target);
+  EMBER_CHECK(input.sizes() == target.sizes(), op, ": input of shape ", shape_str(input.sizes()),
+              " and target of shape ", shape_str(target.sizes()), " differ; they must match");
+}
+
+// The incoming gradient of a reduced loss, per element of `shape`.
+Tensor per_element(const Tensor& g, Reduction r, const Shape& shape) {
+  if (r == Reduction::None) return g;
+  const Tensor scaled = r == Reduction::Mean ? mul(g, 1.0 / static_cast<double>(numel_of(shape))) : g;
+  return expand(scaled, shape);
+}
+
+}  // namespace
+
+Tensor binary_cross_entropy(const Tensor& probs, const Tensor& target, Reduction r) {
+  OpSite site("binary_cross_entropy");
+  check_same_shape("binary_cross_entropy", probs, target);
+  Tensor out;
+  {
+    NoGradGuard no_grad;
+    const Tensor p = probs.detach(), t = target.detach();
+    // Each log clamped to >= -100, as PyTorch, so p = 0 or 1 gives a finite loss.
+    const Tensor log_p = clamp_min(log(p), -100.0);
+    const Tensor log_q = clamp_min(log(rsub(p, 1.0)), -100.0);
+    out = reduce_all(neg(add(mul(t, log_p), mul(rsub(t, 1.0), log_q))), r);
+  }
+  if (any_requires_grad({&probs, &target})) {
+    const bool gp = probs.requires_grad(), gt = target.requires_grad();
+    // PyTorch's gradients: d_p = (p - t) / max(p (1 - p), 1e-12), finite at 0 and 1;
+    // d_t = log(1 - p) - log(p), each log clamped as in forward.
+    attach_grad_fn(out, "BinaryCrossEntropyBackward", {&probs, &target}, {probs, target},
+                   [r, gp, gt](const Tensor& g, const SavedTensors& s) {
+                     const Tensor& p = s[0];
+                     const Tensor& t = s[1];
+                     const Tensor ge = per_element(g, r, p.sizes());
+                     Tensor d_p, d_t;
+                     if (gp)
+                       d_p = mul(ge, div(sub(p, t), clamp_min(mul(p, rsub(p, 1.0)), 1e-12)));
+                     if (gt)
+                       d_t = mul(ge, sub(clamp_min(log(rsub(p, 1.0)), -100.0),
+                                         clamp_min(log(p), -100.0)));
+                     return Grads{d_p, d_t};
+                   });
+  }
+  return out;
+}
+
+Tensor binary_cross_entropy_with_logits(const Tensor& logits, const Tensor& target,
+                                        const Tensor& pos_weight, Reduction r) {
+  OpSite site("binary_cross_entropy_with_logits");
+  check_same_shape("binary_cross_entropy_with_logits", logits, target);
+  // (1 - t) x + (1 + (pw - 1) t) softplus(-x): softplus never overflows, so any
+  // logit is fine; autograd derives the gradient (1 - t) - (1 + (pw - 1) t) sigmoid(-x).
+  Tensor weight_of_softplus;
+  if (pos_weight.defined()) {
+    check_floating("binary_cross_entropy_with_logits", pos_weight);
+    check_same_device("binary_cross_entropy_with_logits", logits, pos_weight);
+    bool fits = pos_weight.dim() <= logits.dim();
+    for (int64_t i = 1; fits && i <= pos_weight.dim(); ++i)
+      fits = pos_weight.size(-i) == 1 || pos_weight.size(-i) == logits.size(-i);
+    EMBER_CHECK(fits, "binary_cross_entropy_with_logits: pos_weight of shape ",
+                shape_str(pos_weight.sizes()), " does not broadcast to the logits' shape ",
+                shape_str(logits.sizes()));
+    weight_of_softplus = add(mul(add(pos_weight, -1.0), target), 1.0);
+  }
+  const Tensor sp = softplus(neg(logits));
+  const Tensor per = add(mul(rsub(target, 1.0), logits),
+                         weight_of_softplus.defined() ? mul(weight_of_softplus, sp) : sp);
+  return reduce_all(per, r);
+}
+
+Tensor l1_loss(const Tensor& pred, const Tensor& target, Reduction r) {
+  OpSite site("l1_loss");
+  check_same_shape("l1_loss", pred, target);
+  return reduce_all(abs(sub(pred, target)), r);
+}
+
+}  // namespace ember

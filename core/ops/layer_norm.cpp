@@ -1,0 +1,118 @@
+// layer_norm over the trailing dims normalized_shape, as torch.nn.functional.layer_norm.
+//
+// A fused op with a composed fallback, chosen by one predicate (the device's
+// layer_norm_fused_supported for the dtype and row length). Fused (CUDA:
+// cuda/kernels/layer_norm.cu), forward is one kernel that reads x once and keeps
+// each row's mean and 1/std (float32) for backward, and backward one kernel that
+// reads d_y and x once and writes d_x, summing the weight and bias gradients in
+// the same pass (plus a small kernel adding the blocks' partial sums in order).
+// Elsewhere (CPU, float64, rows too long for one block) it is composed of mean,
+// sub, mul and pow, and autograd derives the gradient.
+#include "core/alloc_site.h"
+#include "core/autograd.h"
+#include "core/kernel_table.h"
+#include "core/ops.h"
+
+namespace ember {
+
+using Grads = std::vector<Tensor>;
+
+namespace {
+
+void check_layer_norm(const Tensor& x, const Shape& shape, const Tensor& w, const Tensor& b,
+                      double eps) {
+  check_defined("layer_norm", x);
+  check_floating("layer_norm", x);
+  EMBER_CHECK(!shape.empty(), "layer_norm: normalized_shape is empty; it names the trailing "
+              "dims to normalise over");
+  const size_t nd = shape.size();
+  bool match = static_cast<size_t>(x.dim()) >= nd;
+  for (size_t i = 0; match && i < nd; ++i) match = x.size(x.dim() - nd + i) == shape[i];
+  EMBER_CHECK(match, "layer_norm: normalized_shape ", shape_str(shape),
+              " does not match the trailing dims of the input of shape ", shape_str(x.sizes()));
+  EMBER_CHECK(numel_of(shape) > 0, "layer_norm: normalized_shape ", shape_str(shape),
+              " has no elements");
+  for (const Tensor* p : {&w, &b}) {
+    if (!p->defined()) continue;
+    const char* what = p == &w ? "weight" : "bias";
+    check_floating("layer_norm", *p);
+    check_same_device("layer_norm", x, *p);
+    EMBER_CHECK(p->sizes() == shape, "layer_norm: ", what, " of shape ", shape_str(p->sizes()),
+                " does not match normalized_shape ", shape_str(shape));
+  }
+  EMBER_CHECK(eps >= 0.0, "layer_norm: eps must be >= 0, got ", eps);
+}
+
+Tensor layer_norm_composed(const Tensor& x, int64_t rows, int64_t cols, const Tensor& w,
+                           const Tensor& b, double eps) {
+  const Tensor x2 = reshape(x, {rows, cols});
+  const Tensor centred = sub(x2, mean(x2, 1, true));
+  const Tensor var = mean(mul(centred, centred), 1, true);  // biased, as PyTorch
+  Tensor y = mul(centred, pow(add(var, eps), -0.5));
+  if (w.defined()) y = mul(y, reshape(w, {cols}));
+  if (b.defined()) y = add(y, reshape(b, {cols}));
+  return reshape(y, x.sizes());
+}
+
+Tensor layer_norm_fused(const Tensor& x, const Shape& shape, int64_t rows, int64_t cols,
+                        const Tensor& w, const Tensor& b, double eps) {
+  const Device device = x.device();
+  const Tensor xc = contiguous(x.detach());
+  const Tensor wc = w.defined() ? contiguous(w.detach()) : Tensor();
+  const Tensor bc = b.defined() ? contiguous(b.detach()) : Tensor();
+  Tensor y = empty(x.sizes(), x.options());
+  const TensorOptions stat = TensorOptions(kFloat32).device(device);
+  const Tensor mu = empty({rows}, stat), rstd = empty({rows}, stat);
+  kernels::kernels_for(device).layer_norm_fused(
+      {device, x.dtype(), xc.raw_data(), wc.defined() ? wc.raw_data() : nullptr,
+       bc.defined() ? bc.raw_data() : nullptr, y.raw_data(), mu.raw_data(), rstd.raw_data(), rows,
+       cols, eps});
+  if (any_requires_grad({&x, &w, &b})) {
+    const bool gx = x.requires_grad(), gw = w.defined() && w.requires_grad(),
+               gb = b.defined() && b.requires_grad();
+    attach_grad_fn(
+        y, "LayerNormBackward", {&x, &w, &b}, {xc, wc, mu, rstd},
+        [gx, gw, gb, shape, rows, cols](const Tensor& g, const SavedTensors& s) {
+          const Tensor& xs = s[0];
+          const Tensor& ws = s[1];
+          const Device dev = xs.device();
+          const Tensor gc = contiguous(g);
+          Tensor d_x = gx ? empty(xs.sizes(), xs.options()) : Tensor();
+          Tensor d_w = gw ? empty(shape, xs.options()) : Tensor();
+          Tensor d_b = gb ? empty(shape, xs.options()) : Tensor();
+          const kernels::KernelTable& k = kernels::kernels_for(dev);
+          const size_t ws_bytes = gw || gb ? k.layer_norm_workspace_bytes({dev, xs.dtype(), rows, cols}) : 0;
+          const Tensor scratch = ws_bytes == 0 ? Tensor()
+                                               : empty({static_cast<int64_t>((ws_bytes + 7) / 8)},
+                                                       TensorOptions(kFloat64).device(dev));
+          auto ptr = [](const Tensor& t) { return t.defined() ? t.raw_data() : nullptr; };
+          k.layer_norm_backward_fused({dev, xs.dtype(), gc.raw_data(), xs.raw_data(), ptr(ws),
+                                       s[2].raw_data(), s[3].raw_data(), ptr(d_x), ptr(d_w),
+                                       ptr(d_b), rows, cols, ptr(scratch)});
+          return Grads{d_x, d_w, d_b};
+        });
+  }
+  return y;
+}
+
+}  // namespace
+
+Tensor layer_norm(const Tensor& input, const Shape& normalized_shape, const Tensor& weight,
+                  const Tensor& bias, double eps) {
+  OpSite site("layer_norm");
+  check_layer_norm(input, normalized_shape, weight, bias, eps);
+  // Mixed dtypes compute in their promoted type (a bfloat16 input with float32
+  // parameters in float32), the casts recorded for autograd.
+  DType dtype = input.dtype();
+  if (weight.defined()) dtype = promote_types(dtype, weight.dtype());
+  if (bias.defined()) dtype = promote_types(dtype, bias.dtype());
+  auto as = [dtype](const Tensor& t) { return !t.defined() || t.dtype() == dtype ? t : cast(t, dtype); };
+  const Tensor x = as(input), w = as(weight), b = as(bias);
+  const int64_t cols = numel_of(normalized_shape);
+  const int64_t rows = x.numel() / cols;
+  if (kernels::kernels_for(x.device()).layer_norm_fused_supported({x.device(), dtype, rows, cols}))
+    return layer_norm_fused(x, normalized_shape, rows, cols, w, b, eps);
+  return layer_norm_composed(x, rows, cols, w, b, eps);
+}
+
+}  // namespace ember

@@ -1,0 +1,40 @@
+// Launchers for the fused layer norm (cuda/kernels/layer_norm.cu): rows of `cols`
+// contiguous elements, normalised over the row, one read of x and one write of y
+// per element forward; one read of d_y and x and one write of d_x backward, the
+// weight and bias gradients summed in the same pass. float32, bfloat16 and
+// float64 (statistics in float, double for float64).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include <cuda_runtime_api.h>
+
+#include "core/base/dtype.h"
+
+namespace ember::cuda {
+
+// Whether the fused kernels take rows of `cols` elements of dtype (a row must fit
+// one block's registers: cols <= 8192).
+bool layer_norm_supported(DType dtype, int64_t cols);
+
+// y = (x - mean) rstd w + b per row (w, b of cols, either may be null);
+// mean[row] and rstd[row] = 1 / sqrt(biased variance + eps) kept (float, or double
+// for float64).
+void launch_layer_norm(DType dtype, const void* x, const void* w, const void* b, void* y,
+                       void* mean, void* rstd, int64_t rows, int64_t cols, double eps,
+                       cudaStream_t stream);
+
+// Scratch bytes of launch_layer_norm_backward (its per-block column partials).
+size_t layer_norm_workspace_bytes(DType dtype, int64_t rows, int64_t cols);
+
+// d_x = rstd (g - mean(g) - xhat mean(g xhat)) with g = d_y w and xhat = (x - mean)
+// rstd; d_w = sum over rows of d_y xhat, d_b = sum of d_y. d_x, d_w, d_b may each
+// be null. Each block keeps its rows' column sums in registers and writes them
+// once; a second kernel adds the blocks' partials in block order (deterministic).
+void launch_layer_norm_backward(DType dtype, const void* d_y, const void* x, const void* w,
+                                const void* mean, const void* rstd, void* d_x, void* d_w,
+                                void* d_b, int64_t rows, int64_t cols, void* workspace,
+                                cudaStream_t stream);
+
+}  // namespace ember::cuda

@@ -1,0 +1,73 @@
+// layer_norm on CPU (the composed reference): hand-computed values, weight and
+// bias, several trailing dims, gradients of input, weight and bias against finite
+// differences, and shape errors.
+#include <doctest/doctest.h>
+
+#include "core/autograd.h"
+#include "core/ops.h"
+#include "gradcheck.h"
+
+using namespace ember;
+using ember::testing::randn64;
+using ember::testing::rel_error;
+
+namespace {
+using V = std::vector<double>;
+using Inputs = std::vector<Tensor>;
+}  // namespace
+
+TEST_CASE("layer_norm: hand-computed values, biased variance, eps inside the root") {
+  Tensor x = tensor({{1, 2, 3, 4}, {2, 2, 2, 2}}, kFloat64);
+  const V y = layer_norm(x, {4}).to_vector<double>();
+  const V want = {-1.3416354199689269, -0.447211806656309, 0.447211806656309, 1.3416354199689269,
+                  0, 0, 0, 0};
+  for (size_t i = 0; i < want.size(); ++i) {
+    CAPTURE(i);
+    CHECK(y[i] == doctest::Approx(want[i]).epsilon(1e-14));
+  }
+  Tensor w = tensor({1, 2, 3, 4}, kFloat64), b = tensor({0, 0, 0, 1}, kFloat64);
+  const V yw = layer_norm(x, {4}, w, b).to_vector<double>();
+  CHECK(yw[1] == doctest::Approx(2 * want[1]).epsilon(1e-14));
+  CHECK(yw[3] == doctest::Approx(4 * want[3] + 1).epsilon(1e-14));
+  CHECK(yw[7] == 1.0);
+  CHECK(layer_norm(x.to(kFloat32), {4}).dtype() == kFloat32);
+}
+
+TEST_CASE("layer_norm: several trailing dims normalise together") {
+  Tensor x = randn64({3, 2, 5}, 70);
+  Tensor y = layer_norm(x, {2, 5});
+  Tensor rows = y.reshape({3, 10});
+  CHECK(rel_error(mean(rows, 1), zeros({3}, kFloat64)) < 1e-14);
+  Tensor var = mean(mul(rows, rows), 1);
+  CHECK(rel_error(var, full({3}, 1.0, kFloat64)) < 1e-4);  // 1 - eps / (var + eps)
+  CHECK(rel_error(y, layer_norm(x.reshape({3, 10}), {10}).reshape({3, 2, 5})) < 1e-15);
+}
+
+TEST_CASE("layer_norm: gradients of input, weight and bias match finite differences") {
+  CHECK_GRADCHECK([](const Inputs& v) { return layer_norm(v[0], {5}, v[1], v[2]); },
+                  {randn64({4, 5}, 71), randn64({5}, 72), randn64({5}, 73)});
+  CHECK_GRADCHECK([](const Inputs& v) { return layer_norm(v[0], {3, 2}, v[1]); },
+                  {randn64({2, 3, 2}, 74), randn64({3, 2}, 75)});
+  CHECK_GRADCHECK([](const Inputs& v) { return layer_norm(v[0], {6}, Tensor(), Tensor(), 0.1); },
+                  {randn64({3, 6}, 76)});
+}
+
+TEST_CASE("layer_norm: a shape that does not match the input throws naming both") {
+  Tensor x = zeros({2, 3});
+  CHECK_THROWS_WITH_AS(layer_norm(x, {4}),
+                       doctest::Contains("layer_norm: normalized_shape [4] does not match the "
+                                         "trailing dims of the input of shape [2, 3]"),
+                       Error);
+  CHECK_THROWS_WITH_AS(layer_norm(x, {1, 2, 3}), doctest::Contains("does not match"), Error);
+  CHECK_THROWS_WITH_AS(layer_norm(x, {3}, zeros({4})),
+                       doctest::Contains("layer_norm: weight of shape [4] does not match "
+                                         "normalized_shape [3]"),
+                       Error);
+  CHECK_THROWS_WITH_AS(layer_norm(x, {3}, zeros({3}), zeros({2})),
+                       doctest::Contains("layer_norm: bias of shape [2]"), Error);
+  CHECK_THROWS_WITH_AS(layer_norm(x, {}), doctest::Contains("normalized_shape is empty"), Error);
+  CHECK_THROWS_WITH_AS(layer_norm(x, {3}, Tensor(), Tensor(), -1.0),
+                       doctest::Contains("layer_norm: eps must be >= 0"), Error);
+  CHECK_THROWS_WITH_AS(layer_norm(zeros({2}, kInt64), {2}),
+                       doctest::Contains("layer_norm: expects a floating-point tensor"), Error);
+}
