@@ -40,6 +40,7 @@ void register_cpu(KernelTable& t) {
   register_cpu_reduce(t);
   register_cpu_linalg(t);
   register_cpu_optim(t);
+  register_cpu_multi_tensor(t);
 }
 
 }  // namespace ember::kernels

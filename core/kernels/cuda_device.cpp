@@ -62,6 +62,7 @@ void register_cuda(KernelTable& t) {
   register_cuda_linalg(t);
   register_cuda_loss(t);
   register_cuda_optim(t);
+  register_cuda_multi_tensor(t);
 }
 
 }  // namespace ember::kernels

@@ -10,11 +10,13 @@ void register_cpu_elementwise(KernelTable& t);
 void register_cpu_reduce(KernelTable& t);
 void register_cpu_linalg(KernelTable& t);
 void register_cpu_optim(KernelTable& t);
+void register_cpu_multi_tensor(KernelTable& t);
 
 void register_cuda_elementwise(KernelTable& t);
 void register_cuda_reduce(KernelTable& t);
 void register_cuda_linalg(KernelTable& t);
 void register_cuda_loss(KernelTable& t);
 void register_cuda_optim(KernelTable& t);
+void register_cuda_multi_tensor(KernelTable& t);
 
 }  // namespace ember::kernels
