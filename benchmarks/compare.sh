@@ -59,11 +59,18 @@ run linear 300 "$b/bench_linear" --json "$out/linear.json"
 run mse 120 "$b/bench_mse" --json "$out/mse.json"
 run adam 120 "$b/bench_adam" --json "$out/adam.json"
 run train_step 300 "$b/bench_train_step" --json "$out/train_step.json" "${quick[@]}"
+digits_init=()
+if [ -x "$b/bench_digits_mlp" ]; then
+  run digits_mlp 300 "$b/bench_digits_mlp" --json "$out/digits_mlp.json" \
+    --init "$out/digits_mlp_init.ckp" "${quick[@]}"
+  [ -f "$out/digits_mlp_init.ckp" ] && digits_init=(--digits-init "$out/digits_mlp_init.ckp")
+fi
 [ -x "$b/bench_op_overhead" ] && run op_overhead 120 "$b/bench_op_overhead" --json "$out/op_overhead.json"
 run allocator 300 "$b/bench_allocator" --json "$out/allocator.json"
 [ -x "$b/bench_parallel" ] && run parallel 300 "$b/bench_parallel" --json "$out/parallel.json" "${quick[@]}"
 run peer 300 python3 benchmarks/peer_pytorch.py --json "$out/peer.json"
-run peer_train_step 300 python3 benchmarks/peer_train_step.py --json "$out/peer_train_step.json" "${quick[@]}"
+run peer_train_step 300 python3 benchmarks/peer_train_step.py --json "$out/peer_train_step.json" \
+  "${quick[@]}" "${digits_init[@]}"
 [ -f benchmarks/peer_parallel.py ] &&
   run peer_parallel 300 python3 benchmarks/peer_parallel.py --json "$out/peer_parallel.json" "${quick[@]}"
 

@@ -6,7 +6,8 @@ files are missing are left out.
     python3 benchmarks/results_table.py DIR
 DIR holds linear.json mse.json adam.json peer.json (bench_linear/mse/adam,
 peer_pytorch.py), train_step.json peer_train_step.json (bench_train_step,
-peer_train_step.py) and op_overhead.json (bench_op_overhead).
+peer_train_step.py), digits_mlp.json (bench_digits_mlp, joined with
+peer_train_step.json's digits rows) and op_overhead.json (bench_op_overhead).
 """
 import json
 import os
@@ -53,6 +54,7 @@ def main():
               f"{pm} | {ratio} |")
 
     train, ptrain = load(d, "train_step.json"), load(d, "peer_train_step.json")
+    train = train + load(d, "digits_mlp.json")
     if train:
         pt = {(r["workload"], r["dtype"], r["shape"], r["impl"]): r for r in ptrain}
         print("\n### Training steps (wall time per step; ratio = ours / PyTorch, lower is better)\n")
