@@ -26,6 +26,14 @@ Tensor f64_vector(const std::vector<double>& v) {
 }
 std::vector<double> doubles(const Tensor& t) { return t.to(kCPU).to_vector<double>(); }
 
+// An integer option read back from a double (a state_dict scalar): whole and in
+// range, or an error, never an out-of-range conversion.
+int64_t whole(const char* who, const std::string& field, double value) {
+  EMBER_CHECK(std::isfinite(value) && value == std::floor(value) && std::fabs(value) < 9.0e15, who,
+              ": option '", field, "' must be a whole number, got ", value);
+  return static_cast<int64_t>(value);
+}
+
 // The entries of `sd` under "<prefix>", the prefix removed.
 StateDict under(const StateDict& sd, const std::string& prefix) {
   StateDict out;
@@ -160,7 +168,12 @@ void LRScheduler::visit_state(const StateDict& sd, std::vector<std::string>* pro
       fields_ok = false;
       continue;
     }
-    set_field(field, t->to(kCPU).item());
+    try {
+      set_field(field, t->to(kCPU).item());
+    } catch (const Error& e) {
+      problem(e.what());
+      fields_ok = false;
+    }
   }
   if (fields_ok) {
     try {
@@ -222,7 +235,7 @@ std::vector<std::pair<std::string, double>> StepLR::fields() const {
 
 void StepLR::set_field(const std::string& field, double value) {
   if (field == "step_size")
-    step_size_ = static_cast<int64_t>(value);
+    step_size_ = whole("StepLR", field, value);
   else if (field == "gamma")
     gamma_ = value;
   else
@@ -253,7 +266,7 @@ std::vector<std::pair<std::string, double>> CosineAnnealingLR::fields() const {
 
 void CosineAnnealingLR::set_field(const std::string& field, double value) {
   if (field == "T_max")
-    t_max_ = static_cast<int64_t>(value);
+    t_max_ = whole("CosineAnnealingLR", field, value);
   else if (field == "eta_min")
     eta_min_ = value;
   else
@@ -295,7 +308,7 @@ void LinearLR::set_field(const std::string& field, double value) {
   else if (field == "end_factor")
     end_factor_ = value;
   else if (field == "total_iters")
-    total_iters_ = static_cast<int64_t>(value);
+    total_iters_ = whole("LinearLR", field, value);
   else
     LRScheduler::set_field(field, value);
 }

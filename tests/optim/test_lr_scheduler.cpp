@@ -147,6 +147,11 @@ TEST_CASE("optim/lr_scheduler: load_state_dict refuses another scheduler's state
   CHECK(contains(error_of([&] { step.load_state_dict(changed); }), "StepLR: gamma must be finite "
                                                                     "and >= 0, got -1"));
   CHECK(step.gamma() == 0.5);
+  StateDict huge;  // an integer option from a file must be a whole number in range
+  for (const auto& [k, t] : bad) huge.insert(k, k == "step_size" ? full({}, 1e300, kFloat64) : t);
+  CHECK(contains(error_of([&] { step.load_state_dict(huge); }),
+                 "StepLR: option 'step_size' must be a whole number, got 1e+300"));
+  CHECK(step.step_size() == 2);
   Tensor a = param(), b = param();
   optim::SGD two(std::vector<optim::ParamGroup>{optim::ParamGroup({a}), optim::ParamGroup({b})},
                  optim::SGDOptions(1.0));
