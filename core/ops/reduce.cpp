@@ -1,8 +1,8 @@
 // Reductions: sum, mean, max (values, with the argmax kept for backward), argmax
 // and sum_to. Each views its input, made contiguous, as (outer, n, inner) and
 // reduces over n, through the device's kernels (core/kernel_table.h): the CPU
-// reference accumulates in double; CUDA's are deterministic (cuda/kernels/reduce.cu). Sum of nothing is 0, mean of nothing NaN (as PyTorch),
-// max of nothing an error.
+// reference accumulates in double; CUDA's are deterministic (cuda/kernels/reduce.cu).
+// Sum of nothing is 0, mean of nothing NaN (as PyTorch), max of nothing an error.
 #include <cmath>
 #include <limits>
 

@@ -16,13 +16,20 @@ using ember::testing::rel_error;
 namespace {
 Tensor composed(const Tensor& x, const Tensor& w, const Tensor& b, Activation act) {
   Tensor y = linear(x, w, b);
-  return act == Activation::Relu ? relu(y) : act == Activation::Gelu ? gelu(y) : y;
+  switch (act) {
+    case Activation::Relu: return relu(y);
+    case Activation::Gelu: return gelu(y);
+    case Activation::Silu: return silu(y);
+    case Activation::None: return y;
+  }
+  return y;
 }
 }  // namespace
 
 TEST_CASE("core/linear activation: forward equals act(linear(x, w, b)) on the CPU") {
   Tensor x = randn64({5, 4}, 1), w = randn64({3, 4}, 2), b = randn64({3}, 3);
-  for (Activation act : {Activation::None, Activation::Relu, Activation::Gelu}) {
+  for (Activation act :
+       {Activation::None, Activation::Relu, Activation::Gelu, Activation::Silu}) {
     CHECK(rel_error(linear(x, w, b, act), composed(x, w, b, act)) <= 1e-15);
     CHECK(rel_error(linear(x, w, Tensor(), act), composed(x, w, Tensor(), act)) <= 1e-15);
   }
@@ -32,8 +39,8 @@ TEST_CASE("core/linear activation: forward equals act(linear(x, w, b)) on the CP
   }
 }
 
-TEST_CASE("core/linear activation: backward matches finite differences (ReLU, GELU)") {
-  for (Activation act : {Activation::Relu, Activation::Gelu}) {
+TEST_CASE("core/linear activation: backward matches finite differences (ReLU, GELU, SiLU)") {
+  for (Activation act : {Activation::Relu, Activation::Gelu, Activation::Silu}) {
     INFO("act=", static_cast<int>(act));
     // Shifted away from 0 so ReLU's kink stays outside the finite-difference step.
     Tensor x = randn64({4, 3}, 10), w = randn64({5, 3}, 11), b = add(randn64({5}, 12), 0.05);
@@ -47,7 +54,7 @@ TEST_CASE("core/linear activation: backward matches finite differences (ReLU, GE
 }
 
 TEST_CASE("core/linear activation: gradients equal the unfused composition's") {
-  for (Activation act : {Activation::Relu, Activation::Gelu}) {
+  for (Activation act : {Activation::Relu, Activation::Gelu, Activation::Silu}) {
     std::vector<Tensor> a = {randn64({6, 4}, 20), randn64({3, 4}, 21), randn64({3}, 22)};
     std::vector<Tensor> c;
     for (Tensor& t : a) {

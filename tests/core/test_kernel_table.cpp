@@ -1,0 +1,48 @@
+// The kernel table (core/kernel_table.h): every device type has an entry for
+// every family (its kernel, or one that throws naming the family and the device),
+// fused-op predicates answer per device and dtype, and device services go through
+// the device's hooks.
+#include <doctest/doctest.h>
+
+#include <string>
+
+#include "core/kernel_table.h"
+#include "core/ops.h"
+#include "error_text.h"
+
+using namespace ember;
+using ember::testing::contains;
+using ember::testing::error_of;
+
+TEST_CASE("kernel table: every family of every device type is callable") {
+  for (DeviceType type : {DeviceType::CPU, DeviceType::CUDA}) {
+    const kernels::KernelTable& t = kernels::table(type);
+#define EMBER_CHECK_FAMILY(name, R, Args) CHECK(static_cast<bool>(t.name));
+    EMBER_KERNEL_FAMILIES(EMBER_CHECK_FAMILY)
+#undef EMBER_CHECK_FAMILY
+    CHECK(static_cast<bool>(t.hooks.check));
+    CHECK(static_cast<bool>(t.hooks.allocator));
+    CHECK(static_cast<bool>(t.hooks.count));
+  }
+}
+
+TEST_CASE("kernel table: a family the device lacks throws naming it and the device") {
+  const kernels::KernelTable& cpu = kernels::kernels_for(kCPU);
+  // The CPU has no fused Linear: linear() composes there, as its predicate says.
+  CHECK_FALSE(cpu.linear_fused_supported({kCPU, kFloat32}));
+  CHECK_FALSE(cpu.mse_fused_supported({kCPU, kFloat32}));
+  kernels::LinearArgs args{};
+  args.device = kCPU;
+  const std::string e = error_of([&] { cpu.linear_fused(args); });
+  CHECK(contains(e, "linear_fused: no kernel for device cpu"));
+}
+
+TEST_CASE("kernel table: device services go through the device's hooks") {
+  CHECK_NOTHROW(check_device(kCPU));
+  CHECK(kernels::kernels_for(kCPU).hooks.count() == 1);
+  CHECK_FALSE(is_capturing(kCPU));
+  CHECK_NOTHROW(check_not_capturing(kCPU, "item()"));
+  // A CUDA device past the last one is refused with its index named.
+  const int n = kernels::kernels_for(kCUDA).hooks.count();
+  CHECK(contains(error_of([&] { check_device(Device::cuda(n + 3)); }), std::to_string(n + 3)));
+}
