@@ -9,6 +9,8 @@
 #   make test-tsan      the CPU tests built with ThreadSanitizer (build-tsan)
 #   make gpu-sanitize   the CUDA tests under compute-sanitizer (needs a GPU)
 #   make test-fuzz      libFuzzer targets (clang), a bounded time each
+#   make docs           the API reference from the headers (Doxygen), build/docs/html;
+#                       fails on any Doxygen warning
 #   make clean
 
 BUILD_DIR    ?= build
@@ -24,7 +26,7 @@ ifneq ($(CI),)
   CMAKE_FLAGS += -DEMBER_WARNINGS_AS_ERRORS=ON
 endif
 
-.PHONY: all deps configure build demo test bench compare clean test-sanitize test-tsan gpu-sanitize test-fuzz
+.PHONY: all deps configure build demo test bench compare clean test-sanitize test-tsan gpu-sanitize test-fuzz docs
 
 all: build
 
@@ -98,6 +100,12 @@ FUZZ_SECONDS ?= 60
 test-fuzz:
 	@tools/ensure_deps.sh clang libclang-rt-14-dev
 	@tools/run_fuzz.sh build-fuzz $(FUZZ_SECONDS)
+
+# The API reference: Doxygen (installed when missing) over the headers, whose //
+# comments tools/docs_filter.awk hands to it; any warning fails the target.
+docs:
+	@tools/ensure_deps.sh doxygen
+	@tools/docs.sh . $(BUILD_DIR)/docs
 
 clean:
 	rm -rf build build-release build-sanitize build-tsan build-fuzz

@@ -6,12 +6,14 @@
 //   core/memory.h     memory_summary/memory_stats/empty_cache/... for any Device
 //   cuda/runtime.h    cuda::is_available(), device count, streams, events
 //   cuda/graph.h      cuda::Graph: capture a training step once, replay it
-//   nn/nn.h           Module, Linear, activations, Sequential, Dropout, MSELoss,
-//                     functional, init, Dataset/DataLoader, checkpoints
-//   optim/optim.h     Optimizer, SGD, Adam, AdamW
+//   nn/nn.h           Module, Linear, activations, Sequential, ModuleList/ModuleDict,
+//                     Flatten, Dropout, MSELoss, functional, init, Dataset/DataLoader,
+//                     Checkpoint, utils::clip_grad_norm_
+//   optim/optim.h     Optimizer, SGD, Adam, AdamW, learning-rate schedulers
 //   core/leak_check.h StepLeakCheck, LeakTracker, mark_step: what survives a step
 //   core/live_tensors.h live_tensors(): the census of live tensors
 //   core/anomaly.h    set_detect_anomaly / DetectAnomalyGuard: name the op making NaN/Inf
+// Not included (nvcc only): cuda/thrust_policy.h, Thrust/CUB scratch from ember's allocator.
 #pragma once
 
 #include "core/anomaly.h"

@@ -106,6 +106,12 @@ for ((k = 1; k <= reps; ++k)); do
     run "$d" peer_train_step_seed 180 python3 benchmarks/peer_train_step.py --only seed \
       --json "$d/peer_train_step_seed.json" "${quick[@]}"
     run "$d" peer_host_bound 180 python3 benchmarks/peer_host_bound.py --out "$d"
+    # The digits MLP: PyTorch starts from the weights bench_digits_mlp wrote.
+    run "$d" digits_mlp 300 "$b/bench_digits_mlp" --json "$d/digits_mlp.json" \
+      --init "$d/digits_mlp_init.ckp" "${quick[@]}"
+    [ -f "$d/digits_mlp_init.ckp" ] &&
+      run "$d" peer_train_step_digits 300 python3 benchmarks/peer_train_step.py --only digits \
+        --digits-init "$d/digits_mlp_init.ckp" --json "$d/peer_train_step_digits.json" "${quick[@]}"
   fi
   if has mlp; then
     run "$d" train_step_mlp 300 "$b/bench_train_step" --only mlp --json "$d/train_step_mlp.json" "${quick[@]}"

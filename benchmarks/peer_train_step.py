@@ -2,7 +2,7 @@
 """The PyTorch peer of bench_train_step: the same training steps, timed the same
 way (wall clock over many steps, one synchronize per round, median round).
 
-    python3 benchmarks/peer_train_step.py [--json FILE] [--quick]
+    python3 benchmarks/peer_train_step.py [--json FILE] [--quick] [--digits-init FILE]
 
 seed: nn.Linear(10, 10), MSELoss, Adam(lr=1e-2, fused=True) (ember's Adam is one
       fused kernel too), batch 32 -- eager, eager with torch.cuda.empty_cache()
@@ -12,10 +12,18 @@ seed: nn.Linear(10, 10), MSELoss, Adam(lr=1e-2, fused=True) (ember's Adam is one
 mlp:  4 x Linear(4096, 4096) with ReLU between, batch 8192, MSELoss on a fixed
       teacher network's outputs (as bench_train_step), fused Adam (lr=1e-3): fp32
       (TF32 off), TF32 on, bf16 autocast.
-Rows carry the same workload/dtype/shape/impl keys as bench_train_step's, with the
-median round and the fastest and slowest (ms_min, ms_max).
-    --only seed|mlp   one of the two workloads (compare.sh's interleaved runs)
+digits: bench_digits_mlp's step (64-128-64-10 MLP with ReLU, cross-entropy, Adam
+      lr=1e-3, batch 64, UCI digits), from the initial weights bench_digits_mlp
+      wrote (--digits-init, ember's checkpoint format) on the same batches; first
+      validated (300 steps on the GPU against a float64 CPU run: loss to 1e-3,
+      accuracy to one example), then timed eager and captured in a CUDA graph.
+Rows carry the same workload/dtype/shape/impl keys as bench_train_step's and
+bench_digits_mlp's, with the median round and the fastest and slowest (ms_min, ms_max).
+    --only seed|mlp|digits   one workload (compare.sh's interleaved runs); digits
+                             needs --digits-init, and runs by default when it is given
 """
+import os
+import struct
 import json
 import sys
 import time
@@ -87,6 +95,8 @@ def main():
             return loss
         return step, xs, ys
 
+    if only == "digits":
+        return finish(torch, quick, json_path)
     if only not in ("", "seed"):
         return mlp(torch, nn, dev, quick, json_path)
     step, xs, ys = seed(fused=True)
@@ -126,7 +136,7 @@ def main():
     add("seed step", "f32", "32x10->10", "graphed", ms, 1 / ms[0], "k/s", "Adam(fused, capturable)")
     del static_loss
     if only == "seed":
-        return write(json_path)
+        return write(json_path)  # the digits workload runs only by default or on its own
     return mlp(torch, nn, dev, quick, json_path)
 
 
@@ -186,7 +196,153 @@ def mlp(torch, nn, dev, quick, json_path):
         del net, opt
         torch.cuda.empty_cache()
     torch.backends.cuda.matmul.allow_tf32 = False
-    return write(json_path)
+    return finish(torch, quick, json_path)
+
+
+def finish(torch, quick, json_path):
+    """The digits workload when --digits-init is given, then the JSON."""
+    ok = True
+    if "--digits-init" in sys.argv:
+        ok = digits(torch, sys.argv[sys.argv.index("--digits-init") + 1], 3 if quick else 7,
+                    100 if quick else 500)
+    return max(write(json_path), 0 if ok else 1)
+
+
+def timed(torch, f, warmup, rounds, steps):
+    """Wall ms per step: (median round, fastest, slowest), one synchronize per round."""
+    for i in range(warmup):
+        f(i)
+    torch.cuda.synchronize()
+    per, it = [], 0
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            f(it)
+            it += 1
+        torch.cuda.synchronize()
+        per.append((time.perf_counter() - t0) * 1e3 / steps)
+    per.sort()
+    return per[len(per) // 2], per[0], per[-1]
+
+
+def read_ember_checkpoint(path):
+    """{name: (dtype code, sizes, bytes)} of a file in ember's checkpoint format
+    (nn/checkpoint.h: 40-byte header, then name, dtype, dims, sizes, data per entry)."""
+    raw = open(path, "rb").read()
+    assert raw[:8] == b"EMBERCKP", f"{path}: not an ember checkpoint"
+    count = struct.unpack_from("<I", raw, 12)[0]
+    pos, out = 40, {}
+    for _ in range(count):
+        (n,) = struct.unpack_from("<I", raw, pos)
+        name = raw[pos + 4:pos + 4 + n].decode()
+        pos += 4 + n
+        code, ndim = raw[pos], raw[pos + 1]
+        pos += 4
+        sizes = list(struct.unpack_from(f"<{ndim}q", raw, pos))
+        pos += 8 * ndim
+        (nbytes,) = struct.unpack_from("<Q", raw, pos)
+        pos += 8
+        out[name] = (code, sizes, raw[pos:pos + nbytes])
+        pos += nbytes
+    return out
+
+
+def digits(torch, init_path, rounds, steps):
+    nn = torch.nn
+    root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+    rows = [list(map(float, line.split(","))) for line in
+            open(os.path.join(root, "examples", "data", "digits", "digits.csv"))]
+    train = [r for i, r in enumerate(rows) if i % 5 != 0]
+    test = [r for i, r in enumerate(rows) if i % 5 == 0]
+    init = read_ember_checkpoint(init_path)
+
+    def run(device, dtype):
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 64), nn.ReLU(),
+                              nn.Linear(64, 10))
+        with torch.no_grad():
+            for name, p in model.state_dict().items():
+                code, sizes, data = init[name]
+                assert code == 0 and list(p.shape) == sizes, name
+                p.copy_(torch.frombuffer(bytearray(data), dtype=torch.float32).view(sizes))
+        model = model.to(device=device, dtype=dtype)
+        opt = torch.optim.Adam(model.parameters(), lr=1e-3,
+                               fused=device.type == "cuda")
+        n = len(train)
+        tx = torch.tensor([r[:64] for r in train], dtype=torch.float64) / 16
+        ty = torch.tensor([int(r[64]) for r in train])
+        xs, ys = [], []
+        for b in range((n + 63) // 64):
+            idx = torch.tensor([(b * 64 + k) % n for k in range(64)])
+            xs.append(tx[idx].to(device=device, dtype=dtype))
+            ys.append(ty[idx].to(device))
+        crit = nn.CrossEntropyLoss()
+
+        def step(x, y):
+            opt.zero_grad(set_to_none=True)
+            loss = crit(model(x), y)
+            loss.backward()
+            opt.step()
+            return loss
+
+        def accuracy():
+            with torch.no_grad():
+                ex = (torch.tensor([r[:64] for r in test], dtype=torch.float64) / 16).to(device, dtype)
+                pred = model(ex).argmax(1).cpu()
+            return (pred == torch.tensor([int(r[64]) for r in test])).double().mean().item()
+        return step, xs, ys, accuracy
+
+    dev = torch.device("cuda:0")
+    step, xs, ys, acc = run(dev, torch.float32)
+    rstep, rxs, rys, racc = run(torch.device("cpu"), torch.float64)
+    for s in range(300):
+        loss = step(xs[s % len(xs)], ys[s % len(ys)]).item()
+        rloss = rstep(rxs[s % len(rxs)], rys[s % len(rys)]).item()
+    a, ra = acc(), racc()
+    rel = abs(loss - rloss) / abs(rloss)
+    ok = rel <= 1e-3 and abs(a - ra) <= 1 / 360 + 1e-12 and a >= 0.9
+    print(f"validate digits: after 300 steps loss {loss:.6f} (float64 reference {rloss:.6f}, "
+          f"rel. diff {rel:.1e}), test accuracy {a:.4f} (reference {ra:.4f})"
+          f"{'' if ok else '  FAILED'}", flush=True)
+    note = f"loss {loss:.4f} acc {a:.4f} after 300 steps"
+
+    step, xs, ys, _ = run(dev, torch.float32)
+    ms = timed(torch, lambda i: step(xs[i % len(xs)], ys[i % len(ys)]), 20, rounds, steps)
+    add("digits mlp step", "f32", "64-128-64-10, b64", "eager", ms, 1 / ms[0], "k/s", note)
+
+    # Graphed: fused, capturable Adam; warm-up on a side stream as the docs ask.
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 64), nn.ReLU(),
+                          nn.Linear(64, 10)).to(dev)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3, fused=True, capturable=True)
+    crit = nn.CrossEntropyLoss()
+    sx, sy = xs[0].clone(), ys[0].clone()
+
+    def gstep():
+        opt.zero_grad(set_to_none=True)
+        loss = crit(model(sx), sy)
+        loss.backward()
+        opt.step()
+        return loss
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            gstep()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        static_loss = gstep()
+
+    def replay(i):
+        sx.copy_(xs[i % len(xs)])
+        sy.copy_(ys[i % len(ys)])
+        graph.replay()
+    ms = timed(torch, replay, 5, rounds, steps)
+    add("digits mlp step", "f32", "64-128-64-10, b64", "graphed", ms, 1 / ms[0], "k/s",
+        "Adam(fused, capturable)")
+    del static_loss
+    return ok
 
 
 if __name__ == "__main__":

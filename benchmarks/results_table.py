@@ -25,7 +25,8 @@ Files: linear.json mse.json adam.json cross_entropy.json layer_norm.json peer.js
 peer_train_step_seed.json peer_train_step_mlp.json (or peer_train_step.json);
 op_overhead.json, linear_small.json (bench_op_overhead, bench_linear_small);
 libtorch_{train_step,op_overhead,linear_small}.json (peer_libtorch);
-py_op_overhead.json py_linear_small.json (peer_host_bound.py).
+py_op_overhead.json py_linear_small.json (peer_host_bound.py); digits_mlp.json
+(bench_digits_mlp) with peer_train_step_digits.json (or peer_train_step.json).
 """
 import glob
 import json
@@ -212,6 +213,25 @@ def mlp(reps):
         table(["mode", "ember ms", "PyTorch ms", "ember / PyTorch", "<= 1.0x"], rows)
 
 
+def digits(reps):
+    names = ("digits_mlp.json",)
+    peer = ("peer_train_step_digits.json", "peer_train_step.json")
+    ours = collect(reps, names, row_key)
+    py = collect(reps, peer, row_key)
+    rows = []
+    for impl in ("eager", "graphed"):
+        k = ("digits mlp step", "f32", "64-128-64-10, b64", impl)
+        if k not in ours:
+            continue
+        r = ratio_series(reps, names, row_key, peer, row_key, k)
+        rows.append([impl, ours[k].fmt(), py.get(k, Series()).fmt(), rfmt(r), verdict(r, 1.0)])
+        TARGETS.append(("14", f"digits MLP step {impl} <= 1.0x PyTorch", r, 1.0))
+    if rows:
+        print(f"### Digits MLP step (64-128-64-10, batch 64, cross-entropy, Adam), {len(reps)} "
+              "repetition(s)\n")
+        table(["impl", "ember ms", "PyTorch ms", "ember / PyTorch", "<= 1.0x"], rows)
+
+
 def linear(reps):
     lin_key = lambda r: (r["workload"], r["dtype"], r["shape"], r["impl"])  # noqa: E731
     ours = collect(reps, ("linear.json",), lin_key)
@@ -329,6 +349,7 @@ def main():
     reps = reps_of(d)
     host_bound(reps)
     mlp(reps)
+    digits(reps)
     linear(reps)
     mse(reps)
     adam(reps)

@@ -21,6 +21,7 @@
 #include "core/base/dtype.h"
 #include "core/base/elementwise_ops.h"
 #include "core/base/layout.h"
+#include "core/base/multi_tensor.h"
 #include "core/base/optim_math.h"
 #include "core/base/reduction.h"
 #include "core/memory/caching_allocator.h"
@@ -471,6 +472,39 @@ struct FusedAdamArgs {
   AdamConfig config;
 };
 
+// ------------------------------------------------------------------ multi-tensor
+
+// total[0] = the norm_type-norm of every element of every tensor taken together
+// ((sum |x|^p)^(1/p) for finite p > 0; max |x| for p = inf; the count of non-zero
+// elements for p = 0), accumulated in double, NaN propagating. When clip_coef is
+// not null, clip_coef[0] = min(max_norm / (total + 1e-6), 1) by the same call.
+// total and clip_coef are float64 on the device. On CUDA: one launch over all the
+// tensors (per kMultiTensorSpansPerLaunch of them) writing partial sums to the
+// workspace, and one single-block launch that sums them in a fixed order.
+struct MultiTensorNormArgs {
+  Device device;
+  const TensorSpan* tensors;
+  int64_t count;
+  double norm_type;
+  double* total;
+  double max_norm;
+  double* clip_coef;  // may be null
+  void* workspace;    // multi_tensor_norm_workspace_bytes of it
+};
+struct MultiTensorQuery {
+  Device device;
+  const TensorSpan* tensors;
+  int64_t count;
+};
+// tensors[i] *= scale[0] for every i (scale float64 on the device, read there: no
+// host sync), each product formed in double and rounded to the tensor's dtype.
+struct MultiTensorScaleArgs {
+  Device device;
+  const TensorSpan* tensors;
+  int64_t count;
+  const double* scale;
+};
+
 // ------------------------------------------------------------------ the table
 
 // X(name, result, args): every kernel family. Adding one is a line here, its
@@ -518,7 +552,10 @@ struct FusedAdamArgs {
   X(layer_norm_backward_fused, void, LayerNormBackwardArgs)  \
   X(layer_norm_workspace_bytes, size_t, LayerNormQuery)      \
   X(fused_sgd, void, FusedSgdArgs)                           \
-  X(fused_adam, void, FusedAdamArgs)
+  X(fused_adam, void, FusedAdamArgs)                         \
+  X(multi_tensor_norm, void, MultiTensorNormArgs)            \
+  X(multi_tensor_norm_workspace_bytes, size_t, MultiTensorQuery) \
+  X(multi_tensor_scale, void, MultiTensorScaleArgs)
 
 // What a device is, beside its kernels: where its memory comes from and how it
 // synchronises.

@@ -4,6 +4,7 @@
 // throw ember::Error naming the op and the operands.
 #pragma once
 
+#include <utility>
 #include <vector>
 
 #include "core/base/elementwise_ops.h"
@@ -141,6 +142,9 @@ Tensor matmul(const Tensor& a, const Tensor& b);
 // --- shape (core/ops/shape.cpp): views share storage where the layout allows
 Tensor view(const Tensor& a, Shape sizes);     // -1 infers one size; needs viewable strides
 Tensor reshape(const Tensor& a, Shape sizes);  // view when possible, else copy
+// Merges dims start_dim..end_dim (inclusive, negative counts from the end) into
+// one; a 0-dim tensor becomes 1-D. A reshape: a view when the layout allows.
+Tensor flatten(const Tensor& a, int64_t start_dim = 0, int64_t end_dim = -1);
 Tensor transpose(const Tensor& a, int64_t d0, int64_t d1);
 Tensor slice(const Tensor& a, int64_t dim, int64_t start, int64_t end, int64_t step = 1);
 Tensor select(const Tensor& a, int64_t dim, int64_t index);
@@ -164,6 +168,22 @@ void fused_adam_(const std::vector<Tensor>& params, const std::vector<Tensor>& g
                  const std::vector<Tensor>& exp_avgs, const std::vector<Tensor>& exp_avg_sqs,
                  const std::vector<Tensor>& max_exp_avg_sqs, const std::vector<Tensor>& state_steps,
                  const AdamConfig& config);
+
+// --- multi-tensor (core/ops/multi_tensor.cpp): one kernel call over a list of
+// tensors on one device (on CUDA: fused launches of up to 96 tensors each, no host
+// sync, capturable). Tensors float32, float64 or bfloat16, contiguous; no autograd.
+// The norm_type-norm of all their elements taken together, as
+// torch.linalg.vector_norm of their concatenation: norm_type > 0, inf (max |x|) or
+// 0 (the count of non-zeros); a float64 0-dim tensor on their device, accumulated
+// in double.
+Tensor multi_tensor_norm(const std::vector<Tensor>& tensors, double norm_type = 2.0);
+// The same norm and, from the same call, clip_grad_norm_'s coefficient
+// min(max_norm / (norm + 1e-6), 1): {norm, coefficient}, both float64 0-dim.
+std::pair<Tensor, Tensor> multi_tensor_norm_clip_coef(const std::vector<Tensor>& tensors,
+                                                      double norm_type, double max_norm);
+// tensors[i] *= scale for every i, in place; scale a one-element float64 tensor on
+// their device, read there. Each product is formed in double.
+void multi_tensor_mul_(const std::vector<Tensor>& tensors, const Tensor& scale);
 
 // --- operators (comparisons give bool tensors, as libtorch's)
 // t / s: true division (an integer tensor gives float32).

@@ -93,20 +93,47 @@ Tensor empty(const Shape& sizes, TensorOptions o) {
   return t;
 }
 
-Tensor full(const Shape& sizes, double value, TensorOptions o) {
-  Tensor t = make_tensor(sizes, o.dtype_, o.device_, "full");
+namespace {
+
+// full() under the name of the factory the user called (zeros, ones, ...), so
+// that an error names it rather than the function it delegates to.
+Tensor filled(const Shape& sizes, double value, TensorOptions o, const char* op) {
+  Tensor t = make_tensor(sizes, o.dtype_, o.device_, op);
   fill_(t, value);
   if (o.requires_grad_) t.set_requires_grad(true);
   return t;
 }
 
-Tensor zeros(const Shape& sizes, TensorOptions o) { return full(sizes, 0.0, o); }
-Tensor ones(const Shape& sizes, TensorOptions o) { return full(sizes, 1.0, o); }
+const Tensor& like_source(const Tensor& t, const char* op) {
+  EMBER_CHECK(t.defined(), op, ": the tensor to copy the shape, dtype and device of is undefined");
+  return t;
+}
 
-Tensor empty_like(const Tensor& t) { return empty(t.sizes(), t.options()); }
-Tensor zeros_like(const Tensor& t) { return zeros(t.sizes(), t.options()); }
-Tensor ones_like(const Tensor& t) { return ones(t.sizes(), t.options()); }
-Tensor full_like(const Tensor& t, double v) { return full(t.sizes(), v, t.options()); }
+}  // namespace
+
+Tensor full(const Shape& sizes, double value, TensorOptions o) {
+  return filled(sizes, value, o, "full");
+}
+Tensor zeros(const Shape& sizes, TensorOptions o) { return filled(sizes, 0.0, o, "zeros"); }
+Tensor ones(const Shape& sizes, TensorOptions o) { return filled(sizes, 1.0, o, "ones"); }
+
+Tensor empty_like(const Tensor& t) {
+  const Tensor& s = like_source(t, "empty_like");
+  Tensor out = make_tensor(s.sizes(), s.dtype(), s.device(), "empty_like");
+  return out;
+}
+Tensor zeros_like(const Tensor& t) {
+  const Tensor& s = like_source(t, "zeros_like");
+  return filled(s.sizes(), 0.0, s.options(), "zeros_like");
+}
+Tensor ones_like(const Tensor& t) {
+  const Tensor& s = like_source(t, "ones_like");
+  return filled(s.sizes(), 1.0, s.options(), "ones_like");
+}
+Tensor full_like(const Tensor& t, double v) {
+  const Tensor& s = like_source(t, "full_like");
+  return filled(s.sizes(), v, s.options(), "full_like");
+}
 
 Tensor arange(double start, double end, double step, TensorOptions o) {
   EMBER_CHECK(step != 0 && std::isfinite(step) && std::isfinite(start) && std::isfinite(end),
@@ -454,7 +481,9 @@ void Tensor::register_post_accumulate_grad_hook(GradHook hook) const {
 
 Tensor Tensor::view(Shape s) const { return ember::view(*this, std::move(s)); }
 Tensor Tensor::reshape(Shape s) const { return ember::reshape(*this, std::move(s)); }
-Tensor Tensor::flatten() const { return ember::reshape(*this, {-1}); }
+Tensor Tensor::flatten(int64_t start_dim, int64_t end_dim) const {
+  return ember::flatten(*this, start_dim, end_dim);
+}
 Tensor Tensor::transpose(int64_t a, int64_t b) const { return ember::transpose(*this, a, b); }
 Tensor Tensor::t() const {
   EMBER_CHECK(dim() == 2, "t: expects a 2-D tensor, got shape ", shape_str(sizes()));

@@ -141,7 +141,7 @@ class Tensor {
   // --- shape views and movement (see core/ops.h)
   Tensor view(Shape sizes) const;
   Tensor reshape(Shape sizes) const;
-  Tensor flatten() const;
+  Tensor flatten(int64_t start_dim = 0, int64_t end_dim = -1) const;
   Tensor transpose(int64_t d0, int64_t d1) const;
   Tensor t() const;
   Tensor slice(int64_t dim, int64_t start, int64_t end, int64_t step = 1) const;

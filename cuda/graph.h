@@ -36,8 +36,9 @@ namespace ember::cuda {
 
 class Graph {
  public:
-  // Throws ember::Error naming `device` when it is not a CUDA device.
-  explicit Graph(int device = current_device());
+  // On `device` (default: the current CUDA device). Throws ember::Error when the
+  // machine has no CUDA device, or `device` is not one.
+  explicit Graph(int device = -1);
   // Waits for the last replay, destroys the graph and gives the private pool's
   // memory back to the allocator's general cache (tensors still using it keep it
   // until they die; empty_cache() then returns it to the device).

@@ -7,12 +7,15 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
+#include <system_error>
 #include <fstream>
 #include <iterator>
 #include <vector>
 
 #include "core/autograd.h"
 #include "core/ops.h"
+#include "nn/data.h"
 
 namespace ember::nn {
 
@@ -122,10 +125,26 @@ void with_context(const std::string& path, const char* what, F&& check) {
   }
 }
 
+// A directory would get a confusing error later (a rename over it, or a read of
+// zero bytes): say what it is.
+void check_not_directory(const char* op, const std::string& path) {
+  std::error_code ec;
+  EMBER_CHECK(!std::filesystem::is_directory(path, ec), op, ": checkpoint path '", path,
+              "' is a directory; give a file name inside it (e.g. '",
+              (std::filesystem::path(path) / "model.ckp").string(), "')");
+}
+
+const char* kPrefixes[] = {"model.", "optimizer.", "scheduler.", "loader.", "user."};
+
+bool starts_with(const std::string& s, const char* prefix) {
+  return s.rfind(prefix, 0) == 0;
+}
+
 }  // namespace
 
 void save_state_dict(const StateDict& state, const std::string& path) {
   EMBER_CHECK(!path.empty(), "save: empty checkpoint path");
+  check_not_directory("save", path);
   EMBER_CHECK(state.size() <= UINT32_MAX, "save: too many entries (", state.size(), ")");
   std::vector<unsigned char> payload;
   for (const auto& [name, t] : state) {
@@ -178,6 +197,7 @@ void save_state_dict(const StateDict& state, const std::string& path) {
 }
 
 StateDict load_state_dict_file(const std::string& path) {
+  check_not_directory("load", path);
   std::ifstream in(path, std::ios::binary);
   EMBER_CHECK(in.good(), "checkpoint '", path, "': cannot open: ", std::strerror(errno));
   std::vector<unsigned char> file((std::istreambuf_iterator<char>(in)),
@@ -250,43 +270,177 @@ StateDict parse_state_dict(const unsigned char* bytes, size_t size, const std::s
   return sd;
 }
 
-void save(const Module& model, const optim::Optimizer& optimizer, const std::string& path) {
-  StateDict all = with_prefix(model.state_dict(), "model.");
-  for (const auto& [name, t] : optimizer.state_dict()) all.insert("optimizer." + name, t);
+// ---------------------------------------------------------------- Checkpoint
+
+Checkpoint& Checkpoint::optimizer(optim::Optimizer& optimizer) {
+  EMBER_CHECK(scheduler_ == nullptr || &scheduler_->optimizer() == &optimizer,
+              "Checkpoint::optimizer: the attached ", scheduler_ ? scheduler_->name() : "",
+              " drives another optimizer than this one");
+  optimizer_ = &optimizer;
+  return *this;
+}
+
+Checkpoint& Checkpoint::scheduler(optim::LRScheduler& scheduler) {
+  EMBER_CHECK(optimizer_ != nullptr, "Checkpoint::scheduler: attach the scheduler's optimizer "
+              "first (optimizer(opt)); a schedule means nothing without it");
+  EMBER_CHECK(&scheduler.optimizer() == optimizer_, "Checkpoint::scheduler: this ",
+              scheduler.name(), " was built for another optimizer than the checkpoint's");
+  scheduler_ = &scheduler;
+  return *this;
+}
+
+Checkpoint& Checkpoint::loader(DataLoader& loader) {
+  loader_ = &loader;
+  return *this;
+}
+
+Tensor Checkpoint::integer_entry(long double value, const std::string& name) {
+  EMBER_CHECK(value >= static_cast<long double>(INT64_MIN) &&
+                  value <= static_cast<long double>(INT64_MAX),
+              "Checkpoint::set: '", name, "' does not fit an int64");
+  Tensor t = empty({}, kInt64);
+  *t.data_ptr<int64_t>() = static_cast<int64_t>(value);
+  return t;
+}
+
+Tensor Checkpoint::float_entry(double value) {
+  Tensor t = empty({}, kFloat64);
+  *t.data_ptr<double>() = value;
+  return t;
+}
+
+Checkpoint& Checkpoint::set(const std::string& name, const Tensor& value) {
+  EMBER_CHECK(value.defined(), "Checkpoint::set: '", name, "' is an undefined tensor");
+  Tensor host;
+  {
+    NoGradGuard no_grad;
+    host = value.detach().to(kCPU).contiguous().clone();  // a snapshot, not an alias
+  }
+  return set_entry(name, host);
+}
+
+Checkpoint& Checkpoint::set_entry(const std::string& name, Tensor t) {
+  EMBER_CHECK(!name.empty(), "Checkpoint::set: the name is empty");
+  StateDict next;
+  for (const auto& [key, old] : entries_)
+    if (key != name) next.insert(key, old);
+  next.insert(name, std::move(t));
+  entries_ = std::move(next);
+  return *this;
+}
+
+const Tensor& Checkpoint::entry(const std::string& name) const {
+  const Tensor* t = entries_.find(name);
+  if (t == nullptr) {
+    std::string known;
+    for (const std::string& k : entries_.keys()) known += (known.empty() ? "'" : ", '") + k + "'";
+    EMBER_FAIL("Checkpoint::get: no entry '", name, "' (entries: ",
+               known.empty() ? "none" : known, ")");
+  }
+  return *t;
+}
+
+template <>
+Tensor Checkpoint::get<Tensor>(const std::string& name) const {
+  return entry(name);
+}
+
+template <>
+double Checkpoint::get<double>(const std::string& name) const {
+  const Tensor& t = entry(name);
+  EMBER_CHECK(t.numel() == 1, "Checkpoint::get: '", name, "' is a tensor of shape ",
+              shape_str(t.sizes()), ", not a scalar (get<Tensor>)");
+  return t.item();
+}
+
+template <>
+int64_t Checkpoint::get<int64_t>(const std::string& name) const {
+  const Tensor& t = entry(name);
+  EMBER_CHECK(t.numel() == 1 && t.dtype() == kInt64, "Checkpoint::get: '", name, "' is a ",
+              t.dtype(), " tensor of shape ", shape_str(t.sizes()),
+              ", not an integer (ask for get<double> or get<Tensor>)");
+  return *t.data_ptr<int64_t>();
+}
+
+void Checkpoint::save(const std::string& path) const {
+  EMBER_CHECK(scheduler_ == nullptr || &scheduler_->optimizer() == optimizer_,
+              "save: the checkpoint's scheduler was built for another optimizer");
+  StateDict all = with_prefix(model_->state_dict(), "model.");
+  if (optimizer_)
+    for (const auto& [name, t] : optimizer_->state_dict()) all.insert("optimizer." + name, t);
+  if (scheduler_)
+    for (const auto& [name, t] : scheduler_->state_dict()) all.insert("scheduler." + name, t);
+  if (loader_)
+    for (const auto& [name, t] : loader_->state_dict()) all.insert("loader." + name, t);
+  for (const auto& [name, t] : entries_) all.insert("user." + name, t);
   all.insert("rng.state", rng_state());
   save_state_dict(all, path);
+}
+
+void Checkpoint::load(const std::string& path) {
+  const StateDict all = load_state_dict_file(path);
+  for (const auto& [name, t] : all) {
+    bool known = name == "rng.state";
+    for (const char* prefix : kPrefixes) known |= starts_with(name, prefix);
+    EMBER_CHECK(known, "checkpoint '", path, "': unexpected entry '", name, "'");
+  }
+  // An object asked for whose state the file does not hold: say so plainly
+  // rather than list every key it misses.
+  auto require = [&](bool attached, const char* prefix, const char* what, const char* how) {
+    if (!attached) return;
+    bool present = false;
+    for (const auto& [name, t] : all) present |= starts_with(name, prefix);
+    EMBER_CHECK(present, "checkpoint '", path, "' holds no ", what, " state (it was saved ",
+                "without one); ", how);
+  };
+  require(optimizer_ != nullptr, "optimizer.", "optimizer",
+          "load it with nn::load(model, path), or save the optimizer with it "
+          "(nn::save(model, optimizer, path))");
+  require(scheduler_ != nullptr, "scheduler.", "learning-rate scheduler",
+          "attach the scheduler when saving (Checkpoint::scheduler)");
+  require(loader_ != nullptr, "loader.", "data loader",
+          "attach the loader when saving (Checkpoint::loader)");
+  const StateDict model_sd = strip_prefix(all, "model.");
+  const StateDict optim_sd = strip_prefix(all, "optimizer.");
+  const StateDict sched_sd = strip_prefix(all, "scheduler.");
+  const StateDict loader_sd = strip_prefix(all, "loader.");
+  // Everything is validated before anything changes.
+  with_context(path, "model", [&] { model_->check_state_dict(model_sd); });
+  if (optimizer_) with_context(path, "optimizer", [&] { optimizer_->check_state_dict(optim_sd); });
+  if (scheduler_) {
+    EMBER_CHECK(&scheduler_->optimizer() == optimizer_, "checkpoint '", path,
+                "': the scheduler was built for another optimizer than the checkpoint's");
+    with_context(path, "scheduler", [&] { scheduler_->check_state_dict(sched_sd); });
+  }
+  if (loader_) with_context(path, "loader", [&] { loader_->check_state_dict(loader_sd); });
+  check_rng(all, path);
+  model_->load_state_dict(model_sd);
+  if (optimizer_) optimizer_->load_state_dict(optim_sd);
+  if (scheduler_) scheduler_->load_state_dict(sched_sd);
+  if (loader_) loader_->load_state_dict(loader_sd);
+  entries_ = strip_prefix(all, "user.");
+  restore_rng(all);
+}
+
+// ---------------------------------------------------------------- the common cases
+
+void save(const Module& model, const optim::Optimizer& optimizer, const std::string& path) {
+  // Checkpoint only reads what it saves.
+  Checkpoint(const_cast<Module&>(model))
+      .optimizer(const_cast<optim::Optimizer&>(optimizer))
+      .save(path);
 }
 
 void save(const Module& model, const std::string& path) {
-  StateDict all = with_prefix(model.state_dict(), "model.");
-  all.insert("rng.state", rng_state());
-  save_state_dict(all, path);
+  Checkpoint(const_cast<Module&>(model)).save(path);
 }
 
 void load(Module& model, optim::Optimizer& optimizer, const std::string& path) {
-  const StateDict all = load_state_dict_file(path);
-  const StateDict model_sd = strip_prefix(all, "model.");
-  const StateDict optim_sd = strip_prefix(all, "optimizer.");
-  for (const auto& [name, t] : all)
-    EMBER_CHECK(
-        name.rfind("model.", 0) == 0 || name.rfind("optimizer.", 0) == 0 || name == "rng.state",
-        "checkpoint '", path, "': unexpected entry '", name, "'");
-  // Everything is validated before anything changes.
-  with_context(path, "model", [&] { model.check_state_dict(model_sd); });
-  with_context(path, "optimizer", [&] { optimizer.check_state_dict(optim_sd); });
-  check_rng(all, path);
-  model.load_state_dict(model_sd);
-  optimizer.load_state_dict(optim_sd);
-  restore_rng(all);
+  Checkpoint(model).optimizer(optimizer).load(path);
 }
 
 void load(Module& model, const std::string& path) {
-  const StateDict all = load_state_dict_file(path);
-  const StateDict model_sd = strip_prefix(all, "model.");
-  with_context(path, "model", [&] { model.check_state_dict(model_sd); });
-  check_rng(all, path);
-  model.load_state_dict(model_sd);
-  restore_rng(all);
+  Checkpoint(model).load(path);
 }
 
 }  // namespace ember::nn

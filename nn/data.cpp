@@ -10,6 +10,8 @@
 #include <numeric>
 #include <optional>
 #include <thread>
+#include <utility>
+#include <string>
 
 #include "core/alloc_site.h"
 #include "core/autograd.h"
@@ -98,6 +100,7 @@ struct DataLoader::Epoch {
   DataLoaderOptions options;
   std::vector<size_t> order;
   size_t num_batches = 0;
+  uint64_t number = 0;  // which epoch of the loader this is
   size_t position = 0;  // index of the current batch
   Example current;
   std::shared_ptr<Staging> staging;
@@ -112,18 +115,21 @@ struct DataLoader::Epoch {
   std::exception_ptr error;
   bool stop = false;
 
+  // Starts at batch `first` (0, or where a resumed run left off).
   Epoch(std::shared_ptr<const Dataset> d, const DataLoaderOptions& o, std::vector<size_t> ord,
-        size_t batches, std::shared_ptr<Staging> st)
+        size_t batches, std::shared_ptr<Staging> st, uint64_t epoch_number, size_t first)
       : dataset(std::move(d)),
         options(o),
         order(std::move(ord)),
         num_batches(batches),
+        number(epoch_number),
+        position(first),
         staging(std::move(st)),
         shape_only(!kernels::kernels_for(o.device()).hooks.holds_data) {
-    if (num_batches == 0) return;
+    if (position >= num_batches) return;
     if (options.prefetch()) worker = std::thread([this] { run(); });
     try {
-      load(0);
+      load(position);
     } catch (...) {
       shutdown();  // the destructor will not run for a constructor that throws
       throw;
@@ -248,7 +254,7 @@ struct DataLoader::Epoch {
   // Background thread: prepares batch b once batch b-1 has been taken, so the
   // pinned slot it writes was last used two batches ago (its copy is queued).
   void run() {
-    for (size_t b = 0; b < num_batches; ++b) {
+    for (size_t b = position; b < num_batches; ++b) {
       {
         std::unique_lock lock(mutex);
         cv.wait(lock, [&] { return stop || !ready.has_value(); });
@@ -328,8 +334,82 @@ DataLoader::Iterator DataLoader::begin() {
   if (kernels::kernels_for(options_.device()).hooks.pinned_staging &&
       (!staging_ || staging_.use_count() > 1))
     staging_ = std::make_shared<Staging>();
-  auto epoch = std::make_shared<Epoch>(dataset_, options_, epoch_order(e), size(), staging_);
+  const size_t first = std::exchange(next_batch_, 0);
+  auto epoch =
+      std::make_shared<Epoch>(dataset_, options_, epoch_order(e), size(), staging_, e, first);
+  current_ = epoch;
   return Iterator(std::move(epoch));
+}
+
+// ---------------------------------------------------------------- state
+
+namespace {
+
+Tensor int_scalar(uint64_t v) {
+  Tensor t = empty({}, kInt64);
+  *t.data_ptr<int64_t>() = static_cast<int64_t>(v);
+  return t;
+}
+
+constexpr const char* kLoaderKeys[] = {"epoch",   "batch",     "dataset_size", "batch_size",
+                                       "shuffle", "seed",      "drop_last"};
+
+}  // namespace
+
+StateDict DataLoader::state_dict() const {
+  uint64_t epoch = next_epoch_, batch = next_batch_;
+  if (auto running = current_.lock(); running && running->position < running->num_batches) {
+    // Inside the loop body the current batch has been handed out.
+    epoch = running->number;
+    batch = running->position + 1;
+    if (batch == running->num_batches) {  // the last one: the epoch is done
+      epoch += 1;
+      batch = 0;
+    }
+  }
+  StateDict sd;
+  sd.insert("epoch", int_scalar(epoch));
+  sd.insert("batch", int_scalar(batch));
+  sd.insert("dataset_size", int_scalar(dataset_->size()));
+  sd.insert("batch_size", int_scalar(static_cast<uint64_t>(options_.batch_size())));
+  sd.insert("shuffle", int_scalar(options_.shuffle() ? 1 : 0));
+  sd.insert("seed", int_scalar(options_.seed()));
+  sd.insert("drop_last", int_scalar(options_.drop_last() ? 1 : 0));
+  return sd;
+}
+
+void DataLoader::check_state_dict(const StateDict& state) const {
+  for (const char* key : kLoaderKeys) {
+    const Tensor* t = state.find(key);
+    EMBER_CHECK(t != nullptr, "DataLoader::load_state_dict: missing key '", key, "'");
+    EMBER_CHECK(t->defined() && t->dtype() == kInt64 && t->numel() == 1,
+                "DataLoader::load_state_dict: '", key, "' must be an int64 scalar");
+  }
+  for (const auto& [key, t] : state)
+    EMBER_CHECK(std::find_if(std::begin(kLoaderKeys), std::end(kLoaderKeys),
+                             [&](const char* k) { return key == k; }) != std::end(kLoaderKeys),
+                "DataLoader::load_state_dict: unexpected key '", key, "'");
+  auto value = [&](const char* key) { return *state.at(key).to(kCPU).data_ptr<int64_t>(); };
+  const StateDict mine = state_dict();
+  std::string differ;
+  for (const char* key : {"dataset_size", "batch_size", "shuffle", "seed", "drop_last"}) {
+    const int64_t saved = value(key), have = *mine.at(key).data_ptr<int64_t>();
+    if (saved != have)
+      differ += std::string(differ.empty() ? "" : ", ") + key + " " + std::to_string(saved) +
+                " (this loader: " + std::to_string(have) + ")";
+  }
+  EMBER_CHECK(differ.empty(), "DataLoader::load_state_dict: the state was saved by a loader with ",
+              differ, "; this one would not continue the same sequence of batches");
+  EMBER_CHECK(value("epoch") >= 0 && value("batch") >= 0 &&
+                  static_cast<uint64_t>(value("batch")) < std::max<size_t>(size(), 1),
+              "DataLoader::load_state_dict: position (epoch ", value("epoch"), ", batch ",
+              value("batch"), ") is out of range for ", size(), " batches per epoch");
+}
+
+void DataLoader::load_state_dict(const StateDict& state) {
+  check_state_dict(state);
+  next_epoch_ = static_cast<uint64_t>(*state.at("epoch").to(kCPU).data_ptr<int64_t>());
+  next_batch_ = static_cast<size_t>(*state.at("batch").to(kCPU).data_ptr<int64_t>());
 }
 
 bool DataLoader::Iterator::done() const {

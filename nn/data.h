@@ -20,6 +20,7 @@
 #include <memory>
 #include <vector>
 
+#include "core/state_dict.h"
 #include "core/tensor.h"
 
 namespace ember::nn {
@@ -140,9 +141,28 @@ class DataLoader {
 
   size_t size() const;  // batches per epoch
   size_t dataset_size() const { return dataset_->size(); }
-  // Epochs started so far; set_epoch(e) makes the next begin() epoch e (resume).
+  // Epochs started so far; set_epoch(e) makes the next begin() epoch e (resume),
+  // from its first batch.
   uint64_t epoch() const { return next_epoch_; }
-  void set_epoch(uint64_t e) { next_epoch_ = e; }
+  void set_epoch(uint64_t e) {
+    next_epoch_ = e;
+    next_batch_ = 0;
+  }
+
+  // Where the loader stands, for checkpoints (nn/checkpoint.h), as int64 scalars:
+  //   epoch, batch    the epoch in progress and how many of its batches were
+  //                   handed out (inside the loop body: the current one counts);
+  //                   between epochs, the next epoch and 0
+  //   dataset_size, batch_size, shuffle, seed, drop_last
+  //                   what the position means; a loader that differs in any of
+  //                   them cannot continue the same sequence and refuses to load
+  // After load_state_dict, the next begin() continues that epoch with the batch
+  // after the last one handed out: a run saved inside its loop and resumed sees
+  // exactly the batches it would have seen.
+  StateDict state_dict() const;
+  void load_state_dict(const StateDict& state);
+  // The validation half of load_state_dict: throws as it would, changes nothing.
+  void check_state_dict(const StateDict& state) const;
   // The order in which epoch e visits the dataset.
   std::vector<size_t> epoch_order(uint64_t e) const;
   const DataLoaderOptions& options() const { return options_; }
@@ -151,6 +171,8 @@ class DataLoader {
   std::shared_ptr<const Dataset> dataset_;
   DataLoaderOptions options_;
   uint64_t next_epoch_ = 0;
+  size_t next_batch_ = 0;             // the batch the next begin() starts at (resume)
+  std::weak_ptr<Epoch> current_;      // the epoch last begun, while it is iterated
   std::shared_ptr<Staging> staging_;
 };
 

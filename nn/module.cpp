@@ -43,6 +43,12 @@ void move_in_place(const Tensor& t, Device device, DType dtype) {
   impl.dtype = moved.dtype();
 }
 
+// "Linear(in_features=2, out_features=3, bias=true)", or "Net(...)" when it has
+// children: a one-line name for messages.
+std::string short_repr(const Module& m) {
+  return m.named_children().empty() ? m.str() : m.name() + "(...)";
+}
+
 }  // namespace
 
 Tensor Module::register_parameter(const std::string& name, Tensor t, bool requires_grad) {
@@ -73,7 +79,76 @@ void Module::add_child(const std::string& name, std::shared_ptr<Module> m) {
   EMBER_CHECK(!has_key(parameters_, name) && !has_key(buffers_, name) && !has_key(children_, name),
               "register_module: '", name, "' is already registered in ", this->name());
   m->rename_scope(scope_path_ + "." + name);
+  m->registered_ = true;
   children_.emplace_back(name, std::move(m));
+}
+
+std::shared_ptr<Module> Module::remove_child(const std::string& name) {
+  auto it = std::find_if(children_.begin(), children_.end(),
+                         [&](const auto& c) { return c.first == name; });
+  EMBER_CHECK(it != children_.end(), this->name(), ": no child module named '", name, "'");
+  std::shared_ptr<Module> m = std::move(it->second);
+  children_.erase(it);
+  return m;
+}
+
+void Module::warn_unregistered(const Module& outer) const noexcept {
+  warned_unregistered_ = true;
+  try {
+    if (parameters().empty()) return;  // nothing to train, move or save: harmless
+    ember::warn(short_repr(*this) + " ran inside the forward of " + outer.name() + " (" +
+                outer.scope_path() + ") but is registered in no module: its parameters are "
+                "missing from " + outer.name() + "'s parameters(), so an optimizer built from "
+                "them never trains it, and to(), state_dict() and checkpoints skip it. Register "
+                "it in the parent's constructor: member = register_module(\"name\", "
+                "std::make_shared<...>(...))");
+  } catch (...) {  // a warning must never turn a forward into a failure
+  }
+}
+
+std::vector<std::pair<std::string, std::shared_ptr<Module>>> Module::named_modules(
+    const std::string& prefix, bool include_self) const {
+  std::vector<std::pair<std::string, std::shared_ptr<Module>>> out;
+  std::vector<const Module*> seen{this};
+  if (include_self) {
+    std::shared_ptr<const Module> owned = weak_from_this().lock();
+    // Not held by a shared_ptr (a module on the stack): a handle that owns nothing.
+    std::shared_ptr<Module> self = owned ? std::const_pointer_cast<Module>(owned)
+                                         : std::shared_ptr<Module>(std::shared_ptr<Module>(),
+                                                                   const_cast<Module*>(this));
+    out.emplace_back(prefix, std::move(self));
+  }
+  struct Walk {
+    static void run(const Module& m, const std::string& prefix, std::vector<const Module*>& seen,
+                    std::vector<std::pair<std::string, std::shared_ptr<Module>>>& out) {
+      for (const auto& [name, child] : m.children_) {
+        if (std::find(seen.begin(), seen.end(), child.get()) != seen.end()) continue;
+        seen.push_back(child.get());
+        const std::string path = prefix.empty() ? name : prefix + "." + name;
+        out.emplace_back(path, child);
+        run(*child, path, seen, out);
+      }
+    }
+  };
+  Walk::run(*this, prefix, seen, out);
+  return out;
+}
+
+std::vector<std::shared_ptr<Module>> Module::modules(bool include_self) const {
+  std::vector<std::shared_ptr<Module>> out;
+  for (auto& [name, m] : named_modules("", include_self)) out.push_back(std::move(m));
+  return out;
+}
+
+void Module::apply(const std::function<void(Module&)>& fn) {
+  EMBER_CHECK(static_cast<bool>(fn), "Module::apply: the function is empty");
+  for (const auto& [name, m] : named_modules()) fn(*m);
+}
+
+void Module::apply(const std::function<void(const std::string&, Module&)>& fn,
+                   const std::string& prefix) {
+  EMBER_CHECK(static_cast<bool>(fn), "Module::apply: the function is empty");
+  for (const auto& [name, m] : named_modules(prefix)) fn(name, *m);
 }
 
 void Module::rename_scope(const std::string& path) {

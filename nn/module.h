@@ -3,8 +3,17 @@
 // throughout ember), and gives recursive access to them by dotted names
 // ("0.weight"), train/eval mode, in-place device/dtype moves, zero_grad,
 // state_dict round trips and PyTorch-style printing.
+//
+// A child module must be registered (register_module) to exist for its parent:
+// parameters(), to(), state_dict() and checkpoints see registered children only.
+// C++ cannot see a module's data members, so an unregistered child cannot be found
+// by looking; ember catches it where it can: an optimizer refuses an empty
+// parameter list, and a module whose forward runs inside another module's
+// ForwardScope without being registered anywhere is reported once by a warning.
 #pragma once
 
+#include <concepts>
+#include <functional>
 #include <memory>
 #include <ostream>
 #include <string>
@@ -17,7 +26,7 @@
 
 namespace ember::nn {
 
-class Module {
+class Module : public std::enable_shared_from_this<Module> {
  public:
   Module() = default;
   virtual ~Module() = default;
@@ -49,6 +58,32 @@ class Module {
   const std::vector<std::pair<std::string, std::shared_ptr<Module>>>& named_children() const {
     return children_;
   }
+  // This module (name "", when include_self) and every descendant, depth first in
+  // registration order, with dotted names ("encoder.0"); a module reachable by
+  // two paths is listed once, under the first. This module's own entry owns it
+  // when it is held by a std::shared_ptr, and is a non-owning handle otherwise.
+  std::vector<std::pair<std::string, std::shared_ptr<Module>>> named_modules(
+      const std::string& prefix = "", bool include_self = true) const;
+  std::vector<std::shared_ptr<Module>> modules(bool include_self = true) const;
+  // Calls `fn` on this module, then on each descendant (libtorch's order: the
+  // module before its children, each module once). For initialisation:
+  //   model->apply([](nn::Module& m) {
+  //     if (auto* l = dynamic_cast<nn::Linear*>(&m)) nn::init::zeros_(l->bias); });
+  void apply(const std::function<void(Module&)>& fn);
+  // The same with each module's dotted name ("" for this one, or `prefix`).
+  void apply(const std::function<void(const std::string&, Module&)>& fn,
+             const std::string& prefix = "");
+  // This module as an M (libtorch's as<M>()), or null when it is not one.
+  template <typename M>
+  M* as() noexcept {
+    return dynamic_cast<M*>(this);
+  }
+  template <typename M>
+  const M* as() const noexcept {
+    return dynamic_cast<const M*>(this);
+  }
+  // True once some module has registered this one as its child.
+  bool is_registered() const { return registered_; }
 
   // --- mode
   virtual void train(bool on = true);
@@ -93,6 +128,9 @@ class Module {
 
  protected:
   void add_child(const std::string& name, std::shared_ptr<Module> m);
+  // Removes child `name` (containers: ModuleDict::pop) and returns it; throws
+  // when there is no such child.
+  std::shared_ptr<Module> remove_child(const std::string& name);
 
  private:
   void collect(const std::string& prefix, bool params, bool recurse,
@@ -106,21 +144,50 @@ class Module {
   std::vector<std::pair<std::string, Tensor>> buffers_;
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
   bool training_ = true;
+  bool registered_ = false;
+  mutable bool warned_unregistered_ = false;
   std::string scope_path_ = "model";
   const char* forward_scope_ = intern_site_name("model.forward");
+
+  friend class ForwardScope;
+  void warn_unregistered(const Module& outer) const noexcept;
 };
 
-// Opened at the top of a forward: what it allocates is named after the module.
+namespace detail {
+// The module whose ForwardScope is innermost on this thread (null outside any).
+inline thread_local const Module* t_forward_module = nullptr;
+}  // namespace detail
+
+// Opened at the top of a forward (every built-in module does; a custom module may,
+// and should): what it allocates is named after the module, and a module with
+// parameters whose forward runs inside another module's forward without being
+// registered anywhere is reported once (ember::warn).
 class ForwardScope {
  public:
-  explicit ForwardScope(const Module& m) noexcept : scope_(m.forward_scope()) {}
+  explicit ForwardScope(const Module& m) noexcept
+      : scope_(m.forward_scope()), outer_(detail::t_forward_module) {
+    if (outer_ != nullptr && !m.registered_ && !m.warned_unregistered_ && outer_ != &m)
+        [[unlikely]]
+      m.warn_unregistered(*outer_);
+    detail::t_forward_module = &m;
+  }
+  ~ForwardScope() { detail::t_forward_module = outer_; }
   ForwardScope(const ForwardScope&) = delete;
   ForwardScope& operator=(const ForwardScope&) = delete;
 
  private:
   AllocationScope scope_;
+  const Module* outer_;
 };
 
 std::ostream& operator<<(std::ostream& os, const Module& m);
+// Printing a module through its handle prints the module (PyTorch's repr), not the
+// pointer that std's operator<< for shared_ptr would.
+template <typename M>
+requires std::derived_from<M, Module>
+std::ostream& operator<<(std::ostream& os, const std::shared_ptr<M>& m) {
+  if (m == nullptr) return os << "(null module)";
+  return os << static_cast<const Module&>(*m);
+}
 
 }  // namespace ember::nn

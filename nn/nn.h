@@ -6,6 +6,9 @@
 //   activation.h  ReLU, GELU, Tanh, Sigmoid, Softmax, LogSoftmax
 //   dropout.h     Dropout, DropoutOptions
 //   sequential.h  Sequential
+//   container.h   ModuleList, ModuleDict
+//   flatten.h     Flatten, FlattenOptions
+//   clip_grad.h   utils::clip_grad_norm_
 //   loss.h        MSELoss, CrossEntropyLoss, NLLLoss, BCELoss, BCEWithLogitsLoss, L1Loss
 //                 and their options
 //   functional.h  functional::linear, mse_loss, cross_entropy, nll_loss, binary_cross_entropy
@@ -13,14 +16,18 @@
 //                 log_softmax, relu, gelu, tanh, sigmoid, softplus, dropout
 //   init.h        init::kaiming_uniform_, xavier_uniform_, normal_, zeros_, ...
 //   data.h        Dataset, TensorDataset, DataLoader
-//   checkpoint.h  save / load of model and optimizer state to one file
+//   checkpoint.h  Checkpoint (model, optimizer, scheduler, loader, your entries),
+//                 save / load
 #pragma once
 
 #include "nn/activation.h"
 #include "nn/checkpoint.h"
+#include "nn/clip_grad.h"
+#include "nn/container.h"
 #include "nn/data.h"
 #include "nn/dropout.h"
 #include "nn/embedding.h"
+#include "nn/flatten.h"
 #include "nn/functional.h"
 #include "nn/init.h"
 #include "nn/linear.h"

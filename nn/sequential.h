@@ -31,6 +31,28 @@ template <typename T>
 concept SequentialItem = detail::SharedModule<std::remove_cvref_t<T>>::value ||
     (TensorModule<std::remove_cvref_t<T>> && !std::is_lvalue_reference_v<T>);
 
+namespace detail {
+template <typename T>
+struct ModuleOf {
+  using type = std::remove_cvref_t<T>;
+};
+template <typename M>
+struct ModuleOf<std::shared_ptr<M>> {
+  using type = M;
+};
+// Passed as an argument of type T: a module held in a named variable (an lvalue).
+template <typename T>
+inline constexpr bool kLvalueModule =
+    std::is_lvalue_reference_v<T> && std::derived_from<std::remove_cvref_t<T>, Module>;
+// A module (or a shared_ptr to one) without Tensor forward(const Tensor&).
+template <typename T>
+inline constexpr bool kNoTensorForward =
+    std::derived_from<typename ModuleOf<std::remove_cvref_t<T>>::type, Module> &&
+    !TensorModule<typename ModuleOf<std::remove_cvref_t<T>>::type>;
+template <typename... T>
+inline constexpr bool kAlwaysFalse = false;
+}  // namespace detail
+
 class Sequential : public Module {
  public:
   Sequential() = default;
@@ -39,6 +61,24 @@ class Sequential : public Module {
            !(sizeof...(Ms) == 1 && (std::is_same_v<std::remove_cvref_t<Ms>, Sequential> &&
                                     ...))) explicit Sequential(Ms&&... modules) {
     (push_back(std::forward<Ms>(modules)), ...);
+  }
+  // These two exist to turn a page of concept diagnostics into one sentence.
+  template <typename... Ms>
+  requires(sizeof...(Ms) > 0 && (detail::kLvalueModule<Ms> || ...))
+  explicit Sequential(Ms&&...) {
+    static_assert(detail::kAlwaysFalse<Ms...>,
+                  "nn::Sequential: a module held in a named variable (an lvalue) cannot be "
+                  "added, since modules are not copyable. Pass a temporary "
+                  "(nn::Linear(2, 3)), move it in (std::move(layer)), or share it "
+                  "(std::make_shared<nn::Linear>(2, 3))");
+  }
+  template <typename... Ms>
+  requires(sizeof...(Ms) > 0 && !(detail::kLvalueModule<Ms> || ...) &&
+           (detail::kNoTensorForward<Ms> || ...))
+  explicit Sequential(Ms&&...) {
+    static_assert(detail::kAlwaysFalse<Ms...>,
+                  "nn::Sequential: every module must have Tensor forward(const Tensor&) "
+                  "(a loss, whose forward takes two tensors, cannot be a layer)");
   }
 
   // Appends `m` under the name of its index ("0", "1", ...).
@@ -49,6 +89,14 @@ class Sequential : public Module {
   template <TensorModule M>
   requires(!std::is_lvalue_reference_v<M>) void push_back(M&& m) {
     push_back(std::make_shared<std::remove_cvref_t<M>>(std::move(m)));
+  }
+  template <typename M>
+  requires std::derived_from<M, Module>
+  void push_back(M&) {
+    static_assert(detail::kAlwaysFalse<M>,
+                  "nn::Sequential::push_back: a module held in a named variable (an lvalue) "
+                  "cannot be added, since modules are not copyable. Pass a temporary, move it "
+                  "in (std::move(layer)), or share it (std::make_shared<...>)");
   }
   template <TensorModule M>
   void push_back(const std::string& name, std::shared_ptr<M> m) {

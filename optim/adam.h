@@ -52,7 +52,17 @@ class AdamOptionsBase : public OptimizerCloneableOptions<Derived>, public AdamCo
   bool amsgrad() const { return amsgrad_; }
 
   double get_lr() const override { return lr_; }
-  void set_lr(double v) override { lr_ = v; }
+  // Validated as the constructor validates (a bad value changes nothing).
+  void set_lr(double v) override {
+    const double old = lr_;
+    lr_ = v;
+    try {
+      validate();
+    } catch (...) {
+      lr_ = old;
+      throw;
+    }
+  }
   std::vector<std::pair<std::string, double>> fields() const override {
     return {{"lr", lr_},   {"beta1", std::get<0>(betas_)},  {"beta2", std::get<1>(betas_)},
             {"eps", eps_}, {"weight_decay", weight_decay_}, {"amsgrad", amsgrad_ ? 1.0 : 0.0}};

@@ -13,12 +13,17 @@ namespace ember::optim {
 // ---------------------------------------------------------------- ParamGroup
 
 ParamGroup::ParamGroup(const ParamGroup& other)
-    : params_(other.params_), options_(other.options_ ? other.options_->clone() : nullptr) {}
+    : params_(other.params_),
+      options_(other.options_ ? other.options_->clone() : nullptr),
+      initial_lr_(other.initial_lr_),
+      has_initial_lr_(other.has_initial_lr_) {}
 
 ParamGroup& ParamGroup::operator=(const ParamGroup& other) {
   if (this != &other) {
     params_ = other.params_;
     options_ = other.options_ ? other.options_->clone() : nullptr;
+    initial_lr_ = other.initial_lr_;
+    has_initial_lr_ = other.has_initial_lr_;
   }
   return *this;
 }
@@ -64,6 +69,13 @@ Optimizer::Optimizer(std::vector<ParamGroup> groups, std::unique_ptr<OptimizerOp
   defaults_->validate();
   EMBER_CHECK(!groups.empty(), "Optimizer: got an empty list of parameter groups");
   for (auto& g : groups) add_param_group(std::move(g));
+  // PyTorch's words; an empty list is nearly always a model whose submodules or
+  // tensors were never registered, which would otherwise train silently not at all.
+  EMBER_CHECK(num_parameters() > 0,
+              "optimizer got an empty parameter list. If it came from model->parameters(), "
+              "the model registered no parameters: register each submodule held as a member "
+              "with register_module(\"name\", std::make_shared<...>(...)) and each tensor "
+              "with register_parameter(\"name\", tensor)");
 }
 
 void Optimizer::add_param_group(ParamGroup group) {

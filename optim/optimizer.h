@@ -63,6 +63,15 @@ class ParamGroup {
   std::vector<Tensor>& params() { return params_; }
   const std::vector<Tensor>& params() const { return params_; }
   bool has_options() const { return options_ != nullptr; }
+  // The group's learning rate before any scheduler changed it (PyTorch's
+  // "initial_lr"): recorded by the first LRScheduler built on the optimizer, read
+  // by later ones, so schedulers built one after another share their base.
+  bool has_initial_lr() const { return has_initial_lr_; }
+  double initial_lr() const { return initial_lr_; }
+  void set_initial_lr(double lr) {
+    initial_lr_ = lr;
+    has_initial_lr_ = true;
+  }
   OptimizerOptions& options();
   const OptimizerOptions& options() const;
   void set_options(std::unique_ptr<OptimizerOptions> options) { options_ = std::move(options); }
@@ -70,6 +79,8 @@ class ParamGroup {
  private:
   std::vector<Tensor> params_;
   std::unique_ptr<OptimizerOptions> options_;
+  double initial_lr_ = 0;
+  bool has_initial_lr_ = false;
 };
 using OptimizerParamGroup = ParamGroup;
 

@@ -31,6 +31,17 @@ void SGDOptions::set_field(const std::string& name, double value) {
     EMBER_FAIL("SGDOptions: no option named '", name, "'");
 }
 
+void SGDOptions::set_lr(double v) {
+  const double old = lr_;
+  lr_ = v;
+  try {
+    validate();
+  } catch (...) {
+    lr_ = old;
+    throw;
+  }
+}
+
 void SGDOptions::validate() const {
   EMBER_CHECK(std::isfinite(lr_) && lr_ >= 0, "SGD: learning rate must be >= 0, got ", lr_);
   EMBER_CHECK(std::isfinite(momentum_) && momentum_ >= 0, "SGD: momentum must be >= 0, got ",

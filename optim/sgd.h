@@ -40,7 +40,8 @@ class SGDOptions : public OptimizerCloneableOptions<SGDOptions> {
   double weight_decay() const { return weight_decay_; }
 
   double get_lr() const override { return lr_; }
-  void set_lr(double v) override { lr_ = v; }
+  // Validated as the constructor validates (a bad value changes nothing).
+  void set_lr(double v) override;
   std::vector<std::pair<std::string, double>> fields() const override;
   void set_field(const std::string& name, double value) override;
   void validate() const override;

@@ -22,6 +22,14 @@ class OutOfMemoryError : public Error {
   using Error::Error;
 };
 
+// Warnings: for what is legal but almost certainly a mistake (a module used in a
+// forward without being registered). Each goes to the current handler, by default
+// one that prints "ember: warning: <message>" to stderr. Tests install their own.
+using WarningHandler = void (*)(const std::string& message);
+// Installs `handler` (nullptr: the default) and returns the previous one.
+WarningHandler set_warning_handler(WarningHandler handler);
+void warn(const std::string& message);
+
 namespace detail {
 template <typename... Args>
 std::string str_cat(const Args&... args) {

@@ -214,6 +214,9 @@ Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op);
 void check_sizes(const Shape& sizes, const char* op);
 std::string shape_str(const Shape& s);
 
+// Prints "[2, 3]", as shape_str.
+std::ostream& operator<<(std::ostream& os, const Shape& s);
+
 struct ShapeStr {
   const Shape& s;
 };

@@ -46,6 +46,7 @@ void register_cpu(KernelTable& t) {
   register_cpu_optim(t);
   register_cpu_index(t);
   register_cpu_softmax(t);
+  register_cpu_multi_tensor(t);
 }
 
 }  // namespace ember::kernels

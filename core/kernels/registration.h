@@ -13,6 +13,7 @@ void register_cpu_linalg(KernelTable& t);
 void register_cpu_optim(KernelTable& t);
 void register_cpu_index(KernelTable& t);
 void register_cpu_softmax(KernelTable& t);
+void register_cpu_multi_tensor(KernelTable& t);
 
 void register_cuda_elementwise(KernelTable& t);
 void register_cuda_reduce(KernelTable& t);
@@ -22,5 +23,6 @@ void register_cuda_optim(KernelTable& t);
 void register_cuda_index(KernelTable& t);
 void register_cuda_softmax(KernelTable& t);
 void register_cuda_norm(KernelTable& t);
+void register_cuda_multi_tensor(KernelTable& t);
 
 }  // namespace ember::kernels

@@ -55,9 +55,25 @@ Tensor view(const Tensor& a, Shape sizes) {
 
 Tensor reshape(const Tensor& a, Shape sizes) {
   check_defined("reshape", a);
-  if (a.is_contiguous()) return view(a, std::move(sizes));
+  // Checked here, under reshape's name, before delegating to view.
   sizes = infer_size(std::move(sizes), a.numel(), "reshape", a.sizes());
-  return view(contiguous(a), std::move(sizes));
+  return view(a.is_contiguous() ? a : contiguous(a), std::move(sizes));
+}
+
+Tensor flatten(const Tensor& a, int64_t start_dim, int64_t end_dim) {
+  check_defined("flatten", a);
+  if (a.dim() == 0) return reshape(a, {1});
+  start_dim = wrap_dim(start_dim, a.dim(), "flatten");
+  end_dim = wrap_dim(end_dim, a.dim(), "flatten");
+  EMBER_CHECK(start_dim <= end_dim, "flatten: start_dim ", start_dim, " comes after end_dim ",
+              end_dim, " (input of shape ", shape_str(a.sizes()), ")");
+  if (start_dim == end_dim) return a;
+  Shape sizes(a.sizes().begin(), a.sizes().begin() + start_dim);
+  int64_t merged = 1;
+  for (int64_t d = start_dim; d <= end_dim; ++d) merged *= a.size(d);
+  sizes.push_back(merged);
+  sizes.insert(sizes.end(), a.sizes().begin() + end_dim + 1, a.sizes().end());
+  return reshape(a, std::move(sizes));
 }
 
 Tensor contiguous(const Tensor& a) {

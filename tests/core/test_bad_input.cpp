@@ -42,8 +42,14 @@ TEST_CASE("bad input/sizes: element and byte counts that overflow are refused") 
   const HostCounters before;
   CHECK(contains(error_of([] { empty({kBig, kBig}); }),
                  "empty: shape [1099511627776, 1099511627776] has more elements than int64"));
-  // zeros is full(0): the factory that allocates names itself.
-  CHECK(contains(error_of([] { zeros({kMax, 2}); }), "full: shape [9223372036854775807, 2]"));
+  // The factory the user called names itself (zeros is full(0) inside).
+  CHECK(contains(error_of([] { zeros({kMax, 2}); }), "zeros: shape [9223372036854775807, 2]"));
+  CHECK(contains(error_of([] { ones({-1, 2}); }), "ones: negative size -1 in shape [-1, 2]"));
+  CHECK(contains(error_of([] { zeros_like(Tensor()); }), "zeros_like: the tensor to copy"));
+  CHECK(contains(error_of([] { zeros({2, 3}).reshape({4, -1}); }),
+                 "reshape: shape [4, -1] is invalid for input of shape [2, 3] (6 elements)"));
+  CHECK(contains(error_of([] { zeros({2, 3}).t().reshape({5}); }), "reshape: shape [5] is invalid"));
+  CHECK(contains(error_of([] { Tensor().flatten(); }), "flatten: input is an undefined tensor"));
   // 2^61 float64 elements fit int64 but their 2^64 bytes do not fit size_t.
   CHECK(contains(error_of([] { empty({int64_t{1} << 61}, kFloat64); }),
                  "empty: shape [2305843009213693952] of float64 needs more bytes than size_t"));

@@ -183,3 +183,216 @@ TEST_CASE("nn/checkpoint: a failed save leaves the previous checkpoint intact") 
   std::filesystem::remove(path + ".tmp");
   std::remove(path.c_str());
 }
+
+// ---------------------------------------------------------------- whole runs
+
+namespace {
+
+// A training run over a shuffled DataLoader with dropout, Adam, a warm-up then
+// step schedule and gradient clipping: every piece of state a resume must carry.
+struct Run {
+  std::shared_ptr<nn::Sequential> model;
+  std::unique_ptr<optim::Adam> opt;
+  std::unique_ptr<optim::SequentialLR> sched;
+  std::unique_ptr<nn::DataLoader> loader;
+
+  Run(Device device, uint64_t init_seed) {
+    manual_seed(init_seed);
+    model = make_model();
+    model->to(device);
+    opt = std::make_unique<optim::Adam>(model->parameters(), optim::AdamOptions(1e-2));
+    auto warmup = std::make_shared<optim::LinearLR>(*opt, 0.5, 1.0, 4);
+    auto decay = std::make_shared<optim::StepLR>(*opt, 3, 0.7);
+    sched = std::make_unique<optim::SequentialLR>(
+        *opt, std::vector<std::shared_ptr<optim::LRScheduler>>{warmup, decay},
+        std::vector<int64_t>{4});
+    Generator data(7);  // the data set is the same in every run
+    Tensor x = randn({70, 3}, kFloat32, &data);
+    Tensor y = randn({70, 1}, kFloat32, &data);
+    loader = std::make_unique<nn::DataLoader>(
+        nn::TensorDataset(x, y),
+        nn::DataLoaderOptions(16).shuffle(true).seed(3).prefetch(true).device(device));
+  }
+
+  double step(const nn::Example& batch) {
+    opt->zero_grad();
+    Tensor loss = nn::functional::mse_loss(model->forward(batch.data), batch.target);
+    loss.backward();
+    nn::utils::clip_grad_norm_(model->parameters(), 0.5);
+    opt->step();
+    return loss.item();
+  }
+  nn::Checkpoint checkpoint() {
+    nn::Checkpoint ckp(*model);
+    ckp.optimizer(*opt).scheduler(*sched).loader(*loader);
+    return ckp;
+  }
+};
+
+constexpr int kEpochs = 3;  // of 5 batches each (70 examples in 16s)
+
+// Losses of an uninterrupted run, one per step.
+std::vector<double> run_through(Device device) {
+  Run run(device, 1);
+  std::vector<double> losses;
+  for (int epoch = 0; epoch < kEpochs; ++epoch) {
+    for (const nn::Example& batch : *run.loader) losses.push_back(run.step(batch));
+    run.sched->step();
+  }
+  return losses;
+}
+
+// Runs until `stop` steps were taken, saving a checkpoint after that step (inside
+// the loop), then, in a fresh Run built from other weights and another generator
+// state, loads it and finishes: the losses of both halves.
+std::vector<double> run_interrupted(Device device, int stop, const std::string& path) {
+  std::vector<double> losses;
+  {
+    Run run(device, 1);
+    int steps = 0;
+    for (int epoch = 0; epoch < kEpochs && steps < stop; ++epoch) {
+      for (const nn::Example& batch : *run.loader) {
+        losses.push_back(run.step(batch));
+        if (++steps == stop) {
+          nn::Checkpoint ckp = run.checkpoint();
+          ckp.set("epoch", epoch).set("step", steps).set("note", 0.25);
+          ckp.set("ema", run.model->parameters()[0] * 2.0);
+          ckp.save(path);
+          break;
+        }
+      }
+      if (steps < stop) run.sched->step();
+    }
+  }
+  Run resumed(device, 999);
+  manual_seed(12345);  // a fresh process draws differently
+  nn::Checkpoint ckp = resumed.checkpoint();
+  ckp.load(path);
+  CHECK(ckp.get<int>("step") == stop);
+  CHECK(ckp.get<double>("note") == 0.25);
+  CHECK(ckp.get<Tensor>("ema").sizes() == Shape{8, 3});
+  const int64_t saved_epoch = ckp.get<int64_t>("epoch");
+  // The loader knows whether the saved epoch was finished: it continues inside it
+  // or starts the next one; the loop below only has to know when to step the
+  // scheduler (once per finished epoch).
+  for (int64_t epoch = saved_epoch; epoch < kEpochs; ++epoch) {
+    if (epoch == saved_epoch && resumed.loader->epoch() > static_cast<uint64_t>(epoch)) {
+      resumed.sched->step();  // the saved step was the epoch's last: it ended there
+      continue;
+    }
+    for (const nn::Example& batch : *resumed.loader) losses.push_back(resumed.step(batch));
+    resumed.sched->step();
+  }
+  return losses;
+}
+
+}  // namespace
+
+TEST_CASE("nn/checkpoint: a run resumed mid-epoch continues bit for bit (loader, scheduler, "
+          "entries)") {
+  const std::string path = temp_path("midepoch.ckp");
+  const std::vector<double> straight = run_through(kCPU);
+  REQUIRE(straight.size() == 15);
+  for (int stop : {3, 5, 7, 12}) {  // inside an epoch, at an epoch's end, ...
+    CAPTURE(stop);
+    CHECK(run_interrupted(kCPU, stop, path) == straight);
+  }
+  std::remove(path.c_str());
+}
+
+TEST_CASE("nn/checkpoint: a run resumed mid-epoch continues bit for bit on CUDA" *
+          doctest::test_suite("cuda")) {
+  const std::string path = temp_path("midepoch_cuda.ckp");
+  const std::vector<double> straight = run_through(kCUDA);
+  for (int stop : {3, 5, 12}) {
+    CAPTURE(stop);
+    CHECK(run_interrupted(kCUDA, stop, path) == straight);
+  }
+  std::remove(path.c_str());
+}
+
+TEST_CASE("nn/checkpoint: the loader's position, in and between epochs") {
+  nn::DataLoader loader(nn::TensorDataset(arange(10).reshape({10, 1})),
+                        nn::DataLoaderOptions(4).shuffle(true).seed(9));
+  auto position = [&] {
+    StateDict sd = loader.state_dict();
+    return std::pair<int64_t, int64_t>(sd.at("epoch").item<int64_t>(),
+                                       sd.at("batch").item<int64_t>());
+  };
+  CHECK(position() == std::pair<int64_t, int64_t>(0, 0));
+  std::vector<std::pair<int64_t, int64_t>> seen;
+  for (const nn::Example& b : loader) {
+    (void)b;
+    seen.push_back(position());
+  }
+  CHECK(seen == std::vector<std::pair<int64_t, int64_t>>{{0, 1}, {0, 2}, {1, 0}});
+  CHECK(position() == std::pair<int64_t, int64_t>(1, 0));
+  // Resume epoch 1 after its first batch: the same batches as an unbroken epoch 1.
+  std::vector<std::vector<double>> unbroken;
+  for (const nn::Example& b : loader) unbroken.push_back(b.data.to_vector<double>());
+  nn::DataLoader again(nn::TensorDataset(arange(10).reshape({10, 1})),
+                       nn::DataLoaderOptions(4).shuffle(true).seed(9));
+  StateDict sd = loader.state_dict();
+  StateDict at;
+  for (const auto& [k, t] : sd) at.insert(k, k == "epoch" ? full({}, 1, kInt64) : k == "batch" ? full({}, 1, kInt64) : t);
+  again.load_state_dict(at);
+  std::vector<std::vector<double>> rest;
+  for (const nn::Example& b : again) rest.push_back(b.data.to_vector<double>());
+  CHECK(rest == std::vector<std::vector<double>>(unbroken.begin() + 1, unbroken.end()));
+  CHECK(again.epoch() == 2);
+  // A loader that would not give the same sequence refuses the state.
+  nn::DataLoader other(nn::TensorDataset(arange(12).reshape({12, 1})),
+                       nn::DataLoaderOptions(4).shuffle(true).seed(8));
+  CHECK(contains(error_of([&] { other.load_state_dict(sd); }),
+                 "saved by a loader with dataset_size 10 (this loader: 12), seed 9 (this loader: "
+                 "8)"));
+}
+
+TEST_CASE("nn/checkpoint: clear errors for what the file does not hold, directories and user "
+          "entries") {
+  const std::string path = temp_path("plain.ckp");
+  auto model = make_model();
+  optim::SGD opt(model->parameters(), optim::SGDOptions(0.1));
+  nn::save(*model, path);  // model only
+  CHECK(contains(error_of([&] { nn::load(*model, opt, path); }),
+                 "checkpoint '" + path + "' holds no optimizer state (it was saved without "
+                 "one); load it with nn::load(model, path)"));
+  optim::StepLR sched(opt, 2);
+  nn::save(*model, opt, path);
+  CHECK(contains(error_of([&] { nn::Checkpoint(*model).optimizer(opt).scheduler(sched).load(path); }),
+                 "holds no learning-rate scheduler state"));
+  nn::DataLoader loader(nn::TensorDataset(zeros({4, 3})), nn::DataLoaderOptions(2));
+  CHECK(contains(error_of([&] { nn::Checkpoint(*model).loader(loader).load(path); }),
+                 "holds no data loader state"));
+  // A directory as the path, for saving and for loading.
+  const std::string dir = std::filesystem::temp_directory_path().string();
+  CHECK(contains(error_of([&] { nn::save(*model, dir); }),
+                 "save: checkpoint path '" + dir + "' is a directory"));
+  CHECK(contains(error_of([&] { nn::load(*model, dir); }),
+                 "load: checkpoint path '" + dir + "' is a directory"));
+  // A scheduler attached with another optimizer.
+  optim::SGD other(model->parameters(), optim::SGDOptions(0.1));
+  CHECK(contains(error_of([&] { nn::Checkpoint(*model).optimizer(other).scheduler(sched); }),
+                 "this StepLR was built for another optimizer than the checkpoint's"));
+  CHECK(contains(error_of([&] { nn::Checkpoint(*model).scheduler(sched); }),
+                 "attach the scheduler's optimizer first"));
+  // User entries: types, replacement, names listed when one is missing.
+  nn::Checkpoint ckp(*model);
+  ckp.set("epoch", 3).set("lr", 0.5).set("epoch", int64_t{4});
+  CHECK(ckp.names() == std::vector<std::string>{"lr", "epoch"});
+  CHECK(ckp.get<int64_t>("epoch") == 4);
+  CHECK(ckp.get<float>("lr") == 0.5f);
+  CHECK(contains(error_of([&] { ckp.get<int>("lr"); }),
+                 "'lr' is a float64 tensor of shape [], not an integer"));
+  CHECK(contains(error_of([&] { ckp.get<double>("steps"); }),
+                 "no entry 'steps' (entries: 'lr', 'epoch')"));
+  Tensor kept = ones({2});
+  ckp.set("kept", kept);
+  kept.fill_(5);  // set() took a snapshot
+  ckp.save(path);
+  nn::Checkpoint back(*model);
+  back.load(path);
+  CHECK(back.get<Tensor>("kept").to_vector<double>() == std::vector<double>{1, 1});
+  CHECK(back.get<int64_t>("epoch") == 4);
+  std::remove(path.c_str());
+}

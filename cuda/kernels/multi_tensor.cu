@@ -1,0 +1,188 @@
+// Multi-tensor kernels: the norm of many tensors together and their scaling.
+//
+// The tensor table (pointers, sizes, dtypes and where each tensor's chunks start)
+// is a kernel parameter (__grid_constant__). Each block takes one chunk of one
+// tensor, found by a binary search over the chunk starts. The norm kernel leaves
+// one partial per chunk in the workspace (a CUB block reduction of the chunk's
+// terms); a single block then combines the partials, each thread a fixed strided
+// subset in index order and CUB's block reduction over the threads, so the same
+// tensors give the same bits on every run. The per-element math is
+// core/base/multi_tensor.h, the CPU loop's.
+#include <cuda_bf16.h>
+
+#include <cub/block/block_reduce.cuh>
+
+#include "core/base/error.h"
+#include "cuda/check.h"
+#include "cuda/kernels/multi_tensor.h"
+
+namespace ember::cuda {
+
+namespace {
+
+constexpr int kThreads = 512;
+constexpr int64_t kChunk = 64 * 1024;  // elements per block
+constexpr int kSpans = static_cast<int>(kMultiTensorSpansPerLaunch);
+
+struct SpanBatch {
+  void* data[kSpans];
+  int64_t numel[kSpans];
+  int64_t first_chunk[kSpans + 1];  // the chunk where tensor i starts; [count]: the total
+  uint8_t dtype[kSpans];
+  int count;
+  int64_t partial_offset;  // where this launch's partials start in the workspace
+};
+static_assert(sizeof(SpanBatch) + 64 <= 4000, "the batch must fit the kernel parameter space");
+
+inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+__device__ int span_of(const SpanBatch& b, int64_t chunk) {
+  int lo = 0, hi = b.count - 1;
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (b.first_chunk[mid] <= chunk)
+      lo = mid;
+    else
+      hi = mid - 1;
+  }
+  return lo;
+}
+
+__device__ __forceinline__ double load(const void* p, uint8_t dtype, int64_t i) {
+  switch (static_cast<DType>(dtype)) {
+    case DType::Float64: return static_cast<const double*>(p)[i];
+    case DType::BFloat16: return __bfloat162float(static_cast<const __nv_bfloat16*>(p)[i]);
+    default: return static_cast<const float*>(p)[i];
+  }
+}
+
+__device__ __forceinline__ void store(void* p, uint8_t dtype, int64_t i, double v) {
+  switch (static_cast<DType>(dtype)) {
+    case DType::Float64: static_cast<double*>(p)[i] = v; break;
+    case DType::BFloat16:
+      static_cast<__nv_bfloat16*>(p)[i] = __float2bfloat16_rn(static_cast<float>(v));
+      break;
+    default: static_cast<float*>(p)[i] = static_cast<float>(v); break;
+  }
+}
+
+struct Combine {
+  NormKind kind;
+  __device__ double operator()(double a, double b) const { return norm_combine(kind, a, b); }
+};
+
+using BlockReduce = cub::BlockReduce<double, kThreads>;
+
+__global__ void __launch_bounds__(kThreads)
+    norm_partials_kernel(const __grid_constant__ SpanBatch batch, NormKind kind, double p,
+                         double* partials) {
+  __shared__ typename BlockReduce::TempStorage temp;
+  const int64_t chunk = blockIdx.x;
+  const int k = span_of(batch, chunk);
+  const int64_t begin = (chunk - batch.first_chunk[k]) * kChunk;
+  const int64_t n = batch.numel[k];
+  const int64_t end = begin + kChunk < n ? begin + kChunk : n;
+  double acc = norm_identity();
+  for (int64_t i = begin + threadIdx.x; i < end; i += kThreads)
+    acc = norm_combine(kind, acc, norm_term(kind, p, load(batch.data[k], batch.dtype[k], i)));
+  const double block = BlockReduce(temp).Reduce(acc, Combine{kind});
+  if (threadIdx.x == 0) partials[batch.partial_offset + chunk] = block;
+}
+
+__global__ void __launch_bounds__(kThreads)
+    norm_finish_kernel(const double* partials, int64_t count, NormKind kind, double p,
+                       double* total, double max_norm, double* clip_coef) {
+  __shared__ typename BlockReduce::TempStorage temp;
+  double acc = norm_identity();
+  for (int64_t i = threadIdx.x; i < count; i += kThreads) acc = norm_combine(kind, acc, partials[i]);
+  const double sum = BlockReduce(temp).Reduce(acc, Combine{kind});
+  if (threadIdx.x == 0) {
+    const double norm = norm_finish(kind, p, sum);
+    *total = norm;
+    if (clip_coef != nullptr) *clip_coef = clip_coefficient(max_norm, norm);
+  }
+}
+
+__global__ void __launch_bounds__(kThreads)
+    scale_kernel(const __grid_constant__ SpanBatch batch, const double* scale) {
+  const int64_t chunk = blockIdx.x;
+  const int k = span_of(batch, chunk);
+  const int64_t begin = (chunk - batch.first_chunk[k]) * kChunk;
+  const int64_t n = batch.numel[k];
+  const int64_t end = begin + kChunk < n ? begin + kChunk : n;
+  const double s = *scale;
+  for (int64_t i = begin + threadIdx.x; i < end; i += kThreads)
+    store(batch.data[k], batch.dtype[k], i, load(batch.data[k], batch.dtype[k], i) * s);
+}
+
+// The batch of tensors [offset, offset + kSpans) with its chunk map; returns its
+// chunk count. Tensors without elements own no chunk.
+int64_t make_batch(const TensorSpan* tensors, int64_t count, int64_t offset, SpanBatch& b) {
+  b.count = static_cast<int>(count - offset < kSpans ? count - offset : kSpans);
+  int64_t chunks = 0;
+  for (int i = 0; i < b.count; ++i) {
+    const TensorSpan& t = tensors[offset + i];
+    EMBER_CHECK(t.numel >= 0, "multi-tensor kernel: tensor ", offset + i, " has ", t.numel,
+                " elements");
+    EMBER_CHECK(t.dtype == DType::Float32 || t.dtype == DType::Float64 ||
+                    t.dtype == DType::BFloat16,
+                "multi-tensor kernel: tensor ", offset + i, " is ", t.dtype,
+                "; float32, float64 or bfloat16 expected");
+    b.data[i] = t.data;
+    b.numel[i] = t.numel;
+    b.dtype[i] = static_cast<uint8_t>(t.dtype);
+    b.first_chunk[i] = chunks;
+    chunks += ceil_div(t.numel, kChunk);
+  }
+  b.first_chunk[b.count] = chunks;
+  EMBER_CHECK(chunks < (int64_t{1} << 31), "multi-tensor kernel: ", chunks,
+              " chunks exceed the grid limit");
+  return chunks;
+}
+
+int64_t total_chunks(const TensorSpan* tensors, int64_t count) {
+  int64_t chunks = 0;
+  for (int64_t i = 0; i < count; ++i) chunks += ceil_div(tensors[i].numel, kChunk);
+  return chunks;
+}
+
+}  // namespace
+
+size_t multi_tensor_norm_workspace_bytes(const TensorSpan* tensors, int64_t count) {
+  return static_cast<size_t>(total_chunks(tensors, count)) * sizeof(double);
+}
+
+void launch_multi_tensor_norm(const TensorSpan* tensors, int64_t count, double norm_type,
+                              double* total, double max_norm, double* clip_coef, void* workspace,
+                              cudaStream_t stream) {
+  const NormKind kind = norm_kind(norm_type);
+  auto* partials = static_cast<double*>(workspace);
+  int64_t written = 0;
+  for (int64_t offset = 0; offset < count; offset += kSpans) {
+    SpanBatch batch{};
+    const int64_t chunks = make_batch(tensors, count, offset, batch);
+    batch.partial_offset = written;
+    if (chunks == 0) continue;
+    norm_partials_kernel<<<static_cast<unsigned>(chunks), kThreads, 0, stream>>>(batch, kind,
+                                                                                 norm_type, partials);
+    EMBER_CUDA_CHECK(cudaGetLastError());
+    written += chunks;
+  }
+  // With no element at all the finishing block sums nothing: the norm is 0.
+  norm_finish_kernel<<<1, kThreads, 0, stream>>>(partials, written, kind, norm_type, total,
+                                                 max_norm, clip_coef);
+  EMBER_CUDA_CHECK(cudaGetLastError());
+}
+
+void launch_multi_tensor_scale(const TensorSpan* tensors, int64_t count, const double* scale,
+                               cudaStream_t stream) {
+  for (int64_t offset = 0; offset < count; offset += kSpans) {
+    SpanBatch batch{};
+    const int64_t chunks = make_batch(tensors, count, offset, batch);
+    if (chunks == 0) continue;
+    scale_kernel<<<static_cast<unsigned>(chunks), kThreads, 0, stream>>>(batch, scale);
+    EMBER_CUDA_CHECK(cudaGetLastError());
+  }
+}
+
+}  // namespace ember::cuda
