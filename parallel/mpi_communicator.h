@@ -1,5 +1,5 @@
 // MpiCommunicator: the CPU backend. Collectives on host tensors (float32, float64,
-// int64) over MPI's non-blocking calls, polled with MPI_Test against a deadline;
+// int64; bfloat16 where no sum is needed) over MPI's non-blocking calls, polled with MPI_Test against a deadline;
 // on timeout the waiting ranks ask each other where they are, so the error names
 // the ranks that did not arrive. Used by the CI tests and by anyone without GPUs.
 #pragma once
@@ -39,6 +39,8 @@ class MpiCommunicator final : public Communicator {
                                          const std::string& label = "") override;
   std::shared_ptr<Work> reduce_scatter_async(FlatBuffer in, FlatBuffer out, ReduceOp op,
                                              const std::string& label = "") override;
+  std::shared_ptr<Work> all_to_all_async(FlatBuffer in, FlatBuffer out,
+                                         const std::string& label = "") override;
   std::shared_ptr<Work> barrier_async(const std::string& label = "") override;
 
  private:
