@@ -60,8 +60,6 @@ class Work {
   virtual void wait() = 0;
   // Tensors that must outlive the collective (held until the Work is destroyed).
   void keep_alive(Tensor t) { keep_alive_.push_back(std::move(t)); }
-
- protected:
   // After a timeout the collective may still touch its buffers: keep them for
   // the rest of the process rather than let their memory be reused.
   void abandon_buffers();
@@ -81,6 +79,8 @@ class Communicator {
   Device device() const { return device_; }  // where its buffers must live
   const CommOptions& options() const { return options_; }
   virtual const char* backend() const = 0;
+  // True after a collective failed or timed out: later collectives throw at once.
+  virtual bool broken() const = 0;
 
   // --- flat buffers, asynchronous. `label` names the collective in errors.
   virtual std::shared_ptr<Work> all_reduce_async(FlatBuffer buf, ReduceOp op,

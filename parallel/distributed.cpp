@@ -164,9 +164,12 @@ void Reducer::launch(Bucket& b, size_t index) {
   } else if (shard_mode) {
     b.works.push_back(comm->reduce_scatter_async(FlatBuffer::of(whole), FlatBuffer::of(b.shard),
                                                  ReduceOp::Average, label));
+    b.works.back()->keep_alive(b.shard);
   } else {
     b.works.push_back(comm->all_reduce_async(FlatBuffer::of(whole), ReduceOp::Average, label));
   }
+  // A collective that times out may still write: its buffers must outlive it.
+  b.works.back()->keep_alive(whole);
   if (b.tail) b.tail->record(comm_stream_);
   b.launched = true;
 }
@@ -182,6 +185,8 @@ void Reducer::launch_bf16(Bucket& b, const Tensor& whole, const std::string& lab
   b.staging.copy_(whole);  // float32 -> bfloat16
   b.works.push_back(comm->all_to_all_async(FlatBuffer::of(b.staging), FlatBuffer::of(b.received),
                                            label + " (bf16 all_to_all)"));
+  b.works.back()->keep_alive(b.staging);
+  b.works.back()->keep_alive(b.received);
   settle();
   // This rank's block from every rank, summed in float32.
   Tensor sum = b.received.view({n, block}).to(kFloat32).sum(0);
@@ -194,6 +199,7 @@ void Reducer::launch_bf16(Bucket& b, const Tensor& whole, const std::string& lab
   mine.copy_(sum);
   b.works.push_back(comm->all_gather_async(FlatBuffer::of(mine), FlatBuffer::of(b.staging),
                                            label + " (bf16 all_gather)"));
+  b.works.back()->keep_alive(b.staging);
   settle();
   Tensor out = whole;
   out.copy_(b.staging);  // bfloat16 -> float32
@@ -221,18 +227,28 @@ void Reducer::on_grad_ready(int64_t p, const std::weak_ptr<Reducer>& self) {
 
 void Reducer::wait_bucket(Bucket& b) {
   if (!b.launched) return;
-  for (auto& w : b.works) w->wait();
+  // Taken out first: after a failure nothing is waited for twice.
+  std::vector<std::shared_ptr<Work>> works = std::move(b.works);
   b.works.clear();
+  b.launched = false;
+  for (auto& w : works) w->wait();
   if (b.tail) {
     // wait() ordered the caller after the collectives; the bucket may have
     // queued more after them (bfloat16: the cast back).
     EMBER_CUDA_CHECK(cudaStreamWaitEvent(cuda::current_stream(device_), b.tail->get(), 0));
   }
-  b.launched = false;
 }
 
 void Reducer::wait_all() {
-  for (Bucket& b : buckets) wait_bucket(b);
+  for (Bucket& b : buckets) {
+    if (comm->broken()) {  // nothing more will complete; their buffers stay reserved
+      for (auto& w : b.works) w->abandon_buffers();
+      b.works.clear();
+      b.launched = false;
+      continue;
+    }
+    wait_bucket(b);
+  }
 }
 
 void Reducer::finish() {

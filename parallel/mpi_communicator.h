@@ -29,7 +29,7 @@ class MpiCommunicator final : public Communicator {
   const char* backend() const override { return "MPI"; }
   MPI_Comm comm() const { return comm_; }
   // True after a collective timed out: later collectives throw at once.
-  bool broken() const { return !broken_reason_.empty(); }
+  bool broken() const override { return !broken_reason_.empty(); }
 
   std::shared_ptr<Work> all_reduce_async(FlatBuffer buf, ReduceOp op,
                                          const std::string& label = "") override;

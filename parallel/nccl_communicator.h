@@ -62,7 +62,7 @@ class NcclCommunicator final : public Communicator {
   const char* backend() const override { return "NCCL"; }
   ncclComm_t comm() const { return comm_; }  // the one collectives run on
   cudaStream_t stream() const { return stream_.get(); }
-  bool broken() const { return !broken_reason_.empty(); }
+  bool broken() const override { return !broken_reason_.empty(); }
   // True when collectives go through a non-blocking NCCL communicator
   // (CommOptions::nccl_nonblocking, or the split failed and ember said so).
   bool nonblocking() const { return !comm_blocking_; }

@@ -166,6 +166,7 @@ void ZeroRedundancyOptimizer::step() {
     gathers.push_back(m.comm().all_gather_async(FlatBuffer::of(m.shard_params[i]),
                                                 FlatBuffer::of(m.param_region(b)),
                                                 "ZeRO bucket " + std::to_string(i)));
+    gathers.back()->keep_alive(m.param_flats[b.flat]);
   }
   for (size_t j = 0; j < m.shard_params.size(); ++j)
     m.shard_params[j].set_grad(r.buckets[j].shard);
