@@ -87,6 +87,13 @@ Reducer::Reducer(std::shared_ptr<Communicator> c, DdpOptions o, std::vector<Tens
   }
   // Every gradient is a view of its slot from now on (an existing one is kept).
   NoGradGuard no_grad;
+  if (bf16) {
+    // NCCL connects send/receive pairs on first use, inside the call, which then
+    // waits for the peers without a deadline: do it now, while every rank is here.
+    Tensor a = zeros({world}, TensorOptions().dtype(kBFloat16).device(device));
+    Tensor b = zeros({world}, TensorOptions().dtype(kBFloat16).device(device));
+    comm->all_to_all(FlatBuffer::of(a), FlatBuffer::of(b));
+  }
   for (int64_t p = 0; p < n; ++p) {
     Tensor s = slot(p);
     if (params[p].grad().defined()) s.copy_(params[p].grad());

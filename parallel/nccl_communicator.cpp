@@ -35,7 +35,9 @@ ncclRedOp_t nccl_op(ReduceOp op) { return op == ReduceOp::Sum ? ncclSum : ncclAv
 // a rank that skips the first collective would hang the others on the host.
 // Connecting everything while the ranks join and split (under the deadline)
 // avoids it, at the price of the buffers of algorithms never used. NCCL reads
-// the variable once, at its first communicator; a value the user set wins.
+// the variable once, at its first communicator, so every way into NCCL here sets
+// it first; a value the user set wins. (Send/receive pairs, all_to_all's, still
+// connect on first use: DDP's bfloat16 path runs one while every rank is there.)
 void connect_at_init() {
   static std::once_flag once;
   std::call_once(once, [] { setenv("NCCL_RUNTIME_CONNECT", "0", /*overwrite=*/0); });
@@ -56,6 +58,7 @@ std::string nccl_runtime_version() {
 }
 
 NcclUniqueId NcclUniqueId::create() {
+  connect_at_init();  // before anything of NCCL's runs in this process
   ncclUniqueId id;
   EMBER_NCCL_CHECK(ncclGetUniqueId(&id));
   NcclUniqueId out;
@@ -218,7 +221,7 @@ NcclCommunicator::NcclCommunicator(const NcclUniqueId& id, int rank, int size, i
   cuda::check_device(device);
   cuda::DeviceGuard guard(device);
   EMBER_CUDA_CHECK(cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming));
-  if (!options.nccl_nonblocking_) connect_at_init();
+  connect_at_init();
   ncclUniqueId raw;
   std::copy(id.bytes.begin(), id.bytes.end(), raw.internal);
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
@@ -259,6 +262,7 @@ std::vector<std::unique_ptr<NcclCommunicator>> NcclCommunicator::create_all(
     const std::vector<int>& devices, CommOptions options) {
   EMBER_CHECK(!devices.empty(), "NcclCommunicator::create_all: no devices given");
   for (int d : devices) cuda::check_device(d);
+  connect_at_init();  // NCCL reads it once per process: set before its first communicator
   std::vector<ncclComm_t> comms(devices.size());
   EMBER_NCCL_CHECK(ncclCommInitAll(comms.data(), static_cast<int>(devices.size()), devices.data()));
   std::vector<std::unique_ptr<NcclCommunicator>> out;

@@ -3,7 +3,8 @@
 // tests/main.cpp), and only rank 0 printing doctest's summary (other ranks print
 // their failures, prefixed, so tools/test_summary.sh counts each test case once).
 // `--launcher-probe` instead checks the environment ember-run gives its children;
-// `--rank-killed-probe` kills a rank mid-run under ember-run (rank_killed.cpp).
+// `--rank-killed-probe [ddp|zero-rs|zero-ag]` kills a rank mid-run under ember-run
+// (rank_killed.cpp).
 #define DOCTEST_CONFIG_IMPLEMENT
 #include <doctest/doctest.h>
 #include <mpi.h>
@@ -18,7 +19,7 @@
 #include "parallel/process_group.h"
 
 namespace ember::parallel::testing {
-int rank_killed_probe();  // rank_killed.cpp
+int rank_killed_probe(const std::string& mode);  // rank_killed.cpp
 }
 
 namespace {
@@ -56,7 +57,7 @@ int launcher_probe() {
 int main(int argc, char** argv) {
   if (argc > 1 && std::strcmp(argv[1], "--launcher-probe") == 0) return launcher_probe();
   if (argc > 1 && std::strcmp(argv[1], "--rank-killed-probe") == 0)
-    return ember::parallel::testing::rank_killed_probe();
+    return ember::parallel::testing::rank_killed_probe(argc > 2 ? argv[2] : "ddp");
   int provided = 0;
   MPI_Init_thread(&argc, &argv, MPI_THREAD_SERIALIZED, &provided);
   int rank = 0, size = 1;
@@ -72,7 +73,7 @@ int main(int argc, char** argv) {
   // doctest counts them as skipped (never as passed).
   std::string not_here;
   if (have_gpu && size > gpus) {
-    context.addFilter("test-case-exclude", "nccl/communicator*,nccl/ddp*,nccl/timeout*");
+    context.addFilter("test-case-exclude", "nccl/communicator*,nccl/ddp*,nccl/zero*,nccl/timeout*");
     not_here = "; " + std::to_string(size) + " ranks but " + std::to_string(gpus) +
                " GPU(s): the one-GPU-per-rank NCCL cases are skipped";
   } else if (have_gpu && size < 2) {
