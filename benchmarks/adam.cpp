@@ -44,7 +44,9 @@ double rel_error(const std::vector<Tensor>& got, const std::vector<Tensor>& ref)
 // Everything the optimizer holds for its parameters, in a fixed order.
 std::vector<Tensor> state_of(const optim::Optimizer& opt) {
   std::vector<Tensor> out;
-  for (const auto& [key, t] : opt.state_dict().items())
+  // Named: items() of the temporary would dangle in the range-for (GCC 12 says so).
+  const StateDict state = opt.state_dict();
+  for (const auto& [key, t] : state.items())
     if (t.numel() > 1) out.push_back(t);
   return out;
 }
