@@ -115,6 +115,7 @@ class NcclWork final : public Work {
 
   bool poll() override {
     if (finished_) return true;
+    check_not_aborted();
     if (query()) {
       finished_ = true;
       return true;
@@ -125,6 +126,8 @@ class NcclWork final : public Work {
 
   void wait() override {
     if (!finished_) {
+      // An aborted collective's event may complete without its result.
+      check_not_aborted();
       const auto start = Clock::now();
       const auto deadline = start + comm_->options().timeout_;
       int64_t polls = 0;
@@ -159,10 +162,13 @@ class NcclWork final : public Work {
     if (e != cudaErrorNotReady) EMBER_CUDA_CHECK(e);
     return false;
   }
-  void check_async() {
+  void check_not_aborted() const {
     EMBER_CHECK(!comm_->broken(), "NcclCommunicator: ",
                 NcclCommunicator::describe(op_, label_, seq_),
                 " on a communicator aborted after: ", comm_->broken_reason_);
+  }
+  void check_async() {
+    check_not_aborted();
     ncclResult_t st = ncclSuccess;
     EMBER_NCCL_CHECK(ncclCommGetAsyncError(comm_->comm_, &st));
     if (st != ncclSuccess && st != ncclInProgress) {
