@@ -1,7 +1,6 @@
 #include "parallel/zero.h"
 
 #include <filesystem>
-#include <regex>
 #include <set>
 #include <sstream>
 
@@ -47,6 +46,22 @@ std::string shard_file(const std::string& dir, int rank, int world) {
   return (std::filesystem::path(dir) /
           ("zero_rank" + std::to_string(rank) + "_of" + std::to_string(world) + ".ckpt"))
       .string();
+}
+
+// N for a file named zero_rank<r>_of<N>.ckpt, else 0.
+int shard_file_world(const std::string& name) {
+  auto digits = [&](size_t& i) {
+    const size_t from = i;
+    while (i < name.size() && name[i] >= '0' && name[i] <= '9') ++i;
+    return i > from && i - from < 9 ? std::stoi(name.substr(from, i - from)) : -1;
+  };
+  const std::string head = "zero_rank", mid = "_of", tail = ".ckpt";
+  if (name.rfind(head, 0) != 0) return 0;
+  size_t i = head.size();
+  if (digits(i) < 0 || name.compare(i, mid.size(), mid) != 0) return 0;
+  i += mid.size();
+  const int world = digits(i);
+  return world > 0 && name.substr(i) == tail ? world : 0;
 }
 
 }  // namespace
@@ -249,12 +264,10 @@ void ZeroRedundancyOptimizer::load(const std::string& dir) {
   namespace fs = std::filesystem;
   EMBER_CHECK(fs::is_directory(dir), who, ": ", dir, " is not a directory");
   // Which world size wrote it: every file must say the same.
-  const std::regex name_re("zero_rank([0-9]+)_of([0-9]+)\\.ckpt");
   std::set<int> worlds;
   for (const auto& entry : fs::directory_iterator(dir)) {
-    std::smatch match;
-    const std::string name = entry.path().filename().string();
-    if (std::regex_match(name, match, name_re)) worlds.insert(std::stoi(match[2].str()));
+    const int w = shard_file_world(entry.path().filename().string());
+    if (w > 0) worlds.insert(w);
   }
   EMBER_CHECK(!worlds.empty(), who, ": no zero_rank<r>_of<N>.ckpt file in ", dir);
   EMBER_CHECK(worlds.size() == 1, who, ": ", dir, " mixes checkpoints written by ",
