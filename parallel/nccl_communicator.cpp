@@ -243,7 +243,10 @@ NcclCommunicator::NcclCommunicator(const NcclUniqueId& id, int rank, int size, i
   }
   const std::string joining = "joining " + std::to_string(size) + " ranks";
   wait_ready(parent_, "ncclCommInitRankConfig", joining, -1);
-  if (options.nccl_nonblocking_) return;
+  // EMBER_NCCL_NONBLOCKING=1 keeps every communicator non-blocking without a
+  // rebuild (every rank must see the same value: the split is collective).
+  const char* force = std::getenv("EMBER_NCCL_NONBLOCKING");
+  if (options.nccl_nonblocking_ || (force && std::string(force) == "1")) return;
 
   // The collectives' communicator: blocking, split off under the same deadline.
   ncclConfig_t child = NCCL_CONFIG_INITIALIZER;
