@@ -94,16 +94,30 @@ class WorkerPool {
 struct DataParallelBase::Impl {
   std::vector<Device> devices;
   std::vector<std::shared_ptr<nn::Module>> replicas;
+  std::vector<std::vector<Tensor>> params;             // each replica's, in order
   std::vector<std::unique_ptr<cuda::Stream>> streams;  // CUDA replicas only
   std::vector<std::unique_ptr<optim::Optimizer>> optimizers;
 #ifdef EMBER_HAVE_NCCL
   std::vector<std::unique_ptr<NcclCommunicator>> comms;
 #endif
-  std::vector<Tensor> flats;                 // each replica's gradients, flattened
-  std::vector<std::vector<Tensor>> stashed;  // .grad() before this step's backward
-  std::unique_ptr<WorkerPool> pool;          // last: its threads use the rest
+  // Each replica's gradients: one flat buffer on its own device, every .grad()
+  // a view of it (its slot), all-reduced in place: no copy in or out.
+  std::vector<Tensor> flats;
+  std::vector<int64_t> offsets;  // slot j starts at offsets[j] in every flat
+  std::shared_ptr<int> alive = std::make_shared<int>(0);  // the hooks' way to tell
+  std::unique_ptr<WorkerPool> pool;  // last: its threads use the rest
 
   bool on_cuda() const { return devices.front().is_cuda(); }
+
+  Tensor slot(size_t i, size_t j) const {
+    const Tensor& p = params[i][j];
+    return flats[i].slice(0, offsets[j], offsets[j] + p.numel()).view(p.sizes());
+  }
+  bool grad_is_slot(size_t i, size_t j) const {
+    const Tensor& g = params[i][j].grad();
+    return g.defined() && g.storage() == flats[i].storage() &&
+           g.storage_offset() == flats[i].storage_offset() + offsets[j];
+  }
 
   // Runs fn(i) on every device's thread. On CUDA each thread then waits for its
   // stream, so the caller may read replicas from any thread and stream afterwards.
@@ -128,6 +142,7 @@ struct DataParallelBase::Impl {
         bufs.push_back(FlatBuffer::of(flats[i]));
       }
       NcclCommunicator::all_reduce_group(cs, bufs, ReduceOp::Sum);
+      for (auto& s : streams) s->synchronize();
 #endif
       return;
     }
@@ -181,8 +196,37 @@ DataParallelBase::DataParallelBase(std::shared_ptr<nn::Module> first, ModuleFact
     m.comms = NcclCommunicator::create_all(ids);
 #endif
   }
-  m.flats.resize(devices.size());
-  m.stashed.resize(devices.size());
+  // The gradient buffers, and every .grad() a view of its slot from here on.
+  for (size_t i = 0; i < devices.size(); ++i) m.params.push_back(m.replicas[i]->parameters());
+  int64_t total = 0;
+  for (const Tensor& p : m.params[0]) {
+    EMBER_CHECK(p.dtype() == m.params[0].front().dtype(), "DataParallel: the parameters mix ",
+                m.params[0].front().dtype(), " and ", p.dtype(), "; one dtype per model");
+    m.offsets.push_back(total);
+    total += p.numel();
+  }
+  const DType dtype = m.params[0].empty() ? kFloat32 : m.params[0].front().dtype();
+  for (size_t i = 0; i < devices.size(); ++i) {
+    NoGradGuard no_grad;
+    m.flats.push_back(zeros({total}, TensorOptions().dtype(dtype).device(devices[i])));
+    for (size_t j = 0; j < m.params[i].size(); ++j) {
+      Tensor s = m.slot(i, j);
+      if (m.params[i][j].grad().defined()) s.copy_(m.params[i][j].grad());
+      m.params[i][j].set_grad(s);
+      // A gradient autograd made afresh (after zero_grad) goes into the slot as
+      // soon as it exists, and the fresh buffer is freed: one copy, no pile-up.
+      const size_t ri = i, rj = j;
+      Impl* self = &m;
+      std::weak_ptr<int> alive = m.alive;  // replica 0 may outlive this DataParallel
+      m.params[i][j].register_post_accumulate_grad_hook([self, alive, ri, rj](const Tensor& param) {
+        if (alive.expired() || self->grad_is_slot(ri, rj)) return;
+        NoGradGuard ng;
+        Tensor s = self->slot(ri, rj);
+        s.copy_(param.grad());
+        param.set_grad(s);
+      });
+    }
+  }
   m.pool = std::make_unique<WorkerPool>(devices.size(), [this](size_t i) {
     const Device d = impl_->devices[i];
     if (d.is_cuda()) {
@@ -240,46 +284,50 @@ double DataParallelBase::forward_backward(const Tensor& input, const Tensor& tar
     const int64_t begin = std::min<int64_t>(batch, static_cast<int64_t>(i) * chunk);
     const int64_t end = std::min<int64_t>(batch, begin + chunk);
     const Device d = m.devices[i];
-    std::vector<Tensor> params = m.replicas[i]->parameters();
-    // Keep what .grad() held aside, so that the all-reduce sums this step only.
-    m.stashed[i].clear();
-    for (Tensor& p : params) {
-      m.stashed[i].push_back(p.grad());
-      p.set_grad(Tensor());
+    std::vector<Tensor>& params = m.params[i];
+    NoGradGuard outside;
+    // What .grad() held is carried by replica 0 alone, so that the sum below
+    // counts it once; the other replicas start from zero.
+    const bool keep = i == 0;
+    bool all_slots = true, all_none = true;
+    for (size_t j = 0; j < params.size(); ++j) {
+      all_slots = all_slots && m.grad_is_slot(i, j);
+      all_none = all_none && !params[j].grad().defined();
+    }
+    if (all_slots) {
+      if (!keep) m.flats[i].zero_();
+    } else if (!all_none) {
+      for (size_t j = 0; j < params.size(); ++j) {
+        const Tensor g = params[j].grad();
+        Tensor s = m.slot(i, j);
+        if (!keep || !g.defined()) s.zero_();
+        else if (!m.grad_is_slot(i, j)) s.copy_(g);
+        params[j].set_grad(s);
+      }
     }
     if (end > begin) {
+      // Only this replica's rows reach its device; the loss stays there too.
       Tensor x = input.slice(0, begin, end).to(d);
       Tensor y = target.slice(0, begin, end).to(d);
+      EnableGradGuard grad_on;
       Tensor loss = loss_fn(*m.replicas[i], x, y);
       EMBER_CHECK(loss.numel() == 1, "DataParallel: the loss function returned shape ",
                   shape_str(loss.sizes()), ", expected a single value");
       const double share = static_cast<double>(end - begin) / static_cast<double>(batch);
       (loss * share).backward();
-      losses[i] = loss.item() * share;
+      losses[i] = loss.item() * share;  // one scalar crosses to the host per replica
     }
-    NoGradGuard no_grad;
-    std::vector<Tensor> parts;
-    for (const Tensor& p : params)
-      parts.push_back(p.grad().defined() ? p.grad().reshape({-1})
-                                         : zeros({p.numel()}, TensorOptions().dtype(p.dtype()).device(d)));
-    m.flats[i] = cat(parts, 0);
+    // A parameter that got no gradient counts as zero (a replica with no rows:
+    // all of them); with all_none nothing was zeroed before.
+    for (size_t j = 0; j < params.size(); ++j) {
+      if (m.grad_is_slot(i, j)) continue;
+      Tensor s = m.slot(i, j);
+      s.zero_();
+      params[j].set_grad(s);
+    }
   });
 
   m.all_reduce_flats();
-
-  m.run([&](size_t i) {
-    NoGradGuard no_grad;
-    std::vector<Tensor> params = m.replicas[i]->parameters();
-    int64_t offset = 0;
-    for (size_t j = 0; j < params.size(); ++j) {
-      Tensor& p = params[j];
-      Tensor g = m.flats[i].slice(0, offset, offset + p.numel()).view(p.sizes());
-      offset += p.numel();
-      const Tensor& before = m.stashed[i][j];
-      p.set_grad(before.defined() ? add(before, g) : g.clone());
-    }
-    m.stashed[i].clear();
-  });
   double total = 0;
   for (double l : losses) total += l;
   return total;

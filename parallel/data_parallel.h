@@ -1,8 +1,15 @@
 // DataParallel: one process, one persistent replica per device, one host thread
-// per device (a worker pool created once). Each step scatters the batch along dim
-// 0, runs forward, loss and backward on every device at once, then all-reduces
-// the gradients (NCCL, in one group; on CPU "devices", an in-process sum), so every
-// replica holds the same gradient and its own optimizer makes the same update.
+// per device (a worker pool created once). Each step scatters the batch (inputs
+// and targets) along dim 0, runs forward, the loss and backward on every device at
+// once, then all-reduces the gradients (NCCL, in one group; on CPU "devices", an
+// in-process sum), so every replica holds the same gradient and its own optimizer
+// makes the same update. Nothing is gathered to the first device: each replica's
+// rows, activations, loss, gradients and optimizer state stay on its own device;
+// only each replica's scalar loss reaches the host. (PyTorch's nn.DataParallel
+// gathers the outputs to GPU 0 and computes the loss there, which is why its GPU 0
+// fills up.) Gradients are views of one flat buffer per replica, all-reduced in
+// place: no copy in or out; a gradient autograd makes afresh (after zero_grad())
+// is copied into its slot as it arrives and freed.
 //
 // Replicas: nn::Module has no clone(), so replicas come from a factory that builds
 // the same architecture; replica 0's state_dict is then loaded into every other
@@ -47,7 +54,8 @@ class DataParallelBase {
   // ceil(B / n) rows each, the last smaller (or empty). Each replica's mean loss is
   // weighted by its share of rows, so the summed gradient is exactly the gradient
   // of the mean loss over the whole batch, whatever the split. Gradients add to
-  // what .grad() held (zero_grad() as usual). Returns the whole batch's loss.
+  // what .grad() held (zero_grad() as usual; replica 0's .grad() is the one
+  // carried over). Returns the whole batch's loss.
   double forward_backward(const Tensor& input, const Tensor& target, const LossFn& loss_fn);
 
   // One optimizer per replica, built by `make` from the replica's parameters.

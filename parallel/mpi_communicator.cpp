@@ -17,13 +17,19 @@ constexpr int kQueryTag = 1;
 constexpr int kAnswerTag = 2;
 using Clock = std::chrono::steady_clock;
 
-MPI_Datatype mpi_type(DType t) {
+// bfloat16 travels as 16-bit words in the collectives that only move data; MPI
+// has no bfloat16 sum.
+MPI_Datatype mpi_type(DType t, bool reduce = false) {
   switch (t) {
     case DType::Float32: return MPI_FLOAT;
     case DType::Float64: return MPI_DOUBLE;
     case DType::Int64: return MPI_INT64_T;
-    default: EMBER_FAIL("MpiCommunicator: dtype ", t, " is not supported (float32, float64, int64)");
+    case DType::BFloat16:
+      EMBER_CHECK(!reduce, "MpiCommunicator: MPI cannot sum bfloat16 (reductions take float32, "
+                  "float64 or int64; broadcast, all_gather and all_to_all take bfloat16 too)");
+      return MPI_UINT16_T;
   }
+  EMBER_FAIL("MpiCommunicator: unknown dtype");
 }
 
 std::string describe(const char* op, const std::string& label, int64_t seq) {
@@ -153,7 +159,7 @@ int64_t MpiCommunicator::begin(const char* op, const std::string& label, const F
   if (buf) {
     EMBER_CHECK(buf->device.is_cpu(), "MpiCommunicator: ", op, " needs CPU buffers, got one on ",
                 buf->device);
-    (void)mpi_type(buf->dtype);
+    (void)mpi_type(buf->dtype, reduce);
     EMBER_CHECK(buf->count >= 0 && buf->count <= INT32_MAX, "MpiCommunicator: ", op, " of ",
                 buf->count, " elements (MPI counts are int)");
     EMBER_CHECK(!reduce || buf->data != nullptr || buf->count == 0, "MpiCommunicator: ", op,
@@ -188,13 +194,16 @@ std::shared_ptr<Work> MpiCommunicator::broadcast_async(FlatBuffer buf, int root,
 std::shared_ptr<Work> MpiCommunicator::all_gather_async(FlatBuffer in, FlatBuffer out,
                                                         const std::string& label) {
   int64_t seq = begin("all_gather", label, &in, false);
-  EMBER_CHECK(out.count == in.count * size() && out.dtype == in.dtype && out.device.is_cpu(),
-              "all_gather: output must hold ", in.count * size(), " ", in.dtype,
-              " elements on cpu, got ", out.count, " ", out.dtype, " on ", out.device);
+  check_all_gather(in, out);
+  EMBER_CHECK(out.count <= INT32_MAX, "MpiCommunicator: all_gather of ", out.count,
+              " elements (MPI counts are int)");
+  // In place: this rank's block of `out` already holds its input.
+  const bool in_place = in.count > 0 && static_cast<char*>(in.data) ==
+      static_cast<char*>(out.data) + rank() * in.count * static_cast<int64_t>(element_size(in.dtype));
   MPI_Request req;
-  EMBER_MPI_CHECK(MPI_Iallgather(in.data, static_cast<int>(in.count), mpi_type(in.dtype),
-                                 out.data, static_cast<int>(in.count), mpi_type(in.dtype), comm_,
-                                 &req));
+  EMBER_MPI_CHECK(MPI_Iallgather(in_place ? MPI_IN_PLACE : in.data, static_cast<int>(in.count),
+                                 mpi_type(in.dtype), out.data, static_cast<int>(in.count),
+                                 mpi_type(in.dtype), comm_, &req));
   return std::make_shared<MpiWork>(this, req, seq, "all_gather", label, std::nullopt);
 }
 
@@ -202,9 +211,7 @@ std::shared_ptr<Work> MpiCommunicator::reduce_scatter_async(FlatBuffer in, FlatB
                                                             ReduceOp op,
                                                             const std::string& label) {
   int64_t seq = begin("reduce_scatter", label, &in, true);
-  EMBER_CHECK(in.count == out.count * size() && out.dtype == in.dtype && out.device.is_cpu(),
-              "reduce_scatter: input must hold ", out.count * size(), " elements (", size(),
-              " ranks x ", out.count, "), got ", in.count);
+  check_reduce_scatter(in, out);
   EMBER_CHECK(op == ReduceOp::Sum || in.dtype != DType::Int64,
               "MpiCommunicator: reduce_scatter average needs a floating dtype, got ", in.dtype);
   MPI_Request req;
@@ -213,6 +220,17 @@ std::shared_ptr<Work> MpiCommunicator::reduce_scatter_async(FlatBuffer in, FlatB
   std::optional<FlatBuffer> after;
   if (op == ReduceOp::Average) after = out;
   return std::make_shared<MpiWork>(this, req, seq, "reduce_scatter", label, after);
+}
+
+std::shared_ptr<Work> MpiCommunicator::all_to_all_async(FlatBuffer in, FlatBuffer out,
+                                                        const std::string& label) {
+  int64_t seq = begin("all_to_all", label, &in, false);
+  check_all_to_all(in, out);
+  const int block = static_cast<int>(in.count / size());
+  MPI_Request req;
+  EMBER_MPI_CHECK(MPI_Ialltoall(in.data, block, mpi_type(in.dtype), out.data, block,
+                                mpi_type(in.dtype), comm_, &req));
+  return std::make_shared<MpiWork>(this, req, seq, "all_to_all", label, std::nullopt);
 }
 
 std::shared_ptr<Work> MpiCommunicator::barrier_async(const std::string& label) {

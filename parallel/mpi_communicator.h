@@ -1,5 +1,5 @@
 // MpiCommunicator: the CPU backend. Collectives on host tensors (float32, float64,
-// int64) over MPI's non-blocking calls, polled with MPI_Test against a deadline;
+// int64; bfloat16 where no sum is needed) over MPI's non-blocking calls, polled with MPI_Test against a deadline;
 // on timeout the waiting ranks ask each other where they are, so the error names
 // the ranks that did not arrive. Used by the CI tests and by anyone without GPUs.
 #pragma once
@@ -29,7 +29,7 @@ class MpiCommunicator final : public Communicator {
   const char* backend() const override { return "MPI"; }
   MPI_Comm comm() const { return comm_; }
   // True after a collective timed out: later collectives throw at once.
-  bool broken() const { return !broken_reason_.empty(); }
+  bool broken() const override { return !broken_reason_.empty(); }
 
   std::shared_ptr<Work> all_reduce_async(FlatBuffer buf, ReduceOp op,
                                          const std::string& label = "") override;
@@ -39,6 +39,8 @@ class MpiCommunicator final : public Communicator {
                                          const std::string& label = "") override;
   std::shared_ptr<Work> reduce_scatter_async(FlatBuffer in, FlatBuffer out, ReduceOp op,
                                              const std::string& label = "") override;
+  std::shared_ptr<Work> all_to_all_async(FlatBuffer in, FlatBuffer out,
+                                         const std::string& label = "") override;
   std::shared_ptr<Work> barrier_async(const std::string& label = "") override;
 
  private:

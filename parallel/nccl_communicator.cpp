@@ -1,5 +1,7 @@
 #include "parallel/nccl_communicator.h"
 
+#include <cstdlib>
+#include <mutex>
 #include <thread>
 
 #include "parallel/check.h"
@@ -9,6 +11,11 @@ namespace ember::parallel {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch())
+      .count();
+}
 
 ncclDataType_t nccl_type(DType t) {
   switch (t) {
@@ -23,15 +30,36 @@ ncclDataType_t nccl_type(DType t) {
 
 ncclRedOp_t nccl_op(ReduceOp op) { return op == ReduceOp::Sum ? ncclSum : ncclAvg; }
 
-std::string describe(const char* op, const std::string& label, int64_t seq) {
-  std::string s = std::string(op);
-  if (!label.empty()) s += " '" + label + "'";
-  return s + " (collective #" + std::to_string(seq) + ")";
+// NCCL connects an algorithm's channels the first time a collective needs it
+// (NCCL_RUNTIME_CONNECT=1, its default since 2.22). On a blocking communicator
+// that happens inside the call, which then waits for the peers with no deadline:
+// a rank that skips the first collective would hang the others on the host.
+// Connecting everything while the ranks join and split (under the deadline)
+// avoids it, at the price of the buffers of algorithms never used. NCCL reads
+// the variable once, at its first communicator, so every way into NCCL here sets
+// it first; a value the user set wins. (Send/receive pairs, all_to_all's, still
+// connect on first use: DDP's bfloat16 path runs one while every rank is there.)
+void connect_at_init() {
+  static std::once_flag once;
+  std::call_once(once, [] { setenv("NCCL_RUNTIME_CONNECT", "0", /*overwrite=*/0); });
 }
+
+// Errors of the call itself that leave the communicator usable: ember's checks
+// should have caught them, so they are reported, not treated as a broken link.
+bool usage_error(ncclResult_t st) { return st == ncclInvalidArgument || st == ncclInvalidUsage; }
 
 }  // namespace
 
+std::string nccl_runtime_version() {
+  int v = 0;
+  if (ncclGetVersion(&v) != ncclSuccess) return "unknown";
+  // Since 2.9: major * 10000 + minor * 100 + patch.
+  return std::to_string(v / 10000) + "." + std::to_string(v / 100 % 100) + "." +
+         std::to_string(v % 100);
+}
+
 NcclUniqueId NcclUniqueId::create() {
+  connect_at_init();  // before anything of NCCL's runs in this process
   ncclUniqueId id;
   EMBER_NCCL_CHECK(ncclGetUniqueId(&id));
   NcclUniqueId out;
@@ -39,94 +67,212 @@ NcclUniqueId NcclUniqueId::create() {
   return out;
 }
 
-// A collective queued on the communicator's stream; `done` records its end.
-class NcclWork final : public Work {
-  static constexpr auto kSpinFor = std::chrono::milliseconds(20);
-
+// Completion events without timing, reused: creating and destroying one per
+// collective cost two runtime calls each time. Shared by the communicator and
+// its Works, so a Work may outlive the communicator.
+class EventPool {
  public:
-  NcclWork(NcclCommunicator* comm, cuda::Event done, cudaStream_t caller, std::string what)
-      : comm_(comm), done_(std::move(done)), caller_(caller), what_(std::move(what)) {}
-
-  bool poll() override {
-    if (finished_) return true;
-    check_async();
-    if (!done_.query()) return false;
-    finish();
-    return true;
+  ~EventPool() {
+    for (cudaEvent_t e : free_) EMBER_CUDA_CHECK_NOTHROW(cudaEventDestroy(e));
   }
-
-  void wait() override {
-    const auto start = Clock::now();
-    const auto deadline = start + comm_->options().timeout_;
-    while (!poll()) {
-      const auto now = Clock::now();
-      if (now >= deadline) {
-        comm_->abort("NCCL " + what_ + " timed out after " +
-                         std::to_string(comm_->options().timeout_.count()) + " ms on rank " +
-                         std::to_string(comm_->rank()) + " of " + std::to_string(comm_->size()) +
-                         " (cuda:" + std::to_string(comm_->cuda_device_) +
-                         "); ranks that did not arrive: unknown to NCCL (compare the "
-                         "collective numbers in the other ranks' errors); communicator aborted",
-                     true);
+  cudaEvent_t take() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!free_.empty()) {
+        cudaEvent_t e = free_.back();
+        free_.pop_back();
+        return e;
       }
-      // Spin (yielding) for the first milliseconds: a sleep_for(20us) really
-      // sleeps ~60-80 us (timer slack), which bench_parallel measured as a fixed
-      // ~100 us on every all_reduce (1 MiB: 0.209 ms vs raw NCCL's 0.081 ms on
-      // 2 H200s). Past that, sleep so a long wait does not burn a core.
-      if (now - start < kSpinFor) std::this_thread::yield();
-      else std::this_thread::sleep_for(std::chrono::microseconds(50));
     }
+    cudaEvent_t e = nullptr;
+    EMBER_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    return e;
+  }
+  void give(cudaEvent_t e) {
+    std::lock_guard<std::mutex> lock(mu_);
+    free_.push_back(e);
   }
 
  private:
-  void check_async() {
-    ncclResult_t st = ncclSuccess;
-    EMBER_NCCL_CHECK(ncclCommGetAsyncError(comm_->comm_, &st));
-    if (st != ncclSuccess && st != ncclInProgress)
-      comm_->abort("NCCL " + what_ + " failed on rank " + std::to_string(comm_->rank()) + ": " +
-                       ncclGetErrorString(st) + " (" + ncclGetLastError(comm_->comm_) + ")",
-                   false);
+  std::mutex mu_;
+  std::vector<cudaEvent_t> free_;
+};
+
+// A collective queued on the communicator's stream; `done` records its end.
+class NcclWork final : public Work {
+  // Spin (yielding) for the first milliseconds: a sleep_for(20-50 us) really
+  // sleeps 60-110 us (timer slack), a fixed cost on every small collective.
+  // Past that, sleep so a long wait does not burn a core.
+  static constexpr auto kSpinFor = std::chrono::milliseconds(20);
+
+ public:
+  NcclWork(NcclCommunicator* comm, std::shared_ptr<EventPool> pool, cudaEvent_t done,
+           const char* op, std::string label, int64_t seq, NcclStageTimes* probe)
+      : comm_(comm), pool_(std::move(pool)), done_(done), op_(op), label_(std::move(label)),
+        seq_(seq), probe_(probe) {}
+  ~NcclWork() override {
+    if (done_) pool_->give(done_);
   }
-  void finish() {
-    finished_ = true;
+
+  bool poll() override {
+    if (finished_) return true;
+    check_not_aborted();
+    if (query()) {
+      finished_ = true;
+      return true;
+    }
+    check_async();
+    return false;
+  }
+
+  void wait() override {
+    if (!finished_) {
+      // An aborted collective's event may complete without its result.
+      check_not_aborted();
+      const auto start = Clock::now();
+      const auto deadline = start + comm_->options().timeout_;
+      int64_t polls = 0;
+      for (;;) {
+        ++polls;
+        if (query()) break;
+        if (polls % 16 == 0) check_async();
+        const auto now = Clock::now();
+        if (now >= deadline) timed_out();
+        if (now - start < kSpinFor)
+          std::this_thread::yield();
+        else
+          std::this_thread::sleep_for(std::chrono::microseconds(50));
+      }
+      finished_ = true;
+      if (probe_) {
+        probe_->completed = now_ns();
+        probe_->polls = polls;
+      }
+    }
     // Later work on the caller's stream reads the result only after it is there.
     cuda::DeviceGuard guard(comm_->cuda_device_);
-    EMBER_CUDA_CHECK(cudaStreamWaitEvent(caller_, done_.get(), 0));
+    cudaStream_t caller = cuda::current_stream(comm_->cuda_device_);
+    if (caller != comm_->stream()) EMBER_CUDA_CHECK(cudaStreamWaitEvent(caller, done_, 0));
+    if (probe_) probe_->waited = now_ns();
+  }
+
+ private:
+  bool query() {
+    const cudaError_t e = cudaEventQuery(done_);
+    if (e == cudaSuccess) return true;
+    if (e != cudaErrorNotReady) EMBER_CUDA_CHECK(e);
+    return false;
+  }
+  void check_not_aborted() const {
+    EMBER_CHECK(!comm_->broken(), "NcclCommunicator: ",
+                NcclCommunicator::describe(op_, label_, seq_),
+                " on a communicator aborted after: ", comm_->broken_reason_);
+  }
+  void check_async() {
+    check_not_aborted();
+    ncclResult_t st = ncclSuccess;
+    EMBER_NCCL_CHECK(ncclCommGetAsyncError(comm_->comm_, &st));
+    if (st != ncclSuccess && st != ncclInProgress) {
+      abandon_buffers();
+      comm_->abort("NCCL " + NcclCommunicator::describe(op_, label_, seq_) + " failed on rank " +
+                       std::to_string(comm_->rank()) + ": " + ncclGetErrorString(st) + " (" +
+                       ncclGetLastError(comm_->comm_) + ")",
+                   false);
+    }
+  }
+  [[noreturn]] void timed_out() {
+    abandon_buffers();  // the aborted kernel may touch them until it has stopped
+    comm_->abort("NCCL " + NcclCommunicator::describe(op_, label_, seq_) + " timed out after " +
+                     std::to_string(comm_->options().timeout_.count()) + " ms on rank " +
+                     std::to_string(comm_->rank()) + " of " + std::to_string(comm_->size()) +
+                     " (cuda:" + std::to_string(comm_->cuda_device_) +
+                     "); ranks that did not arrive: unknown to NCCL (compare the collective "
+                     "numbers in the other ranks' errors); communicator aborted",
+                 true);
   }
 
   NcclCommunicator* comm_;
-  cuda::Event done_;
-  cudaStream_t caller_;
-  std::string what_;
+  std::shared_ptr<EventPool> pool_;
+  cudaEvent_t done_;
+  const char* op_;
+  std::string label_;
+  int64_t seq_;
+  NcclStageTimes* probe_;
   bool finished_ = false;
 };
+
+std::string NcclCommunicator::describe(const char* op, const std::string& label, int64_t seq) {
+  std::string s = op;
+  if (!label.empty()) s += " '" + label + "'";
+  if (seq >= 0) s += " (collective #" + std::to_string(seq) + ")";
+  return s;
+}
 
 NcclCommunicator::NcclCommunicator(ncclComm_t comm, int rank, int size, int device,
                                    bool blocking, CommOptions options)
     : Communicator(rank, size, Device::cuda(device), options), comm_(comm),
-      cuda_device_(device), blocking_(blocking), stream_(device) {}
+      cuda_device_(device), comm_blocking_(blocking), stream_(device),
+      events_(std::make_shared<EventPool>()) {
+  cuda::DeviceGuard guard(device);
+  EMBER_CUDA_CHECK(cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming));
+}
 
 NcclCommunicator::NcclCommunicator(const NcclUniqueId& id, int rank, int size, int device,
                                    CommOptions options)
     : Communicator(rank, size, Device::cuda(device), options), cuda_device_(device),
-      blocking_(false), stream_(device) {
+      comm_blocking_(false), stream_(device), events_(std::make_shared<EventPool>()) {
   EMBER_CHECK(size >= 1 && rank >= 0 && rank < size, "NcclCommunicator: rank ", rank,
               " is not in a world of ", size);
+  EMBER_CHECK(options.timeout_.count() > 0, "NcclCommunicator: timeout must be positive, got ",
+              options.timeout_.count(), " ms");
   cuda::check_device(device);
   cuda::DeviceGuard guard(device);
+  EMBER_CUDA_CHECK(cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming));
+  connect_at_init();
   ncclUniqueId raw;
   std::copy(id.bytes.begin(), id.bytes.end(), raw.internal);
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
-  config.blocking = 0;  // calls return at once; wait_ready/NcclWork poll against a deadline
-  ncclResult_t st = ncclCommInitRankConfig(&comm_, size, raw, rank, &config);
-  if (st != ncclInProgress) EMBER_NCCL_CHECK(st);
-  wait_ready("ncclCommInitRankConfig (joining " + std::to_string(size) + " ranks)");
+  config.blocking = 0;    // calls return at once; wait_ready polls against the deadline
+  config.splitShare = 1;  // the blocking communicator below reuses these buffers
+  ncclResult_t st = ncclCommInitRankConfig(&parent_, size, raw, rank, &config);
+  comm_ = parent_;
+  if (st != ncclInProgress && st != ncclSuccess) {
+    const std::string msg = std::string("NCCL ncclCommInitRankConfig failed on rank ") +
+                            std::to_string(rank) + ": " + ncclGetErrorString(st);
+    if (parent_) abort(msg, false);
+    EMBER_FAIL(msg);
+  }
+  const std::string joining = "joining " + std::to_string(size) + " ranks";
+  wait_ready(parent_, "ncclCommInitRankConfig", joining, -1);
+  // EMBER_NCCL_NONBLOCKING=1 keeps every communicator non-blocking without a
+  // rebuild (every rank must see the same value: the split is collective).
+  const char* force = std::getenv("EMBER_NCCL_NONBLOCKING");
+  if (options.nccl_nonblocking_ || (force && std::string(force) == "1")) return;
+
+  // The collectives' communicator: blocking, split off under the same deadline.
+  ncclConfig_t child = NCCL_CONFIG_INITIALIZER;
+  child.blocking = 1;
+  ncclComm_t fast = nullptr;
+  st = ncclCommSplit(parent_, /*color=*/0, /*key=*/rank, &fast, &child);
+  if (st != ncclInProgress && st != ncclSuccess)
+    abort(std::string("NCCL ncclCommSplit failed on rank ") + std::to_string(rank) + ": " +
+              ncclGetErrorString(st) +
+              " (CommOptions().nccl_nonblocking(true) runs without the split)",
+          false);
+  wait_ready(parent_, "ncclCommSplit", joining, -1);
+  // NCCL publishes the new communicator once the split has completed, which the
+  // poll above saw (it also joined NCCL's thread).
+  if (fast == nullptr)
+    abort("NCCL ncclCommSplit returned no communicator on rank " + std::to_string(rank), false);
+  comm_ = fast;
+  comm_blocking_ = true;
 }
 
 std::vector<std::unique_ptr<NcclCommunicator>> NcclCommunicator::create_all(
     const std::vector<int>& devices, CommOptions options) {
   EMBER_CHECK(!devices.empty(), "NcclCommunicator::create_all: no devices given");
   for (int d : devices) cuda::check_device(d);
+  connect_at_init();  // NCCL reads it once per process: set before its first communicator
   std::vector<ncclComm_t> comms(devices.size());
   EMBER_NCCL_CHECK(ncclCommInitAll(comms.data(), static_cast<int>(devices.size()), devices.data()));
   std::vector<std::unique_ptr<NcclCommunicator>> out;
@@ -138,46 +284,71 @@ std::vector<std::unique_ptr<NcclCommunicator>> NcclCommunicator::create_all(
 }
 
 NcclCommunicator::~NcclCommunicator() {
-  if (!comm_) return;
-  if (blocking_) {
+  if (ready_) EMBER_CUDA_CHECK_NOTHROW(cudaEventDestroy(ready_));
+  if (!comm_) return;  // aborted
+  if (!parent_) {      // create_all's: blocking, owns nothing else
     EMBER_NCCL_CHECK_NOTHROW(ncclCommDestroy(comm_));
     return;
   }
-  // Flush what is in flight (bounded by the timeout), then free; abort otherwise.
-  ncclResult_t st = ncclCommFinalize(comm_);
+  // Let what is in flight finish (bounded by the timeout), then free; abort otherwise.
   const auto deadline = Clock::now() + options().timeout_;
+  bool idle = false;
+  while (Clock::now() < deadline) {
+    const cudaError_t e = cudaStreamQuery(stream_.get());
+    if (e == cudaSuccess) {
+      idle = true;
+      break;
+    }
+    if (e != cudaErrorNotReady) break;
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
+  if (!idle) {
+    if (comm_ != parent_) EMBER_NCCL_CHECK_NOTHROW(ncclCommAbort(comm_));
+    EMBER_NCCL_CHECK_NOTHROW(ncclCommAbort(parent_));
+    return;
+  }
+  if (comm_ != parent_) EMBER_NCCL_CHECK_NOTHROW(ncclCommDestroy(comm_));
+  ncclResult_t st = ncclCommFinalize(parent_);
   while (st == ncclInProgress && Clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::microseconds(100));
-    if (ncclCommGetAsyncError(comm_, &st) != ncclSuccess) break;
+    if (ncclCommGetAsyncError(parent_, &st) != ncclSuccess) break;
   }
-  if (st == ncclSuccess) EMBER_NCCL_CHECK_NOTHROW(ncclCommDestroy(comm_));
-  else EMBER_NCCL_CHECK_NOTHROW(ncclCommAbort(comm_));
+  if (st == ncclSuccess) EMBER_NCCL_CHECK_NOTHROW(ncclCommDestroy(parent_));
+  else EMBER_NCCL_CHECK_NOTHROW(ncclCommAbort(parent_));
 }
 
-void NcclCommunicator::wait_ready(const std::string& what) {
-  if (blocking_) return;
-  const auto deadline = Clock::now() + options().timeout_;
+void NcclCommunicator::wait_ready(ncclComm_t c, const char* op, const std::string& label,
+                                  int64_t seq) {
+  const auto start = Clock::now();
+  const auto deadline = start + options().timeout_;
   for (;;) {
     ncclResult_t st = ncclSuccess;
-    EMBER_NCCL_CHECK(ncclCommGetAsyncError(comm_, &st));
+    EMBER_NCCL_CHECK(ncclCommGetAsyncError(c, &st));
     if (st == ncclSuccess) return;
     if (st != ncclInProgress)
-      abort("NCCL " + what + " failed on rank " + std::to_string(rank()) + ": " +
-                ncclGetErrorString(st),
+      abort("NCCL " + describe(op, label, seq) + " failed on rank " + std::to_string(rank()) +
+                ": " + ncclGetErrorString(st) + " (" + ncclGetLastError(c) + ")",
             false);
-    if (Clock::now() >= deadline)
-      abort("NCCL " + what + " timed out after " + std::to_string(options().timeout_.count()) +
-                " ms on rank " + std::to_string(rank()) + " of " + std::to_string(size()) +
+    const auto now = Clock::now();
+    if (now >= deadline)
+      abort("NCCL " + describe(op, label, seq) + " timed out after " +
+                std::to_string(options().timeout_.count()) + " ms on rank " +
+                std::to_string(rank()) + " of " + std::to_string(size()) +
                 "; the other ranks did not arrive (or their GPUs are stuck)",
             true);
-    std::this_thread::sleep_for(std::chrono::microseconds(50));
+    // As NcclWork::wait: a short sleep costs ~100 us per call, so spin first.
+    if (now - start < std::chrono::milliseconds(20))
+      std::this_thread::yield();
+    else
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
   }
 }
 
 void NcclCommunicator::abort(const std::string& reason, bool timeout) {
   broken_reason_ = reason;
-  if (comm_) EMBER_NCCL_CHECK_NOTHROW(ncclCommAbort(comm_));
-  comm_ = nullptr;
+  if (comm_ && comm_ != parent_) EMBER_NCCL_CHECK_NOTHROW(ncclCommAbort(comm_));
+  if (parent_) EMBER_NCCL_CHECK_NOTHROW(ncclCommAbort(parent_));
+  comm_ = parent_ = nullptr;
   if (timeout) throw CollectiveTimeoutError(reason);
   throw Error(reason);
 }
@@ -185,26 +356,50 @@ void NcclCommunicator::abort(const std::string& reason, bool timeout) {
 void NcclCommunicator::check_buffer(const char* op, const FlatBuffer& buf) const {
   EMBER_CHECK(buf.device == device(), "NcclCommunicator: ", op, " buffer is on ", buf.device,
               ", this communicator (rank ", rank(), ") on ", device());
+  EMBER_CHECK(buf.count >= 0 && (buf.data != nullptr || buf.count == 0), "NcclCommunicator: ",
+              op, ": null buffer or negative count (", buf.count, ")");
   (void)nccl_type(buf.dtype);
 }
 
 template <typename Call>
 std::shared_ptr<Work> NcclCommunicator::enqueue(const char* op, const std::string& label,
                                                 Call call) {
-  EMBER_CHECK(!broken(), "NcclCommunicator: ", op, " on a communicator aborted after: ",
-              broken_reason_);
-  const std::string what = describe(op, label, next_seq_++);
+  if (broken()) [[unlikely]]
+    EMBER_FAIL("NcclCommunicator: ", describe(op, label, -1), " on a communicator aborted after: ",
+               broken_reason_);
+  NcclStageTimes* probe = probe_;
+  if (probe) {
+    *probe = NcclStageTimes{};
+    probe->begin = now_ns();
+  }
+  const int64_t seq = next_seq_++;
   cuda::DeviceGuard guard(cuda_device_);
   cudaStream_t caller = cuda::current_stream(cuda_device_);
-  cuda::Event ready(false);
-  ready.record(caller);
-  EMBER_CUDA_CHECK(cudaStreamWaitEvent(stream_.get(), ready.get(), 0));
-  ncclResult_t st = call(stream_.get());
-  if (st == ncclInProgress) wait_ready(what);
-  else EMBER_NCCL_CHECK(st);
-  cuda::Event done(false);
-  done.record(stream_.get());
-  return std::make_shared<NcclWork>(this, std::move(done), caller, what);
+  if (caller != stream_.get()) {
+    EMBER_CUDA_CHECK(cudaEventRecord(ready_, caller));
+    EMBER_CUDA_CHECK(cudaStreamWaitEvent(stream_.get(), ready_, 0));
+  }
+  if (probe) probe->ordered = now_ns();
+  const ncclResult_t st = call(stream_.get());
+  if (probe) probe->nccl_returned = now_ns();
+  if (st == ncclInProgress) {
+    wait_ready(comm_, op, label, seq);
+    if (probe) probe->nccl_ready = now_ns();
+  } else if (st != ncclSuccess) {
+    const std::string msg = "NCCL " + describe(op, label, seq) + " failed on rank " +
+                            std::to_string(rank()) + ": " + ncclGetErrorString(st) + " (" +
+                            ncclGetLastError(comm_) + ")";
+    if (usage_error(st)) EMBER_FAIL(msg);
+    abort(msg, false);
+  }
+  cudaEvent_t done = events_->take();
+  const cudaError_t rec = cudaEventRecord(done, stream_.get());
+  if (rec != cudaSuccess) {
+    events_->give(done);
+    EMBER_CUDA_CHECK(rec);
+  }
+  if (probe) probe->recorded = now_ns();
+  return std::make_shared<NcclWork>(this, events_, done, op, label, seq, probe);
 }
 
 std::shared_ptr<Work> NcclCommunicator::all_reduce_async(FlatBuffer buf, ReduceOp op,
@@ -230,9 +425,8 @@ std::shared_ptr<Work> NcclCommunicator::all_gather_async(FlatBuffer in, FlatBuff
                                                          const std::string& label) {
   check_buffer("all_gather", in);
   check_buffer("all_gather", out);
-  EMBER_CHECK(out.count == in.count * size() && out.dtype == in.dtype, "all_gather: output must "
-              "hold ", in.count * size(), " ", in.dtype, " elements, got ", out.count, " ",
-              out.dtype);
+  check_all_gather(in, out);
+  // In place (in is this rank's block of out) is NCCL's own in-place form.
   return enqueue("all_gather", label, [&](cudaStream_t s) {
     return ncclAllGather(in.data, out.data, static_cast<size_t>(in.count), nccl_type(in.dtype),
                          comm_, s);
@@ -244,12 +438,34 @@ std::shared_ptr<Work> NcclCommunicator::reduce_scatter_async(FlatBuffer in, Flat
                                                              const std::string& label) {
   check_buffer("reduce_scatter", in);
   check_buffer("reduce_scatter", out);
-  EMBER_CHECK(in.count == out.count * size() && out.dtype == in.dtype, "reduce_scatter: input "
-              "must hold ", out.count * size(), " elements (", size(), " ranks x ", out.count,
-              "), got ", in.count);
+  check_reduce_scatter(in, out);
   return enqueue("reduce_scatter", label, [&](cudaStream_t s) {
     return ncclReduceScatter(in.data, out.data, static_cast<size_t>(out.count),
                              nccl_type(in.dtype), nccl_op(op), comm_, s);
+  });
+}
+
+std::shared_ptr<Work> NcclCommunicator::all_to_all_async(FlatBuffer in, FlatBuffer out,
+                                                         const std::string& label) {
+  check_buffer("all_to_all", in);
+  check_buffer("all_to_all", out);
+  check_all_to_all(in, out);
+  const size_t block = static_cast<size_t>(in.count / size());
+  const size_t block_bytes = block * element_size(in.dtype);
+  return enqueue("all_to_all", label, [&](cudaStream_t s) {
+    ncclResult_t st = ncclGroupStart();
+    if (st != ncclSuccess) return st;
+    ncclResult_t first = ncclSuccess;
+    for (int r = 0; r < size() && first == ncclSuccess; ++r) {
+      const ncclResult_t a = ncclSend(static_cast<const char*>(in.data) + r * block_bytes, block,
+                                      nccl_type(in.dtype), r, comm_, s);
+      const ncclResult_t b = ncclRecv(static_cast<char*>(out.data) + r * block_bytes, block,
+                                      nccl_type(in.dtype), r, comm_, s);
+      first = a != ncclSuccess ? a : b;
+    }
+    // End the group even after an error, so NCCL's group state is not left open.
+    const ncclResult_t end = ncclGroupEnd();
+    return first != ncclSuccess ? first : end;
   });
 }
 
@@ -267,8 +483,9 @@ void NcclCommunicator::all_reduce_group(const std::vector<NcclCommunicator*>& co
   EMBER_CHECK(comms.size() == bufs.size(), "all_reduce_group: ", comms.size(),
               " communicators but ", bufs.size(), " buffers");
   for (size_t i = 0; i < comms.size(); ++i) {
-    EMBER_CHECK(comms[i]->blocking_ && !comms[i]->broken(), "all_reduce_group: communicator ",
-                i, " is not a working blocking one (use create_all)");
+    EMBER_CHECK(comms[i]->comm_blocking_ && comms[i]->parent_ == nullptr && !comms[i]->broken(),
+                "all_reduce_group: communicator ", i,
+                " is not a working one of create_all (one process, every GPU)");
     comms[i]->check_buffer("all_reduce_group", bufs[i]);
     EMBER_CHECK(bufs[i].count == bufs[0].count && bufs[i].dtype == bufs[0].dtype,
                 "all_reduce_group: buffer ", i, " holds ", bufs[i].count, " ", bufs[i].dtype,

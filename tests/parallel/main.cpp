@@ -6,7 +6,8 @@
 // failed on any rank counted failed), which tools/test_summary.sh counts; the other
 // ranks print their failures, prefixed "[rank k]".
 // `--launcher-probe` instead checks the environment ember-run gives its children;
-// `--rank-killed-probe` kills a rank mid-run under ember-run (rank_killed.cpp).
+// `--rank-killed-probe [ddp|zero-rs|zero-ag]` kills a rank mid-run under ember-run
+// (rank_killed.cpp).
 #define DOCTEST_CONFIG_IMPLEMENT
 #include <doctest/doctest.h>
 #include <mpi.h>
@@ -22,7 +23,7 @@
 #include "parallel/process_group.h"
 
 namespace ember::parallel::testing {
-int rank_killed_probe();  // rank_killed.cpp
+int rank_killed_probe(const std::string& mode);  // rank_killed.cpp
 }
 
 namespace {
@@ -109,7 +110,7 @@ void print_world_summary(int rank, int size) {
 int main(int argc, char** argv) {
   if (argc > 1 && std::strcmp(argv[1], "--launcher-probe") == 0) return launcher_probe();
   if (argc > 1 && std::strcmp(argv[1], "--rank-killed-probe") == 0)
-    return ember::parallel::testing::rank_killed_probe();
+    return ember::parallel::testing::rank_killed_probe(argc > 2 ? argv[2] : "ddp");
   int provided = 0;
   MPI_Init_thread(&argc, &argv, MPI_THREAD_SERIALIZED, &provided);
   int rank = 0, size = 1;
@@ -137,7 +138,7 @@ int main(int argc, char** argv) {
   }
 #endif
   if (have_gpu && size > gpus) {
-    context.addFilter("test-case-exclude", "nccl/communicator*,nccl/ddp*,nccl/timeout*");
+    context.addFilter("test-case-exclude", "nccl/communicator*,nccl/ddp*,nccl/zero*,nccl/timeout*");
     not_here += "; " + std::to_string(size) + " ranks but " + std::to_string(gpus) +
                " GPU(s): the one-GPU-per-rank NCCL cases are skipped";
   } else if (have_gpu && size < 2) {
