@@ -84,11 +84,11 @@ int main(int argc, char** argv) {
   // cublas against itself, which asks the same question.
   use("auto");
   const char* second =
-      cuda::choose_linear_backend(kFloat32, m, n, k) == cuda::GemmBackend::Cublas ? "auto" : "cublas";
+      cuda::choose_linear_backend(cuda::LinearProduct::Forward, kFloat32, m, n, k) == cuda::GemmBackend::Cublas ? "auto" : "cublas";
   // Both settings compute the op right, through cuBLASLt.
   for (const char* setting : {"cublas", second}) {
     use(setting);
-    const char* picked = cuda::to_string(cuda::choose_linear_backend(kFloat32, m, n, k));
+    const char* picked = cuda::to_string(cuda::choose_linear_backend(cuda::LinearProduct::Forward, kFloat32, m, n, k));
     Tensor y = linear(xr, wr, br);
     std::vector<Tensor> g = grad({y}, {xr, wr, br}, {dy});
     NoGradGuard no_grad;

@@ -17,8 +17,8 @@ constexpr int kQueryTag = 1;
 constexpr int kAnswerTag = 2;
 using Clock = std::chrono::steady_clock;
 
-// bfloat16 travels as 16-bit words in the collectives that only move data; MPI
-// has no bfloat16 sum.
+// bfloat16 travels as 16-bit words and bool as bytes in the collectives that only
+// move data; MPI has no bfloat16 sum, and a sum of bools means nothing.
 MPI_Datatype mpi_type(DType t, bool reduce = false) {
   switch (t) {
     case DType::Float32: return MPI_FLOAT;
@@ -28,6 +28,10 @@ MPI_Datatype mpi_type(DType t, bool reduce = false) {
       EMBER_CHECK(!reduce, "MpiCommunicator: MPI cannot sum bfloat16 (reductions take float32, "
                   "float64 or int64; broadcast, all_gather and all_to_all take bfloat16 too)");
       return MPI_UINT16_T;
+    case DType::Bool:
+      EMBER_CHECK(!reduce, "MpiCommunicator: bool tensors cannot be summed (cast to int64 to "
+                  "count; broadcast, all_gather and all_to_all move bools)");
+      return MPI_UINT8_T;
   }
   EMBER_FAIL("MpiCommunicator: unknown dtype");
 }

@@ -30,6 +30,13 @@ ncclDataType_t nccl_type(DType t) {
 
 ncclRedOp_t nccl_op(ReduceOp op) { return op == ReduceOp::Sum ? ncclSum : ncclAvg; }
 
+// Bool travels as bytes in the collectives that move data; a sum of bools has no
+// meaning NCCL gives (bytes would wrap at 256).
+void check_summable(const char* op, DType t) {
+  EMBER_CHECK(t != DType::Bool, op, ": NCCL cannot sum bool tensors (cast to int64 to count, "
+              "or use broadcast / all_gather / all_to_all, which move bools)");
+}
+
 // NCCL connects an algorithm's channels the first time a collective needs it
 // (NCCL_RUNTIME_CONNECT=1, its default since 2.22). On a blocking communicator
 // that happens inside the call, which then waits for the peers with no deadline:
@@ -405,6 +412,7 @@ std::shared_ptr<Work> NcclCommunicator::enqueue(const char* op, const std::strin
 std::shared_ptr<Work> NcclCommunicator::all_reduce_async(FlatBuffer buf, ReduceOp op,
                                                          const std::string& label) {
   check_buffer("all_reduce", buf);
+  check_summable("all_reduce", buf.dtype);
   return enqueue("all_reduce", label, [&](cudaStream_t s) {
     return ncclAllReduce(buf.data, buf.data, static_cast<size_t>(buf.count), nccl_type(buf.dtype),
                          nccl_op(op), comm_, s);
@@ -438,6 +446,7 @@ std::shared_ptr<Work> NcclCommunicator::reduce_scatter_async(FlatBuffer in, Flat
                                                              const std::string& label) {
   check_buffer("reduce_scatter", in);
   check_buffer("reduce_scatter", out);
+  check_summable("reduce_scatter", in.dtype);
   check_reduce_scatter(in, out);
   return enqueue("reduce_scatter", label, [&](cudaStream_t s) {
     return ncclReduceScatter(in.data, out.data, static_cast<size_t>(out.count),

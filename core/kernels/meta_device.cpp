@@ -52,16 +52,48 @@ void gemm(const GemmArgs&) {
   if (mirrors_cuda()) ember::detail::meta_uses_library(MetaLibrary::cublas);
 }
 
+// Linear's products: where the mirrored CUDA device would run them (cuda/
+// gemm_dispatch.h plans from sizes, dtypes, alignment and EMBER_GEMM; the meta
+// device's addresses keep the allocator's alignment), and the cuBLAS(Lt)
+// workspace that path makes outside the allocator. The CPU has no fused Linear
+// (its linear_fused_supported is false) and declines both backward products.
+cuda::GemmKernel plan(cuda::LinearGemm& g) { return cuda::plan_linear(g, 0); }
+
 void linear_fused(const LinearArgs& a) {
-  if (mirrors_cuda() &&
-      cuda::choose_linear_backend(a.dtype, a.m, a.n, a.k) == cuda::GemmBackend::Cublas)
-    ember::detail::meta_uses_library(MetaLibrary::cublaslt);
+  if (!mirrors_cuda()) return;
+  cuda::LinearGemm g;
+  g.product = cuda::LinearProduct::Forward;
+  g.dtype = a.dtype;
+  g.rows = a.m, g.out = a.n, g.in = a.k;
+  g.x = a.x, g.ldx = a.ldx, g.w = a.w, g.ldw = a.ldw;
+  g.b = a.b, g.pre = a.pre, g.act = a.act, g.result = a.y;
+  if (plan(g) == cuda::GemmKernel::Cublas) ember::detail::meta_uses_library(MetaLibrary::cublaslt);
+}
+
+bool linear_input_grad(const LinearInputGradArgs& a) {
+  if (!mirrors_cuda()) return false;
+  cuda::LinearGemm g;
+  g.product = cuda::LinearProduct::InputGrad;
+  g.dtype = a.dtype;
+  g.rows = a.m, g.out = a.n, g.in = a.k;
+  g.d_y = a.d_y, g.ldd = a.ldd, g.w = a.w, g.ldw = a.ldw, g.result = a.d_x;
+  const cuda::GemmKernel k = plan(g);
+  if (k == cuda::GemmKernel::Cublas) ember::detail::meta_uses_library(MetaLibrary::cublas);
+  return k != cuda::GemmKernel::None;
 }
 
 bool linear_weight_grad_fused(const LinearWeightGradArgs& a) {
-  // CUDA's answer (cuBLASLt with the BGRADB epilogue); the CPU has no fused Linear
-  // and never gets here (its linear_fused_supported is false).
   if (!mirrors_cuda()) return false;
+  cuda::LinearGemm g;
+  g.product = cuda::LinearProduct::WeightGrad;
+  g.dtype = a.dtype;
+  g.rows = a.m, g.out = a.n, g.in = a.k;
+  g.x = a.x, g.ldx = a.ldx, g.d_y = a.d_y, g.ldd = a.n, g.result = a.d_w, g.d_b = a.d_b;
+  const cuda::GemmKernel k = plan(g);
+  if (k != cuda::GemmKernel::Cublas) return k != cuda::GemmKernel::None;
+  // cuBLASLt's BGRADB, attempted for 32-bit sizes. Beyond them CUDA falls back to
+  // ours where TMA can address the operands, else composes; the prediction assumes
+  // the composition (sizes no test or benchmark reaches).
   if (!cuda::lt_linear_backward_weight_attempts(a.dtype, a.m, a.n, a.k, a.ldx)) return false;
   ember::detail::meta_uses_library(MetaLibrary::cublaslt);
   return true;
@@ -85,6 +117,31 @@ bool mse_fused_supported(const DTypeQuery& q) {
 }
 size_t mse_workspace_bytes(const SizeQuery& q) {
   return mirror_table().mse_workspace_bytes(on_mirror(q));
+}
+
+size_t scatter_workspace_bytes(const ScatterQuery& q) {
+  return mirror_table().scatter_add_workspace_bytes(on_mirror(q));
+}
+size_t index_add_workspace_bytes(const ScatterQuery& q) {
+  return mirror_table().index_add_workspace_bytes(on_mirror(q));
+}
+size_t randperm_workspace_bytes(const ScatterQuery& q) {
+  return mirror_table().randperm_workspace_bytes(on_mirror(q));
+}
+bool cross_entropy_fused_supported(const CrossEntropyQuery& q) {
+  return mirror_table().cross_entropy_fused_supported(on_mirror(q));
+}
+size_t cross_entropy_workspace_bytes(const CrossEntropyQuery& q) {
+  return mirror_table().cross_entropy_workspace_bytes(on_mirror(q));
+}
+bool layer_norm_fused_supported(const LayerNormQuery& q) {
+  return mirror_table().layer_norm_fused_supported(on_mirror(q));
+}
+size_t layer_norm_workspace_bytes(const LayerNormQuery& q) {
+  return mirror_table().layer_norm_workspace_bytes(on_mirror(q));
+}
+size_t multi_tensor_norm_workspace_bytes(const MultiTensorQuery& q) {
+  return mirror_table().multi_tensor_norm_workspace_bytes(on_mirror(q));
 }
 
 }  // namespace
@@ -119,6 +176,7 @@ void register_meta(KernelTable& t) {
   t.linear_fused_supported = &linear_fused_supported;
   t.linear_fused = &linear_fused;
   t.linear_weight_grad_fused = &linear_weight_grad_fused;
+  t.linear_input_grad = &linear_input_grad;
   t.linear_fuses_bias_grad = &linear_fuses_bias_grad;
   t.mse_fused_supported = &mse_fused_supported;
   t.mse_fused = &nothing<MseArgs>;
@@ -126,6 +184,27 @@ void register_meta(KernelTable& t) {
   t.scale_by_device_scalar = &nothing<ScaleByScalarArgs>;
   t.fused_sgd = &nothing<FusedSgdArgs>;
   t.fused_adam = &nothing<FusedAdamArgs>;
+  t.where = &nothing<WhereArgs>;
+  t.randperm = &nothing<RandpermArgs>;
+  t.randperm_workspace_bytes = &randperm_workspace_bytes;
+  t.softmax = &nothing<SoftmaxArgs>;
+  t.softmax_backward = &nothing<SoftmaxBackwardArgs>;
+  t.index_select = &nothing<IndexSelectArgs>;
+  t.index_add = &nothing<IndexAddArgs>;
+  t.index_add_workspace_bytes = &index_add_workspace_bytes;
+  t.gather = &nothing<GatherArgs>;
+  t.scatter_add = &nothing<ScatterAddArgs>;
+  t.scatter_add_workspace_bytes = &scatter_workspace_bytes;
+  t.cross_entropy_fused_supported = &cross_entropy_fused_supported;
+  t.cross_entropy_fused = &nothing<CrossEntropyArgs>;
+  t.cross_entropy_workspace_bytes = &cross_entropy_workspace_bytes;
+  t.layer_norm_fused_supported = &layer_norm_fused_supported;
+  t.layer_norm_fused = &nothing<LayerNormArgs>;
+  t.layer_norm_backward_fused = &nothing<LayerNormBackwardArgs>;
+  t.layer_norm_workspace_bytes = &layer_norm_workspace_bytes;
+  t.multi_tensor_norm = &nothing<MultiTensorNormArgs>;
+  t.multi_tensor_norm_workspace_bytes = &multi_tensor_norm_workspace_bytes;
+  t.multi_tensor_scale = &nothing<MultiTensorScaleArgs>;
 }
 
 }  // namespace ember::kernels

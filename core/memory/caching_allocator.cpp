@@ -1005,7 +1005,6 @@ class CachingAllocator::Impl {
       block->stream = rest->stream;
       block->small = rest->small;
       block->segment = rest->segment;
-      block->segment_order = rest->segment_order;
       block->prev = rest->prev;
       if (block->prev != nullptr) block->prev->next = block;
       else block->segment->head = block;
