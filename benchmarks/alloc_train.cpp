@@ -8,7 +8,8 @@
 // in both modes), peak allocated and peak reserved.
 // Checked before anything is reported: each child ran the mode it was asked for;
 // every run of either mode gives the same losses (to 1e-5 relative; the
-// allocator must not change the arithmetic) and the same peak allocated bytes.
+// allocator must not change the arithmetic), and every run of one mode the same
+// peak allocated bytes (the modes differ by the slack of unsplit blocks).
 // A failed check prints no timing and exits 1.
 // Usage: bench_alloc_train [--repeats N] [--steps N] [--json FILE]
 //        bench_alloc_train --child --steps N   (one run, mode from the environment)
@@ -185,20 +186,25 @@ int main(int argc, char** argv) {
   const RunResult& ref = runs[0][0];
   for (const auto& mode : runs)
     for (const RunResult& r : mode) {
+      // Peak allocated counts blocks, not requests: a native segment hands out a
+      // block whole when less than 1 MiB would remain, an expandable one splits it,
+      // so the two modes' peaks differ by that slack; each mode's runs must agree.
+      const RunResult& same_mode = mode.front();
       for (int i = 0; i < kLosses; ++i)
         if (!(std::fabs(r.losses[i] - ref.losses[i]) <= 1e-5 * std::fabs(ref.losses[i]))) {
           std::fprintf(stderr, "bench_alloc_train: check failed: loss %d is %.9g in one run and "
                        "%.9g in another\n", i, r.losses[i], ref.losses[i]);
           return 1;
         }
-      if (r.peak_allocated != ref.peak_allocated) {
+      if (r.peak_allocated != same_mode.peak_allocated) {
         std::fprintf(stderr, "bench_alloc_train: check failed: peak allocated differs between "
-                     "runs (%lld vs %lld bytes)\n", r.peak_allocated, ref.peak_allocated);
+                     "runs of one mode (%lld vs %lld bytes)\n", r.peak_allocated,
+                     same_mode.peak_allocated);
         return 1;
       }
     }
-  std::printf("validated: %d runs per mode, the same first %d losses (to 1e-5) and peak "
-              "allocated in all\n", repeats, kLosses);
+  std::printf("validated: %d runs per mode, the same first %d losses (to 1e-5) in all and "
+              "the same peak allocated within each mode\n", repeats, kLosses);
 
   std::printf("\nvarying-batch training loop: MLP 1024-4096-4096-1024, Adam, batch 128..2048, "
               "%d timed steps after %d warm-up, cuda:0; %d runs per mode, interleaved\n",

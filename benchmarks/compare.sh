@@ -119,7 +119,7 @@ for ((k = 1; k <= reps; ++k)); do
       --json "$d/peer_train_step_mlp.json" "${quick[@]}"
   fi
   if has device; then
-    run "$d" linear 300 "$b/bench_linear" --json "$d/linear.json"
+    run "$d" linear 300 "$b/bench_linear" --json "$d/linear.json" "${quick[@]}"
     run "$d" mse 180 "$b/bench_mse" --json "$d/mse.json"
     run "$d" adam 180 "$b/bench_adam" --json "$d/adam.json"
     run "$d" cross_entropy 180 "$b/bench_cross_entropy" --json "$d/cross_entropy.json"

@@ -7,7 +7,7 @@
 // runs for the replay; the machine may be shared, one core is the claim). Checks
 // first: the parsed trace equals the generated one, and the replay's peak
 // allocated equals the peak of live rounded sizes computed while generating.
-// Usage: bench_replay [--steps N] (default 40000 steps, about 5 million events)
+// Usage: bench_replay [--steps N] [--json FILE] (default 40000 steps, about 5 million events)
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -123,12 +123,20 @@ Generator make_trace(int steps) {
 
 int main(int argc, char** argv) {
   int steps = 40000;
+  const char* json = nullptr;
   for (int i = 1; i < argc; ++i) {
-    if (std::strcmp(argv[i], "--steps") == 0 && i + 1 < argc) steps = std::atoi(argv[++i]);
-    else {
-      std::fprintf(stderr, "usage: bench_replay [--steps N]\n");
+    if (std::strcmp(argv[i], "--steps") == 0 && i + 1 < argc) {
+      steps = std::atoi(argv[++i]);
+    } else if (std::strcmp(argv[i], "--json") == 0 && i + 1 < argc) {
+      json = argv[++i];
+    } else {
+      std::fprintf(stderr, "usage: bench_replay [--steps N] [--json FILE]\n");
       return 2;
     }
+  }
+  if (steps <= 0) {
+    std::fprintf(stderr, "bench_replay: --steps must be a positive number of steps\n");
+    return 2;
   }
   // CPU time of this thread: the machine may be shared, and one core is the claim.
   auto cpu = [] { return thread_cpu_seconds(); };
@@ -186,5 +194,21 @@ int main(int argc, char** argv) {
   std::printf("  expandable_segments:True: replay %.1f M events/s, peak reserved %s (%.3fx)\n",
               e.events_per_second() / 1e6, format_bytes(static_cast<uint64_t>(e.peak_reserved)).c_str(),
               static_cast<double>(e.peak_reserved) / static_cast<double>(e.peak_allocated));
+  if (json != nullptr) {
+    FILE* f = std::fopen(json, "w");
+    if (f == nullptr) {
+      std::fprintf(stderr, "bench_replay: cannot write %s\n", json);
+      return 1;
+    }
+    std::fprintf(f,
+                 "{\"benchmark\": \"replay\", \"events\": %zu, \"parse_events_per_s\": %.0f, "
+                 "\"replay_events_per_s\": {\"median\": %.0f, \"min\": %.0f, \"max\": %.0f}, "
+                 "\"expandable_events_per_s\": %.0f, \"peak_allocated\": %lld, "
+                 "\"peak_reserved\": %lld, \"expandable_peak_reserved\": %lld}\n",
+                 n, static_cast<double>(n) / parse_s, rates[2], rates.front(), rates.back(),
+                 e.events_per_second(), static_cast<long long>(r.peak_allocated),
+                 static_cast<long long>(r.peak_reserved), static_cast<long long>(e.peak_reserved));
+    std::fclose(f);
+  }
   return 0;
 }

@@ -253,10 +253,16 @@ bool validate_mlp_first_step(Mlp& m, bool autocast, const ModeTol& tol, double* 
   // real backward below).
   std::vector<Tensor> d(kLayers);
   for (int l = 0; l < kLayers; ++l) d[l] = grad({loss}, {ys[l]}, {}, /*retain_graph=*/true)[0];
-  std::vector<Tensor> w_before, b_before;
+  // What a layer computed with, as float64: under autocast the bf16 copies it used.
+  auto operand = [&](const Tensor& t) { return autocast ? f64(t.to(kBFloat16)) : f64(t); };
+  // The weights the forward and backward used, taken before the step moves them
+  // (the check of each product reads these; Adam's check the float32 originals).
+  std::vector<Tensor> w_before, b_before, w_used, b_used;
   for (const auto& l : m.layers) {
     w_before.push_back(f64(l->weight.slice(0, 0, kSlice)));
     b_before.push_back(f64(l->bias));
+    w_used.push_back(operand(l->weight));
+    b_used.push_back(operand(l->bias));
   }
   loss.backward();
   m.opt->step();
@@ -264,8 +270,6 @@ bool validate_mlp_first_step(Mlp& m, bool autocast, const ModeTol& tol, double* 
 
   NoGradGuard no_grad;
   bool ok = true;
-  // What a layer computed with, as float64: under autocast the bf16 copies it used.
-  auto operand = [&](const Tensor& t) { return autocast ? f64(t.to(kBFloat16)) : f64(t); };
   const int64_t n = m.y.numel();
   // The loss and its gradient, from the last layer's output.
   const Tensor out = f64(ys.back()), target = f64(m.y);
@@ -278,7 +282,8 @@ bool validate_mlp_first_step(Mlp& m, bool autocast, const ModeTol& tol, double* 
   for (int l = 0; l < kLayers; ++l) {
     const nn::Linear& layer = *m.layers[static_cast<size_t>(l)];
     const Tensor a = l == 0 ? operand(m.x) : f64(ys[static_cast<size_t>(l - 1)]);  // (B, in)
-    const Tensor w = operand(layer.weight), b = operand(layer.bias);
+    const Tensor& w = w_used[static_cast<size_t>(l)];
+    const Tensor& b = b_used[static_cast<size_t>(l)];
     const bool relu = l + 1 < kLayers;
     char what[96];
     // Forward: this layer's output on the first rows.

@@ -83,7 +83,7 @@ Graph::Graph(int device) : device_(device) {
   // Asked before any other runtime call, whose error would speak of drivers.
   EMBER_CHECK(n > 0, "cuda::Graph: this machine has no CUDA device; CUDA graphs capture GPU "
               "work and need one (on the CPU, run the step eagerly)");
-  if (device < 0) device_ = device = current_device();
+  if (device == -1) device_ = device = current_device();  // -1: the current device
   EMBER_CHECK(device >= 0 && device < n, "cuda::Graph: device ", device,
               " is not a CUDA device (this machine has ", n, " CUDA device", n == 1 ? "" : "s",
               ")");

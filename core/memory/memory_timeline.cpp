@@ -185,7 +185,11 @@ TimelineAnalysis analyze_memory_timeline(const MemorySnapshot& snap) {
       p = i;
     }
   }
-  if (p + 1 < snap.trace.size() && snap.trace[p].action == TraceAction::segment_alloc &&
+  // The segment (or the pages mapped onto an expandable one) came for the next
+  // allocation: the peak is the moment that allocation holds it.
+  if (p + 1 < snap.trace.size() &&
+      (snap.trace[p].action == TraceAction::segment_alloc ||
+       snap.trace[p].action == TraceAction::segment_map) &&
       snap.trace[p + 1].action == TraceAction::alloc)
     ++p;
   a.peak_entry = p;

@@ -191,9 +191,11 @@ __global__ void __launch_bounds__(kThreads, kThreads >= 512 ? 1024 / kThreads : 
   if (rank == 0 && threadIdx.x == 0) {
     if (bad) record_device_error(err, op, kBadTarget, t, classes);
     const float x_t = skip ? 0.f : widen(logits[row * classes + t]);
-    losses[row] = skip ? 0.f
-                       : (1.f - ls) * (lse - x_t) +
-                             ls * (lse - whole.sx / static_cast<float>(classes));
+    // The smoothing term only with smoothing: a masked (-inf) logit makes the row's
+    // sum -inf, and 0 * inf would turn a finite loss into NaN.
+    const float smoothing =
+        ls > 0.f ? ls * (lse - whole.sx / static_cast<float>(classes)) : 0.f;
+    losses[row] = skip ? 0.f : (1.f - ls) * (lse - x_t) + smoothing;
   }
   if (d_logits == nullptr) return;
 

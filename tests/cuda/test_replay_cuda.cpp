@@ -63,12 +63,14 @@ TEST_CASE("replay/cuda: cudaMallocAsync replays every event and reports its pool
   CHECK(r.peak_allocated >= int64_t(p.peak_live_requested()));
   CHECK(r.peak_reserved >= r.peak_allocated);
   CHECK(r.min_capacity_note == "n/a (real device)");
-  // A pool capped below the 30 MB request cannot serve it.
+  // A pool capped at 16 MiB cannot hold the 30 MB block with the 3 MB one. The
+  // driver applies maxSize in its own granularity, so the 30 MB request itself may
+  // be served (the H200's driver 580 did) and the next one, 1 MB, fails instead.
   RunSettings small;
   small.capacity = 16u << 20;
   const ReplayResult capped = async->run(p, small);
   REQUIRE(capped.first_failure.has_value());
-  CHECK(capped.first_failure->size == 30000000);
+  CHECK((capped.first_failure->size == 30000000 || capped.first_failure->size == 1000000));
 }
 
 TEST_CASE("replay/cuda: the GPU policies run where there is a GPU and say why not elsewhere") {

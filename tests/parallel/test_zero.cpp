@@ -361,7 +361,7 @@ TEST_CASE("zero/errors: bad use is named") {
   DistributedDataParallel ddp2(m2, comm);
   CHECK(contains(error_of([&] {
           ZeroRedundancyOptimizer bad(ddp2, [](std::vector<Tensor> p) -> std::unique_ptr<optim::Optimizer> {
-            p.pop_back();
+            p.push_back(zeros({1}).requires_grad_());  // one parameter too many
             return std::make_unique<optim::SGD>(p, optim::SGDOptions(0.1));
           });
         }),
