@@ -19,7 +19,7 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | 
 
 start=$(date +%s)
 cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 \
-  -DEMBER_BUILD_BENCHMARKS=OFF >"$out/configure.log" 2>&1 || { tail -30 "$out/configure.log"; exit 1; }
+  >"$out/configure.log" 2>&1 || { tail -30 "$out/configure.log"; exit 1; }
 cmake --build build-gpu -j16 --target ember_tests_core ember_tests_memory ember_predict \
   >"$out/build.log" 2>&1 || { echo "BUILD FAILED:"; grep -E "error|FAILED" "$out/build.log" | head -30; exit 1; }
 echo "build: $(( $(date +%s) - start )) s"
