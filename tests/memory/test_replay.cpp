@@ -389,3 +389,24 @@ TEST_CASE("replay/oom: the out-of-memory message names an option that a replay s
   CHECK_FALSE(contains(none, "replay"));
   full->deallocate(keep);
 }
+
+// Traces recorded from real PyTorch training loops on an H200 (tools/
+// record_torch_traces.py; tests/data/traces/torch/MANIFEST.md says how): replayed
+// through ember's policy of the same options on a simulated device, the peaks equal
+// the ones PyTorch's own allocator reported (torch.cuda.max_memory_reserved() and
+// max_memory_allocated(), kept in each file's metadata), to the byte.
+TEST_CASE("replay/torch: recorded PyTorch loops replay to PyTorch's own peaks") {
+  for (const char* name : {"mlp_adam", "conv", "varying_batch", "varying_batch_expandable"}) {
+    CAPTURE(name);
+    Trace t = read_trace_csv(data(std::string("torch/") + name + ".csv"));
+    const std::string conf = t.meta("alloc_conf").empty() ? "native" : t.meta("alloc_conf");
+    const int64_t want_reserved = std::stoll(t.meta("torch_max_memory_reserved"));
+    const int64_t want_allocated = std::stoll(t.meta("torch_max_memory_allocated"));
+    const ReplayProgram p = ReplayProgram::compile(std::move(t));
+    const ReplayResult r = run(p, conf);
+    CHECK(r.ooms == 0);
+    CHECK(r.events == p.ops().size());
+    CHECK(r.peak_reserved == want_reserved);
+    CHECK(r.peak_allocated == want_allocated);
+  }
+}
