@@ -59,19 +59,7 @@ def main():
     rounds, steps = (3, 50) if quick else (7, 200)
 
     def wall_ms_per_step(f, warmup, rounds, steps):
-        for i in range(warmup):
-            f(i)
-        torch.cuda.synchronize()
-        per, it = [], 0
-        for _ in range(rounds):
-            t0 = time.perf_counter()
-            for _ in range(steps):
-                f(it)
-                it += 1
-            torch.cuda.synchronize()
-            per.append((time.perf_counter() - t0) * 1e3 / steps)
-        per.sort()
-        return per[len(per) // 2], per[0], per[-1]
+        return timed(torch, f, warmup, rounds, steps)
 
     nbatch = 16
 
@@ -148,19 +136,8 @@ def write(json_path):
 
 
 def mlp(torch, nn, dev, quick, json_path):
-    def wall_ms_per_step(f, warmup, rounds, steps):
-        for i in range(warmup):
-            f(i)
-        torch.cuda.synchronize()
-        per = []
-        for _ in range(rounds):
-            t0 = time.perf_counter()
-            for _ in range(steps):
-                f(0)
-            torch.cuda.synchronize()
-            per.append((time.perf_counter() - t0) * 1e3 / steps)
-        per.sort()
-        return per[len(per) // 2], per[0], per[-1]
+    def wall_ms_per_step(f, warmup, rounds, steps):  # the step ignores its index
+        return timed(torch, f, warmup, rounds, steps)
 
     def layers_of(seed):
         torch.manual_seed(seed)
