@@ -17,10 +17,13 @@ void cast_generic(const CastArgs& a);
 void fill_generic(const FillArgs& a);
 
 // The fast path: one tight loop per (op, dtype), the op chosen once per call, for
-// operands that are all contiguous over the iteration (any storage offset), of
-// float32, float64, bfloat16 or int64, each input either the output itself (in
-// place) or disjoint from it. Each returns true when it wrote the output, false
-// (having written nothing) to leave the call to the generic loop.
+// float32, float64, bfloat16 and int64 operands laid out as it can take: all
+// contiguous over the iteration (any storage offset), or rows: an innermost dim
+// of at least 16 elements that is contiguous in every operand, the outer dims
+// strided or broadcast (x + bias, a column slice). Each input is the output
+// itself (same layout: in place) or shares no byte with it. Each returns true
+// when it wrote the output, false (having written nothing) to leave the call to
+// the generic loop. cast and fill take contiguous operands only.
 // Ops that are one correctly rounded IEEE operation (+ - * / sqrt) or exact
 // (negation, selection, comparison) compute float32 and bfloat16 in float: the
 // double result rounded to float is the float result, since double carries more

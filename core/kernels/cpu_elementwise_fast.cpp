@@ -162,25 +162,86 @@ bool dispatch_fast(DType t, F&& f) {
   return false;
 }
 
-// ---------------------------------------------------------------- operand checks
+// ---------------------------------------------------------------- the iteration
 
-// An operand's first element, or nullptr when its layout is not contiguous.
-template <typename T>
-T* first_of(T* base, const StridedLayout& l, DType dtype) {
-  using Byte = std::conditional_t<std::is_const_v<T>, const char, char>;
-  if (!l.contiguous) return nullptr;
-  return static_cast<Byte*>(base) + l.offset * static_cast<int64_t>(element_size(dtype));
+// Rows shorter than this go to the generic loop: finding each row's start costs
+// a division per dim and operand.
+constexpr int64_t kMinRow = 16;
+
+struct Operand {
+  const void* base;
+  const StridedLayout* layout;
+  size_t size;  // bytes per element
+};
+
+// How the fast loop covers the n elements: `rows` stretches of `length`, each
+// contiguous in every operand (one stretch when every operand is contiguous).
+struct Plan {
+  int64_t rows = 0, length = 0;
+};
+
+// The first and one-past-last byte an operand reaches; false for a negative
+// stride.
+bool span_of(const Operand& o, int64_t n, uintptr_t& lo, uintptr_t& hi) {
+  const StridedLayout& l = *o.layout;
+  for (int d = 0; d < l.ndim && !l.contiguous; ++d)
+    if (l.strides[d] < 0) return false;
+  const auto base = reinterpret_cast<uintptr_t>(o.base);
+  lo = base + static_cast<uintptr_t>(l.offset) * o.size;
+  hi = base + static_cast<uintptr_t>(l.offset_of(n - 1) + 1) * o.size;
+  return true;
 }
 
-// An input either is the output (same first element, same element size) or
-// shares no byte with it. Partial overlap (a shifted view written in place) is
-// left to the generic loop's element-by-element order.
-bool same_or_disjoint(const void* in, size_t in_size, const void* out, size_t out_size,
-                      int64_t n) {
-  const auto i = reinterpret_cast<uintptr_t>(in), o = reinterpret_cast<uintptr_t>(out);
-  if (i == o) return in_size == out_size;
-  const auto count = static_cast<uintptr_t>(n);
-  return i + count * in_size <= o || o + count * out_size <= i;
+bool same_layout(const Operand& a, const Operand& b) {
+  const StridedLayout &la = *a.layout, &lb = *b.layout;
+  if (a.base != b.base || a.size != b.size || la.offset != lb.offset) return false;
+  if (la.contiguous && lb.contiguous) return true;
+  for (int d = 0; d < la.ndim; ++d)
+    if (la.strides[d] != lb.strides[d]) return false;
+  return true;
+}
+
+// A plan for operands ops[0..count) (the output last, all over one iteration
+// shape of n elements), or false: a layout it does not cover (an innermost dim
+// that is not contiguous in every operand, or short), or an input that
+// overlaps the output without being it (a shifted view written in place is
+// left to the generic loop's element-by-element order).
+bool plan_of(const Operand* ops, int count, int64_t n, Plan& p) {
+  if (n <= 0) {
+    p = {0, 0};
+    return true;
+  }
+  bool contiguous = true;
+  for (int i = 0; i < count; ++i) contiguous = contiguous && ops[i].layout->contiguous;
+  if (contiguous) {
+    p = {1, n};
+  } else {
+    const StridedLayout& out = *ops[count - 1].layout;
+    if (out.ndim < 1) return false;
+    const int64_t length = out.sizes[out.ndim - 1];
+    if (length < kMinRow) return false;
+    for (int i = 0; i < count; ++i)
+      if (ops[i].layout->ndim != out.ndim ||
+          (!ops[i].layout->contiguous && ops[i].layout->strides[out.ndim - 1] != 1))
+        return false;
+    p = {n / length, length};
+  }
+  const Operand& out = ops[count - 1];
+  uintptr_t out_lo = 0, out_hi = 0;
+  if (!span_of(out, n, out_lo, out_hi)) return false;
+  for (int i = 0; i + 1 < count; ++i) {
+    if (same_layout(ops[i], out)) continue;
+    uintptr_t lo = 0, hi = 0;
+    if (!span_of(ops[i], n, lo, hi) || !(hi <= out_lo || out_hi <= lo)) return false;
+  }
+  return true;
+}
+
+// Row r's first element in operand o.
+template <typename P>
+P* row_start(P* base, const StridedLayout& l, size_t size, const Plan& p, int64_t r) {
+  using Byte = std::conditional_t<std::is_const_v<P>, const char, char>;
+  return static_cast<Byte*>(base) + l.offset_of(r * p.length) * static_cast<int64_t>(size);
 }
 
 // ---------------------------------------------------------------- the formulas, one type per op
@@ -278,9 +339,18 @@ void binary_backward_loop(const S* g, const S* x, const S* y, S* out, int64_t n,
 
 // ---------------------------------------------------------------- one op, one dtype
 
+// The loops behind a type-erased pointer, chosen once per call and run once per
+// row.
+using UnaryLoop = void (*)(const void* x, void* y, int64_t n, double a);
+using UnaryBackwardLoop = void (*)(const void* g, const void* s, void* out, int64_t n, double a);
+using BinaryLoop = void (*)(const void* x, const void* y, void* out, int64_t n, double a);
+using BinaryBackwardLoop = void (*)(const void* g, const void* x, const void* y, void* out,
+                                    int64_t n, double a);
+
 template <UnaryOp kOp, typename S>
-void unary_op(const S* x, void* y_raw, int64_t n, double a) {
+void unary_op(const void* x_raw, void* y_raw, int64_t n, double a) {
   using O = std::conditional_t<gives_bool(kOp), bool, S>;
+  const S* x = static_cast<const S*>(x_raw);
   O* y = static_cast<O*>(y_raw);
   if constexpr (has_float_math<S> && exact_in_float(kOp)) {
     if (float_holds(a)) return unary_loop<kOp, float>(x, y, n, static_cast<float>(a));
@@ -289,17 +359,22 @@ void unary_op(const S* x, void* y_raw, int64_t n, double a) {
 }
 
 template <UnaryOp kOp, typename S>
-void unary_backward_op(const S* g, const S* s, S* out, int64_t n, double a) {
+void unary_backward_op(const void* g, const void* s, void* out, int64_t n, double a) {
+  const S* gs = static_cast<const S*>(g);
+  const S* ss = static_cast<const S*>(s);
+  S* os = static_cast<S*>(out);
   if constexpr (has_float_math<S> && backward_exact_in_float(kOp)) {
     if (float_holds(a))
-      return unary_backward_loop<kOp, float>(g, s, out, n, static_cast<float>(a));
+      return unary_backward_loop<kOp, float>(gs, ss, os, n, static_cast<float>(a));
   }
-  unary_backward_loop<kOp, double>(g, s, out, n, a);
+  unary_backward_loop<kOp, double>(gs, ss, os, n, a);
 }
 
 template <BinaryOp kOp, typename S>
-void binary_op(const S* x, const S* y, void* out_raw, int64_t n, double a) {
+void binary_op(const void* x_raw, const void* y_raw, void* out_raw, int64_t n, double a) {
   using O = std::conditional_t<gives_bool(kOp), bool, S>;
+  const S* x = static_cast<const S*>(x_raw);
+  const S* y = static_cast<const S*>(y_raw);
   O* out = static_cast<O*>(out_raw);
   if constexpr (has_float_math<S> && exact_in_float(kOp)) {
     if (kOp == BinaryOp::Add ? a == 1.0 : float_holds(a))
@@ -309,12 +384,84 @@ void binary_op(const S* x, const S* y, void* out_raw, int64_t n, double a) {
 }
 
 template <BinaryOp kOp, int kSide, typename S>
-void binary_backward_op(const S* g, const S* x, const S* y, S* out, int64_t n, double a) {
+void binary_backward_op(const void* g, const void* x, const void* y, void* out, int64_t n,
+                        double a) {
+  const S* gs = static_cast<const S*>(g);
+  const S* xs = static_cast<const S*>(x);
+  const S* ys = static_cast<const S*>(y);
+  S* os = static_cast<S*>(out);
   if constexpr (has_float_math<S> && backward_exact_in_float(kOp, kSide)) {
     if (float_holds(a))
-      return binary_backward_loop<kOp, kSide, float>(g, x, y, out, n, static_cast<float>(a));
+      return binary_backward_loop<kOp, kSide, float>(gs, xs, ys, os, n, static_cast<float>(a));
   }
-  binary_backward_loop<kOp, kSide, double>(g, x, y, out, n, a);
+  binary_backward_loop<kOp, kSide, double>(gs, xs, ys, os, n, a);
+}
+
+// The loop for (op, dtype), or nullptr for a dtype the fast path does not cover.
+UnaryLoop unary_loop_for(UnaryOp op, DType t) {
+  UnaryLoop loop = nullptr;
+  dispatch_fast(t, [&](auto tag) {
+    using S = decltype(tag);
+    switch (op) {
+#define EMBER_X(name, Enum, ...) \
+  case UnaryOp::Enum:            \
+    loop = &unary_op<UnaryOp::Enum, S>; \
+    break;
+      EMBER_UNARY_OPS(EMBER_X) EMBER_SCALAR_OPS(EMBER_X)
+#undef EMBER_X
+    }
+  });
+  return loop;
+}
+
+UnaryBackwardLoop unary_backward_loop_for(UnaryOp op, DType t) {
+  UnaryBackwardLoop loop = nullptr;
+  dispatch_fast(t, [&](auto tag) {
+    using S = decltype(tag);
+    switch (op) {
+#define EMBER_X(name, Enum, ...) \
+  case UnaryOp::Enum:            \
+    loop = &unary_backward_op<UnaryOp::Enum, S>; \
+    break;
+      EMBER_UNARY_OPS(EMBER_X) EMBER_SCALAR_OPS(EMBER_X)
+#undef EMBER_X
+    }
+  });
+  return loop;
+}
+
+BinaryLoop binary_loop_for(BinaryOp op, DType t) {
+  BinaryLoop loop = nullptr;
+  dispatch_fast(t, [&](auto tag) {
+    using S = decltype(tag);
+    switch (op) {
+#define EMBER_X(name, Enum, ...) \
+  case BinaryOp::Enum:           \
+    loop = &binary_op<BinaryOp::Enum, S>; \
+    break;
+      EMBER_BINARY_OPS(EMBER_X)
+#undef EMBER_X
+    }
+  });
+  return loop;
+}
+
+BinaryBackwardLoop binary_backward_loop_for(BinaryOp op, int side, DType t) {
+  BinaryBackwardLoop loop = nullptr;
+  if (side != 0 && side != 1) return nullptr;
+  dispatch_fast(t, [&](auto tag) {
+    using S = decltype(tag);
+    switch (op) {
+#define EMBER_X(name, Enum, ...)                                              \
+  case BinaryOp::Enum:                                                        \
+    loop = side == 0 ? &binary_backward_op<BinaryOp::Enum, 0, S>              \
+                     : &binary_backward_op<BinaryOp::Enum, 1, S>;             \
+    break;
+      EMBER_BINARY_OPS(EMBER_X)
+#undef EMBER_X
+    }
+  });
+  return loop;
 }
 
 }  // namespace
@@ -322,110 +469,64 @@ void binary_backward_op(const S* g, const S* x, const S* y, S* out, int64_t n, d
 // ---------------------------------------------------------------- the entry points
 
 bool unary_fast(const UnaryArgs& a) {
-  const DType out_dtype = gives_bool(a.op) ? DType::Bool : a.dtype;
-  if (a.out_dtype != out_dtype) return false;
-  const void* x = first_of(a.x, a.xl, a.dtype);
-  void* y = first_of(a.y, a.yl, a.out_dtype);
-  if (x == nullptr || y == nullptr ||
-      !same_or_disjoint(x, element_size(a.dtype), y, element_size(a.out_dtype), a.n))
-    return false;
-  return dispatch_fast(a.dtype, [&](auto tag) {
-    using S = decltype(tag);
-    const S* xs = static_cast<const S*>(x);
-    switch (a.op) {
-#define EMBER_X(name, Enum, ...) \
-  case UnaryOp::Enum:            \
-    return unary_op<UnaryOp::Enum>(xs, y, a.n, a.a);
-      EMBER_UNARY_OPS(EMBER_X) EMBER_SCALAR_OPS(EMBER_X)
-#undef EMBER_X
-    }
-  });
+  if (a.out_dtype != (gives_bool(a.op) ? DType::Bool : a.dtype)) return false;
+  const UnaryLoop loop = unary_loop_for(a.op, a.dtype);
+  const size_t in = element_size(a.dtype), out = element_size(a.out_dtype);
+  const Operand ops[] = {{a.x, &a.xl, in}, {a.y, &a.yl, out}};
+  Plan p;
+  if (loop == nullptr || !plan_of(ops, 2, a.n, p)) return false;
+  for (int64_t r = 0; r < p.rows; ++r)
+    loop(row_start(a.x, a.xl, in, p, r), row_start(a.y, a.yl, out, p, r), p.length, a.a);
+  return true;
 }
 
 bool unary_backward_fast(const UnaryBackwardArgs& a) {
+  const UnaryBackwardLoop loop = unary_backward_loop_for(a.op, a.dtype);
   const size_t size = element_size(a.dtype);
-  const void* g = first_of(a.g, a.gl, a.dtype);
-  const void* s = first_of(a.s, a.sl, a.dtype);
-  void* out = first_of(a.out, a.ol, a.dtype);
-  if (g == nullptr || s == nullptr || out == nullptr || !same_or_disjoint(g, size, out, size, a.n) ||
-      !same_or_disjoint(s, size, out, size, a.n))
-    return false;
-  return dispatch_fast(a.dtype, [&](auto tag) {
-    using S = decltype(tag);
-    const S* gs = static_cast<const S*>(g);
-    const S* ss = static_cast<const S*>(s);
-    S* os = static_cast<S*>(out);
-    switch (a.op) {
-#define EMBER_X(name, Enum, ...) \
-  case UnaryOp::Enum:            \
-    return unary_backward_op<UnaryOp::Enum>(gs, ss, os, a.n, a.a);
-      EMBER_UNARY_OPS(EMBER_X) EMBER_SCALAR_OPS(EMBER_X)
-#undef EMBER_X
-    }
-  });
+  const Operand ops[] = {{a.g, &a.gl, size}, {a.s, &a.sl, size}, {a.out, &a.ol, size}};
+  Plan p;
+  if (loop == nullptr || !plan_of(ops, 3, a.n, p)) return false;
+  for (int64_t r = 0; r < p.rows; ++r)
+    loop(row_start(a.g, a.gl, size, p, r), row_start(a.s, a.sl, size, p, r),
+         row_start(a.out, a.ol, size, p, r), p.length, a.a);
+  return true;
 }
 
 bool binary_fast(const BinaryArgs& a) {
-  const DType out_dtype = gives_bool(a.op) ? DType::Bool : a.dtype;
-  if (a.out_dtype != out_dtype) return false;
-  const size_t in_size = element_size(a.dtype), out_size = element_size(a.out_dtype);
-  const void* x = first_of(a.x, a.xl, a.dtype);
-  const void* y = first_of(a.y, a.yl, a.dtype);
-  void* out = first_of(a.out, a.ol, a.out_dtype);
-  if (x == nullptr || y == nullptr || out == nullptr ||
-      !same_or_disjoint(x, in_size, out, out_size, a.n) ||
-      !same_or_disjoint(y, in_size, out, out_size, a.n))
-    return false;
-  return dispatch_fast(a.dtype, [&](auto tag) {
-    using S = decltype(tag);
-    const S* xs = static_cast<const S*>(x);
-    const S* ys = static_cast<const S*>(y);
-    switch (a.op) {
-#define EMBER_X(name, Enum, ...) \
-  case BinaryOp::Enum:           \
-    return binary_op<BinaryOp::Enum>(xs, ys, out, a.n, a.a);
-      EMBER_BINARY_OPS(EMBER_X)
-#undef EMBER_X
-    }
-  });
+  if (a.out_dtype != (gives_bool(a.op) ? DType::Bool : a.dtype)) return false;
+  const BinaryLoop loop = binary_loop_for(a.op, a.dtype);
+  const size_t in = element_size(a.dtype), out = element_size(a.out_dtype);
+  const Operand ops[] = {{a.x, &a.xl, in}, {a.y, &a.yl, in}, {a.out, &a.ol, out}};
+  Plan p;
+  if (loop == nullptr || !plan_of(ops, 3, a.n, p)) return false;
+  for (int64_t r = 0; r < p.rows; ++r)
+    loop(row_start(a.x, a.xl, in, p, r), row_start(a.y, a.yl, in, p, r),
+         row_start(a.out, a.ol, out, p, r), p.length, a.a);
+  return true;
 }
 
 bool binary_backward_fast(const BinaryBackwardArgs& a) {
+  const BinaryBackwardLoop loop = binary_backward_loop_for(a.op, a.side, a.dtype);
   const size_t size = element_size(a.dtype);
-  const void* g = first_of(a.g, a.gl, a.dtype);
-  const void* x = first_of(a.x, a.xl, a.dtype);
-  const void* y = first_of(a.y, a.yl, a.dtype);
-  void* out = first_of(a.out, a.ol, a.dtype);
-  if (g == nullptr || x == nullptr || y == nullptr || out == nullptr ||
-      !same_or_disjoint(g, size, out, size, a.n) || !same_or_disjoint(x, size, out, size, a.n) ||
-      !same_or_disjoint(y, size, out, size, a.n) || (a.side != 0 && a.side != 1))
-    return false;
-  return dispatch_fast(a.dtype, [&](auto tag) {
-    using S = decltype(tag);
-    const S* gs = static_cast<const S*>(g);
-    const S* xs = static_cast<const S*>(x);
-    const S* ys = static_cast<const S*>(y);
-    S* os = static_cast<S*>(out);
-    switch (a.op) {
-#define EMBER_X(name, Enum, ...)                                                \
-  case BinaryOp::Enum:                                                          \
-    return a.side == 0                                                          \
-               ? binary_backward_op<BinaryOp::Enum, 0>(gs, xs, ys, os, a.n, a.a) \
-               : binary_backward_op<BinaryOp::Enum, 1>(gs, xs, ys, os, a.n, a.a);
-      EMBER_BINARY_OPS(EMBER_X)
-#undef EMBER_X
-    }
-  });
+  const Operand ops[] = {
+      {a.g, &a.gl, size}, {a.x, &a.xl, size}, {a.y, &a.yl, size}, {a.out, &a.ol, size}};
+  Plan p;
+  if (loop == nullptr || !plan_of(ops, 4, a.n, p)) return false;
+  for (int64_t r = 0; r < p.rows; ++r)
+    loop(row_start(a.g, a.gl, size, p, r), row_start(a.x, a.xl, size, p, r),
+         row_start(a.y, a.yl, size, p, r), row_start(a.out, a.ol, size, p, r), p.length, a.a);
+  return true;
 }
 
 // Through double as the generic loop (float -> double -> bfloat16 rounds once,
-// the double being exact), one tight loop per pair of dtypes.
+// the double being exact), one tight loop per pair of dtypes; contiguous only.
 bool cast_fast(const CastArgs& a) {
-  const void* x = first_of(a.x, a.xl, a.from);
-  void* y = first_of(a.y, a.yl, a.to);
-  if (x == nullptr || y == nullptr ||
-      !same_or_disjoint(x, element_size(a.from), y, element_size(a.to), a.n))
-    return false;
+  const Operand ops[] = {{a.x, &a.xl, element_size(a.from)}, {a.y, &a.yl, element_size(a.to)}};
+  Plan p;
+  if (!a.xl.contiguous || !a.yl.contiguous || !plan_of(ops, 2, a.n, p)) return false;
+  if (a.n <= 0) return true;
+  const void* x = row_start(a.x, a.xl, ops[0].size, p, 0);
+  void* y = row_start(a.y, a.yl, ops[1].size, p, 0);
   if (a.from == a.to) {
     if (x != y) std::memcpy(y, x, static_cast<size_t>(a.n) * element_size(a.to));
     return true;
@@ -445,13 +546,12 @@ bool cast_fast(const CastArgs& a) {
 }
 
 bool fill_fast(const FillArgs& a) {
-  void* y = first_of(a.y, a.yl, a.dtype);
-  if (y == nullptr) return false;
+  if (!a.yl.contiguous) return false;
   ember::detail::dispatch_cpu(a.dtype, [&](auto tag) {
     using S = decltype(tag);
     S v{};
     ember::detail::store_from_double(&v, a.value);
-    S* ys = static_cast<S*>(y);
+    S* ys = static_cast<S*>(a.y) + a.yl.offset;
     for (int64_t i = 0; i < a.n; ++i) ys[i] = v;
   });
   return true;

@@ -375,6 +375,66 @@ TEST_CASE("cpu fast path/layouts it leaves to the generic loop, which the kernel
                               every_other, 3}));
 }
 
+TEST_CASE("cpu fast path/rows: broadcast and sliced operands give the generic loop's bits") {
+  // Iteration (5, 20): x a column slice of a (5, 24) buffer (rows 24 apart), y a
+  // row of 20 broadcast over the 5 rows, out contiguous.
+  std::vector<double> xv, yv;
+  StridedLayout iter{};
+  iter.ndim = 2;
+  iter.sizes[0] = 5;
+  iter.sizes[1] = 20;
+  iter.strides[0] = 20;
+  iter.strides[1] = 1;
+  StridedLayout sliced = iter, broadcast = iter;
+  sliced.strides[0] = 24;
+  sliced.offset = 2;
+  sliced.contiguous = false;
+  broadcast.strides[0] = 0;
+  broadcast.contiguous = false;
+  for (DType t : {kFloat32, kBFloat16, kFloat64})
+    for (const BinaryEntry& b : binary_entries()) {
+      CAPTURE(what(binary_name(b.op), t, 1.0));
+      operand_values(t, b.lo, b.hi, xv, yv);
+      xv.resize(5 * 24);
+      yv.resize(20);
+      const DType out_t = gives_bool(b.op) ? kBool : t;
+      Buffer x(t, xv, 0), y(t, yv, 0);
+      Buffer fast(out_t, std::vector<double>(100, 0.0), 0),
+          generic(out_t, std::vector<double>(100, 0.0), 0);
+      BinaryArgs a{kCPU, b.op, t, x.data(), sliced, y.data(), broadcast, fast.data(), iter,
+                   100, 1.0, out_t};
+      REQUIRE(cpu::binary_fast(a));
+      a.out = generic.data();
+      cpu::binary_generic(a);
+      CHECK(first_difference(fast, generic) == -1);
+      // Backward over the same layouts (g contiguous), where the op has a kernel.
+      if (gives_bool(b.op)) continue;
+      for (int side : {0, 1}) {
+        Buffer bf(t, std::vector<double>(100, 0.0), 0), bg(t, std::vector<double>(100, 0.0), 0);
+        BinaryBackwardArgs ba{kCPU, b.op, side, t, x.data(), sliced, x.data(), sliced,
+                              y.data(), broadcast, bf.data(), iter, 100, 1.0};
+        REQUIRE(cpu::binary_backward_fast(ba));
+        ba.out = bg.data();
+        cpu::binary_backward_generic(ba);
+        CHECK(first_difference(bf, bg) == -1);
+      }
+    }
+  // A unary op on the slice, and a row too short for the fast path.
+  Buffer x(kFloat32, std::vector<double>(5 * 24, 0.5), 0);
+  Buffer fast(kFloat32, std::vector<double>(100, 0.0), 0), generic(kFloat32, std::vector<double>(100, 0.0), 0);
+  UnaryArgs u{kCPU, UnaryOp::Tanh, kFloat32, x.data(), sliced, fast.data(), iter, 100, 0.0, kFloat32};
+  REQUIRE(cpu::unary_fast(u));
+  u.y = generic.data();
+  cpu::unary_generic(u);
+  CHECK(first_difference(fast, generic) == -1);
+  CHECK(static_cast<float*>(fast.data())[99] == static_cast<float>(std::tanh(0.5)));
+  StridedLayout short_rows = sliced, short_iter = iter;
+  short_rows.sizes[1] = short_iter.sizes[1] = 15;
+  short_iter.strides[0] = 15;
+  CHECK_FALSE(cpu::unary_fast({kCPU, UnaryOp::Neg, kFloat32, x.data(), short_rows, fast.data(),
+                               short_iter, 75, 0.0, kFloat32}));
+}
+
 TEST_CASE("cpu fast path/the ops' layouts of contiguous tensors take it") {
   // The arguments run_binary (core/ops/elementwise.cpp) builds for add(a, b):
   // contiguous tensors, and a row of a matrix (a storage offset), take the fast
