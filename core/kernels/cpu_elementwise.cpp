@@ -1,5 +1,7 @@
 // CPU element-wise kernels: plain loops computing in double, the reference every
 // CUDA kernel is tested against. The formulas are core/base/elementwise_ops.h's.
+// The registered kernels try the fast path (cpu_elementwise_fast.cpp) first and
+// fall back to these generic strided loops.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -7,16 +9,19 @@
 #include <vector>
 
 #include "core/base/random.h"
+#include "core/kernels/cpu_elementwise.h"
 #include "core/kernels/cpu_loops.h"
 #include "core/kernels/registration.h"
 
 namespace ember::kernels {
 
-namespace {
+namespace cpu {
 
-using detail::dispatch_cpu;
-using detail::load_as_double;
-using detail::store_from_double;
+using ember::detail::dispatch_cpu;
+using ember::detail::load_as_double;
+using ember::detail::store_from_double;
+
+namespace {
 
 // Output of the input's storage type, or bool for the comparisons.
 template <typename F>
@@ -30,7 +35,9 @@ void dispatch_out(DType in, DType out, F&& f) {
   });
 }
 
-void unary(const UnaryArgs& a) {
+}  // namespace
+
+void unary_generic(const UnaryArgs& a) {
   dispatch_out(a.dtype, a.out_dtype, [&](auto in_tag, auto out_tag) {
     using S = decltype(in_tag);
     using O = decltype(out_tag);
@@ -42,7 +49,7 @@ void unary(const UnaryArgs& a) {
   });
 }
 
-void unary_backward(const UnaryBackwardArgs& a) {
+void unary_backward_generic(const UnaryBackwardArgs& a) {
   dispatch_cpu(a.dtype, [&](auto tag) {
     using S = decltype(tag);
     const S* g = static_cast<const S*>(a.g);
@@ -55,7 +62,7 @@ void unary_backward(const UnaryBackwardArgs& a) {
   });
 }
 
-void binary(const BinaryArgs& a) {
+void binary_generic(const BinaryArgs& a) {
   dispatch_out(a.dtype, a.out_dtype, [&](auto in_tag, auto out_tag) {
     using S = decltype(in_tag);
     using O = decltype(out_tag);
@@ -69,19 +76,7 @@ void binary(const BinaryArgs& a) {
   });
 }
 
-void where(const WhereArgs& a) {
-  dispatch_cpu(a.dtype, [&](auto tag) {
-    using S = decltype(tag);
-    const bool* c = static_cast<const bool*>(a.cond);
-    const S* x = static_cast<const S*>(a.a);
-    const S* y = static_cast<const S*>(a.b);
-    S* o = static_cast<S*>(a.out);
-    for (int64_t i = 0; i < a.n; ++i)
-      o[a.ol.offset_of(i)] = c[a.cl.offset_of(i)] ? x[a.al.offset_of(i)] : y[a.bl.offset_of(i)];
-  });
-}
-
-void binary_backward(const BinaryBackwardArgs& a) {
+void binary_backward_generic(const BinaryBackwardArgs& a) {
   dispatch_cpu(a.dtype, [&](auto tag) {
     using S = decltype(tag);
     const S* g = static_cast<const S*>(a.g);
@@ -97,7 +92,7 @@ void binary_backward(const BinaryBackwardArgs& a) {
   });
 }
 
-void cast(const CastArgs& a) {
+void cast_generic(const CastArgs& a) {
   if (a.xl.contiguous && a.yl.contiguous && a.from == a.to) {
     std::memmove(static_cast<char*>(a.y) + a.yl.offset * static_cast<int64_t>(element_size(a.to)),
                  static_cast<const char*>(a.x) + a.xl.offset * static_cast<int64_t>(element_size(a.from)),
@@ -116,13 +111,51 @@ void cast(const CastArgs& a) {
   });
 }
 
-void fill(const FillArgs& a) {
+void fill_generic(const FillArgs& a) {
   dispatch_cpu(a.dtype, [&](auto tag) {
     using S = decltype(tag);
     S* y = static_cast<S*>(a.y);
     S v{};
     store_from_double(&v, a.value);
     for (int64_t i = 0; i < a.n; ++i) y[a.yl.offset_of(i)] = v;
+  });
+}
+
+}  // namespace cpu
+
+namespace {
+
+using ember::detail::dispatch_cpu;
+using ember::detail::store_from_double;
+
+void unary(const UnaryArgs& a) {
+  if (!cpu::unary_fast(a)) cpu::unary_generic(a);
+}
+void unary_backward(const UnaryBackwardArgs& a) {
+  if (!cpu::unary_backward_fast(a)) cpu::unary_backward_generic(a);
+}
+void binary(const BinaryArgs& a) {
+  if (!cpu::binary_fast(a)) cpu::binary_generic(a);
+}
+void binary_backward(const BinaryBackwardArgs& a) {
+  if (!cpu::binary_backward_fast(a)) cpu::binary_backward_generic(a);
+}
+void cast(const CastArgs& a) {
+  if (!cpu::cast_fast(a)) cpu::cast_generic(a);
+}
+void fill(const FillArgs& a) {
+  if (!cpu::fill_fast(a)) cpu::fill_generic(a);
+}
+
+void where(const WhereArgs& a) {
+  dispatch_cpu(a.dtype, [&](auto tag) {
+    using S = decltype(tag);
+    const bool* c = static_cast<const bool*>(a.cond);
+    const S* x = static_cast<const S*>(a.a);
+    const S* y = static_cast<const S*>(a.b);
+    S* o = static_cast<S*>(a.out);
+    for (int64_t i = 0; i < a.n; ++i)
+      o[a.ol.offset_of(i)] = c[a.cl.offset_of(i)] ? x[a.al.offset_of(i)] : y[a.bl.offset_of(i)];
   });
 }
 
