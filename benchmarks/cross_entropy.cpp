@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "benchmarks/check.h"
 #include "benchmarks/timing.h"
 #include "core/autograd.h"
 #include "core/ops.h"
@@ -24,12 +25,7 @@ namespace {
 constexpr int64_t kRows = 8192, kClasses = 32768;
 
 // ||a - b|| / ||b|| on the GPU, in float64.
-double rel_err(const Tensor& a, const Tensor& b) {
-  NoGradGuard no_grad;
-  Tensor d = sub(a.to(kFloat64), b.to(kFloat64));
-  Tensor bb = b.to(kFloat64);
-  return std::sqrt(sum(mul(d, d)).item() / sum(mul(bb, bb)).item());
-}
+const auto rel_err = bench::rel_err_on_device;
 
 }  // namespace
 
@@ -38,19 +34,7 @@ int main(int argc, char** argv) {
   bench::Table table("cross_entropy: loss + gradient of the logits, 8192 x 32768");
   const char* shape = "8192x32768";
 
-  double copy_gbs = 0;
-  {
-    Tensor a = randn({kRows * kClasses}, TensorOptions(kFloat32).device(kCUDA));
-    Tensor b = empty({kRows * kClasses}, TensorOptions(kFloat32).device(kCUDA));
-    const double ms = bench::median_ms(
-        [&] {
-          EMBER_CUDA_CHECK(cudaMemcpyAsync(b.raw_data(), a.raw_data(), a.nbytes(),
-                                           cudaMemcpyDeviceToDevice, nullptr));
-        },
-        5, 50);
-    copy_gbs = 2.0 * static_cast<double>(a.nbytes()) / ms / 1e6;
-    table.add({"d2d copy", "f32", shape, "cudaMemcpy", ms, copy_gbs, "GB/s", "read + write"});
-  }
+  const double copy_gbs = bench::copy_bandwidth_gbs(table, kRows * kClasses, shape, 50);
 
   Generator gen(17);
   const Tensor target = randint(0, kClasses, {kRows}, TensorOptions(kInt64).device(kCUDA), &gen);

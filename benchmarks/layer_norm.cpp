@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <vector>
 
+#include "benchmarks/check.h"
 #include "benchmarks/timing.h"
 #include "core/autograd.h"
 #include "core/ops.h"
@@ -22,12 +23,8 @@ namespace {
 
 constexpr int64_t kRows = 8192, kCols = 4096;
 
-double rel_err(const Tensor& a, const Tensor& b) {
-  NoGradGuard no_grad;
-  Tensor d = sub(a.to(kFloat64), b.to(kFloat64));
-  Tensor bb = b.to(kFloat64);
-  return std::sqrt(sum(mul(d, d)).item() / sum(mul(bb, bb)).item());
-}
+// ||a - b|| / ||b|| on the GPU, in float64.
+const auto rel_err = bench::rel_err_on_device;
 
 }  // namespace
 
@@ -37,18 +34,7 @@ int main(int argc, char** argv) {
   const char* shape = "8192x4096";
   const TensorOptions on_gpu = TensorOptions(kFloat32).device(kCUDA);
 
-  double copy_gbs = 0;
-  {
-    Tensor a = randn({kRows * kCols}, on_gpu), b = empty({kRows * kCols}, on_gpu);
-    const double ms = bench::median_ms(
-        [&] {
-          EMBER_CUDA_CHECK(cudaMemcpyAsync(b.raw_data(), a.raw_data(), a.nbytes(),
-                                           cudaMemcpyDeviceToDevice, nullptr));
-        },
-        5, 100);
-    copy_gbs = 2.0 * static_cast<double>(a.nbytes()) / ms / 1e6;
-    table.add({"d2d copy", "f32", shape, "cudaMemcpy", ms, copy_gbs, "GB/s", "read + write"});
-  }
+  const double copy_gbs = bench::copy_bandwidth_gbs(table, kRows * kCols, shape, 100);
 
   Generator gen(23);
   char note[96];

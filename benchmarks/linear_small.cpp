@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "benchmarks/check.h"
 #include "benchmarks/timing.h"
 #include "core/autograd.h"
 #include "core/ops.h"
@@ -23,19 +24,8 @@ using namespace ember;
 
 namespace {
 
-double rel_err(const Tensor& got, const Tensor& want) {
-  NoGradGuard no_grad;
-  const std::vector<double> a = got.to(kCPU).to(kFloat64).to_vector<double>();
-  const std::vector<double> b = want.to(kCPU).to(kFloat64).to_vector<double>();
-  double num = 0, den = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    num += (a[i] - b[i]) * (a[i] - b[i]);
-    den += b[i] * b[i];
-  }
-  return a.size() == b.size() ? std::sqrt(num) / std::max(std::sqrt(den), 1e-300) : INFINITY;
-}
-
-Tensor f64(const Tensor& t) { return t.detach().to(kCPU).to(kFloat64); }
+using bench::f64;
+using bench::rel_err;
 
 }  // namespace
 

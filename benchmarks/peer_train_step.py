@@ -58,8 +58,6 @@ def main():
           f"{'impl':<18} {'ms':>10} {'rate':>12}  note")
     rounds, steps = (3, 50) if quick else (7, 200)
 
-    def wall_ms_per_step(f, warmup, rounds, steps):
-        return timed(torch, f, warmup, rounds, steps)
 
     nbatch = 16
 
@@ -88,10 +86,10 @@ def main():
     if only not in ("", "seed"):
         return mlp(torch, nn, dev, quick, json_path)
     step, xs, ys = seed(fused=True)
-    ms = wall_ms_per_step(lambda i: step(xs[i % nbatch], ys[i % nbatch]), 20, rounds, steps)
+    ms = timed(torch, lambda i: step(xs[i % nbatch], ys[i % nbatch]), 20, rounds, steps)
     add("seed step", "f32", "32x10->10", "eager", ms, 1 / ms[0], "k/s", "Adam(fused=True)")
     step, xs, ys = seed()
-    ms = wall_ms_per_step(lambda i: step(xs[i % nbatch], ys[i % nbatch]), 20, rounds, steps)
+    ms = timed(torch, lambda i: step(xs[i % nbatch], ys[i % nbatch]), 20, rounds, steps)
     add("seed step", "f32", "32x10->10", "eager foreach Adam", ms, 1 / ms[0], "k/s",
         "Adam default (foreach)")
     step, xs, ys = seed(fused=True)
@@ -100,7 +98,7 @@ def main():
         loss = step(xs[i % nbatch], ys[i % nbatch])
         del loss
         torch.cuda.empty_cache()
-    ms = wall_ms_per_step(with_empty_cache, 20, rounds, steps)
+    ms = timed(torch, with_empty_cache, 20, rounds, steps)
     add("seed step", "f32", "32x10->10", "eager+empty_cache", ms, 1 / ms[0], "k/s",
         "Adam(fused=True), del + empty_cache()")
 
@@ -120,7 +118,7 @@ def main():
         sx.copy_(xs[i % nbatch])
         sy.copy_(ys[i % nbatch])
         graph.replay()
-    ms = wall_ms_per_step(replay, 5, rounds, steps * 5)
+    ms = timed(torch, replay, 5, rounds, steps * 5)
     add("seed step", "f32", "32x10->10", "graphed", ms, 1 / ms[0], "k/s", "Adam(fused, capturable)")
     del static_loss
     if only == "seed":
@@ -136,9 +134,6 @@ def write(json_path):
 
 
 def mlp(torch, nn, dev, quick, json_path):
-    def wall_ms_per_step(f, warmup, rounds, steps):  # the step ignores its index
-        return timed(torch, f, warmup, rounds, steps)
-
     def layers_of(seed):
         torch.manual_seed(seed)
         layers = []
@@ -167,7 +162,7 @@ def mlp(torch, nn, dev, quick, json_path):
                 loss = crit(net(x), y)
             loss.backward()
             opt.step()
-        ms = wall_ms_per_step(mlp_step, 2, 3 if quick else 5, 3 if quick else 10)
+        ms = timed(torch, mlp_step, 2, 3 if quick else 5, 3 if quick else 10)
         add("mlp step", mode, "4x4096, batch 8192", "eager", ms, flops / ms[0] / 1e9, "TF/s",
             "autocast(bf16)" if mode == "bf16" else "")
         del net, opt

@@ -41,6 +41,7 @@
 #include <string>
 #include <vector>
 
+#include "benchmarks/check.h"
 #include "benchmarks/timing.h"
 #include "core/autocast.h"
 #include "core/autograd.h"
@@ -73,34 +74,8 @@ bench::Spread wall_ms_per_step(const std::function<void(int)>& f, int warmup, in
   return bench::spread_of(per);
 }
 
-// ||got - want|| / ||want|| over all elements, in float64 on the CPU.
-double rel_err(const Tensor& got, const Tensor& want) {
-  NoGradGuard no_grad;
-  const std::vector<double> a = got.to(kCPU).to_vector<double>();
-  const std::vector<double> b = want.to(kCPU).to_vector<double>();
-  if (a.size() != b.size()) return INFINITY;
-  double num = 0, den = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    num += (a[i] - b[i]) * (a[i] - b[i]);
-    den += b[i] * b[i];
-  }
-  return std::sqrt(num) / std::max(std::sqrt(den), 1e-300);
-}
-
-double rel_err(const std::vector<double>& a, const std::vector<double>& b) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    num += (a[i] - b[i]) * (a[i] - b[i]);
-    den += b[i] * b[i];
-  }
-  return std::sqrt(num) / std::max(std::sqrt(den), 1e-300);
-}
-
-// A float64 CPU copy.
-Tensor f64(const Tensor& t) {
-  NoGradGuard no_grad;
-  return t.detach().to(kCPU).to(kFloat64);
-}
+using bench::f64;
+using bench::rel_err;
 
 // Prints one check; returns whether it passed (NaN never passes).
 bool report(const char* what, double err, double tol) {

@@ -2,7 +2,8 @@
 //  - gradcheck: autograd's gradients against central finite differences, in
 //    float64 on CPU, naming the input and element that disagree;
 //  - rel_error: ||out - ref|| / ||ref|| in double, +inf for any NaN;
-//  - cuda_vs_cpu: an op on CUDA against the CPU reference on the same values.
+//  - cuda_vs_cpu: an op on CUDA against the CPU reference on the same values;
+//  - check_close: a tensor's elements against hand-computed values, each to `tol`.
 #pragma once
 
 #include <doctest/doctest.h>
@@ -172,6 +173,16 @@ inline double cuda_vs_cpu(const TensorFn& f, const std::vector<Tensor>& inputs, 
   Tensor out = f(on_cuda);
   if (!out.defined() || !out.is_cuda()) return std::numeric_limits<double>::infinity();
   return rel_error(out.to(kCPU).to(kFloat64), ref);
+}
+
+// Every element of t against the hand-computed `want`, each to relative `tol`.
+inline void check_close(const Tensor& t, const std::vector<double>& want, double tol = 1e-12) {
+  const std::vector<double> got = t.to_vector<double>();
+  REQUIRE(got.size() == want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    CAPTURE(i);
+    CHECK(got[i] == doctest::Approx(want[i]).epsilon(tol));
+  }
 }
 
 }  // namespace ember::testing

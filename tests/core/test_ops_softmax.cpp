@@ -18,14 +18,7 @@ namespace {
 using V = std::vector<double>;
 using Inputs = std::vector<Tensor>;
 
-void check_close(const Tensor& t, const V& want, double tol = 1e-12) {
-  const V got = t.to_vector<double>();
-  REQUIRE(got.size() == want.size());
-  for (size_t i = 0; i < got.size(); ++i) {
-    CAPTURE(i);
-    CHECK(got[i] == doctest::Approx(want[i]).epsilon(tol));
-  }
-}
+using ember::testing::check_close;
 }  // namespace
 
 TEST_CASE("softmax, log_softmax: hand-computed values along the last dim") {
