@@ -500,6 +500,7 @@ void NcclCommunicator::all_reduce_group(const std::vector<NcclCommunicator*>& co
                 "all_reduce_group: buffer ", i, " holds ", bufs[i].count, " ", bufs[i].dtype,
                 ", buffer 0 holds ", bufs[0].count, " ", bufs[0].dtype);
   }
+  if (!bufs.empty()) check_summable("all_reduce_group", bufs[0].dtype);
   EMBER_NCCL_CHECK(ncclGroupStart());
   ncclResult_t first_error = ncclSuccess;
   for (size_t i = 0; i < comms.size(); ++i) {
