@@ -18,7 +18,8 @@
 # Logs under $OUT (default ./gpu-logs/gemm); summary.txt says what passed.
 # Also: EMBER_GEMM_NCU=1 adds an ncu report of the bf16 8192x4096x4096 forward
 # (ours cooperative, ours ping-pong, cuBLASLt: tensor pipe, stalls, occupancy,
-# L2); BUILD_JOBS (default 16); PROBE_CHECK / PROBE_TIME "" skip those groups.
+# L2); BUILD_JOBS (default 16); PROBE_CHECK / PROBE_TIME "" skip those groups;
+# GEMM_BUILD=build-gpu reuses an existing Release build directory (no reconfigure).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 out="$(realpath -m "${OUT:-gpu-logs/gemm}")"
@@ -43,10 +44,11 @@ export PATH=$PATH:/usr/local/cuda/bin
 
 # 1. CMake in the background; the probe's build in the foreground (its own
 # script builds every translation unit in parallel).
-build="build-gemm"
+build="${GEMM_BUILD:-build-gemm}"
 targets=(ember_tests_cuda bench_linear)
 [ "${TRAIN_STEP:-0}" = 1 ] && targets+=(bench_train_step)
 (
+  { [ -n "${GEMM_BUILD:-}" ] && [ -f "$build/CMakeCache.txt" ]; } ||
   cmake -S . -B $build -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 \
     -DEMBER_BUILD_EXAMPLES=OFF >"$out/configure.log" 2>&1 &&
     cmake --build $build -j"$jobs" --target "${targets[@]}" >"$out/build.log" 2>&1

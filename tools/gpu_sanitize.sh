@@ -3,6 +3,8 @@
 # under compute-sanitizer: memcheck, racecheck, initcheck and synccheck. Needs a
 # GPU. Usage: tools/gpu_sanitize.sh [build-dir]   (make gpu-sanitize)
 #   EMBER_GPU_SANITIZERS="memcheck initcheck"  runs only those tools
+#   EMBER_GPU_SANITIZE_ONLY=cuda               only build/tests/ember_tests_cuda
+#   EMBER_GPU_SANITIZE_SUITES=cuda_sm90        only that doctest suite (default cuda,cuda_sm90)
 # Each run's log is kept in <build>/gpu-sanitize/<binary>.<tool>.log; the table
 # at the end says what ran, how many test cases and what each tool found.
 set -uo pipefail
@@ -27,7 +29,7 @@ mkdir -p "$logs"
 
 # The soak tests run 100,000 steps: minutes natively, hours under a sanitizer.
 # Their kernels are the ones every other CUDA test case already runs.
-doctest_args=(-ts=cuda,cuda_sm90 "-tce=soak/*" --no-intro=true --no-colors=true)
+doctest_args=("-ts=${EMBER_GPU_SANITIZE_SUITES:-cuda,cuda_sm90}" "-tce=soak/*" --no-intro=true --no-colors=true)
 # memcheck: no --leak-check, because the per-device caching allocators are
 # deliberately never destroyed (cuda/allocator.cpp), so their segments are still
 # held at exit by design; everything else it checks is on.
@@ -105,7 +107,7 @@ for bin in "$build"/tests/ember_tests_${EMBER_GPU_SANITIZE_ONLY:-*}; do
   done
 done
 echo
-echo "gpu-sanitize: what ran (suite cuda, soak excluded)"
+echo "gpu-sanitize: what ran (suites ${EMBER_GPU_SANITIZE_SUITES:-cuda,cuda_sm90}, soak excluded)"
 printf '%s\n' "${summary[@]}"
 [ $status -eq 0 ] && echo "gpu-sanitize: clean" || echo "gpu-sanitize: FAILURES, see $logs"
 exit $status
