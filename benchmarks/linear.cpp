@@ -143,19 +143,49 @@ int main(int argc, char** argv) {
           products.push_back(wg);
         }
       }
+      const bool wg_composes = s.backward && cuda::weight_grad_composes(dtype, s.m, s.n, s.k, s.k);
       for (const Product& p : products) {
         double ms_cublas = 0;
-        for (const char* side : {"cublas", "ours"}) {
-          GemmMode forced(side);
+        const bool is_wg = p.g.product == cuda::LinearProduct::WeightGrad;
+        // "lt bgradb": cuBLASLt's one call with the d_b epilogue, whatever the rule says,
+        // so that a composed d_w (the op's matmul then sum) is timed beside it.
+        for (const char* side : {"lt bgradb", "cublas", "ours"}) {
+          const bool direct_lt = side[0] == 'l';
+          if (direct_lt && !(is_wg && wg_composes)) continue;
+          GemmMode forced(direct_lt ? "cublas" : side);
           cuda::GemmKernel ran = cuda::GemmKernel::None;
-          auto run = [&] { ran = cuda::run_linear(p.g, 0, stream); };
+          const bool composed = !direct_lt && cuda::plan_linear(p.g, 0) == cuda::GemmKernel::None;
+          Tensor cw, cb;  // the composition's outputs
+          auto run = [&] {
+            if (direct_lt) {
+              ran = cuda::lt_linear_backward_weight(dtype, s.m, s.n, s.k, x.raw_data(), s.k,
+                                                    dy.raw_data(), s.n, dw.raw_data(),
+                                                    db.raw_data(), 0, stream)
+                        ? cuda::GemmKernel::Cublas
+                        : cuda::GemmKernel::None;
+            } else if (composed) {  // what the op runs instead (core/ops/linear.cpp)
+              NoGradGuard no_grad;
+              cw = matmul(dy.t(), x);
+              cb = sum(dy, 0);
+              ran = cuda::GemmKernel::Cublas;
+            } else {
+              ran = cuda::run_linear(p.g, 0, stream);
+            }
+          };
           for (const auto& [out, ref] : p.outs) Tensor(out).fill_(kNaN);
           run();
           double err = 0;
-          for (const auto& [out, ref] : p.outs) err = std::max(err, rel_err_gpu(out, ref));
+          if (composed) {
+            err = std::max(rel_err_gpu(cw, dw_ref), rel_err_gpu(cb, db_ref));
+          } else {
+            for (const auto& [out, ref] : p.outs) err = std::max(err, rel_err_gpu(out, ref));
+          }
           // "ours cublas": ours could not take these operands and fell back.
           const std::string impl =
-              side[0] == 'c' ? std::string("cublas") : std::string("ours ") + cuda::to_string(ran);
+              direct_lt  ? std::string("cublasLt bgradb")
+              : composed ? std::string(side[0] == 'c' ? "cublas" : "ours") + " composed"
+              : side[0] == 'c' ? std::string("cublas")
+                               : std::string("ours ") + cuda::to_string(ran);
           if (ran == cuda::GemmKernel::None || !(err <= tol)) {
             std::printf("VALIDATION FAILED %s %s %s %s: error %.2e (tol %.0e)\n", p.name, mode,
                         shape.c_str(), impl.c_str(), err, tol);
@@ -169,6 +199,7 @@ int main(int argc, char** argv) {
           if (side[0] == 'o' && ms_cublas > 0)
             std::snprintf(note, sizeof note, "%.3fx cuBLAS speed, err %.1e", ms_cublas / ms, err);
           table.add({p.name, mode, shape, impl, ms, flops / ms / 1e9, "TF/s", note});
+          cw = Tensor(), cb = Tensor();
         }
       }
 

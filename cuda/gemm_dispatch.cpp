@@ -144,11 +144,18 @@ GemmKernel plan_linear(const LinearGemm& g, int device) {
   // The backward products: empty ones are left to the op's composition (matmul
   // and sum know every empty case), the rest to ours or cuBLAS(Lt).
   if (g.rows == 0 || g.in == 0 || g.out == 0) return GemmKernel::None;
-  if (mode == Mode::Cublas) return GemmKernel::Cublas;
+  // cuBLAS's side: one call, except a d_w whose rows cuBLASLt reads slowly, which
+  // the op composes (matmul through cuBLAS's plain GEMM, then sum; gemm_rule.h).
+  const GemmKernel library =
+      g.product == LinearProduct::WeightGrad &&
+              weight_grad_composes(g.dtype, g.rows, g.out, g.in, g.ldx)
+          ? GemmKernel::None
+          : GemmKernel::Cublas;
+  if (mode == Mode::Cublas) return library;
   const bool sm90 = sm90_can(g, device);
-  if (mode == Mode::Ours) return sm90 ? GemmKernel::Sm90 : GemmKernel::Cublas;
+  if (mode == Mode::Ours) return sm90 ? GemmKernel::Sm90 : library;
   return sm90 && rule_prefers_sm90(g.product, g.dtype, d.m, d.n, d.k) ? GemmKernel::Sm90
-                                                                      : GemmKernel::Cublas;
+                                                                      : library;
 }
 
 GemmKernel run_linear(const LinearGemm& g, int device, cudaStream_t stream) {

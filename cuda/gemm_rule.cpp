@@ -29,4 +29,12 @@ bool sm90_measured_faster(LinearProduct p, DType dtype, bool tf32, int64_t m, in
   return dtype == DType::Float32 && tf32 && mnk >= kTf32ForwardMnk;
 }
 
+bool weight_grad_composes(DType dtype, int64_t rows, int64_t out, int64_t in, int64_t ldx) {
+  const int64_t per16 = 16 / static_cast<int64_t>(element_size(dtype));
+  const bool misaligned = out % per16 != 0 || ldx % per16 != 0 || in % per16 != 0;
+  const double flops =
+      2.0 * static_cast<double>(rows) * static_cast<double>(out) * static_cast<double>(in);
+  return misaligned && flops >= kTinyForwardFlops;
+}
+
 }  // namespace ember::cuda

@@ -26,4 +26,13 @@ bool sm90_measured_faster(LinearProduct p, DType dtype, bool tf32, int64_t m, in
 // plain launch beats cuBLASLt's call there.
 inline constexpr double kTinyForwardFlops = double{1 << 21};
 
+// Whether d_w (out, in) = d_y^T x with d_b is better left to the op's composition
+// (cuBLAS's plain GEMM for d_w, then a column sum for d_b, as PyTorch does) than
+// run as one cuBLASLt call with BGRADB: when a row of d_y (out elements), of x
+// (row stride ldx) or of d_w (in) is not a multiple of 16 bytes, cuBLASLt picks a
+// much slower kernel (bf16 4097x4096->4095 on an H200: 3.89 ms against PyTorch's
+// whole backward of 1.89 ms; benchmarks/NOTES.md). Products under
+// kTinyForwardFlops keep the single call: there one launch matters more.
+bool weight_grad_composes(DType dtype, int64_t rows, int64_t out, int64_t in, int64_t ldx);
+
 }  // namespace ember::cuda

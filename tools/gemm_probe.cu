@@ -991,7 +991,8 @@ std::vector<Case> group_cases(const std::string& g) {
 
 // For a profiler (tools/gpu_gemm.sh, EMBER_GEMM_NCU=1): bf16 8192x4096x4096
 // with the bias, two launches of ours (cooperative 128x256, ping-pong 128x128),
-// then cuBLASLt with its bias epilogue, and nothing else.
+// then cuBLASLt with its bias epilogue; then fp32 (no TF32) at the same shape, ours
+// SIMT and cuBLASLt's; nothing else.
 int profile_forward() {
   const int64_t m = 8192, n = 4096, k = 4096;
   Buf a(m * k * 2), b(n * k * 2), bias(n * 2), d(m * n * 2);
@@ -1009,6 +1010,14 @@ int profile_forward() {
   LtEpi le;
   le.bias = bias.d;
   g_lt->run(DType::BFloat16, m, n, k, oa, ob, d.d, DType::BFloat16, nullptr, true, &le);
+  // fp32 without TF32 at the same shape: ours SIMT, then cuBLAS's (through Lt, no TF32).
+  Buf af(m * k * 4), bf(n * k * 4), df(m * n * 4);
+  CK(cudaMemset(af.d, 0, af.bytes));
+  CK(cudaMemset(bf.d, 0, bf.bytes));
+  launch_linear_gemm(DType::Float32, af.d, k, bf.d, k, nullptr, df.d, nullptr, m, n, k,
+                     Activation::None, nullptr, GemmTile::kF32Bk8);
+  const Sm90Operand oaf{af.d, k, true}, obf{bf.d, k, true};
+  g_lt->run(DType::Float32, m, n, k, oaf, obf, df.d, DType::Float32, nullptr, false, nullptr);
   CK(cudaDeviceSynchronize());
   say("== group ncu: profiled launches done\n");
   return 0;

@@ -125,7 +125,7 @@ fi
 
 # Optional: what limits the forward (tensor pipe, stalls, occupancy, L2), ours and cuBLASLt.
 if [ "${EMBER_GEMM_NCU:-0}" = 1 ] && command -v ncu >/dev/null && [ -x "$probe_out/gemm_probe" ]; then
-  timeout 240 ncu --target-processes all --launch-count 3 --section SpeedOfLight \
+  timeout 240 ncu --target-processes all --section SpeedOfLight \
     --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis --section Occupancy \
     --section WarpStateStats --section SchedulerStats "$probe_out/gemm_probe" --child ncu \
     >"$out/ncu.txt" 2>&1

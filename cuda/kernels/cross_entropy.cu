@@ -6,8 +6,8 @@
 // out, nll, then its backward): 2.14 / 1.05 ms there.
 //
 // A row lives in registers: a block of kThreads threads holds kItems logits per
-// thread (16-byte vector loads where the row allows; 8192 logits in a 512-thread
-// block, two of which fit an SM), and a row longer than one block's share is split
+// thread (16-byte vector loads where the row allows; up to 8192 logits in a
+// 512-thread block, 16384 past that, two blocks to an SM), and a longer row is split
 // over a thread block cluster (up to 8 blocks, Hopper's distributed shared
 // memory), so each logit is read from memory exactly once.
 // Each block reduces its part of the row with cub::BlockReduce to (maximum, sum of
@@ -254,7 +254,7 @@ using Small = Cfg<128, 8>;     // rows up to 1024 classes, one block
 using Mid = Cfg<256, 16>;      // up to 4096, one block
 using Medium = Cfg<512, 16>;   // 8192 per block, up to 8 blocks: 65536 classes
 using Large = Cfg<1024, 16>;   // 16384 per block, up to 8 blocks: 131072 classes
-using Wide = Cfg<512, 32>;     // 16384 per block in 512 threads (forced only)
+using Wide = Cfg<512, 32>;     // 16384 per block in 512 threads: rows past 8192
 
 template <typename F>
 void dispatch_cfg(int64_t classes, CrossEntropyShape shape, F&& f) {
@@ -264,9 +264,11 @@ void dispatch_cfg(int64_t classes, CrossEntropyShape shape, F&& f) {
     case CrossEntropyShape::T512x32: return f(Wide{});
     case CrossEntropyShape::Auto: break;
   }
-  // Two blocks per SM where a cluster of 8 such blocks holds the row, so one
-  // block's reductions overlap the other's loads and stores; one wider block past that.
-  if (classes > kMaxCluster * Medium::kChunk) f(Large{});
+  // Rows past one 512 x 16 block: 512 threads x 32 logits, two blocks per SM, in
+  // half the cluster blocks of 512 x 16 (measured fastest of the three at 32768
+  // classes on an H200 in both dtypes, despite its register spills: 0.921 / 0.767 ms
+  // against 1.002 / 0.873 for 512 x 16 in float32 / bfloat16; benchmarks/NOTES.md).
+  if (classes > Medium::kChunk) f(Wide{});
   else if (classes > Mid::kChunk) f(Medium{});
   else if (classes > Small::kChunk) f(Mid{});
   else f(Small{});
@@ -338,7 +340,7 @@ void run_typed(const char* op, const S* logits, const int64_t* target, S* d_logi
 
 bool cross_entropy_supported(DType dtype, int64_t classes) {
   return (dtype == DType::Float32 || dtype == DType::BFloat16) && classes >= 1 &&
-         classes <= kMaxCluster * Large::kChunk;
+         classes <= kMaxCluster * Wide::kChunk;
 }
 
 size_t cross_entropy_workspace_bytes(int64_t rows) {

@@ -36,7 +36,8 @@ enum class CrossEntropyShape {
   Auto,
   T512x16,   // 512 threads x 16 logits: 8192 a block, two blocks per SM
   T1024x16,  // 1024 x 16: 16384 a block, one block per SM
-  T512x32,   // 512 x 32: 16384 a block, two blocks per SM (some register spills)
+  T512x32,   // 512 x 32: 16384 a block, two blocks per SM (some register spills);
+             // Auto's shape for rows of more than 8192 classes
 };
 void launch_cross_entropy(DType dtype, const char* op, const void* logits, const int64_t* target,
                           void* d_logits, void* loss, int64_t rows, int64_t classes,

@@ -176,3 +176,22 @@ TEST_CASE("kernels/gemm: EMBER_GEMM forces the backend, and the rule follows the
   CHECK(pick(LinearProduct::Forward, kFloat32, 1024, 1024, 1024) == GemmBackend::Cublas);
   cuda::set_allow_tf32(false);
 }
+
+// d_w with d_b composes (plain GEMM, then a sum) where cuBLASLt would read rows
+// that are not 16-byte multiples, above the tiny-product size; reads no device.
+TEST_CASE("kernels/gemm: d_w composes where cuBLASLt's BGRADB would read misaligned rows") {
+  using cuda::weight_grad_composes;
+  // Linear's backward at 4097x4096->4095: d_y's rows of 4095 elements.
+  CHECK(weight_grad_composes(kBFloat16, 4097, 4095, 4096, 4096));
+  CHECK(weight_grad_composes(kFloat32, 4097, 4095, 4096, 4096));
+  // x's rows (its stride) or d_w's rows (in) misaligned.
+  CHECK(weight_grad_composes(kBFloat16, 4096, 4096, 4096, 4100));
+  CHECK(weight_grad_composes(kBFloat16, 4096, 4096, 4095, 4095));
+  // 16-byte rows: 8 bf16 elements, 4 float32 ones.
+  CHECK_FALSE(weight_grad_composes(kBFloat16, 4097, 4096, 4096, 4096));
+  CHECK_FALSE(weight_grad_composes(kFloat32, 4097, 4092, 4092, 4092));
+  CHECK(weight_grad_composes(kBFloat16, 4097, 4092, 4096, 4096));
+  // Tiny products keep the one fused call: 2 * 64 * 10 * 64 FLOPs < 2^21.
+  CHECK_FALSE(weight_grad_composes(kBFloat16, 64, 10, 64, 64));
+  CHECK(weight_grad_composes(kBFloat16, 1024, 10, 128, 128));  // 2^21.3 FLOPs
+}

@@ -198,8 +198,12 @@ TEST_CASE("kernels/linear: EMBER_GEMM=ours plans the Hopper kernel wherever TMA 
             const bool rows_ok = k % a == 0 && (prod == LinearProduct::Forward || n % a == 0);
             const bool sm90 = rows_ok && (dtype == kBFloat16 || tf32) &&
                               (dtype == kBFloat16 || prod == LinearProduct::Forward);
+            // cuBLAS for d_x and d_w, except a d_w the op composes (gemm_rule.h).
+            const bool composes = prod == LinearProduct::WeightGrad &&
+                                  cuda::weight_grad_composes(dtype, m, n, k, k);
             const GemmKernel fallback =
-                prod != LinearProduct::Forward ? GemmKernel::Cublas
+                composes                       ? GemmKernel::None
+                : prod != LinearProduct::Forward ? GemmKernel::Cublas
                 : dtype == kBFloat16          ? GemmKernel::MmaSync
                                               : GemmKernel::Simt;
             INFO(dtype, " tf32=", tf32, " ", cuda::to_string(prod), " m=", m, " n=", n, " k=", k,
