@@ -3,10 +3,12 @@
 namespace ember::cuda {
 
 namespace {
-// Each edge: the smallest measured size where ours was at least as fast
-// (benchmarks/NOTES.md, "GEMM dispatch", with the run and the ratios).
-constexpr double kBf16ForwardMnk = 8192.0 * 8192.0 * 8192.0;
-constexpr double kTf32ForwardMnk = 8192.0 * 4096.0 * 4096.0;
+// Each edge from one run of bench_linear on an H200 (benchmarks/NOTES.md, "GEMM
+// dispatch": 5 interleaved repetitions, ours' speed over cuBLAS(Lt)'s per shape).
+// Ties (a range that straddles 1) go to cuBLAS.
+constexpr double kTf32ForwardMinMnk = 1024.0 * 1024.0 * 1024.0;    // 1.064 [1.050-1.099]
+constexpr double kTf32ForwardMaxMnk = 2048.0 * 2048.0 * 2048.0;    // 1.050 [1.017-1.068]
+constexpr double kBf16WeightGradMaxMnk = 1024.0 * 1024.0 * 256.0;  // 1.193 [1.066-1.320]
 }  // namespace
 
 const char* to_string(LinearProduct p) {
@@ -20,13 +22,23 @@ const char* to_string(LinearProduct p) {
 bool sm90_measured_faster(LinearProduct p, DType dtype, bool tf32, int64_t m, int64_t n,
                           int64_t k) {
   const double mnk = static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
-  if (p != LinearProduct::Forward) return false;  // d_x and d_w + d_b: cuBLASLt faster
   if (dtype == DType::BFloat16) {
-    // An output row that is not a multiple of 16 bytes sends cuBLASLt to a much
-    // slower kernel; at and above 8192^3 ours is ahead (NOTES.md).
-    return n % 8 != 0 || mnk >= kBf16ForwardMnk;
+    switch (p) {
+      // An output row that is not a multiple of 16 bytes sends cuBLASLt to a much
+      // slower kernel (4097x4096->4095: 6.4x); elsewhere cuBLASLt is ahead (0.87-0.94
+      // from 2048^3 to 8192^3).
+      case LinearProduct::Forward: return n % 8 != 0;
+      // d_x: cuBLAS ahead from 1024^3 up (0.88-0.95), a tie below.
+      case LinearProduct::InputGrad: return false;
+      // d_w + d_b: ours ahead of BGRADB up to 1024x1024 from 256 rows (1.19-1.30),
+      // behind from 1024^3 up (0.58-0.92).
+      case LinearProduct::WeightGrad: return mnk <= kBf16WeightGradMaxMnk;
+    }
   }
-  return dtype == DType::Float32 && tf32 && mnk >= kTf32ForwardMnk;
+  // TF32 runs ours for the forward only (K-major operands): ahead at 1024^3 and
+  // 2048^3, a tie at 4096^3 and 8192x4096x4096, behind at 8192^3 (0.87).
+  return p == LinearProduct::Forward && dtype == DType::Float32 && tf32 &&
+         mnk >= kTf32ForwardMinMnk && mnk <= kTf32ForwardMaxMnk;
 }
 
 bool weight_grad_composes(DType dtype, int64_t rows, int64_t out, int64_t in, int64_t ldx) {

@@ -111,10 +111,14 @@ void launch_sm90_gemm(DType dtype, int64_t m, int64_t n, int64_t k, const Sm90Op
     return;
   }
   const int sms = sm_count(device);
-  // Auto: cooperative (the schedule measured so far, benchmarks/NOTES.md);
-  // ping-pong runs 128x128 tiles only.
-  const Sm90Schedule schedule =
-      tuning.schedule != Sm90Schedule::Auto ? tuning.schedule : Sm90Schedule::Cooperative;
+  // Auto: ping-pong for bf16 with both operands K-major (Linear's forward) from
+  // 4096 x 4096 outputs, where it measured faster than cooperative on an H200
+  // (8192x4096x4096, 4096^3, 8192^3; benchmarks/NOTES.md); cooperative elsewhere.
+  // Ping-pong runs 128x128 tiles only.
+  const bool ping = dtype == DType::BFloat16 && a.k_major && b.k_major && m >= 4096 && n >= 4096;
+  const Sm90Schedule schedule = tuning.schedule != Sm90Schedule::Auto ? tuning.schedule
+                                : ping ? Sm90Schedule::Pingpong
+                                       : Sm90Schedule::Cooperative;
   Sm90Tile tile = tuning.tile;
   if (tile == Sm90Tile::Auto)
     tile = schedule == Sm90Schedule::Pingpong ? Sm90Tile::k128x128 : choose_tile(m, n, sms);

@@ -45,10 +45,10 @@ struct GemmEpilogue {
 enum class Sm90Tile { Auto, k128x256, k128x128 };
 
 // How the two consumer warpgroups share the work (gemm_kernel.cuh):
-// cooperative (both on each tile, half its rows each; the default) or ping-pong
-// (each on whole tiles in turn, one's epilogue under the other's MMAs; 128x128
-// tiles only: a whole 128x256 tile needs more accumulator registers than a
-// thread has).
+// cooperative (both on each tile, half its rows each) or ping-pong (each on whole
+// tiles in turn, one's epilogue under the other's MMAs; 128x128 tiles only: a
+// whole 128x256 tile needs more accumulator registers than a thread has). Auto:
+// ping-pong for bf16 K/K from 4096 x 4096 outputs, cooperative elsewhere.
 enum class Sm90Schedule { Auto, Cooperative, Pingpong };
 
 // Knobs for measuring and debugging; the defaults are what dispatch uses.

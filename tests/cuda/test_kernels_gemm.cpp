@@ -165,15 +165,23 @@ TEST_CASE("kernels/gemm: EMBER_GEMM forces the backend, and the rule follows the
     return cuda::choose_linear_backend(p, dt, m, n, k);
   };
   CHECK(pick(LinearProduct::Forward, kBFloat16, 32, 10, 10) == GemmBackend::Ours);  // tiny
-  CHECK(pick(LinearProduct::Forward, kBFloat16, 8192, 8192, 8192) == GemmBackend::Ours);
+  CHECK(pick(LinearProduct::Forward, kBFloat16, 8192, 8192, 8192) == GemmBackend::Cublas);
   CHECK(pick(LinearProduct::Forward, kBFloat16, 4097, 4097, 4096) == GemmBackend::Ours);
   CHECK(pick(LinearProduct::Forward, kBFloat16, 8192, 4096, 4096) == GemmBackend::Cublas);
   CHECK(pick(LinearProduct::InputGrad, kBFloat16, 8192, 4096, 4096) == GemmBackend::Cublas);
+  CHECK(pick(LinearProduct::InputGrad, kBFloat16, 256, 256, 256) == GemmBackend::Cublas);
   CHECK(pick(LinearProduct::WeightGrad, kBFloat16, 4096, 4096, 8192) == GemmBackend::Cublas);
+  CHECK(pick(LinearProduct::WeightGrad, kBFloat16, 1024, 1024, 1024) == GemmBackend::Cublas);
+  CHECK(pick(LinearProduct::WeightGrad, kBFloat16, 1024, 1024, 256) == GemmBackend::Ours);
+  CHECK(pick(LinearProduct::WeightGrad, kBFloat16, 128, 128, 64) == GemmBackend::Ours);
+  CHECK(pick(LinearProduct::Forward, kFloat32, 2048, 2048, 2048) == GemmBackend::Cublas);
+  cuda::set_allow_tf32(true);  // TF32: ours from 1024^3 to 2048^3
   CHECK(pick(LinearProduct::Forward, kFloat32, 8192, 4096, 4096) == GemmBackend::Cublas);
-  cuda::set_allow_tf32(true);
-  CHECK(pick(LinearProduct::Forward, kFloat32, 8192, 4096, 4096) == GemmBackend::Ours);
-  CHECK(pick(LinearProduct::Forward, kFloat32, 1024, 1024, 1024) == GemmBackend::Cublas);
+  CHECK(pick(LinearProduct::Forward, kFloat32, 4096, 4096, 4096) == GemmBackend::Cublas);
+  CHECK(pick(LinearProduct::Forward, kFloat32, 2048, 2048, 2048) == GemmBackend::Ours);
+  CHECK(pick(LinearProduct::Forward, kFloat32, 1024, 1024, 1024) == GemmBackend::Ours);
+  CHECK(pick(LinearProduct::Forward, kFloat32, 1024, 1024, 512) == GemmBackend::Cublas);
+  CHECK(pick(LinearProduct::WeightGrad, kFloat32, 128, 128, 64) == GemmBackend::Cublas);
   cuda::set_allow_tf32(false);
 }
 
