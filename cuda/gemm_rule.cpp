@@ -35,10 +35,11 @@ bool sm90_measured_faster(LinearProduct p, DType dtype, bool tf32, int64_t m, in
       case LinearProduct::WeightGrad: return mnk <= kBf16WeightGradMaxMnk;
     }
   }
-  // TF32 runs ours for the forward only (K-major operands): ahead at 1024^3 and
-  // 2048^3, a tie at 4096^3 and 8192x4096x4096, behind at 8192^3 (0.87).
-  return p == LinearProduct::Forward && dtype == DType::Float32 && tf32 &&
-         mnk >= kTf32ForwardMinMnk && mnk <= kTf32ForwardMaxMnk;
+  // TF32 runs ours for the forward only (K-major operands): output rows that are
+  // not a multiple of 16 bytes as in bf16 (4097x4096->4095: 2.99x), and ahead at
+  // 1024^3 and 2048^3; a tie at 4096^3 and 8192x4096x4096, behind at 8192^3 (0.85).
+  if (p != LinearProduct::Forward || dtype != DType::Float32 || !tf32) return false;
+  return n % 4 != 0 || (mnk >= kTf32ForwardMinMnk && mnk <= kTf32ForwardMaxMnk);
 }
 
 bool weight_grad_composes(DType dtype, int64_t rows, int64_t out, int64_t in, int64_t ldx) {

@@ -175,12 +175,14 @@ TEST_CASE("kernels/gemm: EMBER_GEMM forces the backend, and the rule follows the
   CHECK(pick(LinearProduct::WeightGrad, kBFloat16, 1024, 1024, 256) == GemmBackend::Ours);
   CHECK(pick(LinearProduct::WeightGrad, kBFloat16, 128, 128, 64) == GemmBackend::Ours);
   CHECK(pick(LinearProduct::Forward, kFloat32, 2048, 2048, 2048) == GemmBackend::Cublas);
-  cuda::set_allow_tf32(true);  // TF32: ours from 1024^3 to 2048^3
+  cuda::set_allow_tf32(true);  // TF32: ours from 1024^3 to 2048^3 and for misaligned rows
   CHECK(pick(LinearProduct::Forward, kFloat32, 8192, 4096, 4096) == GemmBackend::Cublas);
   CHECK(pick(LinearProduct::Forward, kFloat32, 4096, 4096, 4096) == GemmBackend::Cublas);
   CHECK(pick(LinearProduct::Forward, kFloat32, 2048, 2048, 2048) == GemmBackend::Ours);
   CHECK(pick(LinearProduct::Forward, kFloat32, 1024, 1024, 1024) == GemmBackend::Ours);
   CHECK(pick(LinearProduct::Forward, kFloat32, 1024, 1024, 512) == GemmBackend::Cublas);
+  CHECK(pick(LinearProduct::Forward, kFloat32, 4097, 4095, 4096) == GemmBackend::Ours);
+  CHECK(pick(LinearProduct::Forward, kFloat32, 8192, 8192, 8192) == GemmBackend::Cublas);
   CHECK(pick(LinearProduct::WeightGrad, kFloat32, 128, 128, 64) == GemmBackend::Cublas);
   cuda::set_allow_tf32(false);
 }
