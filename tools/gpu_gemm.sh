@@ -16,9 +16,9 @@
 #   6. with TRAIN_STEP=1 (about 1-2 minutes more): bench_train_step with
 #      EMBER_GEMM=ours and =cublas, and PyTorch's peer (the 4 x 4096 MLP step).
 # Logs under $OUT (default ./gpu-logs/gemm); summary.txt says what passed.
-# Also: EMBER_GEMM_NCU=1 adds an ncu report of the bf16 8192x4096x4096 forward
-# (ours cooperative, ours ping-pong, cuBLASLt: tensor pipe, stalls, occupancy,
-# L2); BUILD_JOBS (default 16); PROBE_CHECK / PROBE_TIME "" skip those groups;
+# Also: EMBER_GEMM_NCU=1 adds an ncu report of the 8192x4096x4096 forward (bf16:
+# ours cooperative, ours ping-pong, cuBLASLt; fp32: ours SIMT, cuBLAS's: tensor
+# pipe, stalls, occupancy, L2); BUILD_JOBS (default 16); PROBE_CHECK / PROBE_TIME "" skip those groups;
 # GEMM_BUILD=build-gpu reuses an existing Release build directory (no reconfigure).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
