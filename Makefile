@@ -9,6 +9,7 @@
 #   make test-tsan      the CPU tests built with ThreadSanitizer (build-tsan)
 #   make gpu-sanitize   the CUDA tests under compute-sanitizer (needs a GPU)
 #   make test-fuzz      libFuzzer targets (clang), a bounded time each
+#   make format-check  every C++/CUDA file against .clang-format (clang-format 14); make format fixes
 #   make docs           the API reference from the headers (Doxygen), build/docs/html;
 #                       fails on any Doxygen warning
 #   make clean
@@ -26,7 +27,7 @@ ifneq ($(CI),)
   CMAKE_FLAGS += -DEMBER_WARNINGS_AS_ERRORS=ON
 endif
 
-.PHONY: all deps configure build demo test bench compare clean test-sanitize test-tsan gpu-sanitize test-fuzz docs
+.PHONY: all deps configure build demo test bench compare clean test-sanitize test-tsan gpu-sanitize test-fuzz docs format format-check
 
 all: build
 
@@ -106,6 +107,14 @@ test-fuzz:
 docs:
 	@tools/ensure_deps.sh doxygen
 	@tools/docs.sh . $(BUILD_DIR)/docs
+
+# The format check, with the clang-format version tools/ensure_deps.sh pins.
+format-check:
+	@tools/ensure_deps.sh clang-format-14
+	@tools/check_format.sh
+format:
+	@tools/ensure_deps.sh clang-format-14
+	@tools/check_format.sh --fix
 
 clean:
 	rm -rf build build-release build-sanitize build-tsan build-fuzz
