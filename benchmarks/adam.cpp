@@ -102,14 +102,17 @@ int main(int argc, char** argv) {
     MakeOptimizer make;
   };
   const std::vector<Opt> optimizers = {
-      {"adam", 28, [](std::vector<Tensor> p) {
+      {"adam", 28,
+       [](std::vector<Tensor> p) {
          return std::make_unique<optim::Adam>(std::move(p), optim::AdamOptions(1e-3));
        }},
-      {"adamw", 28, [](std::vector<Tensor> p) {
+      {"adamw", 28,
+       [](std::vector<Tensor> p) {
          return std::make_unique<optim::AdamW>(std::move(p),
                                                optim::AdamWOptions(1e-3).weight_decay(1e-2));
        }},
-      {"sgd", 20, [](std::vector<Tensor> p) {
+      {"sgd", 20,
+       [](std::vector<Tensor> p) {
          return std::make_unique<optim::SGD>(std::move(p), optim::SGDOptions(1e-2).momentum(0.9));
        }},
   };

@@ -65,8 +65,10 @@ int child(int steps) {
   }
   manual_seed(0);
   auto net = std::make_shared<nn::Sequential>();
-  net->push_back(std::make_shared<nn::Linear>(nn::LinearOptions(1024, 4096).activation(Activation::Relu)));
-  net->push_back(std::make_shared<nn::Linear>(nn::LinearOptions(4096, 4096).activation(Activation::Relu)));
+  net->push_back(
+      std::make_shared<nn::Linear>(nn::LinearOptions(1024, 4096).activation(Activation::Relu)));
+  net->push_back(
+      std::make_shared<nn::Linear>(nn::LinearOptions(4096, 4096).activation(Activation::Relu)));
   net->push_back(std::make_shared<nn::Linear>(nn::LinearOptions(4096, 1024)));
   net->to(kCUDA);
   optim::Adam opt(net->parameters(), optim::AdamOptions(1e-3));
@@ -138,10 +140,14 @@ int main(int argc, char** argv) {
   bool is_child = false;
   const char* json = nullptr;
   for (int i = 1; i < argc; ++i) {
-    if (!std::strcmp(argv[i], "--child")) is_child = true;
-    else if (!std::strcmp(argv[i], "--repeats") && i + 1 < argc) repeats = std::atoi(argv[++i]);
-    else if (!std::strcmp(argv[i], "--steps") && i + 1 < argc) steps = std::atoi(argv[++i]);
-    else if (!std::strcmp(argv[i], "--json") && i + 1 < argc) json = argv[++i];
+    if (!std::strcmp(argv[i], "--child"))
+      is_child = true;
+    else if (!std::strcmp(argv[i], "--repeats") && i + 1 < argc)
+      repeats = std::atoi(argv[++i]);
+    else if (!std::strcmp(argv[i], "--steps") && i + 1 < argc)
+      steps = std::atoi(argv[++i]);
+    else if (!std::strcmp(argv[i], "--json") && i + 1 < argc)
+      json = argv[++i];
     else {
       std::fprintf(stderr, "usage: %s [--repeats N] [--steps N] [--json FILE]\n", argv[0]);
       return 2;
@@ -175,7 +181,8 @@ int main(int argc, char** argv) {
         return 1;
       }
       if (r.expandable != (expandable ? 1 : 0)) {
-        std::fprintf(stderr, "bench_alloc_train: check failed: a run asked for %s segments "
+        std::fprintf(stderr,
+                     "bench_alloc_train: check failed: a run asked for %s segments "
                      "reported %s (no virtual memory management?)\n",
                      expandable ? "expandable" : "native", r.expandable ? "expandable" : "native");
         return 1;
@@ -192,23 +199,29 @@ int main(int argc, char** argv) {
       const RunResult& same_mode = mode.front();
       for (int i = 0; i < kLosses; ++i)
         if (!(std::fabs(r.losses[i] - ref.losses[i]) <= 1e-5 * std::fabs(ref.losses[i]))) {
-          std::fprintf(stderr, "bench_alloc_train: check failed: loss %d is %.9g in one run and "
-                       "%.9g in another\n", i, r.losses[i], ref.losses[i]);
+          std::fprintf(stderr,
+                       "bench_alloc_train: check failed: loss %d is %.9g in one run and "
+                       "%.9g in another\n",
+                       i, r.losses[i], ref.losses[i]);
           return 1;
         }
       if (r.peak_allocated != same_mode.peak_allocated) {
-        std::fprintf(stderr, "bench_alloc_train: check failed: peak allocated differs between "
-                     "runs of one mode (%lld vs %lld bytes)\n", r.peak_allocated,
-                     same_mode.peak_allocated);
+        std::fprintf(stderr,
+                     "bench_alloc_train: check failed: peak allocated differs between "
+                     "runs of one mode (%lld vs %lld bytes)\n",
+                     r.peak_allocated, same_mode.peak_allocated);
         return 1;
       }
     }
-  std::printf("validated: %d runs per mode, the same first %d losses (to 1e-5) in all and "
-              "the same peak allocated within each mode\n", repeats, kLosses);
+  std::printf(
+      "validated: %d runs per mode, the same first %d losses (to 1e-5) in all and "
+      "the same peak allocated within each mode\n",
+      repeats, kLosses);
 
-  std::printf("\nvarying-batch training loop: MLP 1024-4096-4096-1024, Adam, batch 128..2048, "
-              "%d timed steps after %d warm-up, cuda:0; %d runs per mode, interleaved\n",
-              steps, kWarmup, repeats);
+  std::printf(
+      "\nvarying-batch training loop: MLP 1024-4096-4096-1024, Adam, batch 128..2048, "
+      "%d timed steps after %d warm-up, cuda:0; %d runs per mode, interleaved\n",
+      steps, kWarmup, repeats);
   std::printf("%-11s %14s %18s %16s %15s %7s\n", "allocator", "ms/step (med)", "[min - max]",
               "peak allocated", "peak reserved", "ratio");
   double med[2] = {};
@@ -233,9 +246,13 @@ int main(int argc, char** argv) {
   const double lo = *std::min_element(ratios.begin(), ratios.end());
   const double hi = *std::max_element(ratios.begin(), ratios.end());
   const double ratio = med[1] / med[0];
-  std::printf("\ntarget: expandable step time within 2%% of native: %.4f [per-run %.4f - %.4f] "
-              "%s\n", ratio, lo, hi,
-              hi <= 1.02 ? "met" : lo > 1.02 ? "MISSED" : "not decided (the spread straddles 1.02)");
+  std::printf(
+      "\ntarget: expandable step time within 2%% of native: %.4f [per-run %.4f - %.4f] "
+      "%s\n",
+      ratio, lo, hi,
+      hi <= 1.02  ? "met"
+      : lo > 1.02 ? "MISSED"
+                  : "not decided (the spread straddles 1.02)");
   if (json != nullptr) {
     FILE* f = std::fopen(json, "w");
     if (f == nullptr) {

@@ -325,7 +325,8 @@ int callgrind_mode(size_t bytes, long n, bool expandable) {
   CachingAllocator a(simulated_device(), expandable ? kExpandable : kNative);
   a.deallocate(a.allocate(bytes, nullptr));
   for (long i = 0; i < n; ++i) a.deallocate(a.allocate(bytes, nullptr));
-  std::printf("%ld round trips of %zu bytes (%s)\n", n, bytes, expandable ? "expandable" : "native");
+  std::printf("%ld round trips of %zu bytes (%s)\n", n, bytes,
+              expandable ? "expandable" : "native");
   return 0;
 }
 
@@ -341,8 +342,7 @@ int main(int argc, char** argv) {
       return callgrind_mode(std::strtoull(argv[i + 1], nullptr, 10),
                             std::strtol(argv[i + 2], nullptr, 10), expandable);
     } else {
-      std::fprintf(stderr, "usage: %s [--json FILE] | --callgrind BYTES N [expandable]\n",
-                   argv[0]);
+      std::fprintf(stderr, "usage: %s [--json FILE] | --callgrind BYTES N [expandable]\n", argv[0]);
       return 2;
     }
   }
@@ -355,9 +355,21 @@ int main(int argc, char** argv) {
   };
   std::vector<TraceRun> traces;
   traces.push_back({"fixed-shape MLP 1024-4096-4096-4096-1000, batch 256, Adam",
-                    mlp_training_trace({256}), {}, {}, {}, {}, {}, {}});
+                    mlp_training_trace({256}),
+                    {},
+                    {},
+                    {},
+                    {},
+                    {},
+                    {}});
   traces.push_back({"varying-batch MLP (16 batch sizes in 64..512), Adam",
-                    mlp_training_trace(varying_batches()), {}, {}, {}, {}, {}, {}});
+                    mlp_training_trace(varying_batches()),
+                    {},
+                    {},
+                    {},
+                    {},
+                    {},
+                    {}});
   const int kRounds = 21;
 
   // Host-only: the allocator's own bookkeeping, on the simulated backend.
@@ -377,8 +389,9 @@ int main(int argc, char** argv) {
 
   std::string device_name = "none (host-only results)";
   if (!gpu) {
-    std::printf("bench_allocator: no CUDA device; the GPU columns are skipped, host-only "
-                "(simulated backend) results follow.\n\n");
+    std::printf(
+        "bench_allocator: no CUDA device; the GPU columns are skipped, host-only "
+        "(simulated backend) results follow.\n\n");
   } else {
     set_device(0);
     cudaDeviceProp prop{};
@@ -395,8 +408,9 @@ int main(int argc, char** argv) {
     CachingAllocator ember(std::make_unique<CudaBackend>(0));
     CachingAllocator expandable(std::make_unique<CudaBackend>(0), kExpandable);
     if (!expandable.expandable_segments())
-      std::printf("bench_allocator: this driver has no virtual memory management; the "
-                  "expandable columns use ordinary segments\n");
+      std::printf(
+          "bench_allocator: this driver has no virtual memory management; the "
+          "expandable columns use ordinary segments\n");
     for (RoundTrip& rt : sizes) {
       rt.ember_ns = ember_round_trip_ns(ember, rt.bytes, s);
       rt.expandable_ns = ember_round_trip_ns(expandable, rt.bytes, s);
@@ -466,17 +480,17 @@ int main(int argc, char** argv) {
     }
   }
 
-  std::printf("allocate+free round trip of a cached block, host ns (median of %d batches), one "
-              "stream, no synchronisation inside any timed loop; device: %s\n",
-              kBatches, device_name.c_str());
-  std::printf("%-8s %10s %12s %11s %13s %12s %16s %12s\n", "size", "ember(sim)",
-              "exp.seg(sim)", "ember(cuda)", "exp.seg(cuda)", "cudaMalloc", "cudaMallocAsync",
-              "async/ember");
+  std::printf(
+      "allocate+free round trip of a cached block, host ns (median of %d batches), one "
+      "stream, no synchronisation inside any timed loop; device: %s\n",
+      kBatches, device_name.c_str());
+  std::printf("%-8s %10s %12s %11s %13s %12s %16s %12s\n", "size", "ember(sim)", "exp.seg(sim)",
+              "ember(cuda)", "exp.seg(cuda)", "cudaMalloc", "cudaMallocAsync", "async/ember");
   for (const RoundTrip& rt : sizes) {
     if (gpu) {
-      std::printf("%-8s %10.1f %12.1f %11.1f %13.1f %12.1f %16.1f %11.1fx\n", rt.label,
-                  rt.sim_ns, rt.sim_expandable_ns, rt.ember_ns, rt.expandable_ns, rt.malloc_ns,
-                  rt.async_ns, rt.async_ns / rt.ember_ns);
+      std::printf("%-8s %10.1f %12.1f %11.1f %13.1f %12.1f %16.1f %11.1fx\n", rt.label, rt.sim_ns,
+                  rt.sim_expandable_ns, rt.ember_ns, rt.expandable_ns, rt.malloc_ns, rt.async_ns,
+                  rt.async_ns / rt.ember_ns);
     } else {
       std::printf("%-8s %10.1f %12.1f %11s %13s %12s %16s %12s\n", rt.label, rt.sim_ns,
                   rt.sim_expandable_ns, "-", "-", "-", "-", "-");
@@ -509,10 +523,11 @@ int main(int argc, char** argv) {
   std::printf("\ntargets:\n");
   std::printf("  fixed-shape trace, native: peak reserved / peak allocated <= 1.10: %.3f %s\n",
               ratio(traces[0].sim), ratio(traces[0].sim) <= 1.10 ? "met" : "MISSED");
-  std::printf("  varying-batch trace, expandable: peak reserved / peak allocated <= 1.05: "
-              "%.3f %s (native %.3f)\n",
-              ratio(traces[1].sim_expandable), ratio(traces[1].sim_expandable) <= 1.05 ? "met" : "MISSED",
-              ratio(traces[1].sim));
+  std::printf(
+      "  varying-batch trace, expandable: peak reserved / peak allocated <= 1.05: "
+      "%.3f %s (native %.3f)\n",
+      ratio(traces[1].sim_expandable), ratio(traces[1].sim_expandable) <= 1.05 ? "met" : "MISSED",
+      ratio(traces[1].sim));
   for (const RoundTrip& rt : sizes) {
     const double ns = gpu ? rt.ember_ns : rt.sim_ns;
     std::printf("  %s cached round trip < 50 ns (%s): %.1f ns %s\n", rt.label,

@@ -51,7 +51,8 @@ double median_ns(const Row& r) {
   for (;;) {
     const auto t0 = std::chrono::steady_clock::now();
     measured_calls(r, calls);
-    const double ns = std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count();
+    const double ns =
+        std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count();
     if (ns > 1e6 || calls > (int64_t{1} << 24)) break;
     calls *= 2;
   }
@@ -59,8 +60,9 @@ double median_ns(const Row& r) {
   for (int b = 0; b < 31; ++b) {
     const auto t0 = std::chrono::steady_clock::now();
     measured_calls(r, calls);
-    per.push_back(std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count() /
-                  static_cast<double>(calls));
+    per.push_back(
+        std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count() /
+        static_cast<double>(calls));
   }
   std::sort(per.begin(), per.end());
   return per[per.size() / 2];
@@ -70,8 +72,12 @@ double median_ns(const Row& r) {
 kernels::BinaryArgs binary_args(BinaryOp op, const Tensor& x, const Tensor& y, const Tensor& out,
                                 double alpha = 1.0) {
   const int64_t n = out.numel();
-  return {kCPU,  op,         x.dtype(), x.raw_data(), flat_layout(n), y.raw_data(), flat_layout(n),
-          out.raw_data(), flat_layout(n), n, alpha, out.dtype()};
+  return {kCPU,           op,
+          x.dtype(),      x.raw_data(),
+          flat_layout(n), y.raw_data(),
+          flat_layout(n), out.raw_data(),
+          flat_layout(n), n,
+          alpha,          out.dtype()};
 }
 
 // Every value of a row's output against the host's own arithmetic before timing.
@@ -99,10 +105,14 @@ int main(int argc, char** argv) {
   std::string only, json;
   int64_t calls = 0, only_n = 0;
   for (int i = 1; i + 1 < argc; i += 2) {
-    if (std::strcmp(argv[i], "--only") == 0) only = argv[i + 1];
-    else if (std::strcmp(argv[i], "--calls") == 0) calls = std::atoll(argv[i + 1]);
-    else if (std::strcmp(argv[i], "--n") == 0) only_n = std::atoll(argv[i + 1]);
-    else if (std::strcmp(argv[i], "--json") == 0) json = argv[i + 1];
+    if (std::strcmp(argv[i], "--only") == 0)
+      only = argv[i + 1];
+    else if (std::strcmp(argv[i], "--calls") == 0)
+      calls = std::atoll(argv[i + 1]);
+    else if (std::strcmp(argv[i], "--n") == 0)
+      only_n = std::atoll(argv[i + 1]);
+    else if (std::strcmp(argv[i], "--json") == 0)
+      json = argv[i + 1];
     else {
       std::fprintf(stderr, "usage: %s [--only NAME] [--n N] [--calls N] [--json FILE]\n", argv[0]);
       return 2;
@@ -115,8 +125,10 @@ int main(int argc, char** argv) {
     if (only_n != 0 && n != only_n) continue;
     manual_seed(1);
     const Tensor a = randn({n}), b = randn({n}), out = empty({n});
-    const Tensor ga = randn({n}, TensorOptions().requires_grad()), gb = randn({n}, TensorOptions().requires_grad());
-    const Tensor a64 = a.to(kFloat64), b64 = b.to(kFloat64), a16 = a.to(kBFloat16), b16 = b.to(kBFloat16);
+    const Tensor ga = randn({n}, TensorOptions().requires_grad()),
+                 gb = randn({n}, TensorOptions().requires_grad());
+    const Tensor a64 = a.to(kFloat64), b64 = b.to(kFloat64), a16 = a.to(kBFloat16),
+                 b16 = b.to(kBFloat16);
     const Tensor i64 = randint(-100, 100, {n}), j64 = randint(-100, 100, {n});
     const Tensor pos = abs(a) + 0.5;
     Tensor acc = zeros({n});
@@ -160,7 +172,8 @@ int main(int argc, char** argv) {
                 ns / static_cast<double>(r.n));
     std::fflush(stdout);
     if (jf)
-      std::fprintf(jf, "%s  {\"workload\": \"%s\", \"shape\": \"[%lld]\", \"host_ns_per_op\": %.1f}",
+      std::fprintf(jf,
+                   "%s  {\"workload\": \"%s\", \"shape\": \"[%lld]\", \"host_ns_per_op\": %.1f}",
                    first ? "" : ",\n", r.name.c_str(), static_cast<long long>(r.n), ns);
     first = false;
   }

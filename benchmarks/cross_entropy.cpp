@@ -42,8 +42,8 @@ int main(int argc, char** argv) {
   for (DType dtype : {kFloat32, kBFloat16}) {
     const char* dn = dtype == kFloat32 ? "f32" : "bf16";
     const double tol = dtype == kFloat32 ? 1e-5 : 1e-2;
-    Tensor x = (randn({kRows, kClasses}, TensorOptions(kFloat32).device(kCUDA), &gen) * 2.0)
-                   .to(dtype);
+    Tensor x =
+        (randn({kRows, kClasses}, TensorOptions(kFloat32).device(kCUDA), &gen) * 2.0).to(dtype);
     // The reference: float64 on the GPU through the composed path (log_softmax,
     // gather, their backward), another implementation entirely.
     Tensor ref_loss, ref_grad;
@@ -68,15 +68,13 @@ int main(int argc, char** argv) {
         {cuda::CrossEntropyShape::T512x32, "512x32, cluster 2"}};
     for (const auto& [block_shape, label] : shapes) {
       auto run = [&, bs = block_shape] {
-        cuda::launch_cross_entropy(dtype, "cross_entropy", x.raw_data(),
-                                   target.data_ptr<int64_t>(), d.raw_data(), loss.raw_data(), kRows,
-                                   kClasses, -100, 0.0, Reduction::Mean, ws.raw_data(), nullptr,
-                                   bs);
+        cuda::launch_cross_entropy(dtype, "cross_entropy", x.raw_data(), target.data_ptr<int64_t>(),
+                                   d.raw_data(), loss.raw_data(), kRows, kClasses, -100, 0.0,
+                                   Reduction::Mean, ws.raw_data(), nullptr, bs);
       };
       run();
       const double el = rel_err(loss, ref_loss), eg = rel_err(d, ref_grad);
-      std::printf("validate %s %s: loss rel err %.2e, gradient rel err %.2e\n", dn, label, el,
-                  eg);
+      std::printf("validate %s %s: loss rel err %.2e, gradient rel err %.2e\n", dn, label, el, eg);
       if (!(el <= tol) || !(eg <= tol)) {
         std::printf("VALIDATION FAILED\n");
         return 1;
@@ -104,8 +102,8 @@ int main(int argc, char** argv) {
     };
     const double ms_op = bench::median_ms(op, 5, 30);
     std::snprintf(note, sizeof(note), "%.2f of copy", bytes / ms_op / 1e6 / copy_gbs);
-    table.add({"cross_entropy fwd+bwd op", dn, shape, "ours", ms_op, bytes / ms_op / 1e6, "GB/s",
-               note});
+    table.add(
+        {"cross_entropy fwd+bwd op", dn, shape, "ours", ms_op, bytes / ms_op / 1e6, "GB/s", note});
   }
   table.write_json(bench::json_path(argc, argv));
   return 0;

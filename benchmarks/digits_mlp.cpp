@@ -53,7 +53,8 @@ Digits load(const std::string& path) {
     std::stringstream row(line);
     std::string cell;
     const int part = i % 5 == 0 ? 1 : 0;  // 1: test
-    for (int k = 0; k < 64 && std::getline(row, cell, ','); ++k) px[part].push_back(std::stod(cell) / 16.0);
+    for (int k = 0; k < 64 && std::getline(row, cell, ','); ++k)
+      px[part].push_back(std::stod(cell) / 16.0);
     std::getline(row, cell);
     cls[part].push_back(std::stod(cell));
   }
@@ -145,7 +146,7 @@ int main(int argc, char** argv) {
   const Digits data = load(EMBER_DIGITS_CSV);
   manual_seed(0);
   const StateDict init = make_model()->state_dict();  // PyTorch's default initialisation
-  nn::save_state_dict(init, init_path);              // for peer_train_step.py
+  nn::save_state_dict(init, init_path);               // for peer_train_step.py
   std::printf("initial weights in %s\n", init_path.c_str());
   bench::Table table("digits_mlp: one training step of the digits classifier, wall time");
   int failures = 0;
@@ -160,10 +161,12 @@ int main(int argc, char** argv) {
   }
   const double gpu_acc = gpu.accuracy(), ref_acc = ref.accuracy();
   const double rel = std::abs(gpu_loss - ref_loss) / std::abs(ref_loss);
-  const bool valid = rel <= 1e-3 && std::abs(gpu_acc - ref_acc) <= 1.0 / 360 + 1e-12 && gpu_acc >= 0.9;
-  std::printf("validate: after %d steps loss %.6f (float64 reference %.6f, rel. diff %.1e), "
-              "test accuracy %.4f (reference %.4f)%s\n",
-              kValidationSteps, gpu_loss, ref_loss, rel, gpu_acc, ref_acc, valid ? "" : "  FAILED");
+  const bool valid =
+      rel <= 1e-3 && std::abs(gpu_acc - ref_acc) <= 1.0 / 360 + 1e-12 && gpu_acc >= 0.9;
+  std::printf(
+      "validate: after %d steps loss %.6f (float64 reference %.6f, rel. diff %.1e), "
+      "test accuracy %.4f (reference %.4f)%s\n",
+      kValidationSteps, gpu_loss, ref_loss, rel, gpu_acc, ref_acc, valid ? "" : "  FAILED");
   failures += valid ? 0 : 1;
   char note[160];
   std::snprintf(note, sizeof note, "loss %.4f acc %.4f after %d steps", gpu_loss, gpu_acc,

@@ -63,25 +63,24 @@ int main(int argc, char** argv) {
     Tensor mean = empty({kRows}, on_gpu), rstd = empty({kRows}, on_gpu);
     Tensor dx = empty({kRows, kCols}, TensorOptions(dtype).device(kCUDA));
     Tensor dw = empty({kCols}, TensorOptions(dtype).device(kCUDA)), db = empty_like(dw);
-    Tensor ws = empty({static_cast<int64_t>(cuda::layer_norm_workspace_bytes(dtype, kRows, kCols) /
-                                            8 + 1)},
-                      TensorOptions(kFloat64).device(kCUDA));
+    Tensor ws =
+        empty({static_cast<int64_t>(cuda::layer_norm_workspace_bytes(dtype, kRows, kCols) / 8 + 1)},
+              TensorOptions(kFloat64).device(kCUDA));
     auto fwd = [&] {
       cuda::launch_layer_norm(dtype, x.raw_data(), w.raw_data(), b.raw_data(), y.raw_data(),
                               mean.raw_data(), rstd.raw_data(), kRows, kCols, 1e-5, nullptr);
     };
     auto bwd = [&] {
-      cuda::launch_layer_norm_backward(dtype, dy.raw_data(), x.raw_data(), w.raw_data(),
-                                       mean.raw_data(), rstd.raw_data(), dx.raw_data(),
-                                       dw.raw_data(), db.raw_data(), kRows, kCols, ws.raw_data(),
-                                       nullptr);
+      cuda::launch_layer_norm_backward(
+          dtype, dy.raw_data(), x.raw_data(), w.raw_data(), mean.raw_data(), rstd.raw_data(),
+          dx.raw_data(), dw.raw_data(), db.raw_data(), kRows, kCols, ws.raw_data(), nullptr);
     };
     fwd();
     bwd();
     const double errs[] = {rel_err(y, ref_y), rel_err(dx, ref[0]), rel_err(dw, ref[1]),
                            rel_err(db, ref[2])};
-    std::printf("validate %s kernels: y %.2e, d_x %.2e, d_w %.2e, d_b %.2e\n", dn, errs[0],
-                errs[1], errs[2], errs[3]);
+    std::printf("validate %s kernels: y %.2e, d_x %.2e, d_w %.2e, d_b %.2e\n", dn, errs[0], errs[1],
+                errs[2], errs[3]);
     for (double e : errs)
       if (!(e <= tol)) {
         std::printf("VALIDATION FAILED\n");

@@ -41,8 +41,8 @@ struct Shape3 {
 };
 // Keep in step with benchmarks/peer_pytorch.py's list.
 const std::vector<Shape3> kShapes = {
-    {8192, 4096, 4096, true}, {8192, 8192, 8192, true}, {4096, 4096, 4096, true},
-    {2048, 2048, 2048, true}, {1024, 1024, 1024, true}, {256, 1024, 1024, true},
+    {8192, 4096, 4096, true}, {8192, 8192, 8192, true},  {4096, 4096, 4096, true},
+    {2048, 2048, 2048, true}, {1024, 1024, 1024, true},  {256, 1024, 1024, true},
     {4097, 4096, 4095, true}, {4097, 4097, 4097, false}, {256, 256, 256, true},
     {64, 128, 128, true},     {32, 10, 10, true}};
 
@@ -182,8 +182,8 @@ int main(int argc, char** argv) {
           }
           // "ours cublas": ours could not take these operands and fell back.
           const std::string impl =
-              direct_lt  ? std::string("cublasLt bgradb")
-              : composed ? std::string(side[0] == 'c' ? "cublas" : "ours") + " composed"
+              direct_lt        ? std::string("cublasLt bgradb")
+              : composed       ? std::string(side[0] == 'c' ? "cublas" : "ours") + " composed"
               : side[0] == 'c' ? std::string("cublas")
                                : std::string("ours ") + cuda::to_string(ran);
           if (ran == cuda::GemmKernel::None || !(err <= tol)) {
@@ -207,8 +207,9 @@ int main(int argc, char** argv) {
       const cuda::Sm90Operand ox{x.raw_data(), s.k, true}, ow{w.raw_data(), s.k, true};
       cuda::GemmEpilogue epi;
       epi.bias = b.raw_data(), epi.out = dtype;
-      const bool sm90 = (dtype == kBFloat16 || tf32) &&
-                        cuda::sm90_gemm_unsupported(dtype, s.m, s.n, s.k, ox, ow, epi, 0)[0] == '\0';
+      const bool sm90 =
+          (dtype == kBFloat16 || tf32) &&
+          cuda::sm90_gemm_unsupported(dtype, s.m, s.n, s.k, ox, ow, epi, 0)[0] == '\0';
       if (sm90 && flops > 1e11) {
         for (auto sched : {cuda::Sm90Schedule::Cooperative, cuda::Sm90Schedule::Pingpong}) {
           cuda::Sm90Tuning t;

@@ -57,9 +57,9 @@ int main(int argc, char** argv) {
     {
       NoGradGuard no_grad;
       const Tensor want_y = matmul(f64(x), f64(w).t()) + f64(b);
-      const double err = std::max(
-          {rel_err(y, want_y), rel_err(yg, want_y), rel_err(g[0], matmul(f64(dy), f64(w))),
-           rel_err(g[1], matmul(f64(dy).t(), f64(x))), rel_err(g[2], f64(dy).sum(0))});
+      const double err =
+          std::max({rel_err(y, want_y), rel_err(yg, want_y), rel_err(g[0], matmul(f64(dy), f64(w))),
+                    rel_err(g[1], matmul(f64(dy).t(), f64(x))), rel_err(g[2], f64(dy).sum(0))});
       const bool ok = err <= 1e-5;
       std::printf("validate linear %s: forward and d_x, d_w, d_b against float64, rel err %.2e%s\n",
                   shape.c_str(), err, ok ? "" : "  FAILED");

@@ -24,9 +24,13 @@ namespace {
 constexpr int64_t kSlice = int64_t{1} << 16;
 
 // The starts of the slices compared element by element.
-std::vector<int64_t> slice_starts(int64_t n) { return {0, n / 2, n - kSlice}; }
+std::vector<int64_t> slice_starts(int64_t n) {
+  return {0, n / 2, n - kSlice};
+}
 
-std::vector<double> host(const Tensor& t) { return t.to(kCPU).to(kFloat64).to_vector<double>(); }
+std::vector<double> host(const Tensor& t) {
+  return t.to(kCPU).to(kFloat64).to_vector<double>();
+}
 
 // The float64 loss over every element (the inputs' own values, widened).
 double loss_f64(const Tensor& pred, const Tensor& target) {
@@ -58,7 +62,8 @@ double grad_err(const Tensor& d, const Tensor& pred, const Tensor& target) {
   return std::sqrt(num / den);
 }
 
-bool check(const char* what, const char* dn, double loss, double want_loss, double gerr, double tol) {
+bool check(const char* what, const char* dn, double loss, double want_loss, double gerr,
+           double tol) {
   const double lerr = std::fabs(loss - want_loss) / want_loss;
   const bool ok = lerr <= tol && gerr <= tol;
   std::printf("validate %s %s: loss rel err %.2e, gradient rel err %.2e (limit %.0e)%s\n", what, dn,
@@ -122,7 +127,8 @@ int main(int argc, char** argv) {
       const double bytes = 3.0 * static_cast<double>(n) * static_cast<double>(element_size(dtype));
       const double gbs = bytes / ms.median / 1e6;
       std::snprintf(note, sizeof(note), "%.2f of copy", copy_gbs > 0 ? gbs / copy_gbs : 0.0);
-      table.add({"mse fused kernel", dn, "2^28", "ours", ms.median, gbs, "GB/s", note, ms.min, ms.max});
+      table.add(
+          {"mse fused kernel", dn, "2^28", "ours", ms.median, gbs, "GB/s", note, ms.min, ms.max});
     }
 
     // The op: forward + backward as a training step runs it (allocations included).
@@ -135,7 +141,8 @@ int main(int argc, char** argv) {
       g_out = g[0];
     };
     op();
-    const bool op_ok = check("mse_loss fwd+bwd op", dn, l_out.item(), want_loss, grad_err(g_out, p, t), tol);
+    const bool op_ok =
+        check("mse_loss fwd+bwd op", dn, l_out.item(), want_loss, grad_err(g_out, p, t), tol);
     l_out = Tensor();
     g_out = Tensor();
     if (!op_ok) {

@@ -206,9 +206,10 @@ bool validate_op_rows(Device dev, int64_t n) {
   Tensor fresh = empty({n}, dev);
   ok = ok && fresh.numel() == n && fresh.device() == dev && fresh.dtype() == kFloat32;
   if (!ok)
-    std::fprintf(stderr, "bench_op_overhead: VALIDATION FAILED on %s [%lld]: add, add with grad, "
-                 "the chain, its backward or add_ is wrong\n", dev.str().c_str(),
-                 static_cast<long long>(n));
+    std::fprintf(stderr,
+                 "bench_op_overhead: VALIDATION FAILED on %s [%lld]: add, add with grad, "
+                 "the chain, its backward or add_ is wrong\n",
+                 dev.str().c_str(), static_cast<long long>(n));
   return ok;
 }
 
@@ -286,7 +287,8 @@ int main(int argc, char** argv) {
     }
     bare_add.by_stub = false;
     if (!launches_ok) {
-      std::fprintf(stderr, "bench_op_overhead: VALIDATION FAILED: a bare CUDA add disagrees with the CPU\n");
+      std::fprintf(
+          stderr, "bench_op_overhead: VALIDATION FAILED: a bare CUDA add disagrees with the CPU\n");
       return 1;
     }
     const double bare = host_ns(bare_add, sync);

@@ -43,7 +43,8 @@ void use(const char* setting) {
 
 std::string utc_now() {
   const auto now = std::chrono::system_clock::now();
-  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count();
+  const auto ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count();
   const std::time_t s = static_cast<std::time_t>(ms / 1000);
   std::tm tm{};
   gmtime_r(&s, &tm);
@@ -73,12 +74,15 @@ int main(int argc, char** argv) {
   // bench_linear measured the gap); should the rule ever pick another GEMM here,
   // cublas against itself, which asks the same question.
   use("auto");
-  const char* second =
-      cuda::choose_linear_backend(cuda::LinearProduct::Forward, kFloat32, m, n, k) == cuda::GemmBackend::Cublas ? "auto" : "cublas";
+  const char* second = cuda::choose_linear_backend(cuda::LinearProduct::Forward, kFloat32, m, n,
+                                                   k) == cuda::GemmBackend::Cublas
+                           ? "auto"
+                           : "cublas";
   // Both settings compute the op right, through cuBLASLt.
   for (const char* setting : {"cublas", second}) {
     use(setting);
-    const char* picked = cuda::to_string(cuda::choose_linear_backend(cuda::LinearProduct::Forward, kFloat32, m, n, k));
+    const char* picked = cuda::to_string(
+        cuda::choose_linear_backend(cuda::LinearProduct::Forward, kFloat32, m, n, k));
     Tensor y = linear(xr, wr, br);
     std::vector<Tensor> g = grad({y}, {xr, wr, br}, {dy});
     NoGradGuard no_grad;
@@ -86,8 +90,9 @@ int main(int argc, char** argv) {
     const double ey = rel_err(y.slice(0, 0, 8), matmul(x8, wt) + f64(b));
     const double ew = rel_err(g[1].slice(0, 0, 8), matmul(f64(dy.slice(1, 0, 8)).t(), f64(x)));
     const bool ok = ey <= 1e-3 && ew <= 1e-3 && std::string(picked) == "cublas";
-    std::printf("validate EMBER_GEMM=%s: picks %s; y rel err %.2e, d_w rel err %.2e (limit 1e-3)%s\n",
-                setting, picked, ey, ew, ok ? "" : "  FAILED");
+    std::printf(
+        "validate EMBER_GEMM=%s: picks %s; y rel err %.2e, d_w rel err %.2e (limit 1e-3)%s\n",
+        setting, picked, ey, ew, ok ? "" : "  FAILED");
     if (!ok) return 1;
   }
   bench::Table table("order probe: TF32 Linear fwd+bwd 8192x4096->4096, blocks of 33 calls");
@@ -112,11 +117,13 @@ int main(int argc, char** argv) {
     block(++index, which, "after 2 s idle");
   }
   const bench::Spread c = bench::spread_of(by_setting[0]), a = bench::spread_of(by_setting[1]);
-  std::printf("\ncublas blocks: median %.4f ms [%.4f-%.4f]; %s blocks: median %.4f ms [%.4f-%.4f]\n",
-              c.median, c.min, c.max, second, a.median, a.min, a.max);
-  std::printf("%s / cublas: %.3f (same code: a ratio near 1, each block's time set by its position "
-              "rather than its setting, means bench_linear's gap was the order of measurement)\n",
-              second, a.median / c.median);
+  std::printf(
+      "\ncublas blocks: median %.4f ms [%.4f-%.4f]; %s blocks: median %.4f ms [%.4f-%.4f]\n",
+      c.median, c.min, c.max, second, a.median, a.min, a.max);
+  std::printf(
+      "%s / cublas: %.3f (same code: a ratio near 1, each block's time set by its position "
+      "rather than its setting, means bench_linear's gap was the order of measurement)\n",
+      second, a.median / c.median);
   unsetenv("EMBER_GEMM");
   cuda::set_allow_tf32(false);
   table.write_json(bench::json_path(argc, argv));

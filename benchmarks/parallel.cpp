@@ -69,7 +69,7 @@ namespace {
 
 #ifdef EMBER_HAVE_NCCL
 constexpr int64_t kPerGpu = 256, kWidth = 4096, kLayers = 4;  // the 4 x 4096 MLP
-constexpr double kLr = 1e-3;                                   // SGD; Adam in "zero"
+constexpr double kLr = 1e-3;                                  // SGD; Adam in "zero"
 
 struct Config {
   int iters = 20;
@@ -123,7 +123,9 @@ std::string size_str(int64_t bytes) {
   return bytes >= (int64_t{1} << 20) ? std::to_string(bytes >> 20) + " MiB"
                                      : std::to_string(bytes >> 10) + " KiB";
 }
-std::string gpus(int k) { return std::to_string(k) + (k == 1 ? " GPU" : " GPUs"); }
+std::string gpus(int k) {
+  return std::to_string(k) + (k == 1 ? " GPU" : " GPUs");
+}
 
 struct Bw {
   double algbw, busbw;
@@ -265,8 +267,8 @@ void bench_data_parallel(bench::Table& table, const Config& cfg, int n) {
       char note[96];
       std::snprintf(note, sizeof(note), "peak allocated %.2f / %.2f GiB", hi / 1073741824.0,
                     lo / 1073741824.0);
-      table.add({"dp peak max/min", "f32", gpus(k) + " x 256", cfg.impl("ember"), 0.0, ratio, "x",
-                 note});
+      table.add(
+          {"dp peak max/min", "f32", gpus(k) + " x 256", cfg.impl("ember"), 0.0, ratio, "x", note});
     }
   }
   add_scaling(table, "mlp step DP", cfg.impl("ember"), pts);
@@ -427,8 +429,10 @@ void bench_breakdown(bench::Table* table, const Config& cfg, NcclCommunicator& c
           const int64_t t0 = now_ns();
           std::vector<std::shared_ptr<Work>> works;
           for (int i = 0; i < 20; ++i) {
-            if (ours) works.push_back(c->all_reduce_async(flat, ReduceOp::Sum));
-            else raw_all_reduce(*c, flat);
+            if (ours)
+              works.push_back(c->all_reduce_async(flat, ReduceOp::Sum));
+            else
+              raw_all_reduce(*c, flat);
           }
           for (auto& w : works) w->wait();
           cuda::synchronize(dev);
@@ -438,16 +442,18 @@ void bench_breakdown(bench::Table* table, const Config& cfg, NcclCommunicator& c
       };
       const double q_ours = queued(true), q_raw = queued(false);
       if (table) {
-        std::printf("%-10s %-9s %-10s %7.1f %7.1f %7.1f %7.1f %8.1f %7.1f %7.1f %8.1f %8.1f %6.0f\n",
-                    size_str(bytes).c_str(), which, "ember", median(b.ordered), median(b.nccl),
-                    median(b.ready), median(b.recorded), median(b.completed), median(b.waited),
-                    median(b.synced), median(b.total), median(b.device), median(b.polls));
+        std::printf(
+            "%-10s %-9s %-10s %7.1f %7.1f %7.1f %7.1f %8.1f %7.1f %7.1f %8.1f %8.1f %6.0f\n",
+            size_str(bytes).c_str(), which, "ember", median(b.ordered), median(b.nccl),
+            median(b.ready), median(b.recorded), median(b.completed), median(b.waited),
+            median(b.synced), median(b.total), median(b.device), median(b.polls));
         std::printf("%-10s %-9s %-10s %7s %7.1f %7s %7s %8s %7s %7.1f %8.1f %8.1f\n",
                     size_str(bytes).c_str(), which, "raw nccl", "-", median(raw.nccl), "-", "-",
                     "-", "-", median(raw.synced), median(raw.total), median(raw.device));
-        std::printf("%-10s %-9s back to back, 20 queued then one wait: ember %.1f us/call, raw "
-                    "%.1f us/call\n",
-                    size_str(bytes).c_str(), which, q_ours, q_raw);
+        std::printf(
+            "%-10s %-9s back to back, 20 queued then one wait: ember %.1f us/call, raw "
+            "%.1f us/call\n",
+            size_str(bytes).c_str(), which, q_ours, q_raw);
         const std::string shape = size_str(bytes) + " " + which;
         table->add({"ar breakdown", "f32", shape, cfg.impl("ember"), median(b.total) / 1e3,
                     median(b.device), "us dev", "host total ms; rate: device us"});
@@ -522,18 +528,24 @@ void bench_zero(bench::Table* table, const Config& cfg, Communicator& world) {
     };
     std::unique_ptr<optim::Optimizer> plain;
     std::unique_ptr<ZeroRedundancyOptimizer> sharded;
-    if (zero) sharded = std::make_unique<ZeroRedundancyOptimizer>(ddp, make);
-    else plain = make(model->parameters());
+    if (zero)
+      sharded = std::make_unique<ZeroRedundancyOptimizer>(ddp, make);
+    else
+      plain = make(model->parameters());
     Generator data(2000 + r);
     Tensor x = randn({kPerGpu, kWidth}, device, &data);
     Tensor y = randn({kPerGpu, kWidth}, device, &data);
     const double s = median_s(
         [&] {
-          if (zero) sharded->zero_grad();
-          else plain->zero_grad();
+          if (zero)
+            sharded->zero_grad();
+          else
+            plain->zero_grad();
           mse_loss(model->forward(x), y).backward();
-          if (zero) sharded->step();
-          else plain->step();
+          if (zero)
+            sharded->step();
+          else
+            plain->step();
           cuda::synchronize(device.index);
         },
         cfg.iters);
@@ -552,8 +564,8 @@ void bench_zero(bench::Table* table, const Config& cfg, Communicator& world) {
                   mem.c_str());
       std::printf("optimizer state on rank 0: %.1f MiB\n", state / 1048576.0);
       char note[96];
-      std::snprintf(note, sizeof(note), "state %.1f MiB/rank, peak alloc %.2f GiB", state / 1048576.0,
-                    max_memory_allocated(device) / 1073741824.0);
+      std::snprintf(note, sizeof(note), "state %.1f MiB/rank, peak alloc %.2f GiB",
+                    state / 1048576.0, max_memory_allocated(device) / 1073741824.0);
       table->add({zero ? "mlp step ZeRO Adam" : "mlp step DDP Adam", "f32", gpus(n) + " x 256",
                   cfg.impl("ember"), s * 1e3, kPerGpu * n / s, "samp/s", note});
     }
@@ -587,7 +599,8 @@ void merge_json(const std::string& path, const std::string& extra) {
 }
 
 // Runs this binary under ember-run, one process per GPU; false if it could not.
-bool run_rank_child(std::string ember_run, int n, const std::string& args, const std::string& json) {
+bool run_rank_child(std::string ember_run, int n, const std::string& args,
+                    const std::string& json) {
   namespace fs = std::filesystem;
   std::error_code ec;
   const fs::path self = fs::read_symlink("/proc/self/exe", ec);
@@ -600,8 +613,8 @@ bool run_rank_child(std::string ember_run, int n, const std::string& args, const
         ember_run.c_str(), n, self.c_str());
     return false;
   }
-  std::string cmd = "'" + ember_run + "' --nproc " + std::to_string(n) + " '" + self.string() +
-                    "'" + args;
+  std::string cmd =
+      "'" + ember_run + "' --nproc " + std::to_string(n) + " '" + self.string() + "'" + args;
   if (!json.empty()) cmd += " --json '" + json + ".ranks'";
   std::printf("\n$ %s\n", cmd.c_str());
   std::fflush(stdout);
@@ -617,12 +630,18 @@ int run(int argc, char** argv) {
   bool quick = false;
   int iters = 0;
   for (int i = 1; i < argc; ++i) {
-    if (!std::strcmp(argv[i], "--quick")) quick = true;
-    else if (!std::strcmp(argv[i], "--no-ddp")) sections = "group,dp";
-    else if (!std::strcmp(argv[i], "--ember-run") && i + 1 < argc) ember_run = argv[++i];
-    else if (!std::strcmp(argv[i], "--sections") && i + 1 < argc) sections = argv[++i];
-    else if (!std::strcmp(argv[i], "--tag") && i + 1 < argc) tag = argv[++i];
-    else if (!std::strcmp(argv[i], "--iters") && i + 1 < argc) iters = std::atoi(argv[++i]);
+    if (!std::strcmp(argv[i], "--quick"))
+      quick = true;
+    else if (!std::strcmp(argv[i], "--no-ddp"))
+      sections = "group,dp";
+    else if (!std::strcmp(argv[i], "--ember-run") && i + 1 < argc)
+      ember_run = argv[++i];
+    else if (!std::strcmp(argv[i], "--sections") && i + 1 < argc)
+      sections = argv[++i];
+    else if (!std::strcmp(argv[i], "--tag") && i + 1 < argc)
+      tag = argv[++i];
+    else if (!std::strcmp(argv[i], "--iters") && i + 1 < argc)
+      iters = std::atoi(argv[++i]);
   }
   const char* json_arg = bench::json_path(argc, argv);
   const std::string json = json_arg ? json_arg : "";
@@ -679,8 +698,8 @@ int run(int argc, char** argv) {
 
   cudaDeviceProp prop{};
   EMBER_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
-  std::printf("bench_parallel: %s x %s, NCCL %s, NCCL_NVLS_ENABLE=%s\n", gpus(n).c_str(),
-              prop.name, nccl_runtime_version().c_str(),
+  std::printf("bench_parallel: %s x %s, NCCL %s, NCCL_NVLS_ENABLE=%s\n", gpus(n).c_str(), prop.name,
+              nccl_runtime_version().c_str(),
               std::getenv("NCCL_NVLS_ENABLE") ? std::getenv("NCCL_NVLS_ENABLE") : "(unset)");
   if (cfg.has("group") || cfg.has("dp")) {
     bench::Table table("bench_parallel: one process, every GPU (DataParallel)");

@@ -49,7 +49,9 @@ Spread spread_of(std::vector<double> v) {
   return {v[v.size() / 2], v.front(), v.back()};
 }
 
-void sync() { cudaDeviceSynchronize(); }
+void sync() {
+  cudaDeviceSynchronize();
+}
 
 // --- the three timing methods, as ember's benchmarks use them
 
@@ -163,7 +165,8 @@ void write_op_rows(const std::string& path, const std::vector<OpRow>& rows) {
 
 // ||a - b|| / ||b|| in float64.
 double rel_err(const torch::Tensor& a, const torch::Tensor& b) {
-  const torch::Tensor x = a.detach().cpu().to(torch::kFloat64), y = b.detach().cpu().to(torch::kFloat64);
+  const torch::Tensor x = a.detach().cpu().to(torch::kFloat64),
+                      y = b.detach().cpu().to(torch::kFloat64);
   return std::sqrt((x - y).pow(2).sum().item<double>() /
                    std::max(y.pow(2).sum().item<double>(), 1e-300));
 }
@@ -220,7 +223,8 @@ bool seed_rows(std::vector<Row>& rows, int rounds, int steps_per_round) {
     Seed s;
     const torch::Tensor w0 = s.flat_params().to(torch::kFloat64);
     s.step(s.xs[0], s.ys[0]);
-    torch::Tensor g = torch::cat({s.params[0].grad().flatten(), s.params[1].grad()}).cpu().to(torch::kFloat64);
+    torch::Tensor g =
+        torch::cat({s.params[0].grad().flatten(), s.params[1].grad()}).cpu().to(torch::kFloat64);
     // Adam's first step: p -= lr * g / (|g| + eps) (bias-corrected moments m = g, v = g^2).
     const torch::Tensor want = w0 - 1e-2 * g / (g.abs() + 1e-8);
     const double err = rel_err(s.flat_params(), want);
@@ -281,8 +285,10 @@ bool seed_rows(std::vector<Row>& rows, int rounds, int steps_per_round) {
     // another kernel inside a capture): within fp32 GEMM precision is asked.
     const double err = rel_err(graphed.flat_params(), eager.flat_params());
     const bool same = err <= 1e-5;
-    std::printf("validate seed graph: parameters after %d steps against the eager run's, rel err "
-                "%.2e%s\n", kSeedChecked, err, same ? "" : "  FAILED");
+    std::printf(
+        "validate seed graph: parameters after %d steps against the eager run's, rel err "
+        "%.2e%s\n",
+        kSeedChecked, err, same ? "" : "  FAILED");
     if (same) {
       const Spread ms = wall_ms_per_step(replay, 5, rounds, steps_per_round * 5);
       rows.push_back({"seed step", "f32", "32x10->10", "graphed", "libtorch, at::cuda::CUDAGraph",
@@ -310,13 +316,15 @@ bool op_rows(std::vector<OpRow>& rows) {
     const bool right = rel_err(at::add(a, b), want) <= 1e-6 && rel_err(c, want) <= 1e-6 &&
                        c.requires_grad() && c.grad_fn() != nullptr;
     if (!right) {
-      std::printf("validate add on %s [%lld]: FAILED\n", dev.str().c_str(), static_cast<long long>(n));
+      std::printf("validate add on %s [%lld]: FAILED\n", dev.str().c_str(),
+                  static_cast<long long>(n));
       ok = false;
       return;
     }
     const std::string device = dev.is_cuda() ? "cuda:0" : "cpu";
     const std::string shape = "[" + std::to_string(n) + "]";
-    rows.push_back({"add, no grad", device, shape, host_ns([&] { torch::Tensor r = at::add(a, b); }, after)});
+    rows.push_back(
+        {"add, no grad", device, shape, host_ns([&] { torch::Tensor r = at::add(a, b); }, after)});
     rows.push_back({"add, inputs require grad", device, shape,
                     host_ns([&] { torch::Tensor r = at::add(ga, gb); }, after)});
     for (size_t i = rows.size() - 2; i < rows.size(); ++i)
@@ -363,7 +371,8 @@ bool linear_rows(std::vector<Row>& rows) {
     {
       torch::NoGradGuard no_grad;
       const Spread ms = event_ms([&] { torch::Tensor r = at::linear(x, w, b); }, 3, 30);
-      rows.push_back({"fwd", "f32", shape, "libtorch", "at::linear", ms, flops / ms.median / 1e9, "TF/s"});
+      rows.push_back(
+          {"fwd", "f32", shape, "libtorch", "at::linear", ms, flops / ms.median / 1e9, "TF/s"});
       print_row(rows.back());
     }
     const Spread ms = event_ms(

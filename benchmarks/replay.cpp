@@ -70,7 +70,8 @@ Generator make_trace(int steps) {
   constexpr uint64_t kD = 1024, kH = 4096, kF = 4;  // fp32
   std::vector<uint64_t> params;
   for (int layer = 0; layer < 3; ++layer)
-    for (uint64_t bytes : {kD * kH * kF, kH * kF, kH * kD * kF, kD * kF}) params.push_back(g.alloc(bytes));
+    for (uint64_t bytes : {kD * kH * kF, kH * kF, kH * kD * kF, kD * kF})
+      params.push_back(g.alloc(bytes));
   std::vector<uint64_t> adam_state;
   std::vector<uint64_t> grads;
   for (int step = 0; step < steps; ++step) {
@@ -144,8 +145,9 @@ int main(int argc, char** argv) {
   Generator g = make_trace(steps);
   g.trace.source = "synthetic";
   const size_t n = g.trace.events.size();
-  std::printf("bench_replay: %d steps of a varying-batch MLP loop, %zu events (generated in %.2f s)\n",
-              steps, n, cpu() - t0);
+  std::printf(
+      "bench_replay: %d steps of a varying-batch MLP loop, %zu events (generated in %.2f s)\n",
+      steps, n, cpu() - t0);
 
   std::ostringstream csv;
   t0 = cpu();
@@ -174,7 +176,8 @@ int main(int argc, char** argv) {
     r = policy->run(program, settings);
     check(r.ooms == 0, "no OOM on an unlimited device");
     check(r.events == n, "every event replayed");
-    check(r.peak_allocated == g.peak_allocated, "peak allocated = the generator's peak of rounded sizes");
+    check(r.peak_allocated == g.peak_allocated,
+          "peak allocated = the generator's peak of rounded sizes");
     rates.push_back(r.events_per_second());
   }
   std::sort(rates.begin(), rates.end());
@@ -192,7 +195,8 @@ int main(int argc, char** argv) {
   const ReplayResult e = make_caching_policy("expandable_segments:True")->run(program, settings);
   check(e.ooms == 0 && e.peak_allocated == g.peak_allocated, "expandable: same allocated peak");
   std::printf("  expandable_segments:True: replay %.1f M events/s, peak reserved %s (%.3fx)\n",
-              e.events_per_second() / 1e6, format_bytes(static_cast<uint64_t>(e.peak_reserved)).c_str(),
+              e.events_per_second() / 1e6,
+              format_bytes(static_cast<uint64_t>(e.peak_reserved)).c_str(),
               static_cast<double>(e.peak_reserved) / static_cast<double>(e.peak_allocated));
   if (json != nullptr) {
     FILE* f = std::fopen(json, "w");

@@ -145,7 +145,8 @@ bool validate_seed_eager() {
   }
   std::printf("validate seed eager: %d steps against float64 on the CPU\n", kSeedChecked);
   bool ok = report("losses, every step", rel_err(got_losses, want_losses), 1e-5);
-  ok = report("weight and bias after the last step", rel_err(gpu.params(), ref.params()), 1e-5) && ok;
+  ok = report("weight and bias after the last step", rel_err(gpu.params(), ref.params()), 1e-5) &&
+       ok;
   return ok;
 }
 
@@ -213,8 +214,8 @@ Tensor teacher_targets(const Tensor& x) {
 }
 
 struct ModeTol {
-  double gemm;      // DESIGN.md's threshold for one GEMM in this mode
-  double loss_grad; // for the loss's gradient: element-wise, rounded to the output's dtype
+  double gemm;       // DESIGN.md's threshold for one GEMM in this mode
+  double loss_grad;  // for the loss's gradient: element-wise, rounded to the output's dtype
 };
 
 // The first step of one mode, op by op against float64 on the CPU (see the header).
@@ -250,10 +251,13 @@ bool validate_mlp_first_step(Mlp& m, bool autocast, const ModeTol& tol, double* 
   const Tensor out = f64(ys.back()), target = f64(m.y);
   const Tensor diff = out - target;
   const double want_loss = (diff * diff).sum().item() / static_cast<double>(n);
-  ok = report("loss (mean over all elements)", std::abs(*first_loss - want_loss) / want_loss, 1e-5) && ok;
+  ok = report("loss (mean over all elements)", std::abs(*first_loss - want_loss) / want_loss,
+              1e-5) &&
+       ok;
   ok = report("d loss / d output, first rows",
               rel_err(d.back().slice(0, 0, kSlice), diff.slice(0, 0, kSlice) * (2.0 / n)),
-              tol.loss_grad) && ok;
+              tol.loss_grad) &&
+       ok;
   for (int l = 0; l < kLayers; ++l) {
     const nn::Linear& layer = *m.layers[static_cast<size_t>(l)];
     const Tensor a = l == 0 ? operand(m.x) : f64(ys[static_cast<size_t>(l - 1)]);  // (B, in)
@@ -265,8 +269,10 @@ bool validate_mlp_first_step(Mlp& m, bool autocast, const ModeTol& tol, double* 
     const Tensor w_t = w.t().contiguous();  // (in, out): the CPU matmul reads rows
     Tensor pre = matmul(a.slice(0, 0, kSlice), w_t) + b;
     Tensor want_y = relu ? ember::relu(pre) : pre;
-    std::snprintf(what, sizeof what, "layer %d output (GEMM + bias%s), first rows", l, relu ? " + ReLU" : "");
-    ok = report(what, rel_err(ys[static_cast<size_t>(l)].slice(0, 0, kSlice), want_y), tol.gemm) && ok;
+    std::snprintf(what, sizeof what, "layer %d output (GEMM + bias%s), first rows", l,
+                  relu ? " + ReLU" : "");
+    ok = report(what, rel_err(ys[static_cast<size_t>(l)].slice(0, 0, kSlice), want_y), tol.gemm) &&
+         ok;
     // Backward, from the gradient this step gave the layer's output.
     Tensor d_pre = f64(d[static_cast<size_t>(l)]);
     if (relu) d_pre = d_pre * gt(f64(ys[static_cast<size_t>(l)]), 0.0);
@@ -278,18 +284,23 @@ bool validate_mlp_first_step(Mlp& m, bool autocast, const ModeTol& tol, double* 
     ok = report(what, rel_err(layer.bias.grad(), want_db), tol.gemm) && ok;
     if (l > 0) {
       std::snprintf(what, sizeof what, "layer %d d_x, first rows", l);
-      ok = report(what, rel_err(d[static_cast<size_t>(l - 1)].slice(0, 0, kSlice),
-                                matmul(d_pre.slice(0, 0, kSlice), w)),
-                  tol.gemm) && ok;
+      ok = report(what,
+                  rel_err(d[static_cast<size_t>(l - 1)].slice(0, 0, kSlice),
+                          matmul(d_pre.slice(0, 0, kSlice), w)),
+                  tol.gemm) &&
+           ok;
     }
     // Adam's first step on this layer, from the gradient the step computed.
     const std::vector<double> gw = f64(layer.weight.grad().slice(0, 0, kSlice)).to_vector<double>();
     const std::vector<double> gb = f64(layer.bias.grad()).to_vector<double>();
-    std::vector<double> want_w = adam_first_step(w_before[static_cast<size_t>(l)].to_vector<double>(), gw, 1e-3);
-    std::vector<double> want_b = adam_first_step(b_before[static_cast<size_t>(l)].to_vector<double>(), gb, 1e-3);
+    std::vector<double> want_w =
+        adam_first_step(w_before[static_cast<size_t>(l)].to_vector<double>(), gw, 1e-3);
+    std::vector<double> want_b =
+        adam_first_step(b_before[static_cast<size_t>(l)].to_vector<double>(), gb, 1e-3);
     std::snprintf(what, sizeof what, "layer %d Adam step: weight (first rows), bias", l);
-    const double e = std::max(rel_err(f64(layer.weight.slice(0, 0, kSlice)).to_vector<double>(), want_w),
-                              rel_err(f64(layer.bias).to_vector<double>(), want_b));
+    const double e =
+        std::max(rel_err(f64(layer.weight.slice(0, 0, kSlice)).to_vector<double>(), want_w),
+                 rel_err(f64(layer.bias).to_vector<double>(), want_b));
     ok = report(what, e, 1e-6) && ok;
   }
   return ok;
@@ -405,7 +416,9 @@ int main(int argc, char** argv) {
     std::vector<double> f32_losses;
     for (const char* mode : {"f32", "tf32", "bf16"}) {
       const bool tf32 = !std::strcmp(mode, "tf32"), autocast = !std::strcmp(mode, "bf16");
-      const ModeTol tol = autocast ? ModeTol{1e-2, 1e-2} : tf32 ? ModeTol{1e-3, 1e-6} : ModeTol{1e-5, 1e-6};
+      const ModeTol tol = autocast ? ModeTol{1e-2, 1e-2}
+                          : tf32   ? ModeTol{1e-3, 1e-6}
+                                   : ModeTol{1e-5, 1e-6};
       cuda::set_allow_tf32(tf32);
       Mlp m(x, targets);
       std::printf("validate mlp %s: the first step op by op against float64 on the CPU\n", mode);
@@ -416,8 +429,9 @@ int main(int argc, char** argv) {
         // comparison with fp32 gets below.
         const double margin = std::abs(zero_target_loss - first) / first;
         const bool strong = margin > 2 * kLayers * tol.gemm && margin > 0.1;
-        std::printf("  a network that output zeros would have loss %.4e, off by %.0f%% (loss %.4e)%s\n",
-                    zero_target_loss, 100 * margin, first, strong ? "" : "  FAILED: too weak a check");
+        std::printf(
+            "  a network that output zeros would have loss %.4e, off by %.0f%% (loss %.4e)%s\n",
+            zero_target_loss, 100 * margin, first, strong ? "" : "  FAILED: too weak a check");
         ok = strong && ok;
       }
       std::vector<double> losses{first};
@@ -428,7 +442,8 @@ int main(int argc, char** argv) {
       std::printf("\n");
       if (tf32 || autocast)
         ok = report("losses of steps 1-3 against fp32's", rel_err(losses, f32_losses),
-                    kLayers * tol.gemm) && ok;
+                    kLayers * tol.gemm) &&
+             ok;
       failures += ok ? 0 : 1;
       if (ok) {
         const bench::Spread ms =

@@ -36,13 +36,19 @@ const char* what_is_wrong(const Tensor& t) {
 }
 }  // namespace
 
-void set_detect_anomaly(bool enabled) { t_detect_anomaly = enabled; }
-bool is_anomaly_enabled() { return t_detect_anomaly; }
+void set_detect_anomaly(bool enabled) {
+  t_detect_anomaly = enabled;
+}
+bool is_anomaly_enabled() {
+  return t_detect_anomaly;
+}
 
 DetectAnomalyGuard::DetectAnomalyGuard(bool enabled) : previous_(t_detect_anomaly) {
   t_detect_anomaly = enabled;
 }
-DetectAnomalyGuard::~DetectAnomalyGuard() { t_detect_anomaly = previous_; }
+DetectAnomalyGuard::~DetectAnomalyGuard() {
+  t_detect_anomaly = previous_;
+}
 
 bool all_finite(const Tensor& t) {
   if (!t.defined() || !is_floating(t.dtype()) || t.numel() == 0) return true;

@@ -11,8 +11,12 @@ thread_local bool t_enabled = false;
 thread_local DType t_dtype = DType::BFloat16;
 }  // namespace
 
-bool is_autocast_enabled() { return t_enabled; }
-DType autocast_dtype() { return t_dtype; }
+bool is_autocast_enabled() {
+  return t_enabled;
+}
+DType autocast_dtype() {
+  return t_dtype;
+}
 
 bool autocast_applies(Device device) {
   return kernels::kernels_for(device).hooks.autocasts(device.index);

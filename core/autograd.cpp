@@ -8,8 +8,8 @@
 
 #include "core/anomaly.h"
 #include "core/live_tensors.h"
-#include "core/ops.h"
 #include "core/memory/caching_allocator.h"
+#include "core/ops.h"
 
 namespace ember {
 
@@ -26,8 +26,12 @@ thread_local bool t_draining_deletes = false;
 
 }  // namespace
 
-bool is_grad_enabled() { return t_grad_enabled; }
-void set_grad_enabled(bool enabled) { t_grad_enabled = enabled; }
+bool is_grad_enabled() {
+  return t_grad_enabled;
+}
+void set_grad_enabled(bool enabled) {
+  t_grad_enabled = enabled;
+}
 
 TensorImpl::~TensorImpl() {
   detail::unregister_live_tensor(*this);
@@ -43,7 +47,9 @@ Node::Node()
     : sequence_nr(g_next_sequence_nr.fetch_add(1, std::memory_order_relaxed)),
       scope(AllocationScope::current()) {}
 
-uint64_t next_node_sequence_nr() { return g_next_sequence_nr.load(std::memory_order_relaxed); }
+uint64_t next_node_sequence_nr() {
+  return g_next_sequence_nr.load(std::memory_order_relaxed);
+}
 
 Node::~Node() {
   for (Edge& e : next_edges)
@@ -70,9 +76,8 @@ std::vector<Tensor> AccumulateGrad::apply(const Tensor& grad_output) {
   AutogradMeta& meta = *leaf_.impl().autograd;
   if (!meta.grad.defined()) {
     // Steal the incoming buffer when nothing else can see it; otherwise copy.
-    bool sole = grad_output.impl_ptr().use_count() <= 2 &&
-                grad_output.storage().use_count() == 1 && grad_output.is_contiguous() &&
-                !grad_output.requires_grad();
+    bool sole = grad_output.impl_ptr().use_count() <= 2 && grad_output.storage().use_count() == 1 &&
+                grad_output.is_contiguous() && !grad_output.requires_grad();
     meta.grad = sole ? grad_output.detach() : grad_output.detach().clone();
   } else {
     meta.grad.add_(grad_output);
@@ -82,14 +87,17 @@ std::vector<Tensor> AccumulateGrad::apply(const Tensor& grad_output) {
 }
 
 void detail::throw_modified_in_place(const char* node, uint64_t saved, uint64_t now) {
-  EMBER_FAIL(node, ": a tensor saved for backward was modified by an in-place operation "
-             "(version ", saved, " when saved, ", now, " now); clone it before changing it in "
+  EMBER_FAIL(node,
+             ": a tensor saved for backward was modified by an in-place operation "
+             "(version ",
+             saved, " when saved, ", now,
+             " now); clone it before changing it in "
              "place");
 }
 
 SavedTensors::SavedTensors(std::initializer_list<Tensor> tensors) {
-  EMBER_CHECK(tensors.size() <= kMax, "SavedTensors: a node saves at most ", kMax,
-              " tensors, got ", tensors.size());
+  EMBER_CHECK(tensors.size() <= kMax, "SavedTensors: a node saves at most ", kMax, " tensors, got ",
+              tensors.size());
   for (const Tensor& t : tensors) {
     Entry& e = *new (slot(size_++)) Entry();
     if (t.defined()) {
@@ -169,8 +177,8 @@ void check_gradient(const Node& node, size_t i, const Tensor& g) {
 // The engine proper. When `captures` is given, gradients arriving at those nodes
 // are stored there instead of running them (autograd::grad), and AccumulateGrad
 // nodes are skipped.
-void execute(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads,
-             bool retain_graph, std::unordered_map<Node*, Tensor>* captures) {
+void execute(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads, bool retain_graph,
+             std::unordered_map<Node*, Tensor>* captures) {
   EMBER_CHECK(roots.size() == grads.size(), "backward: ", roots.size(), " outputs but ",
               grads.size(), " gradients");
   std::unordered_map<Node*, Tensor> buffers;
@@ -183,14 +191,16 @@ void execute(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads,
 
   for (size_t i = 0; i < roots.size(); ++i) {
     const Tensor& r = roots[i];
-    EMBER_CHECK(r.defined() && r.requires_grad(),
-                "backward: output ", i, " does not require grad and has no grad_fn");
+    EMBER_CHECK(r.defined() && r.requires_grad(), "backward: output ", i,
+                " does not require grad and has no grad_fn");
     Edge e = gradient_edge(r);
     root_nodes.push_back(e.node);
     Tensor g = grads[i];
     if (!g.defined()) {
-      EMBER_CHECK(r.numel() == 1, "backward: grad can be implicitly created only for a "
-                  "single-element output, this one has shape ", shape_str(r.sizes()));
+      EMBER_CHECK(r.numel() == 1,
+                  "backward: grad can be implicitly created only for a "
+                  "single-element output, this one has shape ",
+                  shape_str(r.sizes()));
       g = ones_like(r.detach());
     }
     EMBER_CHECK(g.sizes() == r.sizes(), "backward: gradient of shape ", shape_str(g.sizes()),

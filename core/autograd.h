@@ -28,9 +28,9 @@ struct Edge {
 struct AutogradMeta {
   bool requires_grad = false;
   bool retains_grad = false;
-  Tensor grad;                              // written under the AccumulateGrad's lock
-  std::shared_ptr<Node> grad_fn;            // set for non-leaves
-  std::weak_ptr<Node> grad_accumulator;     // for leaves, created on demand
+  Tensor grad;                           // written under the AccumulateGrad's lock
+  std::shared_ptr<Node> grad_fn;         // set for non-leaves
+  std::weak_ptr<Node> grad_accumulator;  // for leaves, created on demand
   std::vector<GradHook> post_accumulate_hooks;
   // Guards grad_accumulator's creation: threads recording ops on a shared leaf at
   // once must all get the one AccumulateGrad (PyTorch's AutogradMeta::mutex_).
@@ -162,7 +162,8 @@ class FunctionNode final : public Node {
   }
   const char* name() const override { return name_; }
   std::vector<Tensor> apply(const Tensor& grad_output) override {
-    if (!fn_) [[unlikely]] detail::throw_backward_twice(name_);
+    if (!fn_) [[unlikely]]
+      detail::throw_backward_twice(name_);
     if constexpr (std::is_invocable_v<F&, const Tensor&, const SavedTensors&>)
       return (*fn_)(grad_output, saved_tensors_);
     else
@@ -242,8 +243,8 @@ template <typename F>
 void attach_grad_fn(Tensor& out, const char* name, std::initializer_list<const Tensor*> inputs,
                     SavedTensors saved, F&& fn) {
   std::vector<Node::SavedRef> refs = saved.refs();
-  auto node = std::make_shared<FunctionNode<std::decay_t<F>>>(name, std::forward<F>(fn),
-                                                              std::move(saved));
+  auto node =
+      std::make_shared<FunctionNode<std::decay_t<F>>>(name, std::forward<F>(fn), std::move(saved));
   node->saved = std::move(refs);
   detail::attach_node(out, std::move(node), inputs.begin(), inputs.size());
 }
@@ -258,8 +259,8 @@ void attach_grad_fn(Tensor& out, const char* name, const std::vector<Tensor>& in
   std::vector<const Tensor*> ptrs;
   ptrs.reserve(inputs.size());
   for (const Tensor& t : inputs) ptrs.push_back(&t);
-  auto node = std::make_shared<FunctionNode<std::decay_t<F>>>(name, std::forward<F>(fn),
-                                                              SavedTensors{});
+  auto node =
+      std::make_shared<FunctionNode<std::decay_t<F>>>(name, std::forward<F>(fn), SavedTensors{});
   detail::attach_node(out, std::move(node), ptrs.data(), ptrs.size());
 }
 // The edge through which a gradient for `t` flows (null if t needs none).

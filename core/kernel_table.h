@@ -186,7 +186,7 @@ struct MaxArgs {  // values (may be null), indices = max (min) and its first ind
   void* values;
   int64_t* indices;
   int64_t outer, n, inner;
-  void* workspace;  // max_workspace_bytes of it
+  void* workspace;   // max_workspace_bytes of it
   bool min = false;  // the minimum instead (NaN still wins)
 };
 struct MaxBackwardArgs {  // d_inp[o, k, i] = k == indices[o, i] ? d_out[o, i] : 0
@@ -272,7 +272,7 @@ struct GatherArgs {
   int dim;
   int64_t sizes[kMaxDims];
   int64_t x_sizes[kMaxDims];
-  int64_t n;  // elements of index
+  int64_t n;             // elements of index
   bool targets = false;  // the indices are class targets (the error says "target")
 };
 // scatter_add, gather's backward: dst (x_sizes) += src (sizes) at the positions
@@ -327,7 +327,7 @@ struct LinearArgs {
   int64_t ldw;
   const void* b;  // may be null
   void* y;
-  void* pre;      // may be null
+  void* pre;  // may be null
   Activation act;
 };
 // d_w (n, k) = d_y^T x and, when d_b is not null, d_b (n) = column sums of d_y in
@@ -509,51 +509,51 @@ struct MultiTensorScaleArgs {
 
 // X(name, result, args): every kernel family. Adding one is a line here, its
 // argument struct above, and a registration per device that has it.
-#define EMBER_KERNEL_FAMILIES(X)                             \
-  X(unary, void, UnaryArgs)                                  \
-  X(unary_backward, void, UnaryBackwardArgs)                 \
-  X(binary, void, BinaryArgs)                                \
-  X(binary_backward, void, BinaryBackwardArgs)               \
-  X(where, void, WhereArgs)                                  \
-  X(cast, void, CastArgs)                                    \
-  X(fill, void, FillArgs)                                    \
-  X(random, void, RandomArgs)                                \
-  X(randperm, void, RandpermArgs)                            \
-  X(randperm_workspace_bytes, size_t, ScatterQuery)          \
-  X(copy_bytes, void, CopyBytesArgs)                         \
-  X(softmax, void, SoftmaxArgs)                              \
-  X(softmax_backward, void, SoftmaxBackwardArgs)             \
-  X(index_select, void, IndexSelectArgs)                     \
-  X(index_add, void, IndexAddArgs)                           \
-  X(index_add_workspace_bytes, size_t, ScatterQuery)         \
-  X(gather, void, GatherArgs)                                \
-  X(scatter_add, void, ScatterAddArgs)                       \
-  X(scatter_add_workspace_bytes, size_t, ScatterQuery)       \
-  X(sum, void, SumArgs)                                      \
-  X(sum_workspace_bytes, size_t, ReduceShape)                \
-  X(max, void, MaxArgs)                                      \
-  X(max_workspace_bytes, size_t, ReduceShape)                \
-  X(max_backward, void, MaxBackwardArgs)                     \
-  X(gemm, void, GemmArgs)                                    \
-  X(linear_fused_supported, bool, DTypeQuery)                \
-  X(linear_fused, void, LinearArgs)                          \
-  X(linear_weight_grad_fused, bool, LinearWeightGradArgs)    \
-  X(linear_input_grad, bool, LinearInputGradArgs)            \
-  X(linear_fuses_bias_grad, bool, DTypeQuery)                \
-  X(mse_fused_supported, bool, DTypeQuery)                   \
-  X(mse_fused, void, MseArgs)                                \
-  X(mse_workspace_bytes, size_t, SizeQuery)                  \
-  X(scale_by_device_scalar, void, ScaleByScalarArgs)         \
-  X(cross_entropy_fused_supported, bool, CrossEntropyQuery)  \
-  X(cross_entropy_fused, void, CrossEntropyArgs)             \
-  X(cross_entropy_workspace_bytes, size_t, CrossEntropyQuery) \
-  X(layer_norm_fused_supported, bool, LayerNormQuery)        \
-  X(layer_norm_fused, void, LayerNormArgs)                   \
-  X(layer_norm_backward_fused, void, LayerNormBackwardArgs)  \
-  X(layer_norm_workspace_bytes, size_t, LayerNormQuery)      \
-  X(fused_sgd, void, FusedSgdArgs)                           \
-  X(fused_adam, void, FusedAdamArgs)                         \
-  X(multi_tensor_norm, void, MultiTensorNormArgs)            \
+#define EMBER_KERNEL_FAMILIES(X)                                 \
+  X(unary, void, UnaryArgs)                                      \
+  X(unary_backward, void, UnaryBackwardArgs)                     \
+  X(binary, void, BinaryArgs)                                    \
+  X(binary_backward, void, BinaryBackwardArgs)                   \
+  X(where, void, WhereArgs)                                      \
+  X(cast, void, CastArgs)                                        \
+  X(fill, void, FillArgs)                                        \
+  X(random, void, RandomArgs)                                    \
+  X(randperm, void, RandpermArgs)                                \
+  X(randperm_workspace_bytes, size_t, ScatterQuery)              \
+  X(copy_bytes, void, CopyBytesArgs)                             \
+  X(softmax, void, SoftmaxArgs)                                  \
+  X(softmax_backward, void, SoftmaxBackwardArgs)                 \
+  X(index_select, void, IndexSelectArgs)                         \
+  X(index_add, void, IndexAddArgs)                               \
+  X(index_add_workspace_bytes, size_t, ScatterQuery)             \
+  X(gather, void, GatherArgs)                                    \
+  X(scatter_add, void, ScatterAddArgs)                           \
+  X(scatter_add_workspace_bytes, size_t, ScatterQuery)           \
+  X(sum, void, SumArgs)                                          \
+  X(sum_workspace_bytes, size_t, ReduceShape)                    \
+  X(max, void, MaxArgs)                                          \
+  X(max_workspace_bytes, size_t, ReduceShape)                    \
+  X(max_backward, void, MaxBackwardArgs)                         \
+  X(gemm, void, GemmArgs)                                        \
+  X(linear_fused_supported, bool, DTypeQuery)                    \
+  X(linear_fused, void, LinearArgs)                              \
+  X(linear_weight_grad_fused, bool, LinearWeightGradArgs)        \
+  X(linear_input_grad, bool, LinearInputGradArgs)                \
+  X(linear_fuses_bias_grad, bool, DTypeQuery)                    \
+  X(mse_fused_supported, bool, DTypeQuery)                       \
+  X(mse_fused, void, MseArgs)                                    \
+  X(mse_workspace_bytes, size_t, SizeQuery)                      \
+  X(scale_by_device_scalar, void, ScaleByScalarArgs)             \
+  X(cross_entropy_fused_supported, bool, CrossEntropyQuery)      \
+  X(cross_entropy_fused, void, CrossEntropyArgs)                 \
+  X(cross_entropy_workspace_bytes, size_t, CrossEntropyQuery)    \
+  X(layer_norm_fused_supported, bool, LayerNormQuery)            \
+  X(layer_norm_fused, void, LayerNormArgs)                       \
+  X(layer_norm_backward_fused, void, LayerNormBackwardArgs)      \
+  X(layer_norm_workspace_bytes, size_t, LayerNormQuery)          \
+  X(fused_sgd, void, FusedSgdArgs)                               \
+  X(fused_adam, void, FusedAdamArgs)                             \
+  X(multi_tensor_norm, void, MultiTensorNormArgs)                \
   X(multi_tensor_norm_workspace_bytes, size_t, MultiTensorQuery) \
   X(multi_tensor_scale, void, MultiTensorScaleArgs)
 
@@ -598,7 +598,9 @@ inline constexpr int kDeviceTypes = 3;  // DeviceType's values: CPU, CUDA, Meta
 
 // The table of `type`, built once (every device's registration runs on first use).
 const KernelTable& table(DeviceType type);
-inline const KernelTable& kernels_for(Device device) { return table(device.type); }
+inline const KernelTable& kernels_for(Device device) {
+  return table(device.type);
+}
 
 // Registration: each device's file fills its table (core/kernels/registry.cpp
 // calls them in order, once); families a device leaves out throw when called,
@@ -620,7 +622,9 @@ namespace ember {
 // Device services for ops and tensors, through the table: no caller tests the
 // device type.
 // Throws ember::Error naming `device` when it does not exist.
-inline void check_device(Device device) { kernels::kernels_for(device).hooks.check(device.index); }
+inline void check_device(Device device) {
+  kernels::kernels_for(device).hooks.check(device.index);
+}
 // Throws when `device`'s work is being captured into a CUDA graph (cuda/graph.h):
 // "<what>: cannot <action> while a CUDA graph is being captured ...".
 inline void check_not_capturing(Device device, const char* what,

@@ -23,8 +23,8 @@ struct MetaContext {
     EMBER_CHECK(o.capacity > 0, "MetaDeviceOptions: capacity must be positive");
     memory::AllocatorOptions options = o.allocator;
     options.sanitize = false;  // guard bytes need memory to write
-    auto simulated = std::make_unique<memory::SimulatedBackend>(o.capacity, 0,
-                                                                memory::SimulatedMemory::none);
+    auto simulated =
+        std::make_unique<memory::SimulatedBackend>(o.capacity, 0, memory::SimulatedMemory::none);
     backend = simulated.get();
     allocator = std::make_unique<memory::CachingAllocator>(std::move(simulated), options);
   }
@@ -58,7 +58,9 @@ MetaContext& default_context() {
   return *context;
 }
 
-MetaContext& current() { return t_current != nullptr ? *t_current : default_context(); }
+MetaContext& current() {
+  return t_current != nullptr ? *t_current : default_context();
+}
 
 // Contexts whose scope ended while some of their tensors lived on: kept (never
 // freed) so those tensors can still return their blocks.
@@ -70,8 +72,7 @@ void retire(MetaContext* context) {
 }
 
 size_t library_workspace_bytes(MetaLibrary library) {
-  return library == MetaLibrary::cublas ? cuda::blas_workspace_bytes()
-                                        : cuda::lt_workspace_bytes();
+  return library == MetaLibrary::cublas ? cuda::blas_workspace_bytes() : cuda::lt_workspace_bytes();
 }
 
 const char* library_name(MetaLibrary library) {
@@ -95,16 +96,28 @@ MetaDeviceScope::~MetaDeviceScope() {
     delete context_;
 }
 
-memory::CachingAllocator& MetaDeviceScope::allocator() const { return *context_->allocator; }
-DeviceType MetaDeviceScope::mirror() const { return context_->mirror; }
-size_t MetaDeviceScope::capacity() const { return context_->capacity; }
-size_t MetaDeviceScope::library_bytes() const { return context_->library_bytes.load(); }
+memory::CachingAllocator& MetaDeviceScope::allocator() const {
+  return *context_->allocator;
+}
+DeviceType MetaDeviceScope::mirror() const {
+  return context_->mirror;
+}
+size_t MetaDeviceScope::capacity() const {
+  return context_->capacity;
+}
+size_t MetaDeviceScope::library_bytes() const {
+  return context_->library_bytes.load();
+}
 bool MetaDeviceScope::uses(MetaLibrary library) const {
   return context_->library_used[static_cast<size_t>(library)].load();
 }
 
-memory::CachingAllocator& meta_allocator() { return *current().allocator; }
-DeviceType meta_mirror() { return current().mirror; }
+memory::CachingAllocator& meta_allocator() {
+  return *current().allocator;
+}
+DeviceType meta_mirror() {
+  return current().mirror;
+}
 
 namespace detail {
 

@@ -44,7 +44,9 @@ EMBER_SCALAR_OPS(EMBER_X)
 EMBER_BINARY_OPS(EMBER_X)
 #undef EMBER_X
 Tensor add(const Tensor& a, const Tensor& b, double alpha);  // a + alpha * b
-inline Tensor sub(const Tensor& a, Scalar s) { return add(a, -s); }  // a - s
+inline Tensor sub(const Tensor& a, Scalar s) {
+  return add(a, -s);
+}  // a - s
 Tensor cast(const Tensor& a, DType t);  // differentiable dtype change
 // The dtype a binary op of a and b computes in (torch.result_type).
 DType result_type(const Tensor& a, const Tensor& b);
@@ -187,44 +189,120 @@ void multi_tensor_mul_(const std::vector<Tensor>& tensors, const Tensor& scale);
 
 // --- operators (comparisons give bool tensors, as libtorch's)
 // t / s: true division (an integer tensor gives float32).
-inline Tensor div(const Tensor& a, Scalar s) { return mul(a, 1.0 / s.to_double()); }
-inline Tensor operator+(const Tensor& a, const Tensor& b) { return add(a, b); }
-inline Tensor operator-(const Tensor& a, const Tensor& b) { return sub(a, b); }
-inline Tensor operator*(const Tensor& a, const Tensor& b) { return mul(a, b); }
-inline Tensor operator/(const Tensor& a, const Tensor& b) { return div(a, b); }
-inline Tensor operator-(const Tensor& a) { return neg(a); }
-inline Tensor operator+(const Tensor& a, Scalar s) { return add(a, s); }
-inline Tensor operator+(Scalar s, const Tensor& a) { return add(a, s); }
-inline Tensor operator-(const Tensor& a, Scalar s) { return add(a, -s); }
-inline Tensor operator-(Scalar s, const Tensor& a) { return rsub(a, s); }
-inline Tensor operator*(const Tensor& a, Scalar s) { return mul(a, s); }
-inline Tensor operator*(Scalar s, const Tensor& a) { return mul(a, s); }
-inline Tensor operator/(const Tensor& a, Scalar s) { return div(a, s); }
-inline Tensor operator/(Scalar s, const Tensor& a) { return rdiv(a, s); }
-inline Tensor operator==(const Tensor& a, const Tensor& b) { return eq(a, b); }
-inline Tensor operator!=(const Tensor& a, const Tensor& b) { return ne(a, b); }
-inline Tensor operator<(const Tensor& a, const Tensor& b) { return lt(a, b); }
-inline Tensor operator<=(const Tensor& a, const Tensor& b) { return le(a, b); }
-inline Tensor operator>(const Tensor& a, const Tensor& b) { return gt(a, b); }
-inline Tensor operator>=(const Tensor& a, const Tensor& b) { return ge(a, b); }
-inline Tensor operator==(const Tensor& a, Scalar s) { return eq(a, s); }
-inline Tensor operator!=(const Tensor& a, Scalar s) { return ne(a, s); }
-inline Tensor operator<(const Tensor& a, Scalar s) { return lt(a, s); }
-inline Tensor operator<=(const Tensor& a, Scalar s) { return le(a, s); }
-inline Tensor operator>(const Tensor& a, Scalar s) { return gt(a, s); }
-inline Tensor operator>=(const Tensor& a, Scalar s) { return ge(a, s); }
-inline Tensor operator==(Scalar s, const Tensor& a) { return eq(a, s); }
-inline Tensor operator!=(Scalar s, const Tensor& a) { return ne(a, s); }
-inline Tensor operator<(Scalar s, const Tensor& a) { return gt(a, s); }
-inline Tensor operator<=(Scalar s, const Tensor& a) { return ge(a, s); }
-inline Tensor operator>(Scalar s, const Tensor& a) { return lt(a, s); }
-inline Tensor operator>=(Scalar s, const Tensor& a) { return le(a, s); }
-inline Tensor& operator+=(Tensor& a, const Tensor& b) { return add_(a, b); }
-inline Tensor& operator-=(Tensor& a, const Tensor& b) { return add_(a, b, -1.0); }
-inline Tensor& operator*=(Tensor& a, const Tensor& b) { return mul_(a, b); }
-inline Tensor& operator+=(Tensor& a, Scalar s) { return add_(a, s); }
-inline Tensor& operator-=(Tensor& a, Scalar s) { return add_(a, -s); }
-inline Tensor& operator*=(Tensor& a, Scalar s) { return mul_(a, s); }
+inline Tensor div(const Tensor& a, Scalar s) {
+  return mul(a, 1.0 / s.to_double());
+}
+inline Tensor operator+(const Tensor& a, const Tensor& b) {
+  return add(a, b);
+}
+inline Tensor operator-(const Tensor& a, const Tensor& b) {
+  return sub(a, b);
+}
+inline Tensor operator*(const Tensor& a, const Tensor& b) {
+  return mul(a, b);
+}
+inline Tensor operator/(const Tensor& a, const Tensor& b) {
+  return div(a, b);
+}
+inline Tensor operator-(const Tensor& a) {
+  return neg(a);
+}
+inline Tensor operator+(const Tensor& a, Scalar s) {
+  return add(a, s);
+}
+inline Tensor operator+(Scalar s, const Tensor& a) {
+  return add(a, s);
+}
+inline Tensor operator-(const Tensor& a, Scalar s) {
+  return add(a, -s);
+}
+inline Tensor operator-(Scalar s, const Tensor& a) {
+  return rsub(a, s);
+}
+inline Tensor operator*(const Tensor& a, Scalar s) {
+  return mul(a, s);
+}
+inline Tensor operator*(Scalar s, const Tensor& a) {
+  return mul(a, s);
+}
+inline Tensor operator/(const Tensor& a, Scalar s) {
+  return div(a, s);
+}
+inline Tensor operator/(Scalar s, const Tensor& a) {
+  return rdiv(a, s);
+}
+inline Tensor operator==(const Tensor& a, const Tensor& b) {
+  return eq(a, b);
+}
+inline Tensor operator!=(const Tensor& a, const Tensor& b) {
+  return ne(a, b);
+}
+inline Tensor operator<(const Tensor& a, const Tensor& b) {
+  return lt(a, b);
+}
+inline Tensor operator<=(const Tensor& a, const Tensor& b) {
+  return le(a, b);
+}
+inline Tensor operator>(const Tensor& a, const Tensor& b) {
+  return gt(a, b);
+}
+inline Tensor operator>=(const Tensor& a, const Tensor& b) {
+  return ge(a, b);
+}
+inline Tensor operator==(const Tensor& a, Scalar s) {
+  return eq(a, s);
+}
+inline Tensor operator!=(const Tensor& a, Scalar s) {
+  return ne(a, s);
+}
+inline Tensor operator<(const Tensor& a, Scalar s) {
+  return lt(a, s);
+}
+inline Tensor operator<=(const Tensor& a, Scalar s) {
+  return le(a, s);
+}
+inline Tensor operator>(const Tensor& a, Scalar s) {
+  return gt(a, s);
+}
+inline Tensor operator>=(const Tensor& a, Scalar s) {
+  return ge(a, s);
+}
+inline Tensor operator==(Scalar s, const Tensor& a) {
+  return eq(a, s);
+}
+inline Tensor operator!=(Scalar s, const Tensor& a) {
+  return ne(a, s);
+}
+inline Tensor operator<(Scalar s, const Tensor& a) {
+  return gt(a, s);
+}
+inline Tensor operator<=(Scalar s, const Tensor& a) {
+  return ge(a, s);
+}
+inline Tensor operator>(Scalar s, const Tensor& a) {
+  return lt(a, s);
+}
+inline Tensor operator>=(Scalar s, const Tensor& a) {
+  return le(a, s);
+}
+inline Tensor& operator+=(Tensor& a, const Tensor& b) {
+  return add_(a, b);
+}
+inline Tensor& operator-=(Tensor& a, const Tensor& b) {
+  return add_(a, b, -1.0);
+}
+inline Tensor& operator*=(Tensor& a, const Tensor& b) {
+  return mul_(a, b);
+}
+inline Tensor& operator+=(Tensor& a, Scalar s) {
+  return add_(a, s);
+}
+inline Tensor& operator-=(Tensor& a, Scalar s) {
+  return add_(a, -s);
+}
+inline Tensor& operator*=(Tensor& a, Scalar s) {
+  return mul_(a, s);
+}
 
 // --- checks shared by ops
 void check_same_device(const char* op, const Tensor& a, const Tensor& b);

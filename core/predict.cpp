@@ -220,7 +220,8 @@ std::string MemoryPrediction::table() const {
   std::ostringstream os;
   char line[256];
   os << device << ", " << steps.size() << " of " << steps_asked << " steps, capacity "
-     << (capacity >= kNoCapacityLimit ? std::string("unlimited") : bytes_cell(static_cast<int64_t>(capacity)))
+     << (capacity >= kNoCapacityLimit ? std::string("unlimited")
+                                      : bytes_cell(static_cast<int64_t>(capacity)))
      << "\n";
   std::snprintf(line, sizeof(line), "%-7s %14s %14s %14s %14s %12s\n", "step", "allocated",
                 "reserved", "peak alloc.", "peak reserved", "growth");
@@ -264,10 +265,10 @@ std::string MemoryPrediction::table() const {
     os << "LEAK: allocated memory grows every step, by " << bytes_cell(growth_per_step())
        << " in the last";
     if (capacity < kNoCapacityLimit && growth_per_step() > 0) {
-      const int64_t room = static_cast<int64_t>(capacity) - peak_reserved -
-                           static_cast<int64_t>(library_bytes);
-      os << "; at that rate the device is full after about " << std::max<int64_t>(0, room) / growth_per_step()
-         << " more steps";
+      const int64_t room =
+          static_cast<int64_t>(capacity) - peak_reserved - static_cast<int64_t>(library_bytes);
+      os << "; at that rate the device is full after about "
+         << std::max<int64_t>(0, room) / growth_per_step() << " more steps";
     }
     os << "\n";
   } else if (steps.size() >= 4) {
@@ -307,8 +308,7 @@ MemoryPrediction predict_memory(const StepFactory& make_step, const PredictOptio
   quiet.keep_trace_ = false;
   if (!r.fits) {
     // How much it would need: the same run without a limit.
-    const MemoryPrediction u =
-        predict_once(make_step, quiet, kNoCapacityLimit, options.allocator_);
+    const MemoryPrediction u = predict_once(make_step, quiet, kNoCapacityLimit, options.allocator_);
     if (u.fits) r.needed_bytes = u.peak_reserved + static_cast<int64_t>(u.library_bytes);
   }
   // Each policy is a run of its own: the requests are the same (the meta device's
@@ -318,8 +318,8 @@ MemoryPrediction predict_memory(const StepFactory& make_step, const PredictOptio
   for (const std::string& conf : options.policies_) {
     const memory::AllocatorOptions policy = memory::AllocatorOptions::parse(conf);
     const MemoryPrediction p = predict_once(make_step, quiet, capacity, policy);
-    r.policies.push_back(PolicyMemory{conf, p.peak_allocated, p.peak_reserved,
-                                      p.stats.num_device_alloc, p.fits});
+    r.policies.push_back(
+        PolicyMemory{conf, p.peak_allocated, p.peak_reserved, p.stats.num_device_alloc, p.fits});
   }
   return r;
 }
@@ -338,18 +338,24 @@ MemoryPrediction measure_memory(const StepFactory& make_step, Device device,
       memory::HostAllocatorOverride guard(*alloc);
       r = run_steps(make_step, device, *alloc, options);
     } catch (...) {
-      if (alloc->memory_allocated() > 0) retire(alloc); else delete alloc;
+      if (alloc->memory_allocated() > 0)
+        retire(alloc);
+      else
+        delete alloc;
       throw;
     }
-    if (alloc->memory_allocated() > 0) retire(alloc); else delete alloc;
+    if (alloc->memory_allocated() > 0)
+      retire(alloc);
+    else
+      delete alloc;
     r.device = "cpu (simulated device)";
     r.capacity = capacity;
     return r;
   }
   memory::CachingAllocator& alloc = caching_allocator(device);
   empty_cache(device);
-  EMBER_CHECK(alloc.memory_allocated() == 0 && alloc.memory_reserved() == 0, "measure_memory: ",
-              device, " holds ", alloc.memory_allocated(), " allocated and ",
+  EMBER_CHECK(alloc.memory_allocated() == 0 && alloc.memory_reserved() == 0,
+              "measure_memory: ", device, " holds ", alloc.memory_allocated(), " allocated and ",
               alloc.memory_reserved(),
               " reserved bytes before the run; free those tensors first, or the figures would "
               "not be the step's alone");
@@ -371,14 +377,14 @@ MemoryPrediction measure_memory(const StepFactory& make_step, Device device,
 BatchSearch largest_fitting_batch(const BatchStepFactory& make_step, int64_t lo, int64_t hi,
                                   const PredictOptions& options) {
   EMBER_CHECK(make_step != nullptr, "largest_fitting_batch: the step factory is empty");
-  EMBER_CHECK(lo >= 1 && lo <= hi, "largest_fitting_batch: need 1 <= lo <= hi, got [", lo, ", ",
-              hi, "]");
+  EMBER_CHECK(lo >= 1 && lo <= hi, "largest_fitting_batch: need 1 <= lo <= hi, got [", lo, ", ", hi,
+              "]");
   BatchSearch search;
   PredictOptions quiet = options;
   quiet.policies_.clear();
   auto probe = [&](int64_t batch) {
-    MemoryPrediction p = predict_memory(
-        [&make_step, batch](Device d) { return make_step(d, batch); }, quiet);
+    MemoryPrediction p =
+        predict_memory([&make_step, batch](Device d) { return make_step(d, batch); }, quiet);
     search.probes.emplace_back(batch, p.fits);
     return p;
   };

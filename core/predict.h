@@ -54,13 +54,34 @@ struct PredictOptions {
   std::vector<std::string> policies_;
   bool keep_trace_ = false;  // keep the allocator's event history in the result
 
-  PredictOptions& steps(int n) { steps_ = n; return *this; }
-  PredictOptions& capacity(size_t bytes) { capacity_ = bytes; return *this; }
-  PredictOptions& allocator(const memory::AllocatorOptions& o) { allocator_ = o; return *this; }
-  PredictOptions& mirror(DeviceType t) { mirror_ = t; return *this; }
-  PredictOptions& top_sites(size_t n) { top_sites_ = n; return *this; }
-  PredictOptions& policy(const std::string& conf) { policies_.push_back(conf); return *this; }
-  PredictOptions& keep_trace(bool on = true) { keep_trace_ = on; return *this; }
+  PredictOptions& steps(int n) {
+    steps_ = n;
+    return *this;
+  }
+  PredictOptions& capacity(size_t bytes) {
+    capacity_ = bytes;
+    return *this;
+  }
+  PredictOptions& allocator(const memory::AllocatorOptions& o) {
+    allocator_ = o;
+    return *this;
+  }
+  PredictOptions& mirror(DeviceType t) {
+    mirror_ = t;
+    return *this;
+  }
+  PredictOptions& top_sites(size_t n) {
+    top_sites_ = n;
+    return *this;
+  }
+  PredictOptions& policy(const std::string& conf) {
+    policies_.push_back(conf);
+    return *this;
+  }
+  PredictOptions& keep_trace(bool on = true) {
+    keep_trace_ = on;
+    return *this;
+  }
 };
 
 // The allocator's figures over one step (or over the set-up before step 0).
@@ -89,14 +110,14 @@ struct PolicyMemory {
 };
 
 struct MemoryPrediction {
-  std::string device;      // "meta (mirroring cuda:0)", or the device measured
-  size_t capacity = 0;     // kNoCapacityLimit (core/meta.h) when unlimited
+  std::string device;   // "meta (mirroring cuda:0)", or the device measured
+  size_t capacity = 0;  // kNoCapacityLimit (core/meta.h) when unlimited
   int steps_asked = 0;
-  StepMemory setup;        // from the factory's start to step 0
+  StepMemory setup;               // from the factory's start to step 0
   std::vector<StepMemory> steps;  // the steps that completed
   int64_t peak_allocated = 0;
   int64_t peak_reserved = 0;
-  int peak_step = -1;             // where allocated peaked; -1: the set-up
+  int peak_step = -1;                  // where allocated peaked; -1: the set-up
   std::vector<SiteMemory> peak_sites;  // live at the allocated peak, largest first
   // Device memory outside the allocator. Predicted: the mirrored CUDA device's
   // cuBLAS and cuBLASLt workspaces (32 MiB each, when first used). Measured on a
@@ -106,13 +127,13 @@ struct MemoryPrediction {
   // on first launch); 0 on the CPU.
   size_t library_bytes = 0;
   bool fits = true;
-  std::string failure;     // the out-of-memory message when it did not fit
-  int failed_step = -2;    // where: -1 the set-up, else the step; -2 none
+  std::string failure;   // the out-of-memory message when it did not fit
+  int failed_step = -2;  // where: -1 the set-up, else the step; -2 none
   // Reserved bytes plus library workspaces the run needs with no capacity limit
   // (filled when it did not fit, so the report can say by how much).
   int64_t needed_bytes = 0;
   std::vector<PolicyMemory> policies;
-  memory::MemoryStats stats;  // the allocator's counters at the end of the last step
+  memory::MemoryStats stats;              // the allocator's counters at the end of the last step
   std::vector<memory::TraceEntry> trace;  // with keep_trace
 
   // Allocated growth over the last step, and whether allocated memory grew in
@@ -142,8 +163,8 @@ MemoryPrediction measure_memory(const StepFactory& make_step, Device device,
 // bisection over meta runs (fitting is taken to be monotonic in the batch size).
 using BatchStepFactory = std::function<StepFunction(Device device, int64_t batch)>;
 struct BatchSearch {
-  int64_t batch = 0;  // 0 when even lo does not fit
-  MemoryPrediction at_batch;  // the prediction at `batch` (at lo when none fits)
+  int64_t batch = 0;                             // 0 when even lo does not fit
+  MemoryPrediction at_batch;                     // the prediction at `batch` (at lo when none fits)
   std::vector<std::pair<int64_t, bool>> probes;  // (batch, fits), in the order run
 };
 BatchSearch largest_fitting_batch(const BatchStepFactory& make_step, int64_t lo, int64_t hi,

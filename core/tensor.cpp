@@ -7,9 +7,9 @@
 
 #include "core/alloc_site.h"
 #include "core/autograd.h"
-#include "core/ops.h"
 #include "core/kernel_table.h"
 #include "core/kernels/cpu_loops.h"
+#include "core/ops.h"
 
 namespace ember {
 
@@ -19,16 +19,15 @@ Tensor make_tensor(const Shape& sizes, DType dtype, Device device, const char* o
   OpSite site(op);  // names the allocation after the factory unless an op already did
   check_sizes(sizes, op);
   size_t nbytes = 0;
-  EMBER_CHECK(!__builtin_mul_overflow(static_cast<size_t>(numel_of(sizes)), element_size(dtype),
-                                      &nbytes),
-              op, ": shape ", shape_str(sizes), " of ", dtype, " needs more bytes than size_t holds");
+  EMBER_CHECK(
+      !__builtin_mul_overflow(static_cast<size_t>(numel_of(sizes)), element_size(dtype), &nbytes),
+      op, ": shape ", shape_str(sizes), " of ", dtype, " needs more bytes than size_t holds");
   check_device(device);
   auto impl = std::make_shared<TensorImpl>();
   impl->sizes = sizes;
   impl->strides = contiguous_strides(sizes);
   impl->dtype = dtype;
-  impl->storage =
-      std::make_shared<Storage>(nbytes, device);
+  impl->storage = std::make_shared<Storage>(nbytes, device);
   return Tensor(std::move(impl));
 }
 
@@ -53,8 +52,12 @@ void Tensor::throw_undefined() {
   EMBER_FAIL("tensor is undefined (default-constructed or moved-from)");
 }
 
-int64_t Tensor::size(int64_t d) const { return impl().sizes[wrap_dim(d, dim(), "size")]; }
-int64_t Tensor::stride(int64_t d) const { return impl().strides[wrap_dim(d, dim(), "stride")]; }
+int64_t Tensor::size(int64_t d) const {
+  return impl().sizes[wrap_dim(d, dim(), "size")];
+}
+int64_t Tensor::stride(int64_t d) const {
+  return impl().strides[wrap_dim(d, dim(), "stride")];
+}
 
 bool Tensor::is_contiguous() const {
   const TensorImpl& t = impl();
@@ -114,8 +117,12 @@ const Tensor& like_source(const Tensor& t, const char* op) {
 Tensor full(const Shape& sizes, double value, TensorOptions o) {
   return filled(sizes, value, o, "full");
 }
-Tensor zeros(const Shape& sizes, TensorOptions o) { return filled(sizes, 0.0, o, "zeros"); }
-Tensor ones(const Shape& sizes, TensorOptions o) { return filled(sizes, 1.0, o, "ones"); }
+Tensor zeros(const Shape& sizes, TensorOptions o) {
+  return filled(sizes, 0.0, o, "zeros");
+}
+Tensor ones(const Shape& sizes, TensorOptions o) {
+  return filled(sizes, 1.0, o, "ones");
+}
 
 Tensor empty_like(const Tensor& t) {
   const Tensor& s = like_source(t, "empty_like");
@@ -141,8 +148,8 @@ Tensor arange(double start, double end, double step, TensorOptions o) {
               ", end=", end, ", step=", step, ")");
   double count = std::ceil((end - start) / step);
   // Converting a count past int64's range is undefined behaviour: refuse it first.
-  EMBER_CHECK(count < 9.0e15, "arange: [", start, ", ", end, ") in steps of ", step, " has ",
-              count, " elements, too many");
+  EMBER_CHECK(count < 9.0e15, "arange: [", start, ", ", end, ") in steps of ", step, " has ", count,
+              " elements, too many");
   int64_t n = count > 0 ? static_cast<int64_t>(count) : 0;
   std::vector<double> v(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) v[i] = start + step * static_cast<double>(i);
@@ -151,8 +158,8 @@ Tensor arange(double start, double end, double step, TensorOptions o) {
 
 Tensor from_vector(const std::vector<double>& values, const Shape& sizes, TensorOptions o) {
   check_sizes(sizes, "from_vector");
-  EMBER_CHECK(numel_of(sizes) == static_cast<int64_t>(values.size()), "from_vector: ",
-              values.size(), " values do not fill shape ", shape_str(sizes), " (",
+  EMBER_CHECK(numel_of(sizes) == static_cast<int64_t>(values.size()),
+              "from_vector: ", values.size(), " values do not fill shape ", shape_str(sizes), " (",
               numel_of(sizes), " elements)");
   Tensor host = make_tensor(sizes, o.dtype_, kCPU, "from_vector");
   detail::dispatch_cpu(o.dtype_, [&](auto tag) {
@@ -177,8 +184,8 @@ Tensor tensor(std::initializer_list<std::initializer_list<double>> rows, TensorO
   std::vector<double> v;
   int64_t cols = rows.size() ? static_cast<int64_t>(rows.begin()->size()) : 0;
   for (const auto& r : rows) {
-    EMBER_CHECK(static_cast<int64_t>(r.size()) == cols, "tensor: ragged rows (", r.size(),
-                " vs ", cols, " values)");
+    EMBER_CHECK(static_cast<int64_t>(r.size()) == cols, "tensor: ragged rows (", r.size(), " vs ",
+                cols, " values)");
     v.insert(v.end(), r.begin(), r.end());
   }
   return from_vector(v, {static_cast<int64_t>(rows.size()), cols}, o);
@@ -191,7 +198,9 @@ Generator& default_generator() {
   return g;
 }
 
-void manual_seed(uint64_t seed) { default_generator().manual_seed(seed); }
+void manual_seed(uint64_t seed) {
+  default_generator().manual_seed(seed);
+}
 
 static Tensor& fill_random(Tensor& t, bool normal, double p0, double p1, Generator* gen,
                            const char* op) {
@@ -208,8 +217,10 @@ static Tensor& fill_random(Tensor& t, bool normal, double p0, double p1, Generat
     kernels::kernels_for(dst.device())
         .random({dst.device(), dst.dtype(), dst.raw_data(), dst.numel(), g.seed(), offset, normal,
                  p0, p1});
-  if (!dst.is_same(t)) copy_(t, dst);
-  else t.bump_version();
+  if (!dst.is_same(t))
+    copy_(t, dst);
+  else
+    t.bump_version();
   return t;
 }
 
@@ -304,10 +315,16 @@ Tensor Tensor::to(Device d) const {
   return out;
 }
 
-Tensor Tensor::to(DType t) const { return t == dtype() ? *this : cast(*this, t); }
-Tensor Tensor::to(Device d, DType t) const { return to(d).to(t); }
+Tensor Tensor::to(DType t) const {
+  return t == dtype() ? *this : cast(*this, t);
+}
+Tensor Tensor::to(Device d, DType t) const {
+  return to(d).to(t);
+}
 
-Tensor Tensor::contiguous() const { return ember::contiguous(*this); }
+Tensor Tensor::contiguous() const {
+  return ember::contiguous(*this);
+}
 
 Tensor Tensor::clone() const {
   Tensor out = make_tensor(sizes(), dtype(), device(), "clone");
@@ -335,8 +352,8 @@ Tensor& Tensor::detach_() {
 
 double Tensor::item() const {
   check_holds_data(device(), "item()");
-  EMBER_CHECK(numel() == 1, "item: tensor has ", numel(), " elements (shape ",
-              shape_str(sizes()), "), expected exactly one");
+  EMBER_CHECK(numel() == 1, "item: tensor has ", numel(), " elements (shape ", shape_str(sizes()),
+              "), expected exactly one");
   check_not_capturing(device(), "item()");
   Tensor host = detach().to(kCPU);
   return detail::dispatch_cpu(dtype(), [&](auto tag) {
@@ -369,9 +386,12 @@ namespace {
 // How elements print: as floats (4 decimals), integers, or True/False (PyTorch's).
 enum class Print { Float, Integer, Bool };
 void print_one(std::ostream& os, double v, Print how) {
-  if (how == Print::Integer) os << static_cast<int64_t>(v);
-  else if (how == Print::Bool) os << (v != 0 ? "True" : "False");
-  else os << std::fixed << std::setprecision(4) << v;
+  if (how == Print::Integer)
+    os << static_cast<int64_t>(v);
+  else if (how == Print::Bool)
+    os << (v != 0 ? "True" : "False");
+  else
+    os << std::fixed << std::setprecision(4) << v;
 }
 
 void print_values(std::ostream& os, const std::vector<double>& v, const Shape& sizes, size_t dim,
@@ -412,22 +432,27 @@ std::string Tensor::str() const {
   os << "tensor(";
   std::vector<double> v = to_vector<double>();
   size_t pos = 0;
-  if (numel() == 0) os << "[]";
+  if (numel() == 0)
+    os << "[]";
   else
     print_values(os, v, sizes(), 0, pos, 7,
-                 dtype() == kInt64 ? Print::Integer
+                 dtype() == kInt64  ? Print::Integer
                  : dtype() == kBool ? Print::Bool
                                     : Print::Float);
   if (dim() != 1 || numel() == 0) os << ", size=" << shape_str(sizes());
   if (dtype() != kFloat32 && dtype() != kBool) os << ", dtype=" << dtype();  // as PyTorch
   if (!is_cpu()) os << ", device=" << device();
-  if (grad_fn()) os << ", grad_fn=<" << grad_fn()->name() << ">";
-  else if (requires_grad()) os << ", requires_grad=true";
+  if (grad_fn())
+    os << ", grad_fn=<" << grad_fn()->name() << ">";
+  else if (requires_grad())
+    os << ", requires_grad=true";
   os << ')';
   return os.str();
 }
 
-std::ostream& operator<<(std::ostream& os, const Tensor& t) { return os << t.str(); }
+std::ostream& operator<<(std::ostream& os, const Tensor& t) {
+  return os << t.str();
+}
 
 // ---------------------------------------------------------------- autograd accessors
 
@@ -436,22 +461,29 @@ bool Tensor::requires_grad() const {
 }
 
 Tensor& Tensor::set_requires_grad(bool r) {
-  EMBER_CHECK(is_leaf(), "set_requires_grad: only leaf tensors can change requires_grad; "
+  EMBER_CHECK(is_leaf(),
+              "set_requires_grad: only leaf tensors can change requires_grad; "
               "use detach() to get a leaf");
-  EMBER_CHECK(!r || is_floating(dtype()), "set_requires_grad: only floating-point tensors can "
-              "require grad, this one is ", dtype());
+  EMBER_CHECK(!r || is_floating(dtype()),
+              "set_requires_grad: only floating-point tensors can "
+              "require grad, this one is ",
+              dtype());
   autograd_meta(*this).requires_grad = r;
   return *this;
 }
 
-bool Tensor::is_leaf() const { return !impl().autograd || !impl().autograd->grad_fn; }
+bool Tensor::is_leaf() const {
+  return !impl().autograd || !impl().autograd->grad_fn;
+}
 
 const Tensor& Tensor::grad() const {
   static const Tensor undefined;
   return impl().autograd ? impl().autograd->grad : undefined;
 }
 
-Tensor& Tensor::mutable_grad() const { return autograd_meta(*this).grad; }
+Tensor& Tensor::mutable_grad() const {
+  return autograd_meta(*this).grad;
+}
 
 void Tensor::set_grad(const Tensor& g) const {
   if (g.defined()) {
@@ -472,19 +504,26 @@ void Tensor::backward(const Tensor& gradient, bool retain_graph) const {
 }
 
 void Tensor::register_post_accumulate_grad_hook(GradHook hook) const {
-  EMBER_CHECK(requires_grad() && is_leaf(), "register_post_accumulate_grad_hook: only leaf "
+  EMBER_CHECK(requires_grad() && is_leaf(),
+              "register_post_accumulate_grad_hook: only leaf "
               "tensors that require grad accumulate gradients");
   autograd_meta(*this).post_accumulate_hooks.push_back(std::move(hook));
 }
 
 // ---------------------------------------------------------------- method forwards
 
-Tensor Tensor::view(Shape s) const { return ember::view(*this, std::move(s)); }
-Tensor Tensor::reshape(Shape s) const { return ember::reshape(*this, std::move(s)); }
+Tensor Tensor::view(Shape s) const {
+  return ember::view(*this, std::move(s));
+}
+Tensor Tensor::reshape(Shape s) const {
+  return ember::reshape(*this, std::move(s));
+}
 Tensor Tensor::flatten(int64_t start_dim, int64_t end_dim) const {
   return ember::flatten(*this, start_dim, end_dim);
 }
-Tensor Tensor::transpose(int64_t a, int64_t b) const { return ember::transpose(*this, a, b); }
+Tensor Tensor::transpose(int64_t a, int64_t b) const {
+  return ember::transpose(*this, a, b);
+}
 Tensor Tensor::t() const {
   EMBER_CHECK(dim() == 2, "t: expects a 2-D tensor, got shape ", shape_str(sizes()));
   return ember::transpose(*this, 0, 1);
@@ -492,50 +531,108 @@ Tensor Tensor::t() const {
 Tensor Tensor::slice(int64_t d, int64_t s, int64_t e, int64_t st) const {
   return ember::slice(*this, d, s, e, st);
 }
-Tensor Tensor::select(int64_t d, int64_t i) const { return ember::select(*this, d, i); }
-Tensor Tensor::unsqueeze(int64_t d) const { return ember::unsqueeze(*this, d); }
-Tensor Tensor::squeeze(int64_t d) const { return ember::squeeze(*this, d); }
-Tensor Tensor::expand(Shape s) const { return ember::expand(*this, std::move(s)); }
-Tensor Tensor::sum() const { return ember::sum(*this); }
-Tensor Tensor::sum(int64_t d, bool k) const { return ember::sum(*this, d, k); }
-Tensor Tensor::mean() const { return ember::mean(*this); }
-Tensor Tensor::mean(int64_t d, bool k) const { return ember::mean(*this, d, k); }
-Tensor Tensor::max() const { return ember::max(*this); }
-Tensor Tensor::min() const { return ember::min(*this); }
-ValuesAndIndices Tensor::max(int64_t d, bool k) const { return ember::max(*this, d, k); }
-ValuesAndIndices Tensor::min(int64_t d, bool k) const { return ember::min(*this, d, k); }
-Tensor Tensor::argmax(int64_t d, bool k) const { return ember::argmax(*this, d, k); }
-Tensor Tensor::argmin(int64_t d, bool k) const { return ember::argmin(*this, d, k); }
-Tensor Tensor::matmul(const Tensor& o) const { return ember::matmul(*this, o); }
-Tensor Tensor::softmax(int64_t d) const { return ember::softmax(*this, d); }
-Tensor Tensor::log_softmax(int64_t d) const { return ember::log_softmax(*this, d); }
+Tensor Tensor::select(int64_t d, int64_t i) const {
+  return ember::select(*this, d, i);
+}
+Tensor Tensor::unsqueeze(int64_t d) const {
+  return ember::unsqueeze(*this, d);
+}
+Tensor Tensor::squeeze(int64_t d) const {
+  return ember::squeeze(*this, d);
+}
+Tensor Tensor::expand(Shape s) const {
+  return ember::expand(*this, std::move(s));
+}
+Tensor Tensor::sum() const {
+  return ember::sum(*this);
+}
+Tensor Tensor::sum(int64_t d, bool k) const {
+  return ember::sum(*this, d, k);
+}
+Tensor Tensor::mean() const {
+  return ember::mean(*this);
+}
+Tensor Tensor::mean(int64_t d, bool k) const {
+  return ember::mean(*this, d, k);
+}
+Tensor Tensor::max() const {
+  return ember::max(*this);
+}
+Tensor Tensor::min() const {
+  return ember::min(*this);
+}
+ValuesAndIndices Tensor::max(int64_t d, bool k) const {
+  return ember::max(*this, d, k);
+}
+ValuesAndIndices Tensor::min(int64_t d, bool k) const {
+  return ember::min(*this, d, k);
+}
+Tensor Tensor::argmax(int64_t d, bool k) const {
+  return ember::argmax(*this, d, k);
+}
+Tensor Tensor::argmin(int64_t d, bool k) const {
+  return ember::argmin(*this, d, k);
+}
+Tensor Tensor::matmul(const Tensor& o) const {
+  return ember::matmul(*this, o);
+}
+Tensor Tensor::softmax(int64_t d) const {
+  return ember::softmax(*this, d);
+}
+Tensor Tensor::log_softmax(int64_t d) const {
+  return ember::log_softmax(*this, d);
+}
 Tensor Tensor::index_select(int64_t d, const Tensor& i) const {
   return ember::index_select(*this, d, i);
 }
-Tensor Tensor::gather(int64_t d, const Tensor& i) const { return ember::gather(*this, d, i); }
+Tensor Tensor::gather(int64_t d, const Tensor& i) const {
+  return ember::gather(*this, d, i);
+}
 Tensor Tensor::masked_fill(const Tensor& m, Scalar v) const {
   return ember::masked_fill(*this, m, v);
 }
-Tensor Tensor::clamp(Scalar lo, Scalar hi) const { return ember::clamp(*this, lo, hi); }
-#define EMBER_X(name, ...) \
-  Tensor Tensor::name() const { return ember::name(*this); }
+Tensor Tensor::clamp(Scalar lo, Scalar hi) const {
+  return ember::clamp(*this, lo, hi);
+}
+#define EMBER_X(name, ...)      \
+  Tensor Tensor::name() const { \
+    return ember::name(*this);  \
+  }
 EMBER_UNARY_OPS(EMBER_X)
 #undef EMBER_X
-#define EMBER_X(name, ...) \
-  Tensor Tensor::name(Scalar s) const { return ember::name(*this, s); }
+#define EMBER_X(name, ...)              \
+  Tensor Tensor::name(Scalar s) const { \
+    return ember::name(*this, s);       \
+  }
 EMBER_SCALAR_OPS(EMBER_X)
 #undef EMBER_X
-#define EMBER_X(name, ...) \
-  Tensor Tensor::name(const Tensor& other) const { return ember::name(*this, other); }
+#define EMBER_X(name, ...)                         \
+  Tensor Tensor::name(const Tensor& other) const { \
+    return ember::name(*this, other);              \
+  }
 EMBER_BINARY_OPS(EMBER_X)
 #undef EMBER_X
 
-Tensor& Tensor::fill_(double v) { return ember::fill_(*this, v); }
-Tensor& Tensor::zero_() { return ember::fill_(*this, 0.0); }
-Tensor& Tensor::copy_(const Tensor& s) { return ember::copy_(*this, s); }
-Tensor& Tensor::add_(const Tensor& o, double alpha) { return ember::add_(*this, o, alpha); }
-Tensor& Tensor::add_(Scalar v) { return ember::add_(*this, v); }
-Tensor& Tensor::mul_(const Tensor& o) { return ember::mul_(*this, o); }
-Tensor& Tensor::mul_(Scalar v) { return ember::mul_(*this, v); }
+Tensor& Tensor::fill_(double v) {
+  return ember::fill_(*this, v);
+}
+Tensor& Tensor::zero_() {
+  return ember::fill_(*this, 0.0);
+}
+Tensor& Tensor::copy_(const Tensor& s) {
+  return ember::copy_(*this, s);
+}
+Tensor& Tensor::add_(const Tensor& o, double alpha) {
+  return ember::add_(*this, o, alpha);
+}
+Tensor& Tensor::add_(Scalar v) {
+  return ember::add_(*this, v);
+}
+Tensor& Tensor::mul_(const Tensor& o) {
+  return ember::mul_(*this, o);
+}
+Tensor& Tensor::mul_(Scalar v) {
+  return ember::mul_(*this, v);
+}
 
 }  // namespace ember

@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "core/base/device.h"
-#include "core/base/elementwise_ops.h"
 #include "core/base/dtype.h"
+#include "core/base/elementwise_ops.h"
 #include "core/base/error.h"
 #include "core/base/scalar.h"
 #include "core/base/shape.h"
@@ -41,9 +41,18 @@ struct TensorOptions {
   TensorOptions() = default;
   TensorOptions(DType t) : dtype_(t) {}
   TensorOptions(Device d) : device_(d) {}
-  TensorOptions& dtype(DType t) { dtype_ = t; return *this; }
-  TensorOptions& device(Device d) { device_ = d; return *this; }
-  TensorOptions& requires_grad(bool r = true) { requires_grad_ = r; return *this; }
+  TensorOptions& dtype(DType t) {
+    dtype_ = t;
+    return *this;
+  }
+  TensorOptions& device(Device d) {
+    device_ = d;
+    return *this;
+  }
+  TensorOptions& requires_grad(bool r = true) {
+    requires_grad_ = r;
+    return *this;
+  }
 };
 
 using GradHook = std::function<void(const Tensor& param)>;
@@ -116,11 +125,13 @@ class Tensor {
   Tensor cuda(int index = 0) const { return to(Device::cuda(index)); }
   Tensor contiguous() const;
   Tensor clone() const;
-  Tensor detach() const;   // same storage, no autograd history
-  Tensor& detach_();       // drops this tensor's history in place
-  double item() const;     // single-element tensor -> value (synchronises on CUDA)
+  Tensor detach() const;  // same storage, no autograd history
+  Tensor& detach_();      // drops this tensor's history in place
+  double item() const;    // single-element tensor -> value (synchronises on CUDA)
   template <typename T>
-  T item() const { return static_cast<T>(item()); }
+  T item() const {
+    return static_cast<T>(item());
+  }
   template <typename T>
   std::vector<T> to_vector() const;  // contiguous copy in row-major order, on the host
   std::string str() const;           // readable printing, as PyTorch's repr
@@ -187,19 +198,28 @@ class Tensor {
   Tensor& copy_(const Tensor& src);
   Tensor& add_(const Tensor& other, double alpha = 1.0);
   Tensor& add_(Scalar value);
-  Tensor& sub_(const Tensor& other) { return add_(other, -1.0); }
+  Tensor& sub_(const Tensor& other) {
+    return add_(other, -1.0);
+  }
   Tensor& mul_(const Tensor& other);
   Tensor& mul_(Scalar value);
-  Tensor& div_(double value) { return mul_(1.0 / value); }
+  Tensor& div_(double value) {
+    return mul_(1.0 / value);
+  }
 
   // Every accessor goes through here, several times per op: the check is one
   // branch, its message built out of line so that this always inlines.
   TensorImpl& impl() const {
-    if (impl_ == nullptr) [[unlikely]] throw_undefined();
+    if (impl_ == nullptr) [[unlikely]]
+      throw_undefined();
     return *impl_;
   }
-  const std::shared_ptr<TensorImpl>& impl_ptr() const { return impl_; }
-  bool is_same(const Tensor& other) const { return impl_ == other.impl_; }
+  const std::shared_ptr<TensorImpl>& impl_ptr() const {
+    return impl_;
+  }
+  bool is_same(const Tensor& other) const {
+    return impl_ == other.impl_;
+  }
 
  private:
   [[noreturn]] static void throw_undefined();
@@ -224,7 +244,9 @@ Tensor zeros(const Shape& sizes, TensorOptions opts = {});
 Tensor ones(const Shape& sizes, TensorOptions opts = {});
 Tensor full(const Shape& sizes, double value, TensorOptions opts = {});
 Tensor arange(double start, double end, double step = 1.0, TensorOptions opts = {});
-inline Tensor arange(double end, TensorOptions opts = {}) { return arange(0, end, 1, opts); }
+inline Tensor arange(double end, TensorOptions opts = {}) {
+  return arange(0, end, 1, opts);
+}
 Tensor zeros_like(const Tensor& t);
 Tensor ones_like(const Tensor& t);
 Tensor empty_like(const Tensor& t);
@@ -241,10 +263,17 @@ Tensor tensor(std::initializer_list<std::initializer_list<double>> rows, TensorO
 class Generator {
  public:
   explicit Generator(uint64_t seed = 0x5eed) : seed_(seed) {}
-  void manual_seed(uint64_t seed) { seed_ = seed; offset_ = 0; }
+  void manual_seed(uint64_t seed) {
+    seed_ = seed;
+    offset_ = 0;
+  }
   uint64_t seed() const { return seed_; }
   // Reserves n consecutive counters and returns the first.
-  uint64_t advance(uint64_t n) { uint64_t o = offset_; offset_ += n; return o; }
+  uint64_t advance(uint64_t n) {
+    uint64_t o = offset_;
+    offset_ += n;
+    return o;
+  }
   uint64_t offset() const { return offset_; }
   void set_offset(uint64_t o) { offset_ = o; }
 

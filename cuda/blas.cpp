@@ -3,8 +3,8 @@
 #include <array>
 #include <atomic>
 #include <climits>
-#include <initializer_list>
 #include <cstdio>
+#include <initializer_list>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -394,15 +394,18 @@ bool lt_linear_backward_weight(DType dtype, int64_t m, int64_t n, int64_t k, con
   return lt_run(p, device, stream);
 }
 
-bool lt_linear_backward_weight_attempts(DType dtype, int64_t m, int64_t n, int64_t k,
-                                        int64_t ldx) {
+bool lt_linear_backward_weight_attempts(DType dtype, int64_t m, int64_t n, int64_t k, int64_t ldx) {
   // The sizes lt_linear_backward_weight gives lt_run: rows k, cols n, inner m,
   // lda ldx, ldb n, ldd k.
   return lt_attempts(dtype, {k, n, m, ldx, n, k});
 }
 
-size_t blas_workspace_bytes() { return kBlasWorkspaceBytes; }
-size_t lt_workspace_bytes() { return kLtWorkspaceBytes; }
+size_t blas_workspace_bytes() {
+  return kBlasWorkspaceBytes;
+}
+size_t lt_workspace_bytes() {
+  return kLtWorkspaceBytes;
+}
 
 void create_handles(int device) {
   handle_for(device);

@@ -10,8 +10,8 @@ void throw_call_error(const char* lib, const char* expr, int code, const char* w
                                        file, ":", line));
 }
 
-void log_call_error(const char* lib, const char* expr, int code, const char* what,
-                    const char* file, int line) noexcept {
+void log_call_error(const char* lib, const char* expr, int code, const char* what, const char* file,
+                    int line) noexcept {
   std::fprintf(stderr, "ember: %s error %d (%s) in %s at %s:%d (ignored in a destructor)\n", lib,
                code, what, expr, file, line);
 }

@@ -11,23 +11,23 @@
 namespace ember::cuda::detail {
 [[noreturn]] void throw_call_error(const char* lib, const char* expr, int code, const char* what,
                                    const char* file, int line);
-void log_call_error(const char* lib, const char* expr, int code, const char* what,
-                    const char* file, int line) noexcept;
+void log_call_error(const char* lib, const char* expr, int code, const char* what, const char* file,
+                    int line) noexcept;
 }  // namespace ember::cuda::detail
 
-#define EMBER_GPU_CALL_CHECK(lib, expr, ok, describe)                                  \
-  do {                                                                                 \
-    auto ember_status_ = (expr);                                                       \
-    if (ember_status_ != (ok)) [[unlikely]]                                            \
-      ::ember::cuda::detail::throw_call_error(lib, #expr, static_cast<int>(ember_status_), \
+#define EMBER_GPU_CALL_CHECK(lib, expr, ok, describe)                                       \
+  do {                                                                                      \
+    auto ember_status_ = (expr);                                                            \
+    if (ember_status_ != (ok)) [[unlikely]]                                                 \
+      ::ember::cuda::detail::throw_call_error(lib, #expr, static_cast<int>(ember_status_),  \
                                               describe(ember_status_), __FILE__, __LINE__); \
   } while (0)
 
-#define EMBER_GPU_CALL_LOG(lib, expr, ok, describe)                                    \
-  do {                                                                                 \
-    auto ember_status_ = (expr);                                                       \
-    if (ember_status_ != (ok)) [[unlikely]]                                            \
-      ::ember::cuda::detail::log_call_error(lib, #expr, static_cast<int>(ember_status_), \
+#define EMBER_GPU_CALL_LOG(lib, expr, ok, describe)                                       \
+  do {                                                                                    \
+    auto ember_status_ = (expr);                                                          \
+    if (ember_status_ != (ok)) [[unlikely]]                                               \
+      ::ember::cuda::detail::log_call_error(lib, #expr, static_cast<int>(ember_status_),  \
                                             describe(ember_status_), __FILE__, __LINE__); \
   } while (0)
 

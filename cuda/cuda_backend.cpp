@@ -47,10 +47,9 @@ const DriverVmm& driver_vmm() {
       if (err != cudaSuccess || found != cudaDriverEntryPointSuccess || p == nullptr) {
         (void)cudaGetLastError();
         if (d.missing.empty())
-          d.missing = ember::detail::str_cat("the driver does not provide ", name,
-                                      err != cudaSuccess ? " (" : "",
-                                      err != cudaSuccess ? cudaGetErrorString(err) : "",
-                                      err != cudaSuccess ? ")" : "");
+          d.missing = ember::detail::str_cat(
+              "the driver does not provide ", name, err != cudaSuccess ? " (" : "",
+              err != cudaSuccess ? cudaGetErrorString(err) : "", err != cudaSuccess ? ")" : "");
         return;
       }
       fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(p);
@@ -212,19 +211,19 @@ bool CudaBackend::supports_virtual_memory(std::string* why) {
       int supported = 0;
       CUresult r = d.device_get(&dev, device_);
       if (r == CUDA_SUCCESS)
-        r = d.device_attribute(&supported,
-                               CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, dev);
+        r = d.device_attribute(&supported, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED,
+                               dev);
       const CUmemAllocationProp prop = device_memory(device_);
       if (r == CUDA_SUCCESS && supported != 0)
         r = d.granularity(&granularity_, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM);
       if (r != CUDA_SUCCESS)
         vmm_why_ = "asking the driver about virtual memory failed: " + driver_error(r);
       else if (supported == 0)
-        vmm_why_ = "device " + std::to_string(device_) +
-                   " does not support virtual memory management";
+        vmm_why_ =
+            "device " + std::to_string(device_) + " does not support virtual memory management";
       else if (granularity_ == 0 || (granularity_ & (granularity_ - 1)) != 0)
-        vmm_why_ = "the driver reports an unusable granularity of " +
-                   std::to_string(granularity_) + " bytes";
+        vmm_why_ = "the driver reports an unusable granularity of " + std::to_string(granularity_) +
+                   " bytes";
       else
         vmm_ = 1;
     }
@@ -233,7 +232,9 @@ bool CudaBackend::supports_virtual_memory(std::string* why) {
   return vmm_ == 1;
 }
 
-size_t CudaBackend::granularity() { return supports_virtual_memory() ? granularity_ : 0; }
+size_t CudaBackend::granularity() {
+  return supports_virtual_memory() ? granularity_ : 0;
+}
 
 void* CudaBackend::reserve_address_space(size_t bytes) {
   EMBER_CHECK(supports_virtual_memory(), "CudaBackend::reserve_address_space: ", vmm_why_);

@@ -30,14 +30,15 @@ DeviceErrorRecord* device_error_record(int device) {
   // first use happens while a graph is being captured.
   CaptureModeGuard relaxed(cudaStreamCaptureModeRelaxed);
   void* host = nullptr;
-  EMBER_CUDA_CHECK(cudaHostAlloc(&host, sizeof(DeviceErrorRecord),
-                                 cudaHostAllocMapped | cudaHostAllocPortable));
+  EMBER_CUDA_CHECK(
+      cudaHostAlloc(&host, sizeof(DeviceErrorRecord), cudaHostAllocMapped | cudaHostAllocPortable));
   *static_cast<DeviceErrorRecord*>(host) = DeviceErrorRecord{0, 0, nullptr, 0, 0};
   void* dev = nullptr;
   EMBER_CUDA_CHECK(cudaHostGetDevicePointer(&dev, host, 0));
   // With unified addressing (every 64-bit platform CUDA 13 supports) the two
   // pointers are equal; the host reads through `host`, kernels write through `dev`.
-  EMBER_CHECK(dev == host, "cuda: mapped host memory has a different device address; "
+  EMBER_CHECK(dev == host,
+              "cuda: mapped host memory has a different device address; "
               "ember's device error record needs unified addressing");
   r = static_cast<DeviceErrorRecord*>(host);
   g_records[device].store(r, std::memory_order_release);

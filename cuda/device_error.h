@@ -17,11 +17,11 @@ namespace ember::cuda {
 // What a kernel found. The first writer wins in practice; two kernels failing at
 // once may mix their fields, which still names a real bad value.
 struct DeviceErrorRecord {
-  int set;          // 0: nothing recorded
-  int kind;         // DeviceErrorKind
-  const char* op;   // a string literal of the host (never read on the device)
-  int64_t value;    // the bad index or target
-  int64_t bound;    // valid values are [0, bound)
+  int set;         // 0: nothing recorded
+  int kind;        // DeviceErrorKind
+  const char* op;  // a string literal of the host (never read on the device)
+  int64_t value;   // the bad index or target
+  int64_t bound;   // valid values are [0, bound)
 };
 
 enum DeviceErrorKind : int { kBadIndex = 0, kBadTarget = 1 };

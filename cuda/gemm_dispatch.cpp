@@ -22,16 +22,21 @@ Mode gemm_mode() {
   EMBER_FAIL("EMBER_GEMM=", env, ": expected ours, cublas or auto");
 }
 
-bool tf32_mode(DType dtype) { return dtype == DType::Float32 && allow_tf32(); }
+bool tf32_mode(DType dtype) {
+  return dtype == DType::Float32 && allow_tf32();
+}
 
 struct Dims {
   int64_t m, n, k;
 };
 Dims gemm_dims(const LinearGemm& g) {
   switch (g.product) {
-    case LinearProduct::Forward: return {g.rows, g.out, g.in};
-    case LinearProduct::InputGrad: return {g.rows, g.in, g.out};
-    default: return {g.out, g.in, g.rows};
+    case LinearProduct::Forward:
+      return {g.rows, g.out, g.in};
+    case LinearProduct::InputGrad:
+      return {g.rows, g.in, g.out};
+    default:
+      return {g.out, g.in, g.rows};
   }
 }
 
@@ -96,33 +101,44 @@ void launch_older_forward(const LinearGemm& g, cudaStream_t stream) {
 }
 
 void check_gemm(const LinearGemm& g) {
-  EMBER_CHECK(g.dtype == DType::Float32 || g.dtype == DType::BFloat16, "linear (", to_string(g.product),
-              "): CUDA GEMMs take float32 or bfloat16, not ", g.dtype);
+  EMBER_CHECK(g.dtype == DType::Float32 || g.dtype == DType::BFloat16, "linear (",
+              to_string(g.product), "): CUDA GEMMs take float32 or bfloat16, not ", g.dtype);
   EMBER_CHECK(g.rows >= 0 && g.in >= 0 && g.out >= 0, "linear (", to_string(g.product),
               "): negative size (rows ", g.rows, ", in ", g.in, ", out ", g.out, ")");
 }
 
 }  // namespace
 
-const char* to_string(GemmBackend b) { return b == GemmBackend::Ours ? "ours" : "cublas"; }
+const char* to_string(GemmBackend b) {
+  return b == GemmBackend::Ours ? "ours" : "cublas";
+}
 
 const char* to_string(GemmKernel k) {
   switch (k) {
-    case GemmKernel::Sm90: return "sm90";
-    case GemmKernel::MmaSync: return "mma.sync";
-    case GemmKernel::Simt: return "simt";
-    case GemmKernel::Cublas: return "cublas";
-    default: return "none";
+    case GemmKernel::Sm90:
+      return "sm90";
+    case GemmKernel::MmaSync:
+      return "mma.sync";
+    case GemmKernel::Simt:
+      return "simt";
+    case GemmKernel::Cublas:
+      return "cublas";
+    default:
+      return "none";
   }
 }
 
 GemmBackend choose_linear_backend(LinearProduct p, DType dtype, int64_t m, int64_t n, int64_t k) {
   switch (gemm_mode()) {
-    case Mode::Ours: return GemmBackend::Ours;
-    case Mode::Cublas: return GemmBackend::Cublas;
-    default: break;
+    case Mode::Ours:
+      return GemmBackend::Ours;
+    case Mode::Cublas:
+      return GemmBackend::Cublas;
+    default:
+      break;
   }
-  const double flops = 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
+  const double flops =
+      2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
   if (p == LinearProduct::Forward && flops < kTinyForwardFlops) return GemmBackend::Ours;
   return rule_prefers_sm90(p, dtype, m, n, k) ? GemmBackend::Ours : GemmBackend::Cublas;
 }
@@ -137,7 +153,8 @@ GemmKernel plan_linear(const LinearGemm& g, int device) {
     const bool sm90 = sm90_can(g, device);
     if (mode == Mode::Ours) return sm90 ? GemmKernel::Sm90 : older_forward_kernel(g.dtype);
     // The older kernels: tiny products (one plain launch wins) and K = 0 (the bias alone).
-    if (g.in == 0 || 2.0 * d.m * d.n * d.k < kTinyForwardFlops) return older_forward_kernel(g.dtype);
+    if (g.in == 0 || 2.0 * d.m * d.n * d.k < kTinyForwardFlops)
+      return older_forward_kernel(g.dtype);
     return sm90 && rule_prefers_sm90(g.product, g.dtype, d.m, d.n, d.k) ? GemmKernel::Sm90
                                                                         : GemmKernel::Cublas;
   }
@@ -146,16 +163,14 @@ GemmKernel plan_linear(const LinearGemm& g, int device) {
   if (g.rows == 0 || g.in == 0 || g.out == 0) return GemmKernel::None;
   // cuBLAS's side: one call, except a d_w whose rows cuBLASLt reads slowly, which
   // the op composes (matmul through cuBLAS's plain GEMM, then sum; gemm_rule.h).
-  const GemmKernel library =
-      g.product == LinearProduct::WeightGrad &&
-              weight_grad_composes(g.dtype, g.rows, g.out, g.in, g.ldx)
-          ? GemmKernel::None
-          : GemmKernel::Cublas;
+  const GemmKernel library = g.product == LinearProduct::WeightGrad &&
+                                     weight_grad_composes(g.dtype, g.rows, g.out, g.in, g.ldx)
+                                 ? GemmKernel::None
+                                 : GemmKernel::Cublas;
   if (mode == Mode::Cublas) return library;
   const bool sm90 = sm90_can(g, device);
   if (mode == Mode::Ours) return sm90 ? GemmKernel::Sm90 : library;
-  return sm90 && rule_prefers_sm90(g.product, g.dtype, d.m, d.n, d.k) ? GemmKernel::Sm90
-                                                                      : library;
+  return sm90 && rule_prefers_sm90(g.product, g.dtype, d.m, d.n, d.k) ? GemmKernel::Sm90 : library;
 }
 
 GemmKernel run_linear(const LinearGemm& g, int device, cudaStream_t stream) {

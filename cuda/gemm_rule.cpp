@@ -13,9 +13,12 @@ constexpr double kBf16WeightGradMaxMnk = 1024.0 * 1024.0 * 256.0;  // 1.193 [1.0
 
 const char* to_string(LinearProduct p) {
   switch (p) {
-    case LinearProduct::Forward: return "forward";
-    case LinearProduct::InputGrad: return "input grad";
-    default: return "weight grad";
+    case LinearProduct::Forward:
+      return "forward";
+    case LinearProduct::InputGrad:
+      return "input grad";
+    default:
+      return "weight grad";
   }
 }
 
@@ -27,12 +30,15 @@ bool sm90_measured_faster(LinearProduct p, DType dtype, bool tf32, int64_t m, in
       // An output row that is not a multiple of 16 bytes sends cuBLASLt to a much
       // slower kernel (4097x4096->4095: 6.4x); elsewhere cuBLASLt is ahead (0.87-0.94
       // from 2048^3 to 8192^3).
-      case LinearProduct::Forward: return n % 8 != 0;
+      case LinearProduct::Forward:
+        return n % 8 != 0;
       // d_x: cuBLAS ahead from 1024^3 up (0.88-0.95), a tie below.
-      case LinearProduct::InputGrad: return false;
+      case LinearProduct::InputGrad:
+        return false;
       // d_w + d_b: ours ahead of BGRADB up to 1024x1024 from 256 rows (1.19-1.30),
       // behind from 1024^3 up (0.58-0.92).
-      case LinearProduct::WeightGrad: return mnk <= kBf16WeightGradMaxMnk;
+      case LinearProduct::WeightGrad:
+        return mnk <= kBf16WeightGradMaxMnk;
     }
   }
   // TF32 runs ours for the forward only (K-major operands): output rows that are

@@ -19,8 +19,7 @@ const char* to_string(LinearProduct p);
 // D (m, n) summed over k (Forward: rows, out, in; InputGrad: rows, in, out;
 // WeightGrad: out, in, rows). dtype bf16, or float32 run as TF32 (tf32 true);
 // float32 without TF32 is never the Hopper kernel's.
-bool sm90_measured_faster(LinearProduct p, DType dtype, bool tf32, int64_t m, int64_t n,
-                          int64_t k);
+bool sm90_measured_faster(LinearProduct p, DType dtype, bool tf32, int64_t m, int64_t n, int64_t k);
 
 // Below this many FLOPs (2mnk) a Linear forward runs on our older kernels: one
 // plain launch beats cuBLASLt's call there.

@@ -25,7 +25,10 @@ namespace {
 class CaptureScope {
  public:
   CaptureScope(int device, cudaStream_t stream, CachingAllocator& allocator, uint64_t pool)
-      : device_(device), stream_(stream), allocator_(allocator), pool_(pool),
+      : device_(device),
+        stream_(stream),
+        allocator_(allocator),
+        pool_(pool),
         current_(device, stream) {
     allocator_.begin_allocate_to_pool(pool_, stream_);
     detail::set_capturing(device_, true);
@@ -81,7 +84,8 @@ class CaptureScope {
 Graph::Graph(int device) : device_(device) {
   const int n = device_count();
   // Asked before any other runtime call, whose error would speak of drivers.
-  EMBER_CHECK(n > 0, "cuda::Graph: this machine has no CUDA device; CUDA graphs capture GPU "
+  EMBER_CHECK(n > 0,
+              "cuda::Graph: this machine has no CUDA device; CUDA graphs capture GPU "
               "work and need one (on the CPU, run the step eagerly)");
   if (device == -1) device_ = device = current_device();  // -1: the current device
   EMBER_CHECK(device >= 0 && device < n, "cuda::Graph: device ", device,
@@ -89,7 +93,9 @@ Graph::Graph(int device) : device_(device) {
               ")");
 }
 
-Graph::~Graph() { release(); }
+Graph::~Graph() {
+  release();
+}
 
 Graph::Graph(Graph&& other) noexcept
     : device_(other.device_),
@@ -118,8 +124,11 @@ void Graph::capture(const std::function<void()>& step) {
   EMBER_CHECK(!is_capturing(device_), "cuda::Graph::capture: device ", device_,
               " is already being captured on this thread (captures do not nest)");
   CachingAllocator& allocator = device_caching_allocator(device_);
-  EMBER_CHECK(!allocator.options().sanitize, "cuda::Graph::capture: not available in the "
-              "allocator's sanitizer mode (", kAllocConfEnvVar, "=sanitize:True), whose checks "
+  EMBER_CHECK(!allocator.options().sanitize,
+              "cuda::Graph::capture: not available in the "
+              "allocator's sanitizer mode (",
+              kAllocConfEnvVar,
+              "=sanitize:True), whose checks "
               "read device memory synchronously");
   reset();
   DeviceGuard device_guard(device_);
@@ -157,7 +166,9 @@ void Graph::replay() {
   replayed_ = true;
 }
 
-void Graph::reset() { release(); }
+void Graph::reset() {
+  release();
+}
 
 void Graph::release() noexcept {
   if (exec_ == nullptr && pool_ == 0) return;
@@ -187,8 +198,10 @@ void Graph::release() noexcept {
     } else {
       // Destroyed during another capture on this thread (which forbids waiting):
       // the pool's memory stays reserved rather than be reused under a replay.
-      std::fprintf(stderr, "ember: cuda::Graph destroyed while device %d is being captured: "
-                   "its private pool stays reserved\n", device_);
+      std::fprintf(stderr,
+                   "ember: cuda::Graph destroyed while device %d is being captured: "
+                   "its private pool stays reserved\n",
+                   device_);
     }
     pool_ = 0;
   }

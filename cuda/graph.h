@@ -67,10 +67,10 @@ class Graph {
   void release() noexcept;
 
   int device_ = 0;
-  std::optional<Stream> stream_;     // the capture stream, made on first capture
+  std::optional<Stream> stream_;  // the capture stream, made on first capture
   cudaGraphExec_t exec_ = nullptr;
-  uint64_t pool_ = 0;                // the allocator's private pool id; 0: none
-  bool replayed_ = false;            // since the last capture
+  uint64_t pool_ = 0;      // the allocator's private pool id; 0: none
+  bool replayed_ = false;  // since the last capture
 };
 
 }  // namespace ember::cuda

@@ -67,7 +67,8 @@ class CudaCachingPolicy final : public memory::ReplayPolicy {
     EMBER_CHECK(unavailable().empty(), "replay: ", name(), ": ", unavailable());
     DeviceGuard guard(device_);
     ReplayStreams streams(program, device_);
-    const size_t limit = settings.capacity >= RunSettings::kUnlimitedCapacity ? 0 : settings.capacity;
+    const size_t limit =
+        settings.capacity >= RunSettings::kUnlimitedCapacity ? 0 : settings.capacity;
     ReplayResult r;
     {
       memory::CachingAllocator a(std::make_unique<CudaBackend>(device_, limit));
@@ -80,7 +81,8 @@ class CudaCachingPolicy final : public memory::ReplayPolicy {
       memory::CachingAllocator again(std::make_unique<CudaBackend>(device_, limit));
       RunSettings partial = settings;
       partial.stop_at_first_oom = false;
-      memory::replay_through(program, again, streams.get(), nullptr, partial, r.peak_reserved_event);
+      memory::replay_through(program, again, streams.get(), nullptr, partial,
+                             r.peak_reserved_event);
       auto [largest, cached] = memory::free_cache_shape(again);
       r.largest_free_at_peak = largest;
       r.free_cached_at_peak = cached;

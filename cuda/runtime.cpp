@@ -109,7 +109,9 @@ StreamGuard::StreamGuard(int device, cudaStream_t stream)
   set_current_stream(device, stream);
 }
 
-StreamGuard::~StreamGuard() { t_current_streams[device_] = previous_; }
+StreamGuard::~StreamGuard() {
+  t_current_streams[device_] = previous_;
+}
 
 Stream::Stream(int device) : device_(device) {
   DeviceGuard guard(device);
@@ -132,7 +134,9 @@ Stream& Stream::operator=(Stream&& other) noexcept {
   return *this;
 }
 
-void Stream::synchronize() const { EMBER_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
+void Stream::synchronize() const {
+  EMBER_CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
 
 Event::Event(bool timing) {
   EMBER_CUDA_CHECK(
@@ -153,8 +157,12 @@ Event& Event::operator=(Event&& other) noexcept {
   return *this;
 }
 
-void Event::record(cudaStream_t stream) { EMBER_CUDA_CHECK(cudaEventRecord(event_, stream)); }
-void Event::synchronize() const { EMBER_CUDA_CHECK(cudaEventSynchronize(event_)); }
+void Event::record(cudaStream_t stream) {
+  EMBER_CUDA_CHECK(cudaEventRecord(event_, stream));
+}
+void Event::synchronize() const {
+  EMBER_CUDA_CHECK(cudaEventSynchronize(event_));
+}
 
 bool Event::query() const {
   cudaError_t err = cudaEventQuery(event_);

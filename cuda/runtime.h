@@ -10,7 +10,9 @@ namespace ember::cuda {
 // Number of usable devices. Any error from cudaGetDeviceCount (no driver, no
 // device) counts as zero; the reason is printed once to stderr.
 int device_count();
-inline bool is_available() { return device_count() > 0; }
+inline bool is_available() {
+  return device_count() > 0;
+}
 // Throws ember::Error naming the index when it is not a usable device.
 void check_device(int device);
 

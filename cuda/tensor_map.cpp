@@ -53,14 +53,16 @@ CUtensorMap make_tensor_map_2d(DType dtype, const void* base, int64_t inner, int
               ", row stride ", ld, ")");
   const auto esize = static_cast<int>(element_size(dtype));
   EMBER_CHECK(box_inner >= 1 && box_inner * esize <= 128 && box_outer >= 1 && box_outer <= 256,
-              "tensor map: box ", box_outer, " x ", box_inner, " does not fit the 128-byte swizzle");
+              "tensor map: box ", box_outer, " x ", box_inner,
+              " does not fit the 128-byte swizzle");
   CUtensorMap map{};
   const cuuint64_t dims[2] = {static_cast<cuuint64_t>(inner), static_cast<cuuint64_t>(outer)};
   const cuuint64_t strides[1] = {static_cast<cuuint64_t>(ld) * static_cast<cuuint64_t>(esize)};
-  const cuuint32_t box[2] = {static_cast<cuuint32_t>(box_inner), static_cast<cuuint32_t>(box_outer)};
+  const cuuint32_t box[2] = {static_cast<cuuint32_t>(box_inner),
+                             static_cast<cuuint32_t>(box_outer)};
   const cuuint32_t elem_strides[2] = {1, 1};
-  const CUtensorMapDataType type = dtype == DType::BFloat16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
-                                                            : CU_TENSOR_MAP_DATA_TYPE_FLOAT32;
+  const CUtensorMapDataType type =
+      dtype == DType::BFloat16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT32;
   const CUresult r =
       encoder()(&map, type, 2, const_cast<void*>(base), dims, strides, box, elem_strides,
                 CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,

@@ -28,6 +28,8 @@ TempBuffer::TempBuffer(size_t bytes, int device, cudaStream_t stream)
   size_ = bytes;
 }
 
-TempBuffer::~TempBuffer() { free_scratch(device_, data_); }
+TempBuffer::~TempBuffer() {
+  free_scratch(device_, data_);
+}
 
 }  // namespace ember::cuda

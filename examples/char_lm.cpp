@@ -22,18 +22,18 @@
 
 using namespace ember;
 
-constexpr int64_t kContext = 8;   // characters the model sees
-constexpr int64_t kEmbed = 16;    // per character
+constexpr int64_t kContext = 8;  // characters the model sees
+constexpr int64_t kEmbed = 16;   // per character
 constexpr int64_t kHidden = 192;
 constexpr int64_t kBatch = 64;
 
 struct CharLM : nn::Module {
   CharLM(int64_t vocab) {
     embed = register_module("embed", std::make_shared<nn::Embedding>(vocab, kEmbed));
-    mlp = register_module("mlp", std::make_shared<nn::Sequential>(
-                                     nn::Flatten(), nn::Linear(kContext * kEmbed, kHidden),
-                                     nn::GELU(), nn::Linear(kHidden, kHidden), nn::GELU(),
-                                     nn::Linear(kHidden, vocab)));
+    mlp = register_module(
+        "mlp", std::make_shared<nn::Sequential>(
+                   nn::Flatten(), nn::Linear(kContext * kEmbed, kHidden), nn::GELU(),
+                   nn::Linear(kHidden, kHidden), nn::GELU(), nn::Linear(kHidden, vocab)));
   }
   // context: (B, kContext) int64 -> logits (B, vocab)
   Tensor forward(const Tensor& context) {
@@ -111,8 +111,7 @@ int main(int argc, char** argv) {
   Generator sampler(42);
   double running = 0;
   for (int64_t step = 1; step <= steps; ++step) {
-    const std::vector<int64_t> starts =
-        randint(0, split - kContext, {kBatch}).to_vector<int64_t>();
+    const std::vector<int64_t> starts = randint(0, split - kContext, {kBatch}).to_vector<int64_t>();
     Tensor x, y;
     batch_at(text, starts, device, x, y);
     optimizer.zero_grad();
@@ -123,10 +122,11 @@ int main(int argc, char** argv) {
     schedule.step();
     running += loss.item();
     if (step % 250 == 0 || step == steps) {
-      std::printf("step %5lld  loss %.3f  | %s\n", static_cast<long long>(step), running / 250,
-                  sample(*model, alphabet, std::vector<int64_t>(text.begin(), text.begin() + kContext),
-                         60, device, sampler)
-                      .c_str());
+      std::printf(
+          "step %5lld  loss %.3f  | %s\n", static_cast<long long>(step), running / 250,
+          sample(*model, alphabet, std::vector<int64_t>(text.begin(), text.begin() + kContext), 60,
+                 device, sampler)
+              .c_str());
       running = 0;
     }
   }
@@ -141,9 +141,9 @@ int main(int argc, char** argv) {
       starts.push_back(k);
     Tensor x, y;
     batch_at(text, starts, device, x, y);
-    total += nn::functional::cross_entropy(model->forward(x), y,
-                                           CrossEntropyOptions(Reduction::Sum))
-                 .item();
+    total +=
+        nn::functional::cross_entropy(model->forward(x), y, CrossEntropyOptions(Reduction::Sum))
+            .item();
     count += static_cast<int64_t>(starts.size());
   }
   const double held_out = total / static_cast<double>(count);

@@ -29,7 +29,8 @@ void load_digits(const std::string& path, Tensor& images, Tensor& labels) {
   while (std::getline(in, line)) {
     std::stringstream row(line);
     std::string cell;
-    for (int i = 0; i < 64 && std::getline(row, cell, ','); ++i) pixels.push_back(std::stof(cell) / 16.0f);
+    for (int i = 0; i < 64 && std::getline(row, cell, ','); ++i)
+      pixels.push_back(std::stof(cell) / 16.0f);
     std::getline(row, cell);
     classes.push_back(std::stod(cell));
   }
@@ -56,15 +57,15 @@ int main(int argc, char** argv) {
   const int64_t n = labels.numel(), n_train = n * 8 / 10;
   Tensor order = randperm(n);
   Tensor train_idx = order.slice(0, 0, n_train), test_idx = order.slice(0, n_train, n);
-  nn::DataLoader loader(nn::TensorDataset(index_select(images, 0, train_idx),
-                                          index_select(labels, 0, train_idx)),
-                        nn::DataLoaderOptions(64).shuffle(true).device(device));
+  nn::DataLoader loader(
+      nn::TensorDataset(index_select(images, 0, train_idx), index_select(labels, 0, train_idx)),
+      nn::DataLoaderOptions(64).shuffle(true).device(device));
   Tensor test_x = index_select(images, 0, test_idx).to(device);
   Tensor test_y = index_select(labels, 0, test_idx);
 
-  auto model = std::make_shared<nn::Sequential>(
-      nn::Flatten(), nn::Linear(64, 128), nn::ReLU(), nn::Linear(128, 64), nn::ReLU(),
-      nn::Linear(64, 10));
+  auto model =
+      std::make_shared<nn::Sequential>(nn::Flatten(), nn::Linear(64, 128), nn::ReLU(),
+                                       nn::Linear(128, 64), nn::ReLU(), nn::Linear(64, 10));
   model->to(device);
   optim::AdamW optimizer(model->parameters(), optim::AdamWOptions(3e-3).weight_decay(1e-4));
   const int64_t steps = epochs * static_cast<int64_t>(loader.size());
@@ -96,8 +97,8 @@ int main(int argc, char** argv) {
   int64_t correct = 0;
   for (size_t i = 0; i < truth.size(); ++i) correct += predicted[i] == truth[i];
   const double accuracy = static_cast<double>(correct) / static_cast<double>(truth.size());
-  std::printf("test accuracy %.4f (%lld of %zu) on %s\n", accuracy,
-              static_cast<long long>(correct), truth.size(), device.is_cuda() ? "CUDA" : "CPU");
+  std::printf("test accuracy %.4f (%lld of %zu) on %s\n", accuracy, static_cast<long long>(correct),
+              truth.size(), device.is_cuda() ? "CUDA" : "CPU");
   if (accuracy < min_accuracy) {
     std::printf("FAILED: below the required %.2f\n", min_accuracy);
     return 1;

@@ -41,13 +41,20 @@ size_t parse_size(const std::string& text) {
   const double v = std::strtod(text.c_str(), &end);
   const std::string unit(end);
   double scale = 1;
-  if (unit == "KiB") scale = 1024.0;
-  else if (unit == "MiB") scale = 1024.0 * 1024;
-  else if (unit == "GiB") scale = 1024.0 * 1024 * 1024;
-  else if (unit == "KB") scale = 1e3;
-  else if (unit == "MB") scale = 1e6;
-  else if (unit == "GB") scale = 1e9;
-  else if (!unit.empty() && unit != "B") usage(("bad size '" + text + "'").c_str());
+  if (unit == "KiB")
+    scale = 1024.0;
+  else if (unit == "MiB")
+    scale = 1024.0 * 1024;
+  else if (unit == "GiB")
+    scale = 1024.0 * 1024 * 1024;
+  else if (unit == "KB")
+    scale = 1e3;
+  else if (unit == "MB")
+    scale = 1e6;
+  else if (unit == "GB")
+    scale = 1e9;
+  else if (!unit.empty() && unit != "B")
+    usage(("bad size '" + text + "'").c_str());
   if (!(v > 0)) usage(("bad size '" + text + "'").c_str());
   return static_cast<size_t>(v * scale);
 }
@@ -92,22 +99,28 @@ int main(int argc, char** argv) {
       if (i + 1 >= argc) usage((a + " needs a value").c_str());
       return argv[++i];
     };
-    if (a == "--steps") options.steps(std::atoi(value().c_str()));
-    else if (a == "--capacity") options.capacity(parse_size(value()));
+    if (a == "--steps")
+      options.steps(std::atoi(value().c_str()));
+    else if (a == "--capacity")
+      options.capacity(parse_size(value()));
     else if (a == "--mirror") {
       const std::string m = value();
       if (m != "cuda" && m != "cpu") usage("--mirror takes cuda or cpu");
       options.mirror(m == "cuda" ? DeviceType::CUDA : DeviceType::CPU);
-    } else if (a == "--policy") options.policy(value());
-    else if (a == "--top") options.top_sites(static_cast<size_t>(std::atoi(value().c_str())));
-    else if (a == "--measure") measure = true;
+    } else if (a == "--policy")
+      options.policy(value());
+    else if (a == "--top")
+      options.top_sites(static_cast<size_t>(std::atoi(value().c_str())));
+    else if (a == "--measure")
+      measure = true;
     else if (a == "--batch-search") {
       const std::string r = value();
       const size_t colon = r.find(':');
       if (colon == std::string::npos) usage("--batch-search takes LO:HI");
       search_lo = std::atoll(r.substr(0, colon).c_str());
       search_hi = std::atoll(r.substr(colon + 1).c_str());
-    } else usage(("unknown option " + a).c_str());
+    } else
+      usage(("unknown option " + a).c_str());
   }
   const workloads::Workload* w = nullptr;
   for (const workloads::Workload& c : all)
@@ -117,17 +130,22 @@ int main(int argc, char** argv) {
   try {
     if (search_hi > 0) {
       workloads::Precision precision;
-      if (name == "mlp_fp32") precision = workloads::Precision::fp32;
-      else if (name == "mlp_tf32") precision = workloads::Precision::tf32;
-      else if (name == "mlp_bf16") precision = workloads::Precision::bf16;
-      else usage("--batch-search works on the mlp_* workloads");
+      if (name == "mlp_fp32")
+        precision = workloads::Precision::fp32;
+      else if (name == "mlp_tf32")
+        precision = workloads::Precision::tf32;
+      else if (name == "mlp_bf16")
+        precision = workloads::Precision::bf16;
+      else
+        usage("--batch-search works on the mlp_* workloads");
       const BatchSearch s =
           largest_fitting_batch(workloads::mlp_batched(precision), search_lo, search_hi, options);
       std::printf("ember-predict: largest batch of %s in [%lld, %lld] that fits: %lld\n",
                   name.c_str(), static_cast<long long>(search_lo),
                   static_cast<long long>(search_hi), static_cast<long long>(s.batch));
       for (const auto& [batch, fits] : s.probes)
-        std::printf("  batch %8lld  %s\n", static_cast<long long>(batch), fits ? "fits" : "does not fit");
+        std::printf("  batch %8lld  %s\n", static_cast<long long>(batch),
+                    fits ? "fits" : "does not fit");
       std::printf("at batch %lld: %s", static_cast<long long>(s.batch), s.at_batch.table().c_str());
       if (measure && s.batch > 0 && cuda::is_available()) {
         // The GPU's own allocator cannot be given a smaller capacity: run the found
@@ -148,13 +166,16 @@ int main(int argc, char** argv) {
     const double ms =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     std::printf("%s", p.table().c_str());
-    std::printf("predicted in %.1f ms of host time (set-up and %zu steps%s)\n", ms, p.steps.size(),
-                p.policies.empty() && p.fits ? "" : ", with the extra runs for policies / the need");
+    std::printf(
+        "predicted in %.1f ms of host time (set-up and %zu steps%s)\n", ms, p.steps.size(),
+        p.policies.empty() && p.fits ? "" : ", with the extra runs for policies / the need");
     if (measure) {
-      const Device real = options.mirror_ == DeviceType::CUDA && cuda::is_available() ? kCUDA : kCPU;
+      const Device real =
+          options.mirror_ == DeviceType::CUDA && cuda::is_available() ? kCUDA : kCPU;
       if (real.is_cpu() && options.mirror_ == DeviceType::CUDA)
-        std::printf("\n(no GPU: measuring on the CPU, whose kernels differ from CUDA's; use "
-                    "--mirror cpu to compare like with like)\n");
+        std::printf(
+            "\n(no GPU: measuring on the CPU, whose kernels differ from CUDA's; use "
+            "--mirror cpu to compare like with like)\n");
       PredictOptions m = options;
       m.capacity(p.capacity);
       const MemoryPrediction measured = measure_memory(factory, real, m);

@@ -37,7 +37,8 @@ int main() {
       // !device.is_meta().
     });
   };
-  MemoryPrediction p = predict_memory(seed_step, PredictOptions().steps(10).capacity(size_t{80} << 30));
+  MemoryPrediction p =
+      predict_memory(seed_step, PredictOptions().steps(10).capacity(size_t{80} << 30));
   std::printf("%s\n", p.table().c_str());
 
   // The largest batch of a 4 x Linear(4096, 4096) MLP with Adam that fits 24 GiB.

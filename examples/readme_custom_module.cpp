@@ -27,7 +27,7 @@ struct Net : nn::Module {
 
 int main() {
   auto net = std::make_shared<Net>(4, 16, 2);
-  std::cout << net << "\n";                       // PyTorch's repr, through the handle
+  std::cout << net << "\n";  // PyTorch's repr, through the handle
   for (const auto& [name, p] : net->named_parameters())
     std::printf("%-10s %s\n", name.c_str(), shape_str(p.sizes()).c_str());
   optim::SGD optimizer(net->parameters(), optim::SGDOptions(0.1));

@@ -87,6 +87,6 @@ int main() {
     wrong = wrong || remedy.peak_allocated != plain.peak_allocated;
   }
   std::printf("verdict: %s\n", wrong ? "WRONG: the remedy changed peak allocated memory"
-                                      : "the remedy leaves allocated memory as it was");
+                                     : "the remedy leaves allocated memory as it was");
   return wrong ? 1 : 0;
 }

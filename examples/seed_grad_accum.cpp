@@ -54,6 +54,6 @@ int main() {
     previous = total / micro_batches;
   }
   std::printf("verdict: %s\n", wrong ? "WRONG: a step count or the loss is off"
-                                      : "11 steps per epoch, loss falling");
+                                     : "11 steps per epoch, loss falling");
   return wrong ? 1 : 0;
 }

@@ -64,7 +64,7 @@ int main() {
         static_cast<long long>(memory_allocated(device) - before));
     wrong = wrong || val_nodes != 0 || any_grad || memory_allocated(device) != before;
   }
-  std::printf("verdict: %s\n", wrong ? "WRONG: validation built a graph or kept memory"
-                                      : "no graph, no growth");
+  std::printf("verdict: %s\n",
+              wrong ? "WRONG: validation built a graph or kept memory" : "no graph, no growth");
   return wrong ? 1 : 0;
 }

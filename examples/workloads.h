@@ -76,8 +76,9 @@ class SeedTrain {
       double loss_sum = 0;
     };
     auto s = std::make_shared<State>();
-    s->batches = std::make_unique<BatchStream>(nn::DataLoader(
-        nn::TensorDataset(inputs_, targets_), nn::DataLoaderOptions(32).shuffle(true).device(device)));
+    s->batches = std::make_unique<BatchStream>(
+        nn::DataLoader(nn::TensorDataset(inputs_, targets_),
+                       nn::DataLoaderOptions(32).shuffle(true).device(device)));
     s->model = std::make_shared<SimpleModel>();
     s->model->to(device);
     s->optimizer = std::make_unique<optim::Adam>(s->model->parameters(), optim::AdamOptions(1e-2));
@@ -117,8 +118,9 @@ class SeedGradAccum {
       int i = 0;  // micro-batch within the epoch
     };
     auto s = std::make_shared<State>();
-    s->batches = std::make_unique<BatchStream>(nn::DataLoader(
-        nn::TensorDataset(inputs_, targets_), nn::DataLoaderOptions(8).shuffle(true).device(device)));
+    s->batches = std::make_unique<BatchStream>(
+        nn::DataLoader(nn::TensorDataset(inputs_, targets_),
+                       nn::DataLoaderOptions(8).shuffle(true).device(device)));
     s->micro_batches = static_cast<int>(s->batches->loader.size());
     s->model = std::make_shared<nn::Linear>(10, 10);
     s->model->to(device);
@@ -204,10 +206,10 @@ inline StepFunction varying_batch(Device device, int64_t width = 1024, int64_t d
   const int64_t kWidth = width;
   s->net = std::make_shared<nn::Sequential>();
   for (int i = 0; i < 3; ++i)
-    s->net->push_back(std::make_shared<nn::Linear>(nn::LinearOptions(kWidth, kWidth)
-                                                       .activation(i < 2 ? Activation::Relu
-                                                                         : Activation::None)
-                                                       .device(device)));
+    s->net->push_back(
+        std::make_shared<nn::Linear>(nn::LinearOptions(kWidth, kWidth)
+                                         .activation(i < 2 ? Activation::Relu : Activation::None)
+                                         .device(device)));
   s->optimizer = std::make_unique<optim::Adam>(s->net->parameters(), optim::AdamOptions(1e-3));
   return [s, device, kWidth, divisor](int step) {
     static constexpr int64_t kBatches[] = {256, 1024, 96, 768, 2048, 384, 1536, 160, 640, 1280};
@@ -279,8 +281,13 @@ struct Replicating : nn::Module {
   }
 };
 
-enum class Leak { loss_accumulation, outputs_list, module_cache, validation_no_grad,
-                  replica_per_step };
+enum class Leak {
+  loss_accumulation,
+  outputs_list,
+  module_cache,
+  validation_no_grad,
+  replica_per_step
+};
 
 // One step of the leak example's loop, leaking or fixed. Values are read (the
 // fixes keep numbers) only off the meta device.
@@ -329,8 +336,10 @@ inline StepFunction leak(Device device, Leak pattern, bool fixed) {
         Tensor loss = mse_loss(s->net->forward(s->x), s->y);
         loss.backward();
         s->optimizer->step();
-        if (!fixed) s->total = s->total + loss;
-        else if (values) s->value += loss.item();
+        if (!fixed)
+          s->total = s->total + loss;
+        else if (values)
+          s->value += loss.item();
         break;
       }
       case Leak::outputs_list: {
@@ -338,8 +347,10 @@ inline StepFunction leak(Device device, Leak pattern, bool fixed) {
         Tensor out = s->net->forward(s->x);
         mse_loss(out, s->y).backward();
         s->optimizer->step();
-        if (!fixed) s->outputs.push_back(out);
-        else if (values) s->value += out.to_vector<float>().front();
+        if (!fixed)
+          s->outputs.push_back(out);
+        else if (values)
+          s->value += out.to_vector<float>().front();
         break;
       }
       case Leak::module_cache:
@@ -375,34 +386,33 @@ struct Workload {
 
 inline std::vector<Workload> all() {
   std::vector<Workload> w;
-  w.push_back({"seed_train", "Linear(10,10), Adam, MSELoss, DataLoader batches of 32",
-               [] {
+  w.push_back({"seed_train", "Linear(10,10), Adam, MSELoss, DataLoader batches of 32", [] {
                  auto seed = std::make_shared<SeedTrain>();
                  return StepFactory([seed](Device d) { return seed->make(d); });
                }});
-  w.push_back({"seed_grad_accum", "Linear(10,10), Adam, micro-batches of 8, 4 per optimizer step",
-               [] {
-                 auto seed = std::make_shared<SeedGradAccum>();
-                 return StepFactory([seed](Device d) { return seed->make(d); });
-               }});
+  w.push_back(
+      {"seed_grad_accum", "Linear(10,10), Adam, micro-batches of 8, 4 per optimizer step", [] {
+         auto seed = std::make_shared<SeedGradAccum>();
+         return StepFactory([seed](Device d) { return seed->make(d); });
+       }});
   for (Precision p : {Precision::fp32, Precision::tf32, Precision::bf16})
     w.push_back({std::string("mlp_") + precision_name(p),
                  std::string("4 x Linear(4096,4096) ReLU, Adam, batch 8192, ") + precision_name(p),
                  [p] { return StepFactory([p](Device d) { return mlp(d, 8192, p); }); }});
   w.push_back({"varying_batch", "3 x Linear(1024,1024), Adam, batch 96..2048 changing every step",
                [] { return StepFactory([](Device d) { return varying_batch(d); }); }});
-  const std::pair<const char*, Leak> leaks[] = {
-      {"loss_accumulation", Leak::loss_accumulation}, {"outputs_list", Leak::outputs_list},
-      {"module_cache", Leak::module_cache}, {"validation_no_grad", Leak::validation_no_grad},
-      {"replica_per_step", Leak::replica_per_step}};
+  const std::pair<const char*, Leak> leaks[] = {{"loss_accumulation", Leak::loss_accumulation},
+                                                {"outputs_list", Leak::outputs_list},
+                                                {"module_cache", Leak::module_cache},
+                                                {"validation_no_grad", Leak::validation_no_grad},
+                                                {"replica_per_step", Leak::replica_per_step}};
   for (const auto& [name, pattern] : leaks)
     for (bool fixed : {false, true}) {
       const Leak l = pattern;
-      w.push_back({std::string("leak_") + name + (fixed ? "_fixed" : ""),
-                   std::string("examples/leak_") + name + ".cpp, " + (fixed ? "fixed" : "leaking"),
-                   [l, fixed] {
-                     return StepFactory([l, fixed](Device d) { return leak(d, l, fixed); });
-                   }});
+      w.push_back(
+          {std::string("leak_") + name + (fixed ? "_fixed" : ""),
+           std::string("examples/leak_") + name + ".cpp, " + (fixed ? "fixed" : "leaking"),
+           [l, fixed] { return StepFactory([l, fixed](Device d) { return leak(d, l, fixed); }); }});
     }
   return w;
 }

@@ -8,9 +8,9 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <system_error>
 #include <fstream>
 #include <iterator>
+#include <system_error>
 #include <vector>
 
 #include "core/autograd.h"
@@ -239,8 +239,8 @@ StateDict parse_state_dict(const unsigned char* bytes, size_t size, const std::s
     const unsigned char* name_bytes = r.bytes(name_len, "name");
     std::string name(reinterpret_cast<const char*>(name_bytes), name_len);
     const auto code = r.get<uint8_t>("dtype");
-    EMBER_CHECK(code <= static_cast<uint8_t>(DType::Bool), "checkpoint '", path, "': entry '",
-                name, "' has unknown dtype code ", int(code));
+    EMBER_CHECK(code <= static_cast<uint8_t>(DType::Bool), "checkpoint '", path, "': entry '", name,
+                "' has unknown dtype code ", int(code));
     const auto ndim = r.get<uint8_t>("dims");
     r.get<uint16_t>("padding");
     Shape sizes;
@@ -257,9 +257,9 @@ StateDict parse_state_dict(const unsigned char* bytes, size_t size, const std::s
                                         uint64_t{element_size(dtype)}, &need),
                 "checkpoint '", path, "': entry '", name, "' has shape ", shape_str(sizes),
                 " whose size overflows");
-    EMBER_CHECK(nbytes == need,
-                "checkpoint '", path, "': entry '", name, "' holds ", nbytes,
-                " bytes of data, its shape ", shape_str(sizes), " and dtype ", dtype, " need ", need);
+    EMBER_CHECK(nbytes == need, "checkpoint '", path, "': entry '", name, "' holds ", nbytes,
+                " bytes of data, its shape ", shape_str(sizes), " and dtype ", dtype, " need ",
+                need);
     const unsigned char* data = r.bytes(nbytes, "data");
     EMBER_CHECK(!sd.contains(name), "checkpoint '", path, "': duplicate entry '", name, "'");
     Tensor t = empty(sizes, dtype);
@@ -281,7 +281,8 @@ Checkpoint& Checkpoint::optimizer(optim::Optimizer& optimizer) {
 }
 
 Checkpoint& Checkpoint::scheduler(optim::LRScheduler& scheduler) {
-  EMBER_CHECK(optimizer_ != nullptr, "Checkpoint::scheduler: attach the scheduler's optimizer "
+  EMBER_CHECK(optimizer_ != nullptr,
+              "Checkpoint::scheduler: attach the scheduler's optimizer "
               "first (optimizer(opt)); a schedule means nothing without it");
   EMBER_CHECK(&scheduler.optimizer() == optimizer_, "Checkpoint::scheduler: this ",
               scheduler.name(), " was built for another optimizer than the checkpoint's");
@@ -295,9 +296,9 @@ Checkpoint& Checkpoint::loader(DataLoader& loader) {
 }
 
 Tensor Checkpoint::integer_entry(long double value, const std::string& name) {
-  EMBER_CHECK(value >= static_cast<long double>(INT64_MIN) &&
-                  value <= static_cast<long double>(INT64_MAX),
-              "Checkpoint::set: '", name, "' does not fit an int64");
+  EMBER_CHECK(
+      value >= static_cast<long double>(INT64_MIN) && value <= static_cast<long double>(INT64_MAX),
+      "Checkpoint::set: '", name, "' does not fit an int64");
   Tensor t = empty({}, kInt64);
   *t.data_ptr<int64_t>() = static_cast<int64_t>(value);
   return t;
@@ -334,8 +335,8 @@ const Tensor& Checkpoint::entry(const std::string& name) const {
   if (t == nullptr) {
     std::string known;
     for (const std::string& k : entries_.keys()) known += (known.empty() ? "'" : ", '") + k + "'";
-    EMBER_FAIL("Checkpoint::get: no entry '", name, "' (entries: ",
-               known.empty() ? "none" : known, ")");
+    EMBER_FAIL("Checkpoint::get: no entry '", name, "' (entries: ", known.empty() ? "none" : known,
+               ")");
   }
   return *t;
 }

@@ -117,8 +117,9 @@ template <>
 int64_t Checkpoint::get<int64_t>(const std::string& name) const;
 template <typename T>
 T Checkpoint::get(const std::string& name) const {
-  static_assert(std::is_arithmetic_v<T>, "Checkpoint::get<T>: T is an integer type, a "
-                                         "floating-point type or Tensor");
+  static_assert(std::is_arithmetic_v<T>,
+                "Checkpoint::get<T>: T is an integer type, a "
+                "floating-point type or Tensor");
   if constexpr (std::is_floating_point_v<T>)
     return static_cast<T>(get<double>(name));
   else

@@ -18,12 +18,13 @@ double clip_grad_norm_(const std::vector<Tensor>& parameters, double max_norm, d
     const Tensor& g = parameters[i].grad();
     if (!g.defined()) continue;
     EMBER_CHECK(grads.empty() || g.device() == grads.front().device(),
-                "clip_grad_norm_: gradients on ", grads.empty() ? g.device() : grads.front().device(),
-                " and on ", g.device(), " (parameter ", i, "); all must be on one device");
+                "clip_grad_norm_: gradients on ",
+                grads.empty() ? g.device() : grads.front().device(), " and on ", g.device(),
+                " (parameter ", i, "); all must be on one device");
     EMBER_CHECK(g.dtype() == kFloat32 || g.dtype() == kFloat64 || g.dtype() == kBFloat16,
                 "clip_grad_norm_: the gradient of parameter ", i, " is ", g.dtype());
-    EMBER_CHECK(g.is_contiguous(), "clip_grad_norm_: the gradient of parameter ", i,
-                " (shape ", shape_str(g.sizes()), ") is not contiguous");
+    EMBER_CHECK(g.is_contiguous(), "clip_grad_norm_: the gradient of parameter ", i, " (shape ",
+                shape_str(g.sizes()), ") is not contiguous");
     grads.push_back(g);
   }
   if (grads.empty()) return 0.0;
@@ -32,7 +33,8 @@ double clip_grad_norm_(const std::vector<Tensor>& parameters, double max_norm, d
   if (error_if_nonfinite) {
     const double value = norm.item();
     EMBER_CHECK(std::isfinite(value), "clip_grad_norm_: the total norm of order ", norm_type,
-                " of the gradients is ", value, ", so it cannot be clipped (no gradient was "
+                " of the gradients is ", value,
+                ", so it cannot be clipped (no gradient was "
                 "changed); pass error_if_nonfinite=false to scale them by it anyway");
   }
   multi_tensor_mul_(grads, coef);

@@ -76,7 +76,8 @@ const std::shared_ptr<Module>& ModuleDict::operator[](const std::string& key) co
   for (const Item& i : named_children())
     if (i.first == key) return i.second;
   std::ostringstream known;
-  for (const Item& i : named_children()) known << (known.tellp() > 0 ? ", " : "") << "'" << i.first << "'";
+  for (const Item& i : named_children())
+    known << (known.tellp() > 0 ? ", " : "") << "'" << i.first << "'";
   EMBER_FAIL("ModuleDict: no key '", key, "' (keys: ", known.str().empty() ? "none" : known.str(),
              ")");
 }

@@ -25,8 +25,8 @@ std::shared_ptr<Module> module_handle(std::shared_ptr<M> m) {
   return m;
 }
 template <typename M>
-requires(std::derived_from<std::remove_cvref_t<M>, Module> && !std::is_lvalue_reference_v<M>)
-std::shared_ptr<Module> module_handle(M&& m) {
+requires(std::derived_from<std::remove_cvref_t<M>, Module> &&
+         !std::is_lvalue_reference_v<M>) std::shared_ptr<Module> module_handle(M&& m) {
   return std::make_shared<std::remove_cvref_t<M>>(std::move(m));
 }
 // The module as M, or an error naming the container, the slot and both types.
@@ -46,8 +46,8 @@ class ModuleList : public Module {
   // ModuleList(nn::Linear(2, 3), std::make_shared<nn::ReLU>(), ...)
   template <typename... Ms>
   requires(sizeof...(Ms) > 0 &&
-           !(sizeof...(Ms) == 1 && (std::is_same_v<std::remove_cvref_t<Ms>, ModuleList> && ...)))
-  explicit ModuleList(Ms&&... modules) {
+           !(sizeof...(Ms) == 1 && (std::is_same_v<std::remove_cvref_t<Ms>, ModuleList> &&
+                                    ...))) explicit ModuleList(Ms&&... modules) {
     (push_back(std::forward<Ms>(modules)), ...);
   }
 

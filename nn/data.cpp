@@ -9,15 +9,15 @@
 #include <mutex>
 #include <numeric>
 #include <optional>
+#include <string>
 #include <thread>
 #include <utility>
-#include <string>
 
 #include "core/alloc_site.h"
 #include "core/autograd.h"
-#include "core/ops.h"
 #include "core/base/random.h"  // random_bits: the same mixer as ember's RNG
 #include "core/kernel_table.h"
+#include "core/ops.h"
 #include "cuda/pinned_buffer.h"
 #include "cuda/runtime.h"
 
@@ -351,8 +351,8 @@ Tensor int_scalar(uint64_t v) {
   return t;
 }
 
-constexpr const char* kLoaderKeys[] = {"epoch",   "batch",     "dataset_size", "batch_size",
-                                       "shuffle", "seed",      "drop_last"};
+constexpr const char* kLoaderKeys[] = {"epoch",   "batch", "dataset_size", "batch_size",
+                                       "shuffle", "seed",  "drop_last"};
 
 }  // namespace
 

@@ -171,8 +171,8 @@ class DataLoader {
   std::shared_ptr<const Dataset> dataset_;
   DataLoaderOptions options_;
   uint64_t next_epoch_ = 0;
-  size_t next_batch_ = 0;             // the batch the next begin() starts at (resume)
-  std::weak_ptr<Epoch> current_;      // the epoch last begun, while it is iterated
+  size_t next_batch_ = 0;         // the batch the next begin() starts at (resume)
+  std::weak_ptr<Epoch> current_;  // the epoch last begun, while it is iterated
   std::shared_ptr<Staging> staging_;
 };
 

@@ -16,7 +16,9 @@ std::string reduction_repr(Reduction r) {
   return "reduction=mean";
 }
 
-std::string MSELoss::extra_repr() const { return reduction_repr(options.reduction()); }
+std::string MSELoss::extra_repr() const {
+  return reduction_repr(options.reduction());
+}
 
 CrossEntropyLoss::CrossEntropyLoss(const CrossEntropyLossOptions& opts) : options(opts) {
   EMBER_CHECK(opts.label_smoothing() >= 0.0 && opts.label_smoothing() <= 1.0,

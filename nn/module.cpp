@@ -97,8 +97,11 @@ void Module::warn_unregistered(const Module& outer) const noexcept {
   try {
     if (parameters().empty()) return;  // nothing to train, move or save: harmless
     ember::warn(short_repr(*this) + " ran inside the forward of " + outer.name() + " (" +
-                outer.scope_path() + ") but is registered in no module: its parameters are "
-                "missing from " + outer.name() + "'s parameters(), so an optimizer built from "
+                outer.scope_path() +
+                ") but is registered in no module: its parameters are "
+                "missing from " +
+                outer.name() +
+                "'s parameters(), so an optimizer built from "
                 "them never trains it, and to(), state_dict() and checkpoints skip it. Register "
                 "it in the parent's constructor: member = register_module(\"name\", "
                 "std::make_shared<...>(...))");
@@ -113,9 +116,9 @@ std::vector<std::pair<std::string, std::shared_ptr<Module>>> Module::named_modul
   if (include_self) {
     std::shared_ptr<const Module> owned = weak_from_this().lock();
     // Not held by a shared_ptr (a module on the stack): a handle that owns nothing.
-    std::shared_ptr<Module> self = owned ? std::const_pointer_cast<Module>(owned)
-                                         : std::shared_ptr<Module>(std::shared_ptr<Module>(),
-                                                                   const_cast<Module*>(this));
+    std::shared_ptr<Module> self =
+        owned ? std::const_pointer_cast<Module>(owned)
+              : std::shared_ptr<Module>(std::shared_ptr<Module>(), const_cast<Module*>(this));
     out.emplace_back(prefix, std::move(self));
   }
   struct Walk {

@@ -166,8 +166,7 @@ class ForwardScope {
  public:
   explicit ForwardScope(const Module& m) noexcept
       : scope_(m.forward_scope()), outer_(detail::t_forward_module) {
-    if (outer_ != nullptr && !m.registered_ && !m.warned_unregistered_ && outer_ != &m)
-        [[unlikely]]
+    if (outer_ != nullptr && !m.registered_ && !m.warned_unregistered_ && outer_ != &m) [[unlikely]]
       m.warn_unregistered(*outer_);
     detail::t_forward_module = &m;
   }
@@ -184,8 +183,8 @@ std::ostream& operator<<(std::ostream& os, const Module& m);
 // Printing a module through its handle prints the module (PyTorch's repr), not the
 // pointer that std's operator<< for shared_ptr would.
 template <typename M>
-requires std::derived_from<M, Module>
-std::ostream& operator<<(std::ostream& os, const std::shared_ptr<M>& m) {
+requires std::derived_from<M, Module> std::ostream& operator<<(std::ostream& os,
+                                                               const std::shared_ptr<M>& m) {
   if (m == nullptr) return os << "(null module)";
   return os << static_cast<const Module&>(*m);
 }

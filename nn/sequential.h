@@ -43,7 +43,7 @@ struct ModuleOf<std::shared_ptr<M>> {
 // Passed as an argument of type T: a module held in a named variable (an lvalue).
 template <typename T>
 inline constexpr bool kLvalueModule =
-    std::is_lvalue_reference_v<T> && std::derived_from<std::remove_cvref_t<T>, Module>;
+    std::is_lvalue_reference_v<T>&& std::derived_from<std::remove_cvref_t<T>, Module>;
 // A module (or a shared_ptr to one) without Tensor forward(const Tensor&).
 template <typename T>
 inline constexpr bool kNoTensorForward =
@@ -64,8 +64,7 @@ class Sequential : public Module {
   }
   // These two exist to turn a page of concept diagnostics into one sentence.
   template <typename... Ms>
-  requires(sizeof...(Ms) > 0 && (detail::kLvalueModule<Ms> || ...))
-  explicit Sequential(Ms&&...) {
+  requires(sizeof...(Ms) > 0 && (detail::kLvalueModule<Ms> || ...)) explicit Sequential(Ms&&...) {
     static_assert(detail::kAlwaysFalse<Ms...>,
                   "nn::Sequential: a module held in a named variable (an lvalue) cannot be "
                   "added, since modules are not copyable. Pass a temporary "
@@ -74,8 +73,7 @@ class Sequential : public Module {
   }
   template <typename... Ms>
   requires(sizeof...(Ms) > 0 && !(detail::kLvalueModule<Ms> || ...) &&
-           (detail::kNoTensorForward<Ms> || ...))
-  explicit Sequential(Ms&&...) {
+           (detail::kNoTensorForward<Ms> || ...)) explicit Sequential(Ms&&...) {
     static_assert(detail::kAlwaysFalse<Ms...>,
                   "nn::Sequential: every module must have Tensor forward(const Tensor&) "
                   "(a loss, whose forward takes two tensors, cannot be a layer)");

@@ -24,7 +24,9 @@ Tensor i64_scalar(int64_t v) {
 Tensor f64_vector(const std::vector<double>& v) {
   return from_vector(v, {static_cast<int64_t>(v.size())}, kFloat64);
 }
-std::vector<double> doubles(const Tensor& t) { return t.to(kCPU).to_vector<double>(); }
+std::vector<double> doubles(const Tensor& t) {
+  return t.to(kCPU).to_vector<double>();
+}
 
 // An integer option read back from a double (a state_dict scalar): whole and in
 // range, or an error, never an out-of-range conversion.
@@ -163,7 +165,8 @@ void LRScheduler::visit_state(const StateDict& sd, std::vector<std::string>* pro
     known.push_back(field);
     const Tensor* t = sd.find(field);
     if (!t || t->numel() != 1) {
-      problem("missing or non-scalar option '" + field + "' (the state may be another kind of "
+      problem("missing or non-scalar option '" + field +
+              "' (the state may be another kind of "
               "scheduler's)");
       fields_ok = false;
       continue;
@@ -292,8 +295,8 @@ LinearLR::LinearLR(Optimizer& optimizer, double start_factor, double end_factor,
 
 double LinearLR::lr_at(double base_lr, int64_t t) const {
   const double done = static_cast<double>(std::min(t, total_iters_));
-  return base_lr * (start_factor_ + (end_factor_ - start_factor_) * done /
-                                        static_cast<double>(total_iters_));
+  return base_lr *
+         (start_factor_ + (end_factor_ - start_factor_) * done / static_cast<double>(total_iters_));
 }
 
 std::vector<std::pair<std::string, double>> LinearLR::fields() const {
@@ -343,8 +346,8 @@ SequentialLR::SequentialLR(Optimizer& optimizer,
 
 double SequentialLR::lr_at(double base_lr, int64_t t) const {
   // The scheduler of the last milestone reached, counting from that milestone.
-  const size_t i = static_cast<size_t>(
-      std::upper_bound(milestones_.begin(), milestones_.end(), t) - milestones_.begin());
+  const size_t i = static_cast<size_t>(std::upper_bound(milestones_.begin(), milestones_.end(), t) -
+                                       milestones_.begin());
   return schedulers_[i]->lr_at(base_lr, i == 0 ? t : t - milestones_[i - 1]);
 }
 

@@ -5,8 +5,8 @@
 
 #include "core/alloc_site.h"
 #include "core/autograd.h"
-#include "core/ops.h"
 #include "core/kernel_table.h"
+#include "core/ops.h"
 
 namespace ember::optim {
 
@@ -134,9 +134,9 @@ void Optimizer::reserve_state(const std::vector<Tensor>& params,
       if (is_capturing(p.device())) [[unlikely]]
         for (const std::string& buffer : names) {
           const Tensor* t = it->second.find(buffer);
-          EMBER_CHECK(t != nullptr && t->device() == p.device() && t->dtype() == p.dtype(),
-                      name(), ".step(): the parameter of shape ", shape_str(p.sizes()),
-                      " has no '", buffer, "' state yet, and optimizer state cannot be created "
+          EMBER_CHECK(t != nullptr && t->device() == p.device() && t->dtype() == p.dtype(), name(),
+                      ".step(): the parameter of shape ", shape_str(p.sizes()), " has no '", buffer,
+                      "' state yet, and optimizer state cannot be created "
                       "while a CUDA graph is being captured (cuda::Graph::capture): run a few "
                       "eager steps before capturing");
         }
@@ -147,7 +147,8 @@ void Optimizer::reserve_state(const std::vector<Tensor>& params,
                             "create optimizer state (run a few eager steps before capturing)");
         const int64_t count =
             s.device_step.defined() ? static_cast<int64_t>(s.device_step.item()) : s.step;
-        Tensor fresh = full({}, static_cast<double>(count), TensorOptions(kInt64).device(p.device()));
+        Tensor fresh =
+            full({}, static_cast<double>(count), TensorOptions(kInt64).device(p.device()));
         replaced_steps.emplace_back(it->first, s.device_step);
         s.step = count;
         s.device_step = std::move(fresh);
@@ -204,9 +205,8 @@ StateDict Optimizer::state_dict() const {
   for (const ParamGroup& g : groups_)
     for (const Tensor& p : g.params()) {
       if (const ParamState* s = state(p)) {
-        const int64_t step = s->device_step.defined()
-                                 ? static_cast<int64_t>(s->device_step.item())
-                                 : s->step;
+        const int64_t step =
+            s->device_step.defined() ? static_cast<int64_t>(s->device_step.item()) : s->step;
         sd.insert(state_key(index, "step"), scalar_i64(step));
         for (const auto& [name, buf] : s->buffers) sd.insert(state_key(index, name), buf.detach());
       }

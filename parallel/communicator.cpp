@@ -33,8 +33,12 @@ void Communicator::check_tensor(const char* op, const Tensor& t) const {
               " is not contiguous; call contiguous() first");
 }
 
-void Communicator::all_reduce(FlatBuffer buf, ReduceOp op) { all_reduce_async(buf, op)->wait(); }
-void Communicator::broadcast(FlatBuffer buf, int root) { broadcast_async(buf, root)->wait(); }
+void Communicator::all_reduce(FlatBuffer buf, ReduceOp op) {
+  all_reduce_async(buf, op)->wait();
+}
+void Communicator::broadcast(FlatBuffer buf, int root) {
+  broadcast_async(buf, root)->wait();
+}
 void Communicator::all_gather(FlatBuffer in, FlatBuffer out) {
   all_gather_async(in, out)->wait();
 }
@@ -44,7 +48,9 @@ void Communicator::reduce_scatter(FlatBuffer in, FlatBuffer out, ReduceOp op) {
 void Communicator::all_to_all(FlatBuffer in, FlatBuffer out) {
   all_to_all_async(in, out)->wait();
 }
-void Communicator::barrier() { barrier_async()->wait(); }
+void Communicator::barrier() {
+  barrier_async()->wait();
+}
 
 void Communicator::check_all_gather(const FlatBuffer& in, const FlatBuffer& out) const {
   EMBER_CHECK(out.count == in.count * size_ && out.dtype == in.dtype && out.device == in.device,
@@ -56,18 +62,19 @@ void Communicator::check_all_gather(const FlatBuffer& in, const FlatBuffer& out)
 void Communicator::check_reduce_scatter(const FlatBuffer& in, const FlatBuffer& out) const {
   EMBER_CHECK(in.count == out.count * size_ && out.dtype == in.dtype && out.device == in.device,
               "reduce_scatter: input must hold ", out.count * size_, " ", out.dtype,
-              " elements on ", out.device, " (", size_, " ranks x ", out.count, "), got ",
-              in.count, " ", in.dtype, " on ", in.device);
+              " elements on ", out.device, " (", size_, " ranks x ", out.count, "), got ", in.count,
+              " ", in.dtype, " on ", in.device);
 }
 
 void Communicator::check_all_to_all(const FlatBuffer& in, const FlatBuffer& out) const {
   EMBER_CHECK(in.count == out.count && in.dtype == out.dtype && in.device == out.device,
-              "all_to_all: input (", in.count, " ", in.dtype, " on ", in.device,
-              ") and output (", out.count, " ", out.dtype, " on ", out.device,
+              "all_to_all: input (", in.count, " ", in.dtype, " on ", in.device, ") and output (",
+              out.count, " ", out.dtype, " on ", out.device,
               ") must match in count, dtype and device");
   EMBER_CHECK(in.count % size_ == 0, "all_to_all: ", in.count, " elements do not split into ",
               size_, " equal blocks");
-  EMBER_CHECK(in.data != out.data || in.count == 0, "all_to_all: input and output are the same "
+  EMBER_CHECK(in.data != out.data || in.count == 0,
+              "all_to_all: input and output are the same "
               "buffer; it cannot run in place");
 }
 
@@ -80,7 +87,9 @@ std::shared_ptr<Work> Communicator::all_reduce_async(const Tensor& t, ReduceOp o
   return work;
 }
 
-void Communicator::all_reduce(const Tensor& t, ReduceOp op) { all_reduce_async(t, op)->wait(); }
+void Communicator::all_reduce(const Tensor& t, ReduceOp op) {
+  all_reduce_async(t, op)->wait();
+}
 
 void Communicator::broadcast(const Tensor& t, int root) {
   check_tensor("broadcast", t);

@@ -37,8 +37,14 @@ struct CommOptions {
   // call (measured ~2x slower at 1 MiB; kept for bench_parallel's breakdown).
   // EMBER_NCCL_NONBLOCKING=1 in the environment does the same for every one.
   bool nccl_nonblocking_ = false;
-  CommOptions& timeout(std::chrono::milliseconds t) { timeout_ = t; return *this; }
-  CommOptions& nccl_nonblocking(bool on) { nccl_nonblocking_ = on; return *this; }
+  CommOptions& timeout(std::chrono::milliseconds t) {
+    timeout_ = t;
+    return *this;
+  }
+  CommOptions& nccl_nonblocking(bool on) {
+    nccl_nonblocking_ = on;
+    return *this;
+  }
 };
 
 // `count` elements of `dtype` at `data` on `device`; the caller keeps it alive

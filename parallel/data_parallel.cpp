@@ -28,8 +28,7 @@ namespace {
 class WorkerPool {
  public:
   WorkerPool(size_t n, std::function<void(size_t)> init) : tasks_(n), errors_(n) {
-    for (size_t i = 0; i < n; ++i)
-      threads_.emplace_back([this, i, init] { loop(i, init); });
+    for (size_t i = 0; i < n; ++i) threads_.emplace_back([this, i, init] { loop(i, init); });
   }
   ~WorkerPool() {
     {
@@ -105,9 +104,11 @@ struct DataParallelBase::Impl {
   std::vector<Tensor> flats;
   std::vector<int64_t> offsets;  // slot j starts at offsets[j] in every flat
   std::shared_ptr<int> alive = std::make_shared<int>(0);  // the hooks' way to tell
-  std::unique_ptr<WorkerPool> pool;  // last: its threads use the rest
+  std::unique_ptr<WorkerPool> pool;                       // last: its threads use the rest
 
-  bool on_cuda() const { return devices.front().is_cuda(); }
+  bool on_cuda() const {
+    return devices.front().is_cuda();
+  }
 
   Tensor slot(size_t i, size_t j) const {
     const Tensor& p = params[i][j];
@@ -157,7 +158,8 @@ struct DataParallelBase::Impl {
 DataParallelBase::DataParallelBase(std::shared_ptr<nn::Module> first, ModuleFactory factory,
                                    std::vector<Device> devices)
     : impl_(std::make_unique<Impl>()) {
-  EMBER_CHECK(!devices.empty(), "DataParallel: no devices (no GPU found? pass devices "
+  EMBER_CHECK(!devices.empty(),
+              "DataParallel: no devices (no GPU found? pass devices "
               "explicitly, e.g. {kCPU, kCPU} to run replicas on the host)");
   EMBER_CHECK(factory != nullptr, "DataParallel: the module factory is empty");
   const bool cuda_devices = devices.front().is_cuda();
@@ -170,7 +172,8 @@ DataParallelBase::DataParallelBase(std::shared_ptr<nn::Module> first, ModuleFact
     if (cuda_devices) cuda::check_device(devices[i].index);
   }
 #ifndef EMBER_HAVE_NCCL
-  EMBER_CHECK(!cuda_devices, "DataParallel: ember was built without NCCL, so replicas can only "
+  EMBER_CHECK(!cuda_devices,
+              "DataParallel: ember was built without NCCL, so replicas can only "
               "run on CPU");
 #endif
   Impl& m = *impl_;
@@ -240,7 +243,9 @@ DataParallelBase::~DataParallelBase() {
   if (impl_) impl_->pool.reset();  // join the threads before the replicas go
 }
 
-const std::vector<Device>& DataParallelBase::devices() const { return impl_->devices; }
+const std::vector<Device>& DataParallelBase::devices() const {
+  return impl_->devices;
+}
 
 nn::Module& DataParallelBase::replica_module(size_t i) {
   EMBER_CHECK(i < impl_->replicas.size(), "DataParallel: replica ", i, " of ",
@@ -256,7 +261,8 @@ void DataParallelBase::sync_buffers() {
     if (i == 0) return;
     NoGradGuard no_grad;
     auto mine = m.replicas[i]->named_buffers();
-    for (size_t j = 0; j < mine.size(); ++j) mine[j].second.copy_(source[j].second.to(m.devices[i]));
+    for (size_t j = 0; j < mine.size(); ++j)
+      mine[j].second.copy_(source[j].second.to(m.devices[i]));
   });
 }
 
@@ -300,8 +306,10 @@ double DataParallelBase::forward_backward(const Tensor& input, const Tensor& tar
       for (size_t j = 0; j < params.size(); ++j) {
         const Tensor g = params[j].grad();
         Tensor s = m.slot(i, j);
-        if (!keep || !g.defined()) s.zero_();
-        else if (!m.grad_is_slot(i, j)) s.copy_(g);
+        if (!keep || !g.defined())
+          s.zero_();
+        else if (!m.grad_is_slot(i, j))
+          s.copy_(g);
         params[j].set_grad(s);
       }
     }
@@ -338,7 +346,8 @@ void DataParallelBase::set_optimizer(const OptimizerFactory& make) {
   m.optimizers.clear();
   for (auto& r : m.replicas) {
     m.optimizers.push_back(make(r->parameters()));
-    EMBER_CHECK(m.optimizers.back() != nullptr, "DataParallel: the optimizer factory returned null");
+    EMBER_CHECK(m.optimizers.back() != nullptr,
+                "DataParallel: the optimizer factory returned null");
   }
 }
 

@@ -37,8 +37,8 @@ class DataParallelBase {
   using OptimizerFactory =
       std::function<std::unique_ptr<optim::Optimizer>(std::vector<Tensor> params)>;
   // The loss of one replica on its chunk, reduced by mean over the chunk's rows.
-  using LossFn = std::function<Tensor(nn::Module& replica, const Tensor& input,
-                                      const Tensor& target)>;
+  using LossFn =
+      std::function<Tensor(nn::Module& replica, const Tensor& input, const Tensor& target)>;
 
   // `first` (may be null: the factory builds it) becomes replica 0 on devices[0].
   DataParallelBase(std::shared_ptr<nn::Module> first, ModuleFactory factory,
@@ -88,10 +88,10 @@ class DataParallel : public DataParallelBase {
 
   M& replica(size_t i) { return static_cast<M&>(replica_module(i)); }
   double forward_backward(const Tensor& input, const Tensor& target, const TypedLossFn& loss_fn) {
-    return DataParallelBase::forward_backward(
-        input, target, [&](nn::Module& m, const Tensor& x, const Tensor& y) {
-          return loss_fn(static_cast<M&>(m), x, y);
-        });
+    return DataParallelBase::forward_backward(input, target,
+                                              [&](nn::Module& m, const Tensor& x, const Tensor& y) {
+                                                return loss_fn(static_cast<M&>(m), x, y);
+                                              });
   }
 
  private:

@@ -35,14 +35,14 @@ struct Bucket {
   std::vector<int64_t> params;   // parameter indices, in bucket order
   std::vector<int64_t> offsets;  // element offset of each inside the bucket
   // This pass:
-  int64_t pending = 0;                        // gradients still missing
-  std::vector<std::shared_ptr<Work>> works;   // its collectives, in order
-  std::vector<Tensor> fresh;                  // gradients autograd left outside the slots
-  std::unique_ptr<cuda::Event> tail;          // CUDA: after the bucket's last comm-stream op
+  int64_t pending = 0;                       // gradients still missing
+  std::vector<std::shared_ptr<Work>> works;  // its collectives, in order
+  std::vector<Tensor> fresh;                 // gradients autograd left outside the slots
+  std::unique_ptr<cuda::Event> tail;         // CUDA: after the bucket's last comm-stream op
   bool launched = false;
   // Persistent:
-  Tensor shard;               // reduce-scatter mode: this rank's averaged block (padded / world)
-  Tensor staging, received;   // reduce_dtype bfloat16: send and receive buffers (padded)
+  Tensor shard;              // reduce-scatter mode: this rank's averaged block (padded / world)
+  Tensor staging, received;  // reduce_dtype bfloat16: send and receive buffers (padded)
 };
 
 class Reducer {

@@ -31,11 +31,13 @@ Reducer::Reducer(std::shared_ptr<Communicator> c, DdpOptions o, std::vector<Tens
   for (int64_t p = n - 1; p >= 0; --p) {
     const Tensor& t = params[p];
     // The first bucket is small so that communication starts early.
-    const int64_t limit = buckets.size() == 1 ? options.first_bucket_bytes() : options.bucket_bytes();
+    const int64_t limit =
+        buckets.size() == 1 ? options.first_bucket_bytes() : options.bucket_bytes();
     bool fresh = buckets.empty();
     if (!fresh) {
       const Bucket& last = buckets.back();
-      const int64_t bytes = (last.elems + t.numel()) * static_cast<int64_t>(element_size(t.dtype()));
+      const int64_t bytes =
+          (last.elems + t.numel()) * static_cast<int64_t>(element_size(t.dtype()));
       fresh = last.dtype != t.dtype() || bytes > limit;
     }
     if (fresh) {
@@ -316,8 +318,8 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<nn::Module> mod
   std::vector<std::string> names;
   for (auto& [name, p] : module_->named_parameters()) {
     if (!p.requires_grad()) continue;
-    EMBER_CHECK(p.device() == communicator->device(), "DistributedDataParallel: parameter '",
-                name, "' is on ", p.device(), " but the ", communicator->backend(),
+    EMBER_CHECK(p.device() == communicator->device(), "DistributedDataParallel: parameter '", name,
+                "' is on ", p.device(), " but the ", communicator->backend(),
                 " communicator of rank ", communicator->rank(), " works on ",
                 communicator->device(), "; move the module first");
     EMBER_CHECK(is_floating(p.dtype()), "DistributedDataParallel: parameter '", name, "' is ",
@@ -328,7 +330,8 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<nn::Module> mod
     names.push_back(name);
     params.push_back(p);
   }
-  EMBER_CHECK(!params.empty(), "DistributedDataParallel: the module has no parameter that "
+  EMBER_CHECK(!params.empty(),
+              "DistributedDataParallel: the module has no parameter that "
               "requires grad");
 
   // Same values everywhere before the first step.
@@ -356,8 +359,12 @@ DistributedDataParallel::~DistributedDataParallel() {
   }
 }
 
-Communicator& DistributedDataParallel::communicator() { return *state_->comm; }
-const DdpOptions& DistributedDataParallel::options() const { return state_->options; }
+Communicator& DistributedDataParallel::communicator() {
+  return *state_->comm;
+}
+const DdpOptions& DistributedDataParallel::options() const {
+  return state_->options;
+}
 
 void DistributedDataParallel::sync_buffers() {
   NoGradGuard no_grad;
@@ -373,9 +380,13 @@ DistributedDataParallel::NoSync::NoSync(DistributedDataParallel& ddp)
   ddp.state_->require_sync = false;
 }
 
-DistributedDataParallel::NoSync::~NoSync() { ddp_.state_->require_sync = previous_; }
+DistributedDataParallel::NoSync::~NoSync() {
+  ddp_.state_->require_sync = previous_;
+}
 
-void DistributedDataParallel::finish_gradient_sync() { state_->finish(); }
+void DistributedDataParallel::finish_gradient_sync() {
+  state_->finish();
+}
 
 std::vector<BucketInfo> DistributedDataParallel::buckets() const {
   std::vector<BucketInfo> out;

@@ -20,18 +20,33 @@ namespace ember::parallel {
 
 class DdpOptions {
  public:
-  DdpOptions& first_bucket_bytes(int64_t b) { first_bucket_bytes_ = b; return *this; }
-  DdpOptions& bucket_bytes(int64_t b) { bucket_bytes_ = b; return *this; }
+  DdpOptions& first_bucket_bytes(int64_t b) {
+    first_bucket_bytes_ = b;
+    return *this;
+  }
+  DdpOptions& bucket_bytes(int64_t b) {
+    bucket_bytes_ = b;
+    return *this;
+  }
   // Parameters that get no gradient in a backward count as zero (else: an error
   // naming them). The same parameters must be unused on every rank.
-  DdpOptions& find_unused_parameters(bool on) { find_unused_parameters_ = on; return *this; }
+  DdpOptions& find_unused_parameters(bool on) {
+    find_unused_parameters_ = on;
+    return *this;
+  }
   // sync_buffers() at construction copies rank 0's buffers everywhere.
-  DdpOptions& broadcast_buffers(bool on) { broadcast_buffers_ = on; return *this; }
+  DdpOptions& broadcast_buffers(bool on) {
+    broadcast_buffers_ = on;
+    return *this;
+  }
   // The dtype gradients travel in: float32 (default: as they are) or bfloat16
   // for float32 parameters (half the bytes; each rank's block summed in float32,
   // so the result is the float32 average of bfloat16-rounded gradients, rounded
   // once more to bfloat16).
-  DdpOptions& reduce_dtype(DType t) { reduce_dtype_ = t; return *this; }
+  DdpOptions& reduce_dtype(DType t) {
+    reduce_dtype_ = t;
+    return *this;
+  }
   int64_t first_bucket_bytes() const { return first_bucket_bytes_; }
   int64_t bucket_bytes() const { return bucket_bytes_; }
   bool find_unused_parameters() const { return find_unused_parameters_; }

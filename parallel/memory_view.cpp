@@ -45,7 +45,8 @@ std::string table(const std::vector<std::string>& headers,
   for (size_t r = 0; r < kNumRows; ++r) {
     std::string title = kRows[r].title;
     out += title + std::string(kTitle - title.size(), ' ') + " |";
-    for (const auto& col : values) out += " " + pad(cell_text(col[r], kRows[r].bytes), kCell) + " |";
+    for (const auto& col : values)
+      out += " " + pad(cell_text(col[r], kRows[r].bytes), kCell) + " |";
     out += "\n";
   }
   // The peak allocation spread says how lopsided the work is.

@@ -21,15 +21,20 @@ using Clock = std::chrono::steady_clock;
 // move data; MPI has no bfloat16 sum, and a sum of bools means nothing.
 MPI_Datatype mpi_type(DType t, bool reduce = false) {
   switch (t) {
-    case DType::Float32: return MPI_FLOAT;
-    case DType::Float64: return MPI_DOUBLE;
-    case DType::Int64: return MPI_INT64_T;
+    case DType::Float32:
+      return MPI_FLOAT;
+    case DType::Float64:
+      return MPI_DOUBLE;
+    case DType::Int64:
+      return MPI_INT64_T;
     case DType::BFloat16:
-      EMBER_CHECK(!reduce, "MpiCommunicator: MPI cannot sum bfloat16 (reductions take float32, "
+      EMBER_CHECK(!reduce,
+                  "MpiCommunicator: MPI cannot sum bfloat16 (reductions take float32, "
                   "float64 or int64; broadcast, all_gather and all_to_all take bfloat16 too)");
       return MPI_UINT16_T;
     case DType::Bool:
-      EMBER_CHECK(!reduce, "MpiCommunicator: bool tensors cannot be summed (cast to int64 to "
+      EMBER_CHECK(!reduce,
+                  "MpiCommunicator: bool tensors cannot be summed (cast to int64 to "
                   "count; broadcast, all_gather and all_to_all move bools)");
       return MPI_UINT8_T;
   }
@@ -72,15 +77,21 @@ class MpiWork final : public Work {
  public:
   MpiWork(MpiCommunicator* comm, MPI_Request request, int64_t seq, const char* op,
           std::string label, std::optional<FlatBuffer> divide_after)
-      : comm_(comm), request_(request), seq_(seq), op_(op), label_(std::move(label)),
+      : comm_(comm),
+        request_(request),
+        seq_(seq),
+        op_(op),
+        label_(std::move(label)),
         divide_after_(divide_after) {}
 
   bool poll() override {
     if (done_) return true;
     int flag = 0;
     EMBER_MPI_CHECK(MPI_Test(&request_, &flag, MPI_STATUS_IGNORE));
-    if (flag) finish();
-    else comm_->serve_queries();
+    if (flag)
+      finish();
+    else
+      comm_->serve_queries();
     return done_;
   }
 
@@ -190,8 +201,8 @@ std::shared_ptr<Work> MpiCommunicator::broadcast_async(FlatBuffer buf, int root,
   int64_t seq = begin("broadcast", label, &buf, false);
   EMBER_CHECK(root >= 0 && root < size(), "broadcast: root ", root, " is not a rank of ", size());
   MPI_Request req;
-  EMBER_MPI_CHECK(MPI_Ibcast(buf.data, static_cast<int>(buf.count), mpi_type(buf.dtype), root,
-                             comm_, &req));
+  EMBER_MPI_CHECK(
+      MPI_Ibcast(buf.data, static_cast<int>(buf.count), mpi_type(buf.dtype), root, comm_, &req));
   return std::make_shared<MpiWork>(this, req, seq, "broadcast", label, std::nullopt);
 }
 
@@ -202,8 +213,10 @@ std::shared_ptr<Work> MpiCommunicator::all_gather_async(FlatBuffer in, FlatBuffe
   EMBER_CHECK(out.count <= INT32_MAX, "MpiCommunicator: all_gather of ", out.count,
               " elements (MPI counts are int)");
   // In place: this rank's block of `out` already holds its input.
-  const bool in_place = in.count > 0 && static_cast<char*>(in.data) ==
-      static_cast<char*>(out.data) + rank() * in.count * static_cast<int64_t>(element_size(in.dtype));
+  const bool in_place =
+      in.count > 0 && static_cast<char*>(in.data) ==
+                          static_cast<char*>(out.data) +
+                              rank() * in.count * static_cast<int64_t>(element_size(in.dtype));
   MPI_Request req;
   EMBER_MPI_CHECK(MPI_Iallgather(in_place ? MPI_IN_PLACE : in.data, static_cast<int>(in.count),
                                  mpi_type(in.dtype), out.data, static_cast<int>(in.count),
@@ -212,8 +225,7 @@ std::shared_ptr<Work> MpiCommunicator::all_gather_async(FlatBuffer in, FlatBuffe
 }
 
 std::shared_ptr<Work> MpiCommunicator::reduce_scatter_async(FlatBuffer in, FlatBuffer out,
-                                                            ReduceOp op,
-                                                            const std::string& label) {
+                                                            ReduceOp op, const std::string& label) {
   int64_t seq = begin("reduce_scatter", label, &in, true);
   check_reduce_scatter(in, out);
   EMBER_CHECK(op == ReduceOp::Sum || in.dtype != DType::Int64,
@@ -293,8 +305,8 @@ void MpiCommunicator::fail_timeout(int64_t seq, const char* op, const std::strin
   for (int r = 0; r < size(); ++r) {
     if (r == rank()) continue;
     MPI_Request req;
-    EMBER_MPI_CHECK(MPI_Isend(query.get(), sizeof(Position), MPI_BYTE, r, kQueryTag, control_,
-                              &req));
+    EMBER_MPI_CHECK(
+        MPI_Isend(query.get(), sizeof(Position), MPI_BYTE, r, kQueryTag, control_, &req));
     pending_sends_.push_back(req);
   }
   send_buffers_.push_back(std::move(query));
@@ -310,8 +322,8 @@ void MpiCommunicator::fail_timeout(int64_t seq, const char* op, const std::strin
     EMBER_MPI_CHECK(MPI_Iprobe(MPI_ANY_SOURCE, kAnswerTag, control_, &flag, &status));
     if (flag) {
       Position answer;
-      EMBER_MPI_CHECK(MPI_Recv(&answer, sizeof(Position), MPI_BYTE, status.MPI_SOURCE,
-                               kAnswerTag, control_, MPI_STATUS_IGNORE));
+      EMBER_MPI_CHECK(MPI_Recv(&answer, sizeof(Position), MPI_BYTE, status.MPI_SOURCE, kAnswerTag,
+                               control_, MPI_STATUS_IGNORE));
       answers[status.MPI_SOURCE] = answer;
     } else {
       std::this_thread::sleep_for(std::chrono::milliseconds(1));

@@ -1,7 +1,7 @@
 // MpiCommunicator: the CPU backend. Collectives on host tensors (float32, float64,
-// int64; bfloat16 where no sum is needed) over MPI's non-blocking calls, polled with MPI_Test against a deadline;
-// on timeout the waiting ranks ask each other where they are, so the error names
-// the ranks that did not arrive. Used by the CI tests and by anyone without GPUs.
+// int64; bfloat16 where no sum is needed) over MPI's non-blocking calls, polled with MPI_Test
+// against a deadline; on timeout the waiting ranks ask each other where they are, so the error
+// names the ranks that did not arrive. Used by the CI tests and by anyone without GPUs.
 #pragma once
 
 #include <mpi.h>

@@ -19,21 +19,29 @@ int64_t now_ns() {
 
 ncclDataType_t nccl_type(DType t) {
   switch (t) {
-    case DType::Float32: return ncclFloat32;
-    case DType::Float64: return ncclFloat64;
-    case DType::BFloat16: return ncclBfloat16;
-    case DType::Int64: return ncclInt64;
-    case DType::Bool: return ncclUint8;
+    case DType::Float32:
+      return ncclFloat32;
+    case DType::Float64:
+      return ncclFloat64;
+    case DType::BFloat16:
+      return ncclBfloat16;
+    case DType::Int64:
+      return ncclInt64;
+    case DType::Bool:
+      return ncclUint8;
   }
   EMBER_FAIL("NcclCommunicator: unknown dtype");
 }
 
-ncclRedOp_t nccl_op(ReduceOp op) { return op == ReduceOp::Sum ? ncclSum : ncclAvg; }
+ncclRedOp_t nccl_op(ReduceOp op) {
+  return op == ReduceOp::Sum ? ncclSum : ncclAvg;
+}
 
 // Bool travels as bytes in the collectives that move data; a sum of bools has no
 // meaning NCCL gives (bytes would wrap at 256).
 void check_summable(const char* op, DType t) {
-  EMBER_CHECK(t != DType::Bool, op, ": NCCL cannot sum bool tensors (cast to int64 to count, "
+  EMBER_CHECK(t != DType::Bool, op,
+              ": NCCL cannot sum bool tensors (cast to int64 to count, "
               "or use broadcast / all_gather / all_to_all, which move bools)");
 }
 
@@ -53,7 +61,9 @@ void connect_at_init() {
 
 // Errors of the call itself that leave the communicator usable: ember's checks
 // should have caught them, so they are reported, not treated as a broken link.
-bool usage_error(ncclResult_t st) { return st == ncclInvalidArgument || st == ncclInvalidUsage; }
+bool usage_error(ncclResult_t st) {
+  return st == ncclInvalidArgument || st == ncclInvalidUsage;
+}
 
 }  // namespace
 
@@ -115,8 +125,13 @@ class NcclWork final : public Work {
  public:
   NcclWork(NcclCommunicator* comm, std::shared_ptr<EventPool> pool, cudaEvent_t done,
            const char* op, std::string label, int64_t seq, NcclStageTimes* probe)
-      : comm_(comm), pool_(std::move(pool)), done_(done), op_(op), label_(std::move(label)),
-        seq_(seq), probe_(probe) {}
+      : comm_(comm),
+        pool_(std::move(pool)),
+        done_(done),
+        op_(op),
+        label_(std::move(label)),
+        seq_(seq),
+        probe_(probe) {}
   ~NcclWork() override {
     if (done_) pool_->give(done_);
   }
@@ -171,8 +186,8 @@ class NcclWork final : public Work {
     return false;
   }
   void check_not_aborted() const {
-    EMBER_CHECK(!comm_->broken(), "NcclCommunicator: ",
-                NcclCommunicator::describe(op_, label_, seq_),
+    EMBER_CHECK(!comm_->broken(),
+                "NcclCommunicator: ", NcclCommunicator::describe(op_, label_, seq_),
                 " on a communicator aborted after: ", comm_->broken_reason_);
   }
   void check_async() {
@@ -215,10 +230,13 @@ std::string NcclCommunicator::describe(const char* op, const std::string& label,
   return s;
 }
 
-NcclCommunicator::NcclCommunicator(ncclComm_t comm, int rank, int size, int device,
-                                   bool blocking, CommOptions options)
-    : Communicator(rank, size, Device::cuda(device), options), comm_(comm),
-      cuda_device_(device), comm_blocking_(blocking), stream_(device),
+NcclCommunicator::NcclCommunicator(ncclComm_t comm, int rank, int size, int device, bool blocking,
+                                   CommOptions options)
+    : Communicator(rank, size, Device::cuda(device), options),
+      comm_(comm),
+      cuda_device_(device),
+      comm_blocking_(blocking),
+      stream_(device),
       events_(std::make_shared<EventPool>()) {
   cuda::DeviceGuard guard(device);
   EMBER_CUDA_CHECK(cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming));
@@ -226,8 +244,11 @@ NcclCommunicator::NcclCommunicator(ncclComm_t comm, int rank, int size, int devi
 
 NcclCommunicator::NcclCommunicator(const NcclUniqueId& id, int rank, int size, int device,
                                    CommOptions options)
-    : Communicator(rank, size, Device::cuda(device), options), cuda_device_(device),
-      comm_blocking_(false), stream_(device), events_(std::make_shared<EventPool>()) {
+    : Communicator(rank, size, Device::cuda(device), options),
+      cuda_device_(device),
+      comm_blocking_(false),
+      stream_(device),
+      events_(std::make_shared<EventPool>()) {
   EMBER_CHECK(size >= 1 && rank >= 0 && rank < size, "NcclCommunicator: rank ", rank,
               " is not in a world of ", size);
   EMBER_CHECK(options.timeout_.count() > 0, "NcclCommunicator: timeout must be positive, got ",
@@ -284,9 +305,9 @@ std::vector<std::unique_ptr<NcclCommunicator>> NcclCommunicator::create_all(
   EMBER_NCCL_CHECK(ncclCommInitAll(comms.data(), static_cast<int>(devices.size()), devices.data()));
   std::vector<std::unique_ptr<NcclCommunicator>> out;
   for (size_t i = 0; i < devices.size(); ++i)
-    out.push_back(std::unique_ptr<NcclCommunicator>(new NcclCommunicator(
-        comms[i], static_cast<int>(i), static_cast<int>(devices.size()), devices[i], true,
-        options)));
+    out.push_back(std::unique_ptr<NcclCommunicator>(
+        new NcclCommunicator(comms[i], static_cast<int>(i), static_cast<int>(devices.size()),
+                             devices[i], true, options)));
   return out;
 }
 
@@ -320,8 +341,10 @@ NcclCommunicator::~NcclCommunicator() {
     std::this_thread::sleep_for(std::chrono::microseconds(100));
     if (ncclCommGetAsyncError(parent_, &st) != ncclSuccess) break;
   }
-  if (st == ncclSuccess) EMBER_NCCL_CHECK_NOTHROW(ncclCommDestroy(parent_));
-  else EMBER_NCCL_CHECK_NOTHROW(ncclCommAbort(parent_));
+  if (st == ncclSuccess)
+    EMBER_NCCL_CHECK_NOTHROW(ncclCommDestroy(parent_));
+  else
+    EMBER_NCCL_CHECK_NOTHROW(ncclCommAbort(parent_));
 }
 
 void NcclCommunicator::wait_ready(ncclComm_t c, const char* op, const std::string& label,
@@ -363,8 +386,8 @@ void NcclCommunicator::abort(const std::string& reason, bool timeout) {
 void NcclCommunicator::check_buffer(const char* op, const FlatBuffer& buf) const {
   EMBER_CHECK(buf.device == device(), "NcclCommunicator: ", op, " buffer is on ", buf.device,
               ", this communicator (rank ", rank(), ") on ", device());
-  EMBER_CHECK(buf.count >= 0 && (buf.data != nullptr || buf.count == 0), "NcclCommunicator: ",
-              op, ": null buffer or negative count (", buf.count, ")");
+  EMBER_CHECK(buf.count >= 0 && (buf.data != nullptr || buf.count == 0), "NcclCommunicator: ", op,
+              ": null buffer or negative count (", buf.count, ")");
   (void)nccl_type(buf.dtype);
 }
 
@@ -372,8 +395,8 @@ template <typename Call>
 std::shared_ptr<Work> NcclCommunicator::enqueue(const char* op, const std::string& label,
                                                 Call call) {
   if (broken()) [[unlikely]]
-    EMBER_FAIL("NcclCommunicator: ", describe(op, label, -1), " on a communicator aborted after: ",
-               broken_reason_);
+    EMBER_FAIL("NcclCommunicator: ", describe(op, label, -1),
+               " on a communicator aborted after: ", broken_reason_);
   NcclStageTimes* probe = probe_;
   if (probe) {
     *probe = NcclStageTimes{};
@@ -449,8 +472,8 @@ std::shared_ptr<Work> NcclCommunicator::reduce_scatter_async(FlatBuffer in, Flat
   check_summable("reduce_scatter", in.dtype);
   check_reduce_scatter(in, out);
   return enqueue("reduce_scatter", label, [&](cudaStream_t s) {
-    return ncclReduceScatter(in.data, out.data, static_cast<size_t>(out.count),
-                             nccl_type(in.dtype), nccl_op(op), comm_, s);
+    return ncclReduceScatter(in.data, out.data, static_cast<size_t>(out.count), nccl_type(in.dtype),
+                             nccl_op(op), comm_, s);
   });
 }
 
@@ -479,8 +502,7 @@ std::shared_ptr<Work> NcclCommunicator::all_to_all_async(FlatBuffer in, FlatBuff
 }
 
 std::shared_ptr<Work> NcclCommunicator::barrier_async(const std::string& label) {
-  if (!barrier_buffer_.defined())
-    barrier_buffer_ = zeros({1}, TensorOptions().device(device()));
+  if (!barrier_buffer_.defined()) barrier_buffer_ = zeros({1}, TensorOptions().device(device()));
   auto work = all_reduce_async(FlatBuffer::of(barrier_buffer_), ReduceOp::Sum,
                                label.empty() ? "barrier" : label);
   work->keep_alive(barrier_buffer_);

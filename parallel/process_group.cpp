@@ -31,7 +31,9 @@ int env_int(const char* name, int fallback) {
   return static_cast<int>(x);
 }
 
-bool env_set(const char* name) { return std::getenv(name) != nullptr; }
+bool env_set(const char* name) {
+  return std::getenv(name) != nullptr;
+}
 
 }  // namespace
 
@@ -56,8 +58,8 @@ LaunchEnv launch_env() {
     env.local_world_size = env_int(s.local_size, env.world_size);
     env.from_launcher = !s.mpi;
     env.from_mpi = s.mpi;
-    EMBER_CHECK(env.world_size >= 1 && env.rank < env.world_size, "init_process_group: ",
-                s.rank, "=", env.rank, " is not below ", s.size, "=", env.world_size);
+    EMBER_CHECK(env.world_size >= 1 && env.rank < env.world_size, "init_process_group: ", s.rank,
+                "=", env.rank, " is not below ", s.size, "=", env.world_size);
     break;
   }
   if (const char* dir = std::getenv("EMBER_RENDEZVOUS_DIR")) env.rendezvous_dir = dir;
@@ -69,7 +71,8 @@ namespace detail {
 std::string share_via_rendezvous(const std::string& key, const std::string& value,
                                  const LaunchEnv& env, std::chrono::milliseconds timeout) {
   namespace fs = std::filesystem;
-  EMBER_CHECK(!env.rendezvous_dir.empty(), "rendezvous: EMBER_RENDEZVOUS_DIR is not set; start "
+  EMBER_CHECK(!env.rendezvous_dir.empty(),
+              "rendezvous: EMBER_RENDEZVOUS_DIR is not set; start "
               "the job with ember-run (or under mpirun/srun)");
   const fs::path path = fs::path(env.rendezvous_dir) / key;
   if (env.rank == 0) {
@@ -112,17 +115,21 @@ ProcessGroup init_process_group(ProcessGroupOptions options) {
     // Every rank reads the same variables, so all choose the same backend.
     backend = gpus > 0 && env.local_world_size <= gpus ? Backend::Nccl : Backend::Mpi;
     if (gpus > 0 && backend == Backend::Mpi && env.rank == 0)
-      std::fprintf(stderr, "ember: %d ranks per machine but %d GPU(s): using the MPI backend "
-                   "on the CPU (NCCL needs one GPU per rank)\n", env.local_world_size, gpus);
+      std::fprintf(stderr,
+                   "ember: %d ranks per machine but %d GPU(s): using the MPI backend "
+                   "on the CPU (NCCL needs one GPU per rank)\n",
+                   env.local_world_size, gpus);
 #else
     backend = Backend::Mpi;
 #endif
   }
 
   if (backend == Backend::Mpi) {
-    EMBER_CHECK(env.from_mpi || env.world_size == 1, "init_process_group: the MPI backend needs "
+    EMBER_CHECK(env.from_mpi || env.world_size == 1,
+                "init_process_group: the MPI backend needs "
                 "the processes started by mpirun or srun (ember-run starts GPU jobs only); "
-                "WORLD_SIZE=", env.world_size, " came from another launcher");
+                "WORLD_SIZE=",
+                env.world_size, " came from another launcher");
     ensure_mpi_initialized();
     pg.communicator = std::make_shared<MpiCommunicator>(MPI_COMM_WORLD, options.comm_);
     pg.rank = pg.communicator->rank();
@@ -132,9 +139,10 @@ ProcessGroup init_process_group(ProcessGroupOptions options) {
 
 #ifdef EMBER_HAVE_NCCL
   EMBER_CHECK(gpus > 0, "init_process_group: the NCCL backend needs a CUDA device, found none");
-  EMBER_CHECK(env.local_world_size <= gpus, "init_process_group: the NCCL backend needs one GPU "
-              "per rank, but this machine runs ", env.local_world_size, " ranks on ", gpus,
-              " GPU(s)");
+  EMBER_CHECK(env.local_world_size <= gpus,
+              "init_process_group: the NCCL backend needs one GPU "
+              "per rank, but this machine runs ",
+              env.local_world_size, " ranks on ", gpus, " GPU(s)");
   const int device = env.local_rank % gpus;
   cuda::set_device(device);
   pg.device = Device::cuda(device);
@@ -143,8 +151,8 @@ ProcessGroup init_process_group(ProcessGroupOptions options) {
     // Across machines: the id travels over MPI, which mpirun/srun already wired up.
     ensure_mpi_initialized();
     if (env.rank == 0) id = NcclUniqueId::create();
-    EMBER_MPI_CHECK(MPI_Bcast(id.bytes.data(), static_cast<int>(id.bytes.size()), MPI_BYTE, 0,
-                              MPI_COMM_WORLD));
+    EMBER_MPI_CHECK(
+        MPI_Bcast(id.bytes.data(), static_cast<int>(id.bytes.size()), MPI_BYTE, 0, MPI_COMM_WORLD));
   } else if (env.world_size > 1) {
     std::string mine;
     if (env.rank == 0) {
@@ -162,8 +170,9 @@ ProcessGroup init_process_group(ProcessGroupOptions options) {
       std::make_shared<NcclCommunicator>(id, env.rank, env.world_size, device, options.comm_);
   return pg;
 #else
-  EMBER_FAIL("init_process_group: the NCCL backend was asked for, but ember was built without "
-             "NCCL (CMake did not find nccl.h and libnccl)");
+  EMBER_FAIL(
+      "init_process_group: the NCCL backend was asked for, but ember was built without "
+      "NCCL (CMake did not find nccl.h and libnccl)");
 #endif
 }
 

@@ -36,8 +36,14 @@ struct ProcessGroupOptions {
   // (NCCL refuses two ranks on one GPU), else MPI on the CPU.
   Backend backend_ = Backend::Auto;
   CommOptions comm_;
-  ProcessGroupOptions& backend(Backend b) { backend_ = b; return *this; }
-  ProcessGroupOptions& comm(CommOptions c) { comm_ = c; return *this; }
+  ProcessGroupOptions& backend(Backend b) {
+    backend_ = b;
+    return *this;
+  }
+  ProcessGroupOptions& comm(CommOptions c) {
+    comm_ = c;
+    return *this;
+  }
 };
 
 struct ProcessGroup {

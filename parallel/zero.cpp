@@ -32,9 +32,13 @@ Tensor vector_i64(const std::vector<int64_t>& v) {
   return from_vector(d, {static_cast<int64_t>(d.size())}, kInt64);
 }
 
-std::vector<int64_t> to_i64(const Tensor& t) { return t.reshape({-1}).to_vector<int64_t>(); }
+std::vector<int64_t> to_i64(const Tensor& t) {
+  return t.reshape({-1}).to_vector<int64_t>();
+}
 
-int dtype_code(DType t) { return static_cast<int>(t); }
+int dtype_code(DType t) {
+  return static_cast<int>(t);
+}
 
 std::string shape_of(const std::vector<int64_t>& dims) {
   std::string s = "[";
@@ -87,14 +91,16 @@ ZeroRedundancyOptimizer::ZeroRedundancyOptimizer(DistributedDataParallel& ddp,
   Impl& m = *impl_;
   m.reducer = ddp.state_;
   detail::Reducer& r = *m.reducer;
-  EMBER_CHECK(!r.shard_mode, "ZeroRedundancyOptimizer: this DistributedDataParallel already has "
+  EMBER_CHECK(!r.shard_mode,
+              "ZeroRedundancyOptimizer: this DistributedDataParallel already has "
               "one (one ZeroRedundancyOptimizer per DistributedDataParallel)");
   EMBER_CHECK(!r.in_pass, "ZeroRedundancyOptimizer: constructed during a backward pass");
   for (size_t p = 0; p < r.params.size(); ++p) {
     const Tensor& t = r.params[p];
-    EMBER_CHECK(t.dtype() == kFloat32 || t.dtype() == kFloat64, "ZeroRedundancyOptimizer: "
-                "parameter '", r.names[p], "' is ", t.dtype(),
-                "; the fused updates take float32 and float64");
+    EMBER_CHECK(t.dtype() == kFloat32 || t.dtype() == kFloat64,
+                "ZeroRedundancyOptimizer: "
+                "parameter '",
+                r.names[p], "' is ", t.dtype(), "; the fused updates take float32 and float64");
     EMBER_CHECK(t.is_contiguous(), "ZeroRedundancyOptimizer: parameter '", r.names[p],
                 "' is not contiguous");
   }
@@ -116,21 +122,21 @@ ZeroRedundancyOptimizer::ZeroRedundancyOptimizer(DistributedDataParallel& ddp,
   for (detail::Bucket& b : r.buckets) {
     const int64_t blk = b.padded / n;
     b.shard = zeros({blk}, TensorOptions().dtype(b.dtype).device(m.comm().device()));
-    m.shard_params.push_back(
-        m.param_flats[b.flat].slice(0, b.flat_offset + rank * blk, b.flat_offset + (rank + 1) * blk));
+    m.shard_params.push_back(m.param_flats[b.flat].slice(0, b.flat_offset + rank * blk,
+                                                         b.flat_offset + (rank + 1) * blk));
   }
   m.inner = make(m.shard_params);
   EMBER_CHECK(m.inner != nullptr, "ZeroRedundancyOptimizer: the optimizer factory returned null");
-  EMBER_CHECK(m.inner->param_groups().size() == 1 &&
-                  m.inner->num_parameters() == m.shard_params.size(),
-              "ZeroRedundancyOptimizer: the factory must build one parameter group over the ",
-              m.shard_params.size(), " shard tensors it is given; got ",
-              m.inner->param_groups().size(), " group(s) of ", m.inner->num_parameters(),
-              " parameter(s)");
+  EMBER_CHECK(
+      m.inner->param_groups().size() == 1 && m.inner->num_parameters() == m.shard_params.size(),
+      "ZeroRedundancyOptimizer: the factory must build one parameter group over the ",
+      m.shard_params.size(), " shard tensors it is given; got ", m.inner->param_groups().size(),
+      " group(s) of ", m.inner->num_parameters(), " parameter(s)");
   for (size_t i = 0; i < m.shard_params.size(); ++i)
     EMBER_CHECK(m.inner->param_groups()[0].params()[i].is_same(m.shard_params[i]),
                 "ZeroRedundancyOptimizer: the factory must keep the shard tensors it is given, in "
-                "order (parameter ", i, " differs)");
+                "order (parameter ",
+                i, " differs)");
   m.kind = optimizer_kind(*m.inner);
   r.shard_mode = true;
 }
@@ -158,7 +164,8 @@ void ZeroRedundancyOptimizer::step() {
   for (size_t p = 0; p < r.params.size(); ++p) {
     const detail::Bucket& b = r.buckets[r.bucket_of[p]];
     EMBER_CHECK(r.params[p].storage() == m.param_flats[b.flat].storage(),
-                "ZeroRedundancyOptimizer::step: parameter '", r.names[p], "' no longer lives in "
+                "ZeroRedundancyOptimizer::step: parameter '", r.names[p],
+                "' no longer lives in "
                 "the optimizer's flat buffer (moved with Module::to or replaced after the "
                 "optimizer was built)");
   }
@@ -183,8 +190,7 @@ void ZeroRedundancyOptimizer::step() {
                                                 "ZeRO bucket " + std::to_string(i)));
     gathers.back()->keep_alive(m.param_flats[b.flat]);
   }
-  for (size_t j = 0; j < m.shard_params.size(); ++j)
-    m.shard_params[j].set_grad(r.buckets[j].shard);
+  for (size_t j = 0; j < m.shard_params.size(); ++j) m.shard_params[j].set_grad(r.buckets[j].shard);
   // Everyone's updated parameters are in place before the next forward reads them.
   for (auto& w : gathers) w->wait();
 }
@@ -196,13 +202,16 @@ void ZeroRedundancyOptimizer::zero_grad(bool set_to_none) {
     if (set_to_none) {
       r.params[p].set_grad(Tensor());
     } else {
-      if (!r.grad_is_slot(static_cast<int64_t>(p))) r.params[p].set_grad(r.slot(static_cast<int64_t>(p)));
+      if (!r.grad_is_slot(static_cast<int64_t>(p)))
+        r.params[p].set_grad(r.slot(static_cast<int64_t>(p)));
       r.slot(static_cast<int64_t>(p)).zero_();
     }
   }
 }
 
-optim::Optimizer& ZeroRedundancyOptimizer::shard_optimizer() { return *impl_->inner; }
+optim::Optimizer& ZeroRedundancyOptimizer::shard_optimizer() {
+  return *impl_->inner;
+}
 
 int64_t ZeroRedundancyOptimizer::state_bytes() const {
   int64_t bytes = 0;
@@ -237,7 +246,8 @@ void ZeroRedundancyOptimizer::save(const std::string& dir) const {
   sd.insert("zero.optimizer." + m.kind, scalar_i64(1));
   for (size_t p = 0; p < r.params.size(); ++p) {
     const detail::Bucket& b = r.buckets[r.bucket_of[p]];
-    std::vector<int64_t> v{r.bucket_of[p], b.offsets[r.slot_of[p]], dtype_code(r.params[p].dtype())};
+    std::vector<int64_t> v{r.bucket_of[p], b.offsets[r.slot_of[p]],
+                           dtype_code(r.params[p].dtype())};
     for (int64_t d : r.params[p].sizes()) v.push_back(d);
     sd.insert("layout." + r.names[p], vector_i64(v));
   }
@@ -270,8 +280,8 @@ void ZeroRedundancyOptimizer::load(const std::string& dir) {
     if (w > 0) worlds.insert(w);
   }
   EMBER_CHECK(!worlds.empty(), who, ": no zero_rank<r>_of<N>.ckpt file in ", dir);
-  EMBER_CHECK(worlds.size() == 1, who, ": ", dir, " mixes checkpoints written by ",
-              *worlds.begin(), " and ", *worlds.rbegin(), " ranks");
+  EMBER_CHECK(worlds.size() == 1, who, ": ", dir, " mixes checkpoints written by ", *worlds.begin(),
+              " and ", *worlds.rbegin(), " ranks");
   const int old_n = *worlds.begin();
   std::vector<StateDict> files;
   for (int k = 0; k < old_n; ++k) {
@@ -313,8 +323,8 @@ void ZeroRedundancyOptimizer::load(const std::string& dir) {
     } else if (std::vector<int64_t>(v.begin() + 3, v.end()) != dims ||
                v[2] != dtype_code(r.params[p].dtype())) {
       problem("parameter '", r.names[p], "': the checkpoint has shape ",
-              shape_of(std::vector<int64_t>(v.begin() + 3, v.end())), " ",
-              static_cast<DType>(v[2]), ", the model ", shape_of(dims), " ", r.params[p].dtype());
+              shape_of(std::vector<int64_t>(v.begin() + 3, v.end())), " ", static_cast<DType>(v[2]),
+              ", the model ", shape_of(dims), " ", r.params[p].dtype());
     } else if (v[0] != r.bucket_of[p] || v[1] != b.offsets[r.slot_of[p]]) {
       problem("parameter '", r.names[p], "' sits in bucket ", v[0], " at element ", v[1],
               " in the checkpoint, in bucket ", r.bucket_of[p], " at ", b.offsets[r.slot_of[p]],

@@ -35,7 +35,8 @@ class ZeroRedundancyOptimizer {
  public:
   // Builds the wrapped optimizer over this rank's blocks: one 1-D tensor per
   // bucket (its parameters' view), e.g.
-  //   [](std::vector<Tensor> p) { return std::make_unique<optim::Adam>(p, optim::AdamOptions(1e-3)); }
+  //   [](std::vector<Tensor> p) { return std::make_unique<optim::Adam>(p,
+  //   optim::AdamOptions(1e-3)); }
   using OptimizerFactory =
       std::function<std::unique_ptr<optim::Optimizer>(std::vector<Tensor> shard_params)>;
 

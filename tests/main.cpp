@@ -16,13 +16,15 @@ int main(int argc, char** argv) {
   const bool have_gpu = ember::cuda::is_available();
   if (!have_gpu) {
     context.addFilter("test-suite-exclude", "cuda,cuda_sm90");
-    std::printf("ember tests: no CUDA device, test cases in suites 'cuda' and 'cuda_sm90' are skipped\n");
-  } else if (const char* why = ember::cuda::sm90_gemm_unsupported(
-                 ember::DType::BFloat16, 0, 0, 0, {}, {}, {}, 0);
+    std::printf(
+        "ember tests: no CUDA device, test cases in suites 'cuda' and 'cuda_sm90' are skipped\n");
+  } else if (const char* why =
+                 ember::cuda::sm90_gemm_unsupported(ember::DType::BFloat16, 0, 0, 0, {}, {}, {}, 0);
              why[0] != '\0') {
     context.addFilter("test-suite-exclude", "cuda_sm90");
-    std::printf("ember tests: device 0 cannot run the Hopper GEMMs (%s), suite 'cuda_sm90' is skipped\n",
-                why);
+    std::printf(
+        "ember tests: device 0 cannot run the Hopper GEMMs (%s), suite 'cuda_sm90' is skipped\n",
+        why);
   }
   context.applyCommandLine(argc, argv);
   return context.run();

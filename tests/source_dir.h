@@ -6,5 +6,7 @@
 #include <filesystem>
 
 namespace ember::testing {
-inline std::filesystem::path source_dir() { return EMBER_TEST_SOURCE_DIR; }
+inline std::filesystem::path source_dir() {
+  return EMBER_TEST_SOURCE_DIR;
+}
 }  // namespace ember::testing

@@ -75,12 +75,19 @@ uint64_t parse_capacity(const std::string& text) {
               "\" is not a positive size");
   const std::string unit(end);
   double mult = 1;
-  if (unit == "" || unit == "B") mult = 1;
-  else if (unit == "K" || unit == "KiB") mult = 1024.0;
-  else if (unit == "M" || unit == "MiB") mult = 1024.0 * 1024;
-  else if (unit == "G" || unit == "GiB") mult = 1024.0 * 1024 * 1024;
-  else if (unit == "T" || unit == "TiB") mult = 1024.0 * 1024 * 1024 * 1024;
-  else EMBER_FAIL("--capacity: unknown unit \"", unit, "\" in \"", text, "\" (B, K, M, G, T or KiB, MiB, GiB, TiB)");
+  if (unit == "" || unit == "B")
+    mult = 1;
+  else if (unit == "K" || unit == "KiB")
+    mult = 1024.0;
+  else if (unit == "M" || unit == "MiB")
+    mult = 1024.0 * 1024;
+  else if (unit == "G" || unit == "GiB")
+    mult = 1024.0 * 1024 * 1024;
+  else if (unit == "T" || unit == "TiB")
+    mult = 1024.0 * 1024 * 1024 * 1024;
+  else
+    EMBER_FAIL("--capacity: unknown unit \"", unit, "\" in \"", text,
+               "\" (B, K, M, G, T or KiB, MiB, GiB, TiB)");
   const double bytes = v * mult;
   EMBER_CHECK(bytes < static_cast<double>(RunSettings::kUnlimitedCapacity), "--capacity: ", text,
               " is not below the 1 PiB the replay treats as unlimited");
@@ -117,9 +124,11 @@ Args parse_args(int argc, char** argv) {
     } else if (arg == "--max-split-size-mb") {
       for (const auto& v : split(value(i), ',')) a.variants.push_back("max_split_size_mb:" + v);
     } else if (arg == "--roundup-power2-divisions") {
-      for (const auto& v : split(value(i), ',')) a.variants.push_back("roundup_power2_divisions:" + v);
+      for (const auto& v : split(value(i), ','))
+        a.variants.push_back("roundup_power2_divisions:" + v);
     } else if (arg == "--gc-threshold") {
-      for (const auto& v : split(value(i), ',')) a.variants.push_back("garbage_collection_threshold:" + v);
+      for (const auto& v : split(value(i), ','))
+        a.variants.push_back("garbage_collection_threshold:" + v);
     } else if (arg == "--capacity") {
       a.capacity = parse_capacity(value(i));
     } else if (arg == "--no-min-capacity") {
@@ -149,11 +158,16 @@ std::vector<std::unique_ptr<ReplayPolicy>> make_policies(const Args& a) {
   }
   for (const std::string& b : base) {
     if (b == "none") continue;
-    if (b == "native") out.push_back(make_caching_policy("native"));
-    else if (b == "expandable") out.push_back(make_caching_policy("expandable_segments:True"));
-    else if (b == "async") out.push_back(cuda::make_cuda_malloc_async_policy(a.device));
-    else if (b == "cuda") out.push_back(cuda::make_cuda_caching_policy(a.device));
-    else usage_error("unknown policy \"" + b + "\" in --policies (native, expandable, async, cuda)");
+    if (b == "native")
+      out.push_back(make_caching_policy("native"));
+    else if (b == "expandable")
+      out.push_back(make_caching_policy("expandable_segments:True"));
+    else if (b == "async")
+      out.push_back(cuda::make_cuda_malloc_async_policy(a.device));
+    else if (b == "cuda")
+      out.push_back(cuda::make_cuda_caching_policy(a.device));
+    else
+      usage_error("unknown policy \"" + b + "\" in --policies (native, expandable, async, cuda)");
   }
   // A variant string is parsed here, so a typo fails before any replay.
   for (const std::string& v : a.variants) out.push_back(make_caching_policy(v));
@@ -169,10 +183,12 @@ int run(const Args& a) {
   for (const std::string& path : a.traces) {
     const ReplayProgram program = ReplayProgram::compile(read_trace_csv(path), replay_options);
     if (a.capacity < RunSettings::kUnlimitedCapacity) {
-      const size_t need = CachingAllocator::round_size(program.largest_request(), AllocatorOptions{});
-      EMBER_CHECK(a.capacity >= need, "--capacity ", format_bytes(a.capacity), " is smaller than one request: ",
-                  program.trace().where(program.largest_request_event()), " allocates ",
-                  format_bytes(program.largest_request()), ", which no policy can fit");
+      const size_t need =
+          CachingAllocator::round_size(program.largest_request(), AllocatorOptions{});
+      EMBER_CHECK(
+          a.capacity >= need, "--capacity ", format_bytes(a.capacity),
+          " is smaller than one request: ", program.trace().where(program.largest_request_event()),
+          " allocates ", format_bytes(program.largest_request()), ", which no policy can fit");
     }
     std::vector<ReplayResult> results;
     for (auto& policy : policies) {
@@ -188,8 +204,9 @@ int run(const Args& a) {
       settings.capacity = a.capacity;
       r = policy->run(program, settings);
       if (a.min_capacity && policy->simulated()) {
-        const uint64_t upper = r.ooms == 0 ? static_cast<uint64_t>(r.peak_reserved)
-                                           : std::max<uint64_t>(a.capacity, program.largest_request());
+        const uint64_t upper = r.ooms == 0
+                                   ? static_cast<uint64_t>(r.peak_reserved)
+                                   : std::max<uint64_t>(a.capacity, program.largest_request());
         r.min_capacity = find_min_capacity(*policy, program, upper);
         if (!r.min_capacity) r.min_capacity_note = "none up to 1 PiB";
       }

@@ -53,25 +53,25 @@ namespace {
 
 // ------------------------------------------------------------------ plumbing
 
-#define CK(expr)                                                                      \
-  do {                                                                                \
-    cudaError_t e_ = (expr);                                                          \
-    if (e_ != cudaSuccess) {                                                          \
+#define CK(expr)                                                                              \
+  do {                                                                                        \
+    cudaError_t e_ = (expr);                                                                  \
+    if (e_ != cudaSuccess) {                                                                  \
       std::printf("CUDA error %s at %s:%d: %s\n", cudaGetErrorString(e_), __FILE__, __LINE__, \
-                  #expr);                                                             \
-      std::fflush(stdout);                                                            \
-      std::exit(3);                                                                   \
-    }                                                                                 \
+                  #expr);                                                                     \
+      std::fflush(stdout);                                                                    \
+      std::exit(3);                                                                           \
+    }                                                                                         \
   } while (0)
-#define CKL(expr)                                                                     \
-  do {                                                                                \
-    cublasStatus_t s_ = (expr);                                                       \
-    if (s_ != CUBLAS_STATUS_SUCCESS) {                                                \
+#define CKL(expr)                                                                               \
+  do {                                                                                          \
+    cublasStatus_t s_ = (expr);                                                                 \
+    if (s_ != CUBLAS_STATUS_SUCCESS) {                                                          \
       std::printf("cuBLASLt error %d at %s:%d: %s\n", static_cast<int>(s_), __FILE__, __LINE__, \
-                  #expr);                                                             \
-      std::fflush(stdout);                                                            \
-      std::exit(3);                                                                   \
-    }                                                                                 \
+                  #expr);                                                                       \
+      std::fflush(stdout);                                                                      \
+      std::exit(3);                                                                             \
+    }                                                                                           \
   } while (0)
 
 void say(const char* fmt, ...) {
@@ -84,10 +84,12 @@ void say(const char* fmt, ...) {
 
 int g_failures = 0;
 std::vector<std::string> g_summary;  // SUMMARY lines of the dispatch group, printed at its end
-int* g_watch_host = nullptr;  // mapped host memory the kernels report a stuck wait into
-int* g_watch_dev = nullptr;   // its device alias, given to the kernels
+int* g_watch_host = nullptr;         // mapped host memory the kernels report a stuck wait into
+int* g_watch_dev = nullptr;          // its device alias, given to the kernels
 
-float bf16_round(float f) { return __bfloat162float(__float2bfloat16_rn(f)); }
+float bf16_round(float f) {
+  return __bfloat162float(__float2bfloat16_rn(f));
+}
 float tf32_trunc(float f) {  // what the tensor cores read of an fp32 operand
   uint32_t u;
   std::memcpy(&u, &f, 4);
@@ -96,7 +98,9 @@ float tf32_trunc(float f) {  // what the tensor cores read of an fp32 operand
   return f;
 }
 
-double act_ref(Activation act, double v) { return activation_forward<double>(act, v); }
+double act_ref(Activation act, double v) {
+  return activation_forward<double>(act, v);
+}
 
 // A device buffer with a host mirror of the values it was given.
 struct Buf {
@@ -157,8 +161,9 @@ struct Lt {
       if (epi->bgrad != nullptr) {
         e = CUBLASLT_EPILOGUE_BGRADB, ptr = epi->bgrad;
       } else if (epi->gelu) {
-        e = epi->aux != nullptr ? (epi->bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX)
-                                : (epi->bias ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_GELU);
+        e = epi->aux != nullptr
+                ? (epi->bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX)
+                : (epi->bias ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_GELU);
         ptr = epi->bias;
       } else if (epi->relu) {
         e = epi->bias ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_RELU, ptr = epi->bias;
@@ -167,11 +172,12 @@ struct Lt {
       }
       CKL(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &e, sizeof e));
       if (ptr != nullptr)
-        CKL(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &ptr, sizeof ptr));
+        CKL(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &ptr,
+                                           sizeof ptr));
       if (epi->gelu && epi->aux != nullptr) {
         const int64_t aux_ld = n;
-        CKL(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &epi->aux,
-                                           sizeof epi->aux));
+        CKL(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER,
+                                           &epi->aux, sizeof epi->aux));
         CKL(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld,
                                            sizeof aux_ld));
       }
@@ -252,24 +258,34 @@ struct Case {
 
 const char* tile_name(Sm90Tile t) {
   switch (t) {
-    case Sm90Tile::k128x256: return "128x256";
-    case Sm90Tile::k128x128: return "128x128";
-    default: return "auto";
+    case Sm90Tile::k128x256:
+      return "128x256";
+    case Sm90Tile::k128x128:
+      return "128x128";
+    default:
+      return "auto";
   }
 }
 const char* sched_name(Sm90Schedule s) {
   switch (s) {
-    case Sm90Schedule::Cooperative: return " coop";
-    case Sm90Schedule::Pingpong: return " ping";
-    default: return "";
+    case Sm90Schedule::Cooperative:
+      return " coop";
+    case Sm90Schedule::Pingpong:
+      return " ping";
+    default:
+      return "";
   }
 }
 const char* act_name(Activation a) {
   switch (a) {
-    case Activation::None: return "none";
-    case Activation::Relu: return "relu";
-    case Activation::Gelu: return "gelu";
-    case Activation::Silu: return "silu";
+    case Activation::None:
+      return "none";
+    case Activation::Relu:
+      return "relu";
+    case Activation::Gelu:
+      return "gelu";
+    case Activation::Silu:
+      return "silu";
   }
   return "?";
 }
@@ -418,7 +434,8 @@ bool run_case(const Case& c, uint64_t seed) {
   std::vector<float> bias_v;
   std::uniform_real_distribution<float> u(-1.f, 1.f);
   if (c.bias)
-    for (int64_t j = 0; j < c.n; ++j) bias_v.push_back(dt == DType::BFloat16 ? bf16_round(u(rng)) : u(rng));
+    for (int64_t j = 0; j < c.n; ++j)
+      bias_v.push_back(dt == DType::BFloat16 ? bf16_round(u(rng)) : u(rng));
 
   const size_t a_elems = dt == DType::BFloat16 ? A.bf.size() : A.f32.size();
   const size_t b_elems = dt == DType::BFloat16 ? B.bf.size() : B.f32.size();
@@ -466,17 +483,14 @@ bool run_case(const Case& c, uint64_t seed) {
   tune.watchdog = g_watch_dev;
 
   char label[256];
-  std::snprintf(label, sizeof label, "%-5s %s %s%s %-7s%s %5lldx%5lldx%5lld%s act=%s%s%s%s out=%s%s",
-                c.group, dt == DType::BFloat16 ? "bf16" : "tf32", c.a_k ? "K" : "M",
-                c.b_k ? "K" : "N",
-                c.kernel == Case::Sm90 ? tile_name(c.tile)
-                                       : (c.kernel == Case::Simt ? "simt" : "mma.sync"),
-                sched_name(c.sched),
-                static_cast<long long>(c.m), static_cast<long long>(c.n),
-                static_cast<long long>(c.k), c.pad ? " pad" : "", act_name(c.act),
-                c.bias ? " +bias" : "", c.pre ? " +pre" : "", c.bias_grad ? " +dbias" : "",
-                c.out == DType::Float32 ? "f32" : "bf16",
-                c.max_tiles ? " (first tiles only)" : "");
+  std::snprintf(
+      label, sizeof label, "%-5s %s %s%s %-7s%s %5lldx%5lldx%5lld%s act=%s%s%s%s out=%s%s", c.group,
+      dt == DType::BFloat16 ? "bf16" : "tf32", c.a_k ? "K" : "M", c.b_k ? "K" : "N",
+      c.kernel == Case::Sm90 ? tile_name(c.tile) : (c.kernel == Case::Simt ? "simt" : "mma.sync"),
+      sched_name(c.sched), static_cast<long long>(c.m), static_cast<long long>(c.n),
+      static_cast<long long>(c.k), c.pad ? " pad" : "", act_name(c.act), c.bias ? " +bias" : "",
+      c.pre ? " +pre" : "", c.bias_grad ? " +dbias" : "", c.out == DType::Float32 ? "f32" : "bf16",
+      c.max_tiles ? " (first tiles only)" : "");
   say("%s\n", label);
 
   auto launch_ours = [&]() {
@@ -498,13 +512,15 @@ bool run_case(const Case& c, uint64_t seed) {
   check_watchdog(label);
 
   // cuBLASLt reference in fp32 output (all elements), then the epilogue on the host.
-  bool have_lt = c.m > 0 && c.n > 0 && c.k > 0 && g_lt->run(dt, c.m, c.n, c.k, oa, ob, dref.d, DType::Float32, nullptr);
+  bool have_lt = c.m > 0 && c.n > 0 && c.k > 0 &&
+                 g_lt->run(dt, c.m, c.n, c.k, oa, ob, dref.d, DType::Float32, nullptr);
   CK(cudaDeviceSynchronize());
   std::vector<uint8_t> got(out_elems * osize), got_pre(c.pre ? out_elems * osize : 0),
       got_g(c.bias_grad ? c.m * osize : 0);
   std::vector<float> ref(have_lt ? out_elems : 0);
   if (out_elems) CK(cudaMemcpy(got.data(), dd.d, got.size(), cudaMemcpyDeviceToHost));
-  if (c.pre && out_elems) CK(cudaMemcpy(got_pre.data(), dpre.d, got_pre.size(), cudaMemcpyDeviceToHost));
+  if (c.pre && out_elems)
+    CK(cudaMemcpy(got_pre.data(), dpre.d, got_pre.size(), cudaMemcpyDeviceToHost));
   if (c.bias_grad && c.m) CK(cudaMemcpy(got_g.data(), dg.d, got_g.size(), cudaMemcpyDeviceToHost));
   if (have_lt) CK(cudaMemcpy(ref.data(), dref.d, out_elems * 4, cudaMemcpyDeviceToHost));
 
@@ -528,7 +544,10 @@ bool run_case(const Case& c, uint64_t seed) {
         const double o = from_out(g, c.out, at);
         if (std::isnan(o)) {
           ++nan_count;
-          if (shown < 8) say("  NaN at (%lld, %lld)%s expected %.6g\n", (long long)i, (long long)j, want_pre ? " [pre]" : "", r), ++shown;
+          if (shown < 8)
+            say("  NaN at (%lld, %lld)%s expected %.6g\n", (long long)i, (long long)j,
+                want_pre ? " [pre]" : "", r),
+                ++shown;
           continue;
         }
         num += (o - r) * (o - r);
@@ -644,8 +663,9 @@ bool run_case(const Case& c, uint64_t seed) {
   // ---- timing: cuBLASLt (same epilogue) and every variant of ours, alternating.
   std::vector<Variant> vars = c.variants;
   if (vars.empty())
-    vars.push_back(Variant{c.kernel == Case::Sm90 ? "ours"
-                           : c.kernel == Case::Simt ? "ours simt" : "ours mma.sync",
+    vars.push_back(Variant{c.kernel == Case::Sm90   ? "ours"
+                           : c.kernel == Case::Simt ? "ours simt"
+                                                    : "ours mma.sync",
                            c.tile, c.sched});
   // Checks variant v's outputs against the reference computed above.
   auto check_variant = [&](const Variant& v, const Sm90Tuning& t) {
@@ -655,7 +675,8 @@ bool run_case(const Case& c, uint64_t seed) {
     if (out_elems) CK(cudaMemcpy(got.data(), dd.d, got.size(), cudaMemcpyDeviceToHost));
     if (c.pre && out_elems)
       CK(cudaMemcpy(got_pre.data(), dpre.d, got_pre.size(), cudaMemcpyDeviceToHost));
-    if (c.bias_grad && c.m) CK(cudaMemcpy(got_g.data(), dg.d, got_g.size(), cudaMemcpyDeviceToHost));
+    if (c.bias_grad && c.m)
+      CK(cudaMemcpy(got_g.data(), dg.d, got_g.size(), cudaMemcpyDeviceToHost));
     nan_count = 0, shown = 0;
     double ev = -1, evp = -1;
     if (have_lt) {
@@ -683,16 +704,20 @@ bool run_case(const Case& c, uint64_t seed) {
   le.aux = le.gelu && c.pre ? dlt_pre.d : nullptr;
   le.bgrad = c.bias_grad ? dlt_g.d : nullptr;
   const LtEpi* lep = simt ? nullptr : &le;
-  if (have_lt && lep != nullptr && !g_lt->run(dt, c.m, c.n, c.k, oa, ob, dlt.d, c.out, nullptr, true, lep)) {
+  if (have_lt && lep != nullptr &&
+      !g_lt->run(dt, c.m, c.n, c.k, oa, ob, dlt.d, c.out, nullptr, true, lep)) {
     say("  (cuBLASLt has no algorithm with this epilogue: timed without it)\n");
     lep = nullptr;
   }
   if (have_lt) {
-    fns.push_back([&, lep] { g_lt->run(dt, c.m, c.n, c.k, oa, ob, dlt.d, c.out, nullptr, !simt, lep); });
+    fns.push_back(
+        [&, lep] { g_lt->run(dt, c.m, c.n, c.k, oa, ob, dlt.d, c.out, nullptr, !simt, lep); });
     std::string n = simt ? "cublasLt fp32 (no TF32)" : "cublasLt";
     if (lep != nullptr && (lep->bias || lep->gelu || lep->relu || lep->bgrad))
-      n += std::string(" +") + (lep->bgrad ? "BGRADB" : lep->gelu ? (lep->aux ? "GELU_AUX_BIAS" : "GELU_BIAS")
-                                : lep->relu ? "RELU_BIAS" : "BIAS");
+      n += std::string(" +") + (lep->bgrad  ? "BGRADB"
+                                : lep->gelu ? (lep->aux ? "GELU_AUX_BIAS" : "GELU_BIAS")
+                                : lep->relu ? "RELU_BIAS"
+                                            : "BIAS");
     if (c.act == Activation::Silu) n += " (no SiLU)";
     names.push_back(n);
   }
@@ -712,7 +737,8 @@ bool run_case(const Case& c, uint64_t seed) {
       }
     }
     if (c.kernel == Case::Sm90)
-      fns.push_back([&, t] { launch_sm90_gemm(dt, c.m, c.n, c.k, oa, ob, dd.d, c.n, epi, nullptr, t); });
+      fns.push_back(
+          [&, t] { launch_sm90_gemm(dt, c.m, c.n, c.k, oa, ob, dd.d, c.n, epi, nullptr, t); });
     else
       fns.push_back(launch_ours);
     names.push_back(v.name);
@@ -740,8 +766,9 @@ bool run_case(const Case& c, uint64_t seed) {
     const bool ours_faster = ratio >= 1.0;
     say("  RULE picks %s; measured faster: %s (lt/ours %.3f) %s\n", rule_ours ? "ours" : "cublas",
         ours_faster ? "ours" : "cublas", ratio,
-        rule_ours == ours_faster ? "AGREE"
-        : std::fabs(ratio - 1.0) < 0.02 ? "DISAGREE (within 2%)" : "DISAGREE");
+        rule_ours == ours_faster        ? "AGREE"
+        : std::fabs(ratio - 1.0) < 0.02 ? "DISAGREE (within 2%)"
+                                        : "DISAGREE");
     char line[256];
     std::snprintf(line, sizeof line,
                   "SUMMARY %-11s %s %5lld %5lld %5lld%s  lt %.4f ms  ours %.4f ms  lt/ours %.3f  "
@@ -758,8 +785,8 @@ bool run_case(const Case& c, uint64_t seed) {
 
 // ------------------------------------------------------------------ groups
 
-const char* kGroups[] = {"diag", "fwd",   "epi",      "bwd", "tf32", "big",
-                         "tiles", "ping", "sched", "dispatch", "old", "ncu"};
+const char* kGroups[] = {"diag",  "fwd",  "epi",   "bwd",      "tf32", "big",
+                         "tiles", "ping", "sched", "dispatch", "old",  "ncu"};
 
 std::vector<Case> group_cases(const std::string& g) {
   std::vector<Case> v;
@@ -798,9 +825,13 @@ std::vector<Case> group_cases(const std::string& g) {
     add(t);
   } else if (g == "fwd") {
     // Forward layout, bf16 out, ragged and tiny shapes (K % 8 == 0: TMA strides).
-    for (auto s : std::vector<std::array<int64_t, 3>>{{1, 1, 8},       {1, 4096, 4096}, {7, 7, 8},
-                                                     {127, 255, 72},   {129, 257, 520},
-                                                     {4097, 4095, 4104}, {256, 128, 0}}) {
+    for (auto s : std::vector<std::array<int64_t, 3>>{{1, 1, 8},
+                                                      {1, 4096, 4096},
+                                                      {7, 7, 8},
+                                                      {127, 255, 72},
+                                                      {129, 257, 520},
+                                                      {4097, 4095, 4104},
+                                                      {256, 128, 0}}) {
       Case c;
       c.m = s[0], c.n = s[1], c.k = s[2];
       add(c);
@@ -824,14 +855,14 @@ std::vector<Case> group_cases(const std::string& g) {
     // dx = dy w: A = dy (K-major), B = w (N-major); dw = dy^T x (+ d_b): both M/N-major.
     // TMA needs the contiguous sizes (k of a K-major operand, m or n of an M/N-major
     // one) to be multiples of 8 bf16; the others are ragged.
-    for (auto s : std::vector<std::array<int64_t, 3>>{{128, 256, 64}, {7, 16, 24}, {127, 4088, 520},
-                                                     {1000, 1000, 1000}}) {
+    for (auto s : std::vector<std::array<int64_t, 3>>{
+             {128, 256, 64}, {7, 16, 24}, {127, 4088, 520}, {1000, 1000, 1000}}) {
       Case c;
       c.m = s[0], c.n = s[1], c.k = s[2], c.a_k = true, c.b_k = false;  // dx
       add(c);
     }
-    for (auto s : std::vector<std::array<int64_t, 3>>{{128, 256, 64}, {16, 24, 7}, {136, 4088, 4097},
-                                                     {1000, 1000, 1000}}) {
+    for (auto s : std::vector<std::array<int64_t, 3>>{
+             {128, 256, 64}, {16, 24, 7}, {136, 4088, 4097}, {1000, 1000, 1000}}) {
       Case c;
       c.m = s[0], c.n = s[1], c.k = s[2], c.a_k = false, c.b_k = false, c.bias_grad = true;  // dw
       add(c);
@@ -844,8 +875,8 @@ std::vector<Case> group_cases(const std::string& g) {
     c.m = 4096, c.n = 4096, c.k = 8192, c.a_k = false, c.b_k = false, c.bias_grad = true;  // dw
     add(c);
   } else if (g == "tf32") {
-    for (auto s : std::vector<std::array<int64_t, 3>>{{1, 1, 4}, {7, 127, 36}, {129, 257, 520},
-                                                     {1000, 1000, 1000}}) {
+    for (auto s : std::vector<std::array<int64_t, 3>>{
+             {1, 1, 4}, {7, 127, 36}, {129, 257, 520}, {1000, 1000, 1000}}) {
       Case c;
       c.dt = DType::Float32, c.out = DType::Float32, c.m = s[0], c.n = s[1], c.k = s[2];
       add(c);
@@ -865,14 +896,18 @@ std::vector<Case> group_cases(const std::string& g) {
     }
     for (int gm : {1, 4, 16}) {
       Case c;
-      c.m = 8192, c.n = 4096, c.k = 4096, c.tile = Sm90Tile::k128x256, c.group_m = gm, c.time = true;
+      c.m = 8192, c.n = 4096, c.k = 4096, c.tile = Sm90Tile::k128x256, c.group_m = gm,
+      c.time = true;
       add(c);
     }
   } else if (g == "big") {
-    for (auto s : std::vector<std::array<int64_t, 3>>{{8192, 4096, 4096}, {8192, 8192, 8192},
-                                                     {4096, 4096, 4096}, {2048, 2048, 2048},
-                                                     {1024, 1024, 1024}, {512, 512, 512},
-                                                     {4097, 4097, 4096}}) {
+    for (auto s : std::vector<std::array<int64_t, 3>>{{8192, 4096, 4096},
+                                                      {8192, 8192, 8192},
+                                                      {4096, 4096, 4096},
+                                                      {2048, 2048, 2048},
+                                                      {1024, 1024, 1024},
+                                                      {512, 512, 512},
+                                                      {4097, 4097, 4096}}) {
       Case c;
       c.m = s[0], c.n = s[1], c.k = s[2], c.time = true;
       add(c);
@@ -903,8 +938,8 @@ std::vector<Case> group_cases(const std::string& g) {
         add(c);
       }
       c.max_ctas = 0;
-      for (auto s : std::vector<std::array<int64_t, 3>>{{1, 1, 1}, {127, 4095, 520}, {4097, 136, 1001},
-                                                       {1000, 1000, 1000}}) {
+      for (auto s : std::vector<std::array<int64_t, 3>>{
+               {1, 1, 1}, {127, 4095, 520}, {4097, 136, 1001}, {1000, 1000, 1000}}) {
         c.m = s[0], c.n = s[1], c.k = s[2], c.out = DType::BFloat16;
         add(c);
       }
@@ -963,20 +998,20 @@ std::vector<Case> group_cases(const std::string& g) {
       add(c);
     };
     using S3 = std::array<int64_t, 3>;
-    for (S3 s : {S3{1024, 1024, 1024}, S3{2048, 2048, 2048}, S3{4096, 4096, 4096},
-                 S3{6144, 6144, 6144}, S3{8192, 8192, 8192}, S3{8192, 4096, 4096},
-                 S3{16384, 4096, 4096}, S3{8192, 8192, 4096}, S3{8192, 4096, 16384},
-                 S3{4096, 4095, 4096}, S3{1024, 1023, 1024}, S3{4097, 4097, 4096},
-                 S3{127, 4097, 4096}})
+    for (S3 s :
+         {S3{1024, 1024, 1024}, S3{2048, 2048, 2048}, S3{4096, 4096, 4096}, S3{6144, 6144, 6144},
+          S3{8192, 8192, 8192}, S3{8192, 4096, 4096}, S3{16384, 4096, 4096}, S3{8192, 8192, 4096},
+          S3{8192, 4096, 16384}, S3{4096, 4095, 4096}, S3{1024, 1023, 1024}, S3{4097, 4097, 4096},
+          S3{127, 4097, 4096}})
       timed(DType::BFloat16, true, true, s[0], s[1], s[2]);
-    for (S3 s : {S3{4096, 4096, 4096}, S3{8192, 4096, 4096}, S3{8192, 8192, 8192},
-                 S3{4097, 4097, 4096}})
+    for (S3 s :
+         {S3{4096, 4096, 4096}, S3{8192, 4096, 4096}, S3{8192, 8192, 8192}, S3{4097, 4097, 4096}})
       timed(DType::Float32, true, true, s[0], s[1], s[2]);
-    for (S3 s : {S3{2048, 2048, 2048}, S3{4096, 4096, 4096}, S3{8192, 4096, 4096},
-                 S3{8192, 8192, 8192}})
+    for (S3 s :
+         {S3{2048, 2048, 2048}, S3{4096, 4096, 4096}, S3{8192, 4096, 4096}, S3{8192, 8192, 8192}})
       timed(DType::BFloat16, true, false, s[0], s[1], s[2]);
-    for (S3 s : {S3{2048, 2048, 2048}, S3{4096, 4096, 4096}, S3{4096, 4096, 8192},
-                 S3{8192, 8192, 8192}})
+    for (S3 s :
+         {S3{2048, 2048, 2048}, S3{4096, 4096, 4096}, S3{4096, 4096, 8192}, S3{8192, 8192, 8192}})
       timed(DType::BFloat16, false, false, s[0], s[1], s[2]);
   } else if (g == "old") {
     Case c;
@@ -987,7 +1022,6 @@ std::vector<Case> group_cases(const std::string& g) {
   }
   return v;
 }
-
 
 // For a profiler (tools/gpu_gemm.sh, EMBER_GEMM_NCU=1): bf16 8192x4096x4096
 // with the bias, two launches of ours (cooperative 128x256, ping-pong 128x128),
@@ -1028,8 +1062,7 @@ int run_group(const std::string& g) {
   CK(cudaSetDevice(dev));
   cudaDeviceProp prop{};
   CK(cudaGetDeviceProperties(&prop, dev));
-  CK(cudaHostAlloc(reinterpret_cast<void**>(&g_watch_host), 8 * sizeof(int),
-                   cudaHostAllocMapped));
+  CK(cudaHostAlloc(reinterpret_cast<void**>(&g_watch_host), 8 * sizeof(int), cudaHostAllocMapped));
   std::memset(g_watch_host, 0, 8 * sizeof(int));
   CK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&g_watch_dev), g_watch_host, 0));
   Lt lt;

@@ -24,8 +24,8 @@ Device::Device(const std::string& spec) {
     const char* first = spec.data() + 5;
     const char* last = spec.data() + spec.size();
     auto [ptr, ec] = std::from_chars(first, last, i);
-    EMBER_CHECK(ec == std::errc() && ptr == last && i >= 0, "Device: bad device index in '",
-                spec, "' (expected cuda:N with N >= 0)");
+    EMBER_CHECK(ec == std::errc() && ptr == last && i >= 0, "Device: bad device index in '", spec,
+                "' (expected cuda:N with N >= 0)");
     *this = Device::cuda(i);
     return;
   }
@@ -34,12 +34,17 @@ Device::Device(const std::string& spec) {
 
 std::string Device::str() const {
   switch (type) {
-    case DeviceType::CPU: return "cpu";
-    case DeviceType::Meta: return "meta";
-    default: return "cuda:" + std::to_string(index);
+    case DeviceType::CPU:
+      return "cpu";
+    case DeviceType::Meta:
+      return "meta";
+    default:
+      return "cuda:" + std::to_string(index);
   }
 }
 
-std::ostream& operator<<(std::ostream& os, Device d) { return os << d.str(); }
+std::ostream& operator<<(std::ostream& os, Device d) {
+  return os << d.str();
+}
 
 }  // namespace ember

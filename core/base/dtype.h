@@ -17,22 +17,32 @@ enum class DType : uint8_t { Float32, Float64, BFloat16, Int64, Bool };
 
 constexpr size_t element_size(DType t) {
   switch (t) {
-    case DType::Float32: return 4;
-    case DType::Float64: return 8;
-    case DType::BFloat16: return 2;
-    case DType::Int64: return 8;
-    case DType::Bool: return 1;
+    case DType::Float32:
+      return 4;
+    case DType::Float64:
+      return 8;
+    case DType::BFloat16:
+      return 2;
+    case DType::Int64:
+      return 8;
+    case DType::Bool:
+      return 1;
   }
   return 0;
 }
 
 constexpr std::string_view dtype_name(DType t) {
   switch (t) {
-    case DType::Float32: return "float32";
-    case DType::Float64: return "float64";
-    case DType::BFloat16: return "bfloat16";
-    case DType::Int64: return "int64";
-    case DType::Bool: return "bool";
+    case DType::Float32:
+      return "float32";
+    case DType::Float64:
+      return "float64";
+    case DType::BFloat16:
+      return "bfloat16";
+    case DType::Int64:
+      return "int64";
+    case DType::Bool:
+      return "bool";
   }
   return "?";
 }
@@ -42,7 +52,9 @@ constexpr bool is_floating(DType t) {
 }
 
 // PyTorch's categories, lowest first: bool < integer < floating point.
-constexpr int dtype_category(DType t) { return t == DType::Bool ? 0 : t == DType::Int64 ? 1 : 2; }
+constexpr int dtype_category(DType t) {
+  return t == DType::Bool ? 0 : t == DType::Int64 ? 1 : 2;
+}
 
 // The dtype both operands of a binary op are computed in, as torch.promote_types:
 // the higher category wins (int64 + float32 -> float32, bool + int64 -> int64);
@@ -57,7 +69,9 @@ constexpr DType promote_types(DType a, DType b) {
   return DType::Float32;
 }
 
-inline std::ostream& operator<<(std::ostream& os, DType t) { return os << dtype_name(t); }
+inline std::ostream& operator<<(std::ostream& os, DType t) {
+  return os << dtype_name(t);
+}
 
 // bfloat16 as 16 raw bits; arithmetic goes through float.
 struct BFloat16 {
@@ -83,10 +97,25 @@ struct BFloat16 {
 
 template <typename T>
 constexpr DType dtype_of();
-template <> constexpr DType dtype_of<float>() { return DType::Float32; }
-template <> constexpr DType dtype_of<double>() { return DType::Float64; }
-template <> constexpr DType dtype_of<BFloat16>() { return DType::BFloat16; }
-template <> constexpr DType dtype_of<int64_t>() { return DType::Int64; }
-template <> constexpr DType dtype_of<bool>() { return DType::Bool; }
+template <>
+constexpr DType dtype_of<float>() {
+  return DType::Float32;
+}
+template <>
+constexpr DType dtype_of<double>() {
+  return DType::Float64;
+}
+template <>
+constexpr DType dtype_of<BFloat16>() {
+  return DType::BFloat16;
+}
+template <>
+constexpr DType dtype_of<int64_t>() {
+  return DType::Int64;
+}
+template <>
+constexpr DType dtype_of<bool>() {
+  return DType::Bool;
+}
 
 }  // namespace ember

@@ -83,41 +83,44 @@ enum class Saves : int { None, In, Out, Pass, NoGrad, Bool };
 //   act: Act when a GEMM epilogue can fuse it (an Activation), NoAct otherwise
 //   lo, hi: the interval tests draw inputs from; at, value: name(at) == value,
 //   computed by hand
-#define EMBER_UNARY_OPS(ENTRY)                                                                   \
-  ENTRY(neg, Neg, NoAct, None, -x, -g, -4.0, 4.0, 1.5, -1.5)                                     \
-  ENTRY(exp, Exp, NoAct, Out, exp(x), g * s, -3.0, 3.0, 1.0, 2.718281828459045)                  \
-  ENTRY(log, Log, NoAct, In, log(x), g / s, 0.2, 4.0, 2.0, 0.6931471805599453)                   \
-  ENTRY(sqrt, Sqrt, NoAct, Out, sqrt(x), g * T(0.5) / s, 0.2, 4.0, 2.0, 1.4142135623730951)      \
-  ENTRY(abs, Abs, NoAct, In, (x < T(0) ? -x : x), (s > T(0) ? g : s < T(0) ? -g : T(0)), -4.0,   \
-    4.0, -2.5, 2.5)                                                                          \
+#define EMBER_UNARY_OPS(ENTRY)                                                                    \
+  ENTRY(neg, Neg, NoAct, None, -x, -g, -4.0, 4.0, 1.5, -1.5)                                      \
+  ENTRY(exp, Exp, NoAct, Out, exp(x), g* s, -3.0, 3.0, 1.0, 2.718281828459045)                    \
+  ENTRY(log, Log, NoAct, In, log(x), g / s, 0.2, 4.0, 2.0, 0.6931471805599453)                    \
+  ENTRY(sqrt, Sqrt, NoAct, Out, sqrt(x), g* T(0.5) / s, 0.2, 4.0, 2.0, 1.4142135623730951)        \
+  ENTRY(abs, Abs, NoAct, In, (x < T(0) ? -x : x),                                                 \
+        (s > T(0)   ? g                                                                           \
+         : s < T(0) ? -g                                                                          \
+                    : T(0)),                                                                      \
+        -4.0, 4.0, -2.5, 2.5)                                                                     \
   ENTRY(relu, Relu, Act, Out, (x > T(0) ? x : T(0)), (s > T(0) ? g : T(0)), -4.0, 4.0, -2.0, 0.0) \
-  ENTRY(sigmoid, Sigmoid, NoAct, Out, sigmoid_of(x), g * s * (T(1) - s), -4.0, 4.0, 0.5,         \
-    0.6224593312018546)                                                                      \
-  ENTRY(tanh, Tanh, NoAct, Out, tanh(x), g * (T(1) - s * s), -3.0, 3.0, 0.5, 0.46211715726000974) \
-  ENTRY(gelu, Gelu, Act, In, gelu_tanh(x), g * gelu_tanh_grad(s), -4.0, 4.0, 1.0,                \
-    0.8411919906082768)                                                                      \
-  ENTRY(silu, Silu, Act, In, x * sigmoid_of(x), g * silu_grad(s), -4.0, 4.0, 1.0,                \
-    0.7310585786300049)                                                                      \
-  ENTRY(sin, Sin, NoAct, In, sin(x), g * cos(s), -3.0, 3.0, 0.5, 0.479425538604203)              \
-  ENTRY(cos, Cos, NoAct, In, cos(x), -g * sin(s), -3.0, 3.0, 0.5, 0.8775825618903728)              \
-  ENTRY(softplus, Softplus, NoAct, In, softplus_of(x), g * sigmoid_of(s), -4.0, 4.0, 1.0,          \
-    1.3132616875182228)
+  ENTRY(sigmoid, Sigmoid, NoAct, Out, sigmoid_of(x), g* s*(T(1) - s), -4.0, 4.0, 0.5,             \
+        0.6224593312018546)                                                                       \
+  ENTRY(tanh, Tanh, NoAct, Out, tanh(x), g*(T(1) - s * s), -3.0, 3.0, 0.5, 0.46211715726000974)   \
+  ENTRY(gelu, Gelu, Act, In, gelu_tanh(x), g* gelu_tanh_grad(s), -4.0, 4.0, 1.0,                  \
+        0.8411919906082768)                                                                       \
+  ENTRY(silu, Silu, Act, In, x* sigmoid_of(x), g* silu_grad(s), -4.0, 4.0, 1.0,                   \
+        0.7310585786300049)                                                                       \
+  ENTRY(sin, Sin, NoAct, In, sin(x), g* cos(s), -3.0, 3.0, 0.5, 0.479425538604203)                \
+  ENTRY(cos, Cos, NoAct, In, cos(x), -g* sin(s), -3.0, 3.0, 0.5, 0.8775825618903728)              \
+  ENTRY(softplus, Softplus, NoAct, In, softplus_of(x), g* sigmoid_of(s), -4.0, 4.0, 1.0,          \
+        1.3132616875182228)
 
 // Ops of a tensor and a scalar a, t -> op(t, a).
 // ENTRY(name, Enum, saves, forward, backward, lo, hi, a, at, value)
-#define EMBER_SCALAR_OPS(ENTRY)                                                                  \
-  ENTRY(pow, Pow, In, pow(x, a), g * a * pow(s, a - T(1)), 0.2, 3.0, 2.5, 2.0, 5.656854249492381) \
-  ENTRY(add, AddScalar, Pass, x + a, g, -4.0, 4.0, 0.5, 1.0, 1.5)                                \
-  ENTRY(mul, MulScalar, None, x * a, g * a, -4.0, 4.0, -1.5, 2.0, -3.0)                          \
-  ENTRY(rsub, RSubScalar, None, a - x, -g, -4.0, 4.0, 2.0, 0.5, 1.5)                             \
-  ENTRY(rdiv, RDivScalar, In, a / x, -g * a / (s * s), 0.2, 3.0, 2.0, 4.0, 0.5)                  \
+#define EMBER_SCALAR_OPS(ENTRY)                                                                   \
+  ENTRY(pow, Pow, In, pow(x, a), g* a* pow(s, a - T(1)), 0.2, 3.0, 2.5, 2.0, 5.656854249492381)   \
+  ENTRY(add, AddScalar, Pass, x + a, g, -4.0, 4.0, 0.5, 1.0, 1.5)                                 \
+  ENTRY(mul, MulScalar, None, x* a, g* a, -4.0, 4.0, -1.5, 2.0, -3.0)                             \
+  ENTRY(rsub, RSubScalar, None, a - x, -g, -4.0, 4.0, 2.0, 0.5, 1.5)                              \
+  ENTRY(rdiv, RDivScalar, In, a / x, -g * a / (s * s), 0.2, 3.0, 2.0, 4.0, 0.5)                   \
   ENTRY(clamp_min, ClampMin, In, (x < a ? a : x), (s >= a ? g : T(0)), -4.0, 4.0, 0.5, 0.25, 0.5) \
-  ENTRY(clamp_max, ClampMax, In, (x > a ? a : x), (s <= a ? g : T(0)), -4.0, 4.0, 0.5, 1.0, 0.5)   \
-  ENTRY(eq, EqScalar, Bool, (x == a ? T(1) : T(0)), T(0), -4.0, 4.0, 1.0, 1.0, 1.0)              \
-  ENTRY(ne, NeScalar, Bool, (x != a ? T(1) : T(0)), T(0), -4.0, 4.0, 1.0, 1.0, 0.0)              \
-  ENTRY(lt, LtScalar, Bool, (x < a ? T(1) : T(0)), T(0), -4.0, 4.0, 1.0, 0.5, 1.0)               \
-  ENTRY(le, LeScalar, Bool, (x <= a ? T(1) : T(0)), T(0), -4.0, 4.0, 1.0, 1.0, 1.0)              \
-  ENTRY(ge, GeScalar, Bool, (x >= a ? T(1) : T(0)), T(0), -4.0, 4.0, 1.0, 1.0, 1.0)              \
+  ENTRY(clamp_max, ClampMax, In, (x > a ? a : x), (s <= a ? g : T(0)), -4.0, 4.0, 0.5, 1.0, 0.5)  \
+  ENTRY(eq, EqScalar, Bool, (x == a ? T(1) : T(0)), T(0), -4.0, 4.0, 1.0, 1.0, 1.0)               \
+  ENTRY(ne, NeScalar, Bool, (x != a ? T(1) : T(0)), T(0), -4.0, 4.0, 1.0, 1.0, 0.0)               \
+  ENTRY(lt, LtScalar, Bool, (x < a ? T(1) : T(0)), T(0), -4.0, 4.0, 1.0, 0.5, 1.0)                \
+  ENTRY(le, LeScalar, Bool, (x <= a ? T(1) : T(0)), T(0), -4.0, 4.0, 1.0, 1.0, 1.0)               \
+  ENTRY(ge, GeScalar, Bool, (x >= a ? T(1) : T(0)), T(0), -4.0, 4.0, 1.0, 1.0, 1.0)               \
   ENTRY(gt, GtScalar, Bool, (x > a ? T(1) : T(0)), T(0), -4.0, 4.0, 1.0, 1.0, 0.0)
 
 // What a binary op's derivative with respect to one operand reads: G (it is the
@@ -128,20 +131,20 @@ enum class Reads : int { G, GA, None, X, Y, XY, Bool };
 
 // Ops of two tensors (numpy broadcasting), (x, y) -> op(x, y, a); a is add's alpha.
 // ENTRY(name, Enum, forward, d_x, d_y, dx_reads, dy_reads, lo, hi, at_x, at_y, value)
-#define EMBER_BINARY_OPS(ENTRY)                                                                  \
-  ENTRY(add, Add, x + a * y, g, g * a, G, GA, -4.0, 4.0, 1.0, 2.0, 3.0)                          \
-  ENTRY(sub, Sub, x - y, g, -g, G, None, -4.0, 4.0, 5.0, 2.0, 3.0)                               \
-  ENTRY(mul, Mul, x * y, g * y, g * x, Y, X, -4.0, 4.0, 3.0, 4.0, 12.0)                          \
-  ENTRY(div, Div, x / y, g / y, -((g / y) * x / y), Y, XY, 0.5, 3.0, 3.0, 4.0, 0.75)             \
-  ENTRY(maximum, Maximum, max_of(x, y), g * wins_over(x, y), g * wins_over(y, x), XY, XY, -4.0,  \
-    4.0, 1.0, 2.0, 2.0)                                                                          \
-  ENTRY(minimum, Minimum, min_of(x, y), g * wins_over(y, x), g * wins_over(x, y), XY, XY, -4.0,  \
-    4.0, 1.0, 2.0, 1.0)                                                                          \
-  ENTRY(eq, Eq, (x == y ? T(1) : T(0)), T(0), T(0), Bool, Bool, -4.0, 4.0, 1.0, 1.0, 1.0)        \
-  ENTRY(ne, Ne, (x != y ? T(1) : T(0)), T(0), T(0), Bool, Bool, -4.0, 4.0, 1.0, 1.0, 0.0)        \
-  ENTRY(lt, Lt, (x < y ? T(1) : T(0)), T(0), T(0), Bool, Bool, -4.0, 4.0, 1.0, 2.0, 1.0)         \
-  ENTRY(le, Le, (x <= y ? T(1) : T(0)), T(0), T(0), Bool, Bool, -4.0, 4.0, 2.0, 2.0, 1.0)        \
-  ENTRY(gt, Gt, (x > y ? T(1) : T(0)), T(0), T(0), Bool, Bool, -4.0, 4.0, 1.0, 2.0, 0.0)         \
+#define EMBER_BINARY_OPS(ENTRY)                                                                    \
+  ENTRY(add, Add, x + a * y, g, g * a, G, GA, -4.0, 4.0, 1.0, 2.0, 3.0)                            \
+  ENTRY(sub, Sub, x - y, g, -g, G, None, -4.0, 4.0, 5.0, 2.0, 3.0)                                 \
+  ENTRY(mul, Mul, x* y, g* y, g* x, Y, X, -4.0, 4.0, 3.0, 4.0, 12.0)                               \
+  ENTRY(div, Div, x / y, g / y, -((g / y) * x / y), Y, XY, 0.5, 3.0, 3.0, 4.0, 0.75)               \
+  ENTRY(maximum, Maximum, max_of(x, y), g* wins_over(x, y), g* wins_over(y, x), XY, XY, -4.0, 4.0, \
+        1.0, 2.0, 2.0)                                                                             \
+  ENTRY(minimum, Minimum, min_of(x, y), g* wins_over(y, x), g* wins_over(x, y), XY, XY, -4.0, 4.0, \
+        1.0, 2.0, 1.0)                                                                             \
+  ENTRY(eq, Eq, (x == y ? T(1) : T(0)), T(0), T(0), Bool, Bool, -4.0, 4.0, 1.0, 1.0, 1.0)          \
+  ENTRY(ne, Ne, (x != y ? T(1) : T(0)), T(0), T(0), Bool, Bool, -4.0, 4.0, 1.0, 1.0, 0.0)          \
+  ENTRY(lt, Lt, (x < y ? T(1) : T(0)), T(0), T(0), Bool, Bool, -4.0, 4.0, 1.0, 2.0, 1.0)           \
+  ENTRY(le, Le, (x <= y ? T(1) : T(0)), T(0), T(0), Bool, Bool, -4.0, 4.0, 2.0, 2.0, 1.0)          \
+  ENTRY(gt, Gt, (x > y ? T(1) : T(0)), T(0), T(0), Bool, Bool, -4.0, 4.0, 1.0, 2.0, 0.0)           \
   ENTRY(ge, Ge, (x >= y ? T(1) : T(0)), T(0), T(0), Bool, Bool, -4.0, 4.0, 2.0, 2.0, 1.0)
 
 // ------------------------------------------------------------- enums
@@ -311,14 +314,22 @@ constexpr Reads binary_reads(BinaryOp op, int side) {
   }
   return Reads::None;
 }
-constexpr bool reads_x(Reads r) { return r == Reads::X || r == Reads::XY; }
-constexpr bool reads_y(Reads r) { return r == Reads::Y || r == Reads::XY; }
+constexpr bool reads_x(Reads r) {
+  return r == Reads::X || r == Reads::XY;
+}
+constexpr bool reads_y(Reads r) {
+  return r == Reads::Y || r == Reads::XY;
+}
 
 // --- comparisons and integers (PyTorch's type promotion)
 
 // The comparisons: their output is a bool tensor, whatever their inputs.
-constexpr bool gives_bool(UnaryOp op) { return unary_saves(op) == Saves::Bool; }
-constexpr bool gives_bool(BinaryOp op) { return binary_reads(op, 0) == Reads::Bool; }
+constexpr bool gives_bool(UnaryOp op) {
+  return unary_saves(op) == Saves::Bool;
+}
+constexpr bool gives_bool(BinaryOp op) {
+  return binary_reads(op, 0) == Reads::Bool;
+}
 
 // The ops that map integers to integers, so an int64 input stays int64 (with an
 // integral scalar, for the ops that take one); every other op computes integer

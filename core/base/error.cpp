@@ -19,7 +19,9 @@ WarningHandler set_warning_handler(WarningHandler handler) {
   return g_warning_handler.exchange(handler != nullptr ? handler : &print_warning);
 }
 
-void warn(const std::string& message) { g_warning_handler.load()(message); }
+void warn(const std::string& message) {
+  g_warning_handler.load()(message);
+}
 
 namespace detail {
 

@@ -42,9 +42,9 @@ std::string str_cat(const Args&... args) {
 
 }  // namespace ember
 
-#define EMBER_CHECK(cond, ...)                                                           \
-  do {                                                                                   \
-    if (!(cond)) [[unlikely]]                                                            \
+#define EMBER_CHECK(cond, ...)                                                                 \
+  do {                                                                                         \
+    if (!(cond)) [[unlikely]]                                                                  \
       ::ember::detail::throw_error(__FILE__, __LINE__, ::ember::detail::str_cat(__VA_ARGS__)); \
   } while (0)
 

@@ -18,8 +18,8 @@ struct StridedLayout {
   // initialise (StridedLayout l{}) to have them zeroed.
   int64_t sizes[kMaxDims];
   int64_t strides[kMaxDims];
-  int64_t offset = 0;       // in elements
-  bool contiguous = true;   // strides are the contiguous ones for sizes
+  int64_t offset = 0;      // in elements
+  bool contiguous = true;  // strides are the contiguous ones for sizes
 
   EMBER_HD int64_t offset_of(int64_t linear) const {
     if (contiguous) return offset + linear;

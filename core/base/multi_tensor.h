@@ -32,7 +32,9 @@ inline NormKind norm_kind(double p) {
 }
 
 // The partial result of no element.
-EMBER_HD double norm_identity() { return 0.0; }
+EMBER_HD double norm_identity() {
+  return 0.0;
+}
 
 // NaN wins, so a NaN gradient gives a NaN norm (as PyTorch's max does).
 EMBER_HD double nan_max(double a, double b) {
@@ -44,10 +46,14 @@ EMBER_HD double nan_max(double a, double b) {
 // What element x adds: |x|^p (x^2, |x|), |x| for the max, 1 if x != 0 for p = 0.
 EMBER_HD double norm_term(NormKind k, double p, double x) {
   switch (k) {
-    case NormKind::Zero: return x != 0.0 ? 1.0 : 0.0;  // NaN != 0: counted
-    case NormKind::One: return x < 0 ? -x : x;
-    case NormKind::Two: return x * x;
-    case NormKind::Inf: return x < 0 ? -x : x;
+    case NormKind::Zero:
+      return x != 0.0 ? 1.0 : 0.0;  // NaN != 0: counted
+    case NormKind::One:
+      return x < 0 ? -x : x;
+    case NormKind::Two:
+      return x * x;
+    case NormKind::Inf:
+      return x < 0 ? -x : x;
     case NormKind::P: {
       using std::fabs;
       using std::pow;
@@ -67,9 +73,12 @@ EMBER_HD double norm_finish(NormKind k, double p, double total) {
   using std::pow;
   using std::sqrt;
   switch (k) {
-    case NormKind::Two: return sqrt(total);
-    case NormKind::P: return pow(total, 1.0 / p);
-    default: return total;
+    case NormKind::Two:
+      return sqrt(total);
+    case NormKind::P:
+      return pow(total, 1.0 / p);
+    default:
+      return total;
   }
 }
 

@@ -12,7 +12,8 @@ namespace ember {
 
 // splitmix64 finaliser of (seed, counter): a good 64-bit mix, cheap on both devices.
 EMBER_HD uint64_t random_bits(uint64_t seed, uint64_t counter) {
-  uint64_t z = seed * 0x9E3779B97F4A7C15ull + counter * 0xD1B54A32D192ED03ull + 0x632BE59BD9B4E019ull;
+  uint64_t z =
+      seed * 0x9E3779B97F4A7C15ull + counter * 0xD1B54A32D192ED03ull + 0x632BE59BD9B4E019ull;
   z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
   z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
   return z ^ (z >> 31);

@@ -66,8 +66,12 @@ std::string shape_str(const Shape& s) {
   return os.str();
 }
 
-std::ostream& operator<<(std::ostream& os, const Shape& s) { return os << shape_str(s); }
+std::ostream& operator<<(std::ostream& os, const Shape& s) {
+  return os << shape_str(s);
+}
 
-std::ostream& operator<<(std::ostream& os, ShapeStr s) { return os << shape_str(s.s); }
+std::ostream& operator<<(std::ostream& os, ShapeStr s) {
+  return os << shape_str(s.s);
+}
 
 }  // namespace ember

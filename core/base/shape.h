@@ -40,7 +40,9 @@ class Shape {
   explicit Shape(size_t n, int64_t value = 0) { assign(n, value); }
   Shape(std::initializer_list<int64_t> values) { assign(values.begin(), values.end()); }
   template <std::input_iterator It>
-  Shape(It first, It last) { assign(first, last); }
+  Shape(It first, It last) {
+    assign(first, last);
+  }
   Shape(const std::vector<int64_t>& values) { assign(values.begin(), values.end()); }
   Shape(const Shape& other) { assign(other.begin(), other.end()); }
   Shape(Shape&& other) noexcept { take(other); }

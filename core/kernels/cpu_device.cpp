@@ -3,9 +3,9 @@
 #include <cstring>
 
 #include "core/base/error.h"
+#include "core/kernels/registration.h"
 #include "core/memory/allocator.h"
 #include "core/memory/caching_allocator.h"
-#include "core/kernels/registration.h"
 
 namespace ember::kernels {
 
@@ -14,14 +14,26 @@ namespace {
 void check(int index) {
   EMBER_CHECK(index == 0, "device cpu:", index, " does not exist; the host is cpu (index 0)");
 }
-memory::CachingAllocator& allocator(int) { return memory::host_caching_allocator(); }
-memory::Allocator& tensor_allocator(int) { return memory::host_allocator(); }
-bool autocasts(int) { return false; }  // as torch.autocast("cuda"): host tensors untouched
-void* current_stream(int) { return nullptr; }
+memory::CachingAllocator& allocator(int) {
+  return memory::host_caching_allocator();
+}
+memory::Allocator& tensor_allocator(int) {
+  return memory::host_allocator();
+}
+bool autocasts(int) {
+  return false;
+}  // as torch.autocast("cuda"): host tensors untouched
+void* current_stream(int) {
+  return nullptr;
+}
 void check_not_capturing(int, const char*, const char*) {}
-bool is_capturing(int) { return false; }
+bool is_capturing(int) {
+  return false;
+}
 void synchronize(int) {}
-int count() { return 1; }
+int count() {
+  return 1;
+}
 
 void copy_bytes(const CopyBytesArgs& a) {
   if (a.n > 0) std::memcpy(a.dst, a.src, a.n);

@@ -94,9 +94,10 @@ void binary_backward_generic(const BinaryBackwardArgs& a) {
 
 void cast_generic(const CastArgs& a) {
   if (a.xl.contiguous && a.yl.contiguous && a.from == a.to) {
-    std::memmove(static_cast<char*>(a.y) + a.yl.offset * static_cast<int64_t>(element_size(a.to)),
-                 static_cast<const char*>(a.x) + a.xl.offset * static_cast<int64_t>(element_size(a.from)),
-                 static_cast<size_t>(a.n) * element_size(a.to));
+    std::memmove(
+        static_cast<char*>(a.y) + a.yl.offset * static_cast<int64_t>(element_size(a.to)),
+        static_cast<const char*>(a.x) + a.xl.offset * static_cast<int64_t>(element_size(a.from)),
+        static_cast<size_t>(a.n) * element_size(a.to));
     return;
   }
   dispatch_cpu(a.from, [&](auto stag) {
@@ -183,7 +184,9 @@ void randperm(const RandpermArgs& a) {
   for (int64_t i = 0; i < a.n; ++i) a.out[i] = keyed[static_cast<size_t>(i)].second;
 }
 
-size_t no_workspace(const ScatterQuery&) { return 0; }
+size_t no_workspace(const ScatterQuery&) {
+  return 0;
+}
 
 }  // namespace
 

@@ -1,10 +1,10 @@
 // The CPU element-wise fast path (cpu_elementwise.h says what it takes and
 // promises): each formula of core/base/elementwise_ops.h's lists, the text the
 // generic loop evaluates, in a loop of its own over contiguous elements, the op
-// chosen once per call, so that the compiler can vectorise. Bit-identity with the generic loop comes from computing the same
-// expression in the same type, or, for the ops listed as exact in float below,
-// from the double-rounding theorem. tests/core/test_cpu_fast_path.cpp compares
-// the two bit for bit on every op of the lists.
+// chosen once per call, so that the compiler can vectorise. Bit-identity with the generic loop
+// comes from computing the same expression in the same type, or, for the ops listed as exact in
+// float below, from the double-rounding theorem. tests/core/test_cpu_fast_path.cpp compares the two
+// bit for bit on every op of the lists.
 #include <cfloat>
 #include <cmath>
 #include <cstdint>
@@ -119,7 +119,8 @@ constexpr bool backward_exact_in_float(BinaryOp op, int side) {
 // value the double one reads. (The range test first: converting a double
 // outside float's range is undefined behaviour.)
 bool float_holds(double a) {
-  return std::fabs(a) <= static_cast<double>(FLT_MAX) && static_cast<double>(static_cast<float>(a)) == a;
+  return std::fabs(a) <= static_cast<double>(FLT_MAX) &&
+         static_cast<double>(static_cast<float>(a)) == a;
 }
 
 // ---------------------------------------------------------------- element access
@@ -153,11 +154,20 @@ constexpr bool has_float_math = std::is_same_v<S, float> || std::is_same_v<S, BF
 template <typename F>
 bool dispatch_fast(DType t, F&& f) {
   switch (t) {
-    case DType::Float32: f(float{}); return true;
-    case DType::Float64: f(double{}); return true;
-    case DType::BFloat16: f(BFloat16{}); return true;
-    case DType::Int64: f(int64_t{}); return true;
-    case DType::Bool: return false;
+    case DType::Float32:
+      f(float{});
+      return true;
+    case DType::Float64:
+      f(double{});
+      return true;
+    case DType::BFloat16:
+      f(BFloat16{});
+      return true;
+    case DType::Int64:
+      f(int64_t{});
+      return true;
+    case DType::Bool:
+      return false;
   }
   return false;
 }
@@ -261,20 +271,19 @@ P* row_start(P* base, const StridedLayout& l, size_t size, const Plan& p, int64_
 
 template <UnaryOp kOp>
 struct UnaryFormula;
-#define EMBER_UNARY_FORMULA(Enum, fwd, bwd)                              \
-  template <>                                                            \
-  struct UnaryFormula<UnaryOp::Enum> {                                   \
-    template <typename T>                                                \
-    static T forward([[maybe_unused]] T x, [[maybe_unused]] T a) {       \
-      EMBER_FORMULA_MATH                                                 \
-      return fwd;                                                        \
-    }                                                                    \
-    template <typename T>                                                \
-    static T backward([[maybe_unused]] T g, [[maybe_unused]] T s,        \
-                      [[maybe_unused]] T a) {                            \
-      EMBER_FORMULA_MATH                                                 \
-      return bwd;                                                        \
-    }                                                                    \
+#define EMBER_UNARY_FORMULA(Enum, fwd, bwd)                                               \
+  template <>                                                                             \
+  struct UnaryFormula<UnaryOp::Enum> {                                                    \
+    template <typename T>                                                                 \
+    static T forward([[maybe_unused]] T x, [[maybe_unused]] T a) {                        \
+      EMBER_FORMULA_MATH                                                                  \
+      return fwd;                                                                         \
+    }                                                                                     \
+    template <typename T>                                                                 \
+    static T backward([[maybe_unused]] T g, [[maybe_unused]] T s, [[maybe_unused]] T a) { \
+      EMBER_FORMULA_MATH                                                                  \
+      return bwd;                                                                         \
+    }                                                                                     \
   };
 #define EMBER_X(name, Enum, act, saves, fwd, bwd, ...) EMBER_UNARY_FORMULA(Enum, fwd, bwd)
 EMBER_UNARY_OPS(EMBER_X)
@@ -286,21 +295,21 @@ EMBER_SCALAR_OPS(EMBER_X)
 
 template <BinaryOp kOp>
 struct BinaryFormula;
-#define EMBER_X(name, Enum, fwd, dx, dy, ...)                                               \
-  template <>                                                                               \
-  struct BinaryFormula<BinaryOp::Enum> {                                                    \
-    template <typename T>                                                                   \
-    static T forward([[maybe_unused]] T x, [[maybe_unused]] T y, [[maybe_unused]] T a) {    \
-      return fwd;                                                                           \
-    }                                                                                       \
-    template <int kSide, typename T>                                                        \
-    static T backward([[maybe_unused]] T g, [[maybe_unused]] T x, [[maybe_unused]] T y,    \
-                      [[maybe_unused]] T a) {                                               \
-      if constexpr (kSide == 0)                                                             \
-        return dx;                                                                          \
-      else                                                                                  \
-        return dy;                                                                          \
-    }                                                                                       \
+#define EMBER_X(name, Enum, fwd, dx, dy, ...)                                            \
+  template <>                                                                            \
+  struct BinaryFormula<BinaryOp::Enum> {                                                 \
+    template <typename T>                                                                \
+    static T forward([[maybe_unused]] T x, [[maybe_unused]] T y, [[maybe_unused]] T a) { \
+      return fwd;                                                                        \
+    }                                                                                    \
+    template <int kSide, typename T>                                                     \
+    static T backward([[maybe_unused]] T g, [[maybe_unused]] T x, [[maybe_unused]] T y,  \
+                      [[maybe_unused]] T a) {                                            \
+      if constexpr (kSide == 0)                                                          \
+        return dx;                                                                       \
+      else                                                                               \
+        return dy;                                                                       \
+    }                                                                                    \
   };
 EMBER_BINARY_OPS(EMBER_X)
 #undef EMBER_X
@@ -403,8 +412,8 @@ UnaryLoop unary_loop_for(UnaryOp op, DType t) {
   dispatch_fast(t, [&](auto tag) {
     using S = decltype(tag);
     switch (op) {
-#define EMBER_X(name, Enum, ...) \
-  case UnaryOp::Enum:            \
+#define EMBER_X(name, Enum, ...)        \
+  case UnaryOp::Enum:                   \
     loop = &unary_op<UnaryOp::Enum, S>; \
     break;
       EMBER_UNARY_OPS(EMBER_X) EMBER_SCALAR_OPS(EMBER_X)
@@ -419,8 +428,8 @@ UnaryBackwardLoop unary_backward_loop_for(UnaryOp op, DType t) {
   dispatch_fast(t, [&](auto tag) {
     using S = decltype(tag);
     switch (op) {
-#define EMBER_X(name, Enum, ...) \
-  case UnaryOp::Enum:            \
+#define EMBER_X(name, Enum, ...)                 \
+  case UnaryOp::Enum:                            \
     loop = &unary_backward_op<UnaryOp::Enum, S>; \
     break;
       EMBER_UNARY_OPS(EMBER_X) EMBER_SCALAR_OPS(EMBER_X)
@@ -435,8 +444,8 @@ BinaryLoop binary_loop_for(BinaryOp op, DType t) {
   dispatch_fast(t, [&](auto tag) {
     using S = decltype(tag);
     switch (op) {
-#define EMBER_X(name, Enum, ...) \
-  case BinaryOp::Enum:           \
+#define EMBER_X(name, Enum, ...)          \
+  case BinaryOp::Enum:                    \
     loop = &binary_op<BinaryOp::Enum, S>; \
     break;
       EMBER_BINARY_OPS(EMBER_X)
@@ -452,10 +461,10 @@ BinaryBackwardLoop binary_backward_loop_for(BinaryOp op, int side, DType t) {
   dispatch_fast(t, [&](auto tag) {
     using S = decltype(tag);
     switch (op) {
-#define EMBER_X(name, Enum, ...)                                              \
-  case BinaryOp::Enum:                                                        \
-    loop = side == 0 ? &binary_backward_op<BinaryOp::Enum, 0, S>              \
-                     : &binary_backward_op<BinaryOp::Enum, 1, S>;             \
+#define EMBER_X(name, Enum, ...)                                  \
+  case BinaryOp::Enum:                                            \
+    loop = side == 0 ? &binary_backward_op<BinaryOp::Enum, 0, S>  \
+                     : &binary_backward_op<BinaryOp::Enum, 1, S>; \
     break;
       EMBER_BINARY_OPS(EMBER_X)
 #undef EMBER_X

@@ -41,7 +41,8 @@ void index_add(const IndexAddArgs& a) {
         if (idx < 0 || idx >= a.n) continue;
         for (int64_t i = 0; i < a.inner; ++i) {
           S* d = dst + (o * a.n + idx) * a.inner + i;
-          store_from_double(d, load_as_double(d) + load_as_double(src + (o * a.k + j) * a.inner + i));
+          store_from_double(d,
+                            load_as_double(d) + load_as_double(src + (o * a.k + j) * a.inner + i));
         }
       }
   });
@@ -86,7 +87,9 @@ void scatter_add(const ScatterAddArgs& a) {
   });
 }
 
-size_t no_workspace(const ScatterQuery&) { return 0; }
+size_t no_workspace(const ScatterQuery&) {
+  return 0;
+}
 
 }  // namespace
 

@@ -38,7 +38,9 @@ void gemm(const GemmArgs& g) {
   });
 }
 
-bool unsupported(const DTypeQuery&) { return false; }
+bool unsupported(const DTypeQuery&) {
+  return false;
+}
 
 }  // namespace
 

@@ -13,21 +13,32 @@ namespace ember::detail {
 template <typename F>
 decltype(auto) dispatch_cpu(DType t, F&& f) {
   switch (t) {
-    case DType::Float32: return f(float{});
-    case DType::Float64: return f(double{});
-    case DType::BFloat16: return f(BFloat16{});
-    case DType::Int64: return f(int64_t{});
-    case DType::Bool: return f(bool{});
+    case DType::Float32:
+      return f(float{});
+    case DType::Float64:
+      return f(double{});
+    case DType::BFloat16:
+      return f(BFloat16{});
+    case DType::Int64:
+      return f(int64_t{});
+    case DType::Bool:
+      return f(bool{});
   }
   return f(float{});
 }
 
 template <typename S>
-inline double load_as_double(const S* p) { return static_cast<double>(*p); }
+inline double load_as_double(const S* p) {
+  return static_cast<double>(*p);
+}
 template <>
-inline double load_as_double<BFloat16>(const BFloat16* p) { return static_cast<float>(*p); }
+inline double load_as_double<BFloat16>(const BFloat16* p) {
+  return static_cast<float>(*p);
+}
 template <typename S>
-inline void store_from_double(S* p, double v) { *p = static_cast<S>(v); }
+inline void store_from_double(S* p, double v) {
+  *p = static_cast<S>(v);
+}
 template <>
 inline void store_from_double<BFloat16>(BFloat16* p, double v) {
   *p = BFloat16(static_cast<float>(v));

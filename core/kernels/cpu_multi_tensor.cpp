@@ -24,7 +24,9 @@ void multi_tensor_norm(const MultiTensorNormArgs& a) {
   if (a.clip_coef != nullptr) *a.clip_coef = clip_coefficient(a.max_norm, *a.total);
 }
 
-size_t multi_tensor_norm_workspace_bytes(const MultiTensorQuery&) { return 0; }
+size_t multi_tensor_norm_workspace_bytes(const MultiTensorQuery&) {
+  return 0;
+}
 
 void multi_tensor_scale(const MultiTensorScaleArgs& a) {
   const double scale = *a.scale;

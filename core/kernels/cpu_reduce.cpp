@@ -76,7 +76,9 @@ void max_backward(const MaxBackwardArgs& a) {
   });
 }
 
-size_t no_workspace(const ReduceShape&) { return 0; }
+size_t no_workspace(const ReduceShape&) {
+  return 0;
+}
 
 }  // namespace
 

@@ -61,8 +61,12 @@ void softmax_backward(const SoftmaxBackwardArgs& a) {
   });
 }
 
-bool no_cross_entropy_kernel(const CrossEntropyQuery&) { return false; }
-bool no_layer_norm_kernel(const LayerNormQuery&) { return false; }
+bool no_cross_entropy_kernel(const CrossEntropyQuery&) {
+  return false;
+}
+bool no_layer_norm_kernel(const LayerNormQuery&) {
+  return false;
+}
 
 }  // namespace
 

@@ -2,25 +2,41 @@
 // current stream, copies through cudaMemcpyAsync, graphs (cuda/graph.h).
 #include "core/kernels/registration.h"
 #include "cuda/check.h"
-#include "cuda/device_error.h"
 #include "cuda/device_allocator.h"
+#include "cuda/device_error.h"
 #include "cuda/runtime.h"
 
 namespace ember::kernels {
 
 namespace {
 
-void check(int index) { cuda::check_device(index); }
-memory::CachingAllocator& allocator(int index) { return cuda::device_caching_allocator(index); }
-memory::Allocator& tensor_allocator(int index) { return cuda::device_caching_allocator(index); }
-bool autocasts(int) { return true; }
-void* current_stream(int index) { return cuda::current_stream(index); }
+void check(int index) {
+  cuda::check_device(index);
+}
+memory::CachingAllocator& allocator(int index) {
+  return cuda::device_caching_allocator(index);
+}
+memory::Allocator& tensor_allocator(int index) {
+  return cuda::device_caching_allocator(index);
+}
+bool autocasts(int) {
+  return true;
+}
+void* current_stream(int index) {
+  return cuda::current_stream(index);
+}
 void check_not_capturing(int index, const char* what, const char* action) {
   cuda::check_not_capturing(index, what, action);
 }
-bool is_capturing(int index) { return cuda::is_capturing(index); }
-void synchronize(int index) { cuda::synchronize(index); }
-int count() { return cuda::device_count(); }
+bool is_capturing(int index) {
+  return cuda::is_capturing(index);
+}
+void synchronize(int index) {
+  cuda::synchronize(index);
+}
+int count() {
+  return cuda::device_count();
+}
 
 // Host <-> device, device <-> device (same or peer); synchronises when the
 // destination is the host or the copy crosses devices.
@@ -29,8 +45,8 @@ void copy_bytes(const CopyBytesArgs& a) {
   const Device dd = a.dst_device, sd = a.src_device;
   if (dd.is_cuda() && sd.is_cpu()) {
     cuda::DeviceGuard g(dd.index);
-    EMBER_CUDA_CHECK(cudaMemcpyAsync(a.dst, a.src, a.n, cudaMemcpyHostToDevice,
-                                     cuda::current_stream(dd.index)));
+    EMBER_CUDA_CHECK(
+        cudaMemcpyAsync(a.dst, a.src, a.n, cudaMemcpyHostToDevice, cuda::current_stream(dd.index)));
   } else if (dd.is_cpu() && sd.is_cuda()) {
     cuda::DeviceGuard g(sd.index);
     cudaStream_t s = cuda::current_stream(sd.index);

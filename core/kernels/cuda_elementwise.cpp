@@ -35,8 +35,8 @@ void where(const WhereArgs& a) {
 
 void binary_backward(const BinaryBackwardArgs& a) {
   cuda::DeviceGuard guard(a.device.index);
-  cuda::launch_binary_backward(a.op, a.side, a.dtype, a.g, a.gl, a.x, a.xl, a.y, a.yl, a.out,
-                               a.ol, a.n, a.a, cuda::current_stream(a.device.index));
+  cuda::launch_binary_backward(a.op, a.side, a.dtype, a.g, a.gl, a.x, a.xl, a.y, a.yl, a.out, a.ol,
+                               a.n, a.a, cuda::current_stream(a.device.index));
 }
 
 void cast(const CastArgs& a) {

@@ -62,7 +62,9 @@ bool linear_weight_grad_fused(const LinearWeightGradArgs& a) {
          cuda::GemmKernel::None;
 }
 
-bool linear_fuses_bias_grad(const DTypeQuery& q) { return cuda::fuse_bias_grad(q.dtype); }
+bool linear_fuses_bias_grad(const DTypeQuery& q) {
+  return cuda::fuse_bias_grad(q.dtype);
+}
 
 }  // namespace
 

@@ -9,7 +9,9 @@ namespace ember::kernels {
 
 namespace {
 
-bool mse_fused_supported(const DTypeQuery& q) { return is_floating(q.dtype); }
+bool mse_fused_supported(const DTypeQuery& q) {
+  return is_floating(q.dtype);
+}
 
 void mse_fused(const MseArgs& a) {
   cuda::DeviceGuard guard(a.device.index);
@@ -17,7 +19,9 @@ void mse_fused(const MseArgs& a) {
                          a.loss_scale, a.workspace, cuda::current_stream(a.device.index));
 }
 
-size_t mse_workspace_bytes(const SizeQuery& q) { return cuda::mse_workspace_bytes(q.n); }
+size_t mse_workspace_bytes(const SizeQuery& q) {
+  return cuda::mse_workspace_bytes(q.n);
+}
 
 void scale_by_device_scalar(const ScaleByScalarArgs& a) {
   cuda::DeviceGuard guard(a.device.index);
@@ -31,8 +35,8 @@ bool cross_entropy_fused_supported(const CrossEntropyQuery& q) {
 void cross_entropy_fused(const CrossEntropyArgs& a) {
   cuda::DeviceGuard guard(a.device.index);
   cuda::launch_cross_entropy(a.dtype, a.op, a.logits, a.target, a.d_logits, a.loss, a.rows,
-                             a.classes, a.ignore_index, a.label_smoothing, a.reduction,
-                             a.workspace, cuda::current_stream(a.device.index));
+                             a.classes, a.ignore_index, a.label_smoothing, a.reduction, a.workspace,
+                             cuda::current_stream(a.device.index));
 }
 
 size_t cross_entropy_workspace_bytes(const CrossEntropyQuery& q) {

@@ -9,8 +9,8 @@ namespace {
 
 void multi_tensor_norm(const MultiTensorNormArgs& a) {
   cuda::DeviceGuard guard(a.device.index);
-  cuda::launch_multi_tensor_norm(a.tensors, a.count, a.norm_type, a.total, a.max_norm,
-                                 a.clip_coef, a.workspace, cuda::current_stream(a.device.index));
+  cuda::launch_multi_tensor_norm(a.tensors, a.count, a.norm_type, a.total, a.max_norm, a.clip_coef,
+                                 a.workspace, cuda::current_stream(a.device.index));
 }
 
 size_t multi_tensor_norm_workspace_bytes(const MultiTensorQuery& q) {

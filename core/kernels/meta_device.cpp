@@ -14,7 +14,9 @@ namespace ember::kernels {
 
 namespace {
 
-bool mirrors_cuda() { return meta_mirror() == DeviceType::CUDA; }
+bool mirrors_cuda() {
+  return meta_mirror() == DeviceType::CUDA;
+}
 
 // `a` addressed to the mirrored device's table (index 0: its queries depend on
 // sizes and dtypes alone).
@@ -23,20 +25,34 @@ Args on_mirror(Args a) {
   a.device = Device(meta_mirror());
   return a;
 }
-const KernelTable& mirror_table() { return table(meta_mirror()); }
+const KernelTable& mirror_table() {
+  return table(meta_mirror());
+}
 
 // --- hooks
 void check(int index) {
   EMBER_CHECK(index == 0, "device meta:", index, " does not exist; the meta device is meta");
 }
-memory::CachingAllocator& allocator(int) { return meta_allocator(); }
-memory::Allocator& tensor_allocator(int) { return meta_allocator(); }
-void* current_stream(int) { return nullptr; }
+memory::CachingAllocator& allocator(int) {
+  return meta_allocator();
+}
+memory::Allocator& tensor_allocator(int) {
+  return meta_allocator();
+}
+void* current_stream(int) {
+  return nullptr;
+}
 void check_not_capturing(int, const char*, const char*) {}
-bool is_capturing(int) { return false; }
+bool is_capturing(int) {
+  return false;
+}
 void synchronize(int) {}
-int count() { return 1; }
-bool autocasts(int) { return mirrors_cuda(); }
+int count() {
+  return 1;
+}
+bool autocasts(int) {
+  return mirrors_cuda();
+}
 
 // --- kernels that compute nothing
 template <typename Args>
@@ -57,7 +73,9 @@ void gemm(const GemmArgs&) {
 // device's addresses keep the allocator's alignment), and the cuBLAS(Lt)
 // workspace that path makes outside the allocator. The CPU has no fused Linear
 // (its linear_fused_supported is false) and declines both backward products.
-cuda::GemmKernel plan(cuda::LinearGemm& g) { return cuda::plan_linear(g, 0); }
+cuda::GemmKernel plan(cuda::LinearGemm& g) {
+  return cuda::plan_linear(g, 0);
+}
 
 void linear_fused(const LinearArgs& a) {
   if (!mirrors_cuda()) return;

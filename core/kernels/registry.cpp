@@ -16,7 +16,9 @@ namespace {
 }
 
 #define EMBER_MISSING(name, R, Args) \
-  R missing_##name(const Args& a) { throw_missing(#name, a.device); }
+  R missing_##name(const Args& a) {  \
+    throw_missing(#name, a.device);  \
+  }
 EMBER_KERNEL_FAMILIES(EMBER_MISSING)
 #undef EMBER_MISSING
 

@@ -51,8 +51,8 @@ struct AllocatorOptions {
   // leaves. Bugs found are reported with the block's allocation site (see
   // CachingAllocator::sanitizer_reports). Costs memory and time: for debugging.
   bool sanitize = false;
-  size_t quarantine_blocks = 256;                // sanitize_quarantine_blocks
-  size_t quarantine_bytes = size_t{64} << 20;    // sanitize_quarantine_mb
+  size_t quarantine_blocks = 256;              // sanitize_quarantine_blocks
+  size_t quarantine_bytes = size_t{64} << 20;  // sanitize_quarantine_mb
 
   // Parses `key:value,...`. Keys: max_split_size_mb, max_non_split_rounding_mb,
   // roundup_power2_divisions (N or [size_mb:N,...,>:N]), garbage_collection_threshold,

@@ -41,7 +41,9 @@ bool Backend::supports_virtual_memory(std::string* why) {
   return false;
 }
 
-void* Backend::reserve_address_space(size_t) { return nullptr; }
+void* Backend::reserve_address_space(size_t) {
+  return nullptr;
+}
 
 bool Backend::map_pages(void*, size_t) {
   EMBER_FAIL("map_pages: this backend has no virtual memory management");
@@ -54,9 +56,13 @@ void Backend::release_address_space(void*, size_t) noexcept {}
 // ---------------------------------------------------------------------------------
 // HostBackend
 
-void* HostBackend::raw_alloc(size_t bytes) { return page_aligned_alloc(bytes); }
+void* HostBackend::raw_alloc(size_t bytes) {
+  return page_aligned_alloc(bytes);
+}
 
-void HostBackend::raw_free(void* ptr) noexcept { std::free(ptr); }
+void HostBackend::raw_free(void* ptr) noexcept {
+  std::free(ptr);
+}
 
 Backend::MemoryInfo HostBackend::memory_info() {
   long pages = sysconf(_SC_PHYS_PAGES);
@@ -180,16 +186,14 @@ void SimulatedBackend::raw_free(void* ptr) noexcept {
 }
 
 void SimulatedBackend::fill(void* ptr, unsigned char value, size_t bytes, cudaStream_t stream) {
-  EMBER_CHECK(memory_ == SimulatedMemory::host,
-              "simulated device without memory: cannot write ", bytes,
-              " bytes (the allocator's sanitizer mode needs a backend with memory)");
+  EMBER_CHECK(memory_ == SimulatedMemory::host, "simulated device without memory: cannot write ",
+              bytes, " bytes (the allocator's sanitizer mode needs a backend with memory)");
   Backend::fill(ptr, value, bytes, stream);
 }
 
 void SimulatedBackend::read(void* host_dst, const void* ptr, size_t bytes, cudaStream_t stream) {
-  EMBER_CHECK(memory_ == SimulatedMemory::host,
-              "simulated device without memory: cannot read ", bytes,
-              " bytes (the allocator's sanitizer mode needs a backend with memory)");
+  EMBER_CHECK(memory_ == SimulatedMemory::host, "simulated device without memory: cannot read ",
+              bytes, " bytes (the allocator's sanitizer mode needs a backend with memory)");
   Backend::read(host_dst, ptr, bytes, stream);
 }
 
@@ -215,7 +219,8 @@ void SimulatedBackend::set_granularity(size_t bytes) {
               "SimulatedBackend::set_granularity: ", bytes,
               " is not a power of two of at least 4096 bytes");
   std::lock_guard lock(mutex_);
-  EMBER_CHECK(reservations_.empty(), "SimulatedBackend::set_granularity: address space is "
+  EMBER_CHECK(reservations_.empty(),
+              "SimulatedBackend::set_granularity: address space is "
               "already reserved with the old granularity");
   granularity_ = bytes;
 }
@@ -260,7 +265,8 @@ size_t SimulatedBackend::granularity() {
 
 void* SimulatedBackend::reserve_address_space(size_t bytes) {
   std::lock_guard lock(mutex_);
-  EMBER_CHECK(virtual_memory_, "reserve_address_space: the simulated driver has no virtual "
+  EMBER_CHECK(virtual_memory_,
+              "reserve_address_space: the simulated driver has no virtual "
               "memory management");
   EMBER_CHECK(bytes > 0 && bytes % granularity_ == 0, "reserve_address_space: ", bytes,
               " bytes is not a positive multiple of the granularity (", granularity_, ")");
@@ -324,7 +330,8 @@ void SimulatedBackend::unmap_pages(void* ptr, size_t bytes) noexcept {
   if (bytes == 0 || bytes % granularity_ != 0 || p % granularity_ != 0)
     simulated_vm_bug("unmap_pages of a range that is not whole pages", ptr, bytes);
   for (uintptr_t page = p; page < p + bytes; page += granularity_)
-    if (mapped_pages_.erase(page) == 0) simulated_vm_bug("unmap_pages of an unmapped page", ptr, bytes);
+    if (mapped_pages_.erase(page) == 0)
+      simulated_vm_bug("unmap_pages of an unmapped page", ptr, bytes);
   // Replacing the pages discards their contents, as giving memory back does.
   if (memory_ == SimulatedMemory::host &&
       mmap(ptr, bytes, kNoAccess, kMapFlags | MAP_FIXED, -1, 0) == MAP_FAILED)

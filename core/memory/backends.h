@@ -142,7 +142,7 @@ class SimulatedBackend final : public Backend {
   size_t raw_alloc_calls() const;
   size_t raw_free_calls() const;
   size_t live_events() const;
-  size_t event_syncs() const;  // synchronize_event calls (each completes its event)
+  size_t event_syncs() const;   // synchronize_event calls (each completes its event)
   size_t mapped_bytes() const;  // bytes of pages mapped now (part of used())
   size_t map_calls() const;     // map_pages calls, failed ones included
   size_t unmap_calls() const;

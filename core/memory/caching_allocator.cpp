@@ -32,13 +32,16 @@ size_t roundup_power2_next_division(size_t size, size_t divisions) {
   return down == size ? size : down + step;
 }
 
-size_t round_up(size_t n, size_t unit) { return (n + unit - 1) / unit * unit; }
+size_t round_up(size_t n, size_t unit) {
+  return (n + unit - 1) / unit * unit;
+}
 
 }  // namespace
 
 size_t CachingAllocator::round_size(size_t bytes, const AllocatorOptions& options) {
   if (bytes < kMinBlockSize) return kMinBlockSize;
-  if (bytes > kMaxRequest) [[unlikely]] return kMaxRequest;  // fails as out of memory
+  if (bytes > kMaxRequest) [[unlikely]]
+    return kMaxRequest;  // fails as out of memory
   size_t divisions = options.divisions_for(bytes);
   if (divisions > 1 && bytes > kMinBlockSize * divisions)
     return roundup_power2_next_division(bytes, divisions);
@@ -65,7 +68,9 @@ struct SearchKey {
   size_t size;
 };
 
-inline uintptr_t stream_key(cudaStream_t s) { return reinterpret_cast<uintptr_t>(s); }
+inline uintptr_t stream_key(cudaStream_t s) {
+  return reinterpret_cast<uintptr_t>(s);
+}
 
 // Orders cached blocks by (stream, size, segment age, address), so lower_bound on
 // (stream, size) finds the best fit on that stream: the first block not less than
@@ -120,8 +125,10 @@ struct NodeAllocator {
     return static_cast<T*>(n == 1 ? pool->get(sizeof(T)) : ::operator new(n * sizeof(T)));
   }
   void deallocate(T* p, size_t n) noexcept {
-    if (n == 1) pool->put(p, sizeof(T));
-    else ::operator delete(p);
+    if (n == 1)
+      pool->put(p, sizeof(T));
+    else
+      ::operator delete(p);
   }
   template <typename U>
   bool operator==(const NodeAllocator<U>& other) const noexcept {
@@ -154,7 +161,6 @@ struct Block {
 
   bool is_split() const { return prev != nullptr || next != nullptr; }
 };
-
 
 // A range of memory blocks are carved from. An ordinary segment is one backend
 // allocation, all of it memory (mapped == size). An expandable segment is a
@@ -211,7 +217,7 @@ struct Counter {
     int64_t allocated = 0;
     int64_t base = 0;
   };
-  Pool pools[2];  // [0] small pool, [1] large pool
+  Pool pools[2];     // [0] small pool, [1] large pool
   int64_t peak = 0;  // of the aggregate
 
   int64_t current() const { return pools[0].current + pools[1].current; }
@@ -246,8 +252,9 @@ struct Counters {
       active_bytes, inactive_split_bytes, requested_bytes;
 
   std::array<Counter*, 9> all() {
-    return {&allocation, &segment, &active, &inactive_split, &allocated_bytes, &reserved_bytes,
-            &active_bytes, &inactive_split_bytes, &requested_bytes};
+    return {&allocation,      &segment,        &active,       &inactive_split,
+            &allocated_bytes, &reserved_bytes, &active_bytes, &inactive_split_bytes,
+            &requested_bytes};
   }
   void write_to(MemoryStats& s) const {
     s.allocation = allocation.to_stat_array();
@@ -340,7 +347,8 @@ class PointerMap {
 class AllocatorMutex {
  public:
   void lock() noexcept {
-    if (!locked_.exchange(true, std::memory_order_acquire)) [[likely]] return;
+    if (!locked_.exchange(true, std::memory_order_acquire)) [[likely]]
+      return;
     lock_contended();
   }
   void unlock() noexcept { locked_.store(false, std::memory_order_release); }
@@ -425,14 +433,17 @@ class CachingAllocator::Impl {
       target = capturing_pool(stream);  // and no event queries: a capture forbids them
     else if (!pending_events_.empty() || !deferred_.empty()) [[unlikely]]
       process_events();
-    if (options_.sanitize) [[unlikely]] return sanitized_allocate(bytes, stream);
+    if (options_.sanitize) [[unlikely]]
+      return sanitized_allocate(bytes, stream);
     // Without roundup_power2_divisions a request rounds to 512 bytes (round_size).
-    const size_t size = plain_rounding_ && bytes <= kMaxRequest
-                            ? std::max(kMinBlockSize, (bytes + kMinBlockSize - 1) & ~(kMinBlockSize - 1))
-                            : round_size(bytes, options_);
+    const size_t size =
+        plain_rounding_ && bytes <= kMaxRequest
+            ? std::max(kMinBlockSize, (bytes + kMinBlockSize - 1) & ~(kMinBlockSize - 1))
+            : round_size(bytes, options_);
     const bool small = size <= kSmallSize;
     Block* block = take_cached_block(small, stream, size, target);
-    if (block == nullptr) [[unlikely]] block = allocate_memory(small, stream, size, bytes, target);
+    if (block == nullptr) [[unlikely]]
+      block = allocate_memory(small, stream, size, bytes, target);
     return hand_out(block, size, bytes);
   }
 
@@ -441,8 +452,10 @@ class CachingAllocator::Impl {
     std::lock_guard lock(mutex_);
     Block* block = allocated_.erase(reinterpret_cast<uintptr_t>(ptr));
     if (block == nullptr) [[unlikely]] {
-      std::fprintf(stderr, "ember: deallocate(%p): not a live allocation of this allocator; "
-                   "ignored\n", ptr);
+      std::fprintf(stderr,
+                   "ember: deallocate(%p): not a live allocation of this allocator; "
+                   "ignored\n",
+                   ptr);
       return;
     }
     block->allocated = false;
@@ -464,8 +477,10 @@ class CachingAllocator::Impl {
       hold(block);
       return;
     }
-    if (block->stream_uses.empty() && !options_.sanitize) [[likely]] release_to_pool(block);
-    else free_block(block);
+    if (block->stream_uses.empty() && !options_.sanitize) [[likely]]
+      release_to_pool(block);
+    else
+      free_block(block);
   }
 
   // The rest of a free: wait for the streams the block was used on, then cache it.
@@ -482,15 +497,16 @@ class CachingAllocator::Impl {
       } catch (const std::exception& e) {
         // Without its events the block cannot wait for every stream; reusing it
         // sooner is the lesser harm in a function that must not throw.
-        std::fprintf(stderr, "ember: deallocate: recording stream events failed (%s)\n",
-                     e.what());
+        std::fprintf(stderr, "ember: deallocate: recording stream events failed (%s)\n", e.what());
         block->stream_uses.clear();
       }
       // Events that were recorded release the block when they complete.
       if (block->event_count > 0) return;
     }
-    if (options_.sanitize) [[unlikely]] quarantine(block);
-    else release_to_pool(block);
+    if (options_.sanitize) [[unlikely]]
+      quarantine(block);
+    else
+      release_to_pool(block);
   }
 
   void record_stream(void* ptr, cudaStream_t stream) {
@@ -508,7 +524,8 @@ class CachingAllocator::Impl {
 
   void empty_cache() {
     std::lock_guard lock(mutex_);
-    EMBER_CHECK(capturing_.empty(), "empty_cache: cannot return cached memory while a CUDA graph "
+    EMBER_CHECK(capturing_.empty(),
+                "empty_cache: cannot return cached memory while a CUDA graph "
                 "is being captured (cuda::Graph::capture); call it before or after the capture");
     release_cached_blocks();
   }
@@ -526,8 +543,11 @@ class CachingAllocator::Impl {
   void begin_allocate_to_pool(PoolId id, cudaStream_t stream) {
     std::lock_guard lock(mutex_);
     PrivatePool* p = find_pool(id, "begin_allocate_to_pool");
-    EMBER_CHECK(!options_.sanitize, "CUDA graph capture: not available in the allocator's "
-                "sanitizer mode (", kAllocConfEnvVar, "=sanitize:True), whose checks read "
+    EMBER_CHECK(!options_.sanitize,
+                "CUDA graph capture: not available in the allocator's "
+                "sanitizer mode (",
+                kAllocConfEnvVar,
+                "=sanitize:True), whose checks read "
                 "device memory synchronously");
     EMBER_CHECK(!p->capturing, "begin_allocate_to_pool: pool ", id, " is already capturing");
     EMBER_CHECK(capturing_pool(stream) == nullptr, "begin_allocate_to_pool: stream ",
@@ -606,10 +626,9 @@ class CachingAllocator::Impl {
   }
 
   std::string summary(bool abbreviated) const {
-    std::string title = backend_->is_host()
-                            ? std::string("ember CPU memory summary")
-                            : "ember CUDA memory summary, device ID " +
-                                  std::to_string(backend_->device());
+    std::string title = backend_->is_host() ? std::string("ember CPU memory summary")
+                                            : "ember CUDA memory summary, device ID " +
+                                                  std::to_string(backend_->device());
     const MemoryStats s = stats(true);
     return format_memory_summary(s, title, backend_->is_host(), abbreviated) +
            format_fragmentation_line(s) + "\n";
@@ -637,7 +656,7 @@ class CachingAllocator::Impl {
         bs.requested_size = b->requested_size;
         bs.tag = b->tag;
         bs.scope = b->scope;
-        bs.state = b->allocated          ? BlockState::allocated
+        bs.state = b->allocated         ? BlockState::allocated
                    : b->event_count > 0 ? BlockState::active_pending_free
                                         : BlockState::inactive;
         if (bs.state == BlockState::allocated) s.allocated_size += b->size;
@@ -727,8 +746,7 @@ class CachingAllocator::Impl {
 
   // Compares `n` bytes at `offset` (from the block's start) with `expected`;
   // returns the first changed byte's offset and how many changed, or {-1, 0}.
-  std::pair<int64_t, size_t> scan(const Block* b, size_t offset, size_t n,
-                                  unsigned char expected) {
+  std::pair<int64_t, size_t> scan(const Block* b, size_t offset, size_t n, unsigned char expected) {
     if (n == 0) return {-1, 0};
     scratch_.resize(n);
     backend_->read(scratch_.data(), reinterpret_cast<const void*>(b->ptr + offset), n, b->stream);
@@ -758,10 +776,10 @@ class CachingAllocator::Impl {
                        : r.scope        ? std::string(r.scope)
                        : r.tag          ? std::string(r.tag)
                                         : std::string("(untagged)");
-    r.message = detail::str_cat(
-        "ember allocator sanitizer: ", what, ": ", changed, " byte", changed == 1 ? "" : "s",
-        " changed, the first at byte ", r.offset, " of a ", r.requested_size, "-byte block at 0x",
-        std::hex, r.address, std::dec, " allocated at ", site);
+    r.message = detail::str_cat("ember allocator sanitizer: ", what, ": ", changed, " byte",
+                                changed == 1 ? "" : "s", " changed, the first at byte ", r.offset,
+                                " of a ", r.requested_size, "-byte block at 0x", std::hex,
+                                r.address, std::dec, " allocated at ", site);
     std::fprintf(stderr, "%s\n", r.message.c_str());
     try {
       reports_.push_back(std::move(r));
@@ -790,8 +808,7 @@ class CachingAllocator::Impl {
       // neighbour, shown as pending free in snapshots.
       block->event_count = 1;
     } catch (const std::exception& e) {
-      std::fprintf(stderr, "ember allocator sanitizer: cannot quarantine a block (%s)\n",
-                   e.what());
+      std::fprintf(stderr, "ember allocator sanitizer: cannot quarantine a block (%s)\n", e.what());
       release_to_pool(block);
       return;
     }
@@ -836,15 +853,18 @@ class CachingAllocator::Impl {
     a.pools[type == kLargePool].current -= static_cast<int64_t>(n);
   }
   static void update(Counter& a, size_t type, int64_t delta) {
-    if (delta > 0) increase(a, type, static_cast<size_t>(delta));
-    else if (delta < 0) decrease(a, type, static_cast<size_t>(-delta));
+    if (delta > 0)
+      increase(a, type, static_cast<size_t>(delta));
+    else if (delta < 0)
+      decrease(a, type, static_cast<size_t>(-delta));
   }
 
   BlockSet& pool(bool small) { return small ? small_pool_ : large_pool_; }
 
   // The free-block set a block of this segment is cached in.
   BlockSet& pool_of(const Block* b) {
-    if (PrivatePool* p = b->segment->pool) [[unlikely]] return b->small ? p->small : p->large;
+    if (PrivatePool* p = b->segment->pool) [[unlikely]]
+      return b->small ? p->small : p->large;
     return pool(b->small);
   }
 
@@ -959,8 +979,7 @@ class CachingAllocator::Impl {
 
   // The best-fitting cached block, still in its pool (`target`, or the general
   // cache when null), or nullptr.
-  Block* take_cached_block(bool small, cudaStream_t stream, size_t size,
-                           PrivatePool* target) {
+  Block* take_cached_block(bool small, cudaStream_t stream, size_t size, PrivatePool* target) {
     BlockSet& blocks = target == nullptr ? pool(small) : small ? target->small : target->large;
     if (!small && target == nullptr) ++large_lookups_;
     auto it = blocks.lower_bound(SearchKey{stream, size});
@@ -969,9 +988,8 @@ class CachingAllocator::Impl {
     if (b->segment->expandable) [[unlikely]] {
       // As PyTorch: prefer any other fitting block to a segment's growable tail,
       // which is as good as fresh memory.
-      for (auto next = std::next(it); growable_tail(b) && next != blocks.end() &&
-                                      (*next)->stream == stream;
-           ++next)
+      for (auto next = std::next(it);
+           growable_tail(b) && next != blocks.end() && (*next)->stream == stream; ++next)
         if (!growable_tail(*next)) b = *next;
       return b;  // max_split_size does not apply inside expandable segments
     }
@@ -993,7 +1011,8 @@ class CachingAllocator::Impl {
   // not need (the remainder stays cached, in place), marks it allocated and counts it.
   void* hand_out(Block* block, size_t size, size_t requested) {
     const size_t type = pool_type(block->small);
-    const bool counts_split = !block->segment->expandable;  // as PyTorch: see format_fragmentation_line
+    const bool counts_split =
+        !block->segment->expandable;  // as PyTorch: see format_fragmentation_line
     const bool was_split = block->is_split();
     if (should_split(block, size)) {
       // The allocation takes the front; the original block becomes the remainder
@@ -1006,14 +1025,18 @@ class CachingAllocator::Impl {
       block->small = rest->small;
       block->segment = rest->segment;
       block->prev = rest->prev;
-      if (block->prev != nullptr) block->prev->next = block;
-      else block->segment->head = block;
+      if (block->prev != nullptr)
+        block->prev->next = block;
+      else
+        block->segment->head = block;
       block->next = rest;
       rest->prev = block;
       rest->ptr += size;
       rest->size -= size;
-      if (rest->cached) reposition_shrunk(rest);
-      else cache_insert(rest);
+      if (rest->cached)
+        reposition_shrunk(rest);
+      else
+        cache_insert(rest);
       if (counts_split) {
         if (was_split) {
           // An inactive split block shrank by `size`.
@@ -1052,8 +1075,10 @@ class CachingAllocator::Impl {
 
   // Unlinks `b` from its segment's list (its neighbours now meet) and recycles it.
   [[gnu::always_inline]] void unlink(Block* b) {
-    if (b->prev != nullptr) b->prev->next = b->next;
-    else b->segment->head = b->next;
+    if (b->prev != nullptr)
+      b->prev->next = b->next;
+    else
+      b->segment->head = b->next;
     if (b->next != nullptr) b->next->prev = b->prev;
     recycle(b);
   }
@@ -1144,8 +1169,10 @@ class CachingAllocator::Impl {
   void retire_event(Backend::EventHandle e, Block* block) {
     spare_events_.push_back(e);
     if (--block->event_count == 0) {
-      if (options_.sanitize) quarantine(block);
-      else release_to_pool(block);
+      if (options_.sanitize)
+        quarantine(block);
+      else
+        release_to_pool(block);
     }
   }
 
@@ -1156,8 +1183,10 @@ class CachingAllocator::Impl {
     size_t kept = 0;
     for (size_t i = 0; i < pending_events_.size(); ++i) {
       auto [event, block] = pending_events_[i];
-      if (backend_->query_event(event)) retire_event(event, block);
-      else pending_events_[kept++] = pending_events_[i];
+      if (backend_->query_event(event))
+        retire_event(event, block);
+      else
+        pending_events_[kept++] = pending_events_[i];
     }
     pending_events_.resize(kept);
   }
@@ -1234,15 +1263,16 @@ class CachingAllocator::Impl {
     increase(c_.reserved_bytes, type, bytes);
     if (bytes >= options_.max_split_size) stats_.oversize_segments.increase(1);
     ++stats_.num_device_alloc;
-    if (history_on_) record(TraceAction::segment_alloc, seg->base, bytes, stream, AllocationTag::current());
+    if (history_on_)
+      record(TraceAction::segment_alloc, seg->base, bytes, stream, AllocationTag::current());
     return b;
   }
 
   // The expandable segment of (stream, pool kind, graph pool) that can still grow,
   // reserving one when there is none; null (with `no_address_space`) when address
   // space cannot be had.
-  Segment* expandable_segment(bool small, cudaStream_t stream, PrivatePool* target,
-                              size_t need, bool& no_address_space) {
+  Segment* expandable_segment(bool small, cudaStream_t stream, PrivatePool* target, size_t need,
+                              bool& no_address_space) {
     for (Segment* seg : expandables_)
       if (seg->stream == stream && seg->small == small && seg->pool == target &&
           seg->size - seg->mapped >= need)
@@ -1334,8 +1364,10 @@ class CachingAllocator::Impl {
     b->segment = seg;
     b->prev = tail;
     b->next = nullptr;
-    if (tail != nullptr) tail->next = b;
-    else seg->head = b;
+    if (tail != nullptr)
+      tail->next = b;
+    else
+      seg->head = b;
     return b;
   }
 
@@ -1353,7 +1385,8 @@ class CachingAllocator::Impl {
     const size_t type = pool_type(seg->small);
     decrease(c_.reserved_bytes, type, bytes);
     ++stats_.num_device_free;
-    if (history_on_) record(TraceAction::segment_unmap, seg->base + keep, bytes, seg->stream, nullptr);
+    if (history_on_)
+      record(TraceAction::segment_unmap, seg->base + keep, bytes, seg->stream, nullptr);
     if (keep == offset) {
       cache_erase(tail);
       unlink(tail);
@@ -1441,8 +1474,8 @@ class CachingAllocator::Impl {
   // large-pool lookups since it was cached.
   void garbage_collect() {
     if (capacity_ == 0) capacity_ = backend_->memory_info().total;
-    const auto threshold = static_cast<size_t>(options_.garbage_collection_threshold *
-                                               static_cast<double>(capacity_));
+    const auto threshold =
+        static_cast<size_t>(options_.garbage_collection_threshold * static_cast<double>(capacity_));
     const auto reserved = static_cast<size_t>(c_.reserved_bytes.current());
     if (reserved <= threshold) return;
     const size_t target = reserved - threshold;
@@ -1459,8 +1492,7 @@ class CachingAllocator::Impl {
     while (reclaimed < target && freed && candidates > 0) {
       // Each pass frees every candidate at least as old as the average (not
       // stopping at the target, so that collection is not triggered again soon).
-      const double threshold_age =
-          static_cast<double>(total_age) / static_cast<double>(candidates);
+      const double threshold_age = static_cast<double>(total_age) / static_cast<double>(candidates);
       freed = false;
       for (auto it = large_pool_.begin(); it != large_pool_.end();) {
         Block* b = *it++;
@@ -1558,11 +1590,11 @@ class CachingAllocator::Impl {
       count(p->small);
       count(p->large);
     }
-    msg += detail::str_cat(
-        "\nLargest free block: ",
-        format_bytes(static_cast<uint64_t>(gauges.largest_free_block[kAggregate])), " (",
-        format_bytes(cached_bytes), " cached in ", cached_blocks, " free block",
-        cached_blocks == 1 ? "" : "s", ").");
+    msg +=
+        detail::str_cat("\nLargest free block: ",
+                        format_bytes(static_cast<uint64_t>(gauges.largest_free_block[kAggregate])),
+                        " (", format_bytes(cached_bytes), " cached in ", cached_blocks,
+                        " free block", cached_blocks == 1 ? "" : "s", ").");
 
     // Live bytes by allocation site (scope / tag), the largest first.
     std::map<std::pair<std::string, std::string>, std::pair<size_t, size_t>> sites;
@@ -1585,9 +1617,9 @@ class CachingAllocator::Impl {
         const auto& [use, site] = top[i];
         const auto& [scope, tag] = site;
         const std::string name = !scope.empty() && !tag.empty() ? scope + " / " + tag
-                                 : !scope.empty()              ? scope
-                                 : !tag.empty()                ? tag
-                                                               : std::string("(untagged)");
+                                 : !scope.empty()               ? scope
+                                 : !tag.empty()                 ? tag
+                                                                : std::string("(untagged)");
         msg += detail::str_cat("\n  ", format_bytes(use.first), " in ", use.second, " block",
                                use.second == 1 ? "" : "s", ": ", name);
       }
@@ -1637,8 +1669,8 @@ class CachingAllocator::Impl {
         for (const auto& [base, seg] : segments_)
           for (const Block* b = seg->head; b != nullptr; b = b->next)
             if (b->allocated || b->event_count > 0)
-              r.live_blocks.push_back(LiveBlock{b->ptr, b->requested_size,
-                                                reinterpret_cast<uintptr_t>(b->stream)});
+              r.live_blocks.push_back(
+                  LiveBlock{b->ptr, b->requested_size, reinterpret_cast<uintptr_t>(b->stream)});
       } catch (const std::exception&) {
         r.live_blocks.clear();  // out of host memory: advise without them
       }
@@ -1717,13 +1749,13 @@ class CachingAllocator::Impl {
   size_t capacity_ = 0;           // backend capacity, read once for garbage collection
 
   // Expandable segments (options_.expandable_segments, where the backend can).
-  const bool plain_rounding_ = std::all_of(options_.roundup_power2_divisions.begin(),
-                                           options_.roundup_power2_divisions.end(),
-                                           [](uint32_t d) { return d <= 1; });
+  const bool plain_rounding_ =
+      std::all_of(options_.roundup_power2_divisions.begin(),
+                  options_.roundup_power2_divisions.end(), [](uint32_t d) { return d <= 1; });
   bool expandable_ = false;
   bool warned_expandable_ = false;
-  size_t page_ = 0;          // the backend's granularity
-  size_t reservation_ = 0;   // address space per segment, chosen on first use
+  size_t page_ = 0;         // the backend's granularity
+  size_t reservation_ = 0;  // address space per segment, chosen on first use
   std::vector<Segment*> expandables_;
 
   // Private pools; declared after node_pool_, whose nodes their sets use.
@@ -1755,21 +1787,33 @@ CachingAllocator::~CachingAllocator() = default;
 void* CachingAllocator::allocate(size_t bytes, cudaStream_t stream) {
   return impl_->allocate(bytes, stream);
 }
-void CachingAllocator::deallocate(void* ptr) noexcept { impl_->deallocate(ptr); }
+void CachingAllocator::deallocate(void* ptr) noexcept {
+  impl_->deallocate(ptr);
+}
 void CachingAllocator::record_stream(void* ptr, cudaStream_t stream) {
   impl_->record_stream(ptr, stream);
 }
-void CachingAllocator::empty_cache() { impl_->empty_cache(); }
-CachingAllocator::PoolId CachingAllocator::create_pool() { return impl_->create_pool(); }
+void CachingAllocator::empty_cache() {
+  impl_->empty_cache();
+}
+CachingAllocator::PoolId CachingAllocator::create_pool() {
+  return impl_->create_pool();
+}
 void CachingAllocator::begin_allocate_to_pool(PoolId pool, cudaStream_t stream) {
   impl_->begin_allocate_to_pool(pool, stream);
 }
-void CachingAllocator::end_allocate_to_pool(PoolId pool) { impl_->end_allocate_to_pool(pool); }
+void CachingAllocator::end_allocate_to_pool(PoolId pool) {
+  impl_->end_allocate_to_pool(pool);
+}
 void CachingAllocator::release_pool(PoolId pool, cudaStream_t stream) {
   impl_->release_pool(pool, stream);
 }
-bool CachingAllocator::capture_underway() const { return impl_->capture_underway(); }
-MemoryStats CachingAllocator::stats() const { return impl_->stats(true); }
+bool CachingAllocator::capture_underway() const {
+  return impl_->capture_underway();
+}
+MemoryStats CachingAllocator::stats() const {
+  return impl_->stats(true);
+}
 std::map<std::string, int64_t> CachingAllocator::memory_stats() const {
   return impl_->stats(true).to_map();
 }
@@ -1785,21 +1829,33 @@ int64_t CachingAllocator::memory_reserved() const {
 int64_t CachingAllocator::max_memory_reserved() const {
   return impl_->peak(&Counters::reserved_bytes);
 }
-void CachingAllocator::reset_peak_memory_stats() { impl_->reset_peak(); }
-void CachingAllocator::reset_accumulated_memory_stats() { impl_->reset_accumulated(); }
+void CachingAllocator::reset_peak_memory_stats() {
+  impl_->reset_peak();
+}
+void CachingAllocator::reset_accumulated_memory_stats() {
+  impl_->reset_accumulated();
+}
 std::string CachingAllocator::memory_summary(bool abbreviated) const {
   return impl_->summary(abbreviated);
 }
-MemorySnapshot CachingAllocator::memory_snapshot() const { return impl_->snapshot(); }
+MemorySnapshot CachingAllocator::memory_snapshot() const {
+  return impl_->snapshot();
+}
 void CachingAllocator::record_memory_history(bool enabled, size_t max_entries) {
   impl_->record_history(enabled, max_entries);
 }
-void CachingAllocator::mark_step(const char* label) { impl_->mark_step(label); }
+void CachingAllocator::mark_step(const char* label) {
+  impl_->mark_step(label);
+}
 void CachingAllocator::set_out_of_memory_advisor(OutOfMemoryAdvisor advisor) {
   impl_->set_advisor(std::move(advisor));
 }
-const AllocatorOptions& CachingAllocator::options() const { return impl_->options(); }
-bool CachingAllocator::expandable_segments() const { return impl_->expandable(); }
+const AllocatorOptions& CachingAllocator::options() const {
+  return impl_->options();
+}
+bool CachingAllocator::expandable_segments() const {
+  return impl_->expandable();
+}
 std::vector<SanitizerReport> CachingAllocator::sanitizer_reports() const {
   return impl_->sanitizer_reports();
 }
@@ -1811,6 +1867,8 @@ void CachingAllocator::check_sanitizer_reports() const {
   EMBER_FAIL(reports.size(), " memory error", reports.size() == 1 ? "" : "s",
              " caught by the allocator sanitizer:", all);
 }
-Backend& CachingAllocator::backend() { return impl_->backend(); }
+Backend& CachingAllocator::backend() {
+  return impl_->backend();
+}
 
 }  // namespace ember::memory

@@ -97,12 +97,12 @@
 
 namespace ember::memory {
 
-inline constexpr size_t kMinBlockSize = 512;               // rounding unit
-inline constexpr size_t kSmallSize = size_t{1} << 20;      // largest small-pool request
-inline constexpr size_t kSmallBuffer = size_t{2} << 20;    // small-pool segment
-inline constexpr size_t kLargeBuffer = size_t{20} << 20;   // large-pool segment under...
+inline constexpr size_t kMinBlockSize = 512;                // rounding unit
+inline constexpr size_t kSmallSize = size_t{1} << 20;       // largest small-pool request
+inline constexpr size_t kSmallBuffer = size_t{2} << 20;     // small-pool segment
+inline constexpr size_t kLargeBuffer = size_t{20} << 20;    // large-pool segment under...
 inline constexpr size_t kMinLargeAlloc = size_t{10} << 20;  // ...this request size
-inline constexpr size_t kRoundLarge = size_t{2} << 20;     // rounding of larger segments
+inline constexpr size_t kRoundLarge = size_t{2} << 20;      // rounding of larger segments
 inline constexpr size_t kDefaultHistoryEntries = 100000;
 // Requests above this (4 EiB) are refused as out of memory: no device has it,
 // and rounding them up would overflow size_t.
@@ -121,13 +121,13 @@ inline constexpr size_t kGuardBackMin = 64;
 struct SanitizerReport {
   enum class Kind { underrun, overrun, write_after_free };
   Kind kind = Kind::overrun;
-  uintptr_t address = 0;     // the pointer allocate() returned
+  uintptr_t address = 0;  // the pointer allocate() returned
   size_t requested_size = 0;
-  int64_t offset = 0;        // of the first bad byte from `address` (< 0: before it)
-  size_t bad_bytes = 0;      // how many bytes of the guard or poison were changed
-  const char* tag = nullptr;    // allocation site, as AllocationTag / AllocationScope
+  int64_t offset = 0;         // of the first bad byte from `address` (< 0: before it)
+  size_t bad_bytes = 0;       // how many bytes of the guard or poison were changed
+  const char* tag = nullptr;  // allocation site, as AllocationTag / AllocationScope
   const char* scope = nullptr;
-  std::string message;       // all of the above in words
+  std::string message;  // all of the above in words
 };
 
 // A request the allocator could not serve, as an out-of-memory advisor sees it.
@@ -138,7 +138,7 @@ struct OutOfMemoryRequest {
   cudaStream_t stream = nullptr;
   int device = 0;
   bool host = false;
-  size_t capacity = 0;    // the backend's total and free memory (0: unknown)
+  size_t capacity = 0;  // the backend's total and free memory (0: unknown)
   size_t free_bytes = 0;
   const AllocatorOptions* options = nullptr;  // the failing allocator's
   // While history is recorded: the blocks allocated or waiting on other streams
@@ -178,10 +178,10 @@ class CachingAllocator final : public Allocator {
   MemoryStats stats() const;  // counters and gauges (memory_stats.h)
   // PyTorch's keys, and ember's fragmentation gauges (MemoryStats::to_map).
   std::map<std::string, int64_t> memory_stats() const;
-  int64_t memory_allocated() const;                     // allocated_bytes.all.current
-  int64_t max_memory_allocated() const;                 // allocated_bytes.all.peak
-  int64_t memory_reserved() const;                      // reserved_bytes.all.current
-  int64_t max_memory_reserved() const;                  // reserved_bytes.all.peak
+  int64_t memory_allocated() const;       // allocated_bytes.all.current
+  int64_t max_memory_allocated() const;   // allocated_bytes.all.peak
+  int64_t memory_reserved() const;        // reserved_bytes.all.current
+  int64_t max_memory_reserved() const;    // reserved_bytes.all.peak
   void reset_peak_memory_stats();         // every peak := current
   void reset_accumulated_memory_stats();  // every allocated/freed total and event count := 0
   // PyTorch's table, then one line of ember's (format_fragmentation_line).

@@ -42,7 +42,9 @@ HostAllocatorOverride::HostAllocatorOverride(Allocator& allocator) noexcept
     : previous_(t_host_override) {
   t_host_override = &allocator;
 }
-HostAllocatorOverride::~HostAllocatorOverride() { t_host_override = previous_; }
+HostAllocatorOverride::~HostAllocatorOverride() {
+  t_host_override = previous_;
+}
 
 Allocator& host_allocator() {
   return t_host_override != nullptr ? *t_host_override : host_caching_allocator();

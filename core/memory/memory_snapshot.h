@@ -25,7 +25,7 @@ struct BlockSnapshot {
   size_t size = 0;            // bytes the block spans (rounded)
   size_t requested_size = 0;  // bytes the caller asked for; 0 when inactive
   BlockState state = BlockState::inactive;
-  const char* tag = nullptr;  // AllocationTag current when it was allocated
+  const char* tag = nullptr;    // AllocationTag current when it was allocated
   const char* scope = nullptr;  // AllocationScope current when it was allocated
 };
 
@@ -41,8 +41,8 @@ struct SegmentSnapshot {
   size_t allocated_size = 0;  // sum of allocated blocks
   size_t active_size = 0;     // allocated + pending free
   size_t requested_size = 0;
-  cudaStream_t stream = nullptr;  // blocks of a segment serve only this stream
-  bool is_large = false;          // large pool (else small pool)
+  cudaStream_t stream = nullptr;      // blocks of a segment serve only this stream
+  bool is_large = false;              // large pool (else small pool)
   std::vector<BlockSnapshot> blocks;  // in address order
 };
 
@@ -51,17 +51,26 @@ struct SegmentSnapshot {
 // work finished (record_stream). step: a mark_step() boundary, tag = label.
 // segment_map / segment_unmap: pages of an expandable segment mapped / unmapped
 // (address and size: those pages).
-enum class TraceAction : uint8_t { alloc, free_requested, free_completed, segment_alloc,
-                                   segment_free, oom, step, segment_map, segment_unmap };
+enum class TraceAction : uint8_t {
+  alloc,
+  free_requested,
+  free_completed,
+  segment_alloc,
+  segment_free,
+  oom,
+  step,
+  segment_map,
+  segment_unmap
+};
 const char* to_string(TraceAction action);
 
 struct TraceEntry {
   TraceAction action = TraceAction::alloc;
-  uintptr_t address = 0;  // 0 for oom
-  size_t size = 0;        // block or segment bytes; for oom, the rounded request
+  uintptr_t address = 0;      // 0 for oom
+  size_t size = 0;            // block or segment bytes; for oom, the rounded request
   size_t requested_size = 0;  // alloc and frees: the bytes the caller asked for
   cudaStream_t stream = nullptr;
-  int64_t time_ns = 0;    // since the allocator was created
+  int64_t time_ns = 0;  // since the allocator was created
   const char* tag = nullptr;
   const char* scope = nullptr;  // AllocationScope of the block (alloc/free)
   int64_t allocated_bytes = 0;  // allocator totals just after the event
@@ -85,7 +94,8 @@ struct MemorySnapshot {
 
 // The history as a Chrome trace: counter tracks "allocated" and "reserved" (bytes of
 // memory: mapped pages of expandable segments count, their unmapped address space not)
-// and an instant event per OOM and per step marker. Throws ember::Error if the file cannot be written.
+// and an instant event per OOM and per step marker. Throws ember::Error if the file cannot be
+// written.
 void write_chrome_trace(const MemorySnapshot& snapshot, std::ostream& out);
 void write_chrome_trace(const MemorySnapshot& snapshot, const std::string& path);
 

@@ -22,9 +22,11 @@ struct ArrayMetric {
 };
 
 constexpr ArrayMetric kArrayMetrics[] = {
-    {"allocated_bytes", &MemoryStats::allocated_bytes, "Allocated memory", "Allocated memory", true},
+    {"allocated_bytes", &MemoryStats::allocated_bytes, "Allocated memory", "Allocated memory",
+     true},
     {"active_bytes", &MemoryStats::active_bytes, "Active memory", "Active memory", true},
-    {"requested_bytes", &MemoryStats::requested_bytes, "Requested memory", "Requested memory", true},
+    {"requested_bytes", &MemoryStats::requested_bytes, "Requested memory", "Requested memory",
+     true},
     {"reserved_bytes", &MemoryStats::reserved_bytes, "GPU reserved memory", "CPU reserved memory",
      true},
     {"inactive_split_bytes", &MemoryStats::inactive_split_bytes, "Non-releasable memory",
@@ -152,16 +154,17 @@ std::map<std::string, int64_t> MemoryStats::to_map() const {
 }
 
 std::string format_fragmentation_line(const MemoryStats& s) {
-  auto bytes = [](int64_t v) { return format_bytes(static_cast<uint64_t>(std::max<int64_t>(v, 0))); };
-  std::string line = "Fragmentation: largest free block " + bytes(s.largest_free_block[kAggregate]) +
-                     " (large pool " + bytes(s.largest_free_block[kLargePool]) + ", small pool " +
-                     bytes(s.largest_free_block[kSmallPool]) + "); reserved but unallocated " +
-                     bytes(s.reserved_bytes[kAggregate].current -
-                           s.allocated_bytes[kAggregate].current) +
-                     ".";
+  auto bytes = [](int64_t v) {
+    return format_bytes(static_cast<uint64_t>(std::max<int64_t>(v, 0)));
+  };
+  std::string line =
+      "Fragmentation: largest free block " + bytes(s.largest_free_block[kAggregate]) +
+      " (large pool " + bytes(s.largest_free_block[kLargePool]) + ", small pool " +
+      bytes(s.largest_free_block[kSmallPool]) + "); reserved but unallocated " +
+      bytes(s.reserved_bytes[kAggregate].current - s.allocated_bytes[kAggregate].current) + ".";
   if (s.address_space[kAggregate] > s.reserved_bytes[kAggregate].current)
-    line += " Expandable segments: " + bytes(s.reserved_bytes[kAggregate].current) +
-            " mapped of " + bytes(s.address_space[kAggregate]) + " of address space.";
+    line += " Expandable segments: " + bytes(s.reserved_bytes[kAggregate].current) + " mapped of " +
+            bytes(s.address_space[kAggregate]) + " of address space.";
   return line;
 }
 
@@ -175,26 +178,25 @@ std::string format_memory_summary(const MemoryStats& stats, const std::string& t
   size_t left = title.size() < kTableWidth ? (kTableWidth - title.size() + 1) / 2 : 0;
   lines.push_back(pad_right(std::string(left, ' ') + title, kTableWidth));
   lines.push_back(rule_single);
-  lines.push_back(counter_cell(23, host ? "CPU OOMs" : "CUDA OOMs", stats.num_ooms, 12) + " | " +
-                  counter_cell(27, host ? "malloc retries" : "cudaMalloc retries",
-                               stats.num_alloc_retries, 8) +
-                  "  ");
+  lines.push_back(
+      counter_cell(23, host ? "CPU OOMs" : "CUDA OOMs", stats.num_ooms, 12) + " | " +
+      counter_cell(27, host ? "malloc retries" : "cudaMalloc retries", stats.num_alloc_retries, 8) +
+      "  ");
   lines.push_back(rule_double);
   lines.push_back("        Metric         | Cur Usage  | Peak Usage | Tot Alloc  | Tot Freed  ");
 
   for (const ArrayMetric& m : kArrayMetrics) {
     lines.push_back(rule_single);
     const StatArray& a = stats.*m.member;
-    lines.push_back(stat_row(host ? m.host_label : m.device_label, a[kAggregate], a[kAggregate],
-                             m.bytes));
+    lines.push_back(
+        stat_row(host ? m.host_label : m.device_label, a[kAggregate], a[kAggregate], m.bytes));
     if (abbreviated) continue;
     lines.push_back(stat_row("      from large pool", a[kLargePool], a[kAggregate], m.bytes));
     lines.push_back(stat_row("      from small pool", a[kSmallPool], a[kAggregate], m.bytes));
   }
   lines.push_back(rule_single);
-  lines.push_back(
-      stat_row("Oversize allocations", stats.oversize_allocations, stats.oversize_allocations,
-               false));
+  lines.push_back(stat_row("Oversize allocations", stats.oversize_allocations,
+                           stats.oversize_allocations, false));
   lines.push_back(rule_single);
   lines.push_back(stat_row(host ? "Oversize CPU segments" : "Oversize GPU segments",
                            stats.oversize_segments, stats.oversize_segments, false));

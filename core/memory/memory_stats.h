@@ -38,23 +38,23 @@ enum StatType : size_t { kAggregate = 0, kSmallPool = 1, kLargePool = 2, kNumSta
 using StatArray = std::array<Stat, kNumStatTypes>;
 
 struct MemoryStats {
-  StatArray allocation;            // blocks handed to callers
-  StatArray segment;               // segments held from the backend
-  StatArray active;                // allocated, or freed but waiting on other streams
-  StatArray inactive_split;        // free blocks that are part of a split segment
+  StatArray allocation;      // blocks handed to callers
+  StatArray segment;         // segments held from the backend
+  StatArray active;          // allocated, or freed but waiting on other streams
+  StatArray inactive_split;  // free blocks that are part of a split segment
   StatArray allocated_bytes;
   StatArray reserved_bytes;
   StatArray active_bytes;
-  StatArray inactive_split_bytes;  // "non-releasable" memory
-  StatArray requested_bytes;       // what callers asked for, before rounding
-  int64_t num_alloc_retries = 0;   // backend failures answered by freeing the cache
-  int64_t num_ooms = 0;            // OutOfMemoryErrors thrown
+  StatArray inactive_split_bytes;    // "non-releasable" memory
+  StatArray requested_bytes;         // what callers asked for, before rounding
+  int64_t num_alloc_retries = 0;     // backend failures answered by freeing the cache
+  int64_t num_ooms = 0;              // OutOfMemoryErrors thrown
   int64_t num_sync_all_streams = 0;  // waits on every outstanding event
-  int64_t num_device_alloc = 0;    // raw_alloc calls that succeeded
-  int64_t num_device_free = 0;     // raw_free calls
-  Stat oversize_allocations;       // blocks >= max_split_size handed out
-  Stat oversize_segments;          // segments >= max_split_size held
-  int64_t max_split_size = -1;     // bytes; -1 when unlimited (PyTorch's SIZE_MAX cast)
+  int64_t num_device_alloc = 0;      // raw_alloc calls that succeeded
+  int64_t num_device_free = 0;       // raw_free calls
+  Stat oversize_allocations;         // blocks >= max_split_size handed out
+  Stat oversize_segments;            // segments >= max_split_size held
+  int64_t max_split_size = -1;       // bytes; -1 when unlimited (PyTorch's SIZE_MAX cast)
 
   // ember's gauges, not PyTorch's: values at the moment the stats were taken
   // (CachingAllocator::stats() fills them; no peaks or totals), by StatType.

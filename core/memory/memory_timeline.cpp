@@ -123,7 +123,9 @@ constexpr const char* kSiteColours[] = {"#4e79a7", "#f28e2b", "#59a14f", "#e1575
                                         "#76b7b2", "#edc948", "#b07aa1", "#9c755f"};
 constexpr const char* kOtherColour = "#bab0ac";
 constexpr const char* kBeforeColour = "#dddddd";
-const char* site_colour(int site) { return site < 0 ? kOtherColour : kSiteColours[site % 8]; }
+const char* site_colour(int site) {
+  return site < 0 ? kOtherColour : kSiteColours[site % 8];
+}
 
 std::vector<const TraceEntry*> history_events(const MemorySnapshot& snap) {
   std::vector<const TraceEntry*> events;
@@ -136,7 +138,8 @@ std::vector<const TraceEntry*> history_events(const MemorySnapshot& snap) {
 
 TimelineAnalysis analyze_memory_timeline(const MemorySnapshot& snap) {
   const std::vector<const TraceEntry*> events = history_events(snap);
-  EMBER_CHECK(!events.empty(), "analyze_memory_timeline: the snapshot has no allocation history; "
+  EMBER_CHECK(!events.empty(),
+              "analyze_memory_timeline: the snapshot has no allocation history; "
               "call record_memory_history(true) before the run");
   TimelineAnalysis a;
 
@@ -206,8 +209,12 @@ TimelineAnalysis analyze_memory_timeline(const MemorySnapshot& snap) {
   for (size_t i = 0; i <= p; ++i) {
     const TraceEntry& e = snap.trace[i];
     switch (e.action) {
-      case TraceAction::segment_alloc: segments[e.address] = e.size; break;
-      case TraceAction::segment_free: segments.erase(e.address); break;
+      case TraceAction::segment_alloc:
+        segments[e.address] = e.size;
+        break;
+      case TraceAction::segment_free:
+        segments.erase(e.address);
+        break;
       case TraceAction::segment_map: {
         // Pages mapped at the end of an expandable segment: its mapped part grows
         // (or, for its first pages, begins).
@@ -223,8 +230,10 @@ TimelineAnalysis analyze_memory_timeline(const MemorySnapshot& snap) {
         auto it = segments.upper_bound(e.address);
         if (it == segments.begin()) break;
         --it;
-        if (it->first == e.address) segments.erase(it);
-        else it->second = e.address - it->first;
+        if (it->first == e.address)
+          segments.erase(it);
+        else
+          it->second = e.address - it->first;
         break;
       }
       case TraceAction::alloc:
@@ -233,8 +242,11 @@ TimelineAnalysis analyze_memory_timeline(const MemorySnapshot& snap) {
       case TraceAction::free_requested:
         if (auto it = blocks.find(e.address); it != blocks.end()) it->second.pending = true;
         break;
-      case TraceAction::free_completed: blocks.erase(e.address); break;
-      default: break;
+      case TraceAction::free_completed:
+        blocks.erase(e.address);
+        break;
+      default:
+        break;
     }
   }
   std::map<int, int64_t> pinned;
@@ -246,16 +258,18 @@ TimelineAnalysis analyze_memory_timeline(const MemorySnapshot& snap) {
     size_t used = 0;
     std::map<int, int64_t> by_site;
     for (auto it = blocks.lower_bound(base); it != blocks.end() && it->first < base + size; ++it) {
-      seg.blocks.push_back(TimelineBlock{it->first, it->second.size, it->second.site, it->second.pending});
+      seg.blocks.push_back(
+          TimelineBlock{it->first, it->second.size, it->second.site, it->second.pending});
       used += it->second.size;
       by_site[it->second.site] += static_cast<int64_t>(it->second.size);
       ++inside;
     }
     seg.free_bytes = size - std::min(size, used);
     if (seg.free_bytes > 0 && !by_site.empty()) {
-      seg.pinned_by = std::max_element(by_site.begin(), by_site.end(), [](const auto& x, const auto& y) {
-                        return x.second < y.second;
-                      })->first;
+      seg.pinned_by =
+          std::max_element(by_site.begin(), by_site.end(), [](const auto& x, const auto& y) {
+            return x.second < y.second;
+          })->first;
       pinned[seg.pinned_by] += static_cast<int64_t>(seg.free_bytes);
     }
     a.segments_at_peak.push_back(std::move(seg));
@@ -326,7 +340,8 @@ size_t write_site_view(std::ostream& out, const TimelineAnalysis& a,
       auto it = drawn_index.find(walk.names[id]);
       drawn_of.push_back(it == drawn_index.end() ? -1 : it->second);
     }
-    const size_t c = std::min(ncols - 1, static_cast<size_t>(std::max(0.0, xof(e->time_ns) - kLeft)));
+    const size_t c =
+        std::min(ncols - 1, static_cast<size_t>(std::max(0.0, xof(e->time_ns) - kLeft)));
     std::vector<double>& v = vals[c];
     v.assign(nb, 0.0);
     int64_t drawn_sum = 0;
@@ -371,12 +386,14 @@ size_t write_site_view(std::ostream& out, const TimelineAnalysis& a,
     out << buf << human_bytes(b) << "</text>\n";
   }
   auto band_name = [&](size_t b) {
-    return b == 0 ? std::string("(allocated before the history began)")
+    return b == 0        ? std::string("(allocated before the history began)")
            : b <= nsites ? a.sites[b - 1].name
                          : std::string("other sites");
   };
   auto band_colour = [&](size_t b) {
-    return b == 0 ? kBeforeColour : b <= nsites ? site_colour(static_cast<int>(b - 1)) : kOtherColour;
+    return b == 0        ? kBeforeColour
+           : b <= nsites ? site_colour(static_cast<int>(b - 1))
+                         : kOtherColour;
   };
   size_t drawn_bands = 0;
   std::vector<double> below(ncols, 0.0);
@@ -392,8 +409,8 @@ size_t write_site_view(std::ostream& out, const TimelineAnalysis& a,
       d += buf;
     }
     for (size_t c = ncols; c-- > first;) {
-      std::snprintf(buf, sizeof buf, " L%.1f %.1f", kLeft + static_cast<double>(c) + (c + 1 == ncols ? 0 : 1),
-                    yof(below[c]));
+      std::snprintf(buf, sizeof buf, " L%.1f %.1f",
+                    kLeft + static_cast<double>(c) + (c + 1 == ncols ? 0 : 1), yof(below[c]));
       d += buf;
       below[c] += vals[c][b];
     }
@@ -406,8 +423,9 @@ size_t write_site_view(std::ostream& out, const TimelineAnalysis& a,
   // The legend, largest first, with growth per step where steps were marked.
   for (size_t k = 0; k < nsites; ++k) {
     const TimelineSite& site = a.sites[k];
-    out << "<div class=\"lg\"><span class=\"sw\" style=\"background:" << site_colour(static_cast<int>(k))
-        << "\"></span>" << escape_html(site.name) << " &middot; peak " << human_bytes(static_cast<double>(site.peak_bytes));
+    out << "<div class=\"lg\"><span class=\"sw\" style=\"background:"
+        << site_colour(static_cast<int>(k)) << "\"></span>" << escape_html(site.name)
+        << " &middot; peak " << human_bytes(static_cast<double>(site.peak_bytes));
     if (nsteps >= 2)
       out << " &middot; " << (site.growth_per_step > 0 ? "+" : "")
           << human_bytes(static_cast<double>(site.growth_per_step)) << " per step";
@@ -437,17 +455,19 @@ std::pair<size_t, size_t> write_segment_map(std::ostream& out, const TimelineAna
     if (!s.blocks.empty()) pinned_free += s.free_bytes;
     for (const TimelineBlock& b : s.blocks) live += b.size;
   }
-  std::stable_sort(rows.begin(), rows.end(), [](const TimelineSegment* x, const TimelineSegment* y) {
-    return x->free_bytes > y->free_bytes;
-  });
+  std::stable_sort(rows.begin(), rows.end(),
+                   [](const TimelineSegment* x, const TimelineSegment* y) {
+                     return x->free_bytes > y->free_bytes;
+                   });
   const size_t shown = std::min(rows.size(), kMaxRows);
   size_t largest = 1;
   for (const TimelineSegment* s : rows) largest = std::max(largest, s->size);
   const double scale = kBar / static_cast<double>(largest);
 
-  out << "<h2>Segments at the peak of reserved memory (" << human_bytes(static_cast<double>(a.peak_reserved))
-      << "): which blocks pin which segments</h2>\n<p>" << a.segments_at_peak.size() << " segments, "
-      << human_bytes(static_cast<double>(total_reserved)) << " reserved, "
+  out << "<h2>Segments at the peak of reserved memory ("
+      << human_bytes(static_cast<double>(a.peak_reserved))
+      << "): which blocks pin which segments</h2>\n<p>" << a.segments_at_peak.size()
+      << " segments, " << human_bytes(static_cast<double>(total_reserved)) << " reserved, "
       << human_bytes(static_cast<double>(live)) << " in blocks still in use, "
       << human_bytes(static_cast<double>(total_free)) << " free, of which "
       << human_bytes(static_cast<double>(pinned_free))
@@ -462,7 +482,8 @@ std::pair<size_t, size_t> write_segment_map(std::ostream& out, const TimelineAna
   for (const auto& [site, bytes] : a.pinned) {
     out << "<div class=\"lg\"><span class=\"sw\" style=\"background:" << site_colour(site)
         << "\"></span>" << human_bytes(static_cast<double>(bytes)) << " free pinned by "
-        << escape_html(site < 0 ? std::string("other sites") : a.sites[static_cast<size_t>(site)].name)
+        << escape_html(site < 0 ? std::string("other sites")
+                                : a.sites[static_cast<size_t>(site)].name)
         << "</div>\n";
   }
   char buf[512];
@@ -474,11 +495,12 @@ std::pair<size_t, size_t> write_segment_map(std::ostream& out, const TimelineAna
     const TimelineSegment& s = *rows[r];
     const double y = 4 + static_cast<double>(r) * (kRow + kGap);
     const double w = std::max(1.0, static_cast<double>(s.size) * scale);
-    const double free_pct = 100.0 * static_cast<double>(s.free_bytes) / static_cast<double>(std::max<size_t>(1, s.size));
+    const double free_pct = 100.0 * static_cast<double>(s.free_bytes) /
+                            static_cast<double>(std::max<size_t>(1, s.size));
     std::snprintf(buf, sizeof buf, "<text class=\"ax\" x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">",
                   kLabel - 8, y + kRow - 4);
-    out << buf << human_bytes(static_cast<double>(s.size)) << ", " << static_cast<int>(free_pct + 0.5)
-        << "% free</text>\n";
+    out << buf << human_bytes(static_cast<double>(s.size)) << ", "
+        << static_cast<int>(free_pct + 0.5) << "% free</text>\n";
     std::snprintf(buf, sizeof buf,
                   "<rect class=\"seg\" x=\"%.1f\" y=\"%.1f\" width=\"%.2f\" height=\"%.1f\" "
                   "fill=\"#f1f1f1\" stroke=\"#999\" stroke-width=\"0.5\"><title>segment 0x%llx: ",
@@ -495,7 +517,8 @@ std::pair<size_t, size_t> write_segment_map(std::ostream& out, const TimelineAna
                     b.pending ? " fill-opacity=\"0.6\"" : "");
       out << buf << human_bytes(static_cast<double>(b.size)) << " at 0x" << std::hex << b.address
           << std::dec << ", "
-          << escape_html(b.site < 0 ? std::string("another site") : a.sites[static_cast<size_t>(b.site)].name)
+          << escape_html(b.site < 0 ? std::string("another site")
+                                    : a.sites[static_cast<size_t>(b.site)].name)
           << (b.pending ? " (freed, waiting for other streams)" : "") << "</title></rect>\n";
       ++blocks;
     }
@@ -605,8 +628,8 @@ void write_memory_timeline_html(const MemorySnapshot& snap, std::ostream& out,
       << " &middot; peak reserved " << human_bytes(static_cast<double>(peak_res)) << " &middot; "
       << escape_html(growth) << " &middot; " << events.size() << " allocator events</p>\n";
   out << "<svg id=\"timeline\" xmlns=\"http://www.w3.org/2000/svg\" width=\"" << kWidth
-      << "\" height=\"" << kHeight << "\">\n<rect x=\"" << kLeft << "\" y=\"" << kTop << "\" width=\"" << pw << "\" height=\""
-      << ph << "\" fill=\"#fafafa\" stroke=\"#ccc\"/>\n";
+      << "\" height=\"" << kHeight << "\">\n<rect x=\"" << kLeft << "\" y=\"" << kTop
+      << "\" width=\"" << pw << "\" height=\"" << ph << "\" fill=\"#fafafa\" stroke=\"#ccc\"/>\n";
   char buf[1024];
   for (double b = 0; b <= ymax + 0.5; b += ystep) {
     std::snprintf(buf, sizeof buf,
@@ -668,10 +691,10 @@ void write_memory_timeline_html(const MemorySnapshot& snap, std::ostream& out,
   const auto [segments, blocks] = write_segment_map(out, analysis);
   // The check a test reads back (tools: the browser test): how many of the shapes
   // written here the browser laid out with a non-empty box.
-  out << "<pre id=\"render-check\" data-lines=\"2\" data-bands=\"" << bands
-      << "\" data-segments=\"" << segments << "\" data-blocks=\"" << blocks
-      << "\">render-check: not run (scripts off)</pre>\n<script>\n" << kRenderCheckScript
-      << "</script>\n</body></html>\n";
+  out << "<pre id=\"render-check\" data-lines=\"2\" data-bands=\"" << bands << "\" data-segments=\""
+      << segments << "\" data-blocks=\"" << blocks
+      << "\">render-check: not run (scripts off)</pre>\n<script>\n"
+      << kRenderCheckScript << "</script>\n</body></html>\n";
 }
 
 void write_memory_timeline_html(const MemorySnapshot& snapshot, const std::string& path,

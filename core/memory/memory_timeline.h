@@ -21,8 +21,8 @@ namespace ember::memory {
 
 // What the page draws besides the two lines, computed from the history.
 struct TimelineSite {
-  std::string name;            // "scope / tag", "tag", or "(untagged)"
-  int64_t peak_bytes = 0;      // largest live block bytes at once
+  std::string name;             // "scope / tag", "tag", or "(untagged)"
+  int64_t peak_bytes = 0;       // largest live block bytes at once
   int64_t growth_per_step = 0;  // bytes, first to last step marker (0 without two)
 };
 
@@ -38,7 +38,7 @@ struct TimelineSegment {
   size_t size = 0;
   std::vector<TimelineBlock> blocks;  // live or pending, in address order
   size_t free_bytes = 0;              // the rest of the segment
-  int pinned_by = -1;  // site with the most live bytes here (when free_bytes > 0)
+  int pinned_by = -1;                 // site with the most live bytes here (when free_bytes > 0)
 };
 
 struct TimelineAnalysis {

@@ -38,7 +38,9 @@ cudaStream_t marker_stream(uint32_t slot) {
 
 }  // namespace
 
-bool replay_in_progress() { return replay_depth > 0; }
+bool replay_in_progress() {
+  return replay_depth > 0;
+}
 
 double thread_cpu_seconds() {
   timespec ts{};
@@ -85,7 +87,9 @@ void* ReplayBackend::raw_alloc(size_t bytes) {
   return reinterpret_cast<void*>(static_cast<uintptr_t>(addr));
 }
 
-bool ReplayBackend::supports_virtual_memory(std::string* /*why*/) { return true; }
+bool ReplayBackend::supports_virtual_memory(std::string* /*why*/) {
+  return true;
+}
 
 void* ReplayBackend::reserve_address_space(size_t bytes) {
   if (next_address_ > UINT64_MAX - bytes - kGranularity) return nullptr;
@@ -143,13 +147,15 @@ void ReplayBackend::destroy_event(EventHandle /*event*/) noexcept {
 }
 
 void ReplayBackend::fill(void*, unsigned char, size_t, cudaStream_t) {
-  EMBER_FAIL("replay backend: its segments are addresses only; the allocator's sanitizer "
-             "mode cannot be replayed");
+  EMBER_FAIL(
+      "replay backend: its segments are addresses only; the allocator's sanitizer "
+      "mode cannot be replayed");
 }
 
 void ReplayBackend::read(void*, const void*, size_t, cudaStream_t) {
-  EMBER_FAIL("replay backend: its segments are addresses only; the allocator's sanitizer "
-             "mode cannot be replayed");
+  EMBER_FAIL(
+      "replay backend: its segments are addresses only; the allocator's sanitizer "
+      "mode cannot be replayed");
 }
 
 // =================================================================================
@@ -167,7 +173,7 @@ ReplayProgram ReplayProgram::compile(Trace trace, const ReplayOptions& options) 
     uint32_t stream;
     uint64_t size;
     size_t alloc_event;
-    size_t free_event;     // SIZE_MAX while not freed
+    size_t free_event;      // SIZE_MAX while not freed
     size_t allocs_at_free;  // how many allocs the trace had made at its free_requested
   };
   std::unordered_map<uint64_t, Live> live;
@@ -186,7 +192,8 @@ ReplayProgram ReplayProgram::compile(Trace trace, const ReplayOptions& options) 
     ReplayOp& op = p.ops_[i];
     switch (e.op) {
       case TraceOp::alloc: {
-        EMBER_CHECK(e.size > 0, "trace ", t.where(i), ": alloc of 0 bytes (a trace holds only "
+        EMBER_CHECK(e.size > 0, "trace ", t.where(i),
+                    ": alloc of 0 bytes (a trace holds only "
                     "real allocations)");
         EMBER_CHECK((e.stream & kMarkerBit) == 0, "trace ", t.where(i), ": stream ", e.stream,
                     " has its top bit set, which the replay reserves for its own use");
@@ -194,10 +201,12 @@ ReplayProgram ReplayProgram::compile(Trace trace, const ReplayOptions& options) 
         if (!fresh) {
           const Live& prev = it->second;
           EMBER_FAIL("trace ", t.where(i), ": alloc at 0x", std::hex, e.addr, std::dec,
-                     ", which is still ", prev.free_event == kNotFreed ? "live" : "waiting for its free_completed",
+                     ", which is still ",
+                     prev.free_event == kNotFreed ? "live" : "waiting for its free_completed",
                      " (allocated at ", t.where(prev.alloc_event), ")");
         }
-        auto [sit, new_stream] = stream_index.try_emplace(e.stream, static_cast<uint32_t>(p.streams_.size()));
+        auto [sit, new_stream] =
+            stream_index.try_emplace(e.stream, static_cast<uint32_t>(p.streams_.size()));
         if (new_stream) p.streams_.push_back(e.stream);
         uint32_t slot;
         if (!free_slots.empty()) {
@@ -242,10 +251,9 @@ ReplayProgram ReplayProgram::compile(Trace trace, const ReplayOptions& options) 
       }
       case TraceOp::free_completed: {
         auto it = live.find(e.addr);
-        EMBER_CHECK(it != live.end() && it->second.free_event != kNotFreed, "trace ",
-                    t.where(i), ": free_completed of 0x", std::hex, e.addr, std::dec,
-                    it == live.end() ? " with no live alloc there"
-                                     : " before its free_requested",
+        EMBER_CHECK(it != live.end() && it->second.free_event != kNotFreed, "trace ", t.where(i),
+                    ": free_completed of 0x", std::hex, e.addr, std::dec,
+                    it == live.end() ? " with no live alloc there" : " before its free_requested",
                     " (each free is free_requested, then free_completed)");
         const Live b = it->second;
         live.erase(it);
@@ -379,8 +387,10 @@ ReplayResult replay_through(const ReplayProgram& program, CachingAllocator& allo
         break;
       case ReplayOpKind::complete:
         if (void* p = ptrs[op.slot]) {
-          if (events != nullptr) events->release(marker_stream(op.slot));
-          else allocator.deallocate(p);
+          if (events != nullptr)
+            events->release(marker_stream(op.slot));
+          else
+            allocator.deallocate(p);
           ptrs[op.slot] = nullptr;
         }
         break;
@@ -419,8 +429,10 @@ bool set_expandable(O& o) {
 }
 template <typename O>
 bool is_expandable(const O& o) {
-  if constexpr (requires { bool(o.expandable_segments); }) return o.expandable_segments;
-  else return false;
+  if constexpr (requires { bool(o.expandable_segments); })
+    return o.expandable_segments;
+  else
+    return false;
 }
 
 // =================================================================================
@@ -430,7 +442,8 @@ class CachingPolicy final : public ReplayPolicy {
  public:
   CachingPolicy(std::string name, AllocatorOptions options, std::string unavailable)
       : name_(std::move(name)), options_(std::move(options)), unavailable_(std::move(unavailable)) {
-    EMBER_CHECK(!options_.sanitize, "replay: policy ", name_, ": the sanitizer mode cannot be "
+    EMBER_CHECK(!options_.sanitize, "replay: policy ", name_,
+                ": the sanitizer mode cannot be "
                 "replayed (its guards need real memory)");
   }
 
@@ -456,7 +469,8 @@ class CachingPolicy final : public ReplayPolicy {
       auto [largest, cached] = free_cache_shape(again);
       r.largest_free_at_peak = largest;
       r.free_cached_at_peak = cached;
-      r.fragmentation = cached > 0 ? 1.0 - static_cast<double>(largest) / static_cast<double>(cached) : 0.0;
+      r.fragmentation =
+          cached > 0 ? 1.0 - static_cast<double>(largest) / static_cast<double>(cached) : 0.0;
     }
     return r;
   }
@@ -538,8 +552,10 @@ std::optional<uint64_t> find_min_capacity(ReplayPolicy& policy, const ReplayProg
   // Invariant: fits(hi); lo == 0 or !fits(lo) (assumed monotone).
   while (hi - lo > 1) {
     const uint64_t mid = lo + (hi - lo) / 2;
-    if (fits(mid)) hi = mid;
-    else lo = mid;
+    if (fits(mid))
+      hi = mid;
+    else
+      lo = mid;
   }
   return hi * granularity;
 }
@@ -562,14 +578,17 @@ std::string fixed(double v, int digits) {
 std::string rate(double per_second) {
   if (per_second <= 0) return "-";
   char buf[32];
-  if (per_second >= 1e6) std::snprintf(buf, sizeof buf, "%.1f M/s", per_second / 1e6);
-  else std::snprintf(buf, sizeof buf, "%.0f k/s", per_second / 1e3);
+  if (per_second >= 1e6)
+    std::snprintf(buf, sizeof buf, "%.1f M/s", per_second / 1e6);
+  else
+    std::snprintf(buf, sizeof buf, "%.0f k/s", per_second / 1e3);
   return buf;
 }
 
 }  // namespace
 
-std::string format_replay_table(const ReplayProgram& program, const std::vector<ReplayResult>& results,
+std::string format_replay_table(const ReplayProgram& program,
+                                const std::vector<ReplayResult>& results,
                                 const ReplayTableOptions& options) {
   const Trace& t = program.trace();
   std::ostringstream out;
@@ -592,24 +611,27 @@ std::string format_replay_table(const ReplayProgram& program, const std::vector<
   if (options.show_capacity && !results.empty())
     facts.push_back("device capacity " + format_bytes(results.front().capacity));
   if (!t.meta("prelude_allocs").empty())
-    facts.push_back(t.meta("prelude_allocs") + " blocks live before recording began, allocated first");
+    facts.push_back(t.meta("prelude_allocs") +
+                    " blocks live before recording began, allocated first");
   for (const std::string& f : facts) out << (options.markdown ? "- " : "  ") << f << "\n";
   if (options.markdown && !facts.empty()) out << "\n";
 
-  const std::vector<std::string> head = {"policy",   "peak allocated", "peak reserved",
-                                         "reserved/allocated", "segments", "retries", "OOMs",
-                                         "frag@peak", "events/s", "min capacity"};
+  const std::vector<std::string> head = {
+      "policy",  "peak allocated", "peak reserved", "reserved/allocated", "segments",
+      "retries", "OOMs",           "frag@peak",     "events/s",           "min capacity"};
   std::vector<std::vector<std::string>> rows;
   for (const ReplayResult& r : results) {
     if (!r.skipped.empty()) {
       rows.push_back({r.policy, "skipped: " + r.skipped});
       continue;
     }
-    std::string min_cap = r.min_capacity ? format_bytes(*r.min_capacity)
-                          : r.min_capacity_note.empty() ? "-" : r.min_capacity_note;
+    std::string min_cap = r.min_capacity                ? format_bytes(*r.min_capacity)
+                          : r.min_capacity_note.empty() ? "-"
+                                                        : r.min_capacity_note;
     rows.push_back({r.policy, bytes_or_dash(r.peak_allocated), bytes_or_dash(r.peak_reserved),
                     r.peak_allocated > 0 ? fixed(static_cast<double>(r.peak_reserved) /
-                                                     static_cast<double>(r.peak_allocated), 3)
+                                                     static_cast<double>(r.peak_allocated),
+                                                 3)
                                          : "-",
                     r.peak_segments < 0 ? "-" : std::to_string(r.peak_segments),
                     r.retries < 0 ? "-" : std::to_string(r.retries), std::to_string(r.ooms),
@@ -654,10 +676,12 @@ std::string format_replay_table(const ReplayProgram& program, const std::vector<
     const ReplayFailure& f = *r.first_failure;
     out << (options.markdown ? "\n" : "") << "  " << r.policy << " at capacity "
         << format_bytes(r.capacity) << ": first OOM at " << t.where(f.event) << ", alloc of "
-        << format_bytes(f.size) << " on stream " << f.stream << "; live then: "
-        << format_bytes(f.live_requested) << " requested";
-    if (f.allocated >= 0) out << ", " << format_bytes(static_cast<uint64_t>(f.allocated)) << " allocated";
-    if (f.reserved >= 0) out << ", " << format_bytes(static_cast<uint64_t>(f.reserved)) << " reserved";
+        << format_bytes(f.size) << " on stream " << f.stream
+        << "; live then: " << format_bytes(f.live_requested) << " requested";
+    if (f.allocated >= 0)
+      out << ", " << format_bytes(static_cast<uint64_t>(f.allocated)) << " allocated";
+    if (f.reserved >= 0)
+      out << ", " << format_bytes(static_cast<uint64_t>(f.reserved)) << " reserved";
     out << "\n";
   }
   return out.str();
@@ -747,10 +771,10 @@ std::string suggest_options_for_oom(const OomReplayInput& input) {
     std::string list;
     for (size_t i = 0; i < fit.size(); ++i)
       list += (i == 0 ? "" : i + 1 == fit.size() ? " or " : ", ") + fit[i];
-    return detail::str_cat(
-        "A replay of the last ", window.size(), " allocator events on a device of ",
-        format_bytes(input.capacity), " fails here too with the current options, but fits with ",
-        list, ": try ", kAllocConfEnvVar, "=", fit.front(), ".");
+    return detail::str_cat("A replay of the last ", window.size(),
+                           " allocator events on a device of ", format_bytes(input.capacity),
+                           " fails here too with the current options, but fits with ", list,
+                           ": try ", kAllocConfEnvVar, "=", fit.front(), ".");
   } catch (const std::exception&) {
     // A suggestion is a courtesy: never let it replace the out-of-memory error.
     return "";

@@ -83,8 +83,8 @@ class ReplayBackend final : public Backend {
   uint64_t used_ = 0;
   uint64_t next_address_;
   std::unordered_map<uintptr_t, uint64_t> sizes_;
-  std::vector<Event> events_;           // id - 1
-  std::vector<cudaStream_t> held_;      // few at once
+  std::vector<Event> events_;       // id - 1
+  std::vector<cudaStream_t> held_;  // few at once
 };
 
 struct ReplayOptions {
@@ -100,11 +100,11 @@ enum class ReplayOpKind : uint8_t {
   free_deferred,  // deallocate(slot), reusable only at its `complete`
   complete,       // the deferred free of slot completes
   empty_cache,
-  nop,            // a row with nothing to replay (segment_alloc, a merged free_completed)
+  nop,  // a row with nothing to replay (segment_alloc, a merged free_completed)
 };
 
 struct ReplayOp {
-  uint64_t size = 0;    // requested bytes (alloc)
+  uint64_t size = 0;  // requested bytes (alloc)
   uint32_t slot = 0;
   uint32_t stream = 0;  // index into ReplayProgram::streams()
   ReplayOpKind kind = ReplayOpKind::nop;
@@ -143,19 +143,19 @@ class ReplayProgram {
 
 // The first request a policy could not satisfy, and the state at that moment.
 struct ReplayFailure {
-  size_t event = 0;           // index into the trace's events
-  uint64_t size = 0;          // requested bytes
-  uint64_t stream = 0;        // the trace's stream id
+  size_t event = 0;             // index into the trace's events
+  uint64_t size = 0;            // requested bytes
+  uint64_t stream = 0;          // the trace's stream id
   uint64_t live_requested = 0;  // bytes requested by the blocks live just before it
-  int64_t allocated = 0;      // the allocator's allocated and reserved bytes then
+  int64_t allocated = 0;        // the allocator's allocated and reserved bytes then
   int64_t reserved = 0;
-  std::string message;        // the OutOfMemoryError's text
+  std::string message;  // the OutOfMemoryError's text
 };
 
 struct ReplayResult {
   std::string policy;
-  std::string skipped;        // non-empty: the policy did not run, and why
-  uint64_t capacity = 0;      // the device capacity it ran with
+  std::string skipped;    // non-empty: the policy did not run, and why
+  uint64_t capacity = 0;  // the device capacity it ran with
   int64_t peak_allocated = 0;
   int64_t peak_reserved = 0;
   int64_t peak_segments = -1;  // -1: the policy has no segments to count
@@ -166,10 +166,10 @@ struct ReplayResult {
   double fragmentation = -1;
   int64_t largest_free_at_peak = -1;
   int64_t free_cached_at_peak = -1;
-  size_t events = 0;           // events replayed (all of them unless stopped at an OOM)
+  size_t events = 0;               // events replayed (all of them unless stopped at an OOM)
   size_t peak_reserved_event = 0;  // the alloc after which reserved memory first peaked
-  double seconds = 0;          // wall time of the replay proper (no parsing)
-  double cpu_seconds = 0;      // the replaying thread's CPU time over the same span
+  double seconds = 0;              // wall time of the replay proper (no parsing)
+  double cpu_seconds = 0;          // the replaying thread's CPU time over the same span
   std::optional<ReplayFailure> first_failure;
   std::optional<uint64_t> min_capacity;  // find_min_capacity's answer
   std::string min_capacity_note;         // why there is none ("real device", ...)
@@ -183,8 +183,8 @@ struct ReplayResult {
 
 struct RunSettings {
   uint64_t capacity = kUnlimitedCapacity;
-  bool stop_at_first_oom = false;       // bisection only asks "does it fit"
-  bool measure_fragmentation = true;    // costs a second, partial replay
+  bool stop_at_first_oom = false;     // bisection only asks "does it fit"
+  bool measure_fragmentation = true;  // costs a second, partial replay
   // "Unlimited": 1 PiB, far above any device, yet leaving room in a 64-bit address
   // space for many reservations of that size (expandable segments reserve a
   // capacity and an eighth of address space each).
@@ -248,7 +248,8 @@ struct ReplayTableOptions {
   bool markdown = false;
   bool show_capacity = false;  // the run used a set capacity (first failures are listed)
 };
-std::string format_replay_table(const ReplayProgram& program, const std::vector<ReplayResult>& results,
+std::string format_replay_table(const ReplayProgram& program,
+                                const std::vector<ReplayResult>& results,
                                 const ReplayTableOptions& options = {});
 
 // --- The out-of-memory suggestion: CachingAllocator's advisor when none is set
@@ -258,8 +259,8 @@ struct OomReplayInput {
   std::vector<LiveBlock> live;      // blocks allocated or pending at the failure
   uint64_t request = 0;             // the requested bytes that failed
   uint64_t stream = 0;
-  uint64_t capacity = 0;            // what the allocator could hold: reserved + device free
-  AllocatorOptions options;         // the allocator's own
+  uint64_t capacity = 0;     // what the allocator could hold: reserved + device free
+  AllocatorOptions options;  // the allocator's own
 };
 // When a replay of the history with the allocator's own options reproduces the
 // failure and one with another option (expandable segments, a max_split_size_mb,

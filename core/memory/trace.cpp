@@ -16,11 +16,16 @@ namespace ember::memory {
 
 const char* to_string(TraceOp op) {
   switch (op) {
-    case TraceOp::alloc: return "alloc";
-    case TraceOp::free_requested: return "free_requested";
-    case TraceOp::free_completed: return "free_completed";
-    case TraceOp::segment_alloc: return "segment_alloc";
-    case TraceOp::segment_free: return "segment_free";
+    case TraceOp::alloc:
+      return "alloc";
+    case TraceOp::free_requested:
+      return "free_requested";
+    case TraceOp::free_completed:
+      return "free_completed";
+    case TraceOp::segment_alloc:
+      return "segment_alloc";
+    case TraceOp::segment_free:
+      return "segment_free";
   }
   return "?";
 }
@@ -62,10 +67,14 @@ bool parse_u64(std::string_view s, uint64_t& out, bool& overflow) {
     s.remove_prefix(2);
     for (char c : s) {
       unsigned d;
-      if (c >= '0' && c <= '9') d = static_cast<unsigned>(c - '0');
-      else if (c >= 'a' && c <= 'f') d = static_cast<unsigned>(c - 'a' + 10);
-      else if (c >= 'A' && c <= 'F') d = static_cast<unsigned>(c - 'A' + 10);
-      else return false;
+      if (c >= '0' && c <= '9')
+        d = static_cast<unsigned>(c - '0');
+      else if (c >= 'a' && c <= 'f')
+        d = static_cast<unsigned>(c - 'a' + 10);
+      else if (c >= 'A' && c <= 'F')
+        d = static_cast<unsigned>(c - 'A' + 10);
+      else
+        return false;
       if (v >> 60 != 0) overflow = true;
       v = (v << 4) | d;
     }
@@ -99,7 +108,8 @@ bool parse_op(std::string_view s, TraceOp& op) {
       if (s == "free_requested") return op = TraceOp::free_requested, true;
       if (s == "free_completed") return op = TraceOp::free_completed, true;
       break;
-    default: break;
+    default:
+      break;
   }
   return false;
 }
@@ -148,9 +158,10 @@ Trace parse_trace_csv(std::string_view text, const std::string& source) {
   trace.first_line = line + 1;
 
   // A rough count of rows, so the vector grows once.
-  trace.events.reserve(static_cast<size_t>(
-      std::count(text.begin() + static_cast<std::ptrdiff_t>(std::min(pos, text.size())),
-                 text.end(), '\n')) + 1);
+  trace.events.reserve(static_cast<size_t>(std::count(
+                           text.begin() + static_cast<std::ptrdiff_t>(std::min(pos, text.size())),
+                           text.end(), '\n')) +
+                       1);
   size_t blank_line = 0;  // the first blank line seen after the header, if any
   while (next_line(l)) {
     if (trim(l).empty()) {
@@ -180,9 +191,8 @@ Trace parse_trace_csv(std::string_view text, const std::string& source) {
     for (int k = 1; k < 4; ++k) {
       const std::string_view v = trim(f[k]);
       bool overflow = false;
-      EMBER_CHECK(parse_u64(v, *values[k], overflow), "trace ", source, ":", line, ": ",
-                  names[k], " \"", shown(v),
-                  "\" is not a number (decimal, or hex with 0x; no sign)");
+      EMBER_CHECK(parse_u64(v, *values[k], overflow), "trace ", source, ":", line, ": ", names[k],
+                  " \"", shown(v), "\" is not a number (decimal, or hex with 0x; no sign)");
       EMBER_CHECK(!overflow, "trace ", source, ":", line, ": ", names[k], " ", shown(v),
                   " overflows 64 bits");
     }
@@ -230,17 +240,28 @@ Trace trace_from_history(const std::vector<TraceEntry>& history, const std::stri
     e.addr = h.address;
     e.stream = static_cast<uint64_t>(reinterpret_cast<uintptr_t>(h.stream));
     switch (h.action) {
-      case TraceAction::alloc: e.op = TraceOp::alloc; break;
-      case TraceAction::free_requested: e.op = TraceOp::free_requested; break;
-      case TraceAction::free_completed: e.op = TraceOp::free_completed; break;
-      case TraceAction::segment_alloc: e.op = TraceOp::segment_alloc; break;
-      case TraceAction::segment_free: e.op = TraceOp::segment_free; break;
+      case TraceAction::alloc:
+        e.op = TraceOp::alloc;
+        break;
+      case TraceAction::free_requested:
+        e.op = TraceOp::free_requested;
+        break;
+      case TraceAction::free_completed:
+        e.op = TraceOp::free_completed;
+        break;
+      case TraceAction::segment_alloc:
+        e.op = TraceOp::segment_alloc;
+        break;
+      case TraceAction::segment_free:
+        e.op = TraceOp::segment_free;
+        break;
       // Pages of expandable segments mapped and unmapped: no row (as PyTorch's
       // converter drops its segment_map/segment_unmap).
       case TraceAction::segment_map:
       case TraceAction::segment_unmap:
       case TraceAction::oom:
-      case TraceAction::step: continue;
+      case TraceAction::step:
+        continue;
     }
     const bool block = e.op == TraceOp::alloc || e.op == TraceOp::free_requested ||
                        e.op == TraceOp::free_completed;
@@ -266,7 +287,8 @@ Trace with_prelude(const Trace& trace, const std::vector<LiveBlock>& live) {
     if (e.op != TraceOp::alloc) before.emplace(e.addr, First{e.op, e.size, e.stream});
   }
   for (const LiveBlock& b : live)
-    if (seen.find(b.addr) == seen.end()) before.emplace(b.addr, First{TraceOp::alloc, b.size, b.stream});
+    if (seen.find(b.addr) == seen.end())
+      before.emplace(b.addr, First{TraceOp::alloc, b.size, b.stream});
 
   Trace out;
   out.source = trace.source;

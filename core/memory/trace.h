@@ -60,7 +60,7 @@ struct TraceEvent {
 struct Trace {
   std::string source;  // the file it was read from, or what made it
   std::vector<std::pair<std::string, std::string>> metadata;  // "# key: value" lines
-  size_t first_line = 0;  // line number of the first row in the file; 0: not from a file
+  size_t first_line = 0;      // line number of the first row in the file; 0: not from a file
   size_t prelude_events = 0;  // leading events added by with_prelude (no line)
   std::vector<TraceEvent> events;
 

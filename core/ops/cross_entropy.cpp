@@ -30,8 +30,10 @@ void check_class_targets(const char* op, const Tensor& input, const Tensor& targ
   check_defined(op, input, input_name);
   check_defined(op, target, "target");
   check_floating(op, input);
-  EMBER_CHECK(target.dtype() == kInt64, op, ": target must be an int64 tensor of class indices, "
-              "got ", target.dtype(), " of shape ", shape_str(target.sizes()));
+  EMBER_CHECK(target.dtype() == kInt64, op,
+              ": target must be an int64 tensor of class indices, "
+              "got ",
+              target.dtype(), " of shape ", shape_str(target.sizes()));
   check_same_device(op, input, target);
   EMBER_CHECK(input.dim() >= 1, op, ": ", input_name, " must have a class dim, got a 0-dim tensor");
   if (input.dim() == 1) {
@@ -40,8 +42,8 @@ void check_class_targets(const char* op, const Tensor& input, const Tensor& targ
   } else {
     EMBER_CHECK(target.dim() >= 1 && target.size(0) == input.size(0), op, ": ", input_name,
                 " of shape ", shape_str(input.sizes()), " and target of shape ",
-                shape_str(target.sizes()), " have different batch sizes (",
-                input.size(0), " and ", target.dim() >= 1 ? target.size(0) : 0, ")");
+                shape_str(target.sizes()), " have different batch sizes (", input.size(0), " and ",
+                target.dim() >= 1 ? target.size(0) : 0, ")");
     Shape want = input.sizes();
     want.erase(want.begin() + 1);  // (N, C, d...) -> (N, d...)
     EMBER_CHECK(target.sizes() == want, op, ": target of shape ", shape_str(target.sizes()),
@@ -67,9 +69,10 @@ Tensor reduce_all(const Tensor& per, Reduction r) {
 // -log_probs at the targets, 0 where the target is ignore_index; shape of target.
 Tensor picked_nll(const Tensor& log_probs, const Tensor& target, const Tensor& valid,
                   int64_t class_dim, const char* op) {
-  const Tensor safe = where(valid, target, zeros({}, TensorOptions(kInt64).device(target.device())));
-  Tensor picked = squeeze(detail::gather(log_probs, class_dim, unsqueeze(safe, class_dim), op, true),
-                          class_dim);
+  const Tensor safe =
+      where(valid, target, zeros({}, TensorOptions(kInt64).device(target.device())));
+  Tensor picked = squeeze(
+      detail::gather(log_probs, class_dim, unsqueeze(safe, class_dim), op, true), class_dim);
   return where(valid, neg(picked), zeros({}, picked.options()));
 }
 
@@ -79,23 +82,22 @@ struct CrossEntropyStash {
   Tensor d_logits;
 };
 
-Tensor cross_entropy_fused(const Tensor& logits, const Tensor& target,
-                           const CrossEntropyOptions& o, bool want_grad) {
+Tensor cross_entropy_fused(const Tensor& logits, const Tensor& target, const CrossEntropyOptions& o,
+                           bool want_grad) {
   const Device device = logits.device();
   const int64_t rows = logits.size(0), classes = logits.size(1);
   const TensorOptions opts = logits.options();
   // Runs the kernel on (x, t), writing d (when defined) and returning the loss.
   auto run = [rows, classes, o, device](const Tensor& x, const Tensor& t, const Tensor& d) {
     const kernels::KernelTable& kt = kernels::kernels_for(device);
-    Tensor loss = o.reduction() == Reduction::None ? empty({rows}, x.options())
-                                                   : empty({}, x.options());
+    Tensor loss =
+        o.reduction() == Reduction::None ? empty({rows}, x.options()) : empty({}, x.options());
     const size_t ws_bytes = kt.cross_entropy_workspace_bytes({device, x.dtype(), rows, classes});
-    const Tensor ws = empty({static_cast<int64_t>((ws_bytes + 7) / 8)},
-                            TensorOptions(kFloat64).device(device));
-    kt.cross_entropy_fused({device, x.dtype(), "cross_entropy", x.raw_data(),
-                            t.data_ptr<int64_t>(), d.defined() ? d.raw_data() : nullptr,
-                            loss.raw_data(), rows, classes, o.ignore_index(), o.label_smoothing(),
-                            o.reduction(), ws.raw_data()});
+    const Tensor ws =
+        empty({static_cast<int64_t>((ws_bytes + 7) / 8)}, TensorOptions(kFloat64).device(device));
+    kt.cross_entropy_fused({device, x.dtype(), "cross_entropy", x.raw_data(), t.data_ptr<int64_t>(),
+                            d.defined() ? d.raw_data() : nullptr, loss.raw_data(), rows, classes,
+                            o.ignore_index(), o.label_smoothing(), o.reduction(), ws.raw_data()});
     return loss;
   };
   Tensor x, t, d, loss;
@@ -109,24 +111,24 @@ Tensor cross_entropy_fused(const Tensor& logits, const Tensor& target,
   if (want_grad) {
     auto stash = std::make_shared<CrossEntropyStash>(CrossEntropyStash{d});
     const Reduction r = o.reduction();
-    attach_grad_fn(loss, "CrossEntropyLossBackward", {&logits}, {x, t},
-                   [stash, run, r, rows, classes](const Tensor& g, const SavedTensors& s) {
-                     Tensor grad_logits = std::move(stash->d_logits);
-                     stash->d_logits = Tensor();
-                     if (!grad_logits.defined()) {  // a second backward: recompute it
-                       grad_logits = empty({rows, classes}, s[0].options());
-                       run(s[0], s[1], grad_logits);
-                     }
-                     if (r == Reduction::None) return Grads{mul(grad_logits, unsqueeze(g, 1))};
-                     // Ours alone, so scaling it in place is safe; skipped on the
-                     // device when g is 1.
-                     const Tensor gc = contiguous(g);
-                     kernels::kernels_for(grad_logits.device())
-                         .scale_by_device_scalar({grad_logits.device(), grad_logits.dtype(),
-                                                  grad_logits.raw_data(), gc.raw_data(),
-                                                  grad_logits.numel()});
-                     return Grads{grad_logits};
-                   });
+    attach_grad_fn(
+        loss, "CrossEntropyLossBackward", {&logits}, {x, t},
+        [stash, run, r, rows, classes](const Tensor& g, const SavedTensors& s) {
+          Tensor grad_logits = std::move(stash->d_logits);
+          stash->d_logits = Tensor();
+          if (!grad_logits.defined()) {  // a second backward: recompute it
+            grad_logits = empty({rows, classes}, s[0].options());
+            run(s[0], s[1], grad_logits);
+          }
+          if (r == Reduction::None) return Grads{mul(grad_logits, unsqueeze(g, 1))};
+          // Ours alone, so scaling it in place is safe; skipped on the
+          // device when g is 1.
+          const Tensor gc = contiguous(g);
+          kernels::kernels_for(grad_logits.device())
+              .scale_by_device_scalar({grad_logits.device(), grad_logits.dtype(),
+                                       grad_logits.raw_data(), gc.raw_data(), grad_logits.numel()});
+          return Grads{grad_logits};
+        });
   }
   return loss;
 }
@@ -150,8 +152,7 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, const CrossEntr
   OpSite site("cross_entropy");
   check_class_targets("cross_entropy", logits, target, "logits");
   const double ls = o.label_smoothing();
-  EMBER_CHECK(ls >= 0.0 && ls <= 1.0, "cross_entropy: label_smoothing must be in [0, 1], got ",
-              ls);
+  EMBER_CHECK(ls >= 0.0 && ls <= 1.0, "cross_entropy: label_smoothing must be in [0, 1], got ", ls);
   if (logits.dim() == 2 && kernels::kernels_for(logits.device())
                                .cross_entropy_fused_supported({logits.device(), logits.dtype(),
                                                                logits.size(0), logits.size(1)}))
@@ -186,7 +187,8 @@ void check_same_shape(const char* op, const Tensor& input, const Tensor& target)
 // The incoming gradient of a reduced loss, per element of `shape`.
 Tensor per_element(const Tensor& g, Reduction r, const Shape& shape) {
   if (r == Reduction::None) return g;
-  const Tensor scaled = r == Reduction::Mean ? mul(g, 1.0 / static_cast<double>(numel_of(shape))) : g;
+  const Tensor scaled =
+      r == Reduction::Mean ? mul(g, 1.0 / static_cast<double>(numel_of(shape))) : g;
   return expand(scaled, shape);
 }
 
@@ -208,19 +210,18 @@ Tensor binary_cross_entropy(const Tensor& probs, const Tensor& target, Reduction
     const bool gp = probs.requires_grad(), gt = target.requires_grad();
     // PyTorch's gradients: d_p = (p - t) / max(p (1 - p), 1e-12), finite at 0 and 1;
     // d_t = log(1 - p) - log(p), each log clamped as in forward.
-    attach_grad_fn(out, "BinaryCrossEntropyBackward", {&probs, &target}, {probs, target},
-                   [r, gp, gt](const Tensor& g, const SavedTensors& s) {
-                     const Tensor& p = s[0];
-                     const Tensor& t = s[1];
-                     const Tensor ge = per_element(g, r, p.sizes());
-                     Tensor d_p, d_t;
-                     if (gp)
-                       d_p = mul(ge, div(sub(p, t), clamp_min(mul(p, rsub(p, 1.0)), 1e-12)));
-                     if (gt)
-                       d_t = mul(ge, sub(clamp_min(log(rsub(p, 1.0)), -100.0),
-                                         clamp_min(log(p), -100.0)));
-                     return Grads{d_p, d_t};
-                   });
+    attach_grad_fn(
+        out, "BinaryCrossEntropyBackward", {&probs, &target}, {probs, target},
+        [r, gp, gt](const Tensor& g, const SavedTensors& s) {
+          const Tensor& p = s[0];
+          const Tensor& t = s[1];
+          const Tensor ge = per_element(g, r, p.sizes());
+          Tensor d_p, d_t;
+          if (gp) d_p = mul(ge, div(sub(p, t), clamp_min(mul(p, rsub(p, 1.0)), 1e-12)));
+          if (gt)
+            d_t = mul(ge, sub(clamp_min(log(rsub(p, 1.0)), -100.0), clamp_min(log(p), -100.0)));
+          return Grads{d_p, d_t};
+        });
   }
   return out;
 }

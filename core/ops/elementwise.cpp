@@ -29,8 +29,8 @@ void check_same_device(const char* op, const Tensor& a, const Tensor& b) {
 }
 
 void check_same_dtype(const char* op, const Tensor& a, const Tensor& b) {
-  EMBER_CHECK(a.dtype() == b.dtype(), op, ": operands have different dtypes (", a.dtype(),
-              " and ", b.dtype(), "); convert one with .to(dtype)");
+  EMBER_CHECK(a.dtype() == b.dtype(), op, ": operands have different dtypes (", a.dtype(), " and ",
+              b.dtype(), "); convert one with .to(dtype)");
 }
 
 void check_floating(const char* op, const Tensor& a) {
@@ -46,8 +46,8 @@ void check_inplace(const char* op, const Tensor& t) {
 namespace detail {
 
 StridedLayout layout_of(const Tensor& t, const Shape& iter, const char* op) {
-  EMBER_CHECK(iter.size() <= static_cast<size_t>(kMaxDims), op, ": tensors of more than ",
-              kMaxDims, " dims are not supported (got ", iter.size(), ")");
+  EMBER_CHECK(iter.size() <= static_cast<size_t>(kMaxDims), op, ": tensors of more than ", kMaxDims,
+              " dims are not supported (got ", iter.size(), ")");
   const int nd = static_cast<int>(iter.size());
   const Shape& sz = t.sizes();
   const Shape& st = t.strides();
@@ -100,18 +100,17 @@ constexpr const char* kBinaryBackwardNames[] = {
 void run_unary(UnaryOp op, const Tensor& a, const Tensor& out, double s, const char* name) {
   const Shape& shape = out.sizes();
   kernels::kernels_for(out.device())
-      .unary({out.device(), op, a.dtype(), a.storage()->data(),
-              detail::layout_of(a, shape, name), out.storage()->data(),
-              detail::layout_of(out, shape, name), out.numel(), s, out.dtype()});
+      .unary({out.device(), op, a.dtype(), a.storage()->data(), detail::layout_of(a, shape, name),
+              out.storage()->data(), detail::layout_of(out, shape, name), out.numel(), s,
+              out.dtype()});
 }
 
 void run_binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out, double s,
                 const char* name) {
   const Shape& shape = out.sizes();
   kernels::kernels_for(out.device())
-      .binary({out.device(), op, a.dtype(), a.storage()->data(),
-               detail::layout_of(a, shape, name), b.storage()->data(),
-               detail::layout_of(b, shape, name), out.storage()->data(),
+      .binary({out.device(), op, a.dtype(), a.storage()->data(), detail::layout_of(a, shape, name),
+               b.storage()->data(), detail::layout_of(b, shape, name), out.storage()->data(),
                detail::layout_of(out, shape, name), out.numel(), s, out.dtype()});
 }
 
@@ -138,7 +137,9 @@ constexpr int kPlainUnaryOps = 0
     EMBER_UNARY_OPS(EMBER_X)
 #undef EMBER_X
     ;
-constexpr bool takes_scalar(UnaryOp op) { return static_cast<int>(op) >= kPlainUnaryOps; }
+constexpr bool takes_scalar(UnaryOp op) {
+  return static_cast<int>(op) >= kPlainUnaryOps;
+}
 
 // The dtype a unary op computes in, given its input's: floating inputs as they
 // are; integer (and bool) inputs stay int64 for the ops that keep integers (with
@@ -152,7 +153,9 @@ DType unary_compute_dtype(UnaryOp op, DType in, Scalar s) {
   return closed ? kInt64 : kFloat32;
 }
 
-Tensor as_dtype(const Tensor& t, DType d) { return t.dtype() == d ? t : cast(t, d); }
+Tensor as_dtype(const Tensor& t, DType d) {
+  return t.dtype() == d ? t : cast(t, d);
+}
 
 // d_x of a unary op: unary_backward(op, g, s, a) over g's shape, or g itself
 // when the list says the derivative is the incoming gradient.
@@ -220,7 +223,8 @@ Tensor unary_op(UnaryOp op, const Tensor& input, Scalar scalar) {
   Tensor converted;  // only when the input's dtype is not the one the op computes in
   const Tensor& a = input.dtype() == compute ? input : (converted = cast(input, compute));
   const double s = scalar.to_double();
-  Tensor out = empty(a.sizes(), TensorOptions(gives_bool(op) ? kBool : a.dtype()).device(a.device()));
+  Tensor out =
+      empty(a.sizes(), TensorOptions(gives_bool(op) ? kBool : a.dtype()).device(a.device()));
   run_unary(op, a, out, s, name);
   const Saves saves = unary_saves(op);
   if (saves != Saves::NoGrad && saves != Saves::Bool && any_requires_grad({&a})) {
@@ -248,10 +252,13 @@ Tensor binary_op(BinaryOp op, const Tensor& x, const Tensor& y, double alpha) {
     if (gives_bool(op)) {
       compute = kInt64;
     } else if (keeps_integers(op)) {
-      EMBER_CHECK(compute != kBool, name, ": arithmetic on two bool tensors is not supported; "
+      EMBER_CHECK(compute != kBool, name,
+                  ": arithmetic on two bool tensors is not supported; "
                   "convert one with .to(kInt64)");
-      EMBER_CHECK(alpha == std::floor(alpha), name, ": alpha must be an integer for integer "
-                  "operands, got ", alpha);
+      EMBER_CHECK(alpha == std::floor(alpha), name,
+                  ": alpha must be an integer for integer "
+                  "operands, got ",
+                  alpha);
     } else {
       compute = kFloat32;
     }
@@ -274,7 +281,7 @@ Tensor binary_op(BinaryOp op, const Tensor& x, const Tensor& y, double alpha) {
                              : SavedTensors{};
     attach_grad_fn(out, kBinaryBackwardNames[static_cast<int>(op)], {&a, &b}, std::move(saved),
                    [op, alpha, sa = a.sizes(), sb = b.sizes(), ga, gb](const Tensor& g,
-                                                                      const SavedTensors& s) {
+                                                                       const SavedTensors& s) {
                      const Tensor none;
                      const Tensor& x = s.size() > 0 ? s[0] : none;
                      const Tensor& y = s.size() > 1 ? s[1] : none;
@@ -289,12 +296,16 @@ Tensor binary_op(BinaryOp op, const Tensor& x, const Tensor& y, double alpha) {
 
 // ---------------------------------------------------------------- the generated ops
 
-#define EMBER_X(name, Enum, ...) \
-  Tensor name(const Tensor& a) { return detail::unary_op(UnaryOp::Enum, a, 0.0); }
+#define EMBER_X(name, Enum, ...)                    \
+  Tensor name(const Tensor& a) {                    \
+    return detail::unary_op(UnaryOp::Enum, a, 0.0); \
+  }
 EMBER_UNARY_OPS(EMBER_X)
 #undef EMBER_X
-#define EMBER_X(name, Enum, ...) \
-  Tensor name(const Tensor& a, Scalar s) { return detail::unary_op(UnaryOp::Enum, a, s); }
+#define EMBER_X(name, Enum, ...)                  \
+  Tensor name(const Tensor& a, Scalar s) {        \
+    return detail::unary_op(UnaryOp::Enum, a, s); \
+  }
 EMBER_SCALAR_OPS(EMBER_X)
 #undef EMBER_X
 #define EMBER_X(name, Enum, ...)                         \
@@ -361,10 +372,10 @@ Tensor& fill_(Tensor& t, double value) {
 Tensor& add_(Tensor& t, const Tensor& other, double alpha) {
   const Tensor o = operand_for_inplace("add_", t, other);
   check_inplace("add_", t);
-  EMBER_CHECK(other.sizes() == t.sizes() ||
-                  broadcast_shapes(t.sizes(), other.sizes(), "add_") == t.sizes(),
-              "add_: operand of shape ", shape_str(other.sizes()), " cannot be broadcast to ",
-              shape_str(t.sizes()));
+  EMBER_CHECK(
+      other.sizes() == t.sizes() || broadcast_shapes(t.sizes(), other.sizes(), "add_") == t.sizes(),
+      "add_: operand of shape ", shape_str(other.sizes()), " cannot be broadcast to ",
+      shape_str(t.sizes()));
   EMBER_CHECK(is_floating(t.dtype()) || alpha == std::floor(alpha),
               "add_: alpha must be an integer for an integer tensor, got ", alpha);
   run_binary(BinaryOp::Add, t, o, t, alpha, "add_");
@@ -386,10 +397,10 @@ Tensor& add_(Tensor& t, Scalar value) {
 Tensor& mul_(Tensor& t, const Tensor& other) {
   const Tensor o = operand_for_inplace("mul_", t, other);
   check_inplace("mul_", t);
-  EMBER_CHECK(other.sizes() == t.sizes() ||
-                  broadcast_shapes(t.sizes(), other.sizes(), "mul_") == t.sizes(),
-              "mul_: operand of shape ", shape_str(other.sizes()), " cannot be broadcast to ",
-              shape_str(t.sizes()));
+  EMBER_CHECK(
+      other.sizes() == t.sizes() || broadcast_shapes(t.sizes(), other.sizes(), "mul_") == t.sizes(),
+      "mul_: operand of shape ", shape_str(other.sizes()), " cannot be broadcast to ",
+      shape_str(t.sizes()));
   run_binary(BinaryOp::Mul, t, o, t, 1.0, "mul_");
   t.bump_version();
   return t;
@@ -419,8 +430,8 @@ Tensor where(const Tensor& condition, const Tensor& x, const Tensor& y) {
   check_same_device("where", x, y);
   const DType dtype = result_type(x, y);
   const Tensor a = as_dtype(x, dtype), b = as_dtype(y, dtype);
-  const Shape shape = broadcast_shapes(condition.sizes(), broadcast_shapes(a.sizes(), b.sizes(),
-                                       "where"), "where");
+  const Shape shape =
+      broadcast_shapes(condition.sizes(), broadcast_shapes(a.sizes(), b.sizes(), "where"), "where");
   Tensor out = empty(shape, a.options());
   if (out.numel() > 0)
     kernels::kernels_for(out.device())
@@ -431,12 +442,13 @@ Tensor where(const Tensor& condition, const Tensor& x, const Tensor& y) {
                 detail::layout_of(out, shape, "where"), out.numel()});
   if (any_requires_grad({&a, &b})) {
     const bool ga = a.requires_grad(), gb = b.requires_grad();
-    attach_grad_fn(out, "WhereBackward", {&a, &b}, {condition},
-                   [ga, gb, sa = a.sizes(), sb = b.sizes()](const Tensor& g, const SavedTensors& s) {
-                     const Tensor zero = zeros({}, g.options());
-                     return Grads{ga ? sum_to(where(s[0], g, zero), sa) : Tensor(),
-                                  gb ? sum_to(where(s[0], zero, g), sb) : Tensor()};
-                   });
+    attach_grad_fn(
+        out, "WhereBackward", {&a, &b}, {condition},
+        [ga, gb, sa = a.sizes(), sb = b.sizes()](const Tensor& g, const SavedTensors& s) {
+          const Tensor zero = zeros({}, g.options());
+          return Grads{ga ? sum_to(where(s[0], g, zero), sa) : Tensor(),
+                       gb ? sum_to(where(s[0], zero, g), sb) : Tensor()};
+        });
   }
   return out;
 }

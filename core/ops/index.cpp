@@ -21,7 +21,9 @@ Tensor workspace_of(size_t bytes, Device device) {
   if (bytes == 0) return Tensor();
   return empty({static_cast<int64_t>((bytes + 7) / 8)}, TensorOptions(kFloat64).device(device));
 }
-void* ptr_or_null(const Tensor& t) { return t.defined() ? t.raw_data() : nullptr; }
+void* ptr_or_null(const Tensor& t) {
+  return t.defined() ? t.raw_data() : nullptr;
+}
 
 void check_index_tensor(const char* op, const Tensor& index, const Tensor& x, const char* what) {
   check_defined(op, index, what);
@@ -37,9 +39,12 @@ struct Rows {
 Rows rows_around(const Shape& s, int64_t dim) {
   Rows r;
   for (int64_t d = 0; d < static_cast<int64_t>(s.size()); ++d) {
-    if (d < dim) r.outer *= s[d];
-    else if (d == dim) r.n = s[d];
-    else r.inner *= s[d];
+    if (d < dim)
+      r.outer *= s[d];
+    else if (d == dim)
+      r.n = s[d];
+    else
+      r.inner *= s[d];
   }
   return r;
 }
@@ -65,10 +70,10 @@ Tensor add_rows_back(const Tensor& g, const Tensor& idx, const Shape& x_sizes, i
   if (g.numel() == 0) return d;
   const Tensor gc = contiguous(g);
   const kernels::KernelTable& k = kernels::kernels_for(g.device());
-  const Tensor ws = workspace_of(k.index_add_workspace_bytes({g.device(), idx.numel(), r.n}),
-                                 g.device());
-  k.index_add({g.device(), g.dtype(), gc.raw_data(), idx.data_ptr<int64_t>(), d.raw_data(),
-               r.outer, r.n, idx.numel(), r.inner, ptr_or_null(ws)});
+  const Tensor ws =
+      workspace_of(k.index_add_workspace_bytes({g.device(), idx.numel(), r.n}), g.device());
+  k.index_add({g.device(), g.dtype(), gc.raw_data(), idx.data_ptr<int64_t>(), d.raw_data(), r.outer,
+               r.n, idx.numel(), r.inner, ptr_or_null(ws)});
   return d;
 }
 
@@ -100,8 +105,10 @@ Tensor embedding(const Tensor& weight, const Tensor& indices, int64_t padding_id
   OpSite site("embedding");
   check_defined("embedding", weight, "weight");
   check_index_tensor("embedding", indices, weight, "indices");
-  EMBER_CHECK(weight.dim() == 2, "embedding: weight must be 2-D (num_embeddings, embedding_dim), "
-              "got shape ", shape_str(weight.sizes()));
+  EMBER_CHECK(weight.dim() == 2,
+              "embedding: weight must be 2-D (num_embeddings, embedding_dim), "
+              "got shape ",
+              shape_str(weight.sizes()));
   EMBER_CHECK(padding_idx >= -1 && padding_idx < weight.size(0), "embedding: padding_idx ",
               padding_idx, " is out of range for ", weight.size(0), " embeddings (-1: none)");
   const Tensor idx = contiguous(indices.reshape({-1}));
@@ -211,7 +218,8 @@ Tensor one_hot(const Tensor& indices, int64_t num_classes) {
   if (indices.numel() > 0)
     select_rows(zeros({num_classes}, TensorOptions(kBool).device(device)), 0,
                 contiguous(indices.reshape({-1})), "one_hot");
-  const Tensor classes = arange(static_cast<double>(num_classes), TensorOptions(kInt64).device(device));
+  const Tensor classes =
+      arange(static_cast<double>(num_classes), TensorOptions(kInt64).device(device));
   return cast(eq(unsqueeze(indices, -1), classes), kInt64);
 }
 

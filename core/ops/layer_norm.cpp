@@ -23,7 +23,8 @@ void check_layer_norm(const Tensor& x, const Shape& shape, const Tensor& w, cons
                       double eps) {
   check_defined("layer_norm", x);
   check_floating("layer_norm", x);
-  EMBER_CHECK(!shape.empty(), "layer_norm: normalized_shape is empty; it names the trailing "
+  EMBER_CHECK(!shape.empty(),
+              "layer_norm: normalized_shape is empty; it names the trailing "
               "dims to normalise over");
   const size_t nd = shape.size();
   bool match = static_cast<size_t>(x.dim()) >= nd;
@@ -81,7 +82,8 @@ Tensor layer_norm_fused(const Tensor& x, const Shape& shape, int64_t rows, int64
           Tensor d_w = gw ? empty(shape, xs.options()) : Tensor();
           Tensor d_b = gb ? empty(shape, xs.options()) : Tensor();
           const kernels::KernelTable& k = kernels::kernels_for(dev);
-          const size_t ws_bytes = gw || gb ? k.layer_norm_workspace_bytes({dev, xs.dtype(), rows, cols}) : 0;
+          const size_t ws_bytes =
+              gw || gb ? k.layer_norm_workspace_bytes({dev, xs.dtype(), rows, cols}) : 0;
           const Tensor scratch = ws_bytes == 0 ? Tensor()
                                                : empty({static_cast<int64_t>((ws_bytes + 7) / 8)},
                                                        TensorOptions(kFloat64).device(dev));
@@ -106,7 +108,9 @@ Tensor layer_norm(const Tensor& input, const Shape& normalized_shape, const Tens
   DType dtype = input.dtype();
   if (weight.defined()) dtype = promote_types(dtype, weight.dtype());
   if (bias.defined()) dtype = promote_types(dtype, bias.dtype());
-  auto as = [dtype](const Tensor& t) { return !t.defined() || t.dtype() == dtype ? t : cast(t, dtype); };
+  auto as = [dtype](const Tensor& t) {
+    return !t.defined() || t.dtype() == dtype ? t : cast(t, dtype);
+  };
   const Tensor x = as(input), w = as(weight), b = as(bias);
   const int64_t cols = numel_of(normalized_shape);
   const int64_t rows = x.numel() / cols;

@@ -44,7 +44,9 @@ bool has_contiguous_rows(const Tensor& t) {  // rows may be strided, each row co
   return t.dim() == 2 && t.stride(1) == 1 && t.stride(0) >= t.size(1);
 }
 
-Tensor rows_contiguous(const Tensor& t) { return has_contiguous_rows(t) ? t : t.contiguous(); }
+Tensor rows_contiguous(const Tensor& t) {
+  return has_contiguous_rows(t) ? t : t.contiguous();
+}
 
 // The activation applied to the pre-activation, as its element-wise op.
 Tensor apply_activation(const Tensor& pre, Activation act) {
@@ -55,9 +57,12 @@ Tensor apply_activation(const Tensor& pre, Activation act) {
 // others (activation_saves).
 Tensor activation_saved(Activation act, const Tensor& y, const Tensor& pre) {
   switch (activation_saves(act)) {
-    case Saves::Out: return y;
-    case Saves::In: return pre;
-    default: return Tensor();
+    case Saves::Out:
+      return y;
+    case Saves::In:
+      return pre;
+    default:
+      return Tensor();
   }
 }
 
@@ -78,10 +83,9 @@ std::pair<Tensor, Tensor> linear_forward(const Tensor& x2, const Tensor& w, cons
   Tensor pre = needs_grad && activation_saves(act) == Saves::In ? empty_like(y2) : Tensor();
   if (rows > 0 && out_features > 0)
     kernels::kernels_for(x2.device())
-        .linear_fused({x2.device(), x2.dtype(), rows, out_features, in, x2.raw_data(),
-                       x2.stride(0), w2.raw_data(), w2.stride(0),
-                       b2.defined() ? b2.raw_data() : nullptr, y2.raw_data(),
-                       pre.defined() ? pre.raw_data() : nullptr, act});
+        .linear_fused({x2.device(), x2.dtype(), rows, out_features, in, x2.raw_data(), x2.stride(0),
+                       w2.raw_data(), w2.stride(0), b2.defined() ? b2.raw_data() : nullptr,
+                       y2.raw_data(), pre.defined() ? pre.raw_data() : nullptr, act});
   return {y2, activation_saved(act, y2, pre)};
 }
 
@@ -135,13 +139,14 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b, Activation act)
   int64_t rows = 1;  // product of the leading dims (not numel / in: in may be 0)
   for (int64_t d = 0; d + 1 < x.dim(); ++d) rows *= x.size(d);
   const bool needs_grad = any_requires_grad({&x, &w, &b});
-  const bool fused = kernels::kernels_for(x.device()).linear_fused_supported({x.device(), x.dtype()});
+  const bool fused =
+      kernels::kernels_for(x.device()).linear_fused_supported({x.device(), x.dtype()});
   Tensor x2, y, saved_act;
   {
     NoGradGuard no_grad;  // the forward records nothing; backward is attached below
     x2 = rows_contiguous(x.dim() == 2 ? x.detach() : x.detach().reshape({rows, in}));  // (M, in)
-    auto [y2, sa] = linear_forward(x2, w.detach(), b.defined() ? b.detach() : Tensor(), act,
-                                   fused, needs_grad);
+    auto [y2, sa] =
+        linear_forward(x2, w.detach(), b.defined() ? b.detach() : Tensor(), act, fused, needs_grad);
     saved_act = sa;
     y = x.dim() == 2 ? y2 : y2.reshape(out_shape);
   }
@@ -151,7 +156,7 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b, Activation act)
     attach_grad_fn(
         y, "LinearBackward", {&x, &w, &b}, {gw ? x2 : Tensor(), gx ? w : Tensor(), saved_act},
         [x_shape = x.sizes(), rows, out_features, act, fused, gx, gw, gb](const Tensor& d_out,
-                                                                         const SavedTensors& s) {
+                                                                          const SavedTensors& s) {
           const Tensor& xs = s[0];
           Tensor g2 = d_out.dim() == 2 ? d_out : d_out.reshape({rows, out_features});  // (M, out)
           // The gradient at the pre-activation: the activation's element-wise backward.

@@ -15,8 +15,8 @@
 #include "core/alloc_site.h"
 #include "core/autocast.h"
 #include "core/autograd.h"
-#include "core/ops.h"
 #include "core/kernel_table.h"
+#include "core/ops.h"
 
 namespace ember {
 
@@ -97,7 +97,7 @@ Tensor mse_loss(const Tensor& pred, const Tensor& target, Reduction r) {
   if (r != Reduction::None &&
       kernels::kernels_for(pred.device()).mse_fused_supported({pred.device(), pred.dtype()}))
     return mse_loss_fused(pred, target, r, needs_grad && pred.requires_grad(),
-                         needs_grad && target.requires_grad());
+                          needs_grad && target.requires_grad());
   Tensor diff, out;
   {
     NoGradGuard no_grad;

@@ -1,13 +1,14 @@
 // matmul: 2-D x 2-D, batched (B, n, k) x (B, k, m), and (B, n, k) x (k, m) with the
 // right operand shared by every batch, through the device's gemm kernel (the CPU
 // reference accumulates in double in i-k-j order; CUDA runs cuBLAS), which reads
-// transposed views in place. Backward: d_a = g @ b^T, d_b = a^T @ g (summed over a shared b's batch).
+// transposed views in place. Backward: d_a = g @ b^T, d_b = a^T @ g (summed over a shared b's
+// batch).
 #include <algorithm>
 
 #include "core/alloc_site.h"
 #include "core/autograd.h"
-#include "core/ops.h"
 #include "core/kernel_table.h"
+#include "core/ops.h"
 
 namespace ember {
 

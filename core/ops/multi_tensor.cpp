@@ -45,8 +45,7 @@ Tensor run_norm(const char* op, const std::vector<Tensor>& tensors, double p, do
   const kernels::KernelTable& k = kernels::kernels_for(device);
   const TensorOptions f64 = TensorOptions(kFloat64).device(device);
   const size_t ws_bytes = k.multi_tensor_norm_workspace_bytes({device, spans.data(), count});
-  Tensor workspace =
-      ws_bytes ? empty({static_cast<int64_t>((ws_bytes + 7) / 8)}, f64) : Tensor();
+  Tensor workspace = ws_bytes ? empty({static_cast<int64_t>((ws_bytes + 7) / 8)}, f64) : Tensor();
   Tensor total = empty({}, f64);
   if (coef) *coef = empty({}, f64);
   k.multi_tensor_norm({device, spans.data(), count, p, total.data_ptr<double>(), max_norm,
@@ -78,9 +77,9 @@ void multi_tensor_mul_(const std::vector<Tensor>& tensors, const Tensor& scale) 
               ": scale must be a one-element float64 tensor on ", device, ", got ", scale.dtype(),
               " of shape ", shape_str(scale.sizes()), " on ", scale.device());
   for (size_t i = 0; i < tensors.size(); ++i) check_inplace(op, tensors[i]);
-  kernels::kernels_for(device).multi_tensor_scale(
-      {device, spans.data(), static_cast<int64_t>(spans.size()),
-       static_cast<const double*>(scale.raw_data())});
+  kernels::kernels_for(device).multi_tensor_scale({device, spans.data(),
+                                                   static_cast<int64_t>(spans.size()),
+                                                   static_cast<const double*>(scale.raw_data())});
   for (const Tensor& t : tensors) t.bump_version();
 }
 

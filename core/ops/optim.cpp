@@ -17,8 +17,8 @@ void check_state(const char* op, const char* what, size_t i, const Tensor& p, co
   EMBER_CHECK(t.sizes() == p.sizes() && t.dtype() == p.dtype() && t.device() == p.device() &&
                   t.is_contiguous(),
               op, ": ", what, " ", i, " (", shape_str(t.sizes()), " ", t.dtype(), " on ",
-              t.device(), ") does not match its parameter (", shape_str(p.sizes()), " ",
-              p.dtype(), " on ", p.device(), ", contiguous)");
+              t.device(), ") does not match its parameter (", shape_str(p.sizes()), " ", p.dtype(),
+              " on ", p.device(), ", contiguous)");
 }
 
 void check_param(const char* op, size_t i, const Tensor& p, const Tensor& g) {
@@ -30,7 +30,8 @@ void check_param(const char* op, size_t i, const Tensor& p, const Tensor& g) {
   check_state(op, "gradient", i, p, g);
 }
 
-void check_lengths(const char* op, size_t n, std::initializer_list<std::pair<const char*, size_t>> lists) {
+void check_lengths(const char* op, size_t n,
+                   std::initializer_list<std::pair<const char*, size_t>> lists) {
   for (const auto& [what, len] : lists)
     EMBER_CHECK(len == n, op, ": ", n, " parameters but ", len, " ", what);
 }
@@ -96,8 +97,11 @@ void fused_adam_(const std::vector<Tensor>& params, const std::vector<Tensor>& g
                  const AdamConfig& config) {
   const char* op = "fused_adam_";
   const size_t n = params.size();
-  check_lengths(op, n, {{"gradients", grads.size()}, {"exp_avgs", exp_avgs.size()},
-                        {"exp_avg_sqs", exp_avg_sqs.size()}, {"state_steps", state_steps.size()}});
+  check_lengths(op, n,
+                {{"gradients", grads.size()},
+                 {"exp_avgs", exp_avgs.size()},
+                 {"exp_avg_sqs", exp_avg_sqs.size()},
+                 {"state_steps", state_steps.size()}});
   EMBER_CHECK(!config.amsgrad || max_exp_avg_sqs.size() == n, op, ": amsgrad needs ", n,
               " max_exp_avg_sqs, got ", max_exp_avg_sqs.size());
   std::vector<OptimTensor> all(n);

@@ -1,7 +1,7 @@
 // Reductions: sum, mean, max and min (full, or values with the index kept for
 // backward), argmax, argmin and sum_to. Integer input: sum, max and min through
-// float64 (exact below 2^53), the result int64. Each views its input, made contiguous, as (outer, n, inner) and
-// reduces over n, through the device's kernels (core/kernel_table.h): the CPU
+// float64 (exact below 2^53), the result int64. Each views its input, made contiguous, as (outer,
+// n, inner) and reduces over n, through the device's kernels (core/kernel_table.h): the CPU
 // reference accumulates in double; CUDA's are deterministic (cuda/kernels/reduce.cu).
 // Sum of nothing is 0, mean of nothing NaN (as PyTorch), max of nothing an error.
 #include <cmath>
@@ -9,8 +9,8 @@
 
 #include "core/alloc_site.h"
 #include "core/autograd.h"
-#include "core/ops.h"
 #include "core/kernel_table.h"
+#include "core/ops.h"
 
 namespace ember {
 
@@ -78,8 +78,8 @@ void run_max(const Tensor& x, const Tensor& values, const Tensor& indices, const
   Tensor ws = workspace_of(k.max_workspace_bytes({x.device(), x.dtype(), s.outer, s.n, s.inner}),
                            x.device());
   k.max({x.device(), x.dtype(), x.raw_data(), values.defined() ? values.raw_data() : nullptr,
-         indices.data_ptr<int64_t>(), s.outer, s.n, s.inner,
-         ws.defined() ? ws.raw_data() : nullptr, min});
+         indices.data_ptr<int64_t>(), s.outer, s.n, s.inner, ws.defined() ? ws.raw_data() : nullptr,
+         min});
 }
 
 // d_inp (outer, n, inner) gets d_out (outer, inner) at the argmax, 0 elsewhere.
@@ -164,8 +164,7 @@ std::pair<Tensor, Tensor> max_impl(const Tensor& a, int64_t dim, bool keepdim, b
   check_defined(op, a);
   if (a.dtype() == kInt64) {
     // Through float64 (exact below 2^53); the same indices, values back to int64.
-    std::pair<Tensor, Tensor> r =
-        max_impl(cast(a, kFloat64), dim, keepdim, want_values, min, op);
+    std::pair<Tensor, Tensor> r = max_impl(cast(a, kFloat64), dim, keepdim, want_values, min, op);
     if (want_values) r.first = cast(r.first, kInt64);
     return r;
   }
@@ -204,8 +203,8 @@ ValuesAndIndices extreme_over_dim(const Tensor& a, int64_t dim, bool keepdim, bo
 Tensor extreme_of_all(const Tensor& a, bool min) {
   const char* op = min ? "min" : "max";
   check_defined(op, a);
-  EMBER_CHECK(a.numel() > 0, op, ": the input of shape ", shape_str(a.sizes()),
-              " is empty; the ", min ? "minimum" : "maximum", " of nothing is undefined");
+  EMBER_CHECK(a.numel() > 0, op, ": the input of shape ", shape_str(a.sizes()), " is empty; the ",
+              min ? "minimum" : "maximum", " of nothing is undefined");
   Tensor out;
   {
     NoGradGuard ng;
@@ -230,8 +229,12 @@ ValuesAndIndices max(const Tensor& a, int64_t dim, bool keepdim) {
 ValuesAndIndices min(const Tensor& a, int64_t dim, bool keepdim) {
   return extreme_over_dim(a, dim, keepdim, true);
 }
-Tensor max(const Tensor& a) { return extreme_of_all(a, false); }
-Tensor min(const Tensor& a) { return extreme_of_all(a, true); }
+Tensor max(const Tensor& a) {
+  return extreme_of_all(a, false);
+}
+Tensor min(const Tensor& a) {
+  return extreme_of_all(a, true);
+}
 
 Tensor argmax(const Tensor& a, int64_t dim, bool keepdim) {
   return max_impl(a, dim, keepdim, false, false, "argmax").second;

@@ -221,13 +221,12 @@ Tensor cat(const std::vector<Tensor>& tensors, int64_t dim) {
     if (any) {
       std::vector<int64_t> lengths;
       for (const Tensor& t : tensors) lengths.push_back(t.size(dim));
-      attach_grad_fn(out, "CatBackward", tensors,
-                     [starts, lengths, dim](const Tensor& g) {
-                       Grads gs;
-                       for (size_t i = 0; i < starts.size(); ++i)
-                         gs.push_back(slice(g, dim, starts[i], starts[i] + lengths[i]));
-                       return gs;
-                     });
+      attach_grad_fn(out, "CatBackward", tensors, [starts, lengths, dim](const Tensor& g) {
+        Grads gs;
+        for (size_t i = 0; i < starts.size(); ++i)
+          gs.push_back(slice(g, dim, starts[i], starts[i] + lengths[i]));
+        return gs;
+      });
     }
   }
   return out;

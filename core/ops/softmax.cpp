@@ -16,9 +16,12 @@ struct Split {
 Split split_at(const Shape& s, int64_t dim) {
   Split r;
   for (int64_t d = 0; d < static_cast<int64_t>(s.size()); ++d) {
-    if (d < dim) r.outer *= s[d];
-    else if (d == dim) r.n = s[d];
-    else r.inner *= s[d];
+    if (d < dim)
+      r.outer *= s[d];
+    else if (d == dim)
+      r.n = s[d];
+    else
+      r.inner *= s[d];
   }
   return r;
 }
@@ -34,7 +37,8 @@ Tensor softmax_impl(const Tensor& x, int64_t dim, bool log, const char* op) {
   if (out.numel() > 0) {
     const Tensor xc = contiguous(x.detach());
     kernels::kernels_for(x.device())
-        .softmax({x.device(), x.dtype(), xc.raw_data(), out.raw_data(), s.outer, s.n, s.inner, log});
+        .softmax(
+            {x.device(), x.dtype(), xc.raw_data(), out.raw_data(), s.outer, s.n, s.inner, log});
   }
   if (any_requires_grad({&x}))
     attach_grad_fn(out, log ? "LogSoftmaxBackward" : "SoftmaxBackward", {&x}, {out},
@@ -53,7 +57,9 @@ Tensor softmax_impl(const Tensor& x, int64_t dim, bool log, const char* op) {
 
 }  // namespace
 
-Tensor softmax(const Tensor& x, int64_t dim) { return softmax_impl(x, dim, false, "softmax"); }
+Tensor softmax(const Tensor& x, int64_t dim) {
+  return softmax_impl(x, dim, false, "softmax");
+}
 Tensor log_softmax(const Tensor& x, int64_t dim) {
   return softmax_impl(x, dim, true, "log_softmax");
 }

@@ -42,12 +42,20 @@ namespace cg = cooperative_groups;
 constexpr int kMaxCluster = 8;  // the portable cluster size
 constexpr int kFinishThreads = 1024;
 
-inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+inline int64_t ceil_div(int64_t a, int64_t b) {
+  return (a + b - 1) / b;
+}
 
-__device__ __forceinline__ float widen(__nv_bfloat16 v) { return __bfloat162float(v); }
-__device__ __forceinline__ float widen(float v) { return v; }
+__device__ __forceinline__ float widen(__nv_bfloat16 v) {
+  return __bfloat162float(v);
+}
+__device__ __forceinline__ float widen(float v) {
+  return v;
+}
 template <typename S>
-__device__ __forceinline__ S narrow(float v) { return static_cast<S>(v); }
+__device__ __forceinline__ S narrow(float v) {
+  return static_cast<S>(v);
+}
 template <>
 __device__ __forceinline__ __nv_bfloat16 narrow<__nv_bfloat16>(float v) {
   return __float2bfloat16_rn(v);
@@ -116,7 +124,7 @@ __global__ void __launch_bounds__(kThreads, kThreads >= 512 ? 1024 / kThreads : 
     typename BlockMax::TempStorage max;
     typename BlockSum::TempStorage sum;
   } temp;
-  __shared__ RowStats part;  // this block's, read by the cluster's other blocks
+  __shared__ RowStats part;   // this block's, read by the cluster's other blocks
   __shared__ RowStats whole;  // the row's
   __shared__ float sh_max;
 
@@ -193,8 +201,7 @@ __global__ void __launch_bounds__(kThreads, kThreads >= 512 ? 1024 / kThreads : 
     const float x_t = skip ? 0.f : widen(logits[row * classes + t]);
     // The smoothing term only with smoothing: a masked (-inf) logit makes the row's
     // sum -inf, and 0 * inf would turn a finite loss into NaN.
-    const float smoothing =
-        ls > 0.f ? ls * (lse - whole.sx / static_cast<float>(classes)) : 0.f;
+    const float smoothing = ls > 0.f ? ls * (lse - whole.sx / static_cast<float>(classes)) : 0.f;
     losses[row] = skip ? 0.f : (1.f - ls) * (lse - x_t) + smoothing;
   }
   if (d_logits == nullptr) return;
@@ -250,31 +257,41 @@ struct Cfg {
   static constexpr int kItems = I;
   static constexpr int64_t kChunk = int64_t{T} * I;
 };
-using Small = Cfg<128, 8>;     // rows up to 1024 classes, one block
-using Mid = Cfg<256, 16>;      // up to 4096, one block
-using Medium = Cfg<512, 16>;   // 8192 per block, up to 8 blocks: 65536 classes
-using Large = Cfg<1024, 16>;   // 16384 per block, up to 8 blocks: 131072 classes
-using Wide = Cfg<512, 32>;     // 16384 per block in 512 threads: rows past 8192
+using Small = Cfg<128, 8>;    // rows up to 1024 classes, one block
+using Mid = Cfg<256, 16>;     // up to 4096, one block
+using Medium = Cfg<512, 16>;  // 8192 per block, up to 8 blocks: 65536 classes
+using Large = Cfg<1024, 16>;  // 16384 per block, up to 8 blocks: 131072 classes
+using Wide = Cfg<512, 32>;    // 16384 per block in 512 threads: rows past 8192
 
 template <typename F>
 void dispatch_cfg(int64_t classes, CrossEntropyShape shape, F&& f) {
   switch (shape) {
-    case CrossEntropyShape::T512x16: return f(Medium{});
-    case CrossEntropyShape::T1024x16: return f(Large{});
-    case CrossEntropyShape::T512x32: return f(Wide{});
-    case CrossEntropyShape::Auto: break;
+    case CrossEntropyShape::T512x16:
+      return f(Medium{});
+    case CrossEntropyShape::T1024x16:
+      return f(Large{});
+    case CrossEntropyShape::T512x32:
+      return f(Wide{});
+    case CrossEntropyShape::Auto:
+      break;
   }
   // Rows past one 512 x 16 block: 512 threads x 32 logits, two blocks per SM, in
   // half the cluster blocks of 512 x 16 (measured fastest of the three at 32768
   // classes on an H200 in both dtypes, despite its register spills: 0.921 / 0.767 ms
   // against 1.002 / 0.873 for 512 x 16 in float32 / bfloat16; benchmarks/NOTES.md).
-  if (classes > Medium::kChunk) f(Wide{});
-  else if (classes > Mid::kChunk) f(Medium{});
-  else if (classes > Small::kChunk) f(Mid{});
-  else f(Small{});
+  if (classes > Medium::kChunk)
+    f(Wide{});
+  else if (classes > Mid::kChunk)
+    f(Medium{});
+  else if (classes > Small::kChunk)
+    f(Mid{});
+  else
+    f(Small{});
 }
 
-bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+bool aligned16(const void* p) {
+  return reinterpret_cast<uintptr_t>(p) % 16 == 0;
+}
 
 int current_device_index() {
   int d = 0;
@@ -284,17 +301,16 @@ int current_device_index() {
 
 template <typename S>
 void run_typed(const char* op, const S* logits, const int64_t* target, S* d_logits, S* loss,
-               int64_t rows, int64_t classes, int64_t ignore_index, float ls,
-               Reduction reduction, const Workspace& ws, cudaStream_t stream,
-               CrossEntropyShape shape) {
+               int64_t rows, int64_t classes, int64_t ignore_index, float ls, Reduction reduction,
+               const Workspace& ws, cudaStream_t stream, CrossEntropyShape shape) {
   if (reduction == Reduction::Mean) {
     count_kernel<<<1, kFinishThreads, 0, stream>>>(target, rows, classes, ignore_index, ws.count,
                                                    ws.scale);
     EMBER_CUDA_CHECK(cudaGetLastError());
   }
   constexpr int64_t kV = 16 / sizeof(S);
-  const bool vec = classes % kV == 0 && aligned16(logits) &&
-                   (d_logits == nullptr || aligned16(d_logits));
+  const bool vec =
+      classes % kV == 0 && aligned16(logits) && (d_logits == nullptr || aligned16(d_logits));
   DeviceErrorRecord* err = device_error_record(current_device_index());
   const float* scale = reduction == Reduction::Mean ? ws.scale : nullptr;
   dispatch_cfg(classes, shape, [&](auto cfg) {
@@ -323,16 +339,18 @@ void run_typed(const char* op, const S* logits, const int64_t* target, S* d_logi
       EMBER_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, logits, target, d_logits, ws.losses,
                                           classes, ignore_index, ls, scale, cluster, err, op));
     };
-    if (vec) launch(cross_entropy_kernel<S, C::kThreads, C::kItems, true>);
-    else launch(cross_entropy_kernel<S, C::kThreads, C::kItems, false>);
+    if (vec)
+      launch(cross_entropy_kernel<S, C::kThreads, C::kItems, true>);
+    else
+      launch(cross_entropy_kernel<S, C::kThreads, C::kItems, false>);
   });
   EMBER_CUDA_CHECK(cudaGetLastError());
   const unsigned finish_blocks =
       reduction == Reduction::None
           ? static_cast<unsigned>(std::min<int64_t>(ceil_div(rows, kFinishThreads), 4096))
           : 1;
-  finish_kernel<S><<<finish_blocks, kFinishThreads, 0, stream>>>(ws.losses, rows, ws.count,
-                                                                 reduction, loss);
+  finish_kernel<S>
+      <<<finish_blocks, kFinishThreads, 0, stream>>>(ws.losses, rows, ws.count, reduction, loss);
   EMBER_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -16,18 +16,31 @@ namespace ember::cuda {
 
 namespace {
 
-template <typename S> struct ComputeOf { using type = float; };
-template <> struct ComputeOf<double> { using type = double; };
-template <> struct ComputeOf<int64_t> { using type = double; };
+template <typename S>
+struct ComputeOf {
+  using type = float;
+};
+template <>
+struct ComputeOf<double> {
+  using type = double;
+};
+template <>
+struct ComputeOf<int64_t> {
+  using type = double;
+};
 
 template <typename S>
-__device__ __forceinline__ typename ComputeOf<S>::type load(const S* p) { return *p; }
+__device__ __forceinline__ typename ComputeOf<S>::type load(const S* p) {
+  return *p;
+}
 template <>
 __device__ __forceinline__ float load<__nv_bfloat16>(const __nv_bfloat16* p) {
   return __bfloat162float(*p);
 }
 template <typename S, typename C>
-__device__ __forceinline__ void store(S* p, C v) { *p = static_cast<S>(v); }
+__device__ __forceinline__ void store(S* p, C v) {
+  *p = static_cast<S>(v);
+}
 template <>
 __device__ __forceinline__ void store<__nv_bfloat16, float>(__nv_bfloat16* p, float v) {
   *p = __float2bfloat16_rn(v);
@@ -195,10 +208,17 @@ void launch(int64_t n, cudaStream_t stream, Args&&... args) {
 template <typename F>
 void dispatch_float(DType t, const char* op, F&& f) {
   switch (t) {
-    case DType::Float32: f(static_cast<float*>(nullptr)); return;
-    case DType::Float64: f(static_cast<double*>(nullptr)); return;
-    case DType::BFloat16: f(static_cast<__nv_bfloat16*>(nullptr)); return;
-    default: EMBER_FAIL(op, ": dtype ", t, " is not supported on CUDA");
+    case DType::Float32:
+      f(static_cast<float*>(nullptr));
+      return;
+    case DType::Float64:
+      f(static_cast<double*>(nullptr));
+      return;
+    case DType::BFloat16:
+      f(static_cast<__nv_bfloat16*>(nullptr));
+      return;
+    default:
+      EMBER_FAIL(op, ": dtype ", t, " is not supported on CUDA");
   }
 }
 
@@ -239,16 +259,16 @@ void launch_unary(UnaryOp op, DType dtype, const void* x, const StridedLayout& x
   });
 }
 
-void launch_binary(BinaryOp op, DType dtype, const void* x, const StridedLayout& xl,
-                   const void* y, const StridedLayout& yl, void* out, const StridedLayout& ol,
-                   int64_t n, double a, DType out_dtype, cudaStream_t stream) {
+void launch_binary(BinaryOp op, DType dtype, const void* x, const StridedLayout& xl, const void* y,
+                   const StridedLayout& yl, void* out, const StridedLayout& ol, int64_t n, double a,
+                   DType out_dtype, cudaStream_t stream) {
   if (n == 0) return;
   dispatch_numeric(dtype, binary_name(op), [&](auto* tag) {
     using S = std::remove_pointer_t<decltype(tag)>;
     if (out_dtype == DType::Bool)
       launch<binary_kernel<S, bool>>(n, stream, op, static_cast<const S*>(x), xl,
-                                     static_cast<const S*>(y), yl, static_cast<bool*>(out), ol,
-                                     n, a);
+                                     static_cast<const S*>(y), yl, static_cast<bool*>(out), ol, n,
+                                     a);
     else
       launch<binary_kernel<S, S>>(n, stream, op, static_cast<const S*>(x), xl,
                                   static_cast<const S*>(y), yl, static_cast<S*>(out), ol, n, a);
@@ -261,9 +281,8 @@ void launch_where(DType dtype, const void* cond, const StridedLayout& cl, const 
   if (n == 0) return;
   dispatch_all(dtype, [&](auto* tag) {
     using S = std::remove_pointer_t<decltype(tag)>;
-    launch<where_kernel<S>>(n, stream, static_cast<const bool*>(cond), cl,
-                            static_cast<const S*>(a), al, static_cast<const S*>(b), bl,
-                            static_cast<S*>(out), ol, n);
+    launch<where_kernel<S>>(n, stream, static_cast<const bool*>(cond), cl, static_cast<const S*>(a),
+                            al, static_cast<const S*>(b), bl, static_cast<S*>(out), ol, n);
   });
 }
 
@@ -274,8 +293,8 @@ void launch_unary_backward(UnaryOp op, DType dtype, const void* g, const Strided
   dispatch_float(dtype, "unary backward", [&](auto* tag) {
     using S = std::remove_pointer_t<decltype(tag)>;
     launch<unary_backward_kernel<S>>(n, stream, op, static_cast<const S*>(g), gl,
-                                     static_cast<const S*>(saved), sl, static_cast<S*>(out), ol,
-                                     n, a);
+                                     static_cast<const S*>(saved), sl, static_cast<S*>(out), ol, n,
+                                     a);
   });
 }
 
@@ -311,8 +330,7 @@ void launch_cast(DType from, const void* x, const StridedLayout& xl, DType to, v
     using F = std::remove_pointer_t<decltype(ftag)>;
     dispatch_all(to, [&](auto* ttag) {
       using T = std::remove_pointer_t<decltype(ttag)>;
-      launch<cast_kernel<F, T>>(n, stream, static_cast<const F*>(x), xl, static_cast<T*>(y),
-                                yl, n);
+      launch<cast_kernel<F, T>>(n, stream, static_cast<const F*>(x), xl, static_cast<T*>(y), yl, n);
     });
   });
 }

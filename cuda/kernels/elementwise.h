@@ -26,9 +26,9 @@ void launch_unary_backward(UnaryOp op, DType dtype, const void* g, const Strided
                            const void* saved, const StridedLayout& sl, void* out,
                            const StridedLayout& ol, int64_t n, double a, cudaStream_t stream);
 // out = op(x, y, a); x, y of dtype, out of out_dtype (dtype, or Bool).
-void launch_binary(BinaryOp op, DType dtype, const void* x, const StridedLayout& xl,
-                   const void* y, const StridedLayout& yl, void* out, const StridedLayout& ol,
-                   int64_t n, double a, DType out_dtype, cudaStream_t stream);
+void launch_binary(BinaryOp op, DType dtype, const void* x, const StridedLayout& xl, const void* y,
+                   const StridedLayout& yl, void* out, const StridedLayout& ol, int64_t n, double a,
+                   DType out_dtype, cudaStream_t stream);
 inline void launch_binary(BinaryOp op, DType dtype, const void* x, const StridedLayout& xl,
                           const void* y, const StridedLayout& yl, void* out,
                           const StridedLayout& ol, int64_t n, double a, cudaStream_t stream) {

@@ -29,8 +29,10 @@ __device__ int tensor_of(const TensorBatch& b, int64_t chunk) {
   int lo = 0, hi = b.count - 1;
   while (lo < hi) {
     const int mid = (lo + hi + 1) / 2;
-    if (b.first_chunk[mid] <= chunk) lo = mid;
-    else hi = mid - 1;
+    if (b.first_chunk[mid] <= chunk)
+      lo = mid;
+    else
+      hi = mid - 1;
   }
   return lo;
 }
@@ -116,8 +118,8 @@ int64_t make_batch(const OptimTensor* tensors, int64_t count, int64_t offset, Te
   int64_t chunks = 0;
   for (int k = 0; k < b.count; ++k) {
     b.t[k] = tensors[offset + k];
-    EMBER_CHECK(b.t[k].numel >= 0, "fused optimizer: tensor ", offset + k, " has ",
-                b.t[k].numel, " elements");
+    EMBER_CHECK(b.t[k].numel >= 0, "fused optimizer: tensor ", offset + k, " has ", b.t[k].numel,
+                " elements");
     b.first_chunk[k] = chunks;
     chunks += (b.t[k].numel + kChunk - 1) / kChunk;
   }

@@ -60,8 +60,7 @@ const char* sm90_gemm_unsupported(DType dtype, int64_t m, int64_t n, int64_t k,
     return "a size over 2^30";
   if (epi.out != DType::BFloat16 && epi.out != DType::Float32) return "output not bf16 or fp32";
   if (dtype == DType::Float32 && epi.out != DType::Float32) return "TF32 writes fp32 only";
-  if (dtype == DType::Float32 && (!a.k_major || !b.k_major))
-    return "TF32 operands must be K-major";
+  if (dtype == DType::Float32 && (!a.k_major || !b.k_major)) return "TF32 operands must be K-major";
   if (dtype == DType::BFloat16 && !a.k_major && b.k_major)
     return "an M-major A needs an N-major B (layout not built)";
   if (epi.bias_grad != nullptr && (dtype != DType::BFloat16 || a.k_major))
@@ -117,8 +116,8 @@ void launch_sm90_gemm(DType dtype, int64_t m, int64_t n, int64_t k, const Sm90Op
   // Ping-pong runs 128x128 tiles only.
   const bool ping = dtype == DType::BFloat16 && a.k_major && b.k_major && m >= 4096 && n >= 4096;
   const Sm90Schedule schedule = tuning.schedule != Sm90Schedule::Auto ? tuning.schedule
-                                : ping ? Sm90Schedule::Pingpong
-                                       : Sm90Schedule::Cooperative;
+                                : ping                                ? Sm90Schedule::Pingpong
+                                                                      : Sm90Schedule::Cooperative;
   Sm90Tile tile = tuning.tile;
   if (tile == Sm90Tile::Auto)
     tile = schedule == Sm90Schedule::Pingpong ? Sm90Tile::k128x128 : choose_tile(m, n, sms);

@@ -55,10 +55,10 @@ enum class Sm90Schedule { Auto, Cooperative, Pingpong };
 struct Sm90Tuning {
   Sm90Tile tile = Sm90Tile::Auto;
   Sm90Schedule schedule = Sm90Schedule::Auto;
-  int group_m = 0;     // row blocks per rasterisation group (0: chosen from the grid)
-  int max_ctas = 0;    // persistent grid size (0: one block per multiprocessor)
-  int max_tiles = 0;   // process only the first tiles (0: all): one-tile debugging
-  int* watchdog = nullptr;  // with EMBER_GEMM_WATCHDOG builds: where a stuck wait reports
+  int group_m = 0;           // row blocks per rasterisation group (0: chosen from the grid)
+  int max_ctas = 0;          // persistent grid size (0: one block per multiprocessor)
+  int max_tiles = 0;         // process only the first tiles (0: all): one-tile debugging
+  int* watchdog = nullptr;   // with EMBER_GEMM_WATCHDOG builds: where a stuck wait reports
   bool no_epilogue = false;  // write nothing (timing the main loop alone; D is left as it was)
 };
 

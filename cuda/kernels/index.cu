@@ -29,19 +29,35 @@ constexpr int kThreads = 256;
 constexpr int kWarp = 32;
 constexpr int64_t kMaxBlocks = 65535;
 
-inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+inline int64_t ceil_div(int64_t a, int64_t b) {
+  return (a + b - 1) / b;
+}
 inline unsigned blocks_for(int64_t n, int64_t per_block = kThreads) {
   const int64_t b = ceil_div(n, per_block);
   return static_cast<unsigned>(b < 1 ? 1 : b > kMaxBlocks ? kMaxBlocks : b);
 }
 
-template <typename S> struct AccOf { using type = float; };
-template <> struct AccOf<double> { using type = double; };
-__device__ __forceinline__ float widen(__nv_bfloat16 v) { return __bfloat162float(v); }
-__device__ __forceinline__ float widen(float v) { return v; }
-__device__ __forceinline__ double widen(double v) { return v; }
+template <typename S>
+struct AccOf {
+  using type = float;
+};
+template <>
+struct AccOf<double> {
+  using type = double;
+};
+__device__ __forceinline__ float widen(__nv_bfloat16 v) {
+  return __bfloat162float(v);
+}
+__device__ __forceinline__ float widen(float v) {
+  return v;
+}
+__device__ __forceinline__ double widen(double v) {
+  return v;
+}
 template <typename S, typename A>
-__device__ __forceinline__ S narrow(A v) { return static_cast<S>(v); }
+__device__ __forceinline__ S narrow(A v) {
+  return static_cast<S>(v);
+}
 template <>
 __device__ __forceinline__ __nv_bfloat16 narrow<__nv_bfloat16, float>(float v) {
   return __float2bfloat16_rn(v);
@@ -72,7 +88,7 @@ __global__ void index_select_kernel(const S* __restrict__ x, const int64_t* __re
 struct NdShape {
   int ndim;
   int dim;
-  int64_t sizes[kMaxDims];    // index's (and out's)
+  int64_t sizes[kMaxDims];      // index's (and out's)
   int64_t x_strides[kMaxDims];  // x's, contiguous
   int64_t x_dim_size;
 };
@@ -133,8 +149,7 @@ __global__ void index_keys_kernel(const int64_t* __restrict__ index, uint64_t* _
 }
 
 __global__ void gather_keys_kernel(const int64_t* __restrict__ index, uint64_t* __restrict__ keys,
-                                   int64_t* __restrict__ vals, NdShape s, int64_t n,
-                                   int64_t rows) {
+                                   int64_t* __restrict__ vals, NdShape s, int64_t n, int64_t rows) {
   for (int64_t p = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; p < n;
        p += int64_t{gridDim.x} * blockDim.x) {
     const int64_t idx = index[p];
@@ -195,7 +210,9 @@ int bits_for(uint64_t v) {  // bits that hold 0..v
 }
 
 constexpr size_t kAlign = 256;
-inline size_t align_up(size_t v) { return (v + kAlign - 1) / kAlign * kAlign; }
+inline size_t align_up(size_t v) {
+  return (v + kAlign - 1) / kAlign * kAlign;
+}
 
 struct SortSpace {
   uint64_t* keys_in;
@@ -240,10 +257,17 @@ void sort_pairs(SortSpace& s, int64_t k, int end_bit, cudaStream_t stream) {
 template <typename F>
 void dispatch_float(DType t, const char* op, F&& f) {
   switch (t) {
-    case DType::Float32: f(static_cast<float*>(nullptr)); return;
-    case DType::Float64: f(static_cast<double*>(nullptr)); return;
-    case DType::BFloat16: f(static_cast<__nv_bfloat16*>(nullptr)); return;
-    default: EMBER_FAIL(op, ": dtype ", t, " is not supported on CUDA");
+    case DType::Float32:
+      f(static_cast<float*>(nullptr));
+      return;
+    case DType::Float64:
+      f(static_cast<double*>(nullptr));
+      return;
+    case DType::BFloat16:
+      f(static_cast<__nv_bfloat16*>(nullptr));
+      return;
+    default:
+      EMBER_FAIL(op, ": dtype ", t, " is not supported on CUDA");
   }
 }
 
@@ -251,10 +275,18 @@ void dispatch_float(DType t, const char* op, F&& f) {
 template <typename F>
 void dispatch_bytes(DType t, F&& f) {
   switch (element_size(t)) {
-    case 1: f(static_cast<uint8_t*>(nullptr)); return;
-    case 2: f(static_cast<uint16_t*>(nullptr)); return;
-    case 4: f(static_cast<uint32_t*>(nullptr)); return;
-    default: f(static_cast<uint64_t*>(nullptr)); return;
+    case 1:
+      f(static_cast<uint8_t*>(nullptr));
+      return;
+    case 2:
+      f(static_cast<uint16_t*>(nullptr));
+      return;
+    case 4:
+      f(static_cast<uint32_t*>(nullptr));
+      return;
+    default:
+      f(static_cast<uint64_t*>(nullptr));
+      return;
   }
 }
 
@@ -285,9 +317,8 @@ size_t scatter_workspace_bytes(int64_t k, int64_t rows) {
   return sort_space_bytes(k, bits_for(static_cast<uint64_t>(rows)));
 }
 
-void launch_index_add(DType dtype, const void* src, const int64_t* index, void* dst,
-                      int64_t outer, int64_t n, int64_t k, int64_t inner, void* workspace,
-                      cudaStream_t stream) {
+void launch_index_add(DType dtype, const void* src, const int64_t* index, void* dst, int64_t outer,
+                      int64_t n, int64_t k, int64_t inner, void* workspace, cudaStream_t stream) {
   if (k == 0 || outer == 0 || inner == 0) return;
   const int end_bit = bits_for(static_cast<uint64_t>(n));
   SortSpace s = sort_space(workspace, k, end_bit);
@@ -311,9 +342,9 @@ void launch_gather(DType dtype, const char* op, const void* x, const int64_t* in
   DeviceErrorRecord* err = device_error_record(current_device_index());
   dispatch_bytes(dtype, [&](auto* tag) {
     using S = std::remove_pointer_t<decltype(tag)>;
-    gather_kernel<S><<<blocks_for(n), kThreads, 0, stream>>>(
-        static_cast<const S*>(x), index, static_cast<S*>(out), s, n, err, op,
-        targets ? kBadTarget : kBadIndex);
+    gather_kernel<S><<<blocks_for(n), kThreads, 0, stream>>>(static_cast<const S*>(x), index,
+                                                             static_cast<S*>(out), s, n, err, op,
+                                                             targets ? kBadTarget : kBadIndex);
   });
   EMBER_CUDA_CHECK(cudaGetLastError());
 }
@@ -327,8 +358,8 @@ void launch_scatter_add(DType dtype, const void* src, const int64_t* index, void
   const NdShape shape = nd_shape(ndim, dim, sizes, x_sizes);
   const int end_bit = bits_for(static_cast<uint64_t>(rows));
   SortSpace s = sort_space(workspace, n, end_bit);
-  gather_keys_kernel<<<blocks_for(n), kThreads, 0, stream>>>(index, s.keys_in, s.vals_in, shape,
-                                                             n, rows);
+  gather_keys_kernel<<<blocks_for(n), kThreads, 0, stream>>>(index, s.keys_in, s.vals_in, shape, n,
+                                                             rows);
   EMBER_CUDA_CHECK(cudaGetLastError());
   sort_pairs(s, n, end_bit, stream);
   dispatch_float(dtype, "gather backward", [&](auto* tag) {
@@ -362,8 +393,7 @@ void launch_randperm(int64_t* out, int64_t n, uint64_t seed, uint64_t offset, vo
                      cudaStream_t stream) {
   if (n == 0) return;
   SortSpace s = sort_space(workspace, n, 64);
-  random_keys_kernel<<<blocks_for(n), kThreads, 0, stream>>>(s.keys_in, s.vals_in, n, seed,
-                                                             offset);
+  random_keys_kernel<<<blocks_for(n), kThreads, 0, stream>>>(s.keys_in, s.vals_in, n, seed, offset);
   EMBER_CUDA_CHECK(cudaGetLastError());
   s.vals_out = out;  // the permutation is the values, sorted by their keys
   sort_pairs(s, n, 64, stream);

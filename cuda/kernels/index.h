@@ -32,9 +32,8 @@ size_t scatter_workspace_bytes(int64_t k, int64_t rows);
 // sorted by destination (stable), then one warp per destination row adds its
 // rows in order of j. float32, float64, bfloat16 (accumulated in float; double
 // for float64).
-void launch_index_add(DType dtype, const void* src, const int64_t* index, void* dst,
-                      int64_t outer, int64_t n, int64_t k, int64_t inner, void* workspace,
-                      cudaStream_t stream);
+void launch_index_add(DType dtype, const void* src, const int64_t* index, void* dst, int64_t outer,
+                      int64_t n, int64_t k, int64_t inner, void* workspace, cudaStream_t stream);
 
 // gather: out[p] = x[p with coordinate dim replaced by index[p]] over index's shape
 // `sizes` (ndim dims); x has x_sizes. Any dtype. `targets`: the indices are class

@@ -25,12 +25,20 @@ namespace ember::cuda {
 
 namespace {
 
-inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+inline int64_t ceil_div(int64_t a, int64_t b) {
+  return (a + b - 1) / b;
+}
 
-__device__ __forceinline__ float widen(__nv_bfloat16 v) { return __bfloat162float(v); }
-__device__ __forceinline__ float widen(float v) { return v; }
+__device__ __forceinline__ float widen(__nv_bfloat16 v) {
+  return __bfloat162float(v);
+}
+__device__ __forceinline__ float widen(float v) {
+  return v;
+}
 template <typename S>
-__device__ __forceinline__ S narrow(float v) { return static_cast<S>(v); }
+__device__ __forceinline__ S narrow(float v) {
+  return static_cast<S>(v);
+}
 template <>
 __device__ __forceinline__ __nv_bfloat16 narrow<__nv_bfloat16>(float v) {
   return __float2bfloat16_rn(v);
@@ -77,7 +85,9 @@ struct RowIO {
       }
     }
   }
-  __device__ static bool valid(int item, int64_t cols) { return col(item / V, item % V) < cols; }
+  __device__ static bool valid(int item, int64_t cols) {
+    return col(item / V, item % V) < cols;
+  }
 };
 
 template <int N>
@@ -147,8 +157,8 @@ __global__ void __launch_bounds__(kThreads)
     layer_norm_backward_kernel(const S* __restrict__ dy, const S* __restrict__ x,
                                const S* __restrict__ w, const float* __restrict__ mean,
                                const float* __restrict__ rstd, S* __restrict__ dx,
-                               float* __restrict__ part_w, float* __restrict__ part_b,
-                               int64_t rows, int64_t cols) {
+                               float* __restrict__ part_w, float* __restrict__ part_b, int64_t rows,
+                               int64_t cols) {
   using IO = RowIO<S, kThreads, kItems, kVec>;
   using BlockReduce = cub::BlockReduce<Pair, kThreads>;
   __shared__ typename BlockReduce::TempStorage temp;
@@ -218,21 +228,31 @@ constexpr int64_t kMaxCols = 512 * 16;  // longer rows would spill registers: co
 
 template <typename F>
 void dispatch_cfg(int64_t cols, F&& f) {
-  if (cols <= 1024) f(Cfg<128, 8>{});
-  else if (cols <= 4096) f(Cfg<256, 16>{});
-  else f(Cfg<512, 16>{});
+  if (cols <= 1024)
+    f(Cfg<128, 8>{});
+  else if (cols <= 4096)
+    f(Cfg<256, 16>{});
+  else
+    f(Cfg<512, 16>{});
 }
 
 template <typename F>
 void dispatch_dtype(DType t, F&& f) {
   switch (t) {
-    case DType::Float32: f(static_cast<float*>(nullptr)); return;
-    case DType::BFloat16: f(static_cast<__nv_bfloat16*>(nullptr)); return;
-    default: EMBER_FAIL("layer_norm: the fused kernel takes float32 and bfloat16, got ", t);
+    case DType::Float32:
+      f(static_cast<float*>(nullptr));
+      return;
+    case DType::BFloat16:
+      f(static_cast<__nv_bfloat16*>(nullptr));
+      return;
+    default:
+      EMBER_FAIL("layer_norm: the fused kernel takes float32 and bfloat16, got ", t);
   }
 }
 
-bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+bool aligned16(const void* p) {
+  return reinterpret_cast<uintptr_t>(p) % 16 == 0;
+}
 
 // Persistent grid: as many blocks as are resident at once, at most one per row.
 template <typename K>
@@ -252,8 +272,8 @@ int64_t backward_grid(DType dtype, int64_t rows, int64_t cols) {
     using S = std::remove_pointer_t<decltype(tag)>;
     dispatch_cfg(cols, [&](auto cfg) {
       using C = decltype(cfg);
-      grid = resident_grid(layer_norm_backward_kernel<S, C::kThreads, C::kItems, true>,
-                           C::kThreads, rows);
+      grid = resident_grid(layer_norm_backward_kernel<S, C::kThreads, C::kItems, true>, C::kThreads,
+                           rows);
     });
   });
   return grid;
@@ -284,8 +304,10 @@ void launch_layer_norm(DType dtype, const void* x, const void* w, const void* b,
             static_cast<S*>(y), static_cast<float*>(mean), static_cast<float*>(rstd), rows, cols,
             static_cast<float>(eps));
       };
-      if (vec) run(layer_norm_kernel<S, C::kThreads, C::kItems, true>);
-      else run(layer_norm_kernel<S, C::kThreads, C::kItems, false>);
+      if (vec)
+        run(layer_norm_kernel<S, C::kThreads, C::kItems, true>);
+      else
+        run(layer_norm_kernel<S, C::kThreads, C::kItems, false>);
     });
   });
   EMBER_CUDA_CHECK(cudaGetLastError());
@@ -297,11 +319,12 @@ size_t layer_norm_workspace_bytes(DType dtype, int64_t rows, int64_t cols) {
 }
 
 void launch_layer_norm_backward(DType dtype, const void* d_y, const void* x, const void* w,
-                                const void* mean, const void* rstd, void* d_x, void* d_w,
-                                void* d_b, int64_t rows, int64_t cols, void* workspace,
-                                cudaStream_t stream) {
-  EMBER_CHECK(layer_norm_supported(dtype, cols), "layer_norm backward: the fused kernel does not "
-              "take ", cols, " columns of ", dtype);
+                                const void* mean, const void* rstd, void* d_x, void* d_w, void* d_b,
+                                int64_t rows, int64_t cols, void* workspace, cudaStream_t stream) {
+  EMBER_CHECK(layer_norm_supported(dtype, cols),
+              "layer_norm backward: the fused kernel does not "
+              "take ",
+              cols, " columns of ", dtype);
   const bool want_params = d_w != nullptr || d_b != nullptr;
   if (rows == 0) {
     // No rows: the parameter gradients are zeros.
@@ -324,11 +347,13 @@ void launch_layer_norm_backward(DType dtype, const void* d_y, const void* x, con
       auto run = [&](auto kernel) {
         kernel<<<static_cast<unsigned>(grid), C::kThreads, 0, stream>>>(
             static_cast<const S*>(d_y), static_cast<const S*>(x), static_cast<const S*>(w),
-            static_cast<const float*>(mean), static_cast<const float*>(rstd),
-            static_cast<S*>(d_x), part_w, part_b, rows, cols);
+            static_cast<const float*>(mean), static_cast<const float*>(rstd), static_cast<S*>(d_x),
+            part_w, part_b, rows, cols);
       };
-      if (vec) run(layer_norm_backward_kernel<S, C::kThreads, C::kItems, true>);
-      else run(layer_norm_backward_kernel<S, C::kThreads, C::kItems, false>);
+      if (vec)
+        run(layer_norm_backward_kernel<S, C::kThreads, C::kItems, true>);
+      else
+        run(layer_norm_backward_kernel<S, C::kThreads, C::kItems, false>);
     });
     EMBER_CUDA_CHECK(cudaGetLastError());
     if (want_params) {

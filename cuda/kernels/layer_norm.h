@@ -33,8 +33,7 @@ size_t layer_norm_workspace_bytes(DType dtype, int64_t rows, int64_t cols);
 // be null. Each block keeps its rows' column sums in registers and writes them
 // once; a second kernel adds the blocks' partials in block order (deterministic).
 void launch_layer_norm_backward(DType dtype, const void* d_y, const void* x, const void* w,
-                                const void* mean, const void* rstd, void* d_x, void* d_w,
-                                void* d_b, int64_t rows, int64_t cols, void* workspace,
-                                cudaStream_t stream);
+                                const void* mean, const void* rstd, void* d_x, void* d_w, void* d_b,
+                                int64_t rows, int64_t cols, void* workspace, cudaStream_t stream);
 
 }  // namespace ember::cuda

@@ -34,7 +34,9 @@ struct SpanBatch {
 };
 static_assert(sizeof(SpanBatch) + 64 <= 4000, "the batch must fit the kernel parameter space");
 
-inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+inline int64_t ceil_div(int64_t a, int64_t b) {
+  return (a + b - 1) / b;
+}
 
 __device__ int span_of(const SpanBatch& b, int64_t chunk) {
   int lo = 0, hi = b.count - 1;
@@ -50,19 +52,26 @@ __device__ int span_of(const SpanBatch& b, int64_t chunk) {
 
 __device__ __forceinline__ double load(const void* p, uint8_t dtype, int64_t i) {
   switch (static_cast<DType>(dtype)) {
-    case DType::Float64: return static_cast<const double*>(p)[i];
-    case DType::BFloat16: return __bfloat162float(static_cast<const __nv_bfloat16*>(p)[i]);
-    default: return static_cast<const float*>(p)[i];
+    case DType::Float64:
+      return static_cast<const double*>(p)[i];
+    case DType::BFloat16:
+      return __bfloat162float(static_cast<const __nv_bfloat16*>(p)[i]);
+    default:
+      return static_cast<const float*>(p)[i];
   }
 }
 
 __device__ __forceinline__ void store(void* p, uint8_t dtype, int64_t i, double v) {
   switch (static_cast<DType>(dtype)) {
-    case DType::Float64: static_cast<double*>(p)[i] = v; break;
+    case DType::Float64:
+      static_cast<double*>(p)[i] = v;
+      break;
     case DType::BFloat16:
       static_cast<__nv_bfloat16*>(p)[i] = __float2bfloat16_rn(static_cast<float>(v));
       break;
-    default: static_cast<float*>(p)[i] = static_cast<float>(v); break;
+    default:
+      static_cast<float*>(p)[i] = static_cast<float>(v);
+      break;
   }
 }
 
@@ -94,7 +103,8 @@ __global__ void __launch_bounds__(kThreads)
                        double* total, double max_norm, double* clip_coef) {
   __shared__ typename BlockReduce::TempStorage temp;
   double acc = norm_identity();
-  for (int64_t i = threadIdx.x; i < count; i += kThreads) acc = norm_combine(kind, acc, partials[i]);
+  for (int64_t i = threadIdx.x; i < count; i += kThreads)
+    acc = norm_combine(kind, acc, partials[i]);
   const double sum = BlockReduce(temp).Reduce(acc, Combine{kind});
   if (threadIdx.x == 0) {
     const double norm = norm_finish(kind, p, sum);
@@ -124,10 +134,10 @@ int64_t make_batch(const TensorSpan* tensors, int64_t count, int64_t offset, Spa
     const TensorSpan& t = tensors[offset + i];
     EMBER_CHECK(t.numel >= 0, "multi-tensor kernel: tensor ", offset + i, " has ", t.numel,
                 " elements");
-    EMBER_CHECK(t.dtype == DType::Float32 || t.dtype == DType::Float64 ||
-                    t.dtype == DType::BFloat16,
-                "multi-tensor kernel: tensor ", offset + i, " is ", t.dtype,
-                "; float32, float64 or bfloat16 expected");
+    EMBER_CHECK(
+        t.dtype == DType::Float32 || t.dtype == DType::Float64 || t.dtype == DType::BFloat16,
+        "multi-tensor kernel: tensor ", offset + i, " is ", t.dtype,
+        "; float32, float64 or bfloat16 expected");
     b.data[i] = t.data;
     b.numel[i] = t.numel;
     b.dtype[i] = static_cast<uint8_t>(t.dtype);
@@ -163,8 +173,8 @@ void launch_multi_tensor_norm(const TensorSpan* tensors, int64_t count, double n
     const int64_t chunks = make_batch(tensors, count, offset, batch);
     batch.partial_offset = written;
     if (chunks == 0) continue;
-    norm_partials_kernel<<<static_cast<unsigned>(chunks), kThreads, 0, stream>>>(batch, kind,
-                                                                                 norm_type, partials);
+    norm_partials_kernel<<<static_cast<unsigned>(chunks), kThreads, 0, stream>>>(
+        batch, kind, norm_type, partials);
     EMBER_CUDA_CHECK(cudaGetLastError());
     written += chunks;
   }

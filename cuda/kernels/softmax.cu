@@ -26,27 +26,51 @@ constexpr int kWarp = 32;
 constexpr int kShortRow = 1024;
 constexpr int64_t kMaxBlocks = 65535;
 
-inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+inline int64_t ceil_div(int64_t a, int64_t b) {
+  return (a + b - 1) / b;
+}
 inline unsigned grid_of(int64_t blocks) {
   return static_cast<unsigned>(blocks < 1 ? 1 : blocks > kMaxBlocks ? kMaxBlocks : blocks);
 }
 
-template <typename S> struct CompOf { using type = float; };
-template <> struct CompOf<double> { using type = double; };
-__device__ __forceinline__ float widen(__nv_bfloat16 v) { return __bfloat162float(v); }
-__device__ __forceinline__ float widen(float v) { return v; }
-__device__ __forceinline__ double widen(double v) { return v; }
+template <typename S>
+struct CompOf {
+  using type = float;
+};
+template <>
+struct CompOf<double> {
+  using type = double;
+};
+__device__ __forceinline__ float widen(__nv_bfloat16 v) {
+  return __bfloat162float(v);
+}
+__device__ __forceinline__ float widen(float v) {
+  return v;
+}
+__device__ __forceinline__ double widen(double v) {
+  return v;
+}
 template <typename S, typename C>
-__device__ __forceinline__ S narrow(C v) { return static_cast<S>(v); }
+__device__ __forceinline__ S narrow(C v) {
+  return static_cast<S>(v);
+}
 template <>
 __device__ __forceinline__ __nv_bfloat16 narrow<__nv_bfloat16, float>(float v) {
   return __float2bfloat16_rn(v);
 }
 
-__device__ __forceinline__ float ex(float v) { return expf(v); }
-__device__ __forceinline__ double ex(double v) { return ::exp(v); }
-__device__ __forceinline__ float lg(float v) { return logf(v); }
-__device__ __forceinline__ double lg(double v) { return ::log(v); }
+__device__ __forceinline__ float ex(float v) {
+  return expf(v);
+}
+__device__ __forceinline__ double ex(double v) {
+  return ::exp(v);
+}
+__device__ __forceinline__ float lg(float v) {
+  return logf(v);
+}
+__device__ __forceinline__ double lg(double v) {
+  return ::log(v);
+}
 
 // The online softmax state: the maximum so far and the sum of exp(x - m).
 template <typename C>
@@ -154,14 +178,17 @@ __global__ void __launch_bounds__(kBlock)
     for (int64_t k = 0; k < n; ++k) update(st, widen(xc[k * inner]));
     const C log_s = lg(st.s);
     for (int64_t k = 0; k < n; ++k)
-      y[o * n * inner + k * inner + i] = narrow<S>(output(widen(xc[k * inner]), st, log_s, take_log));
+      y[o * n * inner + k * inner + i] =
+          narrow<S>(output(widen(xc[k * inner]), st, log_s, take_log));
   }
 }
 
 // ------------------------------------------------------------------ backward
 
 template <typename C>
-__device__ __forceinline__ C dot_term(C y, C g, bool take_log) { return take_log ? g : g * y; }
+__device__ __forceinline__ C dot_term(C y, C g, bool take_log) {
+  return take_log ? g : g * y;
+}
 template <typename C>
 __device__ __forceinline__ C grad_in(C y, C g, C dot, bool take_log) {
   return take_log ? g - ex(y) * dot : y * (g - dot);
@@ -236,10 +263,17 @@ __global__ void __launch_bounds__(kBlock)
 template <typename F>
 void dispatch_float(DType t, const char* op, F&& f) {
   switch (t) {
-    case DType::Float32: f(static_cast<float*>(nullptr)); return;
-    case DType::Float64: f(static_cast<double*>(nullptr)); return;
-    case DType::BFloat16: f(static_cast<__nv_bfloat16*>(nullptr)); return;
-    default: EMBER_FAIL(op, ": dtype ", t, " is not supported on CUDA");
+    case DType::Float32:
+      f(static_cast<float*>(nullptr));
+      return;
+    case DType::Float64:
+      f(static_cast<double*>(nullptr));
+      return;
+    case DType::BFloat16:
+      f(static_cast<__nv_bfloat16*>(nullptr));
+      return;
+    default:
+      EMBER_FAIL(op, ": dtype ", t, " is not supported on CUDA");
   }
 }
 
@@ -264,9 +298,8 @@ void launch_softmax(DType dtype, const void* x, void* y, int64_t outer, int64_t 
   EMBER_CUDA_CHECK(cudaGetLastError());
 }
 
-void launch_softmax_backward(DType dtype, const void* y, const void* d_y, void* d_x,
-                             int64_t outer, int64_t n, int64_t inner, bool take_log,
-                             cudaStream_t stream) {
+void launch_softmax_backward(DType dtype, const void* y, const void* d_y, void* d_x, int64_t outer,
+                             int64_t n, int64_t inner, bool take_log, cudaStream_t stream) {
   if (outer * n * inner == 0) return;
   dispatch_float(dtype, take_log ? "log_softmax backward" : "softmax backward", [&](auto* tag) {
     using S = std::remove_pointer_t<decltype(tag)>;
@@ -282,8 +315,8 @@ void launch_softmax_backward(DType dtype, const void* y, const void* d_y, void* 
           <<<grid_of(ceil_div(outer, kBlock / kWarp)), kBlock, 0, stream>>>(ys, gs, ds, outer, n,
                                                                             take_log);
     else
-      softmax_backward_block_kernel<S><<<grid_of(outer), kBlock, 0, stream>>>(ys, gs, ds, outer,
-                                                                              n, take_log);
+      softmax_backward_block_kernel<S>
+          <<<grid_of(outer), kBlock, 0, stream>>>(ys, gs, ds, outer, n, take_log);
   });
   EMBER_CUDA_CHECK(cudaGetLastError());
 }

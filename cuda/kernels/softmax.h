@@ -18,8 +18,7 @@ void launch_softmax(DType dtype, const void* x, void* y, int64_t outer, int64_t 
 
 // d_x from the forward's output y and d_y: y (d_y - sum(d_y y)) for softmax,
 // d_y - exp(y) sum(d_y) for log_softmax.
-void launch_softmax_backward(DType dtype, const void* y, const void* d_y, void* d_x,
-                             int64_t outer, int64_t n, int64_t inner, bool log,
-                             cudaStream_t stream);
+void launch_softmax_backward(DType dtype, const void* y, const void* d_y, void* d_x, int64_t outer,
+                             int64_t n, int64_t inner, bool log, cudaStream_t stream);
 
 }  // namespace ember::cuda

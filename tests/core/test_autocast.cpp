@@ -54,8 +54,10 @@ TEST_CASE("autocast: CUDA Linear runs in bf16, float32 masters get the compositi
   Tensor x = randn64({33, 17}, 10).to(kCUDA, kFloat32);
   Tensor target = randn64({33, 8}, 11).to(kCUDA, kFloat32);
   Tensor w1 = leaf({12, 17}, 12), b1 = leaf({12}, 13), w2 = leaf({8, 12}, 14), b2 = leaf({8}, 15);
-  Tensor c1 = w1.detach().clone().set_requires_grad(true), d1 = b1.detach().clone().set_requires_grad(true);
-  Tensor c2 = w2.detach().clone().set_requires_grad(true), d2 = b2.detach().clone().set_requires_grad(true);
+  Tensor c1 = w1.detach().clone().set_requires_grad(true),
+         d1 = b1.detach().clone().set_requires_grad(true);
+  Tensor c2 = w2.detach().clone().set_requires_grad(true),
+         d2 = b2.detach().clone().set_requires_grad(true);
   (void)f32;
 
   Tensor loss;

@@ -15,7 +15,9 @@ namespace {
 Tensor leaf(std::initializer_list<double> v) {
   return tensor(v, TensorOptions().dtype(kFloat64).requires_grad());
 }
-std::vector<double> vals(const Tensor& t) { return t.to_vector<double>(); }
+std::vector<double> vals(const Tensor& t) {
+  return t.to_vector<double>();
+}
 }  // namespace
 
 TEST_CASE("autograd/backward: product rule by hand") {
@@ -89,7 +91,7 @@ TEST_CASE("autograd/detach: shares data, drops history") {
 TEST_CASE("autograd/version: backward refuses a saved tensor changed in place") {
   Tensor a = leaf({1, 2});
   Tensor b = leaf({3, 4});
-  Tensor prod = a * b;  // saves a and b
+  Tensor prod = a * b;    // saves a and b
   Tensor e = prod.exp();  // saves its output
   {
     NoGradGuard guard;
@@ -111,7 +113,8 @@ TEST_CASE("autograd/version: in-place ops bump the counter, views share it") {
 
 TEST_CASE("autograd/inplace: refused on a tensor that requires grad in grad mode") {
   Tensor a = leaf({1, 2});
-  CHECK_THROWS_WITH_AS(a.add_(1.0), doctest::Contains("in-place operation on a tensor that requires grad"), Error);
+  CHECK_THROWS_WITH_AS(
+      a.add_(1.0), doctest::Contains("in-place operation on a tensor that requires grad"), Error);
   NoGradGuard guard;
   a.add_(1.0);
   CHECK(vals(a) == std::vector<double>{2, 3});
@@ -174,9 +177,9 @@ TEST_CASE("autograd/engine: a 100000-node chain runs and frees without recursion
 
 TEST_CASE("autograd/engine: diamond graphs run each node once, after all its inputs") {
   Tensor a = leaf({2});
-  Tensor b = a * 3.0;        // 6
-  Tensor c = b * b;          // 36, dc/db = 12
-  Tensor d = b + c;          // dd/db = 13, dd/da = 39
+  Tensor b = a * 3.0;  // 6
+  Tensor c = b * b;    // 36, dc/db = 12
+  Tensor d = b + c;    // dd/db = 13, dd/da = 39
   d.backward(ones_like(d));
   CHECK(vals(a.grad())[0] == doctest::Approx(39));
 }

@@ -65,7 +65,8 @@ TEST_CASE("autograd/threads: concurrent backward over graphs sharing leaves sums
   for (int t = 0; t < kThreads; ++t) {
     const std::vector<double> a = coefficients(t, 0), c = coefficients(t, 1);
     for (int64_t i = 0; i < kN; ++i) {
-      want_w[static_cast<size_t>(i)] += kSteps * (a[static_cast<size_t>(i)] + 2 * c[static_cast<size_t>(i)]);
+      want_w[static_cast<size_t>(i)] +=
+          kSteps * (a[static_cast<size_t>(i)] + 2 * c[static_cast<size_t>(i)]);
       want_b[static_cast<size_t>(i)] += kSteps * (c[static_cast<size_t>(i)] + 1);
     }
   }
@@ -76,7 +77,9 @@ TEST_CASE("autograd/threads: concurrent backward over graphs sharing leaves sums
   CHECK(hook_calls == kThreads * kSteps);
 }
 
-TEST_CASE("autograd/threads: threads with retained graphs over one shared leaf, grad() and backward mixed") {
+TEST_CASE(
+    "autograd/threads: threads with retained graphs over one shared leaf, grad() and backward "
+    "mixed") {
   Tensor x = full({kN}, 1.0, TensorOptions(kFloat64).requires_grad());
   std::latch start(kThreads);
   std::vector<std::thread> threads;
@@ -104,7 +107,8 @@ TEST_CASE("autograd/threads: threads with retained graphs over one shared leaf, 
   for (int t = 0; t < kThreads; ++t) CHECK(grads_ok[static_cast<size_t>(t)] == (kSteps + 1) / 2);
 }
 
-TEST_CASE("autograd/threads: backward of retained graphs at once accumulates into one leaf exactly") {
+TEST_CASE(
+    "autograd/threads: backward of retained graphs at once accumulates into one leaf exactly") {
   // Mostly accumulation: each thread's graph is built once and run backward many
   // times, so the threads meet in the shared AccumulateGrad as often as possible.
   Tensor w = zeros({kN}, TensorOptions(kFloat64).requires_grad());
@@ -115,7 +119,8 @@ TEST_CASE("autograd/threads: backward of retained graphs at once accumulates int
   for (int t = 0; t < kThreads; ++t) {
     threads.emplace_back([&, t] {
       start.arrive_and_wait();
-      for (int s = 0; s < 4 * kSteps; ++s) roots[static_cast<size_t>(t)].backward({}, /*retain_graph=*/true);
+      for (int s = 0; s < 4 * kSteps; ++s)
+        roots[static_cast<size_t>(t)].backward({}, /*retain_graph=*/true);
     });
   }
   for (std::thread& th : threads) th.join();

@@ -12,12 +12,12 @@
 #include <string>
 #include <vector>
 
-#include "error_text.h"
 #include "core/anomaly.h"
 #include "core/autograd.h"
 #include "core/memory.h"
 #include "core/ops.h"
 #include "cuda/runtime.h"
+#include "error_text.h"
 
 using namespace ember;
 using ember::testing::contains;
@@ -40,15 +40,22 @@ struct HostCounters {
 
 TEST_CASE("bad input/sizes: element and byte counts that overflow are refused") {
   const HostCounters before;
-  CHECK(contains(error_of([] { empty({kBig, kBig}); }),
+  CHECK(contains(error_of([] {
+                   empty({kBig, kBig});
+                 }),
                  "empty: shape [1099511627776, 1099511627776] has more elements than int64"));
   // The factory the user called names itself (zeros is full(0) inside).
   CHECK(contains(error_of([] { zeros({kMax, 2}); }), "zeros: shape [9223372036854775807, 2]"));
   CHECK(contains(error_of([] { ones({-1, 2}); }), "ones: negative size -1 in shape [-1, 2]"));
   CHECK(contains(error_of([] { zeros_like(Tensor()); }), "zeros_like: the tensor to copy"));
-  CHECK(contains(error_of([] { zeros({2, 3}).reshape({4, -1}); }),
+  CHECK(contains(error_of([] {
+                   zeros({2, 3}).reshape({4, -1});
+                 }),
                  "reshape: shape [4, -1] is invalid for input of shape [2, 3] (6 elements)"));
-  CHECK(contains(error_of([] { zeros({2, 3}).t().reshape({5}); }), "reshape: shape [5] is invalid"));
+  CHECK(contains(error_of([] {
+                   zeros({2, 3}).t().reshape({5});
+                 }),
+                 "reshape: shape [5] is invalid"));
   CHECK(contains(error_of([] { Tensor().flatten(); }), "flatten: input is an undefined tensor"));
   // 2^61 float64 elements fit int64 but their 2^64 bytes do not fit size_t.
   CHECK(contains(error_of([] { empty({int64_t{1} << 61}, kFloat64); }),
@@ -68,11 +75,15 @@ TEST_CASE("bad input/sizes: element and byte counts that overflow are refused") 
 TEST_CASE("bad input/views: view, expand and slice arithmetic cannot overflow") {
   Tensor e = zeros({0});
   // 2^32 * 2^32 wraps to 0 in int64: it must not pass as a view of 0 elements.
-  CHECK(contains(error_of([&] { e.view({int64_t{1} << 32, int64_t{1} << 32}); }),
+  CHECK(contains(error_of([&] {
+                   e.view({int64_t{1} << 32, int64_t{1} << 32});
+                 }),
                  "view: shape [4294967296, 4294967296] has more elements than int64"));
   Tensor one = ones({1});
   CHECK(contains(error_of([&] { one.expand({-5}); }), "expand: invalid size -5"));
-  CHECK(contains(error_of([&] { one.expand({kBig, kBig}); }),
+  CHECK(contains(error_of([&] {
+                   one.expand({kBig, kBig});
+                 }),
                  "expand: shape [1099511627776, 1099511627776] has more elements"));
   // A huge step gives one element, and the stride stays as it was.
   Tensor a = arange(5, kFloat64);
@@ -80,8 +91,7 @@ TEST_CASE("bad input/views: view, expand and slice arithmetic cannot overflow") 
   CHECK(s.sizes() == Shape{1});
   CHECK(s.to_vector<double>() == V{0});
   CHECK(a.slice(0, 1, 5, kMax - 1).to_vector<double>() == V{1});
-  CHECK(a.slice(0, std::numeric_limits<int64_t>::min(), kMax, 2).to_vector<double>() ==
-        V{0, 2, 4});
+  CHECK(a.slice(0, std::numeric_limits<int64_t>::min(), kMax, 2).to_vector<double>() == V{0, 2, 4});
   CHECK(a.slice(0, 3, 2).numel() == 0);
 }
 
@@ -105,7 +115,7 @@ TEST_CASE("bad input/empty tensors: ops on zero elements give empty or defined r
 TEST_CASE("bad input/non-contiguous views: every op reads strides, results equal a copy's") {
   Generator gen(7);
   Tensor base = randn({4, 6}, kFloat64, &gen);
-  Tensor t = base.t();  // (6, 4), strides (1, 6)
+  Tensor t = base.t();                 // (6, 4), strides (1, 6)
   Tensor sl = base.slice(1, 0, 6, 2);  // (4, 3), strides (6, 2)
   REQUIRE(!t.is_contiguous());
   REQUIRE(!sl.is_contiguous());
@@ -154,12 +164,14 @@ TEST_CASE("bad input/failed ops change nothing: inputs, versions, graph, allocat
   CHECK(contains(error_of([&] { linear(a, w); }), "linear: input has 3 features"));
   CHECK(contains(error_of([&] { mse_loss(a, t); }), "mse_loss: prediction of shape"));
   CHECK(contains(error_of([&] { sum(a, 2); }), "sum: dim 2 is out of range"));
-  CHECK(contains(error_of([&] { cross_entropy(a, bf); }), "cross_entropy: target must be an int64"));
+  CHECK(
+      contains(error_of([&] { cross_entropy(a, bf); }), "cross_entropy: target must be an int64"));
   CHECK(contains(error_of([&] { cross_entropy(b, i); }),
                  "cross_entropy: logits of shape [3, 3] and target of shape [2] have different "
                  "batch sizes (3 and 2)"));
   CHECK(contains(error_of([&] { where(a, a, a); }), "where: the condition must be a bool tensor"));
-  CHECK(contains(error_of([&] { layer_norm(a, {2}); }), "layer_norm: normalized_shape [2] does not "
+  CHECK(contains(error_of([&] { layer_norm(a, {2}); }),
+                 "layer_norm: normalized_shape [2] does not "
                  "match the trailing dims of the input of shape [2, 3]"));
   CHECK(HostCounters{} == before);
   CHECK(a.version() == version);
@@ -168,7 +180,8 @@ TEST_CASE("bad input/failed ops change nothing: inputs, versions, graph, allocat
   // In-place: a broadcast that does not fit leaves the destination untouched.
   Tensor d = zeros({2, 3}), four = ones({4});
   const uint64_t d_version = d.version();
-  CHECK(contains(error_of([&] { d.add_(four); }), "add_: shapes [2, 3] and [4] cannot be broadcast"));
+  CHECK(
+      contains(error_of([&] { d.add_(four); }), "add_: shapes [2, 3] and [4] cannot be broadcast"));
   CHECK(d.to_vector<double>() == V(6, 0.0));
   CHECK(d.version() == d_version);
 }
@@ -188,8 +201,9 @@ TEST_CASE("anomaly/forward: the first op to produce NaN or Inf is named") {
   CHECK(contains(msg, "from finite inputs"));
   CHECK(contains(error_of([&] { log(x - 1.0); }), "forward of Log (grad_fn LogBackward)"));
   CHECK(contains(error_of([&] { log(x - 1.0); }), "NaN and Inf"));  // log(0), log(-2)
-  CHECK(contains(error_of([&] { x / (x - 1.0); }), "forward of Div (grad_fn DivBackward) "
-                                                   "produced Inf"));
+  CHECK(contains(error_of([&] { x / (x - 1.0); }),
+                 "forward of Div (grad_fn DivBackward) "
+                 "produced Inf"));
   // Data that arrives with NaN is blamed on the data, at the first op that sees it.
   Tensor bad = tensor({1.0, std::nan(""), 0.0}, kFloat64);
   const std::string data_msg = error_of([&] { mse_loss(x, bad); });

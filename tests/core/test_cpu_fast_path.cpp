@@ -37,10 +37,11 @@ constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 // very different sizes (sums that cancel, products that overflow or underflow
 // float32, quotients that round).
 const std::vector<double> kSpecials = {
-    0.0,     -0.0,    1.0,     -1.0,    0.5,      -2.5,     3.0,      kInf,
-    -kInf,   kNaN,    1e-40,   -1e-40,  1.4e-45,  1e-310,   FLT_MAX,  -FLT_MAX,
-    1e30,    -3e-30,  1e-20,   0.1,     1.0 / 3,  16777217, 2.0,      -7.25};
-const std::vector<int64_t> kIntSpecials = {0, 1, -1, 2, -3, 7, 100, -100, (int64_t{1} << 53) + 1,
+    0.0,     -0.0,   1.0,     -1.0,     0.5,  -2.5,   3.0,   kInf, -kInf,   kNaN,     1e-40, -1e-40,
+    1.4e-45, 1e-310, FLT_MAX, -FLT_MAX, 1e30, -3e-30, 1e-20, 0.1,  1.0 / 3, 16777217, 2.0,   -7.25};
+const std::vector<int64_t> kIntSpecials = {0,         1,         -1,
+                                           2,         -3,        7,
+                                           100,       -100,      (int64_t{1} << 53) + 1,
                                            INT64_MAX, INT64_MIN, -(int64_t{1} << 60)};
 
 // A typed buffer of n elements after `offset` unused ones (so the layouts carry a
@@ -91,8 +92,7 @@ int64_t first_difference(const Buffer& a, const Buffer& b) {
 
 // Pairs of specials (x[i], y[i]) over all k * k combinations, then random values
 // from [lo, hi] and from a wide range; an odd length, so loops have a tail.
-void operand_values(DType t, double lo, double hi, std::vector<double>& x,
-                    std::vector<double>& y) {
+void operand_values(DType t, double lo, double hi, std::vector<double>& x, std::vector<double>& y) {
   std::mt19937_64 rng(42);
   x.clear();
   y.clear();
@@ -155,7 +155,8 @@ struct BinaryEntry {
 
 std::vector<BinaryEntry> binary_entries() {
   std::vector<BinaryEntry> e;
-#define EMBER_X(name, Enum, fwd, dx, dy, dxr, dyr, lo, hi, ...) e.push_back({BinaryOp::Enum, lo, hi});
+#define EMBER_X(name, Enum, fwd, dx, dy, dxr, dyr, lo, hi, ...) \
+  e.push_back({BinaryOp::Enum, lo, hi});
   EMBER_BINARY_OPS(EMBER_X)
 #undef EMBER_X
   return e;
@@ -178,8 +179,8 @@ TEST_CASE("cpu fast path/unary: every op of the lists gives the generic loop's b
       for (double a : u.scalars) {
         CAPTURE(what(unary_name(u.op), t, a));
         Buffer fast(out_t, zeros), generic(out_t, zeros, 5);
-        const UnaryArgs fa{kCPU, u.op, t, x.data(), x.layout(), fast.data(), fast.layout(),
-                           x.n(), a, out_t};
+        const UnaryArgs fa{kCPU,        u.op,          t,     x.data(), x.layout(),
+                           fast.data(), fast.layout(), x.n(), a,        out_t};
         UnaryArgs ga = fa;
         ga.y = generic.data();
         ga.yl = generic.layout();
@@ -200,8 +201,9 @@ TEST_CASE("cpu fast path/unary backward: every op of the lists gives the generic
       for (double a : u.scalars) {
         CAPTURE(what(unary_name(u.op), t, a));
         Buffer fast(t, zeros), generic(t, zeros);
-        const UnaryBackwardArgs fa{kCPU, u.op, t, g.data(), g.layout(), s.data(), s.layout(),
-                                   fast.data(), fast.layout(), g.n(), a};
+        const UnaryBackwardArgs fa{kCPU,          u.op,     t,          g.data(),
+                                   g.layout(),    s.data(), s.layout(), fast.data(),
+                                   fast.layout(), g.n(),    a};
         UnaryBackwardArgs ga = fa;
         ga.out = generic.data();
         REQUIRE(cpu::unary_backward_fast(fa));
@@ -223,8 +225,9 @@ TEST_CASE("cpu fast path/binary: every op of the lists gives the generic loop's 
       for (double a : {1.0, 0.3, 2.0, -1.0}) {
         CAPTURE(what(binary_name(b.op), t, a));
         Buffer fast(out_t, zeros), generic(out_t, zeros);
-        const BinaryArgs fa{kCPU, b.op, t, x.data(), x.layout(), y.data(), y.layout(),
-                            fast.data(), fast.layout(), x.n(), a, out_t};
+        const BinaryArgs fa{kCPU,          b.op,     t,          x.data(),
+                            x.layout(),    y.data(), y.layout(), fast.data(),
+                            fast.layout(), x.n(),    a,          out_t};
         BinaryArgs ga = fa;
         ga.out = generic.data();
         REQUIRE(cpu::binary_fast(fa));
@@ -246,10 +249,9 @@ TEST_CASE("cpu fast path/binary backward: both sides of every op give the generi
         for (double a : {1.0, 0.3}) {
           CAPTURE(what(binary_name(b.op), t, a) + " side " + std::to_string(side));
           Buffer fast(t, zeros), generic(t, zeros);
-          const BinaryBackwardArgs fa{kCPU,     b.op,       side,          t,
-                                      g.data(), g.layout(), x.data(),      x.layout(),
-                                      y.data(), y.layout(), fast.data(),   fast.layout(),
-                                      g.n(),    a};
+          const BinaryBackwardArgs fa{kCPU,        b.op,          side,       t,        g.data(),
+                                      g.layout(),  x.data(),      x.layout(), y.data(), y.layout(),
+                                      fast.data(), fast.layout(), g.n(),      a};
           BinaryBackwardArgs ga = fa;
           ga.out = generic.data();
           REQUIRE(cpu::binary_backward_fast(fa));
@@ -338,17 +340,20 @@ TEST_CASE("cpu fast path/layouts it leaves to the generic loop, which the kernel
   broadcast.contiguous = false;
   const kernels::KernelTable& table = kernels::kernels_for(kCPU);
   for (const StridedLayout& xl : {transposed, broadcast}) {
-    Buffer got(kFloat32, std::vector<double>(24, 0.0), 0), want(kFloat32, std::vector<double>(24, 0.0), 0);
-    BinaryArgs a{kCPU, BinaryOp::Sub, kFloat32, x.data(), xl, y.data(), out_l,
-                 got.data(), out_l, 24, 1.0, kFloat32};
+    Buffer got(kFloat32, std::vector<double>(24, 0.0), 0),
+        want(kFloat32, std::vector<double>(24, 0.0), 0);
+    BinaryArgs a{kCPU,  BinaryOp::Sub, kFloat32, x.data(), xl,  y.data(),
+                 out_l, got.data(),    out_l,    24,       1.0, kFloat32};
     CHECK_FALSE(cpu::binary_fast(a));
     table.binary(a);
     a.out = want.data();
     cpu::binary_generic(a);
     CHECK(first_difference(got, want) == -1);
     // By hand at one element: out[1][2] = x(xl at 1, 2) - y[6].
-    const double x12 = static_cast<float>(xv[static_cast<size_t>(xl.strides[0] + 2 * xl.strides[1])]);
-    CHECK(static_cast<float*>(got.data())[6] == static_cast<float>(x12 - static_cast<float>(xv[6])));
+    const double x12 =
+        static_cast<float>(xv[static_cast<size_t>(xl.strides[0] + 2 * xl.strides[1])]);
+    CHECK(static_cast<float*>(got.data())[6] ==
+          static_cast<float>(x12 - static_cast<float>(xv[6])));
   }
   // In place into a view one element past its input: partial overlap.
   Buffer z(kFloat32, xv, 0), z_want(kFloat32, xv, 0);
@@ -371,8 +376,8 @@ TEST_CASE("cpu fast path/layouts it leaves to the generic loop, which the kernel
   every_other.contiguous = false;
   Buffer six(kFloat32, std::vector<double>(6, 0.0), 0);
   CHECK_FALSE(cpu::fill_fast({kCPU, kFloat32, six.data(), every_other, 3, 1.0}));
-  CHECK_FALSE(cpu::cast_fast({kCPU, kFloat32, x.data(), flat_layout(3), kFloat64, six.data(),
-                              every_other, 3}));
+  CHECK_FALSE(cpu::cast_fast(
+      {kCPU, kFloat32, x.data(), flat_layout(3), kFloat64, six.data(), every_other, 3}));
 }
 
 TEST_CASE("cpu fast path/rows: broadcast and sliced operands give the generic loop's bits") {
@@ -401,8 +406,8 @@ TEST_CASE("cpu fast path/rows: broadcast and sliced operands give the generic lo
       Buffer x(t, xv, 0), y(t, yv, 0);
       Buffer fast(out_t, std::vector<double>(100, 0.0), 0),
           generic(out_t, std::vector<double>(100, 0.0), 0);
-      BinaryArgs a{kCPU, b.op, t, x.data(), sliced, y.data(), broadcast, fast.data(), iter,
-                   100, 1.0, out_t};
+      BinaryArgs a{kCPU,      b.op,        t,    x.data(), sliced, y.data(),
+                   broadcast, fast.data(), iter, 100,      1.0,    out_t};
       REQUIRE(cpu::binary_fast(a));
       a.out = generic.data();
       cpu::binary_generic(a);
@@ -411,8 +416,8 @@ TEST_CASE("cpu fast path/rows: broadcast and sliced operands give the generic lo
       if (gives_bool(b.op)) continue;
       for (int side : {0, 1}) {
         Buffer bf(t, std::vector<double>(100, 0.0), 0), bg(t, std::vector<double>(100, 0.0), 0);
-        BinaryBackwardArgs ba{kCPU, b.op, side, t, x.data(), sliced, x.data(), sliced,
-                              y.data(), broadcast, bf.data(), iter, 100, 1.0};
+        BinaryBackwardArgs ba{kCPU,   b.op,     side,      t,         x.data(), sliced, x.data(),
+                              sliced, y.data(), broadcast, bf.data(), iter,     100,    1.0};
         REQUIRE(cpu::binary_backward_fast(ba));
         ba.out = bg.data();
         cpu::binary_backward_generic(ba);
@@ -421,8 +426,10 @@ TEST_CASE("cpu fast path/rows: broadcast and sliced operands give the generic lo
     }
   // A unary op on the slice, and a row too short for the fast path.
   Buffer x(kFloat32, std::vector<double>(5 * 24, 0.5), 0);
-  Buffer fast(kFloat32, std::vector<double>(100, 0.0), 0), generic(kFloat32, std::vector<double>(100, 0.0), 0);
-  UnaryArgs u{kCPU, UnaryOp::Tanh, kFloat32, x.data(), sliced, fast.data(), iter, 100, 0.0, kFloat32};
+  Buffer fast(kFloat32, std::vector<double>(100, 0.0), 0),
+      generic(kFloat32, std::vector<double>(100, 0.0), 0);
+  UnaryArgs u{kCPU,        UnaryOp::Tanh, kFloat32, x.data(), sliced,
+              fast.data(), iter,          100,      0.0,      kFloat32};
   REQUIRE(cpu::unary_fast(u));
   u.y = generic.data();
   cpu::unary_generic(u);
@@ -445,10 +452,18 @@ TEST_CASE("cpu fast path/the ops' layouts of contiguous tensors take it") {
   REQUIRE(b.storage_offset() == 16);
   Tensor out = empty({8});
   const Shape& shape = out.sizes();
-  BinaryArgs args{kCPU, BinaryOp::Add, kFloat32, a.storage()->data(),
-                  detail::layout_of(a, shape, "add"), b.storage()->data(),
-                  detail::layout_of(b, shape, "add"), out.storage()->data(),
-                  detail::layout_of(out, shape, "add"), out.numel(), 1.0, kFloat32};
+  BinaryArgs args{kCPU,
+                  BinaryOp::Add,
+                  kFloat32,
+                  a.storage()->data(),
+                  detail::layout_of(a, shape, "add"),
+                  b.storage()->data(),
+                  detail::layout_of(b, shape, "add"),
+                  out.storage()->data(),
+                  detail::layout_of(out, shape, "add"),
+                  out.numel(),
+                  1.0,
+                  kFloat32};
   REQUIRE(cpu::binary_fast(args));
   const std::vector<float> av = a.to_vector<float>(), bv = b.to_vector<float>();
   const std::vector<float> got = out.to_vector<float>(), op = add(a, b).to_vector<float>();
@@ -459,9 +474,17 @@ TEST_CASE("cpu fast path/the ops' layouts of contiguous tensors take it") {
   Tensor out2 = empty({8, 5});
   const Shape& s2 = out2.sizes();
   const Tensor t2 = randn({5, 8}).t();
-  BinaryArgs strided{kCPU, BinaryOp::Add, kFloat32, t2.storage()->data(),
-                     detail::layout_of(t2, s2, "add"), out2.storage()->data(),
-                     detail::layout_of(out2, s2, "add"), out2.storage()->data(),
-                     detail::layout_of(out2, s2, "add"), out2.numel(), 1.0, kFloat32};
+  BinaryArgs strided{kCPU,
+                     BinaryOp::Add,
+                     kFloat32,
+                     t2.storage()->data(),
+                     detail::layout_of(t2, s2, "add"),
+                     out2.storage()->data(),
+                     detail::layout_of(out2, s2, "add"),
+                     out2.storage()->data(),
+                     detail::layout_of(out2, s2, "add"),
+                     out2.numel(),
+                     1.0,
+                     kFloat32};
   CHECK_FALSE(cpu::binary_fast(strided));
 }

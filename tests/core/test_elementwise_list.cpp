@@ -34,15 +34,27 @@ struct UnaryCase {
   bool boolean;  // a comparison: its output is bool
 };
 
-#define EMBER_UNARY_CASE(name, Enum, act, saves, fwd, bwd, lo, hi, at, value)                     \
-  UnaryCase{#name,      [](const Tensor& t) { return ember::name(t); },                            \
-            [](const Tensor& t) { return t.name(); }, lo, hi, 0.0, at, value,                      \
-            Saves::saves != Saves::NoGrad && Saves::saves != Saves::Bool,                          \
+#define EMBER_UNARY_CASE(name, Enum, act, saves, fwd, bwd, lo, hi, at, value) \
+  UnaryCase{#name,                                                            \
+            [](const Tensor& t) { return ember::name(t); },                   \
+            [](const Tensor& t) { return t.name(); },                         \
+            lo,                                                               \
+            hi,                                                               \
+            0.0,                                                              \
+            at,                                                               \
+            value,                                                            \
+            Saves::saves != Saves::NoGrad && Saves::saves != Saves::Bool,     \
             Saves::saves == Saves::Bool},
-#define EMBER_SCALAR_CASE(name, Enum, saves, fwd, bwd, lo, hi, a, at, value)                       \
-  UnaryCase{#name "(a=" #a ")", [](const Tensor& t) { return ember::name(t, a); },                 \
-            [](const Tensor& t) { return t.name(a); }, lo, hi, a, at, value,                       \
-            Saves::saves != Saves::NoGrad && Saves::saves != Saves::Bool,                          \
+#define EMBER_SCALAR_CASE(name, Enum, saves, fwd, bwd, lo, hi, a, at, value) \
+  UnaryCase{#name "(a=" #a ")",                                              \
+            [](const Tensor& t) { return ember::name(t, a); },               \
+            [](const Tensor& t) { return t.name(a); },                       \
+            lo,                                                              \
+            hi,                                                              \
+            a,                                                               \
+            at,                                                              \
+            value,                                                           \
+            Saves::saves != Saves::NoGrad && Saves::saves != Saves::Bool,    \
             Saves::saves == Saves::Bool},
 const UnaryCase kUnaryCases[] = {EMBER_UNARY_OPS(EMBER_UNARY_CASE)
                                      EMBER_SCALAR_OPS(EMBER_SCALAR_CASE)};
@@ -57,8 +69,14 @@ struct BinaryCase {
   bool boolean;  // a comparison: bool output, no gradient
 };
 #define EMBER_BINARY_CASE(name, Enum, fwd, dx, dy, dx_reads, dy_reads, lo, hi, at_x, at_y, value) \
-  BinaryCase{#name, [](const Tensor& x, const Tensor& y) { return ember::name(x, y); },            \
-             [](const Tensor& x, const Tensor& y) { return x.name(y); }, lo, hi, at_x, at_y, value, \
+  BinaryCase{#name,                                                                               \
+             [](const Tensor& x, const Tensor& y) { return ember::name(x, y); },                  \
+             [](const Tensor& x, const Tensor& y) { return x.name(y); },                          \
+             lo,                                                                                  \
+             hi,                                                                                  \
+             at_x,                                                                                \
+             at_y,                                                                                \
+             value,                                                                               \
              Reads::dx_reads == Reads::Bool},
 const BinaryCase kBinaryCases[] = {EMBER_BINARY_OPS(EMBER_BINARY_CASE)};
 #undef EMBER_BINARY_CASE
@@ -70,8 +88,12 @@ const DType kDTypes[] = {kFloat32, kFloat64, kBFloat16};
 // a derivative that reads the saved output (tanh's 1 - y^2, sigmoid's y (1 - y))
 // amplifies y's float rounding where the factor is small (|y| near 1), which the
 // CPU reference, computing y in double, does not see.
-double tol_for(DType t) { return t == kFloat64 ? 1e-12 : t == kFloat32 ? 1e-6 : 1e-2; }
-double grad_tol_for(DType t) { return t == kFloat32 ? 1e-5 : tol_for(t); }
+double tol_for(DType t) {
+  return t == kFloat64 ? 1e-12 : t == kFloat32 ? 1e-6 : 1e-2;
+}
+double grad_tol_for(DType t) {
+  return t == kFloat32 ? 1e-5 : tol_for(t);
+}
 
 // Output and input gradients of f on CUDA in `dtype` against the CPU in float64 on
 // the same rounded values; the largest rel_error of all of them.
@@ -156,9 +178,10 @@ TEST_CASE("ops/list: every differentiable element-wise op passes gradcheck") {
   }
 }
 
-TEST_CASE("ops/list: every element-wise op on CUDA matches the CPU reference, forward and "
-          "backward" *
-          doctest::test_suite("cuda")) {
+TEST_CASE(
+    "ops/list: every element-wise op on CUDA matches the CPU reference, forward and "
+    "backward" *
+    doctest::test_suite("cuda")) {
   uint64_t seed = 100;
   for (const UnaryCase& c : kUnaryCases)
     for (int64_t n : kRagged)

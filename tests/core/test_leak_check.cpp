@@ -16,8 +16,8 @@
 #include "core/leak_check.h"
 #include "core/live_tensors.h"
 #include "core/memory.h"
-#include "core/ops.h"
 #include "core/memory/memory_timeline.h"
+#include "core/ops.h"
 #include "nn/nn.h"
 #include "optim/optim.h"
 

@@ -17,10 +17,14 @@ namespace {
 Tensor composed(const Tensor& x, const Tensor& w, const Tensor& b, Activation act) {
   Tensor y = linear(x, w, b);
   switch (act) {
-    case Activation::Relu: return relu(y);
-    case Activation::Gelu: return gelu(y);
-    case Activation::Silu: return silu(y);
-    case Activation::None: return y;
+    case Activation::Relu:
+      return relu(y);
+    case Activation::Gelu:
+      return gelu(y);
+    case Activation::Silu:
+      return silu(y);
+    case Activation::None:
+      return y;
   }
   return y;
 }
@@ -28,8 +32,7 @@ Tensor composed(const Tensor& x, const Tensor& w, const Tensor& b, Activation ac
 
 TEST_CASE("core/linear activation: forward equals act(linear(x, w, b)) on the CPU") {
   Tensor x = randn64({5, 4}, 1), w = randn64({3, 4}, 2), b = randn64({3}, 3);
-  for (Activation act :
-       {Activation::None, Activation::Relu, Activation::Gelu, Activation::Silu}) {
+  for (Activation act : {Activation::None, Activation::Relu, Activation::Gelu, Activation::Silu}) {
     CHECK(rel_error(linear(x, w, b, act), composed(x, w, b, act)) <= 1e-15);
     CHECK(rel_error(linear(x, w, Tensor(), act), composed(x, w, Tensor(), act)) <= 1e-15);
   }

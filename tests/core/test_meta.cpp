@@ -31,7 +31,9 @@ MetaDeviceOptions mirroring(DeviceType t, size_t capacity = kNoCapacityLimit) {
 }
 
 // Bytes the allocator hands out for a request (512-byte rounding, default options).
-int64_t rounded(int64_t bytes) { return (bytes + 511) / 512 * 512; }
+int64_t rounded(int64_t bytes) {
+  return (bytes + 511) / 512 * 512;
+}
 
 }  // namespace
 
@@ -193,7 +195,8 @@ TEST_CASE("meta/mirror: cuBLAS and cuBLASLt workspaces come out of the capacity"
     Tensor x = ones({256, 256}, kMeta), w = ones({256, 256}, kMeta);
     Tensor y;
     const std::string e = error_of([&] { y = linear(x, w); });
-    CHECK(contains(e, "the cuBLASLt workspace (32.00 MiB, allocated outside the caching allocator"));
+    CHECK(
+        contains(e, "the cuBLASLt workspace (32.00 MiB, allocated outside the caching allocator"));
     CHECK_THROWS_AS((void)linear(x, w), OutOfMemoryError);
   }
 }
@@ -219,7 +222,8 @@ TEST_CASE("meta/data: DataLoader batches on meta have shapes and come from the m
     CHECK(b.data.size(1) == 6);
     CHECK(b.target.size(1) == 2);
     rows.push_back(b.data.size(0));
-    CHECK(memory_allocated(kMeta) == rounded(b.data.size(0) * 6 * 4) + rounded(b.data.size(0) * 2 * 4));
+    CHECK(memory_allocated(kMeta) ==
+          rounded(b.data.size(0) * 6 * 4) + rounded(b.data.size(0) * 2 * 4));
   }
   CHECK(rows == std::vector<int64_t>{32, 32, 32, 4});
   CHECK(memory_allocated(kMeta) == 0);
@@ -255,7 +259,9 @@ TEST_CASE("memory/simulated: SimulatedMemory::none hands out addresses and no me
   b.raw_free(p);
   CHECK(b.used() == size_t{4} << 20);
   unsigned char byte = 0;
-  CHECK(contains(error_of([&] { b.fill(q, 0xAB, 1, nullptr); }), "simulated device without memory"));
-  CHECK(contains(error_of([&] { b.read(&byte, q, 1, nullptr); }), "simulated device without memory"));
+  CHECK(
+      contains(error_of([&] { b.fill(q, 0xAB, 1, nullptr); }), "simulated device without memory"));
+  CHECK(
+      contains(error_of([&] { b.read(&byte, q, 1, nullptr); }), "simulated device without memory"));
   b.raw_free(q);
 }

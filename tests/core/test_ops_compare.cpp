@@ -181,11 +181,12 @@ TEST_CASE("promotion: in-place ops accept other dtypes whose result fits") {
   CHECK(i.to_vector<int64_t>() == I{4, 5});
   i += tensor({1, 1}, kInt64);
   CHECK(i.to_vector<int64_t>() == I{5, 6});
-  CHECK_THROWS_WITH_AS(i.add_(tensor({0.5, 0.5})),
-                       doctest::Contains("add_: operands have different dtypes (int64 and float32)"),
-                       Error);
-  CHECK_THROWS_WITH_AS(i.mul_(0.5), doctest::Contains("mul_: cannot multiply a int64 tensor by a "
-                                                      "floating-point scalar"),
+  CHECK_THROWS_WITH_AS(
+      i.add_(tensor({0.5, 0.5})),
+      doctest::Contains("add_: operands have different dtypes (int64 and float32)"), Error);
+  CHECK_THROWS_WITH_AS(i.mul_(0.5),
+                       doctest::Contains("mul_: cannot multiply a int64 tensor by a "
+                                         "floating-point scalar"),
                        Error);
   Tensor m = zeros({2}, kBool);
   CHECK_THROWS_WITH_AS(m.add_(m), doctest::Contains("add_: in-place arithmetic on a bool tensor"),
@@ -203,8 +204,9 @@ TEST_CASE("where: picks by a bool condition with broadcasting and promotion") {
   CHECK(where(c, tensor({1, 2, 3}, kInt64), tensor({0}, kInt64)).to_vector<int64_t>() ==
         I{1, 0, 3});
   CHECK(where(c, c, tensor({1, 1, 1}, kBool)).to_vector<bool>() == B{true, true, true});
-  CHECK_THROWS_WITH_AS(where(tensor({1, 0}), a, b), doctest::Contains("where: the condition must "
-                                                                      "be a bool tensor"),
+  CHECK_THROWS_WITH_AS(where(tensor({1, 0}), a, b),
+                       doctest::Contains("where: the condition must "
+                                         "be a bool tensor"),
                        Error);
   CHECK_THROWS_WITH_AS(where(c, a, zeros({4})), doctest::Contains("where: shapes"), Error);
 }
@@ -228,8 +230,9 @@ TEST_CASE("masked_fill: fills where the mask is true, keeps x's dtype and shape"
   CHECK(masked_fill(tensor({1, 2}, kInt64), m, 7).to_vector<int64_t>() == I{7, 2});
   // The filled places get no gradient.
   CHECK_GRADCHECK([m](const Inputs& v) { return masked_fill(v[0], m, 3.0); }, {randn64({2, 2}, 4)});
-  CHECK_THROWS_WITH_AS(masked_fill(x, tensor({1, 0}), 0), doctest::Contains("masked_fill: the "
-                                                                            "mask must be a bool"),
+  CHECK_THROWS_WITH_AS(masked_fill(x, tensor({1, 0}), 0),
+                       doctest::Contains("masked_fill: the "
+                                         "mask must be a bool"),
                        Error);
   CHECK_THROWS_WITH_AS(masked_fill(x, zeros({3}, kBool), 0),
                        doctest::Contains("masked_fill: shapes [2, 2] and [3]"), Error);

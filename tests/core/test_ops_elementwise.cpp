@@ -142,7 +142,9 @@ TEST_CASE("ops/cast: converts between dtypes and is differentiable") {
   CHECK_FALSE(cast(x, kInt64).requires_grad());
 }
 
-TEST_CASE("ops/elementwise: mismatched shapes, bool arithmetic and undefined operands throw naming the op") {
+TEST_CASE(
+    "ops/elementwise: mismatched shapes, bool arithmetic and undefined operands throw naming the "
+    "op") {
   Tensor a = zeros({2, 3});
   CHECK_THROWS_WITH_AS(a + zeros({2}),
                        doctest::Contains("add: shapes [2, 3] and [2] cannot be broadcast together"),

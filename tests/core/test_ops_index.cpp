@@ -17,7 +17,9 @@ namespace {
 using V = std::vector<double>;
 using I = std::vector<int64_t>;
 using Inputs = std::vector<Tensor>;
-Tensor idx(std::initializer_list<double> v) { return tensor(v, kInt64); }
+Tensor idx(std::initializer_list<double> v) {
+  return tensor(v, kInt64);
+}
 }  // namespace
 
 TEST_CASE("index_select: rows, columns and inner dims, repeated indices") {
@@ -39,8 +41,11 @@ TEST_CASE("index_select: backward adds repeated rows back, matching finite diffe
   index_select(x, 0, idx({2, 0, 2})).sum().backward();
   CHECK(x.grad().to_vector<double>() == V{1, 1, 0, 0, 2, 2});
   for (int64_t d : {0, 1, 2})
-    CHECK_GRADCHECK([d](const Inputs& v) { return index_select(v[0], d, idx({1, 0, 1, 1})); },
-                    {randn64({2, 3, 2}, 30)});
+    CHECK_GRADCHECK(
+        [d](const Inputs& v) {
+          return index_select(v[0], d, idx({1, 0, 1, 1}));
+        },
+        {randn64({2, 3, 2}, 30)});
 }
 
 TEST_CASE("gather: picks along a dim, index smaller than the input elsewhere") {
@@ -86,9 +91,9 @@ TEST_CASE("indexing: out-of-range indices, wrong dtypes and shapes throw naming 
                        doctest::Contains("index_select: index 3 is out of range [0, 3)"), Error);
   CHECK_THROWS_WITH_AS(index_select(x, 1, idx({-1})),
                        doctest::Contains("index_select: index -1 is out of range [0, 4)"), Error);
-  CHECK_THROWS_WITH_AS(index_select(x, 0, tensor({0.0})),
-                       doctest::Contains("index_select: index must be an int64 tensor, got float32"),
-                       Error);
+  CHECK_THROWS_WITH_AS(
+      index_select(x, 0, tensor({0.0})),
+      doctest::Contains("index_select: index must be an int64 tensor, got float32"), Error);
   CHECK_THROWS_WITH_AS(index_select(x, 0, zeros({1, 1}, kInt64)),
                        doctest::Contains("index_select: index must be 0-D or 1-D"), Error);
   CHECK_THROWS_WITH_AS(gather(x, 1, full({1, 1}, 4, kInt64)),
@@ -117,8 +122,9 @@ TEST_CASE("one_hot: int64 rows, num_classes given or inferred, range checked") {
   CHECK(one_hot(tensor({1, 3}, kInt64).reshape({2, 1})).sizes() == Shape{2, 1, 4});  // inferred: 4
   CHECK_THROWS_WITH_AS(one_hot(tensor({0, 4}, kInt64), 4),
                        doctest::Contains("one_hot: index 4 is out of range [0, 4)"), Error);
-  CHECK_THROWS_WITH_AS(one_hot(tensor({0.0})), doctest::Contains("one_hot: indices must be an "
-                                                                 "int64 tensor"),
+  CHECK_THROWS_WITH_AS(one_hot(tensor({0.0})),
+                       doctest::Contains("one_hot: indices must be an "
+                                         "int64 tensor"),
                        Error);
 }
 
@@ -128,8 +134,11 @@ TEST_CASE("stack: a new dim, any position, gradients split back") {
   CHECK(stack({a, b}).to_vector<double>() == V{1, 2, 3, 4});
   CHECK(stack({a, b}, 1).to_vector<double>() == V{1, 3, 2, 4});
   CHECK(stack({a, b}, -1).sizes() == Shape{2, 2});
-  CHECK_GRADCHECK([](const Inputs& v) { return stack({v[0], v[1] * 2.0}, 1); },
-                  {randn64({2, 3}, 33), randn64({2, 3}, 34)});
+  CHECK_GRADCHECK(
+      [](const Inputs& v) {
+        return stack({v[0], v[1] * 2.0}, 1);
+      },
+      {randn64({2, 3}, 33), randn64({2, 3}, 34)});
   CHECK_THROWS_WITH_AS(stack({a, tensor({1, 2, 3})}),
                        doctest::Contains("stack: tensor 1 has shape [3], tensor 0 has shape [2]"),
                        Error);

@@ -19,8 +19,8 @@ using Inputs = std::vector<Tensor>;
 TEST_CASE("layer_norm: hand-computed values, biased variance, eps inside the root") {
   Tensor x = tensor({{1, 2, 3, 4}, {2, 2, 2, 2}}, kFloat64);
   const V y = layer_norm(x, {4}).to_vector<double>();
-  const V want = {-1.3416354199689269, -0.447211806656309, 0.447211806656309, 1.3416354199689269,
-                  0, 0, 0, 0};
+  const V want = {
+      -1.3416354199689269, -0.447211806656309, 0.447211806656309, 1.3416354199689269, 0, 0, 0, 0};
   for (size_t i = 0; i < want.size(); ++i) {
     CAPTURE(i);
     CHECK(y[i] == doctest::Approx(want[i]).epsilon(1e-14));
@@ -46,8 +46,11 @@ TEST_CASE("layer_norm: several trailing dims normalise together") {
 TEST_CASE("layer_norm: gradients of input, weight and bias match finite differences") {
   CHECK_GRADCHECK([](const Inputs& v) { return layer_norm(v[0], {5}, v[1], v[2]); },
                   {randn64({4, 5}, 71), randn64({5}, 72), randn64({5}, 73)});
-  CHECK_GRADCHECK([](const Inputs& v) { return layer_norm(v[0], {3, 2}, v[1]); },
-                  {randn64({2, 3, 2}, 74), randn64({3, 2}, 75)});
+  CHECK_GRADCHECK(
+      [](const Inputs& v) {
+        return layer_norm(v[0], {3, 2}, v[1]);
+      },
+      {randn64({2, 3, 2}, 74), randn64({3, 2}, 75)});
   CHECK_GRADCHECK([](const Inputs& v) { return layer_norm(v[0], {6}, Tensor(), Tensor(), 0.1); },
                   {randn64({3, 6}, 76)});
 }

@@ -22,8 +22,12 @@ using Inputs = std::vector<Tensor>;
 const double kLse123 = 3.40760596444438;  // log(e + e^2 + e^3)
 const double kLog3 = 1.0986122886681098;
 
-Tensor logits23() { return tensor({{1, 2, 3}, {0, 0, 0}}, kFloat64); }
-Tensor targets(std::initializer_list<double> v) { return tensor(v, kInt64); }
+Tensor logits23() {
+  return tensor({{1, 2, 3}, {0, 0, 0}}, kFloat64);
+}
+Tensor targets(std::initializer_list<double> v) {
+  return tensor(v, kInt64);
+}
 }  // namespace
 
 TEST_CASE("cross_entropy: hand-computed values for each reduction") {
@@ -43,10 +47,9 @@ TEST_CASE("cross_entropy: hand-computed values for each reduction") {
 
 TEST_CASE("cross_entropy: ignore_index drops rows from the loss and from Mean's count") {
   Tensor x = logits23();
-  CHECK(cross_entropy(x, targets({2, -100})).item() ==
-        doctest::Approx(kLse123 - 3).epsilon(1e-14));
-  const V none =
-      cross_entropy(x, targets({2, 1}), CrossEntropyOptions(Reduction::None, 1)).to_vector<double>();
+  CHECK(cross_entropy(x, targets({2, -100})).item() == doctest::Approx(kLse123 - 3).epsilon(1e-14));
+  const V none = cross_entropy(x, targets({2, 1}), CrossEntropyOptions(Reduction::None, 1))
+                     .to_vector<double>();
   CHECK(none[1] == 0.0);
   CHECK(std::isnan(cross_entropy(x, targets({-100, -100})).item()));  // Mean of nothing
   CHECK(cross_entropy(x, targets({-100, -100}), CrossEntropyOptions{Reduction::Sum}).item() == 0.0);
@@ -101,14 +104,16 @@ TEST_CASE("cross_entropy, nll_loss: backward matches finite differences") {
                       {randn64({5, 4}, 51)});
     }
   Tensor t3 = tensor({0, 2, 1, 1, 2, 2}, kInt64).reshape({2, 3});
-  CHECK_GRADCHECK([t3](const Inputs& v) {
-    return cross_entropy(v[0], t3, CrossEntropyOptions().label_smoothing(0.3));
-  }, {randn64({2, 4, 3}, 52)});
+  CHECK_GRADCHECK(
+      [t3](const Inputs& v) {
+        return cross_entropy(v[0], t3, CrossEntropyOptions().label_smoothing(0.3));
+      },
+      {randn64({2, 4, 3}, 52)});
   CHECK_GRADCHECK([t](const Inputs& v) { return nll_loss(log_softmax(v[0], 1), t); },
                   {randn64({5, 4}, 53)});
-  CHECK_GRADCHECK([t](const Inputs& v) {
-    return nll_loss(v[0], t, NLLLossOptions(Reduction::Sum, 3));
-  }, {randn64({5, 4}, 54)});
+  CHECK_GRADCHECK(
+      [t](const Inputs& v) { return nll_loss(v[0], t, NLLLossOptions(Reduction::Sum, 3)); },
+      {randn64({5, 4}, 54)});
 }
 
 TEST_CASE("nll_loss: picks -log_probs at the targets") {
@@ -124,8 +129,7 @@ TEST_CASE("cross_entropy, nll_loss: bad targets and shapes throw naming the op")
   CHECK_THROWS_WITH_AS(cross_entropy(x, targets({2, 3})),
                        doctest::Contains("cross_entropy: target 3 is out of range [0, 3)"), Error);
   CHECK_THROWS_WITH_AS(cross_entropy(x, targets({-1, 0})),
-                       doctest::Contains("cross_entropy: target -1 is out of range [0, 3)"),
-                       Error);
+                       doctest::Contains("cross_entropy: target -1 is out of range [0, 3)"), Error);
   CHECK_THROWS_WITH_AS(cross_entropy(x, tensor({2.0, 1.0})),
                        doctest::Contains("cross_entropy: target must be an int64 tensor of class "
                                          "indices, got float32"),
@@ -162,32 +166,31 @@ TEST_CASE("binary_cross_entropy: values, clamped logs and PyTorch's gradient") {
   for (double g : edge.grad().to_vector<double>()) CHECK(std::isfinite(g));
   CHECK_GRADCHECK([](const Inputs& v) { return binary_cross_entropy(v[0], v[1]); },
                   {rand64({3, 4}, 55, 0.1, 0.9), rand64({3, 4}, 56)});
-  CHECK_GRADCHECK([](const Inputs& v) {
-    return binary_cross_entropy(v[0], v[1], Reduction::None);
-  }, {rand64({5}, 57, 0.1, 0.9), rand64({5}, 58)});
+  CHECK_GRADCHECK([](const Inputs& v) { return binary_cross_entropy(v[0], v[1], Reduction::None); },
+                  {rand64({5}, 57, 0.1, 0.9), rand64({5}, 58)});
 }
 
 TEST_CASE("binary_cross_entropy_with_logits: values, pos_weight, stable for any logit") {
   Tensor x = tensor({0.5, -1.0}, kFloat64), t = tensor({1.0, 0.0}, kFloat64);
-  const V none = binary_cross_entropy_with_logits(x, t, Tensor(), Reduction::None)
-                     .to_vector<double>();
+  const V none =
+      binary_cross_entropy_with_logits(x, t, Tensor(), Reduction::None).to_vector<double>();
   CHECK(none[0] == doctest::Approx(0.4740769841801067).epsilon(1e-15));
   CHECK(none[1] == doctest::Approx(0.31326168751822286).epsilon(1e-15));
-  const V weighted = binary_cross_entropy_with_logits(x, t, tensor({2.0}, kFloat64),
-                                                      Reduction::None)
-                         .to_vector<double>();
+  const V weighted =
+      binary_cross_entropy_with_logits(x, t, tensor({2.0}, kFloat64), Reduction::None)
+          .to_vector<double>();
   CHECK(weighted[0] == doctest::Approx(0.9481539683602134).epsilon(1e-15));
   CHECK(weighted[1] == doctest::Approx(0.31326168751822286).epsilon(1e-15));
   // Logits far beyond exp's range: exact, no inf or NaN.
-  const V far = binary_cross_entropy_with_logits(tensor({1000.0, -1000.0}, kFloat64),
-                                                 tensor({0.0, 1.0}, kFloat64), Tensor(),
-                                                 Reduction::None)
-                    .to_vector<double>();
+  const V far =
+      binary_cross_entropy_with_logits(tensor({1000.0, -1000.0}, kFloat64),
+                                       tensor({0.0, 1.0}, kFloat64), Tensor(), Reduction::None)
+          .to_vector<double>();
   CHECK(far == V{1000, 1000});
   Tensor pw = rand64({4}, 59, 0.5, 3.0);
-  CHECK_GRADCHECK([pw](const Inputs& v) {
-    return binary_cross_entropy_with_logits(v[0], v[1], pw);
-  }, {randn64({3, 4}, 60), rand64({3, 4}, 61)});
+  CHECK_GRADCHECK(
+      [pw](const Inputs& v) { return binary_cross_entropy_with_logits(v[0], v[1], pw); },
+      {randn64({3, 4}, 60), rand64({3, 4}, 61)});
   CHECK_THROWS_WITH_AS(binary_cross_entropy_with_logits(x, tensor({1.0})),
                        doctest::Contains("binary_cross_entropy_with_logits: input of shape [2] and "
                                          "target of shape [1] differ"),

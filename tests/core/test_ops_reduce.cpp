@@ -122,8 +122,7 @@ TEST_CASE("ops/max: values and argmax, first index on ties, NaN wins") {
   Tensor y = arange(24, kFloat64).reshape({2, 3, 4});
   CHECK(argmax(y, 1).to_vector<int64_t>() == std::vector<int64_t>(8, 2));
   CHECK(max(y, 1).values.to_vector<double>() == V{8, 9, 10, 11, 20, 21, 22, 23});
-  CHECK(max(y.transpose(1, 2), 2).values.to_vector<double>() ==
-        V{8, 9, 10, 11, 20, 21, 22, 23});
+  CHECK(max(y.transpose(1, 2), 2).values.to_vector<double>() == V{8, 9, 10, 11, 20, 21, 22, 23});
 }
 
 TEST_CASE("ops/max: backward routes the gradient to the first argmax") {
@@ -153,8 +152,8 @@ TEST_CASE("ops/max: empty dims and bad dims throw naming the op; integers reduce
   CHECK(max(ints, 0).values.dtype() == kInt64);
   CHECK(max(ints, 0).values.item<int64_t>() == 7);
   CHECK(max(ints, 0).indices.item<int64_t>() == 2);
-  CHECK_THROWS_WITH_AS(mean(ints),
-                       doctest::Contains("mean: expects a floating-point tensor, got int64"), Error);
+  CHECK_THROWS_WITH_AS(
+      mean(ints), doctest::Contains("mean: expects a floating-point tensor, got int64"), Error);
   CHECK_THROWS_WITH_AS(sum(Tensor()), doctest::Contains("sum: input is an undefined tensor"),
                        Error);
 }

@@ -23,8 +23,8 @@ using ember::testing::check_close;
 
 TEST_CASE("softmax, log_softmax: hand-computed values along the last dim") {
   Tensor x = tensor({{1, 2, 3}, {0, 0, 0}}, kFloat64);
-  check_close(softmax(x, 1), {0.09003057317038048, 0.2447284710547977, 0.665240955774822,
-                              1.0 / 3, 1.0 / 3, 1.0 / 3});
+  check_close(softmax(x, 1), {0.09003057317038048, 0.2447284710547977, 0.665240955774822, 1.0 / 3,
+                              1.0 / 3, 1.0 / 3});
   check_close(log_softmax(x, -1), {-2.40760596444438, -1.4076059644443801, -0.40760596444438013,
                                    -std::log(3.0), -std::log(3.0), -std::log(3.0)});
   check_close(x.softmax(0), {0.7310585786300049, 0.8807970779778824, 0.9525741268224333,

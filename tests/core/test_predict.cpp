@@ -72,7 +72,7 @@ MemoryPrediction check_exact(const StepFactory& factory, PredictOptions options,
     CAPTURE(key);
     CHECK(pm.at(key) == value);
   }
-  CHECK(p.library_bytes == 0);                   // the CPU has no library workspaces
+  CHECK(p.library_bytes == 0);  // the CPU has no library workspaces
   CHECK(site_bytes(p) == site_bytes(m));
   CHECK(site_bytes(p) == p.peak_allocated);
   if (same_sites) {
@@ -195,10 +195,10 @@ TEST_CASE("predict/batch_search: the largest batch that fits, and the next does 
   CHECK(s.at_batch.fits);
   // Bisection: about log2(2^16) probes, each a meta run.
   CHECK(s.probes.size() <= 20);
-  const MemoryPrediction at = measure_memory(
-      [&](Device d) { return f(d, s.batch); }, kCPU, options);
-  const MemoryPrediction above = measure_memory(
-      [&](Device d) { return f(d, s.batch + 1); }, kCPU, options);
+  const MemoryPrediction at =
+      measure_memory([&](Device d) { return f(d, s.batch); }, kCPU, options);
+  const MemoryPrediction above =
+      measure_memory([&](Device d) { return f(d, s.batch + 1); }, kCPU, options);
   CHECK(at.fits);
   CHECK_FALSE(above.fits);
   CHECK(at.peak_reserved == s.at_batch.peak_reserved);
@@ -218,7 +218,8 @@ TEST_CASE("predict/errors: a step that reads values on meta is told to be shape-
   CHECK(contains(e, "shape-only code"));
   CHECK(contains(error_of([] { (void)predict_memory(StepFactory()); }), "step factory is empty"));
   CHECK(contains(error_of([] {
-                   (void)largest_fitting_batch([](Device, int64_t) { return StepFunction(); }, 4, 2);
+                   (void)largest_fitting_batch([](Device, int64_t) { return StepFunction(); }, 4,
+                                               2);
                  }),
                  "need 1 <= lo <= hi, got [4, 2]"));
 }
@@ -232,7 +233,7 @@ TEST_CASE("predict/table: the report names the peak, the fit and the leak") {
   CHECK(contains(t, "meta (mirroring cpu)"));
   CHECK(contains(t, "peak allocated  " + std::to_string(p.peak_allocated)));
   CHECK(contains(t, "fits: yes"));
-  CHECK(contains(t, "LEAK: allocated memory grows every step, by " +
-                        std::to_string(p.growth_per_step())));
+  CHECK(contains(
+      t, "LEAK: allocated memory grows every step, by " + std::to_string(p.growth_per_step())));
   CHECK(contains(t, "largest allocation sites live at the peak"));
 }

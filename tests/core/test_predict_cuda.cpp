@@ -64,8 +64,8 @@ MemoryPrediction check_gpu(const StepFactory& factory, int steps) {
   // Outside the allocator: what the prediction adds, and what this process's
   // device memory grew by beyond the allocator's reserve during the run (0 when
   // an earlier test had already made the cuBLAS(Lt) handles).
-  MESSAGE("library workspaces: predicted ", p.library_bytes, " bytes, measured ",
-          m.library_bytes, " bytes beyond the allocator's reserve in this process");
+  MESSAGE("library workspaces: predicted ", p.library_bytes, " bytes, measured ", m.library_bytes,
+          " bytes beyond the allocator's reserve in this process");
   return p;
 }
 
@@ -97,8 +97,7 @@ TEST_CASE("predict/cuda: gradient accumulation and a varying batch, predicted = 
   check_gpu([](Device d) { return workloads::varying_batch(d); }, 10);
 }
 
-TEST_CASE("predict/cuda: the leak examples, predicted = measured" *
-          doctest::test_suite("cuda")) {
+TEST_CASE("predict/cuda: the leak examples, predicted = measured" * doctest::test_suite("cuda")) {
   using workloads::Leak;
   for (Leak pattern : {Leak::loss_accumulation, Leak::outputs_list, Leak::module_cache,
                        Leak::validation_no_grad, Leak::replica_per_step})

@@ -46,8 +46,10 @@ size_t device_free() {
 
 }  // namespace
 
-TEST_CASE("allocator/pool: two real captures on two streams: each freed block goes back to its "
-          "own graph's pool" * doctest::test_suite("cuda")) {
+TEST_CASE(
+    "allocator/pool: two real captures on two streams: each freed block goes back to its "
+    "own graph's pool" *
+    doctest::test_suite("cuda")) {
   cuda::set_device(0);
   CachingAllocator a(std::make_unique<cuda::CudaBackend>(0, 256 * kMiB));
   cuda::Stream s0(0), s1(0), s2(0);
@@ -107,8 +109,10 @@ TEST_CASE("allocator/pool: two real captures on two streams: each freed block go
   CHECK(a.memory_reserved() == 0);
 }
 
-TEST_CASE("allocator/expandable: on the device, pages map on demand and empty_cache gives them "
-          "back" * doctest::test_suite("cuda")) {
+TEST_CASE(
+    "allocator/expandable: on the device, pages map on demand and empty_cache gives them "
+    "back" *
+    doctest::test_suite("cuda")) {
   cuda::set_device(0);
   CachingAllocator a(std::make_unique<cuda::CudaBackend>(0),
                      AllocatorOptions::parse("expandable_segments:True"));

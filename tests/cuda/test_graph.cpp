@@ -15,8 +15,8 @@
 #include <utility>
 #include <vector>
 
-#include "core/ops.h"
 #include "core/memory.h"
+#include "core/ops.h"
 #include "cuda/device_allocator.h"
 #include "cuda/graph.h"
 #include "error_text.h"
@@ -88,7 +88,8 @@ TEST_CASE("cuda/graph: a Graph refuses a device that does not exist") {
     CHECK(contains(error_of([] { cuda::Graph g(-2); }),
                    "cuda::Graph: device -2 is not a CUDA device"));
   }
-  CHECK(contains(error_of([n] { cuda::Graph g(n); }), n == 0 ? "no CUDA device" : "device " + std::to_string(n)));
+  CHECK(contains(error_of([n] { cuda::Graph g(n); }),
+                 n == 0 ? "no CUDA device" : "device " + std::to_string(n)));
 }
 
 TEST_CASE("cuda/graph: is_capturing is per device and per thread; syncs refuse during capture") {
@@ -283,7 +284,7 @@ void check_graph_matches_eager(bool adam) {
   const std::vector<float> before = graphed.params();
   graph.capture([&] { static_loss = graphed.step(sx, sy); });
   REQUIRE(graph.captured());
-  CHECK(graphed.params() == before);  // capturing runs nothing
+  CHECK(graphed.params() == before);    // capturing runs nothing
   cuda::Graph moved(std::move(graph));  // a graph is move-only; the moved-to one replays
   CHECK_FALSE(graph.captured());
   for (int s = warm; s < total; ++s) {
@@ -330,8 +331,9 @@ TEST_CASE("cuda/graph: item() inside a capture throws, and eager steps go on" *
       (void)loss.item();
     });
   });
-  CHECK(contains(err, "item(): cannot synchronise with the host while a CUDA graph is being "
-                      "captured (cuda::Graph::capture)"));
+  CHECK(contains(err,
+                 "item(): cannot synchronise with the host while a CUDA graph is being "
+                 "captured (cuda::Graph::capture)"));
   CHECK_FALSE(graph.captured());
   CHECK_FALSE(cuda::is_capturing(0));
   CHECK(cuda::current_stream(0) == stream_before);
@@ -370,7 +372,7 @@ TEST_CASE("cuda/graph: optimizer state cannot be created during a capture" *
   CHECK(contains(err, "Adam.step(): the parameter of shape [10, 10] has no 'exp_avg' state yet"));
   CHECK(contains(err, "run a few eager steps before capturing"));
   CHECK(run.opt->state(run.fc->weight) == nullptr);  // nothing was made
-  run.step(x, y);  // the eager warm-up makes it
+  run.step(x, y);                                    // the eager warm-up makes it
   CHECK(run.opt->state(run.fc->weight) != nullptr);
   graph.capture([&] { run.step(x, y); });
   CHECK(graph.captured());

@@ -30,7 +30,9 @@ using ember::testing::rel_error;
 
 namespace {
 
-double tol(DType t) { return t == kFloat32 ? 1e-5 : 1e-2; }
+double tol(DType t) {
+  return t == kFloat32 ? 1e-5 : 1e-2;
+}
 
 // Class targets in [0, classes), rows 4, 9, 14, ... ignore_index (so that every
 // batch keeps a row that counts).
@@ -52,10 +54,15 @@ struct Errors {
 Errors ce_vs_cpu(int64_t rows, int64_t classes, DType dtype, const CrossEntropyOptions& o,
                  uint64_t seed, int64_t offset = 0) {
   Tensor base = randn64({rows * classes + offset}, seed).mul(3.0).to(dtype).to(kFloat64);
-  Tensor x_cpu = base.slice(0, offset, offset + rows * classes).reshape({rows, classes})
-                     .detach().set_requires_grad(true);
-  Tensor x_gpu = base.to(kCUDA, dtype).slice(0, offset, offset + rows * classes)
-                     .reshape({rows, classes}).detach().set_requires_grad(true);
+  Tensor x_cpu = base.slice(0, offset, offset + rows * classes)
+                     .reshape({rows, classes})
+                     .detach()
+                     .set_requires_grad(true);
+  Tensor x_gpu = base.to(kCUDA, dtype)
+                     .slice(0, offset, offset + rows * classes)
+                     .reshape({rows, classes})
+                     .detach()
+                     .set_requires_grad(true);
   Tensor t = random_targets(rows, classes, o.ignore_index(), seed + 1);
   Tensor l_cpu = cross_entropy(x_cpu, t, o);
   Tensor l_gpu = cross_entropy(x_gpu, t.to(kCUDA), o);
@@ -84,16 +91,17 @@ TEST_CASE("kernels/cross_entropy: loss and gradient match the CPU from 1 to 1310
   // (rows, classes): one small block, one 256-thread block, one 1024-thread block,
   // and clusters of 2, 3 (ragged: the scalar path) and 8 blocks.
   const std::vector<std::pair<int64_t, int64_t>> shapes = {
-      {1, 1},     {7, 3},     {33, 1000}, {9, 1024},  {8, 1025},   {5, 4096},
-      {3, 4097},  {4, 16384}, {3, 16385}, {2, 32768}, {2, 40001},  {2, 131072}};
+      {1, 1},    {7, 3},     {33, 1000}, {9, 1024},  {8, 1025},  {5, 4096},
+      {3, 4097}, {4, 16384}, {3, 16385}, {2, 32768}, {2, 40001}, {2, 131072}};
   uint64_t seed = 1;
   for (auto [rows, classes] : shapes)
     for (DType dtype : {kFloat32, kBFloat16})
       for (Reduction r : {Reduction::Mean, Reduction::Sum, Reduction::None})
         for (double ls : {0.0, 0.1}) {
-          INFO("rows=", rows, " classes=", classes, " dtype=", dtype, " reduction=",
-               static_cast<int>(r), " ls=", ls);
-          const Errors e = ce_vs_cpu(rows, classes, dtype, CrossEntropyOptions(r, -100, ls), seed++);
+          INFO("rows=", rows, " classes=", classes, " dtype=", dtype,
+               " reduction=", static_cast<int>(r), " ls=", ls);
+          const Errors e =
+              ce_vs_cpu(rows, classes, dtype, CrossEntropyOptions(r, -100, ls), seed++);
           CHECK(e.loss <= tol(dtype));
           CHECK(e.grad <= tol(dtype));
         }
@@ -142,11 +150,10 @@ TEST_CASE("kernels/cross_entropy: every block shape of the row kernel agrees wit
   Tensor ws = empty({4}, TensorOptions(kFloat64).device(kCUDA));
   Tensor loss = empty({}, TensorOptions(kFloat32).device(kCUDA));
   CHECK(contains(error_of([&] {
-                   cuda::launch_cross_entropy(kFloat32, "cross_entropy", x.raw_data(),
-                                              t.data_ptr<int64_t>(), nullptr, loss.raw_data(), 1,
-                                              70000, -100, 0.0, Reduction::Mean, ws.raw_data(),
-                                              cuda::current_stream(0),
-                                              cuda::CrossEntropyShape::T512x16);
+                   cuda::launch_cross_entropy(
+                       kFloat32, "cross_entropy", x.raw_data(), t.data_ptr<int64_t>(), nullptr,
+                       loss.raw_data(), 1, 70000, -100, 0.0, Reduction::Mean, ws.raw_data(),
+                       cuda::current_stream(0), cuda::CrossEntropyShape::T512x16);
                  }),
                  "70000 classes do not fit a cluster of 8 blocks of 8192"));
 }

@@ -14,8 +14,8 @@
 #include "core/ops.h"
 #include "cuda/blas.h"
 #include "cuda/gemm_dispatch.h"
-#include "cuda/runtime.h"
 #include "cuda/kernels/gemm.h"
+#include "cuda/runtime.h"
 #include "error_text.h"
 #include "gradcheck.h"
 
@@ -155,10 +155,9 @@ TEST_CASE("kernels/gemm: EMBER_GEMM forces the backend, and the rule follows the
   CHECK(cuda::choose_linear_backend(LinearProduct::Forward, kBFloat16, 1, 1, 1) ==
         GemmBackend::Cublas);
   setenv("EMBER_GEMM", "bogus", 1);
-  CHECK(contains(error_of([] {
-                   cuda::choose_linear_backend(LinearProduct::Forward, kFloat32, 1, 1, 1);
-                 }),
-                 "EMBER_GEMM=bogus"));
+  CHECK(contains(
+      error_of([] { cuda::choose_linear_backend(LinearProduct::Forward, kFloat32, 1, 1, 1); }),
+      "EMBER_GEMM=bogus"));
   // The rule (benchmarks/NOTES.md, "GEMM dispatch"), with EMBER_GEMM=auto as unset.
   setenv("EMBER_GEMM", "auto", 1);
   auto pick = [](LinearProduct p, DType dt, int64_t m, int64_t n, int64_t k) {

@@ -13,8 +13,8 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <string>
 #include <vector>
@@ -35,7 +35,9 @@ namespace {
 
 const double kNaN = std::numeric_limits<double>::quiet_NaN();
 
-int64_t round_up(int64_t v, int64_t to) { return (v + to - 1) / to * to; }
+int64_t round_up(int64_t v, int64_t to) {
+  return (v + to - 1) / to * to;
+}
 
 // Values exact in the operand dtype: bf16 rounding, or TF32 (the tensor cores
 // drop an fp32 operand's low 13 mantissa bits, so the reference sees what they see).
@@ -69,10 +71,11 @@ DeviceOperand upload(const Tensor& v, DType dtype, bool k_major, int64_t pad) {
   const std::vector<double> x = v.to_vector<double>();
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t kk = 0; kk < k; ++kk)
-      s[static_cast<size_t>(k_major ? r * ld + kk : kk * ld + r)] = x[static_cast<size_t>(r * k + kk)];
+      s[static_cast<size_t>(k_major ? r * ld + kk : kk * ld + r)] =
+          x[static_cast<size_t>(r * k + kk)];
   DeviceOperand d;
-  d.storage = from_vector(s, {std::max<int64_t>(outer, 1), ld}, TensorOptions(kFloat64))
-                  .to(kCUDA, dtype);
+  d.storage =
+      from_vector(s, {std::max<int64_t>(outer, 1), ld}, TensorOptions(kFloat64)).to(kCUDA, dtype);
   d.op = {d.storage.raw_data(), ld, k_major};
   return d;
 }
@@ -97,8 +100,8 @@ std::string describe(const Problem& p) {
                   (p.b_k ? "K" : "N") + " m=" + std::to_string(p.m) + " n=" + std::to_string(p.n) +
                   " k=" + std::to_string(p.k) + " act=" + activation_name(p.act) +
                   (p.bias ? " +bias" : "") + (p.pre ? " +pre" : "") +
-                  (p.bias_grad ? " +bias_grad" : "") + (p.out == kFloat32 ? " out=f32" : " out=bf16") +
-                  " pad=" + std::to_string(p.pad);
+                  (p.bias_grad ? " +bias_grad" : "") +
+                  (p.out == kFloat32 ? " out=f32" : " out=bf16") + " pad=" + std::to_string(p.pad);
   if (p.tuning.tile == cuda::Sm90Tile::k128x128) s += " tile=128x128";
   if (p.tuning.tile == cuda::Sm90Tile::k128x256) s += " tile=128x256";
   if (p.tuning.schedule == cuda::Sm90Schedule::Pingpong) s += " ping-pong";
@@ -152,9 +155,9 @@ struct Size {
 // 1, 7, 127, 4097 in every position, plus exact tiles, a ring that wraps (more K
 // steps than stages) and several tiles per block; each under ~70 M multiply-adds
 // for the CPU reference.
-const std::vector<Size> kRagged = {{1, 1, 1},      {7, 127, 1},   {127, 7, 4097}, {4097, 127, 7},
-                                   {127, 4097, 127}, {7, 1, 4097}, {4097, 7, 127}, {1, 4097, 7},
-                                   {129, 257, 72}, {256, 512, 520}};
+const std::vector<Size> kRagged = {{1, 1, 1},        {7, 127, 1},    {127, 7, 4097}, {4097, 127, 7},
+                                   {127, 4097, 127}, {7, 1, 4097},   {4097, 7, 127}, {1, 4097, 7},
+                                   {129, 257, 72},   {256, 512, 520}};
 
 // The choices a launch can take: the default (Auto), each tile forced, one
 // block walking every tile (the persistent scheduler and the ring's phases
@@ -267,8 +270,10 @@ TEST_CASE("kernels/gemm_sm90: every epilogue (bias, activation, pre-activation, 
   }
 }
 
-TEST_CASE("kernels/gemm_sm90: K = 0 writes act(bias), pre = bias and zero row sums; empty outputs "
-          "write nothing" * doctest::test_suite("cuda_sm90")) {
+TEST_CASE(
+    "kernels/gemm_sm90: K = 0 writes act(bias), pre = bias and zero row sums; empty outputs "
+    "write nothing" *
+    doctest::test_suite("cuda_sm90")) {
   for (DType out : {kBFloat16, kFloat32}) {
     Problem p;
     p.m = 5, p.n = 9, p.k = 0, p.bias = true, p.pre = true, p.act = Activation::Silu, p.out = out;
@@ -280,8 +285,9 @@ TEST_CASE("kernels/gemm_sm90: K = 0 writes act(bias), pre = bias and zero row su
   // m or n = 0: nothing to write; no pointer is touched.
   const cuda::Sm90Operand none{nullptr, 8, true};
   for (auto [m, n] : {std::pair<int64_t, int64_t>{0, 4}, {4, 0}, {0, 0}}) {
-    CHECK_NOTHROW(cuda::launch_sm90_gemm(kBFloat16, m, n, 16, none, none, nullptr, std::max<int64_t>(n, 1),
-                                         cuda::GemmEpilogue{}, cuda::current_stream(0)));
+    CHECK_NOTHROW(cuda::launch_sm90_gemm(kBFloat16, m, n, 16, none, none, nullptr,
+                                         std::max<int64_t>(n, 1), cuda::GemmEpilogue{},
+                                         cuda::current_stream(0)));
   }
   cuda::synchronize(0);
 }
@@ -295,7 +301,8 @@ TEST_CASE("kernels/gemm_sm90: operands TMA cannot address are refused, naming wh
   const cuda::Sm90Operand shifted{static_cast<const char*>(a.raw_data()) + 2, 8, true};
   const cuda::GemmEpilogue epi;
   auto launch = [&](const cuda::Sm90Operand& x, int64_t k) {
-    cuda::launch_sm90_gemm(kBFloat16, 8, 8, k, x, ok, d.raw_data(), 8, epi, cuda::current_stream(0));
+    cuda::launch_sm90_gemm(kBFloat16, 8, 8, k, x, ok, d.raw_data(), 8, epi,
+                           cuda::current_stream(0));
   };
   CHECK(contains(error_of([&] { launch(odd_ld, 15); }), "multiple of 16 bytes"));
   CHECK(contains(error_of([&] { launch(shifted, 8); }), "16-byte aligned"));
@@ -307,7 +314,8 @@ TEST_CASE("kernels/gemm_sm90: operands TMA cannot address are refused, naming wh
   // Layouts and dtypes that are not built are named.
   cuda::GemmEpilogue sums;
   sums.bias_grad = d.raw_data();
-  CHECK(contains(cuda::sm90_gemm_unsupported(kBFloat16, 8, 8, 8, ok, ok, sums, 0), "bias gradient"));
+  CHECK(
+      contains(cuda::sm90_gemm_unsupported(kBFloat16, 8, 8, 8, ok, ok, sums, 0), "bias gradient"));
   cuda::GemmEpilogue f32;
   f32.out = kFloat32;
   const cuda::Sm90Operand m_major{a.raw_data(), 8, false};

@@ -27,7 +27,9 @@ using ember::testing::rel_error;
 
 namespace {
 
-double tol(DType t) { return t == kFloat64 ? 1e-12 : t == kFloat32 ? 1e-5 : 1e-2; }
+double tol(DType t) {
+  return t == kFloat64 ? 1e-12 : t == kFloat32 ? 1e-5 : 1e-2;
+}
 
 Tensor random_indices(const Shape& shape, int64_t high, uint64_t seed) {
   Generator g(seed);
@@ -125,7 +127,8 @@ TEST_CASE("kernels/index: a bad index is raised at the next synchronisation, the
   gather(w, 0, full({1, 4}, 10, TensorOptions(kInt64).device(kCUDA)));
   CHECK(contains(error_of([&] { cuda::synchronize(0); }), "gather: index 10 is out of range"));
   one_hot(tensor({0, 5}, kInt64).to(kCUDA), 5);
-  CHECK(contains(error_of([&] { cuda::synchronize(0); }), "one_hot: index 5 is out of range [0, 5)"));
+  CHECK(
+      contains(error_of([&] { cuda::synchronize(0); }), "one_hot: index 5 is out of range [0, 5)"));
   // Backward skips what the forward recorded: no crash, the good rows' gradients.
   Tensor wr = w.detach().set_requires_grad(true);
   embedding(wr, bad).sum().backward();
@@ -147,7 +150,8 @@ TEST_CASE("kernels/index: one_hot, stack, randint and randperm give the CPU's va
     CHECK(randperm(n, TensorOptions(kInt64).device(kCUDA), &gg).to(kCPU).to_vector<int64_t>() ==
           randperm(n, kInt64, &gc).to_vector<int64_t>());
     Generator hc(8), hg(8);
-    CHECK(randint(-5, 17, {n}, TensorOptions(kInt64).device(kCUDA), &hg).to(kCPU)
+    CHECK(randint(-5, 17, {n}, TensorOptions(kInt64).device(kCUDA), &hg)
+              .to(kCPU)
               .to_vector<int64_t>() == randint(-5, 17, {n}, kInt64, &hc).to_vector<int64_t>());
   }
 }

@@ -23,7 +23,9 @@ using ember::testing::rel_error;
 
 namespace {
 
-double tol(DType t) { return t == kFloat64 ? 1e-12 : t == kFloat32 ? 1e-5 : 1e-2; }
+double tol(DType t) {
+  return t == kFloat64 ? 1e-12 : t == kFloat32 ? 1e-5 : 1e-2;
+}
 
 // The largest rel_error over y, d_x, d_w, d_b of layer_norm on CUDA in dtype
 // against CPU float64 on the same rounded values.
@@ -32,7 +34,10 @@ double ln_vs_cpu(const Shape& shape, const Shape& normalized, DType dtype, bool 
   const int64_t n = numel_of(shape);
   Tensor base = (randn64({n + offset}, seed) * 2.0 + 0.5).to(dtype).to(kFloat64);
   Tensor xc = base.slice(0, offset, offset + n).reshape(shape).detach().set_requires_grad(true);
-  Tensor xg = base.to(kCUDA, dtype).slice(0, offset, offset + n).reshape(shape).detach()
+  Tensor xg = base.to(kCUDA, dtype)
+                  .slice(0, offset, offset + n)
+                  .reshape(shape)
+                  .detach()
                   .set_requires_grad(true);
   Tensor wc, bc, wg, bg;
   if (affine) {
@@ -62,8 +67,8 @@ TEST_CASE("kernels/layer_norm: output and gradients match the CPU at ragged row 
   // Row lengths for each block shape (<= 1024, <= 4096, <= 8192), ragged ones
   // (the scalar path), and enough rows that blocks loop over several.
   const std::vector<std::pair<int64_t, int64_t>> shapes = {
-      {1, 1},   {7, 3},    {33, 1000}, {300, 1024}, {5, 1025}, {64, 4096},
-      {3, 4097}, {4, 8192}, {2, 8191},  {1000, 64}, {2, 8200}};  // the last: composed
+      {1, 1},    {7, 3},    {33, 1000}, {300, 1024}, {5, 1025}, {64, 4096},
+      {3, 4097}, {4, 8192}, {2, 8191},  {1000, 64},  {2, 8200}};  // the last: composed
   uint64_t seed = 1;
   for (auto [rows, cols] : shapes)
     for (DType dtype : {kFloat32, kBFloat16})

@@ -41,10 +41,14 @@ double tol(DType dtype) {
 Tensor composed(const Tensor& x, const Tensor& w, const Tensor& b, Activation act) {
   Tensor y = linear(x, w, b);
   switch (act) {
-    case Activation::Relu: return relu(y);
-    case Activation::Gelu: return gelu(y);
-    case Activation::Silu: return silu(y);
-    default: return y;
+    case Activation::Relu:
+      return relu(y);
+    case Activation::Gelu:
+      return gelu(y);
+    case Activation::Silu:
+      return silu(y);
+    default:
+      return y;
   }
 }
 
@@ -171,8 +175,10 @@ TEST_CASE("kernels/linear: fused forward and backward match the CPU on both back
 // What EMBER_GEMM=ours runs: the Hopper kernel for every product whose operands
 // TMA can address (so the case above did test it), the older kernels or cuBLAS
 // where it cannot. The pointers are never dereferenced by planning.
-TEST_CASE("kernels/linear: EMBER_GEMM=ours plans the Hopper kernel wherever TMA can address the "
-          "operands" * doctest::test_suite("cuda_sm90")) {
+TEST_CASE(
+    "kernels/linear: EMBER_GEMM=ours plans the Hopper kernel wherever TMA can address the "
+    "operands" *
+    doctest::test_suite("cuda_sm90")) {
   BackendGuard guard("ours");
   const void* p = reinterpret_cast<const void*>(uintptr_t{1} << 20);  // 16-byte aligned
   void* out = reinterpret_cast<void*>(uintptr_t{1} << 21);
@@ -199,13 +205,12 @@ TEST_CASE("kernels/linear: EMBER_GEMM=ours plans the Hopper kernel wherever TMA 
             const bool sm90 = rows_ok && (dtype == kBFloat16 || tf32) &&
                               (dtype == kBFloat16 || prod == LinearProduct::Forward);
             // cuBLAS for d_x and d_w, except a d_w the op composes (gemm_rule.h).
-            const bool composes = prod == LinearProduct::WeightGrad &&
-                                  cuda::weight_grad_composes(dtype, m, n, k, k);
-            const GemmKernel fallback =
-                composes                       ? GemmKernel::None
-                : prod != LinearProduct::Forward ? GemmKernel::Cublas
-                : dtype == kBFloat16          ? GemmKernel::MmaSync
-                                              : GemmKernel::Simt;
+            const bool composes =
+                prod == LinearProduct::WeightGrad && cuda::weight_grad_composes(dtype, m, n, k, k);
+            const GemmKernel fallback = composes                         ? GemmKernel::None
+                                        : prod != LinearProduct::Forward ? GemmKernel::Cublas
+                                        : dtype == kBFloat16             ? GemmKernel::MmaSync
+                                                                         : GemmKernel::Simt;
             INFO(dtype, " tf32=", tf32, " ", cuda::to_string(prod), " m=", m, " n=", n, " k=", k,
                  ": ", cuda::to_string(got));
             CHECK(got == (sm90 ? GemmKernel::Sm90 : fallback));

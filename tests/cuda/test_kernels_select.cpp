@@ -25,7 +25,9 @@ namespace {
 using Inputs = std::vector<Tensor>;
 const std::vector<int64_t> kRagged = {1, 7, 127, 4097};
 
-double tol(DType t) { return t == kFloat64 ? 1e-12 : t == kFloat32 ? 1e-6 : 1e-2; }
+double tol(DType t) {
+  return t == kFloat64 ? 1e-12 : t == kFloat32 ? 1e-6 : 1e-2;
+}
 
 // Gradients of sum(f(x) * w) on CUDA (in dtype) against CPU float64 on the same
 // rounded values; the largest rel_error over output and inputs.
@@ -152,16 +154,15 @@ TEST_CASE("kernels/select: softmax and log_softmax match the CPU for every layou
           doctest::test_suite("cuda")) {
   // Short rows (a warp each), long rows (a block each), and columns (inner > 1).
   const std::vector<std::pair<Shape, int64_t>> cases = {
-      {{1000, 7}, 1}, {{33, 1024}, 1}, {{9, 1025}, 1}, {{4, 50000}, 1},
-      {{7, 300, 5}, 1}, {{100, 3}, 0},  {{2, 3, 4097}, 2}, {{4097}, 0}};
+      {{1000, 7}, 1},   {{33, 1024}, 1}, {{9, 1025}, 1},    {{4, 50000}, 1},
+      {{7, 300, 5}, 1}, {{100, 3}, 0},   {{2, 3, 4097}, 2}, {{4097}, 0}};
   for (const auto& [shape, dim] : cases)
     for (DType t : {kFloat32, kFloat64, kBFloat16}) {
       INFO("shape=", shape_str(shape), " dim=", dim, " dtype=", t);
       Tensor x = randn64(shape, 50) * 4.0;
       const double tl = t == kFloat32 ? 1e-5 : tol(t);
       CHECK(cuda_vs_cpu([d = dim](const Inputs& v) { return softmax(v[0], d); }, {x}, t) <= tl);
-      CHECK(cuda_vs_cpu([d = dim](const Inputs& v) { return log_softmax(v[0], d); }, {x}, t) <=
-            tl);
+      CHECK(cuda_vs_cpu([d = dim](const Inputs& v) { return log_softmax(v[0], d); }, {x}, t) <= tl);
       if (t != kBFloat16) {
         CHECK(grad_vs_cpu([d = dim](const Inputs& v) { return softmax(v[0], d); }, {x}, t) <= tl);
         CHECK(grad_vs_cpu([d = dim](const Inputs& v) { return log_softmax(v[0], d); }, {x}, t) <=

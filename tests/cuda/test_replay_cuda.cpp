@@ -27,7 +27,8 @@ ReplayProgram load(const std::string& name) {
 
 TEST_CASE("replay/cuda: ember's allocator on cudaMalloc decides as on the simulated device" *
           doctest::test_suite("cuda")) {
-  for (const char* name : {"synthetic_small.csv", "synthetic_streams.csv", "torch_snapshot_small.csv"}) {
+  for (const char* name :
+       {"synthetic_small.csv", "synthetic_streams.csv", "torch_snapshot_small.csv"}) {
     CAPTURE(name);
     const ReplayProgram p = load(name);
     const ReplayResult sim = make_caching_policy("native")->run(p, RunSettings{});

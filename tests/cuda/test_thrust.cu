@@ -6,8 +6,8 @@
 #include <cstring>
 #include <vector>
 
-#include <cub/device/device_reduce.cuh>
 #include <thrust/sort.h>
+#include <cub/device/device_reduce.cuh>
 
 #include "core/memory.h"
 #include "core/ops.h"
@@ -15,8 +15,8 @@
 
 // No `using namespace ember`: with CCCL's namespace ::cuda in scope, "cuda::"
 // would be ambiguous (and nvcc's generated stubs stop compiling).
-using ember::Tensor;
 using ember::kCUDA;
+using ember::Tensor;
 namespace memory = ember::memory;
 
 namespace {

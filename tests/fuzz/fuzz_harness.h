@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "core/base/error.h"
-#include "core/tensor.h"
 #include "core/memory/alloc_config.h"
+#include "core/tensor.h"
 #include "nn/checkpoint.h"
 
 namespace ember::fuzz {
@@ -22,8 +22,8 @@ namespace ember::fuzz {
 // EMBER_CUDA_ALLOC_CONF's parser. Returns true when the text parsed.
 inline bool alloc_conf_one(const uint8_t* data, size_t size) {
   try {
-    memory::AllocatorOptions o =
-        memory::AllocatorOptions::parse(std::string_view(reinterpret_cast<const char*>(data), size));
+    memory::AllocatorOptions o = memory::AllocatorOptions::parse(
+        std::string_view(reinterpret_cast<const char*>(data), size));
     // What parsed must be usable: look up every interval's divisions.
     for (size_t shift = 9; shift < 64; ++shift) (void)o.divisions_for(size_t{1} << shift);
     return true;

@@ -25,8 +25,8 @@ namespace ember::testing {
 
 using namespace ember;
 using namespace ember::memory;
-using ember::cuda::Stream;
 using ember::cuda::set_device;
+using ember::cuda::Stream;
 
 constexpr size_t kKiB = 1024;
 constexpr size_t kMiB = 1024 * 1024;
@@ -75,8 +75,8 @@ class CudaHarness final : public Harness {
     allocators_.clear();
   }
   CachingAllocator& make(size_t capacity, AllocatorOptions options) override {
-    allocators_.push_back(
-        std::make_unique<CachingAllocator>(std::make_unique<ember::cuda::CudaBackend>(0, capacity), options));
+    allocators_.push_back(std::make_unique<CachingAllocator>(
+        std::make_unique<ember::cuda::CudaBackend>(0, capacity), options));
     return *allocators_.back();
   }
   cudaStream_t stream(int i) override {
@@ -114,11 +114,16 @@ inline int64_t stat(const CachingAllocator& a, const std::string& key) {
   return it->second;
 }
 
-inline int64_t i64(size_t v) { return static_cast<int64_t>(v); }
-inline uintptr_t addr(const void* p) { return reinterpret_cast<uintptr_t>(p); }
+inline int64_t i64(size_t v) {
+  return static_cast<int64_t>(v);
+}
+inline uintptr_t addr(const void* p) {
+  return reinterpret_cast<uintptr_t>(p);
+}
 
 // Offsets and states of the blocks of the segment holding `p`.
-inline std::vector<std::pair<size_t, BlockState>> blocks_of(const CachingAllocator& a, const void* p) {
+inline std::vector<std::pair<size_t, BlockState>> blocks_of(const CachingAllocator& a,
+                                                            const void* p) {
   for (const SegmentSnapshot& s : a.memory_snapshot().segments) {
     if (addr(p) < s.address || addr(p) >= s.address + s.total_size) continue;
     std::vector<std::pair<size_t, BlockState>> out;
@@ -132,15 +137,14 @@ inline std::vector<std::pair<size_t, BlockState>> blocks_of(const CachingAllocat
 }  // namespace ember::testing
 
 // Registers `body` twice: on the simulated backend and, in suite "cuda", on CUDA.
-#define ALLOCATOR_TEST(name, body)                                                      \
-  static void body(Harness& h);                                                         \
-  TEST_CASE(name) {                                                                     \
-    SimHarness h;                                                                       \
-    body(h);                                                                            \
-  }                                                                                     \
-  TEST_CASE(name " [cuda]" * doctest::test_suite("cuda")) {                             \
-    CudaHarness h;                                                                      \
-    body(h);                                                                            \
-  }                                                                                     \
+#define ALLOCATOR_TEST(name, body)                          \
+  static void body(Harness& h);                             \
+  TEST_CASE(name) {                                         \
+    SimHarness h;                                           \
+    body(h);                                                \
+  }                                                         \
+  TEST_CASE(name " [cuda]" * doctest::test_suite("cuda")) { \
+    CudaHarness h;                                          \
+    body(h);                                                \
+  }                                                         \
   static void body(Harness& h)
-

@@ -63,7 +63,7 @@ ALLOCATOR_TEST("allocator/expandable: a stream's segment grows page by page at i
   CHECK(stat(a, "segment.large_pool.current") == 1);
   CHECK(stat(a, "num_device_alloc") == 1);
   CHECK(blocks_of(a, p) == std::vector<std::pair<size_t, State>>{{3 * kMiB, State::allocated},
-                                                                  {kMiB, State::inactive}});
+                                                                 {kMiB, State::inactive}});
   // The address space is the device's capacity and an eighth: 288 MiB of 256.
   const SegmentSnapshot seg = segment_of(a, p);
   CHECK(seg.expandable);
@@ -78,8 +78,8 @@ ALLOCATOR_TEST("allocator/expandable: a stream's segment grows page by page at i
   CHECK(a.memory_reserved() == i64(8 * kMiB));
   CHECK(stat(a, "segment.large_pool.current") == 1);  // still one segment
   CHECK(stat(a, "num_device_alloc") == 2);
-  CHECK(blocks_of(a, p) == std::vector<std::pair<size_t, State>>{
-                               {3 * kMiB, State::allocated}, {5 * kMiB, State::allocated}});
+  CHECK(blocks_of(a, p) == std::vector<std::pair<size_t, State>>{{3 * kMiB, State::allocated},
+                                                                 {5 * kMiB, State::allocated}});
   touch(a, p, 3 * kMiB, 0x11);
   touch(a, q, 5 * kMiB, 0x22);
 
@@ -108,8 +108,10 @@ ALLOCATOR_TEST("allocator/expandable: a stream's segment grows page by page at i
   CHECK(a.max_memory_reserved() == i64(14 * kMiB));
 }
 
-ALLOCATOR_TEST("allocator/expandable: empty_cache unmaps whole free pages after the last live "
-               "block, never below it", expandable_unmap) {
+ALLOCATOR_TEST(
+    "allocator/expandable: empty_cache unmaps whole free pages after the last live "
+    "block, never below it",
+    expandable_unmap) {
   CachingAllocator& a = h.make(256 * kMiB, kExpandable);
   page_of(a);
   const cudaStream_t s = h.stream(0);
@@ -124,9 +126,10 @@ ALLOCATOR_TEST("allocator/expandable: empty_cache unmaps whole free pages after 
   CHECK(a.memory_reserved() == i64(16 * kMiB));
   CHECK(stat(a, "num_device_free") == 0);
   CHECK(stat(a, "largest_free_block_bytes.large_pool") == i64(6 * kMiB));
-  CHECK(blocks_of(a, p1) == std::vector<std::pair<size_t, State>>{
-                                {6 * kMiB, State::allocated}, {6 * kMiB, State::inactive},
-                                {3 * kMiB, State::allocated}, {kMiB, State::inactive}});
+  CHECK(blocks_of(a, p1) == std::vector<std::pair<size_t, State>>{{6 * kMiB, State::allocated},
+                                                                  {6 * kMiB, State::inactive},
+                                                                  {3 * kMiB, State::allocated},
+                                                                  {kMiB, State::inactive}});
 
   // Once p3 goes, everything after p1 is one free block: its 5 pages go back.
   a.deallocate(p3);
@@ -156,8 +159,10 @@ ALLOCATOR_TEST("allocator/expandable: empty_cache unmaps whole free pages after 
   CHECK(stat(a, "segment.all.current") == 0);
 }
 
-ALLOCATOR_TEST("allocator/expandable: growing batches tile one segment where ordinary segments "
-               "pile up", expandable_varying_batch) {
+ALLOCATOR_TEST(
+    "allocator/expandable: growing batches tile one segment where ordinary segments "
+    "pile up",
+    expandable_varying_batch) {
   // Each step allocates an activation of (10 + k) MiB and one twice that, then
   // frees both, for k = 0..5: the classic growing-batch pattern.
   auto run = [&](CachingAllocator& a) {
@@ -202,8 +207,9 @@ ALLOCATOR_TEST("allocator/expandable: out of memory unmaps free tails, retries, 
   } catch (const OutOfMemoryError& e) {
     message = e.what();
   }
-  CHECK(contains(message, "CUDA out of memory. Tried to allocate 20.00 MiB. GPU 0 has a total "
-                          "capacity of 40.00 MiB of which 10.00 MiB is free."));
+  CHECK(contains(message,
+                 "CUDA out of memory. Tried to allocate 20.00 MiB. GPU 0 has a total "
+                 "capacity of 40.00 MiB of which 10.00 MiB is free."));
   CHECK_FALSE(contains(message, "try setting"));  // expandable segments are already on
   CHECK(stat(a, "num_ooms") == 1);
   CHECK(stat(a, "num_alloc_retries") == 2);
@@ -218,8 +224,10 @@ ALLOCATOR_TEST("allocator/expandable: out of memory unmaps free tails, retries, 
   CHECK(a.memory_reserved() == 0);
 }
 
-ALLOCATOR_TEST("allocator/expandable: stats, summary and history tell mapped memory from address "
-               "space", expandable_reports) {
+ALLOCATOR_TEST(
+    "allocator/expandable: stats, summary and history tell mapped memory from address "
+    "space",
+    expandable_reports) {
   CachingAllocator& a = h.make(256 * kMiB, kExpandable);
   page_of(a);
   a.record_memory_history(true, 100);
@@ -276,8 +284,9 @@ ALLOCATOR_TEST("allocator/expandable: a graph's pool grows a segment of its own"
   CHECK(a.memory_reserved() == 0);
 }
 
-TEST_CASE("allocator/expandable: a driver without virtual memory falls back to ordinary "
-          "segments") {
+TEST_CASE(
+    "allocator/expandable: a driver without virtual memory falls back to ordinary "
+    "segments") {
   auto backend = std::make_unique<SimulatedBackend>(256 * kMiB);
   backend->set_virtual_memory(false);
   CachingAllocator a(std::move(backend), kExpandable);

@@ -62,8 +62,10 @@ int pending_blocks(const CachingAllocator& a) {
 
 }  // namespace
 
-ALLOCATOR_TEST("allocator/oom: PyTorch's sequence: oversize blocks just large enough, then "
-               "everything, then one retry", oom_sequence) {
+ALLOCATOR_TEST(
+    "allocator/oom: PyTorch's sequence: oversize blocks just large enough, then "
+    "everything, then one retry",
+    oom_sequence) {
   CachingAllocator& a = h.make(200 * kMiB, AllocatorOptions::parse("max_split_size_mb:40"));
   const cudaStream_t s = h.stream(0);
   a.deallocate(a.allocate(1024, s));  // a cached small segment (2 MiB)
@@ -100,8 +102,10 @@ ALLOCATOR_TEST("allocator/oom: PyTorch's sequence: oversize blocks just large en
   a.deallocate(p80);
 }
 
-ALLOCATOR_TEST("allocator/oom: the message names the largest free block and the sites holding "
-               "memory", oom_message_sites) {
+ALLOCATOR_TEST(
+    "allocator/oom: the message names the largest free block and the sites holding "
+    "memory",
+    oom_message_sites) {
   CachingAllocator& a = h.make(100 * kMiB);
   const cudaStream_t s = h.stream(0);
   std::vector<void*> live;
@@ -147,12 +151,12 @@ ALLOCATOR_TEST("allocator/oom: an advisor adds one line, given the history and t
   a.record_memory_history(true, 100);
   std::vector<TraceEntry> seen;
   OutOfMemoryRequest asked;
-  a.set_out_of_memory_advisor([&](const std::vector<TraceEntry>& history,
-                                  const OutOfMemoryRequest& request) {
-    seen = history;
-    asked = request;
-    return std::optional<std::string>("expandable_segments:True would have fit\nsecond line");
-  });
+  a.set_out_of_memory_advisor(
+      [&](const std::vector<TraceEntry>& history, const OutOfMemoryRequest& request) {
+        seen = history;
+        asked = request;
+        return std::optional<std::string>("expandable_segments:True would have fit\nsecond line");
+      });
   void* p = a.allocate(24 * kMiB, s);
   const std::vector<std::string> lines = lines_of(oom_message(a, 30 * kMiB - 100, s));
   REQUIRE(lines.size() == 5);
@@ -173,21 +177,21 @@ ALLOCATOR_TEST("allocator/oom: an advisor adds one line, given the history and t
   CHECK(seen[2].action == TraceAction::oom);
 
   // An advisor that throws or has nothing to say adds nothing.
-  a.set_out_of_memory_advisor([](const std::vector<TraceEntry>&, const OutOfMemoryRequest&)
-                                  -> std::optional<std::string> {
-    throw std::runtime_error("replay failed");
-  });
+  a.set_out_of_memory_advisor(
+      [](const std::vector<TraceEntry>&, const OutOfMemoryRequest&) -> std::optional<std::string> {
+        throw std::runtime_error("replay failed");
+      });
   CHECK(lines_of(oom_message(a, 30 * kMiB, s)).size() == 4);
   a.set_out_of_memory_advisor(
       [](const std::vector<TraceEntry>&, const OutOfMemoryRequest&) { return std::nullopt; });
   CHECK(lines_of(oom_message(a, 30 * kMiB, s)).size() == 4);
 
   // The process-wide default serves allocators without an advisor of their own.
-  set_default_out_of_memory_advisor([](const std::vector<TraceEntry>& history,
-                                       const OutOfMemoryRequest&) {
-    return std::optional<std::string>("default advisor saw " + std::to_string(history.size()) +
-                                      " events");
-  });
+  set_default_out_of_memory_advisor(
+      [](const std::vector<TraceEntry>& history, const OutOfMemoryRequest&) {
+        return std::optional<std::string>("default advisor saw " + std::to_string(history.size()) +
+                                          " events");
+      });
   CachingAllocator& b = h.make(40 * kMiB);
   void* q = b.allocate(24 * kMiB, s);
   CHECK(lines_of(oom_message(b, 30 * kMiB, s)).back() == "default advisor saw 0 events");
@@ -198,8 +202,10 @@ ALLOCATOR_TEST("allocator/oom: an advisor adds one line, given the history and t
   a.deallocate(p);
 }
 
-ALLOCATOR_TEST("allocator/stats: fragmentation gauges: the largest free block and reserved but "
-               "unallocated bytes, per pool", fragmentation_gauges) {
+ALLOCATOR_TEST(
+    "allocator/stats: fragmentation gauges: the largest free block and reserved but "
+    "unallocated bytes, per pool",
+    fragmentation_gauges) {
   CachingAllocator& a = h.make(256 * kMiB);
   const cudaStream_t s = h.stream(0);
   void* big = a.allocate(3 * kMiB, s);  // 3 MiB of a 20 MiB segment
@@ -245,8 +251,9 @@ ALLOCATOR_TEST("allocator/reuse: of equal free blocks the lowest address serves 
   CHECK(a.memory_allocated() == 0);
 }
 
-TEST_CASE("allocator/pool: blocks freed during two concurrent captures go back to the right "
-          "graph's pool") {
+TEST_CASE(
+    "allocator/pool: blocks freed during two concurrent captures go back to the right "
+    "graph's pool") {
   // Run twice: the captures end and their pools are released in either order.
   for (const bool a_first : {true, false}) {
     CAPTURE(a_first);
@@ -256,8 +263,8 @@ TEST_CASE("allocator/pool: blocks freed during two concurrent captures go back t
     const auto pool_a = a.create_pool(), pool_b = a.create_pool();
     a.begin_allocate_to_pool(pool_a, s1);
     a.begin_allocate_to_pool(pool_b, s2);
-    void* a1 = a.allocate(kMiB, s1);  // graph A's segment
-    void* b1 = a.allocate(kMiB, s2);  // graph B's segment
+    void* a1 = a.allocate(kMiB, s1);              // graph A's segment
+    void* b1 = a.allocate(kMiB, s2);              // graph B's segment
     CHECK(a.memory_reserved() == i64(6 * kMiB));  // three small segments
 
     // Freed while both capture, each block returns to its own graph's pool.
@@ -293,8 +300,9 @@ TEST_CASE("allocator/pool: blocks freed during two concurrent captures go back t
   }
 }
 
-TEST_CASE("allocator/pool: a block used on another stream and freed during captures waits for "
-          "its events once no capture is underway") {
+TEST_CASE(
+    "allocator/pool: a block used on another stream and freed during captures waits for "
+    "its events once no capture is underway") {
   auto backend = std::make_unique<SimulatedBackend>(256 * kMiB);
   SimulatedBackend* sim = backend.get();
   CachingAllocator a(std::move(backend));
@@ -308,7 +316,7 @@ TEST_CASE("allocator/pool: a block used on another stream and freed during captu
   a.deallocate(g);  // held by A
   a.end_allocate_to_pool(pool_a);
   a.begin_allocate_to_pool(pool_c, s2);  // a later capture, which g is not held for
-  a.release_pool(pool_a, s0);  // g's holders are gone, but no event may be recorded now
+  a.release_pool(pool_a, s0);            // g's holders are gone, but no event may be recorded now
   CHECK(sim->live_events() == 0);
   CHECK(pending_blocks(a) == 1);
   a.end_allocate_to_pool(pool_c);

@@ -12,9 +12,9 @@
 #include <vector>
 
 #include "core/base/error.h"
-#include "core/ops.h"
 #include "core/memory/allocator.h"
 #include "core/memory/caching_allocator.h"
+#include "core/ops.h"
 #include "nn/nn.h"
 #include "optim/optim.h"
 
@@ -85,7 +85,7 @@ TEST_CASE("allocator/sanitize: a write after free is caught when the block leave
   a.deallocate(p);
   CHECK(p[0] == kPoisonByte);  // freed memory reads as poison, not stale data
   CHECK(p[255] == kPoisonByte);
-  p[10] = 0x33;  // use after free
+  p[10] = 0x33;                          // use after free
   CHECK(a.sanitizer_reports().empty());  // not seen yet: still in quarantine
   for (int i = 0; i < 5; ++i) a.deallocate(a.allocate(256, nullptr));  // pushes it out
   auto reports = a.sanitizer_reports();
@@ -135,8 +135,8 @@ TEST_CASE("allocator/sanitize: training on a sanitized allocator finds no bug in
     HostAllocatorOverride use(memory);
     using namespace ember;
     manual_seed(1);
-    auto model = std::make_shared<nn::Sequential>(nn::Linear(10, 16), nn::ReLU(),
-                                                  nn::Linear(16, 10));
+    auto model =
+        std::make_shared<nn::Sequential>(nn::Linear(10, 16), nn::ReLU(), nn::Linear(16, 10));
     optim::Adam opt(model->parameters(), optim::AdamOptions(1e-2));
     Tensor x = randn({32, 10}), y = randn({32, 10});
     for (int step = 0; step < 5; ++step) {
@@ -153,15 +153,16 @@ TEST_CASE("allocator/sanitize: training on a sanitized allocator finds no bug in
 }
 
 TEST_CASE("allocator/sanitize: the options parse and refuse bad values") {
-  AllocatorOptions o =
-      AllocatorOptions::parse("sanitize:True,sanitize_quarantine_blocks:8,sanitize_quarantine_mb:2");
+  AllocatorOptions o = AllocatorOptions::parse(
+      "sanitize:True,sanitize_quarantine_blocks:8,sanitize_quarantine_mb:2");
   CHECK(o.sanitize);
   CHECK(o.quarantine_blocks == 8);
   CHECK(o.quarantine_bytes == 2 * kMiB);
   CHECK(!AllocatorOptions::parse("sanitize:False").sanitize);
-  CHECK_THROWS_WITH_AS(AllocatorOptions::parse("sanitize:maybe"),
-                       doctest::Contains("invalid value \"maybe\" for sanitize: expected True or False"),
-                       ember::Error);
+  CHECK_THROWS_WITH_AS(
+      AllocatorOptions::parse("sanitize:maybe"),
+      doctest::Contains("invalid value \"maybe\" for sanitize: expected True or False"),
+      ember::Error);
   CHECK_THROWS_WITH_AS(AllocatorOptions::parse("sanitize_quarantine_blocks:-1"),
                        doctest::Contains("sanitize_quarantine_blocks"), ember::Error);
 }

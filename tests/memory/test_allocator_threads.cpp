@@ -28,7 +28,9 @@ constexpr int kIterations = 1500;
 constexpr int kStreams = 4;
 constexpr size_t kMaxLive = 24;
 
-cudaStream_t stream(int i) { return reinterpret_cast<cudaStream_t>(static_cast<uintptr_t>(i + 1) * 0x1000); }
+cudaStream_t stream(int i) {
+  return reinterpret_cast<cudaStream_t>(static_cast<uintptr_t>(i + 1) * 0x1000);
+}
 
 struct Live {
   unsigned char* ptr;
@@ -91,7 +93,8 @@ TEST_CASE("allocator/threads: concurrent allocate, free and record_stream balanc
         live.push_back({p, bytes, mark});
         put_marks(live.back());
         ++tally.allocations;
-        tally.rounded_bytes += static_cast<int64_t>(CachingAllocator::round_size(bytes, a.options()));
+        tally.rounded_bytes +=
+            static_cast<int64_t>(CachingAllocator::round_size(bytes, a.options()));
         tally.requested_bytes += static_cast<int64_t>(bytes);
       } else if (op < 6) {
         // Used on another stream too: freed, it waits for that stream's event.

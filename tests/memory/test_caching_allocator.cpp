@@ -43,8 +43,7 @@ TEST_CASE("allocator/round: the policy's size arithmetic") {
   CHECK(CachingAllocator::round_size(5000, four) == 5120);  // 4096 + 1024 (a quarter of 4096)
 }
 
-ALLOCATOR_TEST("allocator/round: requests round to 512 bytes and pick their pool",
-               round_and_pool) {
+ALLOCATOR_TEST("allocator/round: requests round to 512 bytes and pick their pool", round_and_pool) {
   CachingAllocator& a = h.make(256 * kMiB);
   CHECK(a.allocate(0, h.stream(0)) == nullptr);
   CHECK(stat(a, "allocation.all.allocated") == 0);
@@ -86,10 +85,10 @@ ALLOCATOR_TEST("allocator/split: a freed remainder merges back", split_merge) {
   CHECK(addr(q) == addr(p) + 1024);  // carved from the same segment, in order
   CHECK(stat(a, "inactive_split.small_pool.current") == 1);
   CHECK(stat(a, "inactive_split_bytes.small_pool.current") == i64(2 * kMiB - 2048));
-  CHECK(blocks_of(a, p) == std::vector<std::pair<size_t, State>>{
-                               {1024, State::allocated},
-                               {1024, State::allocated},
-                               {2 * kMiB - 2048, State::inactive}});
+  CHECK(blocks_of(a, p) ==
+        std::vector<std::pair<size_t, State>>{{1024, State::allocated},
+                                              {1024, State::allocated},
+                                              {2 * kMiB - 2048, State::inactive}});
 
   a.deallocate(p);  // its neighbour q is in use: p stays a separate free block
   CHECK(stat(a, "inactive_split.small_pool.current") == 2);
@@ -102,8 +101,8 @@ ALLOCATOR_TEST("allocator/split: a freed remainder merges back", split_merge) {
 
   // The large pool splits only when more than 1 MiB would remain.
   void* big = a.allocate(5 * kMiB, h.stream(0));
-  CHECK(blocks_of(a, big) == std::vector<std::pair<size_t, State>>{
-                                 {5 * kMiB, State::allocated}, {15 * kMiB, State::inactive}});
+  CHECK(blocks_of(a, big) == std::vector<std::pair<size_t, State>>{{5 * kMiB, State::allocated},
+                                                                   {15 * kMiB, State::inactive}});
   void* rest = a.allocate(14 * kMiB, h.stream(0));  // 1 MiB would remain: takes all 15 MiB
   CHECK(addr(rest) == addr(big) + 5 * kMiB);
   CHECK(stat(a, "allocated_bytes.large_pool.current") == i64(20 * kMiB));
@@ -174,8 +173,8 @@ ALLOCATOR_TEST("allocator/record_stream: a block used on another stream waits fo
   CHECK(stat(a, "allocated_bytes.all.current") == 0);
   CHECK(stat(a, "active_bytes.all.current") == i64(kMiB));
   CHECK(stat(a, "active.all.current") == 1);
-  CHECK(blocks_of(a, p) == std::vector<std::pair<size_t, State>>{
-                               {kMiB, State::active_pending_free}, {kMiB, State::inactive}});
+  CHECK(blocks_of(a, p) == std::vector<std::pair<size_t, State>>{{kMiB, State::active_pending_free},
+                                                                 {kMiB, State::inactive}});
 
   void* q = a.allocate(kMiB, s0);  // must not be p
   CHECK(addr(q) == addr(p) + kMiB);
@@ -294,7 +293,7 @@ ALLOCATOR_TEST("allocator/fragmentation: max_split_size_mb keeps large blocks wh
 ALLOCATOR_TEST("allocator/oom: a retry after freeing the cache succeeds", oom_retry_succeeds) {
   CachingAllocator& a = h.make(40 * kMiB);
   void* p = a.allocate(20 * kMiB, h.stream(0));
-  a.deallocate(p);  // 20 MiB cached
+  a.deallocate(p);                               // 20 MiB cached
   void* q = a.allocate(30 * kMiB, h.stream(0));  // 20 + 30 > 40: free the cache, retry
   CHECK(q != nullptr);
   CHECK(stat(a, "num_alloc_retries") == 1);
@@ -352,7 +351,7 @@ ALLOCATOR_TEST("allocator/gc: PyTorch's rule frees whole large segments older th
   // block was cached (PyTorch's get_free_blocks_call_count).
   CachingAllocator& a =
       h.make(100 * kMiB, AllocatorOptions::parse("garbage_collection_threshold:0.7"));
-  void* small = a.allocate(kMiB, h.stream(0));  // small pool: not counted, never collected
+  void* small = a.allocate(kMiB, h.stream(0));     // small pool: not counted, never collected
   void* a30 = a.allocate(30 * kMiB, h.stream(0));  // lookups 1-4 miss: four segments
   void* b12 = a.allocate(12 * kMiB, h.stream(0));
   void* c14 = a.allocate(14 * kMiB, h.stream(0));
@@ -361,7 +360,7 @@ ALLOCATOR_TEST("allocator/gc: PyTorch's rule frees whole large segments older th
   a.deallocate(b12);  // cached at 4
   a.deallocate(c14);
   for (int i = 0; i < 2; ++i) a.deallocate(a.allocate(14 * kMiB, h.stream(0)));  // c14: cached at 6
-  CHECK(a.memory_reserved() == i64(2 + 30 + 12 + 14 + 16) * i64(kMiB));  // 74 MiB > 70 MiB
+  CHECK(a.memory_reserved() == i64(2 + 30 + 12 + 14 + 16) * i64(kMiB));          // 74 MiB > 70 MiB
   CHECK(stat(a, "num_device_free") == 0);
 
   // Lookup 7 misses (40 MiB fits nothing). Ages: a30 3, b12 3, c14 1 (average 7/3).
@@ -418,10 +417,10 @@ ALLOCATOR_TEST("allocator/threads: many threads at once leave the stats exactly 
   }
   for (auto& t : threads) t.join();
   auto stats = a.memory_stats();
-  for (const char* key : {"allocated_bytes.all.current", "active_bytes.all.current",
-                          "requested_bytes.all.current", "allocation.all.current",
-                          "active.all.current", "inactive_split.all.current",
-                          "inactive_split_bytes.all.current"})
+  for (const char* key :
+       {"allocated_bytes.all.current", "active_bytes.all.current", "requested_bytes.all.current",
+        "allocation.all.current", "active.all.current", "inactive_split.all.current",
+        "inactive_split_bytes.all.current"})
     CHECK_MESSAGE(stats.at(key) == 0, key);
   CHECK(stats.at("allocation.all.allocated") == stats.at("allocation.all.freed"));
   CHECK(stats.at("allocation.all.allocated") > kThreads * 100);

@@ -139,9 +139,9 @@ size_t count(const std::string& text, const std::string& what) {
 
 TEST_CASE("allocator/stats: memory_stats has exactly PyTorch's keys and ember's three gauges") {
   std::set<std::string> expected;
-  for (const char* metric : {"allocation", "segment", "active", "inactive_split",
-                             "allocated_bytes", "reserved_bytes", "active_bytes",
-                             "inactive_split_bytes", "requested_bytes"})
+  for (const char* metric :
+       {"allocation", "segment", "active", "inactive_split", "allocated_bytes", "reserved_bytes",
+        "active_bytes", "inactive_split_bytes", "requested_bytes"})
     for (const char* pool : {"all", "large_pool", "small_pool"})
       for (const char* field : {"current", "peak", "allocated", "freed"})
         expected.insert(std::string(metric) + "." + pool + "." + field);
@@ -152,8 +152,8 @@ TEST_CASE("allocator/stats: memory_stats has exactly PyTorch's keys and ember's 
                           "num_device_free", "num_ooms", "num_sync_all_streams"})
     expected.insert(key);
   REQUIRE(expected.size() == 122);  // PyTorch's
-  for (const char* gauge : {"largest_free_block_bytes", "reserved_unallocated_bytes",
-                            "address_space_bytes"})
+  for (const char* gauge :
+       {"largest_free_block_bytes", "reserved_unallocated_bytes", "address_space_bytes"})
     for (const char* pool : {"all", "large_pool", "small_pool"})
       expected.insert(std::string(gauge) + "." + pool);
 
@@ -168,9 +168,9 @@ TEST_CASE("allocator/stats: memory_stats has exactly PyTorch's keys and ember's 
 TEST_CASE("allocator/summary: the table matches a known state line for line") {
   SimulatedBackend* sim = nullptr;
   auto a = simulated(size_t{1} << 30, &sim);
-  void* p = a->allocate(1000, nullptr);     // small: 1024 of a 2 MiB segment
+  void* p = a->allocate(1000, nullptr);      // small: 1024 of a 2 MiB segment
   void* q = a->allocate(3 * kMiB, nullptr);  // large: 3 MiB of a 20 MiB segment
-  void* r = a->allocate(102400, nullptr);   // small: next to p
+  void* r = a->allocate(102400, nullptr);    // small: next to p
   a->deallocate(p);
   CHECK_THROWS_AS(a->allocate(size_t{2} << 30, nullptr), ember::OutOfMemoryError);
 
@@ -248,9 +248,13 @@ TEST_CASE("allocator/summary: the layout of PyTorch's reference table, value for
   // byte values there are whole KiB), so the two tables must agree line by line.
   MemoryStats s;
   auto set = [](StatArray& a, size_t type, int64_t cur, int64_t peak, int64_t alloc,
-                int64_t freed) { a[type] = Stat{cur, peak, alloc, freed}; };
+                int64_t freed) {
+    a[type] = Stat{cur, peak, alloc, freed};
+  };
   auto kib = [&set](StatArray& a, size_t type, int64_t cur, int64_t peak, int64_t alloc,
-                    int64_t freed) { set(a, type, cur * 1024, peak * 1024, alloc * 1024, freed * 1024); };
+                    int64_t freed) {
+    set(a, type, cur * 1024, peak * 1024, alloc * 1024, freed * 1024);
+  };
   for (StatArray* a : {&s.allocated_bytes, &s.active_bytes}) {
     kib(*a, kAggregate, 199680, 199680, 207317, 7637);
     kib(*a, kLargePool, 196608, 196608, 196608, 0);
@@ -338,11 +342,15 @@ TEST_CASE("allocator/summary: units scale with the column's total") {
   const std::string table = format_memory_summary(s, "t", false, false);
   // 5 GiB in MiB (5120 KiB would be >= 768 * 1024 KiB); 900 GiB in GiB; just under
   // 768 KiB stays in bytes; 768 KiB itself switches to KiB.
-  CHECK(contains(table, "| Allocated memory      |   5120 MiB |    900 GiB | 786431 B   |    768 KiB |\n"));
-  CHECK(contains(table, "|       from large pool |   3072 MiB |      0 GiB | 786431 B   |    768 KiB |\n"));
-  CHECK(contains(table, "| Allocations           |    1234 K  |  749999    |     750 K  |       0    |\n"));
+  CHECK(contains(
+      table, "| Allocated memory      |   5120 MiB |    900 GiB | 786431 B   |    768 KiB |\n"));
+  CHECK(contains(
+      table, "|       from large pool |   3072 MiB |      0 GiB | 786431 B   |    768 KiB |\n"));
+  CHECK(contains(
+      table, "| Allocations           |    1234 K  |  749999    |     750 K  |       0    |\n"));
   CHECK(contains(table, "|            CUDA OOMs: 12345678901  |"));
-  CHECK(contains(table, "\n|                                     t                                     |\n"));
+  CHECK(contains(
+      table, "\n|                                     t                                     |\n"));
 
   CHECK(format_bytes(0) == "0 bytes");
   CHECK(format_bytes(1024) == "1024 bytes");
@@ -359,7 +367,8 @@ TEST_CASE("allocator/summary: the host allocator titles itself CPU") {
   host_allocator().deallocate(p);
   CHECK(host.memory_allocated() == before);
   const std::string summary = host.memory_summary(true);
-  CHECK(contains(summary, "\n|" + std::string(26, ' ') + "ember CPU memory summary" + std::string(25, ' ') + "|\n"));
+  CHECK(contains(summary, "\n|" + std::string(26, ' ') + "ember CPU memory summary" +
+                              std::string(25, ' ') + "|\n"));
   CHECK(contains(summary, "\n|             CPU OOMs: "));
   CHECK(contains(summary, "|            malloc retries: "));
   CHECK(contains(summary, "| CPU reserved memory   |"));
@@ -417,8 +426,9 @@ TEST_CASE("allocator/options: each malformed setting is an error that names it")
       {"roundup_power2_divisions:[300:2]", "interval sizes must be powers of 2"},
       {"roundup_power2_divisions:[256:x]", "invalid value \"x\""},
       {"max_non_split_rounding_mb:lots", "invalid value \"lots\""},
-      {"expandable_segments:maybe", "invalid value \"maybe\" for expandable_segments: expected "
-                                    "True or False"},
+      {"expandable_segments:maybe",
+       "invalid value \"maybe\" for expandable_segments: expected "
+       "True or False"},
       {"max_split_size_mb:100,,garbage_collection_threshold:0.5", "empty entry"},
       {"max_split_size_mb:100,", "empty entry"},
       {"max_split_mb:100", "unknown option \"max_split_mb\""},
@@ -490,7 +500,7 @@ TEST_CASE("allocator/oom: events are waited for before the retry") {
   void* p = a->allocate(20 * kMiB, nullptr);
   a->record_stream(p, other);
   sim->hold(other);
-  a->deallocate(p);  // pending on an event
+  a->deallocate(p);                           // pending on an event
   void* q = a->allocate(12 * kMiB, nullptr);  // the pending segment is synced, returned, retried
   CHECK(q != nullptr);
   CHECK(sim->event_syncs() == 1);
@@ -571,4 +581,3 @@ TEST_CASE("allocator/device: ember::memory_* dispatch on the device") {
   CHECK_THROWS_AS(ember::memory_allocated(ember::Device::cuda(ember::cuda::device_count())),
                   ember::Error);
 }
-

@@ -12,8 +12,7 @@
 #include "source_dir.h"
 
 TEST_CASE("fuzz corpus/alloc_conf: every kept input parses or is refused with ember::Error") {
-  const auto dir =
-      ember::testing::source_dir() / "tests" / "fuzz" / "corpus" / "alloc_conf";
+  const auto dir = ember::testing::source_dir() / "tests" / "fuzz" / "corpus" / "alloc_conf";
   REQUIRE(std::filesystem::is_directory(dir));
   size_t inputs = 0, parsed = 0;
   for (const auto& entry : std::filesystem::directory_iterator(dir)) {

@@ -147,7 +147,8 @@ TEST_CASE("replay/bisection: the smallest device the trace fits, by hand") {
   CHECK(run(p, "native", 48 * kMiB).ooms == 1);
 }
 
-TEST_CASE("replay/streams: a freed block serves only its stream; segment_free rows empty the cache") {
+TEST_CASE(
+    "replay/streams: a freed block serves only its stream; segment_free rows empty the cache") {
   // synthetic_streams.csv: 12 MiB on stream 1, freed; 12 MiB on stream 2 cannot
   // take it (24 MiB); stream 1 reuses its own; both segments are freed
   // (empty_cache); a 14 MiB block needs a new segment: 14 MiB.
@@ -161,7 +162,8 @@ TEST_CASE("replay/streams: a freed block serves only its stream; segment_free ro
   // Ignoring the segment rows the cache is never emptied: 12 + 12 + 14 MiB.
   ReplayOptions keep;
   keep.empty_cache_at_segment_free = false;
-  const ReplayProgram q = ReplayProgram::compile(read_trace_csv(data("synthetic_streams.csv")), keep);
+  const ReplayProgram q =
+      ReplayProgram::compile(read_trace_csv(data("synthetic_streams.csv")), keep);
   CHECK(run(q).peak_reserved == int64_t(38 * kMiB));
   // The smallest device: 14 MiB (each 12 MiB request fits after the retry frees
   // the other stream's cached segment).
@@ -173,7 +175,8 @@ TEST_CASE("replay/streams: a freed block serves only its stream; segment_free ro
   CHECK(at14.peak_reserved == int64_t(14 * kMiB));
 }
 
-TEST_CASE("replay/deferred free: a block freed while used elsewhere is not reused until completed") {
+TEST_CASE(
+    "replay/deferred free: a block freed while used elsewhere is not reused until completed") {
   // 12 MiB freed; the next 12 MiB request comes before its free_completed: it
   // needs its own segment (24 MiB). Completed at once, the block is reused (12 MiB).
   const std::string deferred =
@@ -260,8 +263,9 @@ TEST_CASE("replay/compile: inconsistent rows are errors naming their line") {
   CHECK(contains(compile_error("alloc,0x10,512,0\nfree_requested,0x10,513,0\n"),
                  "trace t.csv:3: free_requested of 0x10 with size 513, but it was allocated with "
                  "size 512 (t.csv:2)"));
-  CHECK(contains(compile_error("alloc,0x10,512,0\nfree_requested,0x10,512,0\nfree_requested,0x10,512,0\n"),
-                 "trace t.csv:4: free_requested of 0x10 twice (first at t.csv:3)"));
+  CHECK(contains(
+      compile_error("alloc,0x10,512,0\nfree_requested,0x10,512,0\nfree_requested,0x10,512,0\n"),
+      "trace t.csv:4: free_requested of 0x10 twice (first at t.csv:3)"));
   CHECK(contains(compile_error("alloc,0x10,512,0\nfree_completed,0x10,512,0\n"),
                  "trace t.csv:3: free_completed of 0x10 before its free_requested"));
   CHECK(contains(compile_error("free_completed,0x10,512,0\n"),
@@ -278,7 +282,8 @@ TEST_CASE("replay/compile: inconsistent rows are errors naming their line") {
 }
 
 TEST_CASE("replay/policies: unavailable and bad variants say why") {
-  CHECK(contains(error_of([] { make_caching_policy("max_split_size_mb:5"); }), "max_split_size_mb"));
+  CHECK(
+      contains(error_of([] { make_caching_policy("max_split_size_mb:5"); }), "max_split_size_mb"));
   CHECK(contains(error_of([] { make_caching_policy("sanitize:True"); }),
                  "the sanitizer mode cannot be replayed"));
   std::string why;
@@ -308,10 +313,10 @@ TEST_CASE("replay/history: ember's own history replays to the allocator's own pe
   void* p3 = a.allocate(25 * kMiB + 77, s2);
   a.record_stream(p1, s2);
   sim->hold(s2);
-  a.deallocate(p1);                        // waits for s2
-  void* p4 = a.allocate(16 * kMiB, s1);    // cannot take p1's 20 MiB: a new segment
+  a.deallocate(p1);                      // waits for s2
+  void* p4 = a.allocate(16 * kMiB, s1);  // cannot take p1's 20 MiB: a new segment
   sim->release(s2);
-  void* p5 = a.allocate(kMiB, s1);         // p1 completes first
+  void* p5 = a.allocate(kMiB, s1);  // p1 completes first
   a.deallocate(p2);
   a.deallocate(p3);
   a.empty_cache();
@@ -365,11 +370,13 @@ TEST_CASE("replay/oom: the out-of-memory message names an option that a replay s
   // Expandable segments fit too: the 276 MiB free tail of the one segment grows by
   // 14 MiB of pages (300 + 14 <= 400 MiB). The line names the first three that fit.
   if (expandable_segments_supported())
-    CHECK(contains(msg, "fits with expandable_segments:True, max_split_size_mb:64 or "
-                        "max_split_size_mb:128: try EMBER_CUDA_ALLOC_CONF=expandable_segments:True."));
+    CHECK(contains(msg,
+                   "fits with expandable_segments:True, max_split_size_mb:64 or "
+                   "max_split_size_mb:128: try EMBER_CUDA_ALLOC_CONF=expandable_segments:True."));
   else
-    CHECK(contains(msg, "fits with max_split_size_mb:64, max_split_size_mb:128 or "
-                        "max_split_size_mb:256: try EMBER_CUDA_ALLOC_CONF=max_split_size_mb:64."));
+    CHECK(contains(msg,
+                   "fits with max_split_size_mb:64, max_split_size_mb:128 or "
+                   "max_split_size_mb:256: try EMBER_CUDA_ALLOC_CONF=max_split_size_mb:64."));
   // The allocator carries on: the suggestion's replays did not touch it.
   CHECK(recorded->memory_allocated() == int64_t(4 * kMiB));
   CHECK(recorded->memory_reserved() == int64_t(300 * kMiB));

@@ -81,13 +81,16 @@ TEST_CASE("timeline/page: the views and the render check's expected counts") {
   CHECK(contains(html, "<svg id=\"timeline\""));
   CHECK(contains(html, "<svg id=\"sites\""));
   CHECK(contains(html, "<svg id=\"segmap\""));
-  CHECK(contains(html, "model.fc1.forward / linear &middot; peak 15.0 MiB &middot; +3.0 MiB per step"));
+  CHECK(contains(html,
+                 "model.fc1.forward / linear &middot; peak 15.0 MiB &middot; +3.0 MiB per step"));
   CHECK(contains(html, "14.0 MiB free pinned by scratch"));
   CHECK(contains(html, "5.0 MiB free pinned by model.fc1.forward / linear"));
-  CHECK(contains(html, "<pre id=\"render-check\" data-lines=\"2\" data-bands=\"3\" "
-                       "data-segments=\"4\" data-blocks=\"8\">"));
+  CHECK(contains(html,
+                 "<pre id=\"render-check\" data-lines=\"2\" data-bands=\"3\" "
+                 "data-segments=\"4\" data-blocks=\"8\">"));
   size_t bands = 0;
-  for (size_t p = html.find("class=\"band\""); p != std::string::npos; p = html.find("class=\"band\"", p + 1))
+  for (size_t p = html.find("class=\"band\""); p != std::string::npos;
+       p = html.find("class=\"band\"", p + 1))
     ++bands;
   CHECK(bands == 3);
 }

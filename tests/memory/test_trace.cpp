@@ -119,14 +119,14 @@ TEST_CASE("trace/history: ember's history becomes rows with requested sizes and 
   auto s2 = reinterpret_cast<cudaStream_t>(uintptr_t{0x2000});
   a.record_memory_history(true);
   void* p = a.allocate(5 * kMiB + 3, s1);  // segment_alloc 20 MiB, alloc
-  a.mark_step("step 1");                  // no row
+  a.mark_step("step 1");                   // no row
   a.record_stream(p, s2);
   sim->hold(s2);
-  a.deallocate(p);                        // free_requested; waits for s2
-  void* q = a.allocate(1000, s1);         // segment_alloc 2 MiB, alloc
+  a.deallocate(p);                 // free_requested; waits for s2
+  void* q = a.allocate(1000, s1);  // segment_alloc 2 MiB, alloc
   sim->release(s2);
-  a.deallocate(q);                        // (events processed at the next allocate)
-  void* r = a.allocate(512, s1);          // free_completed of p, then the alloc
+  a.deallocate(q);                // (events processed at the next allocate)
+  void* r = a.allocate(512, s1);  // free_completed of p, then the alloc
   a.deallocate(r);
 
   const Trace t = trace_from_history(a.memory_snapshot().trace, "history");
@@ -156,18 +156,17 @@ TEST_CASE("trace/history: ember's history becomes rows with requested sizes and 
   CHECK(t.prelude_events == 0);
 }
 
-TEST_CASE("trace/prelude: blocks freed (or live) without an alloc in the trace are allocated first") {
+TEST_CASE(
+    "trace/prelude: blocks freed (or live) without an alloc in the trace are allocated first") {
   Trace t;
   t.source = "window.csv";
   t.first_line = 2;
   t.events = {
       {0x5000, 700, 3, TraceOp::free_requested},  // live before: alloc
-      {0x5000, 700, 3, TraceOp::free_completed},
-      {0x9000, 64, 0, TraceOp::alloc},
+      {0x5000, 700, 3, TraceOp::free_completed}, {0x9000, 64, 0, TraceOp::alloc},
       {0x1000, 100, 1, TraceOp::free_completed},  // pending before: alloc + free_requested
-      {0x9000, 64, 0, TraceOp::free_requested},
-      {0x9000, 64, 0, TraceOp::free_completed},
-      {0x9000, 64, 0, TraceOp::alloc},            // seen in the trace: no prelude
+      {0x9000, 64, 0, TraceOp::free_requested},  {0x9000, 64, 0, TraceOp::free_completed},
+      {0x9000, 64, 0, TraceOp::alloc},  // seen in the trace: no prelude
   };
   const std::vector<LiveBlock> live = {{0x9000, 64, 0}, {0x7000, 9, 2}};
   const Trace p = with_prelude(t, live);
@@ -191,7 +190,8 @@ TEST_CASE("trace/prelude: blocks freed (or live) without an alloc in the trace a
   CHECK(p.where(5) == "window.csv:3");
   CHECK(contains(p.where(1), "prelude event 1"));
   // A trace with nothing live before it is returned as it was.
-  const Trace same = with_prelude(parse_trace_csv("action,addr,size,stream\nalloc,1,2,0\n", "x"), {});
+  const Trace same =
+      with_prelude(parse_trace_csv("action,addr,size,stream\nalloc,1,2,0\n", "x"), {});
   CHECK(same.prelude_events == 0);
   CHECK(same.events.size() == 1);
 }

@@ -13,11 +13,11 @@
 #include <string>
 #include <vector>
 
-#include "error_text.h"
 #include "core/autograd.h"
 #include "core/memory.h"
 #include "core/ops.h"
 #include "cuda/runtime.h"
+#include "error_text.h"
 #include "nn/nn.h"
 #include "optim/optim.h"
 
@@ -96,8 +96,9 @@ std::string parse_error(const std::vector<unsigned char>& file) {
 }  // namespace
 
 TEST_CASE("bad input/modules: sizes and options out of range") {
-  CHECK(contains(error_of([] { nn::Linear(3, 0); }), "Linear: in_features and out_features "
-                                                     "must be positive, got 3 and 0"));
+  CHECK(contains(error_of([] { nn::Linear(3, 0); }),
+                 "Linear: in_features and out_features "
+                 "must be positive, got 3 and 0"));
   CHECK(contains(error_of([] { nn::Linear(-1, 3); }), "must be positive, got -1 and 3"));
   CHECK(contains(error_of([] { nn::Dropout(-0.1); }), "probability must be in [0, 1], got -0.1"));
   CHECK(contains(error_of([] { nn::Dropout(std::nan("")); }), "probability must be in [0, 1]"));
@@ -139,18 +140,19 @@ TEST_CASE("bad input/optimizers: options out of range are refused with the value
                  "Adam: learning rate must be >= 0, got nan"));
   CHECK(contains(error_of([&] { optim::Adam({p}, optim::AdamOptions().eps(nan)); }),
                  "eps must be >= 0"));
-  CHECK(contains(error_of([&] { optim::Adam({p}, optim::AdamOptions().betas({nan, 0.9})); }),
+  CHECK(contains(error_of([&] {
+                   optim::Adam({p}, optim::AdamOptions().betas({nan, 0.9}));
+                 }),
                  "beta1 must be in [0, 1), got nan"));
   CHECK(contains(error_of([&] { optim::AdamW({p}, optim::AdamWOptions().weight_decay(-0.1)); }),
                  "AdamW: weight_decay must be >= 0"));
   CHECK(contains(error_of([&] { optim::SGD({p}, optim::SGDOptions(0.1).momentum(-1)); }),
                  "SGD: momentum must be >= 0, got -1"));
-  CHECK(contains(error_of([&] {
-                   optim::SGD({p}, optim::SGDOptions(0.1).dampening(INFINITY));
-                 }),
+  CHECK(contains(error_of([&] { optim::SGD({p}, optim::SGDOptions(0.1).dampening(INFINITY)); }),
                  "SGD: dampening must be finite, got inf"));
-  CHECK(contains(error_of([&] { optim::SGD(std::vector<optim::ParamGroup>{}, optim::SGDOptions(0.1)); }),
-                 "Optimizer: got an empty list of parameter groups"));
+  CHECK(contains(
+      error_of([&] { optim::SGD(std::vector<optim::ParamGroup>{}, optim::SGDOptions(0.1)); }),
+      "Optimizer: got an empty list of parameter groups"));
   CHECK(contains(error_of([&] { optim::SGD({Tensor()}, optim::SGDOptions(0.1)); }),
                  "add_param_group: parameter 0 is an undefined tensor"));
 }
@@ -196,10 +198,9 @@ TEST_CASE("bad input/data loader: options and datasets out of range") {
   CHECK(contains(error_of([&] { data->get(4); }), "TensorDataset: index 4 out of range for 4"));
   {  // a device one past the last (cuda:0 without a GPU)
     const int n = cuda::device_count();
-    CHECK(contains(error_of([&] {
-                     nn::DataLoader(data, nn::DataLoaderOptions(2).device(Device::cuda(n)));
-                   }),
-                   "cuda: device index " + std::to_string(n) + " is not available"));
+    CHECK(contains(
+        error_of([&] { nn::DataLoader(data, nn::DataLoaderOptions(2).device(Device::cuda(n))); }),
+        "cuda: device index " + std::to_string(n) + " is not available"));
   }
   // An empty dataset is no error: an epoch of no batches.
   nn::DataLoader none(std::make_shared<nn::TensorDataset>(zeros({0, 2}), Tensor()),

@@ -10,9 +10,9 @@
 #include <string>
 #include <vector>
 
-#include "error_text.h"
 #include "core/autograd.h"
 #include "core/ops.h"
+#include "error_text.h"
 #include "nn/nn.h"
 #include "optim/optim.h"
 
@@ -288,8 +288,9 @@ std::vector<double> run_interrupted(Device device, int stop, const std::string& 
 
 }  // namespace
 
-TEST_CASE("nn/checkpoint: a run resumed mid-epoch continues bit for bit (loader, scheduler, "
-          "entries)") {
+TEST_CASE(
+    "nn/checkpoint: a run resumed mid-epoch continues bit for bit (loader, scheduler, "
+    "entries)") {
   const std::string path = temp_path("midepoch.ckp");
   const std::vector<double> straight = run_through(kCPU);
   REQUIRE(straight.size() == 15);
@@ -334,7 +335,8 @@ TEST_CASE("nn/checkpoint: the loader's position, in and between epochs") {
                        nn::DataLoaderOptions(4).shuffle(true).seed(9));
   StateDict sd = loader.state_dict();
   StateDict at;
-  for (const auto& [k, t] : sd) at.insert(k, k == "epoch" ? full({}, 1, kInt64) : k == "batch" ? full({}, 1, kInt64) : t);
+  for (const auto& [k, t] : sd)
+    at.insert(k, k == "epoch" ? full({}, 1, kInt64) : k == "batch" ? full({}, 1, kInt64) : t);
   again.load_state_dict(at);
   std::vector<std::vector<double>> rest;
   for (const nn::Example& b : again) rest.push_back(b.data.to_vector<double>());
@@ -348,19 +350,22 @@ TEST_CASE("nn/checkpoint: the loader's position, in and between epochs") {
                  "8)"));
 }
 
-TEST_CASE("nn/checkpoint: clear errors for what the file does not hold, directories and user "
-          "entries") {
+TEST_CASE(
+    "nn/checkpoint: clear errors for what the file does not hold, directories and user "
+    "entries") {
   const std::string path = temp_path("plain.ckp");
   auto model = make_model();
   optim::SGD opt(model->parameters(), optim::SGDOptions(0.1));
   nn::save(*model, path);  // model only
   CHECK(contains(error_of([&] { nn::load(*model, opt, path); }),
-                 "checkpoint '" + path + "' holds no optimizer state (it was saved without "
-                 "one); load it with nn::load(model, path)"));
+                 "checkpoint '" + path +
+                     "' holds no optimizer state (it was saved without "
+                     "one); load it with nn::load(model, path)"));
   optim::StepLR sched(opt, 2);
   nn::save(*model, opt, path);
-  CHECK(contains(error_of([&] { nn::Checkpoint(*model).optimizer(opt).scheduler(sched).load(path); }),
-                 "holds no learning-rate scheduler state"));
+  CHECK(
+      contains(error_of([&] { nn::Checkpoint(*model).optimizer(opt).scheduler(sched).load(path); }),
+               "holds no learning-rate scheduler state"));
   nn::DataLoader loader(nn::TensorDataset(zeros({4, 3})), nn::DataLoaderOptions(2));
   CHECK(contains(error_of([&] { nn::Checkpoint(*model).loader(loader).load(path); }),
                  "holds no data loader state"));

@@ -108,7 +108,8 @@ TEST_CASE("nn/checkpoint/cuda: saved on CUDA, loaded on the CPU exactly, and bac
   const std::vector<double> cpu_out = cpu->forward(probe).to_vector<double>();
   cpu->train();
   REQUIRE(cpu_out.size() == gpu_out.size());
-  for (size_t i = 0; i < cpu_out.size(); ++i) CHECK(cpu_out[i] == doctest::Approx(gpu_out[i]).epsilon(1e-5));
+  for (size_t i = 0; i < cpu_out.size(); ++i)
+    CHECK(cpu_out[i] == doctest::Approx(gpu_out[i]).epsilon(1e-5));
 
   // And back: saved from the CPU (the generator where the CUDA save left it),
   // loaded onto a fresh CUDA model, the run goes on exactly as the uninterrupted one.

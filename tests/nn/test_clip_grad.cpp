@@ -7,10 +7,10 @@
 #include <limits>
 #include <vector>
 
-#include "error_text.h"
-#include "gradcheck.h"
 #include "core/autograd.h"
 #include "core/ops.h"
+#include "error_text.h"
+#include "gradcheck.h"
 #include "nn/nn.h"
 
 using namespace ember;
@@ -88,8 +88,9 @@ TEST_CASE("nn/clip_grad_norm_: parameters without gradients are skipped") {
   CHECK(nn::utils::clip_grad_norm_(lin.parameters(), 1e9) == doctest::Approx(std::sqrt(8 * 16.0)));
 }
 
-TEST_CASE("nn/clip_grad_norm_: a non-finite norm scales by NaN, or throws before changing "
-          "anything") {
+TEST_CASE(
+    "nn/clip_grad_norm_: a non-finite norm scales by NaN, or throws before changing "
+    "anything") {
   auto ps = params_with_grads(kFloat64);
   ps[0].mutable_grad().fill_(std::numeric_limits<double>::quiet_NaN());
   CHECK(contains(error_of([&] { nn::utils::clip_grad_norm_(ps, 1.0, 2.0, true); }),
@@ -115,7 +116,9 @@ TEST_CASE("nn/clip_grad_norm_: bad arguments name the problem") {
   CHECK(contains(error_of([&] { multi_tensor_norm({}); }), "multi_tensor_norm: expects at least"));
   CHECK(contains(error_of([&] { multi_tensor_norm({zeros({2}, kInt64)}); }),
                  "multi_tensor_norm: tensor 0 is int64"));
-  CHECK(contains(error_of([&] { multi_tensor_norm({zeros({2, 3}).t()}); }),
+  CHECK(contains(error_of([&] {
+                   multi_tensor_norm({zeros({2, 3}).t()});
+                 }),
                  "multi_tensor_norm: tensor 0 of shape [3, 2] is not contiguous"));
   CHECK(contains(error_of([&] { multi_tensor_mul_({zeros({2})}, ones({1})); }),
                  "multi_tensor_mul_: scale must be a one-element float64 tensor"));

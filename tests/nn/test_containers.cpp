@@ -8,9 +8,9 @@
 #include <string>
 #include <vector>
 
-#include "error_text.h"
 #include "core/autograd.h"
 #include "core/ops.h"
+#include "error_text.h"
 #include "nn/nn.h"
 #include "optim/optim.h"
 
@@ -21,7 +21,9 @@ using ember::testing::error_of;
 namespace {
 
 std::vector<std::string> captured_warnings;
-void capture(const std::string& message) { captured_warnings.push_back(message); }
+void capture(const std::string& message) {
+  captured_warnings.push_back(message);
+}
 
 // Installs the capturing handler for a test's lifetime.
 struct WarningCapture {
@@ -56,7 +58,8 @@ TEST_CASE("nn/flatten: merges the dims after the batch dim, as a view") {
   CHECK(ft.sizes() == Shape{2, 12});
   CHECK(ft.select(0, 0).to_vector<double>()[1] == 4.0);  // t[0][0][1] = x[0][1][0]
   CHECK(contains(error_of([&] { flat.forward(arange(3)); }), "flatten: dim 1 is out of range"));
-  CHECK(contains(error_of([&] { flatten(x, 2, 1); }), "flatten: start_dim 2 comes after end_dim 1"));
+  CHECK(
+      contains(error_of([&] { flatten(x, 2, 1); }), "flatten: start_dim 2 comes after end_dim 1"));
   CHECK(flatten(tensor({5.0}).reshape({}), 0, -1).sizes() == Shape{1});
 }
 
@@ -78,7 +81,8 @@ TEST_CASE("nn/modulelist: registers its modules under their index") {
   CHECK(list->ptr(1)->name() == "ReLU");
   CHECK(contains(error_of([&] { list->at<nn::Linear>(1); }),
                  "ModuleList: module 1 is a ReLU, not the type asked for"));
-  CHECK(contains(error_of([&] { (*list)[3]; }), "ModuleList: index 3 out of range for a list of 3"));
+  CHECK(
+      contains(error_of([&] { (*list)[3]; }), "ModuleList: index 3 out of range for a list of 3"));
   // insert renames the modules after it; iteration follows the new order
   list->insert(0, std::make_shared<nn::Tanh>());
   std::vector<std::string> kinds;
@@ -98,19 +102,20 @@ TEST_CASE("nn/modulelist: registers its modules under their index") {
 }
 
 TEST_CASE("nn/moduledict: keyed children in insertion order") {
-  nn::ModuleDict dict({{"encoder", std::make_shared<nn::Linear>(4, 2)},
-                       {"act", std::make_shared<nn::ReLU>()}});
+  nn::ModuleDict dict(
+      {{"encoder", std::make_shared<nn::Linear>(4, 2)}, {"act", std::make_shared<nn::ReLU>()}});
   dict.insert("decoder", nn::Linear(2, 4));
   CHECK(dict.keys() == std::vector<std::string>{"encoder", "act", "decoder"});
   CHECK(dict.contains("act"));
   CHECK(!dict.contains("nope"));
-  CHECK(names_of(dict.named_parameters()) ==
-        std::vector<std::string>{"encoder.weight", "encoder.bias", "decoder.weight",
-                                 "decoder.bias"});
+  CHECK(
+      names_of(dict.named_parameters()) ==
+      std::vector<std::string>{"encoder.weight", "encoder.bias", "decoder.weight", "decoder.bias"});
   CHECK(dict.at<nn::Linear>("decoder")->weight.sizes() == Shape{4, 2});
   CHECK(contains(error_of([&] { dict["nope"]; }),
                  "ModuleDict: no key 'nope' (keys: 'encoder', 'act', 'decoder')"));
-  CHECK(contains(error_of([&] { dict.insert("act", nn::Tanh()); }), "key 'act' is already present"));
+  CHECK(
+      contains(error_of([&] { dict.insert("act", nn::Tanh()); }), "key 'act' is already present"));
   CHECK(contains(error_of([&] { dict.insert("a.b", nn::Tanh()); }), "must not contain '.'"));
   // update replaces in place, keeping the position
   dict.update({{"act", std::make_shared<nn::Tanh>()}, {"extra", std::make_shared<nn::ReLU>()}});
@@ -148,9 +153,9 @@ struct Tower : nn::Module {
 
 TEST_CASE("nn/module: named_modules walks depth first, each module once") {
   auto tower = std::make_shared<Tower>();
-  CHECK(names_of(tower->named_modules()) ==
-        std::vector<std::string>{"", "first", "first.fc", "first.act", "second", "second.fc",
-                                 "second.act"});
+  CHECK(names_of(tower->named_modules()) == std::vector<std::string>{"", "first", "first.fc",
+                                                                     "first.act", "second",
+                                                                     "second.fc", "second.act"});
   auto all = tower->named_modules();
   CHECK(all[0].second.get() == tower.get());
   CHECK(all[0].second.use_count() > 1);  // held by a shared_ptr: the entry owns it
@@ -167,8 +172,8 @@ TEST_CASE("nn/module: apply visits each module once, the parent first") {
   auto tower = std::make_shared<Tower>();
   std::vector<std::string> order;
   tower->apply([&](nn::Module& m) { order.push_back(m.name()); });
-  CHECK(order == std::vector<std::string>{"Tower", "Block", "Linear", "ReLU", "Block", "Linear",
-                                          "ReLU"});
+  CHECK(order ==
+        std::vector<std::string>{"Tower", "Block", "Linear", "ReLU", "Block", "Linear", "ReLU"});
   // The usual use: initialise every Linear.
   tower->apply([](nn::Module& m) {
     if (auto* l = m.as<nn::Linear>()) {
@@ -216,16 +221,18 @@ struct Forgetful : nn::Module {
 
 }  // namespace
 
-TEST_CASE("nn/module: an unregistered child with parameters is reported once, and training it "
-          "is refused") {
+TEST_CASE(
+    "nn/module: an unregistered child with parameters is reported once, and training it "
+    "is refused") {
   WarningCapture capture;
   auto model = std::make_shared<Forgetful>();
   CHECK(model->parameters().empty());
   model->forward(ones({3, 2}));
   model->forward(ones({3, 2}));
   REQUIRE(captured_warnings.size() == 1);
-  CHECK(contains(captured_warnings[0], "Linear(in_features=2, out_features=1, bias=true) ran "
-                                       "inside the forward of Forgetful"));
+  CHECK(contains(captured_warnings[0],
+                 "Linear(in_features=2, out_features=1, bias=true) ran "
+                 "inside the forward of Forgetful"));
   CHECK(contains(captured_warnings[0], "register_module"));
   CHECK(contains(error_of([&] { optim::Adam opt(model->parameters()); }),
                  "optimizer got an empty parameter list"));

@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "error_text.h"
 #include "core/ops.h"
+#include "error_text.h"
 #include "nn/data.h"
 
 using namespace ember;

@@ -19,9 +19,9 @@
 #include <vector>
 
 #include "core/autograd.h"
-#include "core/ops.h"
 #include "core/memory/allocator.h"
 #include "core/memory/caching_allocator.h"
+#include "core/ops.h"
 #include "nn/nn.h"
 #include "optim/optim.h"
 
@@ -39,8 +39,8 @@ class FaultyAllocator final : public memory::Allocator {
   explicit FaultyAllocator(memory::CachingAllocator& inner) : inner_(inner) {}
   void* allocate(size_t bytes, cudaStream_t stream) override {
     if (bytes != 0 && ++calls_ == fail_at_)
-      throw OutOfMemoryError("CPU out of memory (injected at allocation " +
-                             std::to_string(calls_) + ")");
+      throw OutOfMemoryError("CPU out of memory (injected at allocation " + std::to_string(calls_) +
+                             ")");
     return inner_.allocate(bytes, stream);
   }
   void deallocate(void* ptr) noexcept override { inner_.deallocate(ptr); }

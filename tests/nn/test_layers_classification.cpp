@@ -57,8 +57,9 @@ TEST_CASE("nn/embedding: N(0, 1) rows, padding row zero and frozen, shapes") {
   CHECK(padded.weight.grad().select(0, 4).to_vector<double>() == V{0, 0});
   CHECK(padded.weight.grad().select(0, 1).to_vector<double>() == V{1, 1});
   CHECK(repr(padded) == "Embedding(5, 2, padding_idx=4)");
-  CHECK(contains(error_of([] { nn::Embedding(0, 3); }), "Embedding: num_embeddings and "
-                                                           "embedding_dim must be positive"));
+  CHECK(contains(error_of([] { nn::Embedding(0, 3); }),
+                 "Embedding: num_embeddings and "
+                 "embedding_dim must be positive"));
   CHECK(contains(error_of([] { nn::Embedding(nn::EmbeddingOptions(4, 2).padding_idx(4)); }),
                  "Embedding: padding_idx 4 is out of range for 4 embeddings"));
   CHECK(contains(error_of([&] { emb.forward(tensor({1000}, kInt64)); }),
@@ -82,7 +83,9 @@ TEST_CASE("nn/layer_norm: ones and zeros at first, matches the op, gradients rea
   CHECK(repr(plain) == "LayerNorm((2, 3), eps=1e-05, elementwise_affine=False)");
   nn::LayerNorm no_bias(nn::LayerNormOptions({3}).bias(false));
   CHECK(no_bias.parameters().size() == 1);
-  CHECK(contains(error_of([&] { ln.forward(zeros({2, 5})); }),
+  CHECK(contains(error_of([&] {
+                   ln.forward(zeros({2, 5}));
+                 }),
                  "layer_norm: normalized_shape [4] does not match the trailing dims of the input "
                  "of shape [2, 5]"));
   CHECK(contains(error_of([] { nn::LayerNorm(nn::LayerNormOptions({0})); }),
@@ -122,8 +125,7 @@ TEST_CASE("nn/losses: modules agree with the ops; options as libtorch's") {
   CHECK(nn::L1Loss().forward(x, y).item() == l1_loss(x, y).item());
   CHECK(nn::L1Loss(nn::L1LossOptions(Reduction::Sum)).forward(x, y).item() ==
         l1_loss(x, y, Reduction::Sum).item());
-  CHECK(nn::BCELoss().forward(sigmoid(x), y).item() ==
-        binary_cross_entropy(sigmoid(x), y).item());
+  CHECK(nn::BCELoss().forward(sigmoid(x), y).item() == binary_cross_entropy(sigmoid(x), y).item());
   nn::BCEWithLogitsLoss bce(nn::BCEWithLogitsLossOptions().pos_weight(full({6}, 2.0, kFloat64)));
   CHECK(bce.buffers().size() == 1);  // pos_weight moves with the module
   CHECK(bce.forward(x, y).item() ==
@@ -131,10 +133,9 @@ TEST_CASE("nn/losses: modules agree with the ops; options as libtorch's") {
   // BCE from logits equals BCE of sigmoid(logits) where both are finite.
   CHECK(nn::BCEWithLogitsLoss().forward(x, y).item() ==
         doctest::Approx(binary_cross_entropy(sigmoid(x), y).item()).epsilon(1e-12));
-  CHECK(contains(error_of([] {
-                   nn::CrossEntropyLoss(nn::CrossEntropyLossOptions().label_smoothing(-0.5));
-                 }),
-                 "CrossEntropyLoss: label_smoothing must be in [0, 1]"));
+  CHECK(contains(
+      error_of([] { nn::CrossEntropyLoss(nn::CrossEntropyLossOptions().label_smoothing(-0.5)); }),
+      "CrossEntropyLoss: label_smoothing must be in [0, 1]"));
 }
 
 TEST_CASE("nn/classifier: embedding, layer norm and cross-entropy learn a lookup task") {
@@ -158,8 +159,8 @@ TEST_CASE("nn/classifier: embedding, layer norm and cross-entropy learn a lookup
     if (step == 0) first = loss.item();
     last = loss.item();
   }
-  CHECK(first > 0.9);   // about log(3) at the start
-  CHECK(last < 0.05);   // learned
+  CHECK(first > 0.9);  // about log(3) at the start
+  CHECK(last < 0.05);  // learned
   Tensor predicted = argmax(head.forward(norm.forward(emb.forward(tokens))), 1);
   CHECK(sum(eq(predicted, labels)).item<int64_t>() == 8);
 }

@@ -7,9 +7,9 @@
 #include <string>
 #include <vector>
 
-#include "error_text.h"
 #include "core/autograd.h"
 #include "core/ops.h"
+#include "error_text.h"
 #include "nn/nn.h"
 #include "optim/optim.h"
 

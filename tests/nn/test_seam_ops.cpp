@@ -141,7 +141,8 @@ double grads_cuda_vs_cpu(const testing::TensorFn& f, const std::vector<Tensor>& 
   };
   std::vector<Tensor> cpu = grads_on(kCPU), gpu = grads_on(kCUDA);
   double worst = 0;
-  for (size_t i = 0; i < cpu.size(); ++i) worst = std::max(worst, testing::rel_error(gpu[i], cpu[i]));
+  for (size_t i = 0; i < cpu.size(); ++i)
+    worst = std::max(worst, testing::rel_error(gpu[i], cpu[i]));
   return worst;
 }
 }  // namespace

@@ -71,8 +71,8 @@ void check_flat(const std::vector<Sample>& samples) {
   for (size_t i = 1; i < samples.size(); ++i) {
     if (samples[i] == warm) continue;
     if (off++ == 0)
-      MESSAGE("step " << (i + 1) * kSampleEvery << ": " << samples[i].allocated
-                      << " allocated, " << samples[i].reserved << " reserved");
+      MESSAGE("step " << (i + 1) * kSampleEvery << ": " << samples[i].allocated << " allocated, "
+                      << samples[i].reserved << " reserved");
   }
   CHECK(off == 0);
 }

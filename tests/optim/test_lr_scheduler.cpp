@@ -7,8 +7,8 @@
 #include <numbers>
 #include <vector>
 
-#include "error_text.h"
 #include "core/ops.h"
+#include "error_text.h"
 #include "optim/optim.h"
 
 using namespace ember;
@@ -17,7 +17,9 @@ using ember::testing::error_of;
 
 namespace {
 
-Tensor param() { return zeros({2}, TensorOptions().requires_grad()); }
+Tensor param() {
+  return zeros({2}, TensorOptions().requires_grad());
+}
 
 double lr_of(const optim::Optimizer& opt, size_t g = 0) {
   return opt.param_groups()[g].options().get_lr();
@@ -80,8 +82,9 @@ TEST_CASE("optim/lr_scheduler: every parameter group has its own base") {
   CHECK(lr_of(opt, 1) == doctest::Approx(0.001));
 }
 
-TEST_CASE("optim/lr_scheduler: SequentialLR runs warm-up, then cosine counted from the "
-          "milestone") {
+TEST_CASE(
+    "optim/lr_scheduler: SequentialLR runs warm-up, then cosine counted from the "
+    "milestone") {
   optim::SGD opt({param()}, optim::SGDOptions(1.0));
   auto warmup = std::make_shared<optim::LinearLR>(opt, 0.1, 1.0, 2);
   auto cosine = std::make_shared<optim::CosineAnnealingLR>(opt, 4);
@@ -125,8 +128,9 @@ TEST_CASE("optim/lr_scheduler: a resumed schedule continues where it stopped") {
   CHECK(trace(s2, 5) == rest);  // bit for bit
 }
 
-TEST_CASE("optim/lr_scheduler: load_state_dict refuses another scheduler's state, changing "
-          "nothing") {
+TEST_CASE(
+    "optim/lr_scheduler: load_state_dict refuses another scheduler's state, changing "
+    "nothing") {
   optim::SGD opt({param()}, optim::SGDOptions(1.0));
   optim::StepLR step(opt, 2, 0.5);
   optim::SGD opt2({param()}, optim::SGDOptions(1.0));
@@ -144,8 +148,9 @@ TEST_CASE("optim/lr_scheduler: load_state_dict refuses another scheduler's state
   StateDict bad = step.state_dict();
   StateDict changed;
   for (const auto& [k, t] : bad) changed.insert(k, k == "gamma" ? full({}, -1.0, kFloat64) : t);
-  CHECK(contains(error_of([&] { step.load_state_dict(changed); }), "StepLR: gamma must be finite "
-                                                                    "and >= 0, got -1"));
+  CHECK(contains(error_of([&] { step.load_state_dict(changed); }),
+                 "StepLR: gamma must be finite "
+                 "and >= 0, got -1"));
   CHECK(step.gamma() == 0.5);
   StateDict huge;  // an integer option from a file must be a whole number in range
   for (const auto& [k, t] : bad) huge.insert(k, k == "step_size" ? full({}, 1e300, kFloat64) : t);
@@ -165,9 +170,13 @@ TEST_CASE("optim/lr_scheduler: a scheduler of another optimizer is refused") {
   optim::SGD b({param()}, optim::SGDOptions(1.0));
   auto sa = std::make_shared<optim::StepLR>(a, 2);
   auto sb = std::make_shared<optim::StepLR>(b, 2);
-  CHECK(contains(error_of([&] { optim::SequentialLR s(a, {sa, sb}, {2}); }),
+  CHECK(contains(error_of([&] {
+                   optim::SequentialLR s(a, {sa, sb}, {2});
+                 }),
                  "SequentialLR: scheduler 1 (StepLR) was built for another optimizer"));
-  CHECK(contains(error_of([&] { optim::ChainedScheduler s({sa, sb}); }),
+  CHECK(contains(error_of([&] {
+                   optim::ChainedScheduler s({sa, sb});
+                 }),
                  "ChainedScheduler: scheduler 1 (StepLR) was built for another optimizer"));
   // Groups added after the scheduler was built.
   optim::StepLR s(a, 2);
@@ -186,11 +195,17 @@ TEST_CASE("optim/lr_scheduler: options are checked, and so is every lr set") {
   CHECK(contains(error_of([&] { optim::LinearLR(opt, 0.5, 1.5); }),
                  "LinearLR: end_factor must be in [0, 1], got 1.5"));
   auto a = std::make_shared<optim::StepLR>(opt, 2);
-  CHECK(contains(error_of([&] { optim::SequentialLR(opt, {a, a}, {}); }),
+  CHECK(contains(error_of([&] {
+                   optim::SequentialLR(opt, {a, a}, {});
+                 }),
                  "SequentialLR: 2 schedulers need 1 milestones, got 0"));
-  CHECK(contains(error_of([&] { optim::SequentialLR(opt, {a, a, a}, {3, 3}); }),
+  CHECK(contains(error_of([&] {
+                   optim::SequentialLR(opt, {a, a, a}, {3, 3});
+                 }),
                  "milestones must be positive and increasing"));
-  CHECK(contains(error_of([&] { optim::ChainedScheduler(std::vector<std::shared_ptr<optim::LRScheduler>>{}); }),
+  CHECK(contains(error_of([&] {
+                   optim::ChainedScheduler(std::vector<std::shared_ptr<optim::LRScheduler>>{});
+                 }),
                  "ChainedScheduler: needs at least one scheduler"));
   // set_lr validates as the constructor does, and a bad value changes nothing.
   optim::OptimizerOptions& o = opt.param_groups()[0].options();

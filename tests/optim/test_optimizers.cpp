@@ -11,9 +11,9 @@
 #include <string>
 #include <vector>
 
-#include "error_text.h"
 #include "core/autograd.h"
 #include "core/ops.h"
+#include "error_text.h"
 #include "gradcheck.h"
 #include "optim/optim.h"
 

@@ -100,8 +100,8 @@ void print_world_summary(int rank, int size) {
   int failed = 0;
   for (int f : any) failed += f;
   const int skipped = static_cast<int>(RankResults::total()) - most;
-  std::printf("[ember] test cases over %d MPI rank(s): %d | %d passed | %d failed | %d skipped\n", size,
-              most, most - failed, failed, skipped);
+  std::printf("[ember] test cases over %d MPI rank(s): %d | %d passed | %d failed | %d skipped\n",
+              size, most, most - failed, failed, skipped);
   std::fflush(stdout);
 }
 
@@ -140,7 +140,7 @@ int main(int argc, char** argv) {
   if (have_gpu && size > gpus) {
     context.addFilter("test-case-exclude", "nccl/communicator*,nccl/ddp*,nccl/zero*,nccl/timeout*");
     not_here += "; " + std::to_string(size) + " ranks but " + std::to_string(gpus) +
-               " GPU(s): the one-GPU-per-rank NCCL cases are skipped";
+                " GPU(s): the one-GPU-per-rank NCCL cases are skipped";
   } else if (have_gpu && size < 2) {
     context.addFilter("test-case-exclude", "nccl/timeout*");
     not_here += "; one rank: nccl/timeout (2+ ranks) is skipped";

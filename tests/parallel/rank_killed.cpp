@@ -105,22 +105,28 @@ int rank_killed_probe(const std::string& mode) {
       const auto start = Clock::now();
       try {
         Tensor x = randn({32, 64}, pg.device), y = randn({32, 8}, pg.device);
-        if (zero) zero->zero_grad();
-        else opt.zero_grad();
+        if (zero)
+          zero->zero_grad();
+        else
+          opt.zero_grad();
         mse_loss(model->forward(x), y).backward();
         if (dies) {
           cuda::synchronize(pg.device.index);  // its reduce-scatters done, then gone
           die(step);
         }
-        if (zero) zero->step();
-        else opt.step();
+        if (zero)
+          zero->step();
+        else
+          opt.step();
         cuda::synchronize(pg.device.index);
       } catch (const Error& e) {
         const double s = std::chrono::duration<double>(Clock::now() - start).count();
         const bool in_time = s < 3.0 + 4.0;  // the timeout, plus slack for the abort
         const bool named = std::string(e.what()).find(expect) != std::string::npos;
         std::printf("rank-killed probe: rank %d: %s: error at step %d after %.2f s: %s\n", pg.rank,
-                    !named ? "wrong collective named" : in_time ? "failed in time" : "too late",
+                    !named    ? "wrong collective named"
+                    : in_time ? "failed in time"
+                              : "too late",
                     step, s, e.what());
         std::fflush(stdout);
         // Done: skip the teardown, where the world communicator (its peer gone)

@@ -6,12 +6,12 @@
 #include <cmath>
 #include <memory>
 
+#include "core/memory.h"
 #include "core/ops.h"
 #include "cuda/runtime.h"
 #include "nn/activation.h"
 #include "nn/linear.h"
 #include "nn/sequential.h"
-#include "core/memory.h"
 #include "optim/adam.h"
 #include "optim/sgd.h"
 #include "parallel/data_parallel.h"

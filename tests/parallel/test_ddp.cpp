@@ -22,7 +22,8 @@ using namespace ember::parallel;
 
 namespace {
 
-std::shared_ptr<MpiCommunicator> world(std::chrono::milliseconds timeout = std::chrono::seconds(60)) {
+std::shared_ptr<MpiCommunicator> world(
+    std::chrono::milliseconds timeout = std::chrono::seconds(60)) {
   return std::make_shared<MpiCommunicator>(MPI_COMM_WORLD, CommOptions().timeout(timeout));
 }
 
@@ -98,8 +99,7 @@ TEST_CASE("ddp/gradients: equal one process's gradients on the concatenated batc
   const int64_t per_rank = 5;
   // Different initial weights per rank: construction must broadcast rank 0's.
   auto model = make_mlp(100 + r);
-  DistributedDataParallel ddp(model, comm,
-                              DdpOptions().first_bucket_bytes(64).bucket_bytes(300));
+  DistributedDataParallel ddp(model, comm, DdpOptions().first_bucket_bytes(64).bucket_bytes(300));
   auto reference = make_mlp(100);
   Batch batch = full_batch(per_rank * n, 7);
   Tensor x = batch.x.slice(0, r * per_rank, (r + 1) * per_rank);

@@ -16,19 +16,19 @@
 #include <memory>
 #include <string>
 
+#include "core/memory.h"
 #include "core/ops.h"
 #include "cuda/runtime.h"
 #include "nn/activation.h"
 #include "nn/linear.h"
-#include "core/memory.h"
 #include "nn/sequential.h"
 #include "optim/adam.h"
 #include "optim/sgd.h"
 #include "parallel/distributed.h"
 #include "parallel/memory_view.h"
-#include "parallel/zero.h"
 #include "parallel/mpi_communicator.h"
 #include "parallel/nccl_communicator.h"
+#include "parallel/zero.h"
 
 using namespace ember;
 using namespace ember::parallel;
@@ -236,10 +236,12 @@ TEST_CASE("nccl/ddp: bfloat16 reduce_dtype is the float32 average of bfloat16 gr
   };
   auto model = make();
   model->to(dev);
-  DistributedDataParallel ddp(model, comm, DdpOptions().first_bucket_bytes(256).reduce_dtype(kBFloat16));
+  DistributedDataParallel ddp(model, comm,
+                              DdpOptions().first_bucket_bytes(256).reduce_dtype(kBFloat16));
   manual_seed(13);
   Tensor x = randn({4 * n, 8}), y = randn({4 * n, 4});
-  mse_loss(model->forward(x.slice(0, 4 * r, 4 * r + 4).to(dev)), y.slice(0, 4 * r, 4 * r + 4).to(dev))
+  mse_loss(model->forward(x.slice(0, 4 * r, 4 * r + 4).to(dev)),
+           y.slice(0, 4 * r, 4 * r + 4).to(dev))
       .backward();
   std::vector<Tensor> sum;
   for (int k = 0; k < n; ++k) {
@@ -248,8 +250,10 @@ TEST_CASE("nccl/ddp: bfloat16 reduce_dtype is the float32 average of bfloat16 gr
     auto rp = ref->parameters();
     for (size_t i = 0; i < rp.size(); ++i) {
       Tensor g16 = rp[i].grad().to(kBFloat16).to(kFloat64);
-      if (k == 0) sum.push_back(g16);
-      else sum[i] = sum[i] + g16;
+      if (k == 0)
+        sum.push_back(g16);
+      else
+        sum[i] = sum[i] + g16;
     }
   }
   auto got = model->named_parameters();
@@ -305,11 +309,13 @@ TEST_CASE("nccl/zero: ZeRO-1 with Adam equals DDP after 30 steps, state 1/N per 
     Tensor all = comm_b->all_gather(pb[i].second.detach().reshape({1, -1})).cpu();
     for (int k = 1; k < n; ++k) CHECK(all[k].to_vector<float>() == all[0].to_vector<float>());
   }
-  if (r == 0) MESSAGE("ZeRO-1 vs DDP after 30 Adam steps on ", n, " GPU(s): ",
-                      bitwise ? "bitwise equal" : "equal to float32 rounding, not bitwise");
+  if (r == 0)
+    MESSAGE("ZeRO-1 vs DDP after 30 Adam steps on ", n,
+            " GPU(s): ", bitwise ? "bitwise equal" : "equal to float32 rounding, not bitwise");
   // Adam's two moments for this rank's block only: 1/N of the whole (plus padding).
   CHECK(zero.state_bytes() == 2 * 4 * zero.shard_numel());
-  CHECK(zero.shard_numel() * n < zero.total_numel() + 64 * n * static_cast<int64_t>(ddp_b.buckets().size()));
+  CHECK(zero.shard_numel() * n <
+        zero.total_numel() + 64 * n * static_cast<int64_t>(ddp_b.buckets().size()));
   const std::string table = memory_summary_all_ranks(*comm_b, dev);
   if (r == 0) MESSAGE(table);
   CHECK(table.find("rank " + std::to_string(n - 1)) != std::string::npos);

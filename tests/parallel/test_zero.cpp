@@ -32,8 +32,9 @@ using ember::testing::error_of;
 
 namespace {
 
-std::shared_ptr<MpiCommunicator> world(MPI_Comm parent = MPI_COMM_WORLD,
-                                       std::chrono::milliseconds timeout = std::chrono::seconds(60)) {
+std::shared_ptr<MpiCommunicator> world(
+    MPI_Comm parent = MPI_COMM_WORLD,
+    std::chrono::milliseconds timeout = std::chrono::seconds(60)) {
   return std::make_shared<MpiCommunicator>(parent, CommOptions().timeout(timeout));
 }
 
@@ -67,13 +68,17 @@ struct Kind {
 };
 std::vector<Kind> kinds() {
   return {
-      {"SGD momentum", [](std::vector<Tensor> p) -> std::unique_ptr<optim::Optimizer> {
-         return std::make_unique<optim::SGD>(p, optim::SGDOptions(0.05).momentum(0.9).weight_decay(1e-3));
+      {"SGD momentum",
+       [](std::vector<Tensor> p) -> std::unique_ptr<optim::Optimizer> {
+         return std::make_unique<optim::SGD>(
+             p, optim::SGDOptions(0.05).momentum(0.9).weight_decay(1e-3));
        }},
-      {"Adam", [](std::vector<Tensor> p) -> std::unique_ptr<optim::Optimizer> {
+      {"Adam",
+       [](std::vector<Tensor> p) -> std::unique_ptr<optim::Optimizer> {
          return std::make_unique<optim::Adam>(p, optim::AdamOptions(1e-2));
        }},
-      {"AdamW", [](std::vector<Tensor> p) -> std::unique_ptr<optim::Optimizer> {
+      {"AdamW",
+       [](std::vector<Tensor> p) -> std::unique_ptr<optim::Optimizer> {
          return std::make_unique<optim::AdamW>(p, optim::AdamWOptions(1e-2).weight_decay(0.1));
        }},
   };
@@ -83,9 +88,10 @@ std::vector<Kind> kinds() {
 std::string shared_dir(Communicator& comm, const std::string& name) {
   Tensor pid = full({1}, comm.rank() == 0 ? static_cast<double>(getpid()) : 0.0, kInt64);
   comm.broadcast(pid, 0);
-  const std::string dir = (std::filesystem::temp_directory_path() /
-                           ("ember_zero_" + std::to_string(pid.to_vector<int64_t>()[0]) + "_" + name))
-                              .string();
+  const std::string dir =
+      (std::filesystem::temp_directory_path() /
+       ("ember_zero_" + std::to_string(pid.to_vector<int64_t>()[0]) + "_" + name))
+          .string();
   if (comm.rank() == 0) {
     std::filesystem::remove_all(dir);
     std::filesystem::create_directories(dir);
@@ -124,15 +130,15 @@ TEST_CASE("communicator/mpi: all_to_all moves block k to rank k; in-place all_ga
   comm->all_gather(FlatBuffer::of(g.slice(0, 3 * r, 3 * r + 3)), FlatBuffer::of(g));
   for (int k = 0; k < n; ++k) CHECK(g.to(kFloat64).to_vector<double>()[3 * k + 2] == k + 0.5);
   CHECK(contains(error_of([&] {
-          Tensor a = zeros({2 * n + 1}), b = zeros({2 * n + 1});
-          comm->all_to_all(FlatBuffer::of(a), FlatBuffer::of(b));
-        }),
-        n > 1 ? "do not split into" : "(no error)"));
+                   Tensor a = zeros({2 * n + 1}), b = zeros({2 * n + 1});
+                   comm->all_to_all(FlatBuffer::of(a), FlatBuffer::of(b));
+                 }),
+                 n > 1 ? "do not split into" : "(no error)"));
   CHECK(contains(error_of([&] {
-          Tensor a = ones({4}, kBFloat16);
-          comm->all_reduce(a);
-        }),
-        "cannot sum bfloat16"));
+                   Tensor a = ones({4}, kBFloat16);
+                   comm->all_reduce(a);
+                 }),
+                 "cannot sum bfloat16"));
 }
 
 TEST_CASE("ddp/reduce_dtype: bfloat16 buckets give the float32 average of bfloat16 gradients") {
@@ -178,8 +184,10 @@ TEST_CASE("zero/step: parameters after 30 steps equal plain DDP's (SGD, Adam, Ad
     auto comm_a = world(), comm_b = world();
     const int r = comm_a->rank();
     auto plain = make_mlp(7), sharded = make_mlp(7);
-    DistributedDataParallel ddp_a(plain, comm_a, DdpOptions().first_bucket_bytes(72).bucket_bytes(300));
-    DistributedDataParallel ddp_b(sharded, comm_b, DdpOptions().first_bucket_bytes(72).bucket_bytes(300));
+    DistributedDataParallel ddp_a(plain, comm_a,
+                                  DdpOptions().first_bucket_bytes(72).bucket_bytes(300));
+    DistributedDataParallel ddp_b(sharded, comm_b,
+                                  DdpOptions().first_bucket_bytes(72).bucket_bytes(300));
     auto opt = kind.make(plain->parameters());
     ZeroRedundancyOptimizer zero(ddp_b, kind.make);
     for (int step = 0; step < 30; ++step) {
@@ -248,12 +256,15 @@ TEST_CASE("zero/checkpoint: N ranks save, another world size loads and continues
     };
     const bool saver = save_all || r == 0;
     const bool loader = !save_all || r == 0;
-    std::shared_ptr<Communicator> save_comm = saver ? world(save_all ? MPI_COMM_WORLD : MPI_COMM_SELF) : nullptr;
-    std::shared_ptr<Communicator> load_comm = loader ? world(save_all ? MPI_COMM_SELF : MPI_COMM_WORLD) : nullptr;
+    std::shared_ptr<Communicator> save_comm =
+        saver ? world(save_all ? MPI_COMM_WORLD : MPI_COMM_SELF) : nullptr;
+    std::shared_ptr<Communicator> load_comm =
+        loader ? world(save_all ? MPI_COMM_SELF : MPI_COMM_WORLD) : nullptr;
     std::vector<float> after_saver;  // rank 0: parameters of the saver after 4 + 3 steps
     if (saver) {
       auto m = make_mlp(11);
-      DistributedDataParallel ddp(m, save_comm, DdpOptions().first_bucket_bytes(72).bucket_bytes(300));
+      DistributedDataParallel ddp(m, save_comm,
+                                  DdpOptions().first_bucket_bytes(72).bucket_bytes(300));
       ZeroRedundancyOptimizer z(ddp, kind.make);
       train(save_comm, *m, z, 0, 4);
       z.save(dir);
@@ -268,7 +279,8 @@ TEST_CASE("zero/checkpoint: N ranks save, another world size loads and continues
     if (loader) {
       auto m = make_mlp(99);  // other initial weights: the checkpoint replaces them
       nn::load(*m, dir + "/model.ckpt");
-      DistributedDataParallel ddp(m, load_comm, DdpOptions().first_bucket_bytes(72).bucket_bytes(300));
+      DistributedDataParallel ddp(m, load_comm,
+                                  DdpOptions().first_bucket_bytes(72).bucket_bytes(300));
       ZeroRedundancyOptimizer z(ddp, kind.make);
       z.load(dir);
       CHECK(z.shard_optimizer().state_dict().contains("state.0.exp_avg"));
@@ -285,7 +297,8 @@ TEST_CASE("zero/checkpoint: N ranks save, another world size loads and continues
         if (n <= 2)
           CHECK(mine == after_saver);
         else
-          CHECK(rel_err(from_vector(std::vector<double>(mine.begin(), mine.end()), {int64_t(mine.size())}),
+          CHECK(rel_err(from_vector(std::vector<double>(mine.begin(), mine.end()),
+                                    {int64_t(mine.size())}),
                         from_vector(std::vector<double>(after_saver.begin(), after_saver.end()),
                                     {int64_t(after_saver.size())})) < 1e-5);
       }
@@ -360,12 +373,13 @@ TEST_CASE("zero/errors: bad use is named") {
   auto m2 = make_mlp(2);
   DistributedDataParallel ddp2(m2, comm);
   CHECK(contains(error_of([&] {
-          ZeroRedundancyOptimizer bad(ddp2, [](std::vector<Tensor> p) -> std::unique_ptr<optim::Optimizer> {
-            p.push_back(zeros({1}).requires_grad_());  // one parameter too many
-            return std::make_unique<optim::SGD>(p, optim::SGDOptions(0.1));
-          });
-        }),
-        "one parameter group over the"));
+                   ZeroRedundancyOptimizer bad(
+                       ddp2, [](std::vector<Tensor> p) -> std::unique_ptr<optim::Optimizer> {
+                         p.push_back(zeros({1}).requires_grad_());  // one parameter too many
+                         return std::make_unique<optim::SGD>(p, optim::SGDOptions(0.1));
+                       });
+                 }),
+                 "one parameter group over the"));
 }
 
 TEST_CASE("zero/timeout: a rank that skips the reduce-scatter or the all-gather is named" *

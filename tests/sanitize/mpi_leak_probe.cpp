@@ -28,7 +28,8 @@ int main(int argc, char** argv) {
   const bool leak = argc > 1 && std::strcmp(argv[1], "--leak") == 0;
   if (leak && rank == 0) ember_deliberate_leak();
   MPI_Barrier(MPI_COMM_WORLD);
-  std::printf("mpi_leak_probe: rank %d %s\n", rank, leak && rank == 0 ? "leaked 4242 bytes" : "leaked nothing");
+  std::printf("mpi_leak_probe: rank %d %s\n", rank,
+              leak && rank == 0 ? "leaked 4242 bytes" : "leaked nothing");
   MPI_Finalize();
   return 0;
 }

@@ -6,8 +6,8 @@
 namespace ember::cuda::sm90 {
 
 template void launch<__nv_bfloat16, true, true>(Sm90Tile, Sm90Schedule, const CUtensorMap&,
-                                 const CUtensorMap&, Params, int, const Sm90Tuning&,
-                                 cudaStream_t);
+                                                const CUtensorMap&, Params, int, const Sm90Tuning&,
+                                                cudaStream_t);
 
 }  // namespace ember::cuda::sm90
 
@@ -17,8 +17,8 @@ namespace ember::cuda::sm90 {
 // (cudaErrorInvalidDeviceFunction) on a device no image fits.
 bool kernels_loadable() {
   cudaFuncAttributes attr{};
-  const cudaError_t e =
-      cudaFuncGetAttributes(&attr, sm90_gemm_kernel<Config<__nv_bfloat16, 128, 256, 4, true, true>>);
+  const cudaError_t e = cudaFuncGetAttributes(
+      &attr, sm90_gemm_kernel<Config<__nv_bfloat16, 128, 256, 4, true, true>>);
   if (e != cudaSuccess) {
     (void)cudaGetLastError();
     return false;

@@ -6,7 +6,7 @@
 namespace ember::cuda::sm90 {
 
 template void launch<__nv_bfloat16, false, false>(Sm90Tile, Sm90Schedule, const CUtensorMap&,
-                                 const CUtensorMap&, Params, int, const Sm90Tuning&,
-                                 cudaStream_t);
+                                                  const CUtensorMap&, Params, int,
+                                                  const Sm90Tuning&, cudaStream_t);
 
 }  // namespace ember::cuda::sm90

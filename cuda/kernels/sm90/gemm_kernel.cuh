@@ -66,10 +66,9 @@
 
 namespace ember::cuda::sm90 {
 
-
-constexpr int kThreads = 384;             // 3 warpgroups
-constexpr int kConsumerWarps = 8;         // warpgroups 1 and 2
-constexpr int kProducerRegs = 40;         // setmaxnreg: 128 * 40 + 256 * 232 <= 65536
+constexpr int kThreads = 384;      // 3 warpgroups
+constexpr int kConsumerWarps = 8;  // warpgroups 1 and 2
+constexpr int kProducerRegs = 40;  // setmaxnreg: 128 * 40 + 256 * 232 <= 65536
 constexpr int kConsumerRegs = 232;
 // The epilogue's per-warp scratch (see park_chunk).
 constexpr int kChunk = 32;              // columns per pass
@@ -87,8 +86,8 @@ struct Config {
   static constexpr bool kAK = kAK_, kBK = kBK_;  // operand is K-major
   static constexpr bool kPing = kPing_;
   static constexpr int kEsize = sizeof(T);
-  static constexpr int BK = 128 / kEsize;              // one 128-byte swizzle row of k
-  static constexpr int kMmaK = 32 / kEsize;            // k per wgmma: 16 bf16, 8 tf32
+  static constexpr int BK = 128 / kEsize;                 // one 128-byte swizzle row of k
+  static constexpr int kMmaK = 32 / kEsize;               // k per wgmma: 16 bf16, 8 tf32
   static constexpr int kWM = kPing ? BM / 64 : BM / 128;  // m64 slices per consumer warpgroup
   static constexpr int kWgRows = kWM * 64;                // rows of a tile per consumer warpgroup
   // Consumer warps that read each stage (and arrive on its empty barrier).
@@ -103,8 +102,9 @@ struct Config {
   static_assert(sizeof(T) == 2 || (kAK && kBK), "TF32 operands are K-major only");
 };
 
-
-__host__ __device__ constexpr int ceil_div_i(int a, int b) { return (a + b - 1) / b; }
+__host__ __device__ constexpr int ceil_div_i(int a, int b) {
+  return (a + b - 1) / b;
+}
 
 // Tile t -> (row block, column block): groups of group_m row blocks, each group
 // walked down its rows first, then across all column blocks, so the blocks
@@ -236,9 +236,8 @@ __device__ __forceinline__ void fence_proxy_async() {
 // units (bits 0-13, 16-29, 32-45), base offset 0 (tiles are 1024-byte aligned),
 // layout type 1 = 128-byte swizzle (bits 62-63).
 __device__ __forceinline__ uint64_t make_desc(uint32_t addr, uint32_t lbo, uint32_t sbo) {
-  return static_cast<uint64_t>((addr & 0x3FFFF) >> 4) |
-         (static_cast<uint64_t>(lbo >> 4) << 16) | (static_cast<uint64_t>(sbo >> 4) << 32) |
-         (uint64_t{1} << 62);
+  return static_cast<uint64_t>((addr & 0x3FFFF) >> 4) | (static_cast<uint64_t>(lbo >> 4) << 16) |
+         (static_cast<uint64_t>(sbo >> 4) << 32) | (uint64_t{1} << 62);
 }
 
 // acc (64 x BN per warpgroup) += A (64 x kMmaK) B (kMmaK x BN).
@@ -247,18 +246,28 @@ __device__ __forceinline__ void wgmma_step(float (&acc)[kBN / 2], uint64_t da, u
   using namespace sm90;
   if constexpr (sizeof(typename C::T) == 2) {
     constexpr int ta = C::kAK ? 0 : 1, tb = C::kBK ? 0 : 1;
-    if constexpr (kBN == 256) wgmma_bf16_m64n256k16<ta, tb>(acc, da, db, 1);
-    else if constexpr (kBN == 128) wgmma_bf16_m64n128k16<ta, tb>(acc, da, db, 1);
-    else wgmma_bf16_m64n64k16<ta, tb>(acc, da, db, 1);
+    if constexpr (kBN == 256)
+      wgmma_bf16_m64n256k16<ta, tb>(acc, da, db, 1);
+    else if constexpr (kBN == 128)
+      wgmma_bf16_m64n128k16<ta, tb>(acc, da, db, 1);
+    else
+      wgmma_bf16_m64n64k16<ta, tb>(acc, da, db, 1);
   } else {
-    if constexpr (kBN == 256) wgmma_tf32_m64n256k8(acc, da, db, 1);
-    else if constexpr (kBN == 128) wgmma_tf32_m64n128k8(acc, da, db, 1);
-    else wgmma_tf32_m64n64k8(acc, da, db, 1);
+    if constexpr (kBN == 256)
+      wgmma_tf32_m64n256k8(acc, da, db, 1);
+    else if constexpr (kBN == 128)
+      wgmma_tf32_m64n128k8(acc, da, db, 1);
+    else
+      wgmma_tf32_m64n64k8(acc, da, db, 1);
   }
 }
 
-__device__ __forceinline__ float load_f(const __nv_bfloat16* p) { return __bfloat162float(*p); }
-__device__ __forceinline__ float load_f(const float* p) { return *p; }
+__device__ __forceinline__ float load_f(const __nv_bfloat16* p) {
+  return __bfloat162float(*p);
+}
+__device__ __forceinline__ float load_f(const float* p) {
+  return *p;
+}
 
 // Stores two adjacent outputs (columns col, col + 1 of one row).
 template <typename O>

@@ -50,7 +50,8 @@ extern template void launch<__nv_bfloat16, true, false>(Sm90Tile, Sm90Schedule, 
 extern template void launch<__nv_bfloat16, false, false>(Sm90Tile, Sm90Schedule, const CUtensorMap&,
                                                          const CUtensorMap&, Params, int,
                                                          const Sm90Tuning&, cudaStream_t);
-extern template void launch<float, true, true>(Sm90Tile, Sm90Schedule, const CUtensorMap&, const CUtensorMap&,
-                                               Params, int, const Sm90Tuning&, cudaStream_t);
+extern template void launch<float, true, true>(Sm90Tile, Sm90Schedule, const CUtensorMap&,
+                                               const CUtensorMap&, Params, int, const Sm90Tuning&,
+                                               cudaStream_t);
 
 }  // namespace ember::cuda::sm90
