@@ -25,8 +25,8 @@ BatchNormImplBase::BatchNormImplBase(const BatchNormOptions& opts, const char* n
   if (opts.track_running_stats()) {
     running_mean = register_buffer("running_mean", zeros({c}, where));
     running_var = register_buffer("running_var", ones({c}, where));
-    num_batches_tracked = register_buffer(
-        "num_batches_tracked", zeros({}, TensorOptions(kInt64).device(opts.device())));
+    num_batches_tracked = register_buffer("num_batches_tracked",
+                                          zeros({}, TensorOptions(kInt64).device(opts.device())));
   }
   reset_parameters();
 }
@@ -51,8 +51,8 @@ Tensor BatchNormImplBase::forward(const Tensor& x) {
   ForwardScope scope(*this);
   check_defined(name_, x);
   EMBER_CHECK(x.dim() >= min_dim_ && x.dim() <= max_dim_, name_, ": expected a ", min_dim_,
-              (min_dim_ == max_dim_ ? "" : " or " + std::to_string(max_dim_)), "-D input, got shape ",
-              shape_str(x.sizes()));
+              (min_dim_ == max_dim_ ? "" : " or " + std::to_string(max_dim_)),
+              "-D input, got shape ", shape_str(x.sizes()));
   EMBER_CHECK(x.size(1) == options.num_features(), name_, ": expected ", options.num_features(),
               " channels (dim 1), got shape ", shape_str(x.sizes()));
   const bool use_batch = is_training() || !running_mean.defined();
@@ -63,8 +63,7 @@ Tensor BatchNormImplBase::forward(const Tensor& x) {
     if (!options.momentum())  // cumulative average: 1 / batches seen
       momentum = 1.0 / static_cast<double>(num_batches_tracked.item<int64_t>());
   }
-  return batch_norm(x, running_mean, running_var, weight, bias, use_batch, momentum,
-                    options.eps());
+  return batch_norm(x, running_mean, running_var, weight, bias, use_batch, momentum, options.eps());
 }
 
 std::string BatchNormImplBase::extra_repr() const {

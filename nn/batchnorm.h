@@ -64,7 +64,7 @@ class BatchNormImplBase : public Module {
   std::string extra_repr() const override;
 
   BatchNormOptions options;
-  Tensor weight, bias;                                        // (C), with affine
+  Tensor weight, bias;                                    // (C), with affine
   Tensor running_mean, running_var, num_batches_tracked;  // with track_running_stats
 
  private:

@@ -35,7 +35,8 @@ void init_conv(Tensor& weight, Tensor& bias) {
 // its padding_mode where that is not zeros (then the conv itself pads nothing).
 Int2 resolve_padding(const Conv2dOptions::Padding& p, Int2 kernel, Int2 stride, Int2 dilation,
                      const char* op) {
-  if (std::holds_alternative<SamePadding>(p)) return ember::detail::same_padding(op, kernel, stride, dilation);
+  if (std::holds_alternative<SamePadding>(p))
+    return ember::detail::same_padding(op, kernel, stride, dilation);
   if (std::holds_alternative<ValidPadding>(p)) return {0, 0};
   return std::get<ExpandingInt2>(p);
 }
@@ -51,12 +52,13 @@ const char* mode_name(PaddingMode m) {
 Conv2d::Conv2d(const Conv2dOptions& opts) : options(opts) {
   check_conv_options("Conv2d", opts.in_channels(), opts.out_channels(), opts.groups());
   const Int2 k = opts.kernel_size();
-  EMBER_CHECK(k[0] > 0 && k[1] > 0, "Conv2d: kernel_size must be positive, got (", k[0], ", ",
-              k[1], ")");
+  EMBER_CHECK(k[0] > 0 && k[1] > 0, "Conv2d: kernel_size must be positive, got (", k[0], ", ", k[1],
+              ")");
   resolve_padding(opts.padding(), k, opts.stride(), opts.dilation(), "Conv2d");  // checks "same"
   const TensorOptions where = TensorOptions().device(opts.device());
   weight = register_parameter(
-      "weight", empty({opts.out_channels(), opts.in_channels() / opts.groups(), k[0], k[1]}, where));
+      "weight",
+      empty({opts.out_channels(), opts.in_channels() / opts.groups(), k[0], k[1]}, where));
   if (opts.bias()) bias = register_parameter("bias", empty({opts.out_channels()}, where));
   reset_parameters();
 }
@@ -67,9 +69,8 @@ void Conv2d::reset_parameters() {
 
 Tensor Conv2d::forward(const Tensor& x) const {
   ForwardScope scope(*this);
-  const Int2 pad =
-      resolve_padding(options.padding(), options.kernel_size(), options.stride(),
-                      options.dilation(), "Conv2d");
+  const Int2 pad = resolve_padding(options.padding(), options.kernel_size(), options.stride(),
+                                   options.dilation(), "Conv2d");
   if (options.padding_mode() == PaddingMode::Zeros)
     return conv2d(x, weight, bias, options.stride(), pad, options.dilation(), options.groups());
   const PadMode mode =
@@ -82,8 +83,8 @@ Tensor Conv2d::forward(const Tensor& x) const {
 std::string Conv2d::extra_repr() const {
   std::ostringstream os;
   const Int2 k = options.kernel_size(), s = options.stride();
-  os << options.in_channels() << ", " << options.out_channels() << ", kernel_size=(" << k[0]
-     << ", " << k[1] << "), stride=(" << s[0] << ", " << s[1] << ")";
+  os << options.in_channels() << ", " << options.out_channels() << ", kernel_size=(" << k[0] << ", "
+     << k[1] << "), stride=(" << s[0] << ", " << s[1] << ")";
   if (std::holds_alternative<SamePadding>(options.padding()))
     os << ", padding=same";
   else if (std::holds_alternative<ExpandingInt2>(options.padding())) {
@@ -121,7 +122,7 @@ Tensor Conv1d::forward(const Tensor& x) const {
   const auto& p = options.padding();
   if (std::holds_alternative<SamePadding>(p))
     pad = ember::detail::same_padding("Conv1d", {1, options.kernel_size()}, {1, options.stride()},
-                               {1, options.dilation()})[1];
+                                      {1, options.dilation()})[1];
   else if (std::holds_alternative<int64_t>(p))
     pad = std::get<int64_t>(p);
   if (options.padding_mode() == PaddingMode::Zeros)
@@ -134,8 +135,8 @@ Tensor Conv1d::forward(const Tensor& x) const {
 
 std::string Conv1d::extra_repr() const {
   std::ostringstream os;
-  os << options.in_channels() << ", " << options.out_channels()
-     << ", kernel_size=(" << options.kernel_size() << ",), stride=(" << options.stride() << ",)";
+  os << options.in_channels() << ", " << options.out_channels() << ", kernel_size=("
+     << options.kernel_size() << ",), stride=(" << options.stride() << ",)";
   if (options.groups() != 1) os << ", groups=" << options.groups();
   if (!options.bias()) os << ", bias=false";
   return os.str();
@@ -169,8 +170,8 @@ Tensor ConvTranspose2d::forward(const Tensor& x) const {
 std::string ConvTranspose2d::extra_repr() const {
   std::ostringstream os;
   const Int2 k = options.kernel_size(), s = options.stride();
-  os << options.in_channels() << ", " << options.out_channels() << ", kernel_size=(" << k[0]
-     << ", " << k[1] << "), stride=(" << s[0] << ", " << s[1] << ")";
+  os << options.in_channels() << ", " << options.out_channels() << ", kernel_size=(" << k[0] << ", "
+     << k[1] << "), stride=(" << s[0] << ", " << s[1] << ")";
   return os.str();
 }
 

@@ -20,7 +20,7 @@ class ExpandingInt2 {
  public:
   ExpandingInt2(int64_t v) : v_{v, v} {}  // NOLINT: implicit, as libtorch's
   ExpandingInt2(std::initializer_list<int64_t> v);
-  ExpandingInt2(Int2 v) : v_(v) {}  // NOLINT
+  ExpandingInt2(Int2 v) : v_(v) {}      // NOLINT
   operator Int2() const { return v_; }  // NOLINT
   int64_t operator[](size_t i) const { return v_[i]; }
 

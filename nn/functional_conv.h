@@ -57,8 +57,7 @@ class Conv2dFuncOptions {
   int64_t groups_ = 1;
 };
 
-inline Tensor conv2d(const Tensor& input, const Tensor& weight,
-                     const Conv2dFuncOptions& o = {}) {
+inline Tensor conv2d(const Tensor& input, const Tensor& weight, const Conv2dFuncOptions& o = {}) {
   Int2 pad = o.padding();
   if (o.same() && weight.defined() && weight.dim() == 4)
     pad = ember::detail::same_padding("conv2d", {weight.size(2), weight.size(3)}, o.stride(),
@@ -116,8 +115,8 @@ class BatchNormFuncOptions {
   double momentum_ = 0.1, eps_ = 1e-5;
 };
 
-inline Tensor batch_norm(const Tensor& input, const Tensor& running_mean,
-                         const Tensor& running_var, const BatchNormFuncOptions& o = {}) {
+inline Tensor batch_norm(const Tensor& input, const Tensor& running_mean, const Tensor& running_var,
+                         const BatchNormFuncOptions& o = {}) {
   return ember::batch_norm(input, running_mean, running_var, o.weight(), o.bias(), o.training(),
                            o.momentum(), o.eps());
 }
@@ -238,7 +237,6 @@ inline Tensor fold(const Tensor& input, const FoldFuncOptions& o) {
 
 // Zeroes whole channels with probability p (a (N, C) or (C) mask broadcast over the
 // trailing dims) and scales the rest by 1 / (1 - p); identity when !training.
-Tensor dropout2d(const Tensor& x, double p = 0.5, bool training = true,
-                 Generator* gen = nullptr);
+Tensor dropout2d(const Tensor& x, double p = 0.5, bool training = true, Generator* gen = nullptr);
 
 }  // namespace ember::nn::functional

@@ -30,8 +30,8 @@ ValuesAndIndices MaxPool2d::forward_with_indices(const Tensor& x) const {
                                  options.dilation(), options.ceil_mode());
 }
 std::string MaxPool2d::extra_repr() const {
-  return "kernel_size=" + pair_str(options.kernel_size()) + ", stride=" +
-         pair_str(options.stride()) + ", padding=" + pair_str(options.padding()) +
+  return "kernel_size=" + pair_str(options.kernel_size()) +
+         ", stride=" + pair_str(options.stride()) + ", padding=" + pair_str(options.padding()) +
          (options.ceil_mode() ? ", ceil_mode=True" : "");
 }
 
@@ -44,8 +44,8 @@ Tensor AvgPool2d::forward(const Tensor& x) const {
                     options.ceil_mode(), options.count_include_pad(), options.divisor_override());
 }
 std::string AvgPool2d::extra_repr() const {
-  return "kernel_size=" + pair_str(options.kernel_size()) + ", stride=" +
-         pair_str(options.stride()) + ", padding=" + pair_str(options.padding());
+  return "kernel_size=" + pair_str(options.kernel_size()) +
+         ", stride=" + pair_str(options.stride()) + ", padding=" + pair_str(options.padding());
 }
 
 AdaptiveAvgPool2d::AdaptiveAvgPool2d(const AdaptiveAvgPool2dOptions& opts) : options(opts) {

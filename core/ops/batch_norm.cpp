@@ -77,8 +77,8 @@ Tensor batch_norm(const Tensor& input, const Tensor& running_mean, const Tensor&
   return reshape(y, input.sizes());
 }
 
-Tensor group_norm(const Tensor& input, int64_t num_groups, const Tensor& weight,
-                  const Tensor& bias, double eps) {
+Tensor group_norm(const Tensor& input, int64_t num_groups, const Tensor& weight, const Tensor& bias,
+                  double eps) {
   OpSite site("group_norm");
   check_defined("group_norm", input);
   check_floating("group_norm", input);
@@ -166,8 +166,8 @@ Tensor pad(const Tensor& input, const std::vector<int64_t>& padding, PadMode mod
   EMBER_CHECK(dims <= input.dim(), "pad: ", padding.size(), " padding entries pad ", dims,
               " dims, but the input has ", input.dim(), " (shape ", shape_str(input.sizes()), ")");
   if (mode != PadMode::Constant)
-    EMBER_CHECK(dims <= input.dim() - 1, "pad: ",
-                mode == PadMode::Reflect ? "reflect" : "replicate",
+    EMBER_CHECK(dims <= input.dim() - 1,
+                "pad: ", mode == PadMode::Reflect ? "reflect" : "replicate",
                 " padding pads at most the trailing dim(s) after a batch or channel dim; got ",
                 dims, " padded dims for shape ", shape_str(input.sizes()));
   Tensor t = input;

@@ -112,8 +112,8 @@ Tensor as_batch(const char* op, const Tensor& x, bool& batched) {
 Tensor unfold(const Tensor& input, Int2 kernel_size, Int2 dilation, Int2 padding, Int2 stride) {
   OpSite site("unfold");
   check_4d("unfold", input);
-  const Geometry g = geometry("unfold", input.size(2), input.size(3), kernel_size, stride, padding,
-                              dilation);
+  const Geometry g =
+      geometry("unfold", input.size(2), input.size(3), kernel_size, stride, padding, dilation);
   Tensor cols = gather_columns(input, g, 0.0);
   return cols.view({input.size(0), input.size(1) * g.kh * g.kw, g.oh * g.ow});
 }
@@ -125,8 +125,8 @@ Tensor fold(const Tensor& input, Int2 output_size, Int2 kernel_size, Int2 dilati
   EMBER_CHECK(input.dim() == 3, "fold: expected a 3-D (N, C*kh*kw, L) input, got shape ",
               shape_str(input.sizes()));
   check_pair("fold", "output_size", output_size, 1);
-  const Geometry g = geometry("fold", output_size[0], output_size[1], kernel_size, stride, padding,
-                              dilation);
+  const Geometry g =
+      geometry("fold", output_size[0], output_size[1], kernel_size, stride, padding, dilation);
   const int64_t kk = g.kh * g.kw, l = g.oh * g.ow, n = input.size(0);
   EMBER_CHECK(input.size(1) % kk == 0, "fold: input's dim 1 (", input.size(1),
               ") is not a multiple of the kernel's ", kk, " positions");
@@ -209,8 +209,8 @@ Tensor conv1d(const Tensor& input, const Tensor& weight, const Tensor& bias, int
   EMBER_CHECK(weight.dim() == 3, "conv1d: weight must be 3-D (out, in / groups, k), got ",
               shape_str(weight.sizes()));
   const Tensor x = unsqueeze(input, -2);  // (.., C, 1, L)
-  Tensor y = conv2d(x, unsqueeze(weight, 2), bias, {1, stride}, {0, padding}, {1, dilation},
-                    groups);
+  Tensor y =
+      conv2d(x, unsqueeze(weight, 2), bias, {1, stride}, {0, padding}, {1, dilation}, groups);
   return squeeze(y, -2);
 }
 
@@ -241,12 +241,11 @@ Tensor conv_transpose2d(const Tensor& input, const Tensor& weight, const Tensor&
               output_padding[0], ", ", output_padding[1], ")");
   const int64_t kh = weight.size(2), kw = weight.size(3), og = weight.size(1), o = og * groups;
   const int64_t cg = c / groups;
-  const Int2 out{(h - 1) * stride[0] - 2 * padding[0] + dilation[0] * (kh - 1) +
-                     output_padding[0] + 1,
-                 (w - 1) * stride[1] - 2 * padding[1] + dilation[1] * (kw - 1) +
-                     output_padding[1] + 1};
-  EMBER_CHECK(out[0] > 0 && out[1] > 0, "conv_transpose2d: the output would be empty (",
-              out[0], ", ", out[1], ")");
+  const Int2 out{
+      (h - 1) * stride[0] - 2 * padding[0] + dilation[0] * (kh - 1) + output_padding[0] + 1,
+      (w - 1) * stride[1] - 2 * padding[1] + dilation[1] * (kw - 1) + output_padding[1] + 1};
+  EMBER_CHECK(out[0] > 0 && out[1] > 0, "conv_transpose2d: the output would be empty (", out[0],
+              ", ", out[1], ")");
   if (bias.defined()) {
     check_same_device("conv_transpose2d", x, bias);
     check_same_dtype("conv_transpose2d", x, bias);
@@ -331,8 +330,8 @@ Tensor avg_pool2d(const Tensor& input, Int2 kernel_size, Int2 stride, Int2 paddi
               ")");
   EMBER_CHECK(divisor_override >= 0, "avg_pool2d: divisor_override must be > 0 (0: none), got ",
               divisor_override);
-  const Geometry g = geometry("avg_pool2d", x.size(2), x.size(3), kernel_size, stride, padding,
-                              {1, 1}, ceil_mode);
+  const Geometry g =
+      geometry("avg_pool2d", x.size(2), x.size(3), kernel_size, stride, padding, {1, 1}, ceil_mode);
   Tensor sums = sum(gather_columns(x, g, 0.0), 2);  // (N, C, L)
   // Each window's divisor, as PyTorch counts it: the window clipped to the padded
   // input (count_include_pad) or to the input itself.

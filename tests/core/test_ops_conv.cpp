@@ -103,7 +103,9 @@ TEST_CASE("conv2d: equals the direct definition over strides, padding, dilation 
 TEST_CASE("conv2d: gradients of input, weight and bias against finite differences") {
   Tensor x = randn64({2, 4, 5, 4}, 11), w = randn64({4, 2, 3, 2}, 12), b = randn64({4}, 13);
   CHECK_GRADCHECK(
-      [](const Inputs& in) { return conv2d(in[0], in[1], in[2], {2, 1}, {1, 1}, {1, 2}, 2); },
+      [](const Inputs& in) {
+        return conv2d(in[0], in[1], in[2], {2, 1}, {1, 1}, {1, 2}, 2);
+      },
       {x, w, b});
   Tensor x1 = randn64({2, 3, 9}, 14), w1 = randn64({2, 3, 3}, 15);
   CHECK_GRADCHECK([](const Inputs& in) { return conv1d(in[0], in[1], Tensor(), 2, 1); }, {x1, w1});
@@ -146,12 +148,16 @@ TEST_CASE("unfold/fold: columns by hand, fold the adjoint of unfold") {
   // fold(unfold(ones)) counts how many windows cover each pixel.
   check_close(fold(unfold(ones({1, 1, 3, 3}, kFloat64), {2, 2}), {3, 3}, {2, 2}),
               {1, 2, 1, 2, 4, 2, 1, 2, 1});
-  CHECK_GRADCHECK([](const Inputs& in) { return fold(in[0], {4, 4}, {2, 2}); },
-                  {randn64({1, 8, 9}, 33)});
+  CHECK_GRADCHECK(
+      [](const Inputs& in) {
+        return fold(in[0], {4, 4}, {2, 2});
+      },
+      {randn64({1, 8, 9}, 33)});
 }
 
 TEST_CASE("max_pool2d: values, indices, ceil_mode, padding and gradients") {
-  Tensor x = tensor({1, 5, 2, 0, 3, 4, 8, 1, 9, 2, 7, 6, 0, 1, 3, 2}, kFloat64).reshape({1, 1, 4, 4});
+  Tensor x =
+      tensor({1, 5, 2, 0, 3, 4, 8, 1, 9, 2, 7, 6, 0, 1, 3, 2}, kFloat64).reshape({1, 1, 4, 4});
   check_close(max_pool2d(x, {2, 2}), {5, 8, 9, 7});
   auto [v, idx] = max_pool2d_with_indices(x, {2, 2});
   CHECK(idx.dtype() == kInt64);
@@ -168,7 +174,9 @@ TEST_CASE("max_pool2d: values, indices, ceil_mode, padding and gradients") {
   CHECK_THROWS_WITH_AS(max_pool2d(x, {2, 2}, {2, 2}, {2, 2}),
                        doctest::Contains("at most half the kernel size"), Error);
   CHECK_GRADCHECK(
-      [](const Inputs& in) { return max_pool2d(in[0], {3, 2}, {2, 1}, {1, 1}, {1, 1}, true); },
+      [](const Inputs& in) {
+        return max_pool2d(in[0], {3, 2}, {2, 1}, {1, 1}, {1, 1}, true);
+      },
       {randn64({2, 2, 5, 4}, 41)});
 }
 
@@ -185,10 +193,16 @@ TEST_CASE("avg_pool2d and adaptive_avg_pool2d: divisors as PyTorch counts them")
   CHECK(a.sizes() == Shape{1, 1, 3, 3});
   check_close(a, {3, 4.5, 6, 10.5, 12, 13.5, 18, 19.5, 21});
   check_close(adaptive_avg_pool2d(y, {1, 1}), {12});
-  CHECK_GRADCHECK([](const Inputs& in) { return avg_pool2d(in[0], {3, 3}, {2, 2}, {1, 1}, true); },
-                  {randn64({1, 2, 5, 5}, 51)});
-  CHECK_GRADCHECK([](const Inputs& in) { return adaptive_avg_pool2d(in[0], {2, 3}); },
-                  {randn64({2, 1, 5, 7}, 52)});
+  CHECK_GRADCHECK(
+      [](const Inputs& in) {
+        return avg_pool2d(in[0], {3, 3}, {2, 2}, {1, 1}, true);
+      },
+      {randn64({1, 2, 5, 5}, 51)});
+  CHECK_GRADCHECK(
+      [](const Inputs& in) {
+        return adaptive_avg_pool2d(in[0], {2, 3});
+      },
+      {randn64({2, 1, 5, 7}, 52)});
 }
 
 TEST_CASE("batch_norm: batch statistics, running statistics (unbiased), eval, gradients") {
@@ -208,7 +222,8 @@ TEST_CASE("batch_norm: batch statistics, running statistics (unbiased), eval, gr
   // Eval normalises by the running statistics.
   Tensor e = batch_norm(x, rm, rv, Tensor(), Tensor(), false, 0.1, 1e-5);
   const double rm0 = rm.to_vector<double>()[0], rv0 = rv.to_vector<double>()[0];
-  CHECK(e.to_vector<double>()[0] == doctest::Approx((1 - rm0) / std::sqrt(rv0 + 1e-5)).epsilon(1e-12));
+  CHECK(e.to_vector<double>()[0] ==
+        doctest::Approx((1 - rm0) / std::sqrt(rv0 + 1e-5)).epsilon(1e-12));
   CHECK_THROWS_WITH_AS(batch_norm(x, Tensor(), Tensor(), Tensor(), Tensor(), false),
                        doctest::Contains("needs running_mean"), Error);
   CHECK_GRADCHECK(
@@ -225,9 +240,8 @@ TEST_CASE("group_norm: per sample and group, with the affine per channel") {
   CHECK(rel_error(mean(groups, 2), zeros({2, 3}, kFloat64)) < 1e-13);
   Tensor var = mean(mul(groups, groups), 2);
   CHECK(rel_error(var, ones({2, 3}, kFloat64)) < 1e-12);
-  CHECK_GRADCHECK(
-      [](const Inputs& in) { return group_norm(in[0], 2, in[1], in[2], 1e-3); },
-      {randn64({2, 4, 3}, 72), randn64({4}, 73), randn64({4}, 74)});
+  CHECK_GRADCHECK([](const Inputs& in) { return group_norm(in[0], 2, in[1], in[2], 1e-3); },
+                  {randn64({2, 4, 3}, 72), randn64({4}, 73), randn64({4}, 74)});
 }
 
 TEST_CASE("pad: constant, reflect, replicate and cropping") {
@@ -241,8 +255,11 @@ TEST_CASE("pad: constant, reflect, replicate and cropping") {
   check_close(pad(img, {1, 0, 0, 1}, PadMode::Replicate), {1, 1, 2, 3, 3, 4, 3, 3, 4});
   CHECK_THROWS_WITH_AS(pad(x, {3, 0}, PadMode::Reflect), doctest::Contains("smaller than"), Error);
   CHECK_THROWS_WITH_AS(pad(x, {1}), doctest::Contains("even number"), Error);
-  CHECK_GRADCHECK([](const Inputs& in) { return pad(in[0], {1, 2, 2, 1}, PadMode::Reflect); },
-                  {randn64({1, 2, 3, 4}, 81)});
+  CHECK_GRADCHECK(
+      [](const Inputs& in) {
+        return pad(in[0], {1, 2, 2, 1}, PadMode::Reflect);
+      },
+      {randn64({1, 2, 3, 4}, 81)});
 }
 
 TEST_CASE("conv ops: bad input names the op and the shapes") {
@@ -278,17 +295,27 @@ TEST_CASE("conv ops on CUDA match the CPU reference" * doctest::test_suite("cuda
   for (DType dt : {kFloat32, kBFloat16}) {
     CAPTURE(dt);
     const double tol = dt == kFloat32 ? 1e-5 : 1e-2;
-    CHECK(cuda_vs_cpu([](const Inputs& in) {
-            return conv2d(in[0], in[1], in[2], {2, 1}, {1, 1}, {1, 1}, 2);
-          }, {x, w, b}, dt) < tol);
-    CHECK(cuda_vs_cpu([](const Inputs& in) { return max_pool2d(in[0], {3, 3}, {2, 2}, {1, 1}); },
-                      {x}, dt) < tol);
+    CHECK(cuda_vs_cpu(
+              [](const Inputs& in) {
+                return conv2d(in[0], in[1], in[2], {2, 1}, {1, 1}, {1, 1}, 2);
+              },
+              {x, w, b}, dt) < tol);
+    CHECK(cuda_vs_cpu(
+              [](const Inputs& in) {
+                return max_pool2d(in[0], {3, 3}, {2, 2}, {1, 1});
+              },
+              {x}, dt) < tol);
     CHECK(cuda_vs_cpu([](const Inputs& in) { return avg_pool2d(in[0], {2, 2}); }, {x}, dt) < tol);
-    CHECK(cuda_vs_cpu([](const Inputs& in) { return adaptive_avg_pool2d(in[0], {3, 2}); }, {x},
-                      dt) < tol);
-    CHECK(cuda_vs_cpu([](const Inputs& in) {
-            return batch_norm(in[0], Tensor(), Tensor(), in[1], in[2], true);
-          }, {x, randn64({6}, 114), randn64({6}, 115)}, dt) < 10 * tol);
+    CHECK(cuda_vs_cpu(
+              [](const Inputs& in) {
+                return adaptive_avg_pool2d(in[0], {3, 2});
+              },
+              {x}, dt) < tol);
+    CHECK(cuda_vs_cpu(
+              [](const Inputs& in) {
+                return batch_norm(in[0], Tensor(), Tensor(), in[1], in[2], true);
+              },
+              {x, randn64({6}, 114), randn64({6}, 115)}, dt) < 10 * tol);
   }
   // Backward of conv2d on CUDA (float32) against the CPU's.
   auto grads_of = [&](Device d) {
@@ -297,7 +324,8 @@ TEST_CASE("conv ops on CUDA match the CPU reference" * doctest::test_suite("cuda
     wd.set_requires_grad(true);
     Tensor y = conv2d(xd, wd, Tensor(), {1, 1}, {1, 1}, {1, 1}, 2);
     sum(mul(y, y)).backward();
-    return std::pair<Tensor, Tensor>{xd.grad().to(kCPU).to(kFloat64), wd.grad().to(kCPU).to(kFloat64)};
+    return std::pair<Tensor, Tensor>{xd.grad().to(kCPU).to(kFloat64),
+                                     wd.grad().to(kCPU).to(kFloat64)};
   };
   auto [gx_cpu, gw_cpu] = grads_of(kCPU);
   auto [gx_cuda, gw_cuda] = grads_of(kCUDA);
