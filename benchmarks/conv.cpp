@@ -37,15 +37,17 @@ bool checked(const char* what, double err, double tol) {
 // when the shape changes), then relu.
 struct BasicBlock : nn::Module {
   BasicBlock(int64_t in, int64_t out, int64_t stride) {
-    c1 = register_module("conv1", std::make_shared<nn::Conv2d>(
-                                      nn::Conv2dOptions(in, out, 3).stride(stride).padding(1).bias(false)));
+    c1 = register_module("conv1",
+                         std::make_shared<nn::Conv2d>(
+                             nn::Conv2dOptions(in, out, 3).stride(stride).padding(1).bias(false)));
     b1 = register_module("bn1", std::make_shared<nn::BatchNorm2d>(out));
     c2 = register_module("conv2", std::make_shared<nn::Conv2d>(
                                       nn::Conv2dOptions(out, out, 3).padding(1).bias(false)));
     b2 = register_module("bn2", std::make_shared<nn::BatchNorm2d>(out));
     if (stride != 1 || in != out) {
-      sc = register_module("shortcut", std::make_shared<nn::Conv2d>(
-                                           nn::Conv2dOptions(in, out, 1).stride(stride).bias(false)));
+      sc = register_module(
+          "shortcut",
+          std::make_shared<nn::Conv2d>(nn::Conv2dOptions(in, out, 1).stride(stride).bias(false)));
       sb = register_module("shortcut_bn", std::make_shared<nn::BatchNorm2d>(out));
     }
   }
@@ -61,8 +63,8 @@ struct BasicBlock : nn::Module {
 
 struct ResNet8 : nn::Module {
   ResNet8() {
-    stem = register_module("stem", std::make_shared<nn::Conv2d>(
-                                       nn::Conv2dOptions(3, 64, 3).padding(1).bias(false)));
+    stem = register_module(
+        "stem", std::make_shared<nn::Conv2d>(nn::Conv2dOptions(3, 64, 3).padding(1).bias(false)));
     bn = register_module("bn", std::make_shared<nn::BatchNorm2d>(64));
     l1 = register_module("layer1", std::make_shared<BasicBlock>(64, 64, 1));
     l2 = register_module("layer2", std::make_shared<BasicBlock>(64, 128, 2));
