@@ -84,7 +84,10 @@ if python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1
   # The probe's triples, if any, for the PyTorch run too.
   sizes=()
   for a in "$@"; do [[ "$a" =~ ^[0-9]+$ ]] && sizes+=("$a"); done
-  PYTHONUNBUFFERED=1 "$cs" "${rc_args[@]}" python3 tools/torch_linear_racecheck.py "${sizes[@]}" \
+  # PyTorch under racecheck is the slow part: its own time limit, so the verdict
+  # below still prints (EMBER_PROBE_TORCH_TIMEOUT, default 300 s).
+  PYTHONUNBUFFERED=1 timeout -k 5 "${EMBER_PROBE_TORCH_TIMEOUT:-300}" \
+    "$cs" "${rc_args[@]}" python3 tools/torch_linear_racecheck.py "${sizes[@]}" \
     >"$out/torch.racecheck.log" 2>&1
   echo "   exit status $? under racecheck (log $out/torch.racecheck.log)"
   grep -E '^torch_linear_racecheck: ' "$out/torch.racecheck.log" | sed 's/^/   /'

@@ -181,7 +181,7 @@ wanted() {
 
 declare -A tool_args=(
   # memcheck: no --leak-check, because the per-device caching allocators are
-  # deliberately never destroyed (cuda/allocator.cpp), so their segments are still
+  # deliberately never destroyed (cuda/device_allocator.cpp), so their segments are still
   # held at exit by design; everything else it checks is on.
   [memcheck]="--tool memcheck"
   # Every report printed, so each can be told apart by its kernel.
