@@ -7,7 +7,8 @@
 #   make compare        benchmarks/compare.sh: every benchmark and its PyTorch peer, one table
 #   make test-sanitize  the CPU tests built with ASan + UBSan + LSan (build-sanitize)
 #   make test-tsan      the CPU tests built with ThreadSanitizer (build-tsan)
-#   make gpu-sanitize   the CUDA tests under compute-sanitizer (needs a GPU)
+#   make gpu-sanitize   every CUDA suite under compute-sanitizer, the planted bugs, the
+#                       cuBLASLt probe (needs a GPU; tools/gpu_sanitize.sh)
 #   make test-fuzz      libFuzzer targets (clang), a bounded time each
 #   make format-check  every C++/CUDA file against .clang-format (clang-format 14); make format fixes
 #   make docs           the API reference from the headers and the guides of docs/ (Doxygen), build/docs/html;
