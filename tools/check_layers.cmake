@@ -28,6 +28,7 @@ set(cuda_name_exceptions
   core/predict.cpp       # cuda::is_available(), for the capacity of a CUDA mirror
   core/leak_check.cpp    # cuda::device_count(), to list every device's allocator
   nn/data.cpp            # cuda::PinnedBuffer and the current stream: DataLoader's pinned copies
+  nn/safetensors.cpp     # cuda::PinnedBuffer and the current stream: CUDA loads staged through pinned memory
 )
 
 # Layer of a project path ("core/base/dtype.h"), lowest first; -1 if not layered.
