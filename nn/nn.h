@@ -2,18 +2,20 @@
 //   module.h      Module: parameters, buffers, children, train/eval, to(), state_dict
 //   linear.h      Linear, LinearOptions
 //   embedding.h   Embedding, EmbeddingOptions
+//   attention.h   MultiheadAttention, MultiheadAttentionOptions
 //   normalization.h LayerNorm, LayerNormOptions
 //   activation.h  ReLU, GELU, Tanh, Sigmoid, Softmax, LogSoftmax
 //   dropout.h     Dropout, DropoutOptions
 //   sequential.h  Sequential
 //   container.h   ModuleList, ModuleDict
 //   flatten.h     Flatten, FlattenOptions
-//   clip_grad.h   utils::clip_grad_norm_
+//   clip_grad.h   utils::clip_grad_norm_ (a double), utils::clip_grad_norm_tensor_ (no sync)
 //   loss.h        MSELoss, CrossEntropyLoss, NLLLoss, BCELoss, BCEWithLogitsLoss, L1Loss
 //                 and their options
 //   functional.h  functional::linear, mse_loss, cross_entropy, nll_loss, binary_cross_entropy
 //                 (_with_logits), l1_loss, embedding, one_hot, layer_norm, softmax,
-//                 log_softmax, relu, gelu, tanh, sigmoid, softplus, dropout
+//                 log_softmax, relu, gelu, tanh, sigmoid, softplus, dropout,
+//                 scaled_dot_product_attention
 //   init.h        init::kaiming_uniform_, xavier_uniform_, normal_, zeros_, ...
 //   data.h        Dataset, TensorDataset, DataLoader
 //   checkpoint.h  Checkpoint (model, optimizer, scheduler, loader, your entries),
@@ -21,6 +23,7 @@
 #pragma once
 
 #include "nn/activation.h"
+#include "nn/attention.h"
 #include "nn/checkpoint.h"
 #include "nn/clip_grad.h"
 #include "nn/container.h"
