@@ -12,6 +12,8 @@
 #                                  against libtorch and PyTorch
 #                          mlp     the 4 x 4096 MLP step: ember against PyTorch
 #                          device  Linear sweep, MSE, optimizer steps: ember against PyTorch
+#                          gpt     the GPT training step (char and GPT-2 124M shapes, bf16):
+#                                  ember against PyTorch eager and torch.compile
 #                          once    allocator, alloc_site, parallel: run in rep-1 only (no peer)
 #                          all     every one of these
 #   EMBER_BENCH_QUICK=1    fewer rounds inside each process (a smoke run)
@@ -30,7 +32,7 @@ out="$(realpath -m "$out")"
 build=${EMBER_BENCH_BUILD:-build-release}
 reps=${EMBER_COMPARE_REPS:-5}
 set_=${EMBER_COMPARE_SET:-host,mlp}
-[ "$set_" = all ] && set_=host,mlp,device,once
+[ "$set_" = all ] && set_=host,mlp,device,gpt,once
 quick=()
 [ "${EMBER_BENCH_QUICK:-0}" = 1 ] && quick=(--quick)
 mkdir -p "$out"
@@ -125,6 +127,10 @@ for ((k = 1; k <= reps; ++k)); do
     run "$d" cross_entropy 180 "$b/bench_cross_entropy" --json "$d/cross_entropy.json"
     run "$d" layer_norm 120 "$b/bench_layer_norm" --json "$d/layer_norm.json"
     run "$d" peer 300 python3 benchmarks/peer_pytorch.py --json "$d/peer.json"
+  fi
+  if has gpt; then
+    run "$d" gpt 900 "$b/bench_gpt" --json "$d/gpt.json" "${quick[@]}"
+    run "$d" peer_gpt 1500 python3 benchmarks/peer_gpt.py --json "$d/peer_gpt.json" "${quick[@]}"
   fi
   if has once && [ "$k" = 1 ]; then
     run "$d" allocator 300 "$b/bench_allocator" --json "$d/allocator.json"
