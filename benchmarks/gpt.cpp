@@ -11,12 +11,16 @@
 //
 //   bench_gpt [--only char|gpt2] [--json FILE] [--quick]
 //   bench_gpt --parity FILE [--device cpu|cuda] [--steps 20] [--batch B] [--block T]
+//   bench_gpt --sdpa FILE [--device cpu|cuda]
 //
 // --parity: the char model (fp32, dropout 0, TF32 off) trained --steps steps on
 // random token ids with AdamW (lr 1e-3, betas 0.9/0.99, weight decay 0.1 on 2-D
 // parameters) and clipping at 1.0; writes the initial weights, the batches and
 // ember's loss per step to FILE (ember's checkpoint format) for
 // `peer_gpt.py --parity FILE`, which repeats the run in PyTorch and compares.
+// --sdpa: scaled_dot_product_attention cases (masks bool, additive and causal,
+// broadcast batch dims, L != S), ember's outputs and gradients, for
+// `peer_gpt.py --sdpa FILE` to compare with PyTorch's math backend.
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -192,11 +196,67 @@ int parity(int argc, char** argv) {
   return 0;
 }
 
+// scaled_dot_product_attention cases for peer_gpt.py --sdpa: inputs, masks, the
+// output and the gradients of sum(out * w) of each, float32 on `device`.
+int sdpa_cases(int argc, char** argv) {
+  std::string path, device_name = "cpu";
+  for (int i = 1; i + 1 < argc; ++i) {
+    if (std::strcmp(argv[i], "--sdpa") == 0) path = argv[i + 1];
+    if (std::strcmp(argv[i], "--device") == 0) device_name = argv[i + 1];
+  }
+  const Device device(device_name);
+  struct Case {
+    const char* name;
+    Shape q, k, v, mask;
+    int mask_kind;  // 0 none, 1 bool, 2 additive, 3 causal
+  };
+  const std::vector<Case> cases = {
+      {"plain", {2, 3, 17, 16}, {2, 3, 23, 16}, {2, 3, 23, 8}, {}, 0},
+      {"causal", {2, 4, 33, 32}, {2, 4, 33, 32}, {2, 4, 33, 32}, {}, 3},
+      {"causal_l_lt_s", {1, 2, 9, 8}, {1, 2, 14, 8}, {1, 2, 14, 8}, {}, 3},
+      {"bool_broadcast", {2, 3, 12, 16}, {1, 3, 20, 16}, {1, 3, 20, 4}, {12, 20}, 1},
+      {"additive", {2, 2, 10, 8}, {2, 2, 10, 8}, {2, 2, 10, 8}, {2, 1, 10, 10}, 2},
+  };
+  StateDict out;
+  Generator g(21);
+  for (const Case& c : cases) {
+    const std::string n = c.name;
+    Tensor q = randn(c.q, TensorOptions(kFloat32), &g), k = randn(c.k, TensorOptions(kFloat32), &g),
+           v = randn(c.v, TensorOptions(kFloat32), &g);
+    Tensor mask;
+    if (c.mask_kind == 1) mask = rand(c.mask, TensorOptions(kFloat32), &g).gt(0.25);
+    if (c.mask_kind == 2) mask = randn(c.mask, TensorOptions(kFloat32), &g);
+    Tensor qd = q.to(device).set_requires_grad(true), kd = k.to(device).set_requires_grad(true),
+           vd = v.to(device).set_requires_grad(true);
+    Tensor o = scaled_dot_product_attention(qd, kd, vd, mask.defined() ? mask.to(device) : mask,
+                                            0.0, c.mask_kind == 3);
+    Tensor w = randn(o.sizes(), TensorOptions(kFloat32), &g);
+    sum(o * w.to(device)).backward();
+    out.insert(n + ".q", q);
+    out.insert(n + ".k", k);
+    out.insert(n + ".v", v);
+    out.insert(n + ".w", w);
+    out.insert(n + ".causal", full({}, c.mask_kind == 3 ? 1.0 : 0.0, kInt64));
+    if (mask.defined()) out.insert(n + ".mask", mask.dtype() == kBool ? cast(mask, kInt64) : mask);
+    if (c.mask_kind == 1) out.insert(n + ".mask_is_bool", full({}, 1.0, kInt64));
+    out.insert(n + ".out", o.detach().to(kCPU));
+    out.insert(n + ".dq", qd.grad().to(kCPU));
+    out.insert(n + ".dk", kd.grad().to(kCPU));
+    out.insert(n + ".dv", vd.grad().to(kCPU));
+  }
+  nn::save_state_dict(out, path);
+  std::printf("sdpa: %zu cases (float32, %s) in %s\n", cases.size(), device.str().c_str(),
+              path.c_str());
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  for (int i = 1; i < argc; ++i)
+  for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--parity") == 0) return parity(argc, argv);
+    if (std::strcmp(argv[i], "--sdpa") == 0) return sdpa_cases(argc, argv);
+  }
   if (!bench::have_gpu("bench_gpt")) return 0;
   bool quick = false;
   std::string only;

@@ -9,11 +9,14 @@ char shape (6x384, T 256, batch 64, vocab 65, dropout 0.2) and GPT-2 124M's
 
     python3 benchmarks/peer_gpt.py [--only char|gpt2] [--json FILE] [--quick] [--no-compile]
     python3 benchmarks/peer_gpt.py --parity FILE [--device cpu|cuda] [--tol 1e-4]
+    python3 benchmarks/peer_gpt.py --sdpa FILE [--device cpu|cuda] [--tol 1e-5]
 
 --parity FILE: what `bench_gpt --parity FILE` wrote (ember's checkpoint format:
 the initial weights, the batches data.x / data.y, ember's losses data.loss);
 repeats the run in PyTorch from those weights (fp32, TF32 off, dropout 0) and
 fails unless every step's loss agrees within --tol relative.
+--sdpa FILE: what `bench_gpt --sdpa FILE` wrote (scaled_dot_product_attention
+cases with ember's outputs and gradients), checked against PyTorch's math backend.
 Before timing, each shape is validated: bf16's first loss within 1% of fp32's
 and five steps on one batch lowering the loss (as bench_gpt does).
 """
@@ -179,6 +182,46 @@ def parity(torch):
     return 0 if ok else 1
 
 
+def sdpa_check(torch):
+    """ember's scaled_dot_product_attention cases (bench_gpt --sdpa) against PyTorch's
+    math backend in float32: output and gradients within --tol (default 1e-5) by
+    ||ember - torch|| / ||torch||."""
+    path = arg("--sdpa")
+    dev = torch.device(arg("--device", "cpu"))
+    tol = float(arg("--tol", "1e-5"))
+    torch.backends.cuda.matmul.allow_tf32 = False
+    ck = read_ember_checkpoint(path)
+    names = sorted({k.rsplit(".", 1)[0] for k in ck})
+    F = torch.nn.functional
+    try:
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+        math_only = lambda: sdpa_kernel(SDPBackend.MATH)  # noqa: E731
+    except ImportError:
+        math_only = lambda: torch.backends.cuda.sdp_kernel(  # noqa: E731
+            enable_flash=False, enable_math=True, enable_mem_efficient=False)
+    worst, ok = 0.0, True
+    for n in names:
+        t = {k.rsplit(".", 1)[1]: to_torch(torch, v) for k, v in ck.items() if k.rsplit(".", 1)[0] == n}
+        q, k, v = (t[x].to(dev).requires_grad_(True) for x in ("q", "k", "v"))
+        mask = t.get("mask")
+        if mask is not None:
+            mask = mask.to(torch.bool) if "mask_is_bool" in t else mask
+            mask = mask.to(dev)
+        with math_only():
+            o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=bool(t["causal"].item()))
+        (o * t["w"].to(dev)).sum().backward()
+        for key, got in (("out", o), ("dq", q.grad), ("dk", k.grad), ("dv", v.grad)):
+            ref = got.detach().double().cpu()
+            rel = ((t[key].double() - ref).norm() / ref.norm()).item()
+            worst = max(worst, rel)
+            good = rel <= tol
+            ok = ok and good
+            print(f"sdpa {n:<16} {key:<3} rel. error {rel:.2e}{'' if good else '  FAILED'}")
+    print(f"sdpa: {'OK' if ok else 'FAILED'}: {len(names)} cases, largest relative error "
+          f"{worst:.2e} (tolerance {tol:g}) against PyTorch's math backend on {dev}")
+    return 0 if ok else 1
+
+
 WORKLOADS = {
     "char": dict(name="gpt char step", shape="6x384 T256 b64", batch=64,
                  cfg=dict(vocab_size=65, block_size=256, n_layer=6, n_head=6, n_embd=384,
@@ -259,9 +302,11 @@ def main():
         import torch
     except ImportError:
         print("peer_gpt: PyTorch is not installed; nothing to measure")
-        return 0 if "--parity" not in sys.argv else 1
+        return 0 if "--parity" not in sys.argv and "--sdpa" not in sys.argv else 1
     if "--parity" in sys.argv:
         return parity(torch)
+    if "--sdpa" in sys.argv:
+        return sdpa_check(torch)
     if not torch.cuda.is_available():
         print("peer_gpt: no CUDA device; nothing to measure")
         return 0
