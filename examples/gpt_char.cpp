@@ -10,10 +10,13 @@
 // (resume continues bit for bit), and samples with temperature and top-k at the
 // end. Exits 1 when the best validation loss is above --max-val-loss.
 //
-//   build/examples/gpt_char [--tiny] [--steps N] [--device cpu|cuda] [--out DIR]
+//   build/examples/gpt_char [--tiny] [--steps N] [--device cpu|cuda] [--out DIR] [--fp32]
 //                           [--resume CKPT] [--check-resume] [--max-val-loss X]
 //                           [--dropout P] [--data FILE]
 //
+// On CUDA the step runs under bf16 autocast (as nanoGPT's), unless --fp32. Each
+// evaluation saves DIR/gpt_char_last.ckp (--resume it to continue a run cut short)
+// and, when the validation loss is the best so far, DIR/gpt_char.ckp.
 // --tiny: a 2-layer, 48-dim model that CI trains on the CPU (its bound is set in
 // main below). --check-resume: trains --steps steps, then again from the
 // checkpoint saved half-way, and fails unless the parameters agree bit for bit.
@@ -48,6 +51,7 @@ struct TrainConfig {
   int64_t warmup = 100;
   double lr = 1e-3, min_lr = 1e-4, weight_decay = 0.1, clip = 1.0;
   int64_t eval_every = 250, eval_iters = 200, log_every = 10;
+  bool bf16 = false;  // bf16 autocast (CUDA Linear layers and attention), as nanoGPT
 };
 
 TrainConfig full_config() {
@@ -121,6 +125,7 @@ double estimate_loss(GPT& model, const std::vector<int64_t>& data, const TrainCo
   for (int64_t i = 0; i < cfg.eval_iters; ++i) {
     Tensor x, y;
     get_batch(data, cfg.batch, cfg.model.block_size, device, x, y);
+    AutocastGuard autocast(kBFloat16, cfg.bf16);
     total = total + model.loss(x, y);
   }
   model.train();
@@ -195,7 +200,11 @@ struct Run {
     Tensor x, y;
     get_batch(c.train, cfg.batch, cfg.model.block_size, device, x, y);
     opt->zero_grad();
-    Tensor loss = model->loss(x, y);
+    Tensor loss;
+    {
+      AutocastGuard autocast(kBFloat16, cfg.bf16);
+      loss = model->loss(x, y);
+    }
     loss.backward();
     nn::utils::clip_grad_norm_tensor_(model->parameters(), cfg.clip);
     opt->step();
@@ -216,7 +225,12 @@ void print_prediction(const TrainConfig& cfg, Device device) {
     return StepFunction([run, &cfg, d](int) {
       Tensor x = zeros({cfg.batch, cfg.model.block_size}, TensorOptions(kInt64).device(d));
       run->opt->zero_grad();
-      run->model->loss(x, x).backward();
+      Tensor loss;
+      {
+        AutocastGuard autocast(kBFloat16, cfg.bf16);
+        loss = run->model->loss(x, x);
+      }
+      loss.backward();
       nn::utils::clip_grad_norm_tensor_(run->model->parameters(), cfg.clip);
       run->opt->step();
     });
@@ -238,7 +252,7 @@ std::string clock_str(double seconds) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  bool tiny = false, check_resume = false;
+  bool tiny = false, check_resume = false, fp32 = false;
   int64_t steps = -1;
   std::string device_name = cuda::is_available() ? "cuda" : "cpu";
   std::string out_dir = "gpt_char_out", resume, data = EMBER_EXAMPLES_DATA_DIR "/alice/alice29.txt";
@@ -251,6 +265,8 @@ int main(int argc, char** argv) {
     };
     if (a == "--tiny")
       tiny = true;
+    else if (a == "--fp32")
+      fp32 = true;
     else if (a == "--check-resume")
       check_resume = true;
     else if (a == "--steps")
@@ -279,6 +295,7 @@ int main(int argc, char** argv) {
   // (add-one bigram) 2.41. 2.6 fails a model that learned no more than frequencies.
   if (max_val_loss < 0) max_val_loss = tiny ? 2.6 : 1e9;
   const Device device(device_name);
+  cfg.bf16 = device.is_cuda() && !fp32;  // nanoGPT trains in bf16 where it can
   manual_seed(1337);
 
   const Corpus corpus = load_corpus(data);
@@ -287,7 +304,8 @@ int main(int argc, char** argv) {
               corpus.train.size(), corpus.val.size(), static_cast<long long>(cfg.model.vocab_size),
               device.str().c_str());
   std::filesystem::create_directories(out_dir);
-  const std::string ckpt_path = out_dir + "/gpt_char.ckp";
+  const std::string ckpt_path = out_dir + "/gpt_char.ckp";       // the best validation loss
+  const std::string last_path = out_dir + "/gpt_char_last.ckp";  // the latest evaluation
 
   if (check_resume) {
     // Straight through, saving half-way; then from that checkpoint to the end.
@@ -347,6 +365,7 @@ int main(int argc, char** argv) {
         best_val = val;
         run.checkpoint().set("step", s).set("best_val", best_val).save(ckpt_path);
       }
+      run.checkpoint().set("step", s).set("best_val", best_val).save(last_path);
     }
     if (s % cfg.log_every == 0 || s == cfg.steps) {
       const double now = elapsed(), loss = running.item() / static_cast<double>(in_window);
