@@ -12,6 +12,7 @@
 //   bench_gpt [--only char|gpt2] [--json FILE] [--quick]
 //   bench_gpt --parity FILE [--device cpu|cuda] [--steps 20] [--batch B] [--block T]
 //   bench_gpt --sdpa FILE [--device cpu|cuda]
+//   bench_gpt --memory [--only char|gpt2]
 //
 // --parity: the char model (fp32, dropout 0, TF32 off) trained --steps steps on
 // random token ids with AdamW (lr 1e-3, betas 0.9/0.99, weight decay 0.1 on 2-D
@@ -21,6 +22,8 @@
 // --sdpa: scaled_dot_product_attention cases (masks bool, additive and causal,
 // broadcast batch dims, L != S), ember's outputs and gradients, for
 // `peer_gpt.py --sdpa FILE` to compare with PyTorch's math backend.
+// --memory: predict_memory's peak allocated and reserved bytes for each shape's
+// step (3 steps) against measure_memory's on the GPU; exits 1 unless equal.
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -250,6 +253,32 @@ int sdpa_cases(int argc, char** argv) {
   return 0;
 }
 
+// predict_memory against measure_memory (the same step on the GPU, its allocator
+// fresh) for each shape's bf16 step: peak allocated and reserved bytes.
+int memory_check(const std::string& only) {
+  if (!bench::have_gpu("bench_gpt --memory")) return 0;
+  int failures = 0;
+  for (const Workload& w : {char_workload(), gpt2_workload()}) {
+    if (!only.empty() && w.name.find(only == "char" ? "char" : "gpt2") == std::string::npos)
+      continue;
+    StepFactory factory = [&w](Device d) {
+      auto t = std::make_shared<Trainer>(w, d, true);
+      return StepFunction([t](int) { t->step(); });
+    };
+    const MemoryPrediction p = predict_memory(factory, PredictOptions().steps(3));
+    const MemoryPrediction m = measure_memory(factory, kCUDA, PredictOptions().steps(3));
+    const bool same = p.peak_allocated == m.peak_allocated && p.peak_reserved == m.peak_reserved;
+    std::printf(
+        "memory %s (3 steps): predicted peak allocated %lld B, reserved %lld B; measured "
+        "%lld B, %lld B: %s\n",
+        w.name.c_str(), static_cast<long long>(p.peak_allocated),
+        static_cast<long long>(p.peak_reserved), static_cast<long long>(m.peak_allocated),
+        static_cast<long long>(m.peak_reserved), same ? "equal" : "DIFFER");
+    failures += same ? 0 : 1;
+  }
+  return failures ? 1 : 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -258,12 +287,14 @@ int main(int argc, char** argv) {
     if (std::strcmp(argv[i], "--sdpa") == 0) return sdpa_cases(argc, argv);
   }
   if (!bench::have_gpu("bench_gpt")) return 0;
-  bool quick = false;
+  bool quick = false, memory = false;
   std::string only;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--quick") == 0) quick = true;
+    if (std::strcmp(argv[i], "--memory") == 0) memory = true;
     if (std::strcmp(argv[i], "--only") == 0 && i + 1 < argc) only = argv[i + 1];
   }
+  if (memory) return memory_check(only);
   std::vector<Workload> work;
   if (only.empty() || only == "char") work.push_back(char_workload());
   if (only.empty() || only == "gpt2") work.push_back(gpt2_workload());
