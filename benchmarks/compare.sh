@@ -14,6 +14,8 @@
 #                          device  Linear sweep, MSE, optimizer steps: ember against PyTorch
 #                          gpt     the GPT training step (char and GPT-2 124M shapes, bf16):
 #                                  ember against PyTorch eager and torch.compile
+#                          conv    bench_conv (convolution, batch norm, ResNet-8 step) against
+#                                  PyTorch with cuDNN (peer_conv.py)
 #                          once    allocator, alloc_site, parallel: run in rep-1 only (no peer)
 #                          all     every one of these
 #   EMBER_BENCH_QUICK=1    fewer rounds inside each process (a smoke run)
@@ -131,6 +133,10 @@ for ((k = 1; k <= reps; ++k)); do
   if has gpt; then
     run "$d" gpt 900 "$b/bench_gpt" --json "$d/gpt.json" "${quick[@]}"
     run "$d" peer_gpt 1500 python3 benchmarks/peer_gpt.py --json "$d/peer_gpt.json" "${quick[@]}"
+  fi
+  if has conv; then
+    run "$d" conv 300 "$b/bench_conv" --json "$d/conv.json" "${quick[@]}"
+    run "$d" peer_conv 300 python3 benchmarks/peer_conv.py --json "$d/peer_conv.json" "${quick[@]}"
   fi
   if has once && [ "$k" = 1 ]; then
     run "$d" allocator 300 "$b/bench_allocator" --json "$d/allocator.json"
