@@ -1,6 +1,7 @@
 // Every tensor op, as free functions. Each is defined in core/ops/<group>.cpp with
-// its forward, its backward (attached right below) and its CPU reference kernel;
-// its CUDA launcher is in cuda/kernels/<group>.cu. Bad shapes, devices or dtypes
+// its forward and its backward (attached right below); its kernels are the device
+// table's (core/kernel_table.h): the CPU reference loops in core/kernels/cpu_*.cpp,
+// the CUDA launchers in cuda/kernels/<group>.cu. Bad shapes, devices or dtypes
 // throw ember::Error naming the op and the operands.
 #pragma once
 
@@ -206,6 +207,14 @@ Tensor pad(const Tensor& input, const std::vector<int64_t>& padding,
 // kept for backward; composed elsewhere.
 Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight = Tensor(),
                   const Tensor& bias = Tensor(), double eps = 1e-5);
+// y = x / sqrt(mean(x^2) + eps) * weight over the trailing dims normalized_shape, as
+// torch.nn.functional.rms_norm; weight (shape normalized_shape) may be undefined,
+// and eps defaults (nullopt) to the machine epsilon of the type the op computes in
+// (float32's for float32 and bfloat16, float64's for float64). On CUDA (float32,
+// bfloat16) one fused kernel per direction, the row's 1/rms kept for backward;
+// composed elsewhere.
+Tensor rms_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight = Tensor(),
+                std::optional<double> eps = std::nullopt);
 
 // --- linear algebra (core/ops/matmul.cpp): 2-D x 2-D, or batched (B, n, k) x (B, k, m)
 // and (B, n, k) x (k, m). CUDA through cuBLAS.
