@@ -145,8 +145,10 @@ Tensor attention_composed(const Tensor& q, const Tensor& k, const Tensor& v, con
 }
 
 // The fused path's hook: returns an undefined tensor where no fused kernel can
-// run these arguments (the attention-kernel work plugs in here: a predicate on
-// device, dtype and shapes, then the kernel with the same dropout counters).
+// run these arguments. The attention kernel plugs in here by CONTRIBUTING.md's
+// fused-op protocol: its `<name>_fused_supported` predicate, asked before anything
+// is allocated (devices without the kernel answer false), then its compute
+// families, drawing dropout from the same (seed, offset) counters as below.
 Tensor attention_fused(const Tensor& /*q*/, const Tensor& /*k*/, const Tensor& /*v*/,
                        const Tensor& /*mask*/, double /*dropout_p*/, bool /*is_causal*/,
                        double /*scale*/, Generator* /*gen*/, const AttentionShapes& /*s*/) {
