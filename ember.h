@@ -2,6 +2,7 @@
 //   core/tensor.h     Tensor, TensorOptions, DType, Device, factories, Generator
 //   core/ops.h        every op (add, matmul, sum, relu, cat, linear, mse_loss, ...)
 //   core/autograd.h   NoGradGuard, backward engine, grad(), hooks
+//   core/custom_function.h autograd::Function: custom ops with their own backward
 //   core/autocast.h   AutocastGuard: bf16 Linear on CUDA, float32 master weights
 //   core/memory.h     memory_summary/memory_stats/empty_cache/... for any Device
 //   cuda/runtime.h    cuda::is_available(), device count, streams, events
@@ -19,6 +20,7 @@
 #include "core/anomaly.h"
 #include "core/autocast.h"
 #include "core/autograd.h"
+#include "core/custom_function.h"
 #include "core/leak_check.h"
 #include "core/live_tensors.h"
 #include "core/memory.h"

@@ -12,6 +12,8 @@
 #                                  against libtorch and PyTorch
 #                          mlp     the 4 x 4096 MLP step: ember against PyTorch
 #                          device  Linear sweep, MSE, optimizer steps: ember against PyTorch
+#                          gpt     the GPT training step (char and GPT-2 124M shapes, bf16):
+#                                  ember against PyTorch eager and torch.compile
 #                          conv    bench_conv (convolution, batch norm, ResNet-8 step) against
 #                                  PyTorch with cuDNN (peer_conv.py)
 #                          once    allocator, alloc_site, parallel: run in rep-1 only (no peer)
@@ -32,7 +34,7 @@ out="$(realpath -m "$out")"
 build=${EMBER_BENCH_BUILD:-build-release}
 reps=${EMBER_COMPARE_REPS:-5}
 set_=${EMBER_COMPARE_SET:-host,mlp}
-[ "$set_" = all ] && set_=host,mlp,device,once
+[ "$set_" = all ] && set_=host,mlp,device,gpt,once
 quick=()
 [ "${EMBER_BENCH_QUICK:-0}" = 1 ] && quick=(--quick)
 mkdir -p "$out"
@@ -127,6 +129,10 @@ for ((k = 1; k <= reps; ++k)); do
     run "$d" cross_entropy 180 "$b/bench_cross_entropy" --json "$d/cross_entropy.json"
     run "$d" layer_norm 120 "$b/bench_layer_norm" --json "$d/layer_norm.json"
     run "$d" peer 300 python3 benchmarks/peer_pytorch.py --json "$d/peer.json"
+  fi
+  if has gpt; then
+    run "$d" gpt 900 "$b/bench_gpt" --json "$d/gpt.json" "${quick[@]}"
+    run "$d" peer_gpt 1500 python3 benchmarks/peer_gpt.py --json "$d/peer_gpt.json" "${quick[@]}"
   fi
   if has conv; then
     run "$d" conv 300 "$b/bench_conv" --json "$d/conv.json" "${quick[@]}"

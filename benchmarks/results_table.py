@@ -26,7 +26,8 @@ peer_train_step_seed.json peer_train_step_mlp.json (or peer_train_step.json);
 op_overhead.json, linear_small.json (bench_op_overhead, bench_linear_small);
 libtorch_{train_step,op_overhead,linear_small}.json (peer_libtorch);
 py_op_overhead.json py_linear_small.json (peer_host_bound.py); digits_mlp.json
-(bench_digits_mlp) with peer_train_step_digits.json (or peer_train_step.json).
+(bench_digits_mlp) with peer_train_step_digits.json (or peer_train_step.json);
+gpt.json (bench_gpt) with peer_gpt.json (peer_gpt.py).
 """
 import glob
 import json
@@ -365,6 +366,39 @@ def paired(reps, ours_file, peer_file, title, targets=()):
         table(["workload", "dtype", "shape", "ember ms", "peer ms", "ember / peer"], rows)
 
 
+def gpt(reps):
+    """bench_gpt (gpt.json) against peer_gpt.py (peer_gpt.json): ember / eager and
+    ember / torch.compile per shape; no target (the GPT-speed issue owns one)."""
+    names, peer = ("gpt.json",), ("peer_gpt.json",)
+    ours = collect(reps, names, row_key)
+    py = collect(reps, peer, row_key)
+    notes = {}
+    for rep in reps:
+        for r in load(rep, *names, *peer):
+            notes[row_key(r)] = r.get("note", "")
+    rows = []
+    for name, shape in (("gpt char step", "6x384 T256 b64"), ("gpt2-124M step", "12x768 T1024 b16")):
+        k = (name, "bf16", shape, "ember")
+        if k not in ours:
+            continue
+        cells = [name, ours[k].fmt(), notes.get(k, "")]
+        for impl in ("eager", "torch.compile"):
+            pk = (name, "bf16", shape, impl)
+            r = Series()
+            for rep in reps:
+                o = {row_key(x): x for x in load(rep, *names)}
+                p_ = {row_key(x): x for x in load(rep, *peer)}
+                if k in o and pk in p_ and p_[pk]["ms"] > 0:
+                    r.add(o[k]["ms"] / p_[pk]["ms"])
+            cells += [py.get(pk, Series()).fmt(), notes.get(pk, ""), rfmt(r)]
+        rows.append(cells)
+    if rows:
+        print(f"### GPT training step (bf16 autocast, fused AdamW, clip 1.0), {len(reps)} "
+              "repetition(s)\n")
+        table(["shape", "ember ms", "ember", "eager ms", "eager", "ember / eager",
+               "compile ms", "compiled", "ember / compile"], rows)
+
+
 def main():
     d = sys.argv[1] if len(sys.argv) > 1 else "."
     reps = reps_of(d)
@@ -383,6 +417,7 @@ def main():
            "Convolution, batch norm, ResNet-8 step: ember (composed) against PyTorch (cuDNN)",
            [("29", "conv3x3 fwd+bwd", "bf16", 1.2), ("29", "batch_norm2d fwd+bwd", "f32", 0.8),
             ("29", "resnet8 step", "tf32", 1.0)])
+    gpt(reps)
     if TARGETS:
         print("### Targets\n")
         print("Met only when the whole range of the ratio is at or below the target, missed "

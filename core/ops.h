@@ -220,6 +220,28 @@ Tensor rms_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& we
 // and (B, n, k) x (k, m). CUDA through cuBLAS.
 Tensor matmul(const Tensor& a, const Tensor& b);
 
+// --- attention (core/ops/attention.cpp), as torch.nn.functional.scaled_dot_product_attention:
+// softmax(q k^T * scale + mask) v with query (..., L, E), key (..., S, E), value
+// (..., S, Ev) -> (..., L, Ev); the batch dims (...) broadcast. attn_mask, broadcast
+// to (..., L, S): bool (true = take part, as PyTorch) or an additive mask of the
+// query's dtype. is_causal: the upper-left-aligned lower triangle (query i attends
+// keys j <= i); giving both a mask and is_causal is an error, as in PyTorch. scale
+// unset (the default) means 1 / sqrt(E). A row whose keys are all masked out gives
+// zeros (PyTorch's math backend since 2.5), not NaN. dropout_p > 0 zeroes
+// attention weights as nn::functional::dropout does (always: PyTorch's function has
+// no training flag), the keep mask drawn from `gen` (the default generator if null):
+// weight i (row-major in the broadcast (..., L, S)) is kept iff
+// float(random_uniform(seed, offset + i)) >= float(dropout_p), offset being
+// gen->advance((...) * L * S) at the call, so a fused kernel can reproduce it.
+// Differentiable in query, key, value and a float mask. EMBER_ATTENTION=composed
+// forces the composed path; =ours requires the fused kernel (an error where it
+// cannot run); unset: fused where supported, composed elsewhere.
+Tensor scaled_dot_product_attention(const Tensor& query, const Tensor& key, const Tensor& value,
+                                    const Tensor& attn_mask = Tensor(), double dropout_p = 0.0,
+                                    bool is_causal = false,
+                                    std::optional<double> scale = std::nullopt,
+                                    Generator* gen = nullptr);
+
 // --- shape (core/ops/shape.cpp): views share storage where the layout allows
 Tensor view(const Tensor& a, Shape sizes);     // -1 infers one size; needs viewable strides
 Tensor reshape(const Tensor& a, Shape sizes);  // view when possible, else copy

@@ -7,8 +7,8 @@
 
 namespace ember::nn::utils {
 
-double clip_grad_norm_(const std::vector<Tensor>& parameters, double max_norm, double norm_type,
-                       bool error_if_nonfinite) {
+Tensor clip_grad_norm_tensor_(const std::vector<Tensor>& parameters, double max_norm,
+                              double norm_type, bool error_if_nonfinite) {
   EMBER_CHECK(!std::isnan(max_norm), "clip_grad_norm_: max_norm is NaN");
   EMBER_CHECK(norm_type >= 0 && !std::isnan(norm_type),
               "clip_grad_norm_: norm_type must be >= 0 (or inf), got ", norm_type);
@@ -27,7 +27,7 @@ double clip_grad_norm_(const std::vector<Tensor>& parameters, double max_norm, d
                 shape_str(g.sizes()), ") is not contiguous");
     grads.push_back(g);
   }
-  if (grads.empty()) return 0.0;
+  if (grads.empty()) return zeros({}, kFloat64);
   NoGradGuard no_grad;
   auto [norm, coef] = multi_tensor_norm_clip_coef(grads, norm_type, max_norm);
   if (error_if_nonfinite) {
@@ -38,7 +38,12 @@ double clip_grad_norm_(const std::vector<Tensor>& parameters, double max_norm, d
                 "changed); pass error_if_nonfinite=false to scale them by it anyway");
   }
   multi_tensor_mul_(grads, coef);
-  return norm.item();
+  return norm;
+}
+
+double clip_grad_norm_(const std::vector<Tensor>& parameters, double max_norm, double norm_type,
+                       bool error_if_nonfinite) {
+  return clip_grad_norm_tensor_(parameters, max_norm, norm_type, error_if_nonfinite).item();
 }
 
 double clip_grad_norm_(std::initializer_list<Tensor> parameters, double max_norm, double norm_type,

@@ -28,6 +28,17 @@
 
 namespace ember::nn::utils {
 
+// The same, returning the total norm as a float64 0-dim tensor on the gradients'
+// device without waiting for it (PyTorch's Python clip_grad_norm_ returns a
+// tensor too): no host synchronisation, so it runs on the meta device (for
+// predict_memory) and inside a cuda::Graph capture. Only error_if_nonfinite
+// reads the norm on the host (and so synchronises). No gradients at all: a CPU
+// zero.
+//
+//   Tensor norm = nn::utils::clip_grad_norm_tensor_(model->parameters(), 1.0);
+Tensor clip_grad_norm_tensor_(const std::vector<Tensor>& parameters, double max_norm,
+                              double norm_type = 2.0, bool error_if_nonfinite = false);
+
 double clip_grad_norm_(const std::vector<Tensor>& parameters, double max_norm,
                        double norm_type = 2.0, bool error_if_nonfinite = false);
 double clip_grad_norm_(std::initializer_list<Tensor> parameters, double max_norm,

@@ -79,6 +79,16 @@ inline Tensor layer_norm(const Tensor& input, const Shape& normalized_shape,
   return ember::layer_norm(input, normalized_shape, weight, bias, eps);
 }
 
+// As torch.nn.functional.scaled_dot_product_attention (core/ops.h documents it).
+inline Tensor scaled_dot_product_attention(const Tensor& query, const Tensor& key,
+                                           const Tensor& value, const Tensor& attn_mask = Tensor(),
+                                           double dropout_p = 0.0, bool is_causal = false,
+                                           std::optional<double> scale = std::nullopt,
+                                           Generator* gen = nullptr) {
+  return ember::scaled_dot_product_attention(query, key, value, attn_mask, dropout_p, is_causal,
+                                             scale, gen);
+}
+
 // Zeroes each element with probability p and scales the rest by 1 / (1 - p)
 // ("inverted" dropout, so eval needs no rescaling). Identity when !training.
 Tensor dropout(const Tensor& x, double p = 0.5, bool training = true, Generator* gen = nullptr);

@@ -63,6 +63,20 @@ Tensor Module::register_parameter(const std::string& name, Tensor t, bool requir
   return t;
 }
 
+Tensor Module::replace_parameter(const std::string& name, Tensor t) {
+  EMBER_CHECK(t.defined(), "replace_parameter: '", name, "' given an undefined tensor");
+  EMBER_CHECK(t.is_leaf(), "replace_parameter: the tensor for '", name,
+              "' has a grad_fn; give a leaf (a parameter, or use detach())");
+  for (auto& [n, p] : parameters_)
+    if (n == name) {
+      EMBER_CHECK(p.sizes() == t.sizes(), "replace_parameter: '", name, "' of ", this->name(),
+                  " has shape ", shape_str(p.sizes()), ", the new tensor ", shape_str(t.sizes()));
+      p = t;
+      return t;
+    }
+  throw Error("replace_parameter: " + this->name() + " has no parameter '" + name + "'");
+}
+
 Tensor Module::register_buffer(const std::string& name, Tensor t) {
   check_name("register_buffer", name);
   EMBER_CHECK(t.defined(), "register_buffer: buffer '", name, "' is an undefined tensor");

@@ -45,6 +45,14 @@ class Module : public std::enable_shared_from_this<Module> {
   // Registers `t` as parameter `name` (a leaf; requires_grad set as asked) and
   // returns the handle, which aliases the registered tensor.
   Tensor register_parameter(const std::string& name, Tensor t, bool requires_grad = true);
+  // Makes the registered parameter `name` of this module the tensor `t` (a leaf
+  // of the same shape) and returns it: weight tying, as PyTorch's
+  // `head.weight = embedding.weight`. Assign the result to the module's member too:
+  //   head->weight = head->replace_parameter("weight", embedding->weight);
+  // A tensor registered under several names is one parameter: parameters(), the
+  // optimizers built from it, state_dict() and checkpoints list it once (under
+  // its first name) and its gradient sums every use.
+  Tensor replace_parameter(const std::string& name, Tensor t);
   // Registers non-trainable state that moves with the module and is saved in
   // state_dict() (running statistics, masks).
   Tensor register_buffer(const std::string& name, Tensor t);

@@ -5,18 +5,20 @@
 //   pooling.h     MaxPool2d, AvgPool2d, AdaptiveAvgPool2d and their options
 //   batchnorm.h   BatchNorm1d, BatchNorm2d, GroupNorm and their options
 //   embedding.h   Embedding, EmbeddingOptions
+//   attention.h   MultiheadAttention, MultiheadAttentionOptions
 //   normalization.h LayerNorm, LayerNormOptions
 //   activation.h  ReLU, GELU, Tanh, Sigmoid, Softmax, LogSoftmax
 //   dropout.h     Dropout, Dropout2d, DropoutOptions
 //   sequential.h  Sequential
 //   container.h   ModuleList, ModuleDict
 //   flatten.h     Flatten, FlattenOptions
-//   clip_grad.h   utils::clip_grad_norm_
+//   clip_grad.h   utils::clip_grad_norm_ (a double), utils::clip_grad_norm_tensor_ (no sync)
 //   loss.h        MSELoss, CrossEntropyLoss, NLLLoss, BCELoss, BCEWithLogitsLoss, L1Loss
 //                 and their options
 //   functional.h  functional::linear, mse_loss, cross_entropy, nll_loss, binary_cross_entropy
 //                 (_with_logits), l1_loss, embedding, one_hot, layer_norm, softmax,
-//                 log_softmax, relu, gelu, tanh, sigmoid, softplus, dropout
+//                 log_softmax, relu, gelu, tanh, sigmoid, softplus, dropout,
+//                 scaled_dot_product_attention
 //   functional_conv.h functional::conv2d, max_pool2d, avg_pool2d, adaptive_avg_pool2d,
 //                 batch_norm, group_norm, pad, unfold, fold, dropout2d and their FuncOptions
 //   init.h        init::kaiming_uniform_, xavier_uniform_, normal_, zeros_, ...
@@ -28,6 +30,7 @@
 #pragma once
 
 #include "nn/activation.h"
+#include "nn/attention.h"
 #include "nn/batchnorm.h"
 #include "nn/checkpoint.h"
 #include "nn/clip_grad.h"

@@ -1,0 +1,188 @@
+// A GPT as nanoGPT's model.py writes it, in ember: token and position
+// embeddings, n_layer pre-norm blocks of causal self-attention (through
+// scaled_dot_product_attention) and a GELU MLP, a final LayerNorm and an output
+// layer tied to the token embedding. Parameter names follow nanoGPT's without its
+// "transformer." prefix ("wte.weight", "h.0.attn.c_attn.weight", ...), so weights
+// map one to one to a PyTorch copy (benchmarks/peer_gpt.py). Shared by
+// examples/gpt_char.cpp and benchmarks/bench_gpt.cpp.
+//
+// GELU is ember's gelu (the tanh approximation; PyTorch's peer uses
+// approximate="tanh" to compute the same function) until exact GELU lands.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ember.h"
+
+namespace gpt {
+
+using namespace ember;
+
+struct GPTConfig {
+  int64_t vocab_size = 65;
+  int64_t block_size = 256;
+  int64_t n_layer = 6;
+  int64_t n_head = 6;
+  int64_t n_embd = 384;
+  double dropout = 0.2;
+  bool bias = false;  // nanoGPT's default: no biases in Linear and LayerNorm
+};
+
+struct CausalSelfAttention : nn::Module {
+  explicit CausalSelfAttention(const GPTConfig& c) : cfg(c) {
+    c_attn = register_module("c_attn", std::make_shared<nn::Linear>(
+                                           nn::LinearOptions(c.n_embd, 3 * c.n_embd).bias(c.bias)));
+    c_proj = register_module(
+        "c_proj", std::make_shared<nn::Linear>(nn::LinearOptions(c.n_embd, c.n_embd).bias(c.bias)));
+  }
+  // x: (B, T, C) -> (B, T, C)
+  Tensor forward(const Tensor& x) {
+    nn::ForwardScope scope(*this);
+    const int64_t B = x.size(0), T = x.size(1), C = cfg.n_embd, H = cfg.n_head, D = C / H;
+    Tensor qkv = c_attn->forward(x);  // (B, T, 3C)
+    auto heads = [&](int64_t i) {     // (B, H, T, D)
+      return transpose(reshape(slice(qkv, 2, i * C, (i + 1) * C), {B, T, H, D}), 1, 2);
+    };
+    const double p = is_training() ? cfg.dropout : 0.0;
+    Tensor y = scaled_dot_product_attention(heads(0), heads(1), heads(2), Tensor(), p, true);
+    y = reshape(transpose(y, 1, 2), {B, T, C});
+    return nn::functional::dropout(c_proj->forward(y), cfg.dropout, is_training());
+  }
+  GPTConfig cfg;
+  std::shared_ptr<nn::Linear> c_attn, c_proj;
+};
+
+struct MLP : nn::Module {
+  explicit MLP(const GPTConfig& c) : cfg(c) {
+    c_fc = register_module(
+        "c_fc", std::make_shared<nn::Linear>(nn::LinearOptions(c.n_embd, 4 * c.n_embd)
+                                                 .bias(c.bias)
+                                                 .activation(Activation::Gelu)));  // fused on CUDA
+    c_proj = register_module("c_proj", std::make_shared<nn::Linear>(
+                                           nn::LinearOptions(4 * c.n_embd, c.n_embd).bias(c.bias)));
+  }
+  Tensor forward(const Tensor& x) {
+    nn::ForwardScope scope(*this);
+    return nn::functional::dropout(c_proj->forward(c_fc->forward(x)), cfg.dropout, is_training());
+  }
+  GPTConfig cfg;
+  std::shared_ptr<nn::Linear> c_fc, c_proj;
+};
+
+struct Block : nn::Module {
+  explicit Block(const GPTConfig& c) {
+    ln_1 = register_module(
+        "ln_1", std::make_shared<nn::LayerNorm>(nn::LayerNormOptions({c.n_embd}).bias(c.bias)));
+    attn = register_module("attn", std::make_shared<CausalSelfAttention>(c));
+    ln_2 = register_module(
+        "ln_2", std::make_shared<nn::LayerNorm>(nn::LayerNormOptions({c.n_embd}).bias(c.bias)));
+    mlp = register_module("mlp", std::make_shared<MLP>(c));
+  }
+  Tensor forward(const Tensor& x) {
+    nn::ForwardScope scope(*this);
+    Tensor h = x + attn->forward(ln_1->forward(x));
+    return h + mlp->forward(ln_2->forward(h));
+  }
+  std::shared_ptr<nn::LayerNorm> ln_1, ln_2;
+  std::shared_ptr<CausalSelfAttention> attn;
+  std::shared_ptr<MLP> mlp;
+};
+
+struct GPT : nn::Module {
+  explicit GPT(const GPTConfig& c) : cfg(c) {
+    wte = register_module("wte", std::make_shared<nn::Embedding>(c.vocab_size, c.n_embd));
+    wpe = register_module("wpe", std::make_shared<nn::Embedding>(c.block_size, c.n_embd));
+    h = register_module("h", std::make_shared<nn::ModuleList>());
+    for (int64_t i = 0; i < c.n_layer; ++i) {
+      blocks.push_back(std::make_shared<Block>(c));
+      h->push_back(blocks.back());
+    }
+    ln_f = register_module(
+        "ln_f", std::make_shared<nn::LayerNorm>(nn::LayerNormOptions({c.n_embd}).bias(c.bias)));
+    lm_head = register_module(
+        "lm_head",
+        std::make_shared<nn::Linear>(nn::LinearOptions(c.n_embd, c.vocab_size).bias(false)));
+    // weight tying: one tensor, listed once (as "wte.weight")
+    lm_head->weight = lm_head->replace_parameter("weight", wte->weight);
+    init_weights();
+  }
+
+  // nanoGPT's _init_weights: N(0, 0.02) for Linear and Embedding weights, zero
+  // biases, and N(0, 0.02 / sqrt(2 n_layer)) for the residual projections.
+  void init_weights() {
+    NoGradGuard no_grad;
+    for (auto& [name, p] : named_parameters()) {
+      const bool is_bias = name.size() >= 4 && name.compare(name.size() - 4, 4, "bias") == 0;
+      if (name.find("ln_") != std::string::npos) {
+        if (is_bias)
+          nn::init::zeros_(p);
+        else
+          nn::init::ones_(p);
+      } else if (is_bias) {
+        nn::init::zeros_(p);
+      } else if (name.find("c_proj.weight") != std::string::npos) {
+        nn::init::normal_(p, 0.0, 0.02 / std::sqrt(2.0 * static_cast<double>(cfg.n_layer)));
+      } else {
+        nn::init::normal_(p, 0.0, 0.02);
+      }
+    }
+  }
+
+  // idx: (B, T) int64 -> logits (B, T, vocab)
+  Tensor forward(const Tensor& idx) {
+    nn::ForwardScope scope(*this);
+    const int64_t T = idx.size(1);
+    EMBER_CHECK(T <= cfg.block_size, "GPT: sequence of ", T, " tokens, block_size is ",
+                cfg.block_size);
+    Tensor pos = arange(static_cast<double>(T), TensorOptions(kInt64).device(idx.device()));
+    Tensor x =
+        nn::functional::dropout(wte->forward(idx) + wpe->forward(pos), cfg.dropout, is_training());
+    for (auto& b : blocks) x = b->forward(x);
+    return lm_head->forward(ln_f->forward(x));
+  }
+  // Mean cross-entropy of the next-token predictions: targets (B, T) int64.
+  Tensor loss(const Tensor& idx, const Tensor& targets) {
+    Tensor logits = forward(idx);
+    return nn::functional::cross_entropy(reshape(logits, {-1, cfg.vocab_size}),
+                                         reshape(targets, {-1}));
+  }
+
+  // Parameters that decay (2-D and up: matmul weights, embeddings) and those that
+  // do not (biases, LayerNorm weights), as nanoGPT's configure_optimizers: each
+  // group gets `options` with its weight decay.
+  std::vector<optim::ParamGroup> param_groups(optim::AdamWOptions options) const {
+    std::vector<Tensor> decay, no_decay;
+    for (const Tensor& p : parameters()) (p.dim() >= 2 ? decay : no_decay).push_back(p);
+    std::vector<optim::ParamGroup> groups;
+    groups.emplace_back(decay, options);
+    if (!no_decay.empty()) groups.emplace_back(no_decay, options.weight_decay(0.0));
+    return groups;
+  }
+  int64_t num_parameters(bool non_embedding = true) const {
+    int64_t n = 0;
+    for (const Tensor& p : parameters()) n += p.numel();
+    if (non_embedding) n -= wpe->weight.numel();  // as nanoGPT (wte is shared with lm_head)
+    return n;
+  }
+
+  GPTConfig cfg;
+  std::shared_ptr<nn::Embedding> wte, wpe;
+  std::shared_ptr<nn::ModuleList> h;
+  std::vector<std::shared_ptr<Block>> blocks;
+  std::shared_ptr<nn::LayerNorm> ln_f;
+  std::shared_ptr<nn::Linear> lm_head;
+};
+
+// Training FLOPs per token, as nanoGPT's estimate_mfu (PaLM's appendix B): 6 N
+// for the weights plus 12 L H Q T for attention (forward and backward).
+inline double flops_per_token(const GPT& m, int64_t T) {
+  const auto& c = m.cfg;
+  return 6.0 * static_cast<double>(m.num_parameters()) +
+         12.0 * static_cast<double>(c.n_layer * c.n_head * (c.n_embd / c.n_head) * T);
+}
+
+}  // namespace gpt
