@@ -103,6 +103,9 @@ inline constexpr Tol kReduction{1e-5, 1e-5, 1e-2};
 inline constexpr Tol kGemm{1e-5, 1e-5, 1e-2};
 // Ops that only move, select or compare values: exact in every dtype.
 inline constexpr Tol kExact{0.0, 0.0, 0.0};
+// Exact forward, summing backward (broadcast operands, repeated indices): the
+// gradients get the reductions' 1e-5.
+inline constexpr Tol kExactForward{0.0, 1e-5, 1e-2};
 
 enum class Grad : uint8_t {
   Yes,      // differentiable in its floating inputs: gradcheck, CUDA backward

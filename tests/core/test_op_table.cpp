@@ -130,7 +130,8 @@ Run run_op(const OpEntry& e, const Sample& s, const Inputs& stored, Device devic
   r.out = e.fn(seen, s.arg);
   if (!backward || leaves.empty()) return r;
   REQUIRE_MESSAGE(r.out.requires_grad(), "the output of a differentiable entry needs a graph");
-  const Tensor w = ember::testing::randn64(r.out.sizes(), seed).to(dtype).to(device, compute);
+  // In the output's dtype (a cast's differs from the inputs').
+  const Tensor w = ember::testing::randn64(r.out.sizes(), seed).to(dtype).to(device, r.out.dtype());
   r.grads = grad({r.out}, leaves, {w});
   return r;
 }
@@ -236,7 +237,7 @@ TEST_CASE("op_table: every op declared in core/ops.h has an entry, every entry a
                             "multi_tensor_norm_clip_coef", "cross_entropy", "l1_loss"})
     CHECK_MESSAGE(declared.count(known) == 1, "the parse of core/ops.h missed ", known);
   CHECK(declared.count("gather") == 1);
-  CHECK(declared.count("unary_op") == 0);  // namespace detail
+  CHECK(declared.count("unary_op") == 0);      // namespace detail
   CHECK(declared.count("ignore_index") == 0);  // a member of CrossEntropyOptions
 
   std::set<std::string> covered, exempt;

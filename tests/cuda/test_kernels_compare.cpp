@@ -24,7 +24,6 @@ namespace {
 using Inputs = std::vector<Tensor>;
 const std::vector<int64_t> kRagged = {1, 7, 127, 4097};
 
-
 }  // namespace
 
 TEST_CASE("kernels/compare: comparisons give the CPU's bools, every dtype and broadcasting" *

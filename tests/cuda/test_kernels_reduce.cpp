@@ -68,7 +68,8 @@ TEST_CASE("kernels/reduce: sum and mean match the CPU reference for every kernel
                     kFloat32) <= 1e-6);
 }
 
-TEST_CASE("kernels/reduce: reductions are bit-identical from run to run" * doctest::test_suite("cuda")) {
+TEST_CASE("kernels/reduce: reductions are bit-identical from run to run" *
+          doctest::test_suite("cuda")) {
   Tensor x = randn({(1 << 23) + 11}, kCUDA);
   const float first = sum(x).item<float>();
   Tensor cols = randn({65536, 512}, kCUDA);
@@ -144,6 +145,7 @@ TEST_CASE("kernels/reduce: min, max, argmin over dims and of everything match th
   for (DType t : {kFloat32, kFloat64}) {
     Tensor x = (randn64({50, 9}, 41) * 1.5).to(kInt64).to(kFloat64);  // many ties
     CHECK(grad_cuda_vs_cpu([](const Inputs& v) { return max(v[0]); }, {x}, t) <= tol_for(t));
-    CHECK(grad_cuda_vs_cpu([](const Inputs& v) { return min(v[0], 1).values; }, {x}, t) <= tol_for(t));
+    CHECK(grad_cuda_vs_cpu([](const Inputs& v) { return min(v[0], 1).values; }, {x}, t) <=
+          tol_for(t));
   }
 }

@@ -33,7 +33,8 @@ const DType kFloatTypes[] = {kFloat32, kFloat64, kBFloat16};
 }
 }  // namespace
 
-TEST_CASE("kernels/tensor: empty tensors, cast and copies across devices" * doctest::test_suite("cuda")) {
+TEST_CASE("kernels/tensor: empty tensors, cast and copies across devices" *
+          doctest::test_suite("cuda")) {
   Tensor e = zeros({0, 3}, kCUDA);
   CHECK((e + ones({3}, kCUDA)).sizes() == Shape{0, 3});
   CHECK(exp(e).numel() == 0);
@@ -60,7 +61,8 @@ TEST_CASE("kernels/tensor: empty tensors, cast and copies across devices" * doct
   CHECK(rel_error(g.select(1, 3), x.select(1, 3)) == 0.0);
 }
 
-TEST_CASE("kernels/tensor: a small training step agrees with the CPU" * doctest::test_suite("cuda")) {
+TEST_CASE("kernels/tensor: a small training step agrees with the CPU" *
+          doctest::test_suite("cuda")) {
   TensorFn mlp = [](const Inputs& v) {
     Tensor h = relu(matmul(v[0], v[1].t()) + v[2]);  // x (64, 10), w1 (32, 10), b1 (32)
     Tensor y = matmul(h, v[3].t());                  // w2 (1, 32)
