@@ -188,12 +188,12 @@ const std::vector<OpEntry>& op_table() {
          unary_samples(-2, 2), Grad::InPlace},
 
         // --- reductions; arg: the dim
-        // Sums of many elements draw from [-1, 3): a sum near 0 would make any
-        // rounding a large relative error.
+        // Sums of everything draw from [-1, 3): a sum near 0 would make the
+        // float rounding a large relative error.
         {"sum", "", [](const Inputs& v, int64_t) { return sum(v[0]); },
-         {{{x({3, 4})}},
-          {{x({4, 3}).T()}},
-          {{x({2, 6}).strided()}},
+         {{{u({3, 4}, -1, 3)}},
+          {{u({4, 3}, -1, 3).T()}},
+          {{u({2, 6}, -1, 3).strided()}},
           {{x({0, 3})}},
           {{u({4097}, -1, 3)}}},
          Grad::Yes, kReduction},
@@ -211,7 +211,10 @@ const std::vector<OpEntry>& op_table() {
         {"sum", "keepdim", [](const Inputs& v, int64_t d) { return sum(v[0], d, true); },
          {{{x({3, 4})}, 0}, {{x({2, 3, 4}).T()}, 2}, {{x({0, 3})}, 1}}, Grad::Yes, kReduction},
         {"mean", "", [](const Inputs& v, int64_t) { return mean(v[0]); },
-         {{{x({3, 4})}}, {{x({4, 3}).T()}}, {{x({2, 6}).strided()}}, {{u({4097}, -1, 3)}}},
+         {{{u({3, 4}, -1, 3)}},
+          {{u({4, 3}, -1, 3).T()}},
+          {{u({2, 6}, -1, 3).strided()}},
+          {{u({4097}, -1, 3)}}},
          Grad::Yes, kReduction},
         {"mean", "dim", [](const Inputs& v, int64_t d) { return mean(v[0], d); },
          {{{x({3, 4})}, 1},
@@ -534,19 +537,19 @@ const std::vector<OpEntry>& op_table() {
           {{x({8, 1000}), idx({8}, 1000)}, 0},
           {{x({8, 1000}), idx({8}, 1000)}, 1}},
          Grad::Yes, kReduction},
-        // arg: 0 Mean, 1 Sum, 2 None, 3 ignore_index 1
+        // log-probabilities in [-3, -0.1); arg: 0 Mean, 1 Sum, 2 None, 3 ignore_index 1
         {"nll_loss", "",
          [](const Inputs& v, int64_t a) {
            const NLLLossOptions o[] = {{}, {Reduction::Sum}, {Reduction::None},
                                        {Reduction::Mean, 1}};
            return nll_loss(v[0], v[1], o[a]);
          },
-         {{{x({5, 4}), idx({5}, 4)}, 0},
-          {{x({5, 4}), idx({5}, 4)}, 1},
-          {{x({5, 4}).T(), idx({5}, 4)}, 2},
-          {{x({6, 4}), idx({6}, 4)}, 3},
-          {{x({2, 4, 3}), idx({2, 3}, 4)}, 0},
-          {{x({0, 4}), idx({0}, 4)}, 1}},
+         {{{u({5, 4}, -3, -0.1), idx({5}, 4)}, 0},
+          {{u({5, 4}, -3, -0.1), idx({5}, 4)}, 1},
+          {{u({5, 4}, -3, -0.1).T(), idx({5}, 4)}, 2},
+          {{u({6, 4}, -3, -0.1), idx({6}, 4)}, 3},
+          {{u({2, 4, 3}, -3, -0.1), idx({2, 3}, 4)}, 0},
+          {{u({0, 4}, -3, -0.1), idx({0}, 4)}, 1}},
          Grad::Yes, kReduction},
         {"binary_cross_entropy", "",
          [](const Inputs& v, int64_t r) {
