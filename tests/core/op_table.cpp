@@ -286,6 +286,14 @@ const std::vector<OpEntry>& op_table() {
           {{x({5, 3}), idx({0}, 5)}, 0},
           {{x({300, 7}), idx({1000}, 300)}, 0}},
          Grad::Yes, kExactForward},
+        // x, index, source; arg: the dim
+        {"index_add", "",
+         [](const Inputs& v, int64_t d) { return index_add(v[0], d, v[1], v[2], 0.5); },
+         {{{x({5, 3}), idx({4}, 5), x({4, 3})}, 0},
+          {{x({4, 6}).T(), idx({7}, 6), x({4, 7})}, 1},
+          {{x({5, 3}), idx({0}, 5), x({0, 3})}, 0},
+          {{x({300, 7}), idx({1000}, 300), x({1000, 7})}, 0}},
+         Grad::Yes, kReduction},
         {"gather", "", [](const Inputs& v, int64_t d) { return gather(v[0], d, v[1]); },
          {{{x({3, 5}), idx({3, 4}, 5)}, 1},
           {{x({4, 3}), idx({6, 3}, 4)}, 0},
@@ -329,6 +337,188 @@ const std::vector<OpEntry>& op_table() {
           {{x({7, 1025}), x({1025}), x({1025})}, 1},
           {{x({3, 4097})}, 1}},
          Grad::Yes, kReduction},
+
+        {"rms_norm", "",
+         [](const Inputs& v, int64_t nd) {
+           const Shape& s = v[0].sizes();
+           return rms_norm(v[0], Shape(s.end() - nd, s.end()), undefined_or(v, 1));
+         },
+         {{{x({4, 5}), x({5})}, 1},
+          {{x({3, 6})}, 1},
+          {{x({2, 3, 4}), x({3, 4})}, 2},
+          {{x({5, 4}).T(), x({4})}, 1},
+          {{x({3, 8}).strided(), x({8})}, 1},
+          {{x({0, 8}), x({8})}, 1},
+          {{x({7, 1025}), x({1025})}, 1},
+          {{x({3, 4097})}, 1}},
+         Grad::Yes, kReduction},
+        // training: batch statistics (with running statistics given, the output
+        // and the updated running mean and variance, joined); eval: the running ones
+        {"batch_norm", "train",
+         [](const Inputs& v, int64_t) {
+           return batch_norm(v[0], Tensor(), Tensor(), undefined_or(v, 1), undefined_or(v, 2));
+         },
+         {{{x({4, 3}), x({3}), x({3})}},
+          {{x({2, 3, 4, 5}), x({3}), x({3})}},
+          {{x({2, 3, 5}).T()}},
+          {{x({4, 3}).strided(), x({3}), x({3})}},
+          {{x({64, 8, 9}), x({8}), x({8})}}},
+         Grad::Yes, kReduction},
+        {"batch_norm", "running",
+         [](const Inputs& v, int64_t) {
+           Tensor mean = v[1].clone(), var = abs(v[2]) + 0.5;
+           Tensor y = batch_norm(v[0], mean, var, Tensor(), Tensor(), true, 0.25);
+           return flat_cat({y, mean, var});
+         },
+         {{{x({4, 3}), x({3}).nograd(), x({3}).nograd()}},
+          {{x({2, 3, 4, 5}), x({3}).nograd(), x({3}).nograd()}}},
+         Grad::Yes, kReduction},
+        {"batch_norm", "eval",
+         [](const Inputs& v, int64_t) {
+           return batch_norm(v[0], v[1], abs(v[2]) + 0.5, undefined_or(v, 3), undefined_or(v, 4),
+                             false);
+         },
+         {{{x({4, 3}), x({3}).nograd(), x({3}).nograd(), x({3}), x({3})}},
+          {{x({2, 3, 5}).T(), x({3}).nograd(), x({3}).nograd()}},
+          {{x({0, 3}), x({3}).nograd(), x({3}).nograd()}}},
+         Grad::Yes, kReduction},
+        // arg: num_groups
+        {"group_norm", "",
+         [](const Inputs& v, int64_t g) {
+           return group_norm(v[0], g, undefined_or(v, 1), undefined_or(v, 2));
+         },
+         {{{x({2, 4, 3}), x({4}), x({4})}, 2},
+          {{x({2, 6, 2, 2})}, 3},
+          {{x({2, 4, 5}).T(), x({4}), x({4})}, 2},
+          {{x({0, 4, 3}), x({4}), x({4})}, 2},
+          {{x({4, 32, 7, 7}), x({32}), x({32})}, 8}},
+         Grad::Yes, kReduction},
+
+        // --- convolution and pooling (N, C, H, W)
+        // arg: 0 the defaults; 1 stride (2, 1), padding (1, 0), dilation (1, 2); 2 groups 2
+        {"conv2d", "",
+         [](const Inputs& v, int64_t a) {
+           const Tensor b = undefined_or(v, 2);
+           if (a == 1) return conv2d(v[0], v[1], b, {2, 1}, {1, 0}, {1, 2});
+           return conv2d(v[0], v[1], b, {1, 1}, {0, 0}, {1, 1}, a == 2 ? 2 : 1);
+         },
+         {{{x({1, 2, 5, 5}), x({3, 2, 2, 2}), x({3})}, 0},
+          {{x({2, 2, 5, 6}), x({3, 2, 3, 2})}, 1},
+          {{x({1, 4, 4, 4}), x({4, 2, 2, 2}), x({4})}, 2},
+          {{x({1, 2, 5, 4}).T(), x({3, 2, 2, 2}), x({3})}, 0},
+          {{x({0, 2, 5, 5}), x({3, 2, 2, 2}), x({3})}, 0},
+          {{x({2, 8, 17, 17}), x({16, 8, 3, 3}), x({16})}, 0}},
+         Grad::Yes, kGemm, {kFloat32, kFloat64, kBFloat16}, true, true},
+        // arg: 0 the defaults; 1 stride 2, padding 1, dilation 2
+        {"conv1d", "",
+         [](const Inputs& v, int64_t a) {
+           return a == 1 ? conv1d(v[0], v[1], undefined_or(v, 2), 2, 1, 2)
+                         : conv1d(v[0], v[1], undefined_or(v, 2));
+         },
+         {{{x({2, 3, 7}), x({4, 3, 3}), x({4})}, 0},
+          {{x({2, 3, 9}), x({4, 3, 2})}, 1},
+          {{x({2, 3, 7}).T(), x({4, 3, 3}), x({4})}, 0},
+          {{x({0, 3, 7}), x({4, 3, 3})}, 0},
+          {{x({4, 16, 300}), x({8, 16, 5}), x({8})}, 0}},
+         Grad::Yes, kGemm, {kFloat32, kFloat64, kBFloat16}, true, true},
+        // arg: 0 the defaults; 1 stride (2, 2), padding (1, 0), output_padding (1, 0)
+        {"conv_transpose2d", "",
+         [](const Inputs& v, int64_t a) {
+           const Tensor b = undefined_or(v, 2);
+           return a == 1 ? conv_transpose2d(v[0], v[1], b, {2, 2}, {1, 0}, {1, 0})
+                         : conv_transpose2d(v[0], v[1], b);
+         },
+         {{{x({1, 2, 4, 4}), x({2, 3, 2, 2}), x({3})}, 0},
+          {{x({1, 2, 3, 4}), x({2, 3, 3, 2})}, 1},
+          {{x({1, 2, 4, 5}).T(), x({2, 3, 2, 2}), x({3})}, 0},
+          {{x({0, 2, 4, 4}), x({2, 3, 2, 2}), x({3})}, 0},
+          {{x({2, 8, 15, 15}), x({8, 4, 3, 3}), x({4})}, 1}},
+         Grad::Yes, kGemm, {kFloat32, kFloat64, kBFloat16}, true, true},
+        // arg: 0 kernel (2, 2); 1 kernel (3, 2), dilation (1, 2), padding (1, 1), stride (2, 1)
+        {"unfold", "",
+         [](const Inputs& v, int64_t a) {
+           return a == 1 ? unfold(v[0], {3, 2}, {1, 2}, {1, 1}, {2, 1}) : unfold(v[0], {2, 2});
+         },
+         {{{x({1, 2, 4, 5})}, 0},
+          {{x({1, 2, 4, 5})}, 1},
+          {{x({2, 1, 5, 4}).T()}, 0},
+          {{x({0, 2, 4, 4})}, 0},
+          {{x({2, 3, 17, 19})}, 1}},
+         Grad::Yes, kExactForward},
+        // arg: 0 (1, 8, 12) into (4, 5) by (2, 2) windows; 1 (N, 4, 4) into (4, 4), stride (2, 2)
+        {"fold", "",
+         [](const Inputs& v, int64_t a) {
+           return a == 1 ? fold(v[0], {4, 4}, {2, 2}, {1, 1}, {0, 0}, {2, 2})
+                         : fold(v[0], {4, 5}, {2, 2});
+         },
+         {{{x({1, 8, 12})}, 0}, {{x({2, 4, 4})}, 1}, {{x({1, 8, 12}).T()}, 0}, {{x({0, 8, 12})}, 0}},
+         Grad::Yes, kReduction},
+        // arg: 0 kernel (2, 2); 1 kernel (3, 3), stride (2, 2), padding (1, 1); 2 (2, 2) in
+        // ceil mode
+        {"max_pool2d", "",
+         [](const Inputs& v, int64_t a) {
+           if (a == 1) return max_pool2d(v[0], {3, 3}, {2, 2}, {1, 1});
+           return max_pool2d(v[0], {2, 2}, {0, 0}, {0, 0}, {1, 1}, a == 2);
+         },
+         {{{x({1, 2, 4, 4})}, 0},
+          {{x({2, 1, 5, 6})}, 1},
+          {{x({1, 2, 5, 5})}, 2},
+          {{x({1, 2, 6, 4}).T()}, 0},
+          {{x({0, 2, 4, 4})}, 0},
+          {{x({2, 4, 33, 33})}, 1}},
+         Grad::Yes, kExactForward},
+        {"max_pool2d_with_indices", "",
+         [](const Inputs& v, int64_t) {
+           return max_pool2d_with_indices(v[0], {3, 3}, {2, 2}, {1, 1}).values;
+         },
+         {{{x({2, 1, 5, 6})}}, {{x({1, 2, 6, 4}).T()}}, {{x({2, 4, 33, 33})}}}, Grad::Yes,
+         kExactForward},
+        {"max_pool2d_with_indices", "indices",
+         [](const Inputs& v, int64_t) {
+           return max_pool2d_with_indices(v[0], {3, 3}, {2, 2}, {1, 1}).indices;
+         },
+         {{{x({2, 1, 5, 6})}}, {{x({1, 2, 6, 4}).T()}}, {{x({0, 2, 4, 4})}}}, Grad::None, kExact},
+        // arg: 0 kernel (2, 2); 1 kernel (3, 3), stride (2, 2), padding (1, 1), padding
+        // not counted; 2 kernel (2, 2) divided by 3
+        {"avg_pool2d", "",
+         [](const Inputs& v, int64_t a) {
+           if (a == 1) return avg_pool2d(v[0], {3, 3}, {2, 2}, {1, 1}, false, false);
+           return avg_pool2d(v[0], {2, 2}, {0, 0}, {0, 0}, false, true, a == 2 ? 3 : 0);
+         },
+         {{{x({1, 2, 4, 4})}, 0},
+          {{x({2, 1, 5, 6})}, 1},
+          {{x({1, 2, 4, 6})}, 2},
+          {{x({1, 2, 6, 4}).T()}, 0},
+          {{x({0, 2, 4, 4})}, 0},
+          {{x({2, 4, 33, 33})}, 1}},
+         Grad::Yes, kReduction},
+        // arg: 0 output (2, 2); 1 output (3, 2)
+        {"adaptive_avg_pool2d", "",
+         [](const Inputs& v, int64_t a) {
+           return adaptive_avg_pool2d(v[0], a == 1 ? Int2{3, 2} : Int2{2, 2});
+         },
+         {{{x({1, 2, 4, 4})}, 0},
+          {{x({2, 1, 5, 7})}, 1},
+          {{x({1, 2, 5, 4}).T()}, 1},
+          {{x({0, 2, 4, 4})}, 0},
+          {{x({2, 4, 33, 33})}, 1}},
+         Grad::Yes, kReduction},
+        // arg: 0 constant (1, 2) of 0.5; 1 reflect (1, 1, 2, 0); 2 replicate (2, 1); 3 crop
+        // (-1, 1)
+        {"pad", "",
+         [](const Inputs& v, int64_t a) {
+           if (a == 1) return pad(v[0], {1, 1, 2, 0}, PadMode::Reflect);
+           if (a == 2) return pad(v[0], {2, 1}, PadMode::Replicate);
+           if (a == 3) return pad(v[0], {-1, 1});
+           return pad(v[0], {1, 2}, PadMode::Constant, 0.5);
+         },
+         {{{x({3, 4})}, 0},
+          {{x({2, 3, 4})}, 1},
+          {{x({2, 3, 5}).T()}, 2},
+          {{x({2, 6})}, 3},
+          {{x({0, 4})}, 0},
+          {{x({4, 1027})}, 1}},
+         Grad::Yes, kExactForward},
 
         // --- linear algebra
         {"matmul", "", [](const Inputs& v, int64_t) { return matmul(v[0], v[1]); },
