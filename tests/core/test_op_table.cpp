@@ -190,6 +190,19 @@ const std::map<std::string, const char*> kMetaCudaMirrorNeedsGpu = {
     {"nll_loss", "gather's scatter workspace query (CUB)"},
     {"cross_entropy", "gather's scatter workspace query (CUB), composed (N, C, d) logits"},
     {"layer_norm", "the fused kernel's workspace query (the SM count)"},
+    {"rms_norm", "the fused kernel's workspace query (the SM count)"},
+    {"index_add", "the scatter workspace query (CUB)"},
+    {"unfold", "a mirrored query (CUDA error 35 without a GPU)"},
+    {"fold", "a mirrored query (CUDA error 35 without a GPU)"},
+    {"conv2d", "a mirrored query (CUDA error 35 without a GPU)"},
+    {"conv1d", "a mirrored query (CUDA error 35 without a GPU)"},
+    {"conv_transpose2d", "a mirrored query (CUDA error 35 without a GPU)"},
+    {"max_pool2d", "a mirrored query (CUDA error 35 without a GPU)"},
+    {"max_pool2d_with_indices", "a mirrored query (CUDA error 35 without a GPU)"},
+    {"avg_pool2d", "a mirrored query (CUDA error 35 without a GPU)"},
+    {"adaptive_avg_pool2d", "a mirrored query (CUDA error 35 without a GPU)"},
+    {"pad", "a mirrored query (CUDA error 35 without a GPU)"},
+    {"group_norm", "a mirrored query (CUDA error 35 without a GPU)"},
 };
 
 // --- the ops core/ops.h declares, read from the file
