@@ -2,7 +2,8 @@
 //  - gradcheck: autograd's gradients against central finite differences, in
 //    float64 on CPU, naming the input and element that disagree;
 //  - rel_error: ||out - ref|| / ||ref|| in double, +inf for any NaN;
-//  - cuda_vs_cpu: an op on CUDA against the CPU reference on the same values;
+//  - cuda_vs_cpu, grad_cuda_vs_cpu: an op (and its gradients) on CUDA against the
+//    CPU reference on the same values;
 //  - check_close: a tensor's elements against hand-computed values, each to `tol`.
 #pragma once
 
@@ -173,6 +174,31 @@ inline double cuda_vs_cpu(const TensorFn& f, const std::vector<Tensor>& inputs, 
   Tensor out = f(on_cuda);
   if (!out.defined() || !out.is_cuda()) return std::numeric_limits<double>::infinity();
   return rel_error(out.to(kCPU).to(kFloat64), ref);
+}
+
+// Gradients of sum(f(x) * w) on CUDA (in dtype) against CPU float64 on the same
+// rounded values: the largest rel_error over the output and every input's
+// gradient (+inf when a gradient is not a CUDA tensor of dtype).
+inline double grad_cuda_vs_cpu(const TensorFn& f, const std::vector<Tensor>& inputs, DType dtype,
+                               uint64_t seed = 99) {
+  std::vector<Tensor> cpu, gpu;
+  for (const Tensor& x : inputs) {
+    Tensor r = x.detach().to(dtype);
+    cpu.push_back(r.to(kFloat64).detach().set_requires_grad(true));
+    gpu.push_back(r.to(kCUDA).detach().set_requires_grad(true));
+  }
+  Tensor out_cpu = f(cpu);
+  Tensor out_gpu = f(gpu);
+  Tensor w = randn64(out_cpu.sizes(), seed).to(dtype);
+  std::vector<Tensor> g_cpu = grad({out_cpu}, cpu, {w.to(kFloat64)});
+  std::vector<Tensor> g_gpu = grad({out_gpu}, gpu, {w.to(kCUDA)});
+  double worst = rel_error(out_gpu.to(kCPU).to(kFloat64), out_cpu);
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (!g_gpu[i].defined() || !g_gpu[i].is_cuda() || g_gpu[i].dtype() != dtype)
+      return std::numeric_limits<double>::infinity();
+    worst = std::max(worst, rel_error(g_gpu[i].to(kCPU).to(kFloat64), g_cpu[i]));
+  }
+  return worst;
 }
 
 // Every element of t against the hand-computed `want`, each to relative `tol`.

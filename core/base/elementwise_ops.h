@@ -4,9 +4,10 @@
 // cases every device's kernel evaluates (CPU loops in double, CUDA kernels in
 // float or double), the free functions and Tensor methods (core/ops.h,
 // core/tensor.h), the backward bindings (core/ops/elementwise.cpp), the one
-// Activation enum that GEMM epilogues fuse, and the test table
-// (tests/core/test_elementwise_list.cpp: hand-computed value, gradcheck, CPU vs
-// CUDA, bfloat16). Adding an op is one entry here (README, "Adding an op").
+// Activation enum that GEMM epilogues fuse, and the tests (the hand-computed value
+// in tests/core/test_elementwise_list.cpp; gradcheck, CPU vs CUDA in float32,
+// float64 and bfloat16, the meta device and determinism in the op test table,
+// tests/core/op_table.cpp). Adding an op is one entry here (README, "Adding an op").
 //
 // Inside an entry, T is the compute type, x the input, a the scalar parameter,
 // g the incoming gradient and s the tensor backward saved (see `saves`).
