@@ -533,6 +533,22 @@ const std::vector<OpEntry>& op_table() {
           {{x({3, 7, 127}), x({3, 127, 9})}}},
          Grad::Yes, kGemm, {kFloat32, kFloat64, kBFloat16}, true, true},
 
+        // --- attention; arg: 0 plain, 1 causal, 2 the bool mask v[3], 3 the additive
+        // mask v[3] (dropout draws from the generator: its own tests,
+        // tests/core/test_ops_attention.cpp)
+        {"scaled_dot_product_attention", "",
+         [](const Inputs& v, int64_t mode) {
+           const Tensor m = mode >= 2 ? v[3] : Tensor();
+           return scaled_dot_product_attention(v[0], v[1], v[2], m, 0.0, mode == 1);
+         },
+         {{{x({2, 3, 4, 8}), x({2, 3, 5, 8}), x({2, 3, 5, 6})}, 0},
+          {{x({2, 3, 4, 8}), x({2, 3, 4, 8}), x({2, 3, 4, 8})}, 1},
+          {{x({2, 5, 8}), x({2, 7, 8}), x({2, 7, 4}), mask({5, 7})}, 2},
+          {{x({3, 4, 6}).T(), x({3, 6, 6}), x({3, 6, 2}), x({1, 4, 6})}, 3},
+          {{x({1, 2, 33, 16}), x({1, 2, 40, 16}), x({1, 2, 40, 16})}, 1},
+          {{x({2, 0, 8}), x({2, 3, 8}), x({2, 3, 8})}, 0}},
+         Grad::Yes, kGemm},
+
         // --- shape; arg picks the target
         {"view", "",
          [](const Inputs& v, int64_t a) {
