@@ -1,0 +1,81 @@
+// ember's fused attention (cuda/kernels/attention.cu): softmax(scale Q K^T) V for
+// bfloat16 query, key and value with float32 accumulation, never writing the
+// (T, T) score matrix. Forward keeps the row log-sum-exp for backward; backward
+// recomputes the probabilities from it and gives dQ, dK and dV, with a
+// deterministic mode (no atomics). Causal masking is top-left aligned, as
+// PyTorch's is_causal: query i sees keys 0..i. No dropout, no attention mask.
+//
+// Tensors are (B, H, T, D) with any strides for B, H and T (in elements) and D
+// contiguous, so (B, T, H, D) storage viewed as (B, H, T, D) needs no copy.
+// Version 1 runs on warp-level tensor-core MMAs (mma.sync, sm_80 and later).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include <cuda_runtime_api.h>
+
+#include "core/base/dtype.h"
+
+namespace ember::cuda {
+
+/// A read-only (B, H, T, D) operand: element (b, h, t, d) at
+/// data[b * stride_b + h * stride_h + t * stride_t + d].
+struct AttentionInput {
+  const void* data = nullptr;
+  int64_t stride_b = 0;
+  int64_t stride_h = 0;
+  int64_t stride_t = 0;
+};
+
+/// A written (B, H, T, D) operand, strided as AttentionInput.
+struct AttentionOutput {
+  void* data = nullptr;
+  int64_t stride_b = 0;
+  int64_t stride_h = 0;
+  int64_t stride_t = 0;
+};
+
+/// The sizes and options shared by forward and backward.
+struct AttentionProblem {
+  DType dtype = DType::BFloat16;
+  int64_t batch = 0;
+  int64_t heads = 0;
+  int64_t q_len = 0;     ///< query rows per (batch, head)
+  int64_t kv_len = 0;    ///< key and value rows per (batch, head)
+  int64_t head_dim = 0;  ///< D of query, key, value and output
+  float scale = 0.f;     ///< the factor on Q K^T (usually 1/sqrt(D))
+  bool causal = false;   ///< query i sees keys 0..i only
+};
+
+/// Null when the kernels take `dtype` and `head_dim` (bfloat16; 64 or 128), else
+/// why not.
+const char* attention_unsupported(DType dtype, int64_t head_dim);
+
+/// True when attention_unsupported(dtype, head_dim) is null.
+bool attention_supported(DType dtype, int64_t head_dim);
+
+/// O = softmax(scale Q K^T) V and lse (B, H, q_len) float32 contiguous, the natural
+/// log of each row's sum of exp(scale q.k) (-inf for a row that sees no key).
+/// Every base pointer must be 16-byte aligned and every stride a multiple of 8
+/// elements. Throws ember::Error on bad arguments.
+void launch_attention_forward(const AttentionProblem& p, AttentionInput q, AttentionInput k,
+                              AttentionInput v, AttentionOutput o, float* lse,
+                              cudaStream_t stream);
+
+/// Device bytes launch_attention_backward needs as workspace: the rowsum(dO * O)
+/// pre-pass (B H q_len floats), and in the default mode a float32 dQ
+/// accumulator (B H q_len D floats) that key tiles add to atomically.
+size_t attention_backward_workspace_bytes(const AttentionProblem& p, bool deterministic);
+
+/// dQ, dK, dV from the forward's q, k, v, o, lse and d_out. `deterministic`
+/// computes dQ in its own pass over key tiles (no atomics, the same bits each
+/// run; more arithmetic). `workspace` holds at least
+/// attention_backward_workspace_bytes(p, deterministic) bytes, 256-byte aligned.
+void launch_attention_backward(const AttentionProblem& p, AttentionInput q, AttentionInput k,
+                               AttentionInput v, AttentionInput o, AttentionInput d_out,
+                               const float* lse, AttentionOutput d_q, AttentionOutput d_k,
+                               AttentionOutput d_v, bool deterministic, void* workspace,
+                               size_t workspace_bytes, cudaStream_t stream);
+
+}  // namespace ember::cuda
