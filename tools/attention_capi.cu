@@ -41,9 +41,9 @@ size_t ember_attention_workspace(int b, int h, int tq, int tk, int d, int determ
 }
 
 int ember_attention_forward(int b, int h, int tq, int tk, int d, float scale, int causal,
-                            const void* q, const long long* sq, const void* k,
-                            const long long* sk, const void* v, const long long* sv, void* o,
-                            const long long* so, float* lse, void* stream) {
+                            const void* q, const long long* sq, const void* k, const long long* sk,
+                            const void* v, const long long* sv, void* o, const long long* so,
+                            float* lse, void* stream) {
   try {
     launch_attention_forward(problem(b, h, tq, tk, d, scale, causal), in(q, sq), in(k, sk),
                              in(v, sv), out(o, so), lse, static_cast<cudaStream_t>(stream));
@@ -54,18 +54,32 @@ int ember_attention_forward(int b, int h, int tq, int tk, int d, float scale, in
   }
 }
 
+int ember_attention_forward_sm90(int b, int h, int tq, int tk, int d, float scale, int causal,
+                                 const void* q, const long long* sq, const void* k,
+                                 const long long* sk, const void* v, const long long* sv, void* o,
+                                 const long long* so, float* lse, int key_tile, void* stream) {
+  try {
+    launch_attention_forward_sm90(problem(b, h, tq, tk, d, scale, causal), in(q, sq), in(k, sk),
+                                  in(v, sv), out(o, so), lse, static_cast<cudaStream_t>(stream),
+                                  key_tile);
+    return 0;
+  } catch (const std::exception& e) {
+    std::printf("ember_attention_forward_sm90: %s\n", e.what());
+    return 1;
+  }
+}
+
 int ember_attention_backward(int b, int h, int tq, int tk, int d, float scale, int causal,
-                             const void* q, const long long* sq, const void* k,
-                             const long long* sk, const void* v, const long long* sv,
-                             const void* o, const long long* so, const void* dout,
-                             const long long* sdo, const float* lse, void* dq,
+                             const void* q, const long long* sq, const void* k, const long long* sk,
+                             const void* v, const long long* sv, const void* o, const long long* so,
+                             const void* dout, const long long* sdo, const float* lse, void* dq,
                              const long long* sdq, void* dk, const long long* sdk, void* dv,
                              const long long* sdv, int deterministic, void* ws, size_t ws_bytes,
                              void* stream) {
   try {
     launch_attention_backward(problem(b, h, tq, tk, d, scale, causal), in(q, sq), in(k, sk),
-                              in(v, sv), in(o, so), in(dout, sdo), lse, out(dq, sdq),
-                              out(dk, sdk), out(dv, sdv), deterministic != 0, ws, ws_bytes,
+                              in(v, sv), in(o, so), in(dout, sdo), lse, out(dq, sdq), out(dk, sdk),
+                              out(dv, sdv), deterministic != 0, ws, ws_bytes,
                               static_cast<cudaStream_t>(stream));
     return 0;
   } catch (const std::exception& e) {

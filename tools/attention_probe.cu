@@ -178,7 +178,8 @@ __global__ void ref_dp(View dout, View v, RefShape s, float* dP, int slices) {
   const int i = int((idx / s.tk) % s.tq);
   const int sl = int(idx / (int64_t(s.tk) * s.tq));
   float acc = 0.f;
-  for (int d = 0; d < s.D; ++d) acc += dout.at(sl / s.H, sl % s.H, i, d) * v.at(sl / s.H, sl % s.H, j, d);
+  for (int d = 0; d < s.D; ++d)
+    acc += dout.at(sl / s.H, sl % s.H, i, d) * v.at(sl / s.H, sl % s.H, j, d);
   dP[idx] = acc;
 }
 __global__ void ref_ds(const float* P, float* dP, int tk) {
@@ -238,9 +239,17 @@ struct Tensors {
   }
   explicit Tensors(const Case& cs)
       : c(cs),
-        q(count(cs, cs.tq)), k(count(cs, cs.tk)), v(count(cs, cs.tk)), o(count(cs, cs.tq)),
-        dout(count(cs, cs.tq)), dq(count(cs, cs.tq)), dk(count(cs, cs.tk)), dv(count(cs, cs.tk)),
-        lse(int64_t(cs.B) * cs.H * cs.tq), ws(workspace_of(cs)), ws_bytes(workspace_of(cs)),
+        q(count(cs, cs.tq)),
+        k(count(cs, cs.tk)),
+        v(count(cs, cs.tk)),
+        o(count(cs, cs.tq)),
+        dout(count(cs, cs.tq)),
+        dq(count(cs, cs.tq)),
+        dk(count(cs, cs.tk)),
+        dv(count(cs, cs.tk)),
+        lse(int64_t(cs.B) * cs.H * cs.tq),
+        ws(workspace_of(cs)),
+        ws_bytes(workspace_of(cs)),
         prob(problem_of(cs)) {
     set_strides(cs.tq, sb_q, sh_q, st_q);
     set_strides(cs.tk, sb_k, sh_k, st_k);
@@ -266,13 +275,21 @@ struct Tensors {
     fill_random<<<1024, 256>>>(dout.p, dout.n, seed * 4 + 3, 1.f);
     CK(cudaGetLastError());
   }
-  void forward(cudaStream_t st = nullptr) {
-    launch_attention_forward(prob, in_q(q.p), in_k(k.p), in_k(v.p), out_q(o.p), lse.p, st);
+  void forward(int warps = 0) {
+    AttentionTuning tuning;
+    tuning.forward_warps = warps;
+    launch_attention_forward(prob, in_q(q.p), in_k(k.p), in_k(v.p), out_q(o.p), lse.p, nullptr,
+                             tuning);
   }
-  void backward(bool deterministic, cudaStream_t st = nullptr) {
-    launch_attention_backward(prob, in_q(q.p), in_k(k.p), in_k(v.p), in_q(o.p), in_q(dout.p),
-                              lse.p, out_q(dq.p), out_k(dk.p), out_k(dv.p), deterministic, ws.p,
-                              ws_bytes, st);
+  void forward_sm90(int key_tile) {
+    launch_attention_forward_sm90(prob, in_q(q.p), in_k(k.p), in_k(v.p), out_q(o.p), lse.p, nullptr,
+                                  key_tile);
+  }
+  void backward(bool deterministic) {
+    const cudaStream_t st = nullptr;
+    launch_attention_backward(prob, in_q(q.p), in_k(k.p), in_k(v.p), in_q(o.p), in_q(dout.p), lse.p,
+                              out_q(dq.p), out_k(dk.p), out_k(dv.p), deterministic, ws.p, ws_bytes,
+                              st);
   }
 };
 
@@ -293,20 +310,20 @@ Reference run_reference(Tensors& t, int slices) {
   ref_softmax<<<unsigned(int64_t(slices) * c.tq), 256>>>(P.p, lse.p, c.tk);
   CK(cudaGetLastError());
   ref_mat_by_view<<<blocks_for(o.n), 256>>>(P.p, t.view_k(t.v.p), c.H, c.tq, c.tk, c.D, 1.f, o.p,
-                                             slices);
+                                            slices);
   CK(cudaGetLastError());
   ref_dp<<<blocks_for(nS), 256>>>(t.view_q(t.dout.p), t.view_k(t.v.p), rs, dS.p, slices);
   CK(cudaGetLastError());
   ref_ds<<<unsigned(int64_t(slices) * c.tq), 256>>>(P.p, dS.p, c.tk);
   CK(cudaGetLastError());
   ref_mat_by_view<<<blocks_for(dq.n), 256>>>(dS.p, t.view_k(t.k.p), c.H, c.tq, c.tk, c.D,
-                                              t.prob.scale, dq.p, slices);
+                                             t.prob.scale, dq.p, slices);
   CK(cudaGetLastError());
   ref_matT_by_view<<<blocks_for(dk.n), 256>>>(dS.p, t.view_q(t.q.p), c.H, c.tq, c.tk, c.D,
-                                               t.prob.scale, dk.p, slices);
+                                              t.prob.scale, dk.p, slices);
   CK(cudaGetLastError());
   ref_matT_by_view<<<blocks_for(dv.n), 256>>>(P.p, t.view_q(t.dout.p), c.H, c.tq, c.tk, c.D, 1.f,
-                                               dv.p, slices);
+                                              dv.p, slices);
   CK(cudaGetLastError());
   CK(cudaDeviceSynchronize());
   Reference r;
@@ -356,6 +373,9 @@ Err rel_err(const std::vector<float>& ours, const std::vector<float>& ref) {
 }
 
 int g_failures = 0;
+bool g_sm90 = false;     // device 0 is compute capability 9.0: version 2 runs
+bool g_v2_ok64 = true;   // every check of version 2 with 64-key tiles passed so far
+bool g_v2_ok128 = true;  // ... with 128-key tiles
 
 std::string describe(const Case& c) {
   char s[128];
@@ -389,6 +409,33 @@ bool check_case(Tensors& t, int slices, uint64_t seed) {
   std::printf("%-44s fwd:", describe(c).c_str());
   ok &= report("O", rel_err(gather(t.o, t, true, slices), ref.o));
   ok &= report("LSE", rel_err(lse, lse_ref));
+  // The 8-warp forward variant (128 query rows a block) on the same inputs.
+  t.o.poison(), t.lse.poison();
+  t.forward(8);
+  CK(cudaGetLastError());
+  CK(cudaDeviceSynchronize());
+  CK(cudaMemcpy(lse.data(), t.lse.p, lse.size() * sizeof(float), cudaMemcpyDeviceToHost));
+  std::printf(" | fwd8:");
+  ok &= report("O", rel_err(gather(t.o, t, true, slices), ref.o));
+  ok &= report("LSE", rel_err(lse, lse_ref));
+  // Version 2 (wgmma, sm_90a), both key tiles, where the device is sm_90.
+  if (g_sm90) {
+    for (int tile : {64, 128}) {
+      t.o.poison(), t.lse.poison();
+      t.forward_sm90(tile);
+      CK(cudaGetLastError());
+      CK(cudaDeviceSynchronize());
+      CK(cudaMemcpy(lse.data(), t.lse.p, lse.size() * sizeof(float), cudaMemcpyDeviceToHost));
+      std::printf(tile == 64 ? " | v2/64:" : " | v2/128:");
+      const bool v2ok = report("O", rel_err(gather(t.o, t, true, slices), ref.o)) &
+                        report("LSE", rel_err(lse, lse_ref));
+      ok &= v2ok;
+      (tile == 64 ? g_v2_ok64 : g_v2_ok128) &= v2ok;
+    }
+  }
+  // Backward reads the default forward's O and lse.
+  t.forward();
+  CK(cudaDeviceSynchronize());
 
   for (int det = 0; det < 2; ++det) {
     t.dq.poison(), t.dk.poison(), t.dv.poison();
@@ -456,6 +503,10 @@ void time_case(const Case& c, int reps) {
   }
   const double fwd_flop = 4.0 * c.B * c.H * double(c.tq) * c.tk * c.D * (c.causal ? 0.5 : 1.0);
   const Stat f = time_it([&] { t.forward(); }, reps);
+  const Stat f8 = time_it([&] { t.forward(8); }, reps);
+  Stat v64{0, 0, 0}, v128{0, 0, 0};
+  if (g_sm90 && g_v2_ok64) v64 = time_it([&] { t.forward_sm90(64); }, reps);
+  if (g_sm90 && g_v2_ok128) v128 = time_it([&] { t.forward_sm90(128); }, reps);
   const Stat fb = time_it(
       [&] {
         t.forward();
@@ -470,10 +521,16 @@ void time_case(const Case& c, int reps) {
       reps);
   auto tf = [](double flop, double ms) { return flop / (ms * 1e-3) / 1e12; };
   std::printf(
-      "TIME %-44s fwd %.3f ms [%.3f-%.3f] %5.0f TF/s | fwd+bwd %.3f ms [%.3f-%.3f] %5.0f TF/s | "
-      "fwd+bwd det %.3f ms %5.0f TF/s\n",
-      describe(c).c_str(), f.med, f.lo, f.hi, tf(fwd_flop, f.med), fb.med, fb.lo, fb.hi,
-      tf(3.5 * fwd_flop, fb.med), fbd.med, tf(3.5 * fwd_flop, fbd.med));
+      "TIME %-44s fwd %.3f ms [%.3f-%.3f] %4.0f TF/s | fwd8 %.3f ms %4.0f TF/s | fwd+bwd %.3f ms "
+      "[%.3f-%.3f] %4.0f TF/s | fwd+bwd det %.3f ms %4.0f TF/s\n",
+      describe(c).c_str(), f.med, f.lo, f.hi, tf(fwd_flop, f.med), f8.med, tf(fwd_flop, f8.med),
+      fb.med, fb.lo, fb.hi, tf(3.5 * fwd_flop, fb.med), fbd.med, tf(3.5 * fwd_flop, fbd.med));
+  if (v64.med > 0 || v128.med > 0)
+    std::printf(
+        "TIME %-44s fwd v2 (wgmma) key tile 64: %.3f ms %4.0f TF/s | key tile 128: %.3f ms "
+        "%4.0f TF/s (0: not run, its check failed)\n",
+        describe(c).c_str(), v64.med, v64.med > 0 ? tf(fwd_flop, v64.med) : 0.0, v128.med,
+        v128.med > 0 ? tf(fwd_flop, v128.med) : 0.0);
   std::fflush(stdout);
 }
 
@@ -483,9 +540,12 @@ int main(int argc, char** argv) {
   bool sanitize = false, check_only = false, time_only = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    if (a == "--sanitize") sanitize = true;
-    else if (a == "--check-only") check_only = true;
-    else if (a == "--time-only") time_only = true;
+    if (a == "--sanitize")
+      sanitize = true;
+    else if (a == "--check-only")
+      check_only = true;
+    else if (a == "--time-only")
+      time_only = true;
     else {
       std::printf("usage: attention_probe [--sanitize] [--check-only] [--time-only]\n");
       return 2;
@@ -497,6 +557,7 @@ int main(int argc, char** argv) {
   CK(cudaGetDeviceProperties(&prop, 0));
   std::printf("device: %s, %d SMs, cc %d.%d\n", prop.name, prop.multiProcessorCount, prop.major,
               prop.minor);
+  g_sm90 = prop.major == 9 && prop.minor == 0;
   try {
     if (sanitize) {
       const Case cases[] = {{1, 2, 77, 77, 64, true, true}, {1, 2, 130, 70, 128, false, false}};
@@ -520,20 +581,23 @@ int main(int argc, char** argv) {
         const Case extra[] = {{2, 3, 127, 1000, 64, false, false},
                               {2, 3, 127, 1000, 128, true, true},
                               {2, 3, 1000, 127, 64, true, false},
-                              {1, 2, 300, 300, 128, true, false, 6.f},
-                              {1, 2, 300, 300, 64, false, true, 6.f}};
+                              {1, 2, 300, 300, 128, true, false, 4.f},
+                              {1, 2, 300, 300, 64, false, true, 4.f}};
         for (const Case& c : extra) {
           Tensors t(c);
           check_case(t, c.B * c.H, seed++);
         }
       }
       if (!check_only) {
-        std::printf("== timing (median of %d, [min-max]; FLOPs 4BHT^2D fwd, /2 causal, x3.5 "
-                    "fwd+bwd)\n",
-                    reps);
-        const int shapes[][4] = {
-            {8, 16, 1024, 64}, {8, 16, 2048, 128}, {16, 12, 1024, 64}, {4, 16, 4096, 64},
-            {2, 16, 8192, 128}};
+        std::printf(
+            "== timing (median of %d, [min-max]; FLOPs 4BHT^2D fwd, /2 causal, x3.5 "
+            "fwd+bwd)\n",
+            reps);
+        const int shapes[][4] = {{8, 16, 1024, 64},
+                                 {8, 16, 2048, 128},
+                                 {16, 12, 1024, 64},
+                                 {4, 16, 4096, 64},
+                                 {2, 16, 8192, 128}};
         for (const auto& s : shapes)
           for (int causal = 1; causal >= 0; --causal)
             time_case({s[0], s[1], s[2], s[2], s[3], causal == 1, false}, reps);

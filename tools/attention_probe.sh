@@ -9,6 +9,7 @@
 #   bash tools/attention_probe.sh --build-only    (build and summarise ptxas, run nothing)
 #   bash tools/attention_probe.sh --sanitize      (two small shapes under compute-sanitizer:
 #                                                  memcheck, racecheck, initcheck, synccheck)
+#   bash tools/attention_probe.sh --all           (checks, timing, the peer, then the sanitizers)
 #   bash tools/attention_probe.sh --check-only | --time-only   (passed to the probe)
 #
 # Writes under $OUT (default ./probe-out): build.log (nvcc with ptxas -v),
@@ -24,8 +25,8 @@ FLAGS=(-std=c++20 -O3 -I. --expt-relaxed-constexpr -Xcompiler=-Wall
        "-gencode=arch=compute_90a,code=sm_90a" -Xptxas=-v -lineinfo -Xcompiler=-fPIC)
 OBJ="$OUT/obj"
 mkdir -p "$OBJ"
-SOURCES=(cuda/kernels/attention.cu cuda/check.cpp core/base/error.cpp tools/attention_probe.cu
-         tools/attention_capi.cu)
+SOURCES=(cuda/kernels/attention.cu cuda/kernels/sm90/attention_fwd.cu cuda/check.cpp
+         core/base/error.cpp tools/attention_probe.cu tools/attention_capi.cu)
 echo "nvcc: $($NVCC --version | tail -1)"
 start=$(date +%s)
 : > "$OUT/build.log"
@@ -49,7 +50,8 @@ if [[ $fail != 0 ]]; then
   grep -B2 -A8 -E "error" "$OUT/build.log" | head -80
   exit 2
 fi
-LIB_OBJS=("$OBJ"/cuda_kernels_attention.cu.o "$OBJ"/cuda_check.cpp.o "$OBJ"/core_base_error.cpp.o)
+LIB_OBJS=("$OBJ"/cuda_kernels_attention.cu.o "$OBJ"/cuda_kernels_sm90_attention_fwd.cu.o
+          "$OBJ"/cuda_check.cpp.o "$OBJ"/core_base_error.cpp.o)
 $NVCC "${FLAGS[@]}" "${LIB_OBJS[@]}" "$OBJ"/tools_attention_probe.cu.o -lcublas \
   -o "$OUT/attention_probe" >> "$OUT/build.log" 2>&1 || {
   echo "LINK FAILED"; tail -30 "$OUT/build.log"; exit 2; }
@@ -62,10 +64,10 @@ echo "build: $(( $(date +%s) - start )) s"
 awk '/Compiling entry function/ { match($0, /attn_[a-z_0-9]+kernelI[^ \x27]*/); name = substr($0, RSTART, RLENGTH) }
      /stack frame/ { frame = $0; sub(/^[ \t]*/, "", frame) }
      /Used [0-9]+ registers/ && name != "" { match($0, /Used [0-9]+ registers/); print name ": " substr($0, RSTART, RLENGTH) ", " frame }' \
-  "$OUT/build.log" | sed -E 's/EEEvNS1_9(Fwd|Bwd)ParamsE[^:]*//' > "$OUT/ptxas_summary.txt"
+  "$OUT/build.log" | sed -E 's/EEEvNS1_[0-9]+[A-Za-z]*ParamsE[^:]*//' > "$OUT/ptxas_summary.txt"
 echo "ptxas (kernel<D, ...>: registers, local memory):"; sed 's/^/  /' "$OUT/ptxas_summary.txt"
 if command -v cuobjdump > /dev/null; then
-  cuobjdump -sass "$OBJ/cuda_kernels_attention.cu.o" \
+  cuobjdump -sass "$OBJ/cuda_kernels_attention.cu.o" "$OBJ/cuda_kernels_sm90_attention_fwd.cu.o" \
     | grep -oE "(HGMMA[.0-9A-Zx]*|HMMA[.0-9A-Z]*|LDSM[.0-9A-Z]*|LDGSTS[.0-9A-Z]*|LDL|STL|RED[.A-Z0-9]*)" \
     | sort | uniq -c > "$OUT/sass_summary.txt" 2>&1
   echo "sass:"; sed 's/^/  /' "$OUT/sass_summary.txt"
@@ -76,24 +78,39 @@ if [[ $mode == --build-only ]]; then
 fi
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu,power.draw \
   --format=csv,noheader 2>/dev/null | sed 's/^/gpu: /'
-if [[ $mode == --sanitize ]]; then
+sanitize() {
   CS=${COMPUTE_SANITIZER:-compute-sanitizer}
-  status=0
+  local status=0 s tool
   for tool in memcheck racecheck initcheck synccheck; do
-    echo "== compute-sanitizer --tool $tool"
+    echo "== compute-sanitizer --tool $tool (attention_probe --sanitize)"
     $CS --tool "$tool" --error-exitcode 9 "$OUT/attention_probe" --sanitize > "$OUT/sanitize_$tool.log" 2>&1
     s=$?
-    tail -4 "$OUT/sanitize_$tool.log"
+    grep -E "ERROR SUMMARY|PASS|FAIL|error" "$OUT/sanitize_$tool.log" | tail -6
     echo "$tool exit status: $s"
     [[ $s != 0 ]] && status=$s
   done
-  exit "$status"
+  return "$status"
+}
+if [[ $mode == --sanitize ]]; then
+  sanitize
+  exit $?
 fi
-"$OUT/attention_probe" "$@" 2>&1 | tee "$OUT/probe.log"
+args=("$@")
+[[ $mode == --all ]] && args=()
+"$OUT/attention_probe" "${args[@]}" 2>&1 | tee "$OUT/probe.log"
 status=${PIPESTATUS[0]}
 echo "probe exit status: $status"
 if [[ $mode != --check-only ]] && python3 -c "import torch" 2>/dev/null; then
   OUT="$OUT" python3 tools/attention_peer.py 2>&1 | tee "$OUT/peer.log"
-  echo "peer exit status: ${PIPESTATUS[0]}"
+  peer=${PIPESTATUS[0]}
+  echo "peer exit status: $peer"
+  [[ $peer != 0 && $status == 0 ]] && status=$peer
 fi
+if [[ $mode == --all ]]; then
+  sanitize || status=$?
+fi
+echo "== summary (full logs under $OUT)"
+grep -E "FAIL|EXCEPTION|CUDA error|ALL PASS|^TIME" "$OUT/probe.log" | cut -c1-220
+[[ -f $OUT/peer.log ]] && grep -E "ours/best|FAIL|failed check" "$OUT/peer.log" | cut -c1-220
+echo "attention_probe.sh exit status: $status"
 exit "$status"

@@ -31,7 +31,7 @@ using bf16 = __nv_bfloat16;
 
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
-constexpr int kBlockN = 64;    // keys per tile (forward, dQ pass); keys per block (dK dV)
+constexpr int kBlockN = 64;     // keys per tile (forward, dQ pass); keys per block (dK dV)
 constexpr int kBwdBlockM = 64;  // queries per tile in backward
 constexpr int kBwdWarps = 4;
 
@@ -97,13 +97,13 @@ __device__ __forceinline__ void cp_async_wait() {
 
 __device__ __forceinline__ void ldsm_x4(uint32_t addr, uint32_t (&r)[4]) {
   EMBER_ATTN_ASM("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr));
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr));
 }
 __device__ __forceinline__ void ldsm_x4_t(uint32_t addr, uint32_t (&r)[4]) {
   EMBER_ATTN_ASM("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr));
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr));
 }
 
 // c += a (16x16, row) * b (16x8, col), bf16 in, fp32 accumulate.
@@ -175,8 +175,7 @@ __device__ __forceinline__ void load_a_t(const bf16* tile, int k0, int mc, int l
 template <int LEN>
 __device__ __forceinline__ void load_b(const bf16* tile, int n0, int kc, int lane,
                                        uint32_t (&b)[4]) {
-  ldsm_x4(smem_u32(tile + swz<LEN>(n0 + (lane >> 4) * 8 + (lane & 7), kc + ((lane >> 3) & 1))),
-          b);
+  ldsm_x4(smem_u32(tile + swz<LEN>(n0 + (lane >> 4) * 8 + (lane & 7), kc + ((lane >> 3) & 1))), b);
 }
 // B operands of two n-tiles (16 k, 16 n) from a tile stored (k, n) (transposed).
 template <int LEN>
@@ -313,10 +312,10 @@ __global__ void __launch_bounds__(W * 32) attn_fwd_kernel(const FwdParams p) {
   for (int j = 0; j < n_kt; ++j) {
     const int buf = j & 1;
     if (j + 1 < n_kt) {
-      load_tile<kBlockN, D, kThreads>(s_k + (buf ^ 1) * kBlockN * D, gk, p.sk.t,
-                                      (j + 1) * kBlockN, p.tk);
-      load_tile<kBlockN, D, kThreads>(s_v + (buf ^ 1) * kBlockN * D, gv, p.sv.t,
-                                      (j + 1) * kBlockN, p.tk);
+      load_tile<kBlockN, D, kThreads>(s_k + (buf ^ 1) * kBlockN * D, gk, p.sk.t, (j + 1) * kBlockN,
+                                      p.tk);
+      load_tile<kBlockN, D, kThreads>(s_v + (buf ^ 1) * kBlockN * D, gv, p.sv.t, (j + 1) * kBlockN,
+                                      p.tk);
       cp_async_commit();
       cp_async_wait<1>();
     } else {
@@ -450,11 +449,11 @@ __global__ void __launch_bounds__(kBwdWarps * 32) attn_bwd_dkdv_kernel(const Bwd
   extern __shared__ __align__(128) unsigned char smem_raw[];
   bf16* s_k = reinterpret_cast<bf16*>(smem_raw);
   bf16* s_v = s_k + kN * D;
-  bf16* s_q = s_v + kN * D;      // [2][kM * D]
-  bf16* s_do = s_q + 2 * kM * D;  // [2][kM * D]
+  bf16* s_q = s_v + kN * D;        // [2][kM * D]
+  bf16* s_do = s_q + 2 * kM * D;   // [2][kM * D]
   bf16* s_ds = s_do + 2 * kM * D;  // [kN * kM], ATOMIC_DQ only
   float* s_lse = reinterpret_cast<float*>(s_ds + (ATOMIC_DQ ? kN * kM : 0));  // [2][kM]
-  float* s_delta = s_lse + 2 * kM;                                             // [2][kM]
+  float* s_delta = s_lse + 2 * kM;                                            // [2][kM]
 
   const int warp = static_cast<int>(threadIdx.x) / 32;
   const int lane = static_cast<int>(threadIdx.x) % 32;
@@ -637,10 +636,10 @@ __global__ void __launch_bounds__(kBwdWarps * 32) attn_bwd_dq_kernel(const BwdPa
   for (int j = 0; j < n_kt; ++j) {
     const int buf = j & 1;
     if (j + 1 < n_kt) {
-      load_tile<kBlockN, D, kThreads>(s_k + (buf ^ 1) * kBlockN * D, gk, p.sk.t,
-                                      (j + 1) * kBlockN, p.tk);
-      load_tile<kBlockN, D, kThreads>(s_v + (buf ^ 1) * kBlockN * D, gv, p.sv.t,
-                                      (j + 1) * kBlockN, p.tk);
+      load_tile<kBlockN, D, kThreads>(s_k + (buf ^ 1) * kBlockN * D, gk, p.sk.t, (j + 1) * kBlockN,
+                                      p.tk);
+      load_tile<kBlockN, D, kThreads>(s_v + (buf ^ 1) * kBlockN * D, gv, p.sv.t, (j + 1) * kBlockN,
+                                      p.tk);
       cp_async_commit();
       cp_async_wait<1>();
     } else {
@@ -704,11 +703,8 @@ __global__ void attn_bwd_dq_convert_kernel(const BwdParams p, int64_t rows) {
 
 // ---- launchers ------------------------------------------------------------------
 
-constexpr int fwd_warps(int /*d*/) {
-  return 4;
-}
-constexpr size_t fwd_smem(int d) {
-  return static_cast<size_t>(16 * fwd_warps(d) + 4 * kBlockN) * d * sizeof(bf16);
+constexpr size_t fwd_smem(int d, int warps) {
+  return static_cast<size_t>(16 * warps + 4 * kBlockN) * d * sizeof(bf16);
 }
 constexpr size_t dkdv_smem(int d, bool atomic_dq) {
   return static_cast<size_t>(2 * kBlockN + 4 * kBwdBlockM) * d * sizeof(bf16) +
@@ -726,9 +722,8 @@ template <typename Kernel>
 void launch(Kernel kernel, dim3 grid, int threads, size_t smem, cudaStream_t stream,
             const auto& params) {
   if (smem > 48 * 1024)
-    EMBER_CUDA_CHECK(
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             static_cast<int>(smem)));
+    EMBER_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                          static_cast<int>(smem)));
   kernel<<<grid, threads, smem, stream>>>(params);
   EMBER_CUDA_CHECK(cudaGetLastError());
 }
@@ -744,8 +739,8 @@ void check_operand(const char* op, const char* name, const void* data, Strides s
   EMBER_CHECK(data != nullptr, op, ": ", name, " is null");
   EMBER_CHECK(reinterpret_cast<uintptr_t>(data) % 16 == 0, op, ": ", name,
               " must be 16-byte aligned");
-  EMBER_CHECK(s.b % 8 == 0 && s.h % 8 == 0 && s.t % 8 == 0, op, ": ", name, " strides (", s.b,
-              ", ", s.h, ", ", s.t, ") must be multiples of 8 elements");
+  EMBER_CHECK(s.b % 8 == 0 && s.h % 8 == 0 && s.t % 8 == 0, op, ": ", name, " strides (", s.b, ", ",
+              s.h, ", ", s.t, ") must be multiples of 8 elements");
 }
 
 void check_problem(const char* op, const AttentionProblem& p) {
@@ -761,18 +756,25 @@ void check_problem(const char* op, const AttentionProblem& p) {
   EMBER_CHECK(p.batch >= 0 && p.heads >= 0 && p.q_len >= 0 && p.kv_len >= 0, op,
               ": negative size (batch ", p.batch, ", heads ", p.heads, ", q_len ", p.q_len,
               ", kv_len ", p.kv_len, ")");
-  EMBER_CHECK(p.q_len < (1LL << 30) && p.kv_len < (1LL << 30), op, ": sequence length ",
-              p.q_len, " / ", p.kv_len, " too long");
+  EMBER_CHECK(p.q_len < (1LL << 30) && p.kv_len < (1LL << 30), op, ": sequence length ", p.q_len,
+              " / ", p.kv_len, " too long");
   EMBER_CHECK(p.batch * p.heads < (1LL << 31), op, ": batch x heads ", p.batch * p.heads,
               " too large");
   EMBER_CHECK(std::isfinite(p.scale), op, ": scale must be finite");
 }
 
+template <int D, int W, bool CAUSAL>
+void forward_w(const FwdParams& fp, int64_t bh, cudaStream_t stream) {
+  const dim3 grid(static_cast<unsigned>(bh), static_cast<unsigned>(ceil_div(fp.tq, 16 * W)));
+  launch(attn_fwd_kernel<D, W, CAUSAL>, grid, W * 32, fwd_smem(D, W), stream, fp);
+}
+
 template <int D, bool CAUSAL>
-void forward_d(const FwdParams& fp, int64_t bh, cudaStream_t stream) {
-  constexpr int kW = fwd_warps(D);
-  const dim3 grid(static_cast<unsigned>(bh), static_cast<unsigned>(ceil_div(fp.tq, 16 * kW)));
-  launch(attn_fwd_kernel<D, kW, CAUSAL>, grid, kW * 32, fwd_smem(D), stream, fp);
+void forward_d(const FwdParams& fp, int64_t bh, int warps, cudaStream_t stream) {
+  if (warps == 8)
+    forward_w<D, 8, CAUSAL>(fp, bh, stream);
+  else
+    forward_w<D, 4, CAUSAL>(fp, bh, stream);
 }
 
 template <int D, bool CAUSAL>
@@ -815,10 +817,13 @@ bool attention_supported(DType dtype, int64_t head_dim) {
 }
 
 void launch_attention_forward(const AttentionProblem& p, AttentionInput q, AttentionInput k,
-                              AttentionInput v, AttentionOutput o, float* lse,
-                              cudaStream_t stream) {
+                              AttentionInput v, AttentionOutput o, float* lse, cudaStream_t stream,
+                              const AttentionTuning& tuning) {
   constexpr const char* kOp = "attention_forward";
   check_problem(kOp, p);
+  EMBER_CHECK(tuning.forward_warps == 0 || tuning.forward_warps == 4 || tuning.forward_warps == 8,
+              kOp, ": forward_warps ", tuning.forward_warps, " (0, 4 or 8)");
+  const int warps = tuning.forward_warps == 0 ? 4 : tuning.forward_warps;
   const int64_t bh = p.batch * p.heads;
   if (bh == 0 || p.q_len == 0) return;
   check_operand(kOp, "q", q.data, strides_of(q));
@@ -843,9 +848,11 @@ void launch_attention_forward(const AttentionProblem& p, AttentionInput q, Atten
   fp.tk = static_cast<int>(p.kv_len);
   fp.scale_log2 = p.scale * kLog2e;
   if (p.head_dim == 64)
-    p.causal ? forward_d<64, true>(fp, bh, stream) : forward_d<64, false>(fp, bh, stream);
+    p.causal ? forward_d<64, true>(fp, bh, warps, stream)
+             : forward_d<64, false>(fp, bh, warps, stream);
   else
-    p.causal ? forward_d<128, true>(fp, bh, stream) : forward_d<128, false>(fp, bh, stream);
+    p.causal ? forward_d<128, true>(fp, bh, warps, stream)
+             : forward_d<128, false>(fp, bh, warps, stream);
 }
 
 size_t attention_backward_workspace_bytes(const AttentionProblem& p, bool deterministic) {
@@ -888,10 +895,11 @@ void launch_attention_backward(const AttentionProblem& p, AttentionInput q, Atte
   bp.dout = static_cast<const bf16*>(d_out.data);
   bp.lse = lse;
   bp.delta = static_cast<float*>(workspace);
-  bp.dq_acc = deterministic ? nullptr
-                            : reinterpret_cast<float*>(
-                                  static_cast<char*>(workspace) +
-                                  align256(static_cast<size_t>(bh * p.q_len) * sizeof(float)));
+  bp.dq_acc =
+      deterministic
+          ? nullptr
+          : reinterpret_cast<float*>(static_cast<char*>(workspace) +
+                                     align256(static_cast<size_t>(bh * p.q_len) * sizeof(float)));
   bp.dq = static_cast<bf16*>(d_q.data);
   bp.dk = static_cast<bf16*>(d_k.data);
   bp.dv = static_cast<bf16*>(d_v.data);

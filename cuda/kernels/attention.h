@@ -48,6 +48,11 @@ struct AttentionProblem {
   bool causal = false;   ///< query i sees keys 0..i only
 };
 
+/// Knobs for measuring; the defaults are what the launchers choose.
+struct AttentionTuning {
+  int forward_warps = 0;  ///< 4 or 8 warps, 16 query rows each, per forward block; 0: 4
+};
+
 /// Null when the kernels take `dtype` and `head_dim` (bfloat16; 64 or 128), else
 /// why not.
 const char* attention_unsupported(DType dtype, int64_t head_dim);
@@ -60,8 +65,16 @@ bool attention_supported(DType dtype, int64_t head_dim);
 /// Every base pointer must be 16-byte aligned and every stride a multiple of 8
 /// elements. Throws ember::Error on bad arguments.
 void launch_attention_forward(const AttentionProblem& p, AttentionInput q, AttentionInput k,
-                              AttentionInput v, AttentionOutput o, float* lse,
-                              cudaStream_t stream);
+                              AttentionInput v, AttentionOutput o, float* lse, cudaStream_t stream,
+                              const AttentionTuning& tuning = {});
+
+/// Version 2 of the forward (cuda/kernels/sm90/attention_fwd.cu: wgmma, sm_90a),
+/// the same contract as launch_attention_forward, `key_tile` 64 or 128 keys per
+/// step. Experimental: launch_attention_forward does not use it until it is
+/// measured. Throws unless the device has compute capability 9.0.
+void launch_attention_forward_sm90(const AttentionProblem& p, AttentionInput q, AttentionInput k,
+                                   AttentionInput v, AttentionOutput o, float* lse,
+                                   cudaStream_t stream, int key_tile = 64);
 
 /// Device bytes launch_attention_backward needs as workspace: the rowsum(dO * O)
 /// pre-pass (B H q_len floats), and in the default mode a float32 dQ

@@ -69,8 +69,8 @@ Result run_case(const Shape4& s, bool causal, bool bthd, uint64_t seed) {
   Tensor kc = bhtd_view(k64, bthd).detach().set_requires_grad(true);
   Tensor vc = bhtd_view(v64, bthd).detach().set_requires_grad(true);
   const int64_t bh = s.b * s.h;
-  Tensor sc = matmul(reshape(qc, {bh, s.tq, s.d}), transpose(reshape(kc, {bh, s.tk, s.d}), 1, 2)) *
-              scale;
+  Tensor sc =
+      matmul(reshape(qc, {bh, s.tq, s.d}), transpose(reshape(kc, {bh, s.tk, s.d}), 1, 2)) * scale;
   if (causal) {
     std::vector<double> mask(static_cast<size_t>(s.tq * s.tk), 0.0);
     for (int64_t i = 0; i < s.tq; ++i)
@@ -105,16 +105,15 @@ Result run_case(const Shape4& s, bool causal, bool bthd, uint64_t seed) {
   prob.scale = static_cast<float>(scale);
   prob.causal = causal;
   cudaStream_t stream = cuda::current_stream(0);
-  cuda::launch_attention_forward(prob, in(q), in(k), in(v), out(o), lse.data_ptr<float>(),
-                                 stream);
+  cuda::launch_attention_forward(prob, in(q), in(k), in(v), out(o), lse.data_ptr<float>(), stream);
   const size_t ws_bytes = std::max(cuda::attention_backward_workspace_bytes(prob, false),
                                    cuda::attention_backward_workspace_bytes(prob, true));
-  Tensor ws = empty({static_cast<int64_t>(ws_bytes / 4 + 64)},
-                    TensorOptions(kCUDA).dtype(kFloat32));
+  Tensor ws =
+      empty({static_cast<int64_t>(ws_bytes / 4 + 64)}, TensorOptions(kCUDA).dtype(kFloat32));
   auto backward = [&](bool det) {
-    cuda::launch_attention_backward(prob, in(q), in(k), in(v), in(o), in(g),
-                                    lse.data_ptr<float>(), out(dq), out(dk), out(dv), det,
-                                    ws.raw_data(), ws_bytes, stream);
+    cuda::launch_attention_backward(prob, in(q), in(k), in(v), in(o), in(g), lse.data_ptr<float>(),
+                                    out(dq), out(dk), out(dv), det, ws.raw_data(), ws_bytes,
+                                    stream);
   };
   auto err = [](const Tensor& ours, const Tensor& ref) {
     return rel_error(ours.to(kCPU).to(kFloat64), ref);
