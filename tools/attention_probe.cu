@@ -391,7 +391,8 @@ bool report(const char* what, Err e) {
   return ok;
 }
 
-// Checks one case: forward, both backward modes, determinism. Returns pass.
+// Checks one case: forward (v1 4 and 8 warps, v2 both tiles on sm_90), both
+// backward modes, determinism. Returns whether version 1 passed.
 bool check_case(Tensors& t, int slices, uint64_t seed) {
   const Case& c = t.c;
   t.randomize(seed);
@@ -419,6 +420,7 @@ bool check_case(Tensors& t, int slices, uint64_t seed) {
   ok &= report("O", rel_err(gather(t.o, t, true, slices), ref.o));
   ok &= report("LSE", rel_err(lse, lse_ref));
   // Version 2 (wgmma, sm_90a), both key tiles, where the device is sm_90.
+  bool v2_all = true;
   if (g_sm90) {
     for (int tile : {64, 128}) {
       t.o.poison(), t.lse.poison();
@@ -429,7 +431,7 @@ bool check_case(Tensors& t, int slices, uint64_t seed) {
       std::printf(tile == 64 ? " | v2/64:" : " | v2/128:");
       const bool v2ok = report("O", rel_err(gather(t.o, t, true, slices), ref.o)) &
                         report("LSE", rel_err(lse, lse_ref));
-      ok &= v2ok;
+      v2_all &= v2ok;
       (tile == 64 ? g_v2_ok64 : g_v2_ok128) &= v2ok;
     }
   }
@@ -457,10 +459,10 @@ bool check_case(Tensors& t, int slices, uint64_t seed) {
   const bool same = std::memcmp(first.data(), second.data(), first.size() * sizeof(bf16)) == 0;
   std::printf(" | det-repeat %s", same ? "same" : "DIFFERENT");
   ok &= same;
-  std::printf("  %s\n", ok ? "PASS" : "FAIL");
+  std::printf("  %s%s\n", ok && v2_all ? "PASS" : "FAIL", ok && !v2_all ? " (v2 only)" : "");
   std::fflush(stdout);
-  if (!ok) ++g_failures;
-  return ok;
+  if (!ok || !v2_all) ++g_failures;
+  return ok;  // version 1 forward and both backward modes; version 2 is flagged on its own
 }
 
 // ------------------------------------------------------------------ timing

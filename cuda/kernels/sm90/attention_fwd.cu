@@ -144,7 +144,11 @@ __device__ __forceinline__ void wgmma_bf16_rs_m64n64k16(float (&d)[32], const ui
       "}, "
       "{%32, %33, %34, %35}, %36, p, 1, 1, %38;\n"
       "}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+        "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
+        "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
+        "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
+        "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d), "n"(kTransB));
 }
 
@@ -153,7 +157,7 @@ __device__ __forceinline__ void wgmma_bf16_rs_m64n64k16(float (&d)[32], const ui
 // kTransB: 0 K-major, 1 N-major.
 template <int kTransB>
 __device__ __forceinline__ void wgmma_bf16_rs_m64n128k16(float (&d)[64], const uint32_t (&a)[4],
-                                                        uint64_t desc_b, uint32_t scale_d) {
+                                                         uint64_t desc_b, uint32_t scale_d) {
   asm volatile(
       "{\n"
       ".reg .pred p;\n"
@@ -171,10 +175,18 @@ __device__ __forceinline__ void wgmma_bf16_rs_m64n128k16(float (&d)[64], const u
       "}, "
       "{%64, %65, %66, %67}, %68, p, 1, 1, %70;\n"
       "}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+        "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
+        "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
+        "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
+        "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]),
+        "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]),
+        "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),
+        "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]),
+        "+f"(d[63])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d), "n"(kTransB));
 }
-
 
 // Element offset of (row r, 16-byte chunk c) in a swizzled (ROWS, D) tile.
 template <int ROWS>
@@ -239,8 +251,8 @@ __global__ void __launch_bounds__(kThreads, 1) attn_fwd_sm90_kernel(const Params
   constexpr int kDT = D / 8;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   // 1024-byte alignment of every tile (the swizzle atoms).
-  bf16* s_q = reinterpret_cast<bf16*>(
-      (reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~static_cast<uintptr_t>(1023));
+  bf16* s_q = reinterpret_cast<bf16*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) &
+                                      ~static_cast<uintptr_t>(1023));
   bf16* s_k = s_q + kM * D;
   bf16* s_v = s_k + 2 * BN * D;
 
@@ -364,7 +376,8 @@ __global__ void __launch_bounds__(kThreads, 1) attn_fwd_sm90_kernel(const Params
     const float inv = total > 0.f ? 1.f / total : 0.f;
     const int row = row_lo + 8 * r;
     if (row >= p.tq) continue;
-    if ((lane & 3) == 0) p.lse[lse_base + row] = total > 0.f ? (m[r] + log2f(total)) * kLn2 : -INFINITY;
+    if ((lane & 3) == 0)
+      p.lse[lse_base + row] = total > 0.f ? (m[r] + log2f(total)) * kLn2 : -INFINITY;
     bf16* dst = go + static_cast<int64_t>(row) * p.so.t + (lane & 3) * 2;
 #pragma unroll
     for (int dt = 0; dt < kDT; ++dt)
@@ -414,8 +427,8 @@ void launch_attention_forward_sm90(const AttentionProblem& p, AttentionInput q, 
   const int64_t bh = p.batch * p.heads;
   if (bh == 0 || p.q_len == 0) return;
   auto aligned = [](const void* d, int64_t sb, int64_t sh, int64_t st) {
-    return d != nullptr && reinterpret_cast<uintptr_t>(d) % 16 == 0 && sb % 8 == 0 &&
-           sh % 8 == 0 && st % 8 == 0;
+    return d != nullptr && reinterpret_cast<uintptr_t>(d) % 16 == 0 && sb % 8 == 0 && sh % 8 == 0 &&
+           st % 8 == 0;
   };
   EMBER_CHECK(aligned(q.data, q.stride_b, q.stride_h, q.stride_t) &&
                   aligned(o.data, o.stride_b, o.stride_h, o.stride_t) && lse != nullptr &&
@@ -439,7 +452,8 @@ void launch_attention_forward_sm90(const AttentionProblem& p, AttentionInput q, 
   const bool wide = key_tile == 128;
   if (p.head_dim == 64) {
     if (wide)
-      p.causal ? launch_d<64, 128, true>(prm, bh, stream) : launch_d<64, 128, false>(prm, bh, stream);
+      p.causal ? launch_d<64, 128, true>(prm, bh, stream)
+               : launch_d<64, 128, false>(prm, bh, stream);
     else
       p.causal ? launch_d<64, 64, true>(prm, bh, stream) : launch_d<64, 64, false>(prm, bh, stream);
   } else {
@@ -447,7 +461,8 @@ void launch_attention_forward_sm90(const AttentionProblem& p, AttentionInput q, 
       p.causal ? launch_d<128, 128, true>(prm, bh, stream)
                : launch_d<128, 128, false>(prm, bh, stream);
     else
-      p.causal ? launch_d<128, 64, true>(prm, bh, stream) : launch_d<128, 64, false>(prm, bh, stream);
+      p.causal ? launch_d<128, 64, true>(prm, bh, stream)
+               : launch_d<128, 64, false>(prm, bh, stream);
   }
 }
 
