@@ -54,6 +54,23 @@ int ember_attention_forward(int b, int h, int tq, int tk, int d, float scale, in
   }
 }
 
+// Version 1 (mma.sync) whatever the device, for comparing with the default.
+int ember_attention_forward_v1(int b, int h, int tq, int tk, int d, float scale, int causal,
+                               const void* q, const long long* sq, const void* k,
+                               const long long* sk, const void* v, const long long* sv, void* o,
+                               const long long* so, float* lse, void* stream) {
+  try {
+    AttentionTuning tuning;
+    tuning.forward_version = 1;
+    launch_attention_forward(problem(b, h, tq, tk, d, scale, causal), in(q, sq), in(k, sk),
+                             in(v, sv), out(o, so), lse, static_cast<cudaStream_t>(stream), tuning);
+    return 0;
+  } catch (const std::exception& e) {
+    std::printf("ember_attention_forward_v1: %s\n", e.what());
+    return 1;
+  }
+}
+
 int ember_attention_forward_sm90(int b, int h, int tq, int tk, int d, float scale, int causal,
                                  const void* q, const long long* sq, const void* k,
                                  const long long* sk, const void* v, const long long* sv, void* o,

@@ -275,8 +275,10 @@ struct Tensors {
     fill_random<<<1024, 256>>>(dout.p, dout.n, seed * 4 + 3, 1.f);
     CK(cudaGetLastError());
   }
+  // Version 1 (mma.sync), 4 or 8 warps.
   void forward(int warps = 0) {
     AttentionTuning tuning;
+    tuning.forward_version = 1;
     tuning.forward_warps = warps;
     launch_attention_forward(prob, in_q(q.p), in_k(k.p), in_k(v.p), out_q(o.p), lse.p, nullptr,
                              tuning);
@@ -285,11 +287,18 @@ struct Tensors {
     launch_attention_forward_sm90(prob, in_q(q.p), in_k(k.p), in_k(v.p), out_q(o.p), lse.p, nullptr,
                                   key_tile);
   }
-  void backward(bool deterministic) {
+  // The library's default forward (version 2 on sm_90).
+  void forward_default() {
+    launch_attention_forward(prob, in_q(q.p), in_k(k.p), in_k(v.p), out_q(o.p), lse.p, nullptr);
+  }
+  // query_tile: the deterministic dK/dV kernel's query rows per tile (0: default).
+  void backward(bool deterministic, int query_tile = 0) {
     const cudaStream_t st = nullptr;
+    AttentionTuning tuning;
+    tuning.backward_query_tile = query_tile;
     launch_attention_backward(prob, in_q(q.p), in_k(k.p), in_k(v.p), in_q(o.p), in_q(dout.p), lse.p,
                               out_q(dq.p), out_k(dk.p), out_k(dv.p), deterministic, ws.p, ws_bytes,
-                              st);
+                              st, tuning);
   }
 };
 
@@ -435,16 +444,24 @@ bool check_case(Tensors& t, int slices, uint64_t seed) {
       (tile == 64 ? g_v2_ok64 : g_v2_ok128) &= v2ok;
     }
   }
-  // Backward reads the default forward's O and lse.
-  t.forward();
+  // The library's default forward (what the op layer runs); backward reads its O and lse.
+  t.o.poison(), t.lse.poison();
+  t.forward_default();
+  CK(cudaGetLastError());
   CK(cudaDeviceSynchronize());
+  CK(cudaMemcpy(lse.data(), t.lse.p, lse.size() * sizeof(float), cudaMemcpyDeviceToHost));
+  std::printf(" | lib:");
+  ok &= report("O", rel_err(gather(t.o, t, true, slices), ref.o));
+  ok &= report("LSE", rel_err(lse, lse_ref));
 
-  for (int det = 0; det < 2; ++det) {
+  // Atomic, deterministic with the default query tile, deterministic with the other.
+  const int other_tile = c.D == 128 ? 64 : 32;
+  for (int mode = 0; mode < 3; ++mode) {
     t.dq.poison(), t.dk.poison(), t.dv.poison();
-    t.backward(det == 1);
+    t.backward(mode > 0, mode == 2 ? other_tile : 0);
     CK(cudaGetLastError());
     CK(cudaDeviceSynchronize());
-    std::printf(det ? " | bwd-det:" : " | bwd:");
+    std::printf(mode == 0 ? " | bwd:" : mode == 1 ? " | bwd-det:" : " | det/q%d:", other_tile);
     ok &= report("dQ", rel_err(gather(t.dq, t, true, slices), ref.dq));
     ok &= report("dK", rel_err(gather(t.dk, t, false, slices), ref.dk));
     ok &= report("dV", rel_err(gather(t.dv, t, false, slices), ref.dv));
@@ -521,12 +538,32 @@ void time_case(const Case& c, int reps) {
         t.backward(true);
       },
       reps);
+  const int other_tile = c.D == 128 ? 64 : 32;
+  const Stat fbo = time_it(
+      [&] {
+        t.forward();
+        t.backward(true, other_tile);
+      },
+      reps);
+  // The library's defaults end to end (the op layer's path).
+  const Stat lf = time_it([&] { t.forward_default(); }, reps);
+  const Stat lfb = time_it(
+      [&] {
+        t.forward_default();
+        t.backward(kAttentionDeterministicDefault);
+      },
+      reps);
   auto tf = [](double flop, double ms) { return flop / (ms * 1e-3) / 1e12; };
   std::printf(
       "TIME %-44s fwd %.3f ms [%.3f-%.3f] %4.0f TF/s | fwd8 %.3f ms %4.0f TF/s | fwd+bwd %.3f ms "
       "[%.3f-%.3f] %4.0f TF/s | fwd+bwd det %.3f ms %4.0f TF/s\n",
       describe(c).c_str(), f.med, f.lo, f.hi, tf(fwd_flop, f.med), f8.med, tf(fwd_flop, f8.med),
       fb.med, fb.lo, fb.hi, tf(3.5 * fwd_flop, fb.med), fbd.med, tf(3.5 * fwd_flop, fbd.med));
+  std::printf(
+      "TIME %-44s bwd det query tile %d (default) %.3f ms | query tile %d %.3f ms (fwd+bwd, v1 "
+      "fwd) | lib default: fwd %.3f ms %4.0f TF/s, fwd+bwd %.3f ms %4.0f TF/s\n",
+      describe(c).c_str(), c.D == 128 ? 32 : 64, fbd.med, other_tile, fbo.med, lf.med,
+      tf(fwd_flop, lf.med), lfb.med, tf(3.5 * fwd_flop, lfb.med));
   if (v64.med > 0 || v128.med > 0)
     std::printf(
         "TIME %-44s fwd v2 (wgmma) key tile 64: %.3f ms %4.0f TF/s | key tile 128: %.3f ms "

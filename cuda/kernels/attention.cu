@@ -9,8 +9,8 @@
 // Backward: a pre-pass rowsum(dO * O); a block per 64 keys keeps dK and dV in
 // registers (16 keys per warp) and walks 64-query tiles, recomputing
 // P^T = exp(S^T - lse) from K Q^T; dQ either goes through shared memory and
-// float atomics into a float32 accumulator (default), or in a separate pass per
-// 64 queries walking the key tiles (deterministic).
+// float atomics into a float32 accumulator, or in a separate pass per 64 queries
+// walking the key tiles (deterministic; measured faster, the callers' default).
 // Causal tiles past the diagonal are skipped; ragged tails load as zeros and
 // are masked. Shared tiles are (rows, D) bf16 with 16-byte chunks XOR-swizzled
 // by row so that ldmatrix and cp.async hit distinct banks.
@@ -438,14 +438,19 @@ __device__ __forceinline__ void load_row_stats(float* s_lse, float* s_delta, con
 
 // dK, dV (and with ATOMIC_DQ, dQ added into the float32 accumulator) for 64 keys.
 // grid (B H, key tiles); causal: key tile 0 (the most queries) first.
-template <int D, bool CAUSAL, bool ATOMIC_DQ>
+// M query rows per tile: 64, or 32 (deterministic only: the atomic dQ gives each
+// warp 16 of the tile's query rows); at D 128 the 64-row tile's P^T and dP^T
+// (2 x 32 floats) on top of dK and dV (2 x 64) exceed 255 registers.
+template <int D, int M, bool CAUSAL, bool ATOMIC_DQ>
 __global__ void __launch_bounds__(kBwdWarps * 32) attn_bwd_dkdv_kernel(const BwdParams p) {
-  constexpr int kM = kBwdBlockM;
+  constexpr int kM = M;
   constexpr int kN = kBlockN;
   constexpr int kThreads = kBwdWarps * 32;
   constexpr int kMT = kM / 8;  // n-tiles over queries
   constexpr int kDT = D / 8;
-  static_assert(kN == 16 * kBwdWarps && kM == 16 * kBwdWarps, "a warp per 16 keys and queries");
+  static_assert(kN == 16 * kBwdWarps, "a warp per 16 keys");
+  static_assert(kM % 32 == 0 && kN % kM == 0, "query tiles of 32 or 64 rows");
+  static_assert(!ATOMIC_DQ || kM == 16 * kBwdWarps, "atomic dQ: a warp per 16 query rows");
   extern __shared__ __align__(128) unsigned char smem_raw[];
   bf16* s_k = reinterpret_cast<bf16*>(smem_raw);
   bf16* s_v = s_k + kN * D;
@@ -706,9 +711,9 @@ __global__ void attn_bwd_dq_convert_kernel(const BwdParams p, int64_t rows) {
 constexpr size_t fwd_smem(int d, int warps) {
   return static_cast<size_t>(16 * warps + 4 * kBlockN) * d * sizeof(bf16);
 }
-constexpr size_t dkdv_smem(int d, bool atomic_dq) {
-  return static_cast<size_t>(2 * kBlockN + 4 * kBwdBlockM) * d * sizeof(bf16) +
-         (atomic_dq ? kBlockN * kBwdBlockM * sizeof(bf16) : 0) + 4 * kBwdBlockM * sizeof(float);
+constexpr size_t dkdv_smem(int d, int m, bool atomic_dq) {
+  return static_cast<size_t>(2 * kBlockN + 4 * m) * d * sizeof(bf16) +
+         (atomic_dq ? kBlockN * m * sizeof(bf16) : 0) + 4 * m * sizeof(float);
 }
 constexpr size_t dq_smem(int d) {
   return static_cast<size_t>(2 * kBwdBlockM + 4 * kBlockN) * d * sizeof(bf16);
@@ -741,6 +746,15 @@ void check_operand(const char* op, const char* name, const void* data, Strides s
               " must be 16-byte aligned");
   EMBER_CHECK(s.b % 8 == 0 && s.h % 8 == 0 && s.t % 8 == 0, op, ": ", name, " strides (", s.b, ", ",
               s.h, ", ", s.t, ") must be multiples of 8 elements");
+}
+
+// major * 10 + minor of the current device.
+int compute_capability() {
+  int device = 0, major = 0, minor = 0;
+  EMBER_CUDA_CHECK(cudaGetDevice(&device));
+  EMBER_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  EMBER_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
+  return major * 10 + minor;
 }
 
 void check_problem(const char* op, const AttentionProblem& p) {
@@ -778,22 +792,27 @@ void forward_d(const FwdParams& fp, int64_t bh, int warps, cudaStream_t stream) 
 }
 
 template <int D, bool CAUSAL>
-void backward_d(const BwdParams& bp, int64_t bh, bool deterministic, cudaStream_t stream) {
+void backward_d(const BwdParams& bp, int64_t bh, bool deterministic, int query_tile,
+                cudaStream_t stream) {
   const int64_t rows = bh * bp.tq;
   attn_bwd_delta_kernel<D><<<static_cast<unsigned>(ceil_div(rows, 8)), 256, 0, stream>>>(bp, rows);
   EMBER_CUDA_CHECK(cudaGetLastError());
   const dim3 key_grid(static_cast<unsigned>(bh), static_cast<unsigned>(ceil_div(bp.tk, kBlockN)));
   if (deterministic) {
-    launch(attn_bwd_dkdv_kernel<D, CAUSAL, false>, key_grid, kBwdWarps * 32, dkdv_smem(D, false),
-           stream, bp);
+    if (query_tile == 32)
+      launch(attn_bwd_dkdv_kernel<D, 32, CAUSAL, false>, key_grid, kBwdWarps * 32,
+             dkdv_smem(D, 32, false), stream, bp);
+    else
+      launch(attn_bwd_dkdv_kernel<D, 64, CAUSAL, false>, key_grid, kBwdWarps * 32,
+             dkdv_smem(D, 64, false), stream, bp);
     const dim3 q_grid(static_cast<unsigned>(bh),
                       static_cast<unsigned>(ceil_div(bp.tq, kBwdBlockM)));
     launch(attn_bwd_dq_kernel<D, CAUSAL>, q_grid, kBwdWarps * 32, dq_smem(D), stream, bp);
   } else {
     EMBER_CUDA_CHECK(
         cudaMemsetAsync(bp.dq_acc, 0, static_cast<size_t>(rows) * D * sizeof(float), stream));
-    launch(attn_bwd_dkdv_kernel<D, CAUSAL, true>, key_grid, kBwdWarps * 32, dkdv_smem(D, true),
-           stream, bp);
+    launch(attn_bwd_dkdv_kernel<D, kBwdBlockM, CAUSAL, true>, key_grid, kBwdWarps * 32,
+           dkdv_smem(D, kBwdBlockM, true), stream, bp);
     attn_bwd_dq_convert_kernel<D>
         <<<static_cast<unsigned>(ceil_div(rows * (D / 8), 256)), 256, 0, stream>>>(bp, rows);
     EMBER_CUDA_CHECK(cudaGetLastError());
@@ -823,6 +842,15 @@ void launch_attention_forward(const AttentionProblem& p, AttentionInput q, Atten
   check_problem(kOp, p);
   EMBER_CHECK(tuning.forward_warps == 0 || tuning.forward_warps == 4 || tuning.forward_warps == 8,
               kOp, ": forward_warps ", tuning.forward_warps, " (0, 4 or 8)");
+  EMBER_CHECK(tuning.forward_version >= 0 && tuning.forward_version <= 2, kOp, ": forward_version ",
+              tuning.forward_version, " (0, 1 or 2)");
+  int version = tuning.forward_version;
+  if (version == 0) version = tuning.forward_warps == 0 && compute_capability() == 90 ? 2 : 1;
+  if (version == 2) {
+    // The key tile that was faster at each head dim in the first H200 run.
+    launch_attention_forward_sm90(p, q, k, v, o, lse, stream, p.head_dim == 64 ? 64 : 128);
+    return;
+  }
   const int warps = tuning.forward_warps == 0 ? 4 : tuning.forward_warps;
   const int64_t bh = p.batch * p.heads;
   if (bh == 0 || p.q_len == 0) return;
@@ -866,9 +894,16 @@ void launch_attention_backward(const AttentionProblem& p, AttentionInput q, Atte
                                AttentionInput v, AttentionInput o, AttentionInput d_out,
                                const float* lse, AttentionOutput d_q, AttentionOutput d_k,
                                AttentionOutput d_v, bool deterministic, void* workspace,
-                               size_t workspace_bytes, cudaStream_t stream) {
+                               size_t workspace_bytes, cudaStream_t stream,
+                               const AttentionTuning& tuning) {
   constexpr const char* kOp = "attention_backward";
   check_problem(kOp, p);
+  EMBER_CHECK(tuning.backward_query_tile == 0 || tuning.backward_query_tile == 32 ||
+                  tuning.backward_query_tile == 64,
+              kOp, ": backward_query_tile ", tuning.backward_query_tile, " (0, 32 or 64)");
+  const int query_tile = tuning.backward_query_tile != 0 ? tuning.backward_query_tile
+                         : p.head_dim == 128             ? 32
+                                                         : 64;
   const int64_t bh = p.batch * p.heads;
   if (bh == 0 || (p.q_len == 0 && p.kv_len == 0)) return;
   EMBER_CHECK(p.q_len > 0 && p.kv_len > 0, kOp, ": q_len ", p.q_len, " and kv_len ", p.kv_len,
@@ -917,11 +952,11 @@ void launch_attention_backward(const AttentionProblem& p, AttentionInput q, Atte
   bp.scale = p.scale;
   bp.scale_log2 = p.scale * kLog2e;
   if (p.head_dim == 64)
-    p.causal ? backward_d<64, true>(bp, bh, deterministic, stream)
-             : backward_d<64, false>(bp, bh, deterministic, stream);
+    p.causal ? backward_d<64, true>(bp, bh, deterministic, query_tile, stream)
+             : backward_d<64, false>(bp, bh, deterministic, query_tile, stream);
   else
-    p.causal ? backward_d<128, true>(bp, bh, deterministic, stream)
-             : backward_d<128, false>(bp, bh, deterministic, stream);
+    p.causal ? backward_d<128, true>(bp, bh, deterministic, query_tile, stream)
+             : backward_d<128, false>(bp, bh, deterministic, query_tile, stream);
 }
 
 }  // namespace ember::cuda

@@ -57,9 +57,12 @@ struct Result {
   bool det_same = false;
 };
 
-// v2_tile: 0 runs launch_attention_forward, 64 or 128 the wgmma forward
-// (launch_attention_forward_sm90) with that key tile; backward reads its O and lse.
-Result run_case(const Shape4& s, bool causal, bool bthd, uint64_t seed, int v2_tile = 0) {
+// v2_tile: 0 runs launch_attention_forward with its defaults, -1 forces version 1
+// (mma.sync), 64 or 128 the wgmma forward (launch_attention_forward_sm90) with that key
+// tile; backward reads its O and lse. query_tile: the deterministic backward's dK/dV
+// query tile (0: its default).
+Result run_case(const Shape4& s, bool causal, bool bthd, uint64_t seed, int v2_tile = 0,
+                int query_tile = 0) {
   const double scale = 1.0 / std::sqrt(static_cast<double>(s.d));
   Tensor q64 = make_storage(s.b, s.h, s.tq, s.d, bthd, seed);
   Tensor k64 = make_storage(s.b, s.h, s.tk, s.d, bthd, seed + 1);
@@ -107,20 +110,25 @@ Result run_case(const Shape4& s, bool causal, bool bthd, uint64_t seed, int v2_t
   prob.scale = static_cast<float>(scale);
   prob.causal = causal;
   cudaStream_t stream = cuda::current_stream(0);
-  if (v2_tile != 0)
+  if (v2_tile > 0) {
     cuda::launch_attention_forward_sm90(prob, in(q), in(k), in(v), out(o), lse.data_ptr<float>(),
                                         stream, v2_tile);
-  else
-    cuda::launch_attention_forward(prob, in(q), in(k), in(v), out(o), lse.data_ptr<float>(),
-                                   stream);
+  } else {
+    cuda::AttentionTuning fwd_tuning;
+    fwd_tuning.forward_version = v2_tile < 0 ? 1 : 0;
+    cuda::launch_attention_forward(prob, in(q), in(k), in(v), out(o), lse.data_ptr<float>(), stream,
+                                   fwd_tuning);
+  }
+  cuda::AttentionTuning bwd_tuning;
+  bwd_tuning.backward_query_tile = query_tile;
   const size_t ws_bytes = std::max(cuda::attention_backward_workspace_bytes(prob, false),
                                    cuda::attention_backward_workspace_bytes(prob, true));
   Tensor ws =
       empty({static_cast<int64_t>(ws_bytes / 4 + 64)}, TensorOptions(kCUDA).dtype(kFloat32));
   auto backward = [&](bool det) {
     cuda::launch_attention_backward(prob, in(q), in(k), in(v), in(o), in(g), lse.data_ptr<float>(),
-                                    out(dq), out(dk), out(dv), det, ws.raw_data(), ws_bytes,
-                                    stream);
+                                    out(dq), out(dk), out(dv), det, ws.raw_data(), ws_bytes, stream,
+                                    bwd_tuning);
   };
   auto err = [](const Tensor& ours, const Tensor& ref) {
     return rel_error(ours.to(kCPU).to(kFloat64), ref);
@@ -149,14 +157,20 @@ TEST_CASE("kernels/attention: forward and both backward modes match the float64 
                                       {2, 3, 127, 127, 64}, {1, 2, 300, 300, 64},
                                       {2, 3, 127, 300, 64}, {2, 2, 300, 127, 64}};
   uint64_t seed = 11;
+  int index = 0;
   for (int64_t d : {64, 128})
     for (Shape4 s : shapes)
       for (bool causal : {false, true}) {
         s.d = d;
         const bool bthd = (seed / 4) % 2 == 0;
+        // Half the cases force version 1 of the forward (the default on other GPUs than
+        // compute capability 9.0); half run the deterministic backward's other query tile.
+        const int forward = index % 2 == 0 ? 0 : -1;
+        const int query_tile = (index / 2) % 2 == 0 ? 0 : (d == 128 ? 64 : 32);
+        ++index;
         INFO("B=", s.b, " H=", s.h, " Tq=", s.tq, " Tk=", s.tk, " D=", s.d, " causal=", causal,
-             " bthd=", bthd);
-        const Result r = run_case(s, causal, bthd, seed += 4);
+             " bthd=", bthd, " forward=", forward, " query_tile=", query_tile);
+        const Result r = run_case(s, causal, bthd, seed += 4, forward, query_tile);
         CHECK(r.o <= 1e-2);
         CHECK(r.lse <= 1e-2);
         CHECK(r.dq <= 1e-2);
