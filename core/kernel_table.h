@@ -1,16 +1,29 @@
 // Kernels chosen by device from one table. Each kernel family is declared once
-// here, with its argument struct (raw pointers, layouts, sizes: no Tensor); each
-// device registers its implementation of every family it has (CPU loops in
-// core/kernels/cpu_*.cpp, adapters to cuda/kernels/ in core/kernels/cuda_*.cpp),
+// here, with its argument struct (raw pointers, layouts, sizes: no Tensor) and its
+// kind; each device registers its implementation of every family it has (CPU loops
+// in core/kernels/cpu_*.cpp, adapters to cuda/kernels/ in core/kernels/cuda_*.cpp),
 // and ops call kernels_for(device).family(args) without ever testing the device.
-// A device without a family's kernel throws, naming the family and the device.
 //
-// Fused ops (Linear with its epilogue, MSE with its gradient) also have a
-// `*_supported` predicate: an op runs its fused kernel where the predicate says
-// yes, and its composition of simpler ops (the reference) elsewhere, as MLX's
-// fast primitives do. A device is one registration (core/kernels/registry.cpp):
-// CPU, CUDA, and the meta device (core/kernels/meta_device.cpp), whose kernels
-// compute nothing but answer every query as the device it mirrors would.
+// A family's kind (FamilyKind, the last column of EMBER_KERNEL_FAMILIES) says what
+// a device that does not register it answers, and what the meta device does:
+//   compute    does the work; unregistered, it throws naming the family and the
+//              device; on meta it computes nothing.
+//   query      answers a size (a workspace); unregistered, it throws; on meta it
+//              answers as the mirrored device.
+//   predicate  `*_fused_supported`: whether the device's fused kernel takes
+//              these sizes and dtype; unregistered, it answers false ("compose");
+//              on meta it answers as the mirrored device.
+//   decision   a fused kernel whose choice needs its operands' addresses (Linear's
+//              backward products): it returns false, having done nothing, where
+//              the op composes; registered where its fused op can run (meta: by
+//              hand, as CUDA would decide).
+//
+// Fused ops say "compose instead" through their predicate, asked before the op
+// allocates: an op runs its fused kernel where the predicate says yes, and its
+// composition of simpler ops (the reference) elsewhere, as MLX's fast primitives
+// do. A device is one registration (core/kernels/registry.cpp): CPU, CUDA, and the
+// meta device (core/kernels/meta_device.cpp), whose kernels compute nothing but
+// answer every query as the device it mirrors would.
 #pragma once
 
 #include <cstddef>
@@ -24,6 +37,7 @@
 #include "core/base/multi_tensor.h"
 #include "core/base/optim_math.h"
 #include "core/base/reduction.h"
+#include "core/device_services.h"
 #include "core/memory/caching_allocator.h"
 
 namespace ember::kernels {
@@ -421,8 +435,9 @@ struct CrossEntropyQuery {
 };
 
 // The fused layer norm over rows of `cols` elements: y = (x - mean) rstd w + b,
-// rstd = 1 / sqrt(var + eps) (biased variance), keeping mean and rstd (rows; float32, or
-// float64 for float64 input) for backward. w, b (cols) may be null. All contiguous.
+// rstd = 1 / sqrt(var + eps) (biased variance), keeping mean and rstd (rows, float32)
+// for backward. float32 and bfloat16 (statistics in float32; float64 composes). w, b
+// (cols) may be null. All contiguous.
 struct LayerNormArgs {
   Device device;
   DType dtype;
@@ -451,10 +466,38 @@ struct LayerNormBackwardArgs {
   int64_t rows, cols;
   void* workspace;  // layer_norm_workspace_bytes of it
 };
-struct LayerNormQuery {
+struct LayerNormQuery {  // the norms' sizes (layer norm and RMS norm)
   Device device;
   DType dtype;
   int64_t rows, cols;
+};
+
+// The fused RMS norm over rows of `cols` elements: y = x rstd w, rstd = 1 /
+// sqrt(mean(x^2) + eps), keeping rstd (rows, float32) for backward. float32 and
+// bfloat16 (statistics in float32). w (cols) may be null. All contiguous.
+struct RmsNormArgs {
+  Device device;
+  DType dtype;
+  const void* x;
+  const void* w;
+  void* y;
+  void* rstd;
+  int64_t rows, cols;
+  double eps;
+};
+// Its backward from the kept rstd: d_x (may be null) and d_w (cols; null when not
+// wanted), the column sums deterministic.
+struct RmsNormBackwardArgs {
+  Device device;
+  DType dtype;
+  const void* d_y;
+  const void* x;
+  const void* w;
+  const void* rstd;
+  void* d_x;
+  void* d_w;
+  int64_t rows, cols;
+  void* workspace;  // rms_norm_workspace_bytes of it
 };
 
 // ------------------------------------------------------------------ optimizers
@@ -507,55 +550,64 @@ struct MultiTensorScaleArgs {
 
 // ------------------------------------------------------------------ the table
 
-// X(name, result, args): every kernel family. Adding one is a line here, its
-// argument struct above, and a registration per device that has it.
-#define EMBER_KERNEL_FAMILIES(X)                                 \
-  X(unary, void, UnaryArgs)                                      \
-  X(unary_backward, void, UnaryBackwardArgs)                     \
-  X(binary, void, BinaryArgs)                                    \
-  X(binary_backward, void, BinaryBackwardArgs)                   \
-  X(where, void, WhereArgs)                                      \
-  X(cast, void, CastArgs)                                        \
-  X(fill, void, FillArgs)                                        \
-  X(random, void, RandomArgs)                                    \
-  X(randperm, void, RandpermArgs)                                \
-  X(randperm_workspace_bytes, size_t, ScatterQuery)              \
-  X(copy_bytes, void, CopyBytesArgs)                             \
-  X(softmax, void, SoftmaxArgs)                                  \
-  X(softmax_backward, void, SoftmaxBackwardArgs)                 \
-  X(index_select, void, IndexSelectArgs)                         \
-  X(index_add, void, IndexAddArgs)                               \
-  X(index_add_workspace_bytes, size_t, ScatterQuery)             \
-  X(gather, void, GatherArgs)                                    \
-  X(scatter_add, void, ScatterAddArgs)                           \
-  X(scatter_add_workspace_bytes, size_t, ScatterQuery)           \
-  X(sum, void, SumArgs)                                          \
-  X(sum_workspace_bytes, size_t, ReduceShape)                    \
-  X(max, void, MaxArgs)                                          \
-  X(max_workspace_bytes, size_t, ReduceShape)                    \
-  X(max_backward, void, MaxBackwardArgs)                         \
-  X(gemm, void, GemmArgs)                                        \
-  X(linear_fused_supported, bool, DTypeQuery)                    \
-  X(linear_fused, void, LinearArgs)                              \
-  X(linear_weight_grad_fused, bool, LinearWeightGradArgs)        \
-  X(linear_input_grad, bool, LinearInputGradArgs)                \
-  X(linear_fuses_bias_grad, bool, DTypeQuery)                    \
-  X(mse_fused_supported, bool, DTypeQuery)                       \
-  X(mse_fused, void, MseArgs)                                    \
-  X(mse_workspace_bytes, size_t, SizeQuery)                      \
-  X(scale_by_device_scalar, void, ScaleByScalarArgs)             \
-  X(cross_entropy_fused_supported, bool, CrossEntropyQuery)      \
-  X(cross_entropy_fused, void, CrossEntropyArgs)                 \
-  X(cross_entropy_workspace_bytes, size_t, CrossEntropyQuery)    \
-  X(layer_norm_fused_supported, bool, LayerNormQuery)            \
-  X(layer_norm_fused, void, LayerNormArgs)                       \
-  X(layer_norm_backward_fused, void, LayerNormBackwardArgs)      \
-  X(layer_norm_workspace_bytes, size_t, LayerNormQuery)          \
-  X(fused_sgd, void, FusedSgdArgs)                               \
-  X(fused_adam, void, FusedAdamArgs)                             \
-  X(multi_tensor_norm, void, MultiTensorNormArgs)                \
-  X(multi_tensor_norm_workspace_bytes, size_t, MultiTensorQuery) \
-  X(multi_tensor_scale, void, MultiTensorScaleArgs)
+// What a family is (see the top of this file): what an unregistered one answers
+// and what the meta device does with it.
+enum class FamilyKind { compute, query, predicate, decision };
+
+// X(name, result, args, kind): every kernel family. Adding one is a line here, its
+// argument struct above, and a registration per device that has it (none for a
+// predicate a device answers false to, none on meta unless it is a decision).
+#define EMBER_KERNEL_FAMILIES(X)                                        \
+  X(unary, void, UnaryArgs, compute)                                    \
+  X(unary_backward, void, UnaryBackwardArgs, compute)                   \
+  X(binary, void, BinaryArgs, compute)                                  \
+  X(binary_backward, void, BinaryBackwardArgs, compute)                 \
+  X(where, void, WhereArgs, compute)                                    \
+  X(cast, void, CastArgs, compute)                                      \
+  X(fill, void, FillArgs, compute)                                      \
+  X(random, void, RandomArgs, compute)                                  \
+  X(randperm, void, RandpermArgs, compute)                              \
+  X(randperm_workspace_bytes, size_t, ScatterQuery, query)              \
+  X(copy_bytes, void, CopyBytesArgs, compute)                           \
+  X(softmax, void, SoftmaxArgs, compute)                                \
+  X(softmax_backward, void, SoftmaxBackwardArgs, compute)               \
+  X(index_select, void, IndexSelectArgs, compute)                       \
+  X(index_add, void, IndexAddArgs, compute)                             \
+  X(index_add_workspace_bytes, size_t, ScatterQuery, query)             \
+  X(gather, void, GatherArgs, compute)                                  \
+  X(scatter_add, void, ScatterAddArgs, compute)                         \
+  X(scatter_add_workspace_bytes, size_t, ScatterQuery, query)           \
+  X(sum, void, SumArgs, compute)                                        \
+  X(sum_workspace_bytes, size_t, ReduceShape, query)                    \
+  X(max, void, MaxArgs, compute)                                        \
+  X(max_workspace_bytes, size_t, ReduceShape, query)                    \
+  X(max_backward, void, MaxBackwardArgs, compute)                       \
+  X(gemm, void, GemmArgs, compute)                                      \
+  X(linear_fused_supported, bool, DTypeQuery, predicate)                \
+  X(linear_fused, void, LinearArgs, compute)                            \
+  X(linear_weight_grad_fused, bool, LinearWeightGradArgs, decision)     \
+  X(linear_input_grad, bool, LinearInputGradArgs, decision)             \
+  X(linear_bias_grad_fused_supported, bool, DTypeQuery, predicate)      \
+  X(mse_fused_supported, bool, DTypeQuery, predicate)                   \
+  X(mse_fused, void, MseArgs, compute)                                  \
+  X(mse_workspace_bytes, size_t, SizeQuery, query)                      \
+  X(scale_by_device_scalar, void, ScaleByScalarArgs, compute)           \
+  X(cross_entropy_fused_supported, bool, CrossEntropyQuery, predicate)  \
+  X(cross_entropy_fused, void, CrossEntropyArgs, compute)               \
+  X(cross_entropy_workspace_bytes, size_t, CrossEntropyQuery, query)    \
+  X(layer_norm_fused_supported, bool, LayerNormQuery, predicate)        \
+  X(layer_norm_fused, void, LayerNormArgs, compute)                     \
+  X(layer_norm_backward_fused, void, LayerNormBackwardArgs, compute)    \
+  X(layer_norm_workspace_bytes, size_t, LayerNormQuery, query)          \
+  X(rms_norm_fused_supported, bool, LayerNormQuery, predicate)          \
+  X(rms_norm_fused, void, RmsNormArgs, compute)                         \
+  X(rms_norm_backward_fused, void, RmsNormBackwardArgs, compute)        \
+  X(rms_norm_workspace_bytes, size_t, LayerNormQuery, query)            \
+  X(fused_sgd, void, FusedSgdArgs, compute)                             \
+  X(fused_adam, void, FusedAdamArgs, compute)                           \
+  X(multi_tensor_norm, void, MultiTensorNormArgs, compute)              \
+  X(multi_tensor_norm_workspace_bytes, size_t, MultiTensorQuery, query) \
+  X(multi_tensor_scale, void, MultiTensorScaleArgs, compute)
 
 // What a device is, beside its kernels: where its memory comes from and how it
 // synchronises.
@@ -588,7 +640,7 @@ struct DeviceHooks {
 };
 
 struct KernelTable {
-#define EMBER_KERNEL_FIELD(name, R, Args) R (*name)(const Args&) = nullptr;
+#define EMBER_KERNEL_FIELD(name, R, Args, kind) R (*name)(const Args&) = nullptr;
   EMBER_KERNEL_FAMILIES(EMBER_KERNEL_FIELD)
 #undef EMBER_KERNEL_FIELD
   DeviceHooks hooks;
@@ -604,45 +656,19 @@ inline const KernelTable& kernels_for(Device device) {
 
 // Registration: each device's file fills its table (core/kernels/registry.cpp
 // calls them in order, once); families a device leaves out throw when called,
-// naming the family and the device.
+// naming the family and the device, except predicates, which answer false.
 void register_cpu(KernelTable& t);
 void register_cuda(KernelTable& t);
 void register_meta(KernelTable& t);
 
-// The families `type` did not register (calling one throws, naming it). The CPU
-// leaves out the fused kernels it never runs; CUDA and meta have every family, and
+// The families `type` did not register (calling one throws, naming it; predicates
+// answer false and are not listed). The CPU leaves out the fused kernels it never
+// runs; CUDA and meta have every family, and
 // tests/core/test_meta.cpp holds them to it, so a family added without its meta
 // kernel fails there by name.
 std::vector<const char*> missing_families(DeviceType type);
 
 }  // namespace ember::kernels
 
-namespace ember {
-
-// Device services for ops and tensors, through the table: no caller tests the
-// device type.
-// Throws ember::Error naming `device` when it does not exist.
-inline void check_device(Device device) {
-  kernels::kernels_for(device).hooks.check(device.index);
-}
-// Throws when `device`'s work is being captured into a CUDA graph (cuda/graph.h):
-// "<what>: cannot <action> while a CUDA graph is being captured ...".
-inline void check_not_capturing(Device device, const char* what,
-                                const char* action = "synchronise with the host") {
-  kernels::kernels_for(device).hooks.check_not_capturing(device.index, what, action);
-}
-inline bool is_capturing(Device device) {
-  return kernels::kernels_for(device).hooks.is_capturing(device.index);
-}
-
-namespace detail {
-[[noreturn]] void throw_no_data(Device device, const char* what);
-}
-// Throws when `device`'s tensors hold no values (the meta device), naming `what`
-// and saying that memory prediction needs shape-only code.
-inline void check_holds_data(Device device, const char* what) {
-  if (!kernels::kernels_for(device).hooks.holds_data) [[unlikely]]
-    detail::throw_no_data(device, what);
-}
-
-}  // namespace ember
+// Device services (check_device, check_not_capturing, ...): core/device_services.h,
+// defined out of line over the hooks above.

@@ -162,7 +162,7 @@ class LeakTracker {
 };
 
 // Records a step boundary named `label` into the allocation history of `devices`
-// (default: all), so the memory timeline (cuda/memory_timeline.h) can mark it.
+// (default: all), so the memory timeline (core/memory/memory_timeline.h) can mark it.
 void mark_step(const std::string& label, std::vector<Device> devices = {});
 
 // The CPU and every CUDA device present.

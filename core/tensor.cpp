@@ -22,7 +22,7 @@ Tensor make_tensor(const Shape& sizes, DType dtype, Device device, const char* o
   EMBER_CHECK(
       !__builtin_mul_overflow(static_cast<size_t>(numel_of(sizes)), element_size(dtype), &nbytes),
       op, ": shape ", shape_str(sizes), " of ", dtype, " needs more bytes than size_t holds");
-  check_device(device);
+  kernels::kernels_for(device).hooks.check(device.index);  // check_device, inlined: every op
   auto impl = std::make_shared<TensorImpl>();
   impl->sizes = sizes;
   impl->strides = contiguous_strides(sizes);

@@ -29,8 +29,8 @@ inline constexpr double kTinyForwardFlops = double{1 << 21};
 // (cuBLAS's plain GEMM for d_w, then a column sum for d_b, as PyTorch does) than
 // run as one cuBLASLt call with BGRADB: when a row of d_y (out elements), of x
 // (row stride ldx) or of d_w (in) is not a multiple of 16 bytes, cuBLASLt picks a
-// much slower kernel (bf16 4097x4096->4095 on an H200: BGRADB 3.90 ms, the
-// composition 0.94 ms; benchmarks/NOTES.md). Products under
+// much slower kernel (measured at bf16 4097x4096->4095 on an H200: benchmarks/
+// NOTES.md, "GEMM dispatch"). Products under
 // kTinyForwardFlops keep the single call: there one launch matters more.
 bool weight_grad_composes(DType dtype, int64_t rows, int64_t out, int64_t in, int64_t ldx);
 

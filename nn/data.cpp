@@ -16,7 +16,7 @@
 #include "core/alloc_site.h"
 #include "core/autograd.h"
 #include "core/base/random.h"  // random_bits: the same mixer as ember's RNG
-#include "core/kernel_table.h"
+#include "core/device_services.h"
 #include "core/ops.h"
 #include "cuda/pinned_buffer.h"
 #include "cuda/runtime.h"
@@ -125,7 +125,7 @@ struct DataLoader::Epoch {
         number(epoch_number),
         position(first),
         staging(std::move(st)),
-        shape_only(!kernels::kernels_for(o.device()).hooks.holds_data) {
+        shape_only(!holds_data(o.device())) {
     if (position >= num_batches) return;
     if (options.prefetch()) worker = std::thread([this] { run(); });
     try {
@@ -331,8 +331,7 @@ std::vector<size_t> DataLoader::epoch_order(uint64_t e) const {
 DataLoader::Iterator DataLoader::begin() {
   const uint64_t e = next_epoch_++;
   // Pinned buffers are reused across epochs unless an earlier epoch still runs.
-  if (kernels::kernels_for(options_.device()).hooks.pinned_staging &&
-      (!staging_ || staging_.use_count() > 1))
+  if (pinned_staging(options_.device()) && (!staging_ || staging_.use_count() > 1))
     staging_ = std::make_shared<Staging>();
   const size_t first = std::exchange(next_batch_, 0);
   auto epoch =

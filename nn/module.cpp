@@ -8,7 +8,7 @@
 #include <typeinfo>
 
 #include "core/autograd.h"
-#include "core/kernel_table.h"
+#include "core/device_services.h"
 #include "core/ops.h"
 
 namespace ember::nn {

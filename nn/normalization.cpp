@@ -6,12 +6,27 @@
 
 namespace ember::nn {
 
+namespace {
+
+void check_shape(const char* module, const Shape& shape) {
+  EMBER_CHECK(!shape.empty(), module, ": normalized_shape must name at least one dim");
+  for (int64_t s : shape)
+    EMBER_CHECK(s > 0, module, ": normalized_shape ", shape_str(shape),
+                " must have positive sizes");
+}
+
+// A Python tuple, as PyTorch prints it: (4,) or (3, 4).
+void print_shape(std::ostream& os, const Shape& s) {
+  os << '(';
+  for (size_t i = 0; i < s.size(); ++i) os << (i > 0 ? ", " : "") << s[i];
+  os << (s.size() == 1 ? ",)" : ")");
+}
+
+}  // namespace
+
 LayerNorm::LayerNorm(const LayerNormOptions& opts) : options(opts) {
   const Shape& shape = opts.normalized_shape();
-  EMBER_CHECK(!shape.empty(), "LayerNorm: normalized_shape must name at least one dim");
-  for (int64_t s : shape)
-    EMBER_CHECK(s > 0, "LayerNorm: normalized_shape ", shape_str(shape),
-                " must have positive sizes");
+  check_shape("LayerNorm", shape);
   EMBER_CHECK(opts.eps() >= 0.0, "LayerNorm: eps must be >= 0, got ", opts.eps());
   if (opts.elementwise_affine()) {
     weight = register_parameter("weight", empty(shape));
@@ -32,11 +47,39 @@ Tensor LayerNorm::forward(const Tensor& x) const {
 
 std::string LayerNorm::extra_repr() const {
   std::ostringstream os;
-  const Shape& s = options.normalized_shape();
-  os << '(';  // a Python tuple, as PyTorch prints it: (4,) or (3, 4)
-  for (size_t i = 0; i < s.size(); ++i) os << (i > 0 ? ", " : "") << s[i];
-  os << (s.size() == 1 ? ",)" : ")") << ", eps=" << options.eps()
+  print_shape(os, options.normalized_shape());
+  os << ", eps=" << options.eps()
      << ", elementwise_affine=" << (options.elementwise_affine() ? "True" : "False");
+  return os.str();
+}
+
+RMSNorm::RMSNorm(const RMSNormOptions& opts) : options(opts) {
+  check_shape("RMSNorm", opts.normalized_shape());
+  if (opts.eps().has_value())
+    EMBER_CHECK(*opts.eps() >= 0.0, "RMSNorm: eps must be >= 0, got ", *opts.eps());
+  if (opts.elementwise_affine())
+    weight = register_parameter("weight", empty(opts.normalized_shape()));
+  reset_parameters();
+}
+
+void RMSNorm::reset_parameters() {
+  if (weight.defined()) init::ones_(weight);
+}
+
+Tensor RMSNorm::forward(const Tensor& x) const {
+  ForwardScope scope(*this);
+  return rms_norm(x, options.normalized_shape(), weight, options.eps());
+}
+
+std::string RMSNorm::extra_repr() const {
+  std::ostringstream os;
+  print_shape(os, options.normalized_shape());
+  os << ", eps=";
+  if (options.eps().has_value())
+    os << *options.eps();
+  else
+    os << "None";
+  os << ", elementwise_affine=" << (options.elementwise_affine() ? "True" : "False");
   return os.str();
 }
 

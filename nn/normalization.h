@@ -1,10 +1,13 @@
 // nn::LayerNorm: normalises the trailing dims normalized_shape of its input to
 // zero mean and unit (biased) variance, then applies a learned elementwise affine
-// transform (weight ones, bias zeros at first), as torch.nn.LayerNorm. On CUDA
-// one fused kernel per direction (core/ops.h, layer_norm). An input whose
-// trailing dims are not normalized_shape is an ember::Error naming both shapes.
+// transform (weight ones, bias zeros at first), as torch.nn.LayerNorm. nn::RMSNorm:
+// divides by the root mean square over those dims and scales by a learned weight
+// (ones at first), as torch.nn.RMSNorm. On CUDA one fused kernel per direction
+// (core/ops.h, layer_norm and rms_norm). An input whose trailing dims are not
+// normalized_shape is an ember::Error naming both shapes.
 #pragma once
 
+#include <optional>
 #include <string>
 
 #include "core/ops.h"
@@ -52,6 +55,42 @@ class LayerNorm : public Module {
   LayerNormOptions options;
   Tensor weight;  // normalized_shape, undefined without elementwise_affine
   Tensor bias;    // normalized_shape, undefined without it
+};
+
+// As libtorch's RMSNormOptions: eps unset means the machine epsilon of the type
+// the op computes in (core/ops.h, rms_norm).
+class RMSNormOptions {
+ public:
+  RMSNormOptions(Shape normalized_shape) : normalized_shape_(std::move(normalized_shape)) {}
+  RMSNormOptions& eps(std::optional<double> e) {
+    eps_ = e;
+    return *this;
+  }
+  RMSNormOptions& elementwise_affine(bool on) {
+    elementwise_affine_ = on;
+    return *this;
+  }
+  const Shape& normalized_shape() const { return normalized_shape_; }
+  std::optional<double> eps() const { return eps_; }
+  bool elementwise_affine() const { return elementwise_affine_; }
+
+ private:
+  Shape normalized_shape_;
+  std::optional<double> eps_;
+  bool elementwise_affine_ = true;
+};
+
+class RMSNorm : public Module {
+ public:
+  explicit RMSNorm(const RMSNormOptions& options);
+
+  Tensor forward(const Tensor& x) const;
+  // Weight back to ones.
+  void reset_parameters();
+  std::string extra_repr() const override;
+
+  RMSNormOptions options;
+  Tensor weight;  // normalized_shape, undefined without elementwise_affine
 };
 
 }  // namespace ember::nn

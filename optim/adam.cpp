@@ -3,7 +3,6 @@
 #include <cmath>
 
 #include "core/autograd.h"
-#include "core/kernel_table.h"
 #include "core/ops.h"
 
 namespace ember::optim {

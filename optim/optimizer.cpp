@@ -5,7 +5,7 @@
 
 #include "core/alloc_site.h"
 #include "core/autograd.h"
-#include "core/kernel_table.h"
+#include "core/device_services.h"
 #include "core/ops.h"
 
 namespace ember::optim {

@@ -30,9 +30,10 @@ mkdir -p "$logs"
 # The soak tests run 100,000 steps: minutes natively, hours under a sanitizer.
 # Their kernels are the ones every other CUDA test case already runs.
 doctest_args=("-ts=${EMBER_GPU_SANITIZE_SUITES:-cuda,cuda_sm90}" "-tce=soak/*" --no-intro=true --no-colors=true)
-# memcheck: no --leak-check, because the per-device caching allocators are
-# deliberately never destroyed (cuda/allocator.cpp), so their segments are still
-# held at exit by design; everything else it checks is on.
+# memcheck: no --leak-check, because the per-device caching allocators
+# (core/memory, one per device from cuda/device_allocator.cpp) are deliberately
+# never destroyed, so their segments are still held at exit by design; everything
+# else it checks is on.
 declare -A tool_args=(
   [memcheck]="--tool memcheck"
   [racecheck]="--tool racecheck --racecheck-report analysis"

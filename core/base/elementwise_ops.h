@@ -391,10 +391,4 @@ EMBER_HD T activation_forward(Activation act, T v) {
   return act == Activation::None ? v : unary_forward(unary_op_of(act), v, T(0));
 }
 
-// d_pre = act'(.) * g, where s is what activation_saves(act) names.
-template <typename T>
-EMBER_HD T activation_backward(Activation act, T g, T s) {
-  return act == Activation::None ? g : unary_backward(unary_op_of(act), g, s, T(0));
-}
-
 }  // namespace ember

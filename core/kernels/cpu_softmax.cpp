@@ -1,7 +1,5 @@
 // CPU softmax and log_softmax over the middle axis of (outer, n, inner), in
-// double: the reference for cuda/kernels/softmax.cu. The fused cross-entropy and
-// layer norm have no CPU kernel: their ops compose on the CPU (the reference the
-// CUDA kernels are tested against), which the predicates registered here say.
+// double: the reference for cuda/kernels/softmax.cu.
 #include <cmath>
 #include <vector>
 
@@ -61,20 +59,11 @@ void softmax_backward(const SoftmaxBackwardArgs& a) {
   });
 }
 
-bool no_cross_entropy_kernel(const CrossEntropyQuery&) {
-  return false;
-}
-bool no_layer_norm_kernel(const LayerNormQuery&) {
-  return false;
-}
-
 }  // namespace
 
 void register_cpu_softmax(KernelTable& t) {
   t.softmax = &softmax;
   t.softmax_backward = &softmax_backward;
-  t.cross_entropy_fused_supported = &no_cross_entropy_kernel;
-  t.layer_norm_fused_supported = &no_layer_norm_kernel;
 }
 
 }  // namespace ember::kernels

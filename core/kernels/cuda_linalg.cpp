@@ -62,7 +62,7 @@ bool linear_weight_grad_fused(const LinearWeightGradArgs& a) {
          cuda::GemmKernel::None;
 }
 
-bool linear_fuses_bias_grad(const DTypeQuery& q) {
+bool linear_bias_grad_fused_supported(const DTypeQuery& q) {
   return cuda::fuse_bias_grad(q.dtype);
 }
 
@@ -74,7 +74,7 @@ void register_cuda_linalg(KernelTable& t) {
   t.linear_fused = &linear_fused;
   t.linear_weight_grad_fused = &linear_weight_grad_fused;
   t.linear_input_grad = &linear_input_grad;
-  t.linear_fuses_bias_grad = &linear_fuses_bias_grad;
+  t.linear_bias_grad_fused_supported = &linear_bias_grad_fused_supported;
 }
 
 }  // namespace ember::kernels

@@ -1,4 +1,4 @@
-// CUDA normalisation: the fused layer norm (cuda/kernels/layer_norm.cu).
+// CUDA normalisation: the fused layer norm and RMS norm (cuda/kernels/layer_norm.cu).
 #include "core/kernels/registration.h"
 #include "cuda/kernels/layer_norm.h"
 #include "cuda/runtime.h"
@@ -29,6 +29,27 @@ size_t layer_norm_workspace_bytes(const LayerNormQuery& q) {
   return cuda::layer_norm_workspace_bytes(q.dtype, q.rows, q.cols);
 }
 
+bool rms_norm_fused_supported(const LayerNormQuery& q) {
+  return cuda::layer_norm_supported(q.dtype, q.cols);
+}
+
+void rms_norm_fused(const RmsNormArgs& a) {
+  cuda::DeviceGuard guard(a.device.index);
+  cuda::launch_rms_norm(a.dtype, a.x, a.w, a.y, a.rstd, a.rows, a.cols, a.eps,
+                        cuda::current_stream(a.device.index));
+}
+
+void rms_norm_backward_fused(const RmsNormBackwardArgs& a) {
+  cuda::DeviceGuard guard(a.device.index);
+  cuda::launch_rms_norm_backward(a.dtype, a.d_y, a.x, a.w, a.rstd, a.d_x, a.d_w, a.rows, a.cols,
+                                 a.workspace, cuda::current_stream(a.device.index));
+}
+
+size_t rms_norm_workspace_bytes(const LayerNormQuery& q) {
+  cuda::DeviceGuard guard(q.device.index);
+  return cuda::rms_norm_workspace_bytes(q.dtype, q.rows, q.cols);
+}
+
 }  // namespace
 
 void register_cuda_norm(KernelTable& t) {
@@ -36,6 +57,10 @@ void register_cuda_norm(KernelTable& t) {
   t.layer_norm_fused = &layer_norm_fused;
   t.layer_norm_backward_fused = &layer_norm_backward_fused;
   t.layer_norm_workspace_bytes = &layer_norm_workspace_bytes;
+  t.rms_norm_fused_supported = &rms_norm_fused_supported;
+  t.rms_norm_fused = &rms_norm_fused;
+  t.rms_norm_backward_fused = &rms_norm_backward_fused;
+  t.rms_norm_workspace_bytes = &rms_norm_workspace_bytes;
 }
 
 }  // namespace ember::kernels

@@ -1,6 +1,7 @@
 // The meta device (core/meta.h): a kernel for every family that computes nothing,
 // while every query (fused-op predicates, workspace sizes) is answered by the
-// table of the device the meta device mirrors, so ops take the same paths and ask
+// table of the device the meta device mirrors (both generated from the family
+// list, core/kernel_table.h), so ops take the same paths and ask
 // the same bytes as they would there. Kernels that would make the mirrored CUDA
 // device create a library workspace outside its allocator (cuBLAS, cuBLASLt) take
 // it from the meta device's capacity. Its memory is this thread's meta allocator.
@@ -18,8 +19,7 @@ bool mirrors_cuda() {
   return meta_mirror() == DeviceType::CUDA;
 }
 
-// `a` addressed to the mirrored device's table (index 0: its queries depend on
-// sizes and dtypes alone).
+// `a` addressed to the mirrored device's table.
 template <typename Args>
 Args on_mirror(Args a) {
   a.device = Device(meta_mirror());
@@ -117,49 +117,20 @@ bool linear_weight_grad_fused(const LinearWeightGradArgs& a) {
   return true;
 }
 
-// --- queries, answered as the mirrored device answers them
-size_t sum_workspace_bytes(const ReduceShape& s) {
-  return mirror_table().sum_workspace_bytes(on_mirror(s));
-}
-size_t max_workspace_bytes(const ReduceShape& s) {
-  return mirror_table().max_workspace_bytes(on_mirror(s));
-}
-bool linear_fused_supported(const DTypeQuery& q) {
-  return mirror_table().linear_fused_supported(on_mirror(q));
-}
-bool linear_fuses_bias_grad(const DTypeQuery& q) {
-  return mirror_table().linear_fuses_bias_grad(on_mirror(q));
-}
-bool mse_fused_supported(const DTypeQuery& q) {
-  return mirror_table().mse_fused_supported(on_mirror(q));
-}
-size_t mse_workspace_bytes(const SizeQuery& q) {
-  return mirror_table().mse_workspace_bytes(on_mirror(q));
+// --- the generated registrations: compute families compute nothing; queries and
+// predicates answer as the mirrored device (index 0: its answers depend on sizes
+// and dtypes alone). Decisions are registered by hand above.
+template <auto family, typename R, typename Args>
+R as_mirror(const Args& a) {
+  return (mirror_table().*family)(on_mirror(a));
 }
 
-size_t scatter_workspace_bytes(const ScatterQuery& q) {
-  return mirror_table().scatter_add_workspace_bytes(on_mirror(q));
-}
-size_t index_add_workspace_bytes(const ScatterQuery& q) {
-  return mirror_table().index_add_workspace_bytes(on_mirror(q));
-}
-size_t randperm_workspace_bytes(const ScatterQuery& q) {
-  return mirror_table().randperm_workspace_bytes(on_mirror(q));
-}
-bool cross_entropy_fused_supported(const CrossEntropyQuery& q) {
-  return mirror_table().cross_entropy_fused_supported(on_mirror(q));
-}
-size_t cross_entropy_workspace_bytes(const CrossEntropyQuery& q) {
-  return mirror_table().cross_entropy_workspace_bytes(on_mirror(q));
-}
-bool layer_norm_fused_supported(const LayerNormQuery& q) {
-  return mirror_table().layer_norm_fused_supported(on_mirror(q));
-}
-size_t layer_norm_workspace_bytes(const LayerNormQuery& q) {
-  return mirror_table().layer_norm_workspace_bytes(on_mirror(q));
-}
-size_t multi_tensor_norm_workspace_bytes(const MultiTensorQuery& q) {
-  return mirror_table().multi_tensor_norm_workspace_bytes(on_mirror(q));
+template <FamilyKind kind, auto family, typename R, typename Args>
+void generate(R (*&slot)(const Args&)) {
+  if constexpr (kind == FamilyKind::compute)
+    slot = &nothing<Args>;
+  else if constexpr (kind == FamilyKind::query || kind == FamilyKind::predicate)
+    slot = &as_mirror<family, R, Args>;
 }
 
 }  // namespace
@@ -177,52 +148,16 @@ void register_meta(KernelTable& t) {
   t.hooks.pinned_staging = false;
   t.hooks.holds_data = false;
 
-  t.unary = &nothing<UnaryArgs>;
-  t.unary_backward = &nothing<UnaryBackwardArgs>;
-  t.binary = &nothing<BinaryArgs>;
-  t.binary_backward = &nothing<BinaryBackwardArgs>;
-  t.cast = &nothing<CastArgs>;
-  t.fill = &nothing<FillArgs>;
-  t.random = &nothing<RandomArgs>;
+#define EMBER_META_FAMILY(name, R, Args, kind) \
+  generate<FamilyKind::kind, &KernelTable::name>(t.name);
+  EMBER_KERNEL_FAMILIES(EMBER_META_FAMILY)
+#undef EMBER_META_FAMILY
+  // The families whose meta kernel differs from the generated one.
   t.copy_bytes = &copy_bytes;
-  t.sum = &nothing<SumArgs>;
-  t.sum_workspace_bytes = &sum_workspace_bytes;
-  t.max = &nothing<MaxArgs>;
-  t.max_workspace_bytes = &max_workspace_bytes;
-  t.max_backward = &nothing<MaxBackwardArgs>;
   t.gemm = &gemm;
-  t.linear_fused_supported = &linear_fused_supported;
   t.linear_fused = &linear_fused;
   t.linear_weight_grad_fused = &linear_weight_grad_fused;
   t.linear_input_grad = &linear_input_grad;
-  t.linear_fuses_bias_grad = &linear_fuses_bias_grad;
-  t.mse_fused_supported = &mse_fused_supported;
-  t.mse_fused = &nothing<MseArgs>;
-  t.mse_workspace_bytes = &mse_workspace_bytes;
-  t.scale_by_device_scalar = &nothing<ScaleByScalarArgs>;
-  t.fused_sgd = &nothing<FusedSgdArgs>;
-  t.fused_adam = &nothing<FusedAdamArgs>;
-  t.where = &nothing<WhereArgs>;
-  t.randperm = &nothing<RandpermArgs>;
-  t.randperm_workspace_bytes = &randperm_workspace_bytes;
-  t.softmax = &nothing<SoftmaxArgs>;
-  t.softmax_backward = &nothing<SoftmaxBackwardArgs>;
-  t.index_select = &nothing<IndexSelectArgs>;
-  t.index_add = &nothing<IndexAddArgs>;
-  t.index_add_workspace_bytes = &index_add_workspace_bytes;
-  t.gather = &nothing<GatherArgs>;
-  t.scatter_add = &nothing<ScatterAddArgs>;
-  t.scatter_add_workspace_bytes = &scatter_workspace_bytes;
-  t.cross_entropy_fused_supported = &cross_entropy_fused_supported;
-  t.cross_entropy_fused = &nothing<CrossEntropyArgs>;
-  t.cross_entropy_workspace_bytes = &cross_entropy_workspace_bytes;
-  t.layer_norm_fused_supported = &layer_norm_fused_supported;
-  t.layer_norm_fused = &nothing<LayerNormArgs>;
-  t.layer_norm_backward_fused = &nothing<LayerNormBackwardArgs>;
-  t.layer_norm_workspace_bytes = &layer_norm_workspace_bytes;
-  t.multi_tensor_norm = &nothing<MultiTensorNormArgs>;
-  t.multi_tensor_norm_workspace_bytes = &multi_tensor_norm_workspace_bytes;
-  t.multi_tensor_scale = &nothing<MultiTensorScaleArgs>;
 }
 
 }  // namespace ember::kernels

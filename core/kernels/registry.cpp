@@ -1,6 +1,7 @@
 // The kernel table (core/kernel_table.h): one per device type, filled once by each
 // device's registration. A family a device did not register throws when called,
-// naming the family and the device, instead of calling through a null pointer.
+// naming the family and the device, instead of calling through a null pointer;
+// a predicate it did not register answers false (the op composes).
 #include <array>
 
 #include "core/base/error.h"
@@ -15,16 +16,31 @@ namespace {
              " does not implement this kernel family)");
 }
 
-#define EMBER_MISSING(name, R, Args) \
-  R missing_##name(const Args& a) {  \
-    throw_missing(#name, a.device);  \
+#define EMBER_MISSING(name, R, Args, kind) \
+  R missing_##name(const Args& a) {        \
+    throw_missing(#name, a.device);        \
   }
 EMBER_KERNEL_FAMILIES(EMBER_MISSING)
 #undef EMBER_MISSING
 
+// The answer of a predicate the device did not register: its fused kernel does
+// not exist there, so the op composes.
+template <typename Args>
+bool not_supported(const Args&) {
+  return false;
+}
+
+template <FamilyKind kind, typename R, typename Args>
+void fill(R (*&slot)(const Args&), R (*missing)(const Args&)) {
+  if (slot != nullptr) return;
+  if constexpr (kind == FamilyKind::predicate)
+    slot = &not_supported<Args>;
+  else
+    slot = missing;
+}
+
 void fill_missing(KernelTable& t) {
-#define EMBER_FILL(name, R, Args) \
-  if (t.name == nullptr) t.name = &missing_##name;
+#define EMBER_FILL(name, R, Args, kind) fill<FamilyKind::kind>(t.name, &missing_##name);
   EMBER_KERNEL_FAMILIES(EMBER_FILL)
 #undef EMBER_FILL
 }
@@ -46,7 +62,7 @@ const KernelTable& table(DeviceType type) {
 std::vector<const char*> missing_families(DeviceType type) {
   const KernelTable& t = table(type);
   std::vector<const char*> missing;
-#define EMBER_LIST_MISSING(name, R, Args) \
+#define EMBER_LIST_MISSING(name, R, Args, kind) \
   if (t.name == &missing_##name) missing.push_back(#name);
   EMBER_KERNEL_FAMILIES(EMBER_LIST_MISSING)
 #undef EMBER_LIST_MISSING

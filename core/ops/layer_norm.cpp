@@ -1,4 +1,5 @@
-// layer_norm over the trailing dims normalized_shape, as torch.nn.functional.layer_norm.
+// layer_norm and rms_norm over the trailing dims normalized_shape, as
+// torch.nn.functional.layer_norm and rms_norm.
 //
 // A fused op with a composed fallback, chosen by one predicate (the device's
 // layer_norm_fused_supported for the dtype and row length). Fused (CUDA:
@@ -7,7 +8,10 @@
 // reads d_y and x once and writes d_x, summing the weight and bias gradients in
 // the same pass (plus a small kernel adding the blocks' partial sums in order).
 // Elsewhere (CPU, float64, rows too long for one block) it is composed of mean,
-// sub, mul and pow, and autograd derives the gradient.
+// sub, mul and pow, and autograd derives the gradient. rms_norm is the same with
+// its own predicate and kernels (the same CUDA kernel without the mean and bias).
+#include <limits>
+
 #include "core/alloc_site.h"
 #include "core/autograd.h"
 #include "core/kernel_table.h"
@@ -19,29 +23,52 @@ using Grads = std::vector<Tensor>;
 
 namespace {
 
-void check_layer_norm(const Tensor& x, const Shape& shape, const Tensor& w, const Tensor& b,
-                      double eps) {
-  check_defined("layer_norm", x);
-  check_floating("layer_norm", x);
-  EMBER_CHECK(!shape.empty(),
-              "layer_norm: normalized_shape is empty; it names the trailing "
+void check_norm(const char* op, const Tensor& x, const Shape& shape, const Tensor& w,
+                const Tensor& b, double eps) {
+  check_defined(op, x);
+  check_floating(op, x);
+  EMBER_CHECK(!shape.empty(), op,
+              ": normalized_shape is empty; it names the trailing "
               "dims to normalise over");
   const size_t nd = shape.size();
   bool match = static_cast<size_t>(x.dim()) >= nd;
   for (size_t i = 0; match && i < nd; ++i) match = x.size(x.dim() - nd + i) == shape[i];
-  EMBER_CHECK(match, "layer_norm: normalized_shape ", shape_str(shape),
+  EMBER_CHECK(match, op, ": normalized_shape ", shape_str(shape),
               " does not match the trailing dims of the input of shape ", shape_str(x.sizes()));
-  EMBER_CHECK(numel_of(shape) > 0, "layer_norm: normalized_shape ", shape_str(shape),
-              " has no elements");
+  EMBER_CHECK(numel_of(shape) > 0, op, ": normalized_shape ", shape_str(shape), " has no elements");
   for (const Tensor* p : {&w, &b}) {
     if (!p->defined()) continue;
     const char* what = p == &w ? "weight" : "bias";
-    check_floating("layer_norm", *p);
-    check_same_device("layer_norm", x, *p);
-    EMBER_CHECK(p->sizes() == shape, "layer_norm: ", what, " of shape ", shape_str(p->sizes()),
+    check_floating(op, *p);
+    check_same_device(op, x, *p);
+    EMBER_CHECK(p->sizes() == shape, op, ": ", what, " of shape ", shape_str(p->sizes()),
                 " does not match normalized_shape ", shape_str(shape));
   }
-  EMBER_CHECK(eps >= 0.0, "layer_norm: eps must be >= 0, got ", eps);
+  EMBER_CHECK(eps >= 0.0, op, ": eps must be >= 0, got ", eps);
+}
+
+// Mixed dtypes compute in their promoted type (a bfloat16 input with float32
+// parameters in float32), the casts recorded for autograd.
+DType norm_dtype(const Tensor& x, const Tensor& w, const Tensor& b) {
+  DType dtype = x.dtype();
+  if (w.defined()) dtype = promote_types(dtype, w.dtype());
+  if (b.defined()) dtype = promote_types(dtype, b.dtype());
+  return dtype;
+}
+Tensor as_dtype(const Tensor& t, DType dtype) {
+  return !t.defined() || t.dtype() == dtype ? t : cast(t, dtype);
+}
+const void* ptr_of(const Tensor& t) {
+  return t.defined() ? t.raw_data() : nullptr;
+}
+void* mut_ptr_of(const Tensor& t) {
+  return t.defined() ? t.raw_data() : nullptr;
+}
+// The backward's scratch: `bytes` of the device's memory (none for 0).
+Tensor scratch_of(size_t bytes, Device dev) {
+  return bytes == 0
+             ? Tensor()
+             : empty({static_cast<int64_t>((bytes + 7) / 8)}, TensorOptions(kFloat64).device(dev));
 }
 
 Tensor layer_norm_composed(const Tensor& x, int64_t rows, int64_t cols, const Tensor& w,
@@ -97,26 +124,73 @@ Tensor layer_norm_fused(const Tensor& x, const Shape& shape, int64_t rows, int64
   return y;
 }
 
+Tensor rms_norm_composed(const Tensor& x, int64_t rows, int64_t cols, const Tensor& w, double eps) {
+  const Tensor x2 = reshape(x, {rows, cols});
+  Tensor y = mul(x2, pow(add(mean(mul(x2, x2), 1, true), eps), -0.5));
+  if (w.defined()) y = mul(y, reshape(w, {cols}));
+  return reshape(y, x.sizes());
+}
+
+Tensor rms_norm_fused(const Tensor& x, const Shape& shape, int64_t rows, int64_t cols,
+                      const Tensor& w, double eps) {
+  const Device device = x.device();
+  const Tensor xc = contiguous(x.detach());
+  const Tensor wc = w.defined() ? contiguous(w.detach()) : Tensor();
+  Tensor y = empty(x.sizes(), x.options());
+  const Tensor rstd = empty({rows}, TensorOptions(kFloat32).device(device));
+  kernels::kernels_for(device).rms_norm_fused({device, x.dtype(), xc.raw_data(), ptr_of(wc),
+                                               y.raw_data(), rstd.raw_data(), rows, cols, eps});
+  if (any_requires_grad({&x, &w})) {
+    const bool gx = x.requires_grad(), gw = w.defined() && w.requires_grad();
+    attach_grad_fn(y, "RmsNormBackward", {&x, &w}, {xc, wc, rstd},
+                   [gx, gw, shape, rows, cols](const Tensor& g, const SavedTensors& s) {
+                     const Tensor& xs = s[0];
+                     const Device dev = xs.device();
+                     const Tensor gc = contiguous(g);
+                     Tensor d_x = gx ? empty(xs.sizes(), xs.options()) : Tensor();
+                     Tensor d_w = gw ? empty(shape, xs.options()) : Tensor();
+                     const kernels::KernelTable& k = kernels::kernels_for(dev);
+                     const Tensor scratch = scratch_of(
+                         gw ? k.rms_norm_workspace_bytes({dev, xs.dtype(), rows, cols}) : 0, dev);
+                     k.rms_norm_backward_fused({dev, xs.dtype(), gc.raw_data(), xs.raw_data(),
+                                                ptr_of(s[1]), s[2].raw_data(), mut_ptr_of(d_x),
+                                                mut_ptr_of(d_w), rows, cols, mut_ptr_of(scratch)});
+                     return Grads{d_x, d_w};
+                   });
+  }
+  return y;
+}
+
 }  // namespace
 
 Tensor layer_norm(const Tensor& input, const Shape& normalized_shape, const Tensor& weight,
                   const Tensor& bias, double eps) {
   OpSite site("layer_norm");
-  check_layer_norm(input, normalized_shape, weight, bias, eps);
-  // Mixed dtypes compute in their promoted type (a bfloat16 input with float32
-  // parameters in float32), the casts recorded for autograd.
-  DType dtype = input.dtype();
-  if (weight.defined()) dtype = promote_types(dtype, weight.dtype());
-  if (bias.defined()) dtype = promote_types(dtype, bias.dtype());
-  auto as = [dtype](const Tensor& t) {
-    return !t.defined() || t.dtype() == dtype ? t : cast(t, dtype);
-  };
-  const Tensor x = as(input), w = as(weight), b = as(bias);
+  check_norm("layer_norm", input, normalized_shape, weight, bias, eps);
+  const DType dtype = norm_dtype(input, weight, bias);
+  const Tensor x = as_dtype(input, dtype), w = as_dtype(weight, dtype), b = as_dtype(bias, dtype);
   const int64_t cols = numel_of(normalized_shape);
   const int64_t rows = x.numel() / cols;
   if (kernels::kernels_for(x.device()).layer_norm_fused_supported({x.device(), dtype, rows, cols}))
     return layer_norm_fused(x, normalized_shape, rows, cols, w, b, eps);
   return layer_norm_composed(x, rows, cols, w, b, eps);
+}
+
+Tensor rms_norm(const Tensor& input, const Shape& normalized_shape, const Tensor& weight,
+                std::optional<double> eps) {
+  OpSite site("rms_norm");
+  const DType dtype = input.defined() ? norm_dtype(input, weight, Tensor()) : DType::Float32;
+  // torch's default: the machine epsilon of the type the op computes in.
+  const double e = eps.has_value()           ? *eps
+                   : dtype == DType::Float64 ? std::numeric_limits<double>::epsilon()
+                                             : std::numeric_limits<float>::epsilon();
+  check_norm("rms_norm", input, normalized_shape, weight, Tensor(), e);
+  const Tensor x = as_dtype(input, dtype), w = as_dtype(weight, dtype);
+  const int64_t cols = numel_of(normalized_shape);
+  const int64_t rows = x.numel() / cols;
+  if (kernels::kernels_for(x.device()).rms_norm_fused_supported({x.device(), dtype, rows, cols}))
+    return rms_norm_fused(x, normalized_shape, rows, cols, w, e);
+  return rms_norm_composed(x, rows, cols, w, e);
 }
 
 }  // namespace ember

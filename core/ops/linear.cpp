@@ -93,7 +93,7 @@ std::pair<Tensor, Tensor> linear_forward(const Tensor& x2, const Tensor& w, cons
 std::pair<Tensor, Tensor> fused_weight_grad(const Tensor& d_pre, const Tensor& x2, bool gb) {
   const int64_t m = d_pre.size(0), out_features = d_pre.size(1), in = x2.size(1);
   const kernels::KernelTable& k = kernels::kernels_for(d_pre.device());
-  const bool fuse_db = gb && k.linear_fuses_bias_grad({d_pre.device(), d_pre.dtype()});
+  const bool fuse_db = gb && k.linear_bias_grad_fused_supported({d_pre.device(), d_pre.dtype()});
   const TensorOptions opts = TensorOptions(d_pre.dtype()).device(d_pre.device());
   Tensor d_w = empty({out_features, in}, opts);
   Tensor d_b = fuse_db ? empty({out_features}, opts) : Tensor();

@@ -1,9 +1,5 @@
-// Fused cross-entropy (see cross_entropy.h).
-//
-// Floor, 8192 x 32768: one read of the logits and one write of their gradient,
-// 2.15 GB in float32 (0.53 ms at the H200's ~4.07 TB/s copy rate), 1.07 GB in
-// bfloat16 (0.26 ms). PyTorch's F.cross_entropy makes several passes (log_softmax
-// out, nll, then its backward): 2.14 / 1.05 ms there.
+// Fused cross-entropy (see cross_entropy.h): one read of the logits and one write
+// of their gradient (its floor and measurements: benchmarks/NOTES.md).
 //
 // A row lives in registers: a block of kThreads threads holds kItems logits per
 // thread (16-byte vector loads where the row allows; up to 8192 logits in a
@@ -31,6 +27,7 @@
 #include "cuda/device_error.h"
 #include "cuda/kernels/cross_entropy.h"
 #include "cuda/kernels/device_error.cuh"
+#include "cuda/kernels/kernel_helpers.cuh"
 #include "cuda/kernels/vec16.cuh"
 
 namespace ember::cuda {
@@ -41,25 +38,6 @@ namespace cg = cooperative_groups;
 
 constexpr int kMaxCluster = 8;  // the portable cluster size
 constexpr int kFinishThreads = 1024;
-
-inline int64_t ceil_div(int64_t a, int64_t b) {
-  return (a + b - 1) / b;
-}
-
-__device__ __forceinline__ float widen(__nv_bfloat16 v) {
-  return __bfloat162float(v);
-}
-__device__ __forceinline__ float widen(float v) {
-  return v;
-}
-template <typename S>
-__device__ __forceinline__ S narrow(float v) {
-  return static_cast<S>(v);
-}
-template <>
-__device__ __forceinline__ __nv_bfloat16 narrow<__nv_bfloat16>(float v) {
-  return __float2bfloat16_rn(v);
-}
 
 // A block's part of a row: its maximum, sum of exp(x - maximum) and sum of x.
 struct RowStats {
@@ -277,8 +255,8 @@ void dispatch_cfg(int64_t classes, CrossEntropyShape shape, F&& f) {
   }
   // Rows past one 512 x 16 block: 512 threads x 32 logits, two blocks per SM, in
   // half the cluster blocks of 512 x 16 (measured fastest of the three at 32768
-  // classes on an H200 in both dtypes, despite its register spills: 0.921 / 0.767 ms
-  // against 1.002 / 0.873 for 512 x 16 in float32 / bfloat16; benchmarks/NOTES.md).
+  // classes on an H200 in both dtypes, despite its register spills: the times are
+  // in benchmarks/NOTES.md).
   if (classes > Medium::kChunk)
     f(Wide{});
   else if (classes > Mid::kChunk)
@@ -287,16 +265,6 @@ void dispatch_cfg(int64_t classes, CrossEntropyShape shape, F&& f) {
     f(Mid{});
   else
     f(Small{});
-}
-
-bool aligned16(const void* p) {
-  return reinterpret_cast<uintptr_t>(p) % 16 == 0;
-}
-
-int current_device_index() {
-  int d = 0;
-  EMBER_CUDA_CHECK(cudaGetDevice(&d));
-  return d;
 }
 
 template <typename S>
@@ -311,7 +279,7 @@ void run_typed(const char* op, const S* logits, const int64_t* target, S* d_logi
   constexpr int64_t kV = 16 / sizeof(S);
   const bool vec =
       classes % kV == 0 && aligned16(logits) && (d_logits == nullptr || aligned16(d_logits));
-  DeviceErrorRecord* err = device_error_record(current_device_index());
+  DeviceErrorRecord* err = device_error_record(current_device());
   const float* scale = reduction == Reduction::Mean ? ws.scale : nullptr;
   dispatch_cfg(classes, shape, [&](auto cfg) {
     using C = decltype(cfg);

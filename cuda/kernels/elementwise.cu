@@ -11,6 +11,7 @@
 #include "core/base/random.h"
 #include "cuda/check.h"
 #include "cuda/kernels/elementwise.h"
+#include "cuda/kernels/kernel_helpers.cuh"
 
 namespace ember::cuda {
 
@@ -53,21 +54,9 @@ __device__ __forceinline__ void store<__nv_bfloat16, double>(__nv_bfloat16* p, d
 constexpr int kThreads = 256;
 
 // 32 blocks per multiprocessor of the current device fill it; grid-stride loops do
-// the rest. Read once per device (the op path makes no runtime call for it).
+// the rest. The count is read once per device (kernel_helpers.cuh).
 int64_t block_cap() {
-  constexpr int kMaxDevices = 64;
-  static std::atomic<int64_t> caps[kMaxDevices] = {};
-  int device = 0;
-  EMBER_CUDA_CHECK(cudaGetDevice(&device));
-  if (device < 0 || device >= kMaxDevices) device = 0;
-  int64_t cap = caps[device].load(std::memory_order_relaxed);
-  if (cap == 0) {
-    int sms = 0;
-    EMBER_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-    cap = static_cast<int64_t>(sms > 0 ? sms : 1) * 32;
-    caps[device].store(cap, std::memory_order_relaxed);
-  }
-  return cap;
+  return int64_t{sm_count(current_device())} * 32;
 }
 
 inline unsigned grid_for(int64_t n) {
@@ -202,24 +191,6 @@ void launch_by_handle(void (*)(Params...), cudaKernel_t handle, int64_t n, cudaS
 template <auto kernel, typename... Args>
 void launch(int64_t n, cudaStream_t stream, Args&&... args) {
   launch_by_handle(kernel, handle_of<kernel>(), n, stream, std::forward<Args>(args)...);
-}
-
-// Calls f with a typed null pointer of the storage type of `t`.
-template <typename F>
-void dispatch_float(DType t, const char* op, F&& f) {
-  switch (t) {
-    case DType::Float32:
-      f(static_cast<float*>(nullptr));
-      return;
-    case DType::Float64:
-      f(static_cast<double*>(nullptr));
-      return;
-    case DType::BFloat16:
-      f(static_cast<__nv_bfloat16*>(nullptr));
-      return;
-    default:
-      EMBER_FAIL(op, ": dtype ", t, " is not supported on CUDA");
-  }
 }
 
 // Every storage type (casts and fills).

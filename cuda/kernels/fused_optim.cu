@@ -6,6 +6,7 @@
 #include "core/base/error.h"
 #include "cuda/check.h"
 #include "cuda/kernels/fused_optim.h"
+#include "cuda/kernels/kernel_helpers.cuh"
 
 namespace ember::cuda {
 

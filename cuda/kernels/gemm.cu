@@ -22,14 +22,11 @@
 
 #include "cuda/check.h"
 #include "cuda/kernels/gemm.h"
+#include "cuda/kernels/kernel_helpers.cuh"
 
 namespace ember::cuda {
 
 namespace {
-
-__host__ __device__ inline int64_t ceil_div(int64_t a, int64_t b) {
-  return (a + b - 1) / b;
-}
 
 __device__ __forceinline__ float apply_act(float v, Activation act) {
   return activation_forward<float>(act, v);

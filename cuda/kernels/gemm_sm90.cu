@@ -11,6 +11,7 @@
 
 #include "core/base/error.h"
 #include "cuda/check.h"
+#include "cuda/kernels/kernel_helpers.cuh"
 #include "cuda/kernels/sm90/gemm_launch.h"
 #include "cuda/tensor_map.h"
 
@@ -34,12 +35,6 @@ __global__ void empty_k_kernel(Params p) {
     if (p.pre != nullptr) static_cast<O*>(p.pre)[r * p.ldc + c] = static_cast<O>(v);
     if (c == 0 && p.bias_grad != nullptr) static_cast<O*>(p.bias_grad)[r] = static_cast<O>(0.f);
   }
-}
-
-int sm_count(int device) {
-  int count = 0;
-  EMBER_CUDA_CHECK(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device));
-  return count;
 }
 
 // Auto: 128x256 while a grid of them still gives every multiprocessor a tile,

@@ -19,6 +19,7 @@
 #include "cuda/device_error.h"
 #include "cuda/kernels/device_error.cuh"
 #include "cuda/kernels/index.h"
+#include "cuda/kernels/kernel_helpers.cuh"
 #include "cuda/runtime.h"
 
 namespace ember::cuda {
@@ -29,38 +30,9 @@ constexpr int kThreads = 256;
 constexpr int kWarp = 32;
 constexpr int64_t kMaxBlocks = 65535;
 
-inline int64_t ceil_div(int64_t a, int64_t b) {
-  return (a + b - 1) / b;
-}
 inline unsigned blocks_for(int64_t n, int64_t per_block = kThreads) {
   const int64_t b = ceil_div(n, per_block);
   return static_cast<unsigned>(b < 1 ? 1 : b > kMaxBlocks ? kMaxBlocks : b);
-}
-
-template <typename S>
-struct AccOf {
-  using type = float;
-};
-template <>
-struct AccOf<double> {
-  using type = double;
-};
-__device__ __forceinline__ float widen(__nv_bfloat16 v) {
-  return __bfloat162float(v);
-}
-__device__ __forceinline__ float widen(float v) {
-  return v;
-}
-__device__ __forceinline__ double widen(double v) {
-  return v;
-}
-template <typename S, typename A>
-__device__ __forceinline__ S narrow(A v) {
-  return static_cast<S>(v);
-}
-template <>
-__device__ __forceinline__ __nv_bfloat16 narrow<__nv_bfloat16, float>(float v) {
-  return __float2bfloat16_rn(v);
 }
 
 // ------------------------------------------------------------------ forward
@@ -167,7 +139,7 @@ __global__ void segment_add_rows_kernel(const S* __restrict__ src,
                                         const uint64_t* __restrict__ keys,
                                         const int64_t* __restrict__ vals, S* __restrict__ dst,
                                         int64_t outer, int64_t rows, int64_t k, int64_t inner) {
-  using A = typename AccOf<S>::type;
+  using A = typename CompOf<S>::type;
   const int lane = threadIdx.x % kWarp;
   const int64_t warps = int64_t{gridDim.x} * (blockDim.x / kWarp);
   for (int64_t p = (blockIdx.x * int64_t{blockDim.x} + threadIdx.x) / kWarp; p < k; p += warps) {
@@ -190,7 +162,7 @@ template <typename S>
 __global__ void segment_add_kernel(const S* __restrict__ src, const uint64_t* __restrict__ keys,
                                    const int64_t* __restrict__ vals, S* __restrict__ dst,
                                    int64_t rows, int64_t k) {
-  using A = typename AccOf<S>::type;
+  using A = typename CompOf<S>::type;
   for (int64_t p = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; p < k;
        p += int64_t{gridDim.x} * blockDim.x) {
     const uint64_t key = keys[p];
@@ -254,23 +226,6 @@ void sort_pairs(SortSpace& s, int64_t k, int end_bit, cudaStream_t stream) {
                                                    s.vals_in, s.vals_out, k, 0, end_bit, stream));
 }
 
-template <typename F>
-void dispatch_float(DType t, const char* op, F&& f) {
-  switch (t) {
-    case DType::Float32:
-      f(static_cast<float*>(nullptr));
-      return;
-    case DType::Float64:
-      f(static_cast<double*>(nullptr));
-      return;
-    case DType::BFloat16:
-      f(static_cast<__nv_bfloat16*>(nullptr));
-      return;
-    default:
-      EMBER_FAIL(op, ": dtype ", t, " is not supported on CUDA");
-  }
-}
-
 // Any storage type, by size (the forward kernels only copy elements).
 template <typename F>
 void dispatch_bytes(DType t, F&& f) {
@@ -290,12 +245,6 @@ void dispatch_bytes(DType t, F&& f) {
   }
 }
 
-int current_device_index() {
-  int d = 0;
-  EMBER_CUDA_CHECK(cudaGetDevice(&d));
-  return d;
-}
-
 }  // namespace
 
 void launch_index_select(DType dtype, const char* op, const void* x, const int64_t* index,
@@ -303,7 +252,7 @@ void launch_index_select(DType dtype, const char* op, const void* x, const int64
                          cudaStream_t stream) {
   const int64_t total = outer * k * inner;
   if (total == 0) return;
-  DeviceErrorRecord* err = device_error_record(current_device_index());
+  DeviceErrorRecord* err = device_error_record(current_device());
   dispatch_bytes(dtype, [&](auto* tag) {
     using S = std::remove_pointer_t<decltype(tag)>;
     index_select_kernel<S><<<blocks_for(total), kThreads, 0, stream>>>(
@@ -339,7 +288,7 @@ void launch_gather(DType dtype, const char* op, const void* x, const int64_t* in
                    bool targets, cudaStream_t stream) {
   if (n == 0) return;
   const NdShape s = nd_shape(ndim, dim, sizes, x_sizes);
-  DeviceErrorRecord* err = device_error_record(current_device_index());
+  DeviceErrorRecord* err = device_error_record(current_device());
   dispatch_bytes(dtype, [&](auto* tag) {
     using S = std::remove_pointer_t<decltype(tag)>;
     gather_kernel<S><<<blocks_for(n), kThreads, 0, stream>>>(static_cast<const S*>(x), index,

@@ -1,9 +1,7 @@
-// Fused layer norm (see layer_norm.h).
-//
-// Floor, 8192 x 4096 float32: forward reads x and writes y (268 MB), backward
-// reads d_y and x and writes d_x (403 MB): about 0.066 + 0.099 ms at the H200's
-// ~4.07 TB/s copy rate. A block owns rows of up to kThreads * kItems elements;
-// each thread holds its kItems elements of the row in registers (16-byte vector
+// Fused layer norm and RMS norm (see layer_norm.h; their bandwidth floors are in
+// benchmarks/NOTES.md). One kernel serves both: kRms drops the mean (RMS norm
+// normalises by sqrt(mean(x^2) + eps) and has no bias). A block owns rows of up to kThreads *
+// kItems elements; each thread holds its kItems elements of the row in registers (16-byte vector
 // loads when the row allows), so x is read once: the mean and the variance
 // (two-pass, exact) come from registers through two cub::BlockReduce sums.
 // Blocks are persistent (as many as fit on the GPU at once), looping over rows,
@@ -18,31 +16,13 @@
 #include <cstdint>
 
 #include "cuda/check.h"
+#include "cuda/kernels/kernel_helpers.cuh"
 #include "cuda/kernels/layer_norm.h"
 #include "cuda/kernels/vec16.cuh"
 
 namespace ember::cuda {
 
 namespace {
-
-inline int64_t ceil_div(int64_t a, int64_t b) {
-  return (a + b - 1) / b;
-}
-
-__device__ __forceinline__ float widen(__nv_bfloat16 v) {
-  return __bfloat162float(v);
-}
-__device__ __forceinline__ float widen(float v) {
-  return v;
-}
-template <typename S>
-__device__ __forceinline__ S narrow(float v) {
-  return static_cast<S>(v);
-}
-template <>
-__device__ __forceinline__ __nv_bfloat16 narrow<__nv_bfloat16>(float v) {
-  return __float2bfloat16_rn(v);
-}
 
 // How a thread's kItems elements of a row lie: vector j (of V elements) of
 // thread t starts at column (j * kThreads + t) * V, so a warp reads consecutive
@@ -105,7 +85,8 @@ struct PairSum {
   }
 };
 
-template <typename S, int kThreads, int kItems, bool kVec>
+// kRms: mean is null, mu = 0 and there is no bias.
+template <typename S, int kThreads, int kItems, bool kVec, bool kRms>
 __global__ void __launch_bounds__(kThreads)
     layer_norm_kernel(const S* __restrict__ x, const S* __restrict__ w, const S* __restrict__ b,
                       S* __restrict__ y, float* __restrict__ mean, float* __restrict__ rstd,
@@ -123,13 +104,16 @@ __global__ void __launch_bounds__(kThreads)
   for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
     float v[kItems];
     IO::load(x + row * cols, cols, v, 0.f);
-    float s = 0.f;
+    float mu = 0.f;
+    if constexpr (!kRms) {
+      float s = 0.f;
 #pragma unroll
-    for (int i = 0; i < kItems; ++i) s += v[i];
-    s = BlockReduce(temp).Sum(s);
-    if (threadIdx.x == 0) sh_mean = s * inv_cols;
-    __syncthreads();
-    const float mu = sh_mean;
+      for (int i = 0; i < kItems; ++i) s += v[i];
+      s = BlockReduce(temp).Sum(s);
+      if (threadIdx.x == 0) sh_mean = s * inv_cols;
+      __syncthreads();
+      mu = sh_mean;
+    }
     float q = 0.f;
 #pragma unroll
     for (int i = 0; i < kItems; ++i) {
@@ -140,7 +124,7 @@ __global__ void __launch_bounds__(kThreads)
     if (threadIdx.x == 0) {
       const float r = 1.f / sqrtf(q * inv_cols + eps);
       sh_rstd = r;
-      mean[row] = mu;
+      if constexpr (!kRms) mean[row] = mu;
       rstd[row] = r;
     }
     __syncthreads();
@@ -151,8 +135,9 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// part_w, part_b: (gridDim.x, cols) partial column sums, or null.
-template <typename S, int kThreads, int kItems, bool kVec>
+// part_w, part_b: (gridDim.x, cols) partial column sums, or null (kRms: mean and
+// part_b are null, mu = 0, and d_x = rstd (g - xhat mean(g xhat))).
+template <typename S, int kThreads, int kItems, bool kVec, bool kRms>
 __global__ void __launch_bounds__(kThreads)
     layer_norm_backward_kernel(const S* __restrict__ dy, const S* __restrict__ x,
                                const S* __restrict__ w, const float* __restrict__ mean,
@@ -173,7 +158,7 @@ __global__ void __launch_bounds__(kThreads)
     float g[kItems], xh[kItems];
     IO::load(dy + row * cols, cols, g, 0.f);
     IO::load(x + row * cols, cols, xh, 0.f);
-    const float mu = mean[row], r = rstd[row];
+    const float mu = kRms ? 0.f : mean[row], r = rstd[row];
     Pair p{0.f, 0.f};
 #pragma unroll
     for (int i = 0; i < kItems; ++i) {
@@ -187,7 +172,7 @@ __global__ void __launch_bounds__(kThreads)
     p = BlockReduce(temp).Reduce(p, PairSum());
     if (threadIdx.x == 0) sh_sums = p;
     __syncthreads();
-    const float c1 = sh_sums.a * inv_cols, c2 = sh_sums.b * inv_cols;
+    const float c1 = kRms ? 0.f : sh_sums.a * inv_cols, c2 = sh_sums.b * inv_cols;
     if (dx != nullptr) {
 #pragma unroll
       for (int i = 0; i < kItems; ++i) g[i] = r * (g[i] - c1 - xh[i] * c2);
@@ -201,7 +186,7 @@ __global__ void __launch_bounds__(kThreads)
       const int64_t c = IO::col(i / IO::V, i % IO::V);
       if (c < cols) {
         part_w[blockIdx.x * cols + c] = aw[i];
-        part_b[blockIdx.x * cols + c] = ab[i];
+        if constexpr (!kRms) part_b[blockIdx.x * cols + c] = ab[i];
       }
     }
   }
@@ -236,47 +221,124 @@ void dispatch_cfg(int64_t cols, F&& f) {
     f(Cfg<512, 16>{});
 }
 
-template <typename F>
-void dispatch_dtype(DType t, F&& f) {
-  switch (t) {
-    case DType::Float32:
-      f(static_cast<float*>(nullptr));
-      return;
-    case DType::BFloat16:
-      f(static_cast<__nv_bfloat16*>(nullptr));
-      return;
-    default:
-      EMBER_FAIL("layer_norm: the fused kernel takes float32 and bfloat16, got ", t);
-  }
-}
-
-bool aligned16(const void* p) {
-  return reinterpret_cast<uintptr_t>(p) % 16 == 0;
-}
-
 // Persistent grid: as many blocks as are resident at once, at most one per row.
-template <typename K>
-int64_t resident_grid(K kernel, int threads, int64_t rows) {
-  int device = 0, sms = 0, per_sm = 0;
-  EMBER_CUDA_CHECK(cudaGetDevice(&device));
-  EMBER_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  EMBER_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, 0));
-  const int64_t g = static_cast<int64_t>(sms) * (per_sm > 0 ? per_sm : 1);
+// The multiprocessor count and each kernel's occupancy are cached per device.
+template <auto kernel>
+int64_t resident_grid(int threads, int64_t rows) {
+  constexpr int kMaxDevices = 64;
+  static std::atomic<int> cached[kMaxDevices] = {};
+  const int device = current_device();
+  int per_sm =
+      device >= 0 && device < kMaxDevices ? cached[device].load(std::memory_order_relaxed) : 0;
+  if (per_sm == 0) {
+    EMBER_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, 0));
+    if (per_sm < 1) per_sm = 1;
+    if (device >= 0 && device < kMaxDevices)
+      cached[device].store(per_sm, std::memory_order_relaxed);
+  }
+  const int64_t g = static_cast<int64_t>(sm_count(device)) * per_sm;
   return rows < g ? (rows < 1 ? 1 : rows) : g;
 }
 
 // The backward's grid (the workspace depends on it): the vectorised kernel's.
+template <bool kRms>
 int64_t backward_grid(DType dtype, int64_t rows, int64_t cols) {
   int64_t grid = 1;
-  dispatch_dtype(dtype, [&](auto* tag) {
+  dispatch_float32_bf16(dtype, kRms ? "rms_norm" : "layer_norm", [&](auto* tag) {
     using S = std::remove_pointer_t<decltype(tag)>;
     dispatch_cfg(cols, [&](auto cfg) {
       using C = decltype(cfg);
-      grid = resident_grid(layer_norm_backward_kernel<S, C::kThreads, C::kItems, true>, C::kThreads,
-                           rows);
+      grid = resident_grid<layer_norm_backward_kernel<S, C::kThreads, C::kItems, true, kRms>>(
+          C::kThreads, rows);
     });
   });
   return grid;
+}
+
+template <bool kRms>
+void launch_forward(DType dtype, const void* x, const void* w, const void* b, void* y, void* mean,
+                    void* rstd, int64_t rows, int64_t cols, double eps, cudaStream_t stream) {
+  if (rows == 0) return;
+  const char* op = kRms ? "rms_norm" : "layer_norm";
+  EMBER_CHECK(layer_norm_supported(dtype, cols), op, ": the fused kernel does not take ", cols,
+              " columns of ", dtype);
+  dispatch_float32_bf16(dtype, op, [&](auto* tag) {
+    using S = std::remove_pointer_t<decltype(tag)>;
+    const bool vec = cols % (16 / sizeof(S)) == 0 && aligned16(x) && aligned16(y) &&
+                     (w == nullptr || aligned16(w)) && (b == nullptr || aligned16(b));
+    dispatch_cfg(cols, [&](auto cfg) {
+      using C = decltype(cfg);
+      auto run = [&](auto kernel, int64_t grid) {
+        kernel<<<static_cast<unsigned>(grid), C::kThreads, 0, stream>>>(
+            static_cast<const S*>(x), static_cast<const S*>(w), static_cast<const S*>(b),
+            static_cast<S*>(y), static_cast<float*>(mean), static_cast<float*>(rstd), rows, cols,
+            static_cast<float>(eps));
+      };
+      constexpr auto vec_kernel = layer_norm_kernel<S, C::kThreads, C::kItems, true, kRms>;
+      constexpr auto row_kernel = layer_norm_kernel<S, C::kThreads, C::kItems, false, kRms>;
+      if (vec)
+        run(vec_kernel, resident_grid<vec_kernel>(C::kThreads, rows));
+      else
+        run(row_kernel, resident_grid<row_kernel>(C::kThreads, rows));
+    });
+  });
+  EMBER_CUDA_CHECK(cudaGetLastError());
+}
+
+template <bool kRms>
+size_t workspace_bytes(DType dtype, int64_t rows, int64_t cols) {
+  if (rows == 0 || !layer_norm_supported(dtype, cols)) return 0;
+  // Column partials of d_w (and d_b for layer norm) per block of the grid.
+  return static_cast<size_t>((kRms ? 1 : 2) * backward_grid<kRms>(dtype, rows, cols) * cols) *
+         sizeof(float);
+}
+
+template <bool kRms>
+void launch_backward(DType dtype, const void* d_y, const void* x, const void* w, const void* mean,
+                     const void* rstd, void* d_x, void* d_w, void* d_b, int64_t rows, int64_t cols,
+                     void* workspace, cudaStream_t stream) {
+  const char* op = kRms ? "rms_norm backward" : "layer_norm backward";
+  EMBER_CHECK(layer_norm_supported(dtype, cols), op, ": the fused kernel does not take ", cols,
+              " columns of ", dtype);
+  const bool want_params = d_w != nullptr || d_b != nullptr;
+  if (rows == 0) {
+    // No rows: the parameter gradients are zeros.
+    const size_t bytes = static_cast<size_t>(cols) * element_size(dtype);
+    if (d_w != nullptr) EMBER_CUDA_CHECK(cudaMemsetAsync(d_w, 0, bytes, stream));
+    if (d_b != nullptr) EMBER_CUDA_CHECK(cudaMemsetAsync(d_b, 0, bytes, stream));
+    return;
+  }
+  dispatch_float32_bf16(dtype, op, [&](auto* tag) {
+    using S = std::remove_pointer_t<decltype(tag)>;
+    const bool vec = cols % (16 / sizeof(S)) == 0 && aligned16(d_y) && aligned16(x) &&
+                     (w == nullptr || aligned16(w)) && (d_x == nullptr || aligned16(d_x));
+    // The grid is the vectorised kernel's in both cases, so that it matches the
+    // workspace workspace_bytes sized.
+    const int64_t grid = backward_grid<kRms>(dtype, rows, cols);
+    float* part_w = want_params ? static_cast<float*>(workspace) : nullptr;
+    float* part_b = want_params && !kRms ? part_w + grid * cols : nullptr;
+    dispatch_cfg(cols, [&](auto cfg) {
+      using C = decltype(cfg);
+      auto run = [&](auto kernel) {
+        kernel<<<static_cast<unsigned>(grid), C::kThreads, 0, stream>>>(
+            static_cast<const S*>(d_y), static_cast<const S*>(x), static_cast<const S*>(w),
+            static_cast<const float*>(mean), static_cast<const float*>(rstd), static_cast<S*>(d_x),
+            part_w, part_b, rows, cols);
+      };
+      if (vec)
+        run(layer_norm_backward_kernel<S, C::kThreads, C::kItems, true, kRms>);
+      else
+        run(layer_norm_backward_kernel<S, C::kThreads, C::kItems, false, kRms>);
+    });
+    EMBER_CUDA_CHECK(cudaGetLastError());
+    if (want_params) {
+      const unsigned blocks = static_cast<unsigned>(ceil_div(cols, 256));
+      column_sum_kernel<S><<<blocks, 256, 0, stream>>>(part_w, grid, cols, static_cast<S*>(d_w));
+      if (!kRms)
+        column_sum_kernel<S><<<blocks, 256, 0, stream>>>(part_b, grid, cols, static_cast<S*>(d_b));
+    }
+  });
+  EMBER_CUDA_CHECK(cudaGetLastError());
 }
 
 }  // namespace
@@ -288,81 +350,34 @@ bool layer_norm_supported(DType dtype, int64_t cols) {
 void launch_layer_norm(DType dtype, const void* x, const void* w, const void* b, void* y,
                        void* mean, void* rstd, int64_t rows, int64_t cols, double eps,
                        cudaStream_t stream) {
-  if (rows == 0) return;
-  EMBER_CHECK(layer_norm_supported(dtype, cols), "layer_norm: the fused kernel does not take ",
-              cols, " columns of ", dtype);
-  dispatch_dtype(dtype, [&](auto* tag) {
-    using S = std::remove_pointer_t<decltype(tag)>;
-    const bool vec = cols % (16 / sizeof(S)) == 0 && aligned16(x) && aligned16(y) &&
-                     (w == nullptr || aligned16(w)) && (b == nullptr || aligned16(b));
-    dispatch_cfg(cols, [&](auto cfg) {
-      using C = decltype(cfg);
-      auto run = [&](auto kernel) {
-        const int64_t grid = resident_grid(kernel, C::kThreads, rows);
-        kernel<<<static_cast<unsigned>(grid), C::kThreads, 0, stream>>>(
-            static_cast<const S*>(x), static_cast<const S*>(w), static_cast<const S*>(b),
-            static_cast<S*>(y), static_cast<float*>(mean), static_cast<float*>(rstd), rows, cols,
-            static_cast<float>(eps));
-      };
-      if (vec)
-        run(layer_norm_kernel<S, C::kThreads, C::kItems, true>);
-      else
-        run(layer_norm_kernel<S, C::kThreads, C::kItems, false>);
-    });
-  });
-  EMBER_CUDA_CHECK(cudaGetLastError());
+  launch_forward<false>(dtype, x, w, b, y, mean, rstd, rows, cols, eps, stream);
 }
 
 size_t layer_norm_workspace_bytes(DType dtype, int64_t rows, int64_t cols) {
-  if (rows == 0 || !layer_norm_supported(dtype, cols)) return 0;
-  return static_cast<size_t>(2 * backward_grid(dtype, rows, cols) * cols) * sizeof(float);
+  return workspace_bytes<false>(dtype, rows, cols);
 }
 
 void launch_layer_norm_backward(DType dtype, const void* d_y, const void* x, const void* w,
                                 const void* mean, const void* rstd, void* d_x, void* d_w, void* d_b,
                                 int64_t rows, int64_t cols, void* workspace, cudaStream_t stream) {
-  EMBER_CHECK(layer_norm_supported(dtype, cols),
-              "layer_norm backward: the fused kernel does not "
-              "take ",
-              cols, " columns of ", dtype);
-  const bool want_params = d_w != nullptr || d_b != nullptr;
-  if (rows == 0) {
-    // No rows: the parameter gradients are zeros.
-    const size_t bytes = static_cast<size_t>(cols) * element_size(dtype);
-    if (d_w != nullptr) EMBER_CUDA_CHECK(cudaMemsetAsync(d_w, 0, bytes, stream));
-    if (d_b != nullptr) EMBER_CUDA_CHECK(cudaMemsetAsync(d_b, 0, bytes, stream));
-    return;
-  }
-  dispatch_dtype(dtype, [&](auto* tag) {
-    using S = std::remove_pointer_t<decltype(tag)>;
-    const bool vec = cols % (16 / sizeof(S)) == 0 && aligned16(d_y) && aligned16(x) &&
-                     (w == nullptr || aligned16(w)) && (d_x == nullptr || aligned16(d_x));
-    // The grid is the vectorised kernel's in both cases, so that it matches the
-    // workspace layer_norm_workspace_bytes sized.
-    const int64_t grid = backward_grid(dtype, rows, cols);
-    float* part_w = want_params ? static_cast<float*>(workspace) : nullptr;
-    float* part_b = want_params ? part_w + grid * cols : nullptr;
-    dispatch_cfg(cols, [&](auto cfg) {
-      using C = decltype(cfg);
-      auto run = [&](auto kernel) {
-        kernel<<<static_cast<unsigned>(grid), C::kThreads, 0, stream>>>(
-            static_cast<const S*>(d_y), static_cast<const S*>(x), static_cast<const S*>(w),
-            static_cast<const float*>(mean), static_cast<const float*>(rstd), static_cast<S*>(d_x),
-            part_w, part_b, rows, cols);
-      };
-      if (vec)
-        run(layer_norm_backward_kernel<S, C::kThreads, C::kItems, true>);
-      else
-        run(layer_norm_backward_kernel<S, C::kThreads, C::kItems, false>);
-    });
-    EMBER_CUDA_CHECK(cudaGetLastError());
-    if (want_params) {
-      const unsigned blocks = static_cast<unsigned>(ceil_div(cols, 256));
-      column_sum_kernel<S><<<blocks, 256, 0, stream>>>(part_w, grid, cols, static_cast<S*>(d_w));
-      column_sum_kernel<S><<<blocks, 256, 0, stream>>>(part_b, grid, cols, static_cast<S*>(d_b));
-    }
-  });
-  EMBER_CUDA_CHECK(cudaGetLastError());
+  launch_backward<false>(dtype, d_y, x, w, mean, rstd, d_x, d_w, d_b, rows, cols, workspace,
+                         stream);
+}
+
+void launch_rms_norm(DType dtype, const void* x, const void* w, void* y, void* rstd, int64_t rows,
+                     int64_t cols, double eps, cudaStream_t stream) {
+  launch_forward<true>(dtype, x, w, nullptr, y, nullptr, rstd, rows, cols, eps, stream);
+}
+
+size_t rms_norm_workspace_bytes(DType dtype, int64_t rows, int64_t cols) {
+  return workspace_bytes<true>(dtype, rows, cols);
+}
+
+void launch_rms_norm_backward(DType dtype, const void* d_y, const void* x, const void* w,
+                              const void* rstd, void* d_x, void* d_w, int64_t rows, int64_t cols,
+                              void* workspace, cudaStream_t stream) {
+  launch_backward<true>(dtype, d_y, x, w, nullptr, rstd, d_x, d_w, nullptr, rows, cols, workspace,
+                        stream);
 }
 
 }  // namespace ember::cuda

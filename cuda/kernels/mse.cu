@@ -11,6 +11,7 @@
 #include <cstdint>
 
 #include "cuda/check.h"
+#include "cuda/kernels/kernel_helpers.cuh"
 #include "cuda/kernels/mse.h"
 
 namespace ember::cuda {
@@ -22,10 +23,6 @@ constexpr int kWarp = 32;
 constexpr int64_t kMaxBlocks =
     1024;  // ~8 per SM on an H200; fixed, so results are device-independent
 constexpr int64_t kMinPerBlock = 4096;
-
-inline int64_t ceil_div(int64_t a, int64_t b) {
-  return (a + b - 1) / b;
-}
 
 int64_t mse_blocks(int64_t n) {
   int64_t b = ceil_div(n, kMinPerBlock);
@@ -48,28 +45,6 @@ struct Types<__nv_bfloat16> {
   using C = float;
   using Acc = float;
 };
-
-__device__ __forceinline__ float widen(__nv_bfloat16 v) {
-  return __bfloat162float(v);
-}
-__device__ __forceinline__ float widen(float v) {
-  return v;
-}
-__device__ __forceinline__ double widen(double v) {
-  return v;
-}
-template <typename S, typename C>
-__device__ __forceinline__ S narrow(C v) {
-  return static_cast<S>(v);
-}
-template <>
-__device__ __forceinline__ __nv_bfloat16 narrow<__nv_bfloat16, float>(float v) {
-  return __float2bfloat16_rn(v);
-}
-template <>
-__device__ __forceinline__ __nv_bfloat16 narrow<__nv_bfloat16, double>(double v) {
-  return __float2bfloat16_rn(static_cast<float>(v));
-}
 
 template <typename Acc>
 __device__ __forceinline__ Acc block_sum(Acc v) {
@@ -168,10 +143,6 @@ __global__ void scale_by_device_scalar_kernel(S* __restrict__ d, const S* __rest
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
     d[i] = narrow<S>(widen(d[i]) * s);
-}
-
-bool aligned16(const void* p) {
-  return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 }
 
 template <typename S>

@@ -14,6 +14,7 @@
 
 #include "core/base/error.h"
 #include "cuda/check.h"
+#include "cuda/kernels/kernel_helpers.cuh"
 #include "cuda/kernels/multi_tensor.h"
 
 namespace ember::cuda {
@@ -33,10 +34,6 @@ struct SpanBatch {
   int64_t partial_offset;  // where this launch's partials start in the workspace
 };
 static_assert(sizeof(SpanBatch) + 64 <= 4000, "the batch must fit the kernel parameter space");
-
-inline int64_t ceil_div(int64_t a, int64_t b) {
-  return (a + b - 1) / b;
-}
 
 __device__ int span_of(const SpanBatch& b, int64_t chunk) {
   int lo = 0, hi = b.count - 1;

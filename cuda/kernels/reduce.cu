@@ -16,6 +16,7 @@
 #include <cstdint>
 
 #include "cuda/check.h"
+#include "cuda/kernels/kernel_helpers.cuh"
 #include "cuda/kernels/reduce.h"
 
 namespace ember::cuda {
@@ -29,9 +30,6 @@ constexpr int64_t kMaxGrid = int64_t{1} << 20;
 constexpr int64_t kMinRowChunk = 4096;  // elements per block in a split row pass
 constexpr int64_t kMinColRowsPerThread = 16;
 
-inline int64_t ceil_div(int64_t a, int64_t b) {
-  return (a + b - 1) / b;
-}
 __device__ __forceinline__ int64_t min64(int64_t a, int64_t b) {
   return a < b ? a : b;
 }
@@ -355,23 +353,6 @@ __global__ void max_backward_kernel(const S* d_out, const int64_t* indices, S* d
     const int64_t k = rest % n, o = rest / n;
     const int64_t oi = o * inner + i;
     store(d_inp + e, indices[oi] == k ? to_compute(d_out[oi]) : C(0));
-  }
-}
-
-template <typename F>
-void dispatch_float(DType t, const char* op, F&& f) {
-  switch (t) {
-    case DType::Float32:
-      f(static_cast<float*>(nullptr));
-      return;
-    case DType::Float64:
-      f(static_cast<double*>(nullptr));
-      return;
-    case DType::BFloat16:
-      f(static_cast<__nv_bfloat16*>(nullptr));
-      return;
-    default:
-      EMBER_FAIL(op, ": dtype ", t, " is not supported on CUDA");
   }
 }
 

@@ -15,6 +15,7 @@
 #include <cstdint>
 
 #include "cuda/check.h"
+#include "cuda/kernels/kernel_helpers.cuh"
 #include "cuda/kernels/softmax.h"
 
 namespace ember::cuda {
@@ -26,37 +27,8 @@ constexpr int kWarp = 32;
 constexpr int kShortRow = 1024;
 constexpr int64_t kMaxBlocks = 65535;
 
-inline int64_t ceil_div(int64_t a, int64_t b) {
-  return (a + b - 1) / b;
-}
 inline unsigned grid_of(int64_t blocks) {
   return static_cast<unsigned>(blocks < 1 ? 1 : blocks > kMaxBlocks ? kMaxBlocks : blocks);
-}
-
-template <typename S>
-struct CompOf {
-  using type = float;
-};
-template <>
-struct CompOf<double> {
-  using type = double;
-};
-__device__ __forceinline__ float widen(__nv_bfloat16 v) {
-  return __bfloat162float(v);
-}
-__device__ __forceinline__ float widen(float v) {
-  return v;
-}
-__device__ __forceinline__ double widen(double v) {
-  return v;
-}
-template <typename S, typename C>
-__device__ __forceinline__ S narrow(C v) {
-  return static_cast<S>(v);
-}
-template <>
-__device__ __forceinline__ __nv_bfloat16 narrow<__nv_bfloat16, float>(float v) {
-  return __float2bfloat16_rn(v);
 }
 
 __device__ __forceinline__ float ex(float v) {
@@ -257,23 +229,6 @@ __global__ void __launch_bounds__(kBlock)
       const int64_t e = base + k * inner;
       dx[e] = narrow<S>(grad_in(widen(y[e]), widen(dy[e]), dot, take_log));
     }
-  }
-}
-
-template <typename F>
-void dispatch_float(DType t, const char* op, F&& f) {
-  switch (t) {
-    case DType::Float32:
-      f(static_cast<float*>(nullptr));
-      return;
-    case DType::Float64:
-      f(static_cast<double*>(nullptr));
-      return;
-    case DType::BFloat16:
-      f(static_cast<__nv_bfloat16*>(nullptr));
-      return;
-    default:
-      EMBER_FAIL(op, ": dtype ", t, " is not supported on CUDA");
   }
 }
 

@@ -17,7 +17,7 @@ using ember::testing::error_of;
 TEST_CASE("kernel table: every family of every device type is callable") {
   for (DeviceType type : {DeviceType::CPU, DeviceType::CUDA, DeviceType::Meta}) {
     const kernels::KernelTable& t = kernels::table(type);
-#define EMBER_CHECK_FAMILY(name, R, Args) CHECK(static_cast<bool>(t.name));
+#define EMBER_CHECK_FAMILY(name, R, Args, kind) CHECK(static_cast<bool>(t.name));
     EMBER_KERNEL_FAMILIES(EMBER_CHECK_FAMILY)
 #undef EMBER_CHECK_FAMILY
     CHECK(static_cast<bool>(t.hooks.check));
@@ -31,8 +31,16 @@ TEST_CASE("kernel table: every family of every device type is callable") {
 TEST_CASE("kernel table: a family the device lacks throws naming it and the device") {
   const kernels::KernelTable& cpu = kernels::kernels_for(kCPU);
   // The CPU has no fused Linear: linear() composes there, as its predicate says.
+  // The CPU registers no predicate: one a device leaves out answers false.
   CHECK_FALSE(cpu.linear_fused_supported({kCPU, kFloat32}));
+  CHECK_FALSE(cpu.linear_bias_grad_fused_supported({kCPU, kFloat32}));
   CHECK_FALSE(cpu.mse_fused_supported({kCPU, kFloat32}));
+  CHECK_FALSE(cpu.cross_entropy_fused_supported({kCPU, kFloat32, 4, 10}));
+  CHECK_FALSE(cpu.layer_norm_fused_supported({kCPU, kFloat32, 4, 10}));
+  CHECK_FALSE(cpu.rms_norm_fused_supported({kCPU, kFloat32, 4, 10}));
+  // Predicates are not missing families; the CPU's compute ones it lacks are.
+  for (const char* family : kernels::missing_families(DeviceType::CPU))
+    CHECK(std::string(family).find("_supported") == std::string::npos);
   kernels::LinearArgs args{};
   args.device = kCPU;
   const std::string e = error_of([&] { cpu.linear_fused(args); });

@@ -1,0 +1,111 @@
+// The fused RMS norm (cuda/kernels/layer_norm.cu, its kRms mode) through rms_norm:
+// output and the gradients of input and weight against the CPU float64 reference
+// (the composed ops) on fresh random inputs at ragged row lengths (every block
+// shape, the scalar path for rows that are not 16-byte multiples, misaligned
+// inputs), float32 and bfloat16, with and without a weight; the composed path on
+// CUDA past the fused kernel's limit and in float64; identical bits from run to
+// run.
+//
+// Tolerances (DESIGN.md): float32 1e-5, as GEMM's, since the statistics and the
+// weight gradient are float reductions; bfloat16 1e-2.
+#include <doctest/doctest.h>
+
+#include <cstring>
+#include <vector>
+
+#include "core/autograd.h"
+#include "core/ops.h"
+#include "gradcheck.h"
+
+using namespace ember;
+using ember::testing::randn64;
+using ember::testing::rel_error;
+
+namespace {
+
+double tol(DType t) {
+  return t == kFloat64 ? 1e-12 : t == kFloat32 ? 1e-5 : 1e-2;
+}
+
+// The largest rel_error over y, d_x, d_w of rms_norm on CUDA in dtype against CPU
+// float64 on the same rounded values.
+double rms_vs_cpu(const Shape& shape, const Shape& normalized, DType dtype, bool affine,
+                  uint64_t seed, int64_t offset = 0) {
+  const int64_t n = numel_of(shape);
+  Tensor base = (randn64({n + offset}, seed) * 2.0 + 0.5).to(dtype).to(kFloat64);
+  Tensor xc = base.slice(0, offset, offset + n).reshape(shape).detach().set_requires_grad(true);
+  Tensor xg = base.to(kCUDA, dtype)
+                  .slice(0, offset, offset + n)
+                  .reshape(shape)
+                  .detach()
+                  .set_requires_grad(true);
+  Tensor wc, wg;
+  if (affine) {
+    Tensor w = randn64(normalized, seed + 1).to(dtype).to(kFloat64);
+    wc = w.detach().set_requires_grad(true);
+    wg = w.to(kCUDA, dtype).detach().set_requires_grad(true);
+  }
+  const double eps = 1e-6;
+  Tensor yc = rms_norm(xc, normalized, wc, eps), yg = rms_norm(xg, normalized, wg, eps);
+  Tensor g = randn64(shape, seed + 3).to(dtype).to(kFloat64);
+  yc.backward(g);
+  yg.backward(g.to(kCUDA, dtype));
+  auto err = [](const Tensor& gpu, const Tensor& cpu) {
+    return rel_error(gpu.to(kCPU).to(kFloat64), cpu);
+  };
+  double worst = std::max(err(yg, yc), err(xg.grad(), xc.grad()));
+  if (affine) worst = std::max(worst, err(wg.grad(), wc.grad()));
+  return worst;
+}
+
+}  // namespace
+
+TEST_CASE("kernels/rms_norm: output and gradients match the CPU at ragged row lengths" *
+          doctest::test_suite("cuda")) {
+  // Row lengths for each block shape (<= 1024, <= 4096, <= 8192), ragged ones
+  // (the scalar path), and enough rows that blocks loop over several.
+  const std::vector<std::pair<int64_t, int64_t>> shapes = {
+      {1, 1},    {7, 3},    {33, 1000}, {300, 1024}, {5, 1025}, {64, 4096},
+      {3, 4097}, {4, 8192}, {2, 8191},  {1000, 64},  {2, 8200}};  // the last: composed
+  uint64_t seed = 201;
+  for (auto [rows, cols] : shapes)
+    for (DType dtype : {kFloat32, kBFloat16})
+      for (bool affine : {true, false}) {
+        INFO("rows=", rows, " cols=", cols, " dtype=", dtype, " affine=", affine);
+        CHECK(rms_vs_cpu({rows, cols}, {cols}, dtype, affine, seed += 4) <= tol(dtype));
+      }
+}
+
+TEST_CASE("kernels/rms_norm: several normalised dims, misaligned input, float64 composed" *
+          doctest::test_suite("cuda")) {
+  for (DType dtype : {kFloat32, kBFloat16}) {
+    INFO(dtype);
+    CHECK(rms_vs_cpu({3, 4, 2, 64}, {2, 64}, dtype, true, 300) <= tol(dtype));
+    CHECK(rms_vs_cpu({6, 512}, {512}, dtype, true, 310, /*offset=*/1) <= tol(dtype));
+  }
+  CHECK(rms_vs_cpu({5, 300}, {300}, kFloat64, true, 320) <= tol(kFloat64));
+}
+
+TEST_CASE("kernels/rms_norm: no rows gives a zero weight gradient" * doctest::test_suite("cuda")) {
+  Tensor x = zeros({0, 16}, TensorOptions(kFloat32).device(kCUDA).requires_grad());
+  Tensor w = ones({16}, TensorOptions(kFloat32).device(kCUDA).requires_grad());
+  Tensor y = rms_norm(x, {16}, w);
+  CHECK(y.sizes() == Shape{0, 16});
+  y.sum().backward();
+  for (float v : w.grad().to_vector<float>()) CHECK(v == 0.0f);
+}
+
+TEST_CASE("kernels/rms_norm: the same input gives the same bits" * doctest::test_suite("cuda")) {
+  Tensor x = randn64({2048, 768}, 330).to(kCUDA, kFloat32);
+  Tensor w = randn64({768}, 331).to(kCUDA, kFloat32);
+  Tensor g = randn64({2048, 768}, 332).to(kCUDA, kFloat32);
+  auto run = [&] {
+    Tensor xr = x.detach().set_requires_grad(true), wr = w.detach().set_requires_grad(true);
+    rms_norm(xr, {768}, wr).backward(g);
+    std::vector<float> a = xr.grad().to_vector<float>(), b = wr.grad().to_vector<float>();
+    a.insert(a.end(), b.begin(), b.end());
+    return a;
+  };
+  const std::vector<float> first = run();
+  for (int i = 0; i < 3; ++i) CHECK(std::memcmp(run().data(), first.data(), first.size() * 4) == 0);
+}
