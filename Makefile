@@ -7,10 +7,11 @@
 #   make compare        benchmarks/compare.sh: every benchmark and its PyTorch peer, one table
 #   make test-sanitize  the CPU tests built with ASan + UBSan + LSan (build-sanitize)
 #   make test-tsan      the CPU tests built with ThreadSanitizer (build-tsan)
-#   make gpu-sanitize   the CUDA tests under compute-sanitizer (needs a GPU)
+#   make gpu-sanitize   every CUDA suite under compute-sanitizer, the planted bugs, the
+#                       cuBLASLt probe (needs a GPU; tools/gpu_sanitize.sh)
 #   make test-fuzz      libFuzzer targets (clang), a bounded time each
 #   make format-check  every C++/CUDA file against .clang-format (clang-format 14); make format fixes
-#   make docs           the API reference from the headers (Doxygen), build/docs/html;
+#   make docs           the API reference from the headers and the guides of docs/ (Doxygen), build/docs/html;
 #                       fails on any Doxygen warning
 #   make clean
 
@@ -95,7 +96,7 @@ test-tsan: deps
 gpu-sanitize: build
 	@tools/gpu_sanitize.sh $(BUILD_DIR)
 
-# libFuzzer targets for the checkpoint reader and EMBER_CUDA_ALLOC_CONF's parser,
+# libFuzzer targets for the checkpoint and safetensors readers and EMBER_CUDA_ALLOC_CONF's parser,
 # built with Debian's clang in build-fuzz, FUZZ_SECONDS each.
 FUZZ_SECONDS ?= 60
 test-fuzz:

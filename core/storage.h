@@ -2,10 +2,13 @@
 // allocator (core/memory/allocator.h) and given back when the last tensor viewing it
 // dies. It also carries the version counter shared by every alias of its bytes,
 // so autograd can tell when a tensor saved for backward was changed in place.
+// A storage may instead view bytes owned elsewhere (a file mapping): `owner`
+// keeps them alive until the last tensor viewing them dies.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 
 #include "core/base/device.h"
 
@@ -18,6 +21,9 @@ class Allocator;
 class Storage {
  public:
   Storage(size_t nbytes, Device device);
+  // Views `nbytes` at `data` on `device` without allocating or copying; `owner`
+  // is released when the storage dies (nn::read_safetensors maps files so).
+  Storage(void* data, size_t nbytes, Device device, std::shared_ptr<const void> owner);
   ~Storage();
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
@@ -33,7 +39,8 @@ class Storage {
   void* data_ = nullptr;
   size_t nbytes_ = 0;
   Device device_;
-  memory::Allocator* allocator_ = nullptr;
+  memory::Allocator* allocator_ = nullptr;  // null for a view of external bytes
+  std::shared_ptr<const void> owner_;
   uint64_t version_ = 0;
 };
 

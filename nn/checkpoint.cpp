@@ -1,20 +1,16 @@
 #include "nn/checkpoint.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <bit>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
-#include <filesystem>
 #include <fstream>
 #include <iterator>
-#include <system_error>
 #include <vector>
 
 #include "core/autograd.h"
 #include "core/ops.h"
+#include "nn/atomic_file.h"
 #include "nn/data.h"
 
 namespace ember::nn {
@@ -125,15 +121,6 @@ void with_context(const std::string& path, const char* what, F&& check) {
   }
 }
 
-// A directory would get a confusing error later (a rename over it, or a read of
-// zero bytes): say what it is.
-void check_not_directory(const char* op, const std::string& path) {
-  std::error_code ec;
-  EMBER_CHECK(!std::filesystem::is_directory(path, ec), op, ": checkpoint path '", path,
-              "' is a directory; give a file name inside it (e.g. '",
-              (std::filesystem::path(path) / "model.ckp").string(), "')");
-}
-
 const char* kPrefixes[] = {"model.", "optimizer.", "scheduler.", "loader.", "user."};
 
 bool starts_with(const std::string& s, const char* prefix) {
@@ -144,7 +131,7 @@ bool starts_with(const std::string& s, const char* prefix) {
 
 void save_state_dict(const StateDict& state, const std::string& path) {
   EMBER_CHECK(!path.empty(), "save: empty checkpoint path");
-  check_not_directory("save", path);
+  check_not_directory("save", "checkpoint", path, "model.ckp");
   EMBER_CHECK(state.size() <= UINT32_MAX, "save: too many entries (", state.size(), ")");
   std::vector<unsigned char> payload;
   for (const auto& [name, t] : state) {
@@ -161,43 +148,21 @@ void save_state_dict(const StateDict& state, const std::string& path) {
     const auto* data = static_cast<const unsigned char*>(host.raw_data());
     payload.insert(payload.end(), data, data + host.nbytes());
   }
-  std::vector<unsigned char> header;
-  header.insert(header.end(), kMagic, kMagic + 8);
+  std::vector<unsigned char> header(kMagic, kMagic + 8);
   put<uint32_t>(header, kVersion);
   put<uint32_t>(header, static_cast<uint32_t>(state.size()));
   put<uint64_t>(header, payload.size());
   put<uint64_t>(header, fnv1a64(payload.data(), payload.size()));
   put<uint64_t>(header, 0);
 
-  const std::string tmp = path + ".tmp";
-  std::FILE* f = std::fopen(tmp.c_str(), "wb");
-  EMBER_CHECK(f != nullptr, "save: cannot open '", tmp, "' for writing: ", std::strerror(errno));
-  const bool written = std::fwrite(header.data(), 1, header.size(), f) == header.size() &&
-                       std::fwrite(payload.data(), 1, payload.size(), f) == payload.size() &&
-                       std::fflush(f) == 0 && ::fsync(::fileno(f)) == 0;
-  const int err = errno;
-  const bool closed = std::fclose(f) == 0;
-  if (!written || !closed) {
-    std::remove(tmp.c_str());
-    EMBER_FAIL("save: writing '", tmp, "' failed: ", std::strerror(err));
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    const int rename_err = errno;
-    std::remove(tmp.c_str());
-    EMBER_FAIL("save: cannot rename '", tmp, "' to '", path, "': ", std::strerror(rename_err));
-  }
-  // Make the rename itself durable.
-  const size_t slash = path.find_last_of('/');
-  const std::string dir = slash == std::string::npos ? "." : path.substr(0, slash + 1);
-  int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
-  if (dfd >= 0) {
-    ::fsync(dfd);
-    ::close(dfd);
-  }
+  write_file_atomically(path, "save", [&](std::FILE* f) {
+    return std::fwrite(header.data(), 1, header.size(), f) == header.size() &&
+           std::fwrite(payload.data(), 1, payload.size(), f) == payload.size();
+  });
 }
 
 StateDict load_state_dict_file(const std::string& path) {
-  check_not_directory("load", path);
+  check_not_directory("load", "checkpoint", path, "model.ckp");
   std::ifstream in(path, std::ios::binary);
   EMBER_CHECK(in.good(), "checkpoint '", path, "': cannot open: ", std::strerror(errno));
   std::vector<unsigned char> file((std::istreambuf_iterator<char>(in)),

@@ -23,6 +23,8 @@
 //   data.h        Dataset, TensorDataset, DataLoader
 //   checkpoint.h  Checkpoint (model, optimizer, scheduler, loader, your entries),
 //                 save / load
+//   safetensors.h save_safetensors, load_safetensors (by name, into a module),
+//                 read_safetensors (name -> Tensor; CPU tensors view the file)
 #pragma once
 
 #include "nn/activation.h"
@@ -43,4 +45,5 @@
 #include "nn/module.h"
 #include "nn/normalization.h"
 #include "nn/pooling.h"
+#include "nn/safetensors.h"
 #include "nn/sequential.h"

@@ -1,11 +1,35 @@
-# Checks that every #include in the library points down its layers (CMakeLists.txt
-# lists them): a file may include project headers of its own layer or of a layer
-# below, never above. Run at build time (target ember_layer_check) and by CTest.
+# The layer check (CMakeLists.txt lists the layers). Run at build time (target
+# ember_layer_check) and by CTest:
 #   cmake -DROOT=<source dir> -P tools/check_layers.cmake
-# Exits with an error naming every offending file, line and include.
+# It fails, naming every offending file and include or name, on:
+# 1. an #include "..." that points up the layers: a file may include project
+#    headers of its own layer or of a layer below, never above;
+# 2. a CUDA Toolkit header included in angle brackets outside cuda/ (<cuda_runtime.h>,
+#    <cublasLt.h>, <cub/...>, ...): the layers below cuda/ make no CUDA call, and the
+#    ones above reach CUDA through cuda/'s headers. NCCL's <nccl.h> belongs to
+#    parallel/ (and cuda/) alone;
+# 3. a `cuda::` name used (not in a comment or a string) outside cuda/, the device
+#    registrations (core/kernels/cuda_*.cpp, core/kernels/meta_device.cpp, which
+#    mirrors CUDA's decisions) and parallel/ (NCCL on CUDA streams and events), except
+#    in the files of cuda_name_exceptions below, each with its reason;
+# 4. an internal header included outside its folder: a header whose first line reads
+#    "// Internal to <folder>: ..." (core/ops/layouts.h, core/kernels/registration.h)
+#    may be included only by files in <folder>.
+# tests/layers holds a planted tree for each rule that this check must reject.
 if(NOT DEFINED ROOT)
   message(FATAL_ERROR "check_layers: pass -DROOT=<source dir>")
 endif()
+
+# Files that use cuda:: names outside cuda/ for now, and why. Each goes when the
+# device services it needs (issue 25, deliverable 2) route it through the device's
+# table: then the rule catches its return.
+set(cuda_name_exceptions
+  core/meta.cpp          # cuBLAS/cuBLASLt workspace sizes the meta device predicts
+  core/predict.cpp       # cuda::is_available(), for the capacity of a CUDA mirror
+  core/leak_check.cpp    # cuda::device_count(), to list every device's allocator
+  nn/data.cpp            # cuda::PinnedBuffer and the current stream: DataLoader's pinned copies
+  nn/safetensors.cpp     # cuda::PinnedBuffer and the current stream: CUDA loads staged through pinned memory
+)
 
 # Layer of a project path ("core/base/dtype.h"), lowest first; -1 if not layered.
 function(layer_of path out)
@@ -31,12 +55,15 @@ function(layer_of path out)
   set(${out} ${n} PARENT_SCOPE)
 endfunction()
 
+set(cuda_header_regex
+  "^(cuda[A-Za-z0-9_]*\\.h|cublas[A-Za-z0-9_]*\\.h|cu(rand|fft|sparse|solver|dnn|pti)[A-Za-z0-9_]*\\.h|(cub|thrust|cuda|nvtx3|cooperative_groups|crt)/.*|cooperative_groups\\.h|(driver|vector|library|surface|texture)_types\\.h|nvrtc\\.h|nvml\\.h|nvtx[A-Za-z0-9_]*\\.h)$")
+
 set(names "core/base" "core/memory" "cuda" "core" "optim" "nn" "parallel" "ember.h")
 file(GLOB_RECURSE files RELATIVE ${ROOT}
   ${ROOT}/core/*.h ${ROOT}/core/*.cpp ${ROOT}/core/*.cu ${ROOT}/core/*.cuh
   ${ROOT}/cuda/*.h ${ROOT}/cuda/*.cpp ${ROOT}/cuda/*.cu ${ROOT}/cuda/*.cuh
   ${ROOT}/optim/*.h ${ROOT}/optim/*.cpp ${ROOT}/nn/*.h ${ROOT}/nn/*.cpp
-  ${ROOT}/parallel/*.h ${ROOT}/parallel/*.cpp)
+  ${ROOT}/parallel/*.h ${ROOT}/parallel/*.cpp ${ROOT}/ember.h)
 set(bad "")
 set(count 0)
 foreach(f IN LISTS files)
@@ -44,20 +71,78 @@ foreach(f IN LISTS files)
   if(mine LESS 0)
     continue()
   endif()
+  list(GET names ${mine} mine_name)
+
+  # 1 and 4: project includes.
   file(STRINGS ${ROOT}/${f} lines REGEX "^[ \t]*#[ \t]*include[ \t]*\"")
   foreach(line IN LISTS lines)
     string(REGEX REPLACE "^[ \t]*#[ \t]*include[ \t]*\"([^\"]+)\".*" "\\1" inc "${line}")
     layer_of("${inc}" theirs)
     math(EXPR count "${count} + 1")
     if(theirs GREATER mine)
-      list(GET names ${mine} mine_name)
       list(GET names ${theirs} their_name)
       string(APPEND bad "\n  ${f} (${mine_name}) includes \"${inc}\" (${their_name}, a layer above)")
+    endif()
+    if(NOT DEFINED internal_${inc})
+      set(internal_${inc} "")
+      if(EXISTS ${ROOT}/${inc})
+        file(STRINGS ${ROOT}/${inc} first LIMIT_COUNT 1)
+        if(first MATCHES "^// Internal to ([a-z_]+(/[a-z_]+)*):")
+          set(internal_${inc} "${CMAKE_MATCH_1}")
+        endif()
+      endif()
+    endif()
+    set(folder "${internal_${inc}}")
+    if(folder AND NOT f MATCHES "^${folder}/")
+      string(APPEND bad "\n  ${f} includes \"${inc}\", a header internal to ${folder}/")
+    endif()
+  endforeach()
+
+  # 2: CUDA headers in angle brackets.
+  file(STRINGS ${ROOT}/${f} lines REGEX "^[ \t]*#[ \t]*include[ \t]*<")
+  foreach(line IN LISTS lines)
+    string(REGEX REPLACE "^[ \t]*#[ \t]*include[ \t]*<([^>]+)>.*" "\\1" inc "${line}")
+    math(EXPR count "${count} + 1")
+    if(mine EQUAL 2)
+      continue()
+    endif()
+    if(inc MATCHES "${cuda_header_regex}")
+      string(APPEND bad "\n  ${f} (${mine_name}) includes <${inc}>, a CUDA header outside cuda/")
+    elseif(inc STREQUAL "nccl.h" AND NOT mine EQUAL 6)
+      string(APPEND bad "\n  ${f} (${mine_name}) includes <nccl.h> outside cuda/ and parallel/")
+    endif()
+  endforeach()
+
+  # 3: cuda:: names outside cuda/, the device registrations and parallel/.
+  if(mine EQUAL 2 OR mine EQUAL 6 OR f MATCHES "^core/kernels/(cuda_[a-z0-9_]+|meta_device)\\.cpp$")
+    continue()
+  endif()
+  list(FIND cuda_name_exceptions "${f}" excepted)
+  if(excepted GREATER -1)
+    continue()
+  endif()
+  file(STRINGS ${ROOT}/${f} lines REGEX "cuda::")
+  foreach(line IN LISTS lines)
+    # Not in a string literal, a // comment or a /* */ comment's line.
+    string(REGEX REPLACE "\"([^\"\\\\]|\\\\.)*\"" "\"\"" code "${line}")
+    string(REGEX REPLACE "//.*$" "" code "${code}")
+    string(REGEX REPLACE "/\\*.*\\*/" "" code "${code}")
+    if(code MATCHES "^[ \t]*\\*" OR code MATCHES "^[ \t]*/\\*")
+      continue()
+    endif()
+    if(code MATCHES "(^|[^A-Za-z0-9_])cuda::[A-Za-z_]")
+      string(STRIP "${line}" shown)
+      string(APPEND bad "\n  ${f} (${mine_name}) uses a cuda:: name outside cuda/ and the device "
+                        "registrations: ${shown}")
     endif()
   endforeach()
 endforeach()
 if(bad)
-  message(FATAL_ERROR "ember: includes that point up the layers "
-    "(core/base <- core/memory <- cuda <- core <- optim <- nn <- parallel):${bad}")
+  message(FATAL_ERROR "ember: the layer check failed (includes point down the layers "
+    "core/base <- core/memory <- cuda <- core <- optim <- nn <- parallel; no CUDA header "
+    "or cuda:: name outside cuda/ and the device registrations; internal headers stay in "
+    "their folder; tools/check_layers.cmake):${bad}")
 endif()
-message(STATUS "ember: ${count} includes checked, all point down the layers")
+message(STATUS "ember: ${count} includes checked: all point down the layers, no CUDA header "
+               "outside cuda/, no cuda:: name outside cuda/ and the device registrations, no "
+               "internal header outside its folder")

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The API reference from ember's headers: Doxygen over core/, cuda/, nn/, optim/,
 # parallel/ and ember.h (their // comments read through tools/docs_filter.awk),
-# HTML in OUT/html. Exits non-zero, printing them, if Doxygen warns at all.
+# with README.md as the front page and every guide in docs/*.md as a page of its
+# own (a new guide is picked up by being there), HTML in OUT/html. Exits non-zero,
+# printing them, if Doxygen warns at all.
 # Usage: tools/docs.sh [SOURCE_DIR] [OUT_DIR] [VERSION]
 set -euo pipefail
 src="$(cd "${1:-.}" && pwd)"
@@ -20,20 +22,21 @@ PROJECT_NAME           = ember
 PROJECT_NUMBER         = $version
 PROJECT_BRIEF          = "A from-scratch CUDA deep-learning mini-framework in C++20"
 OUTPUT_DIRECTORY       = $out
-INPUT                  = $src/ember.h $src/core $src/cuda $src/nn $src/optim $src/parallel
-FILE_PATTERNS          = *.h *.cuh
+INPUT                  = $src/README.md $src/docs $src/ember.h $src/core $src/cuda $src/nn $src/optim $src/parallel
+FILE_PATTERNS          = *.h *.cuh *.md
+USE_MDFILE_AS_MAINPAGE = $src/README.md
 RECURSIVE              = YES
-EXCLUDE_PATTERNS       = */kernels/registration.h */kernels/cpu_loops.h */tools/*
+EXCLUDE_PATTERNS       = */kernels/registration.h */kernels/cpu_loops.h */tools/* */memory/allocator_impl.h */memory/allocator_blocks.h
 STRIP_FROM_PATH        = $src
 STRIP_FROM_INC_PATH    = $src
 FULL_PATH_NAMES        = YES
-INPUT_FILTER           = "awk -f $src/tools/docs_filter.awk"
+FILTER_PATTERNS        = "*.h=awk -f $src/tools/docs_filter.awk" "*.cuh=awk -f $src/tools/docs_filter.awk"
 FILTER_SOURCE_FILES    = NO
 EXTRACT_ALL            = YES
 EXTRACT_STATIC         = YES
 EXTRACT_PRIVATE        = NO
 HIDE_UNDOC_RELATIONS   = NO
-MARKDOWN_SUPPORT       = NO
+MARKDOWN_SUPPORT       = YES
 AUTOLINK_SUPPORT       = NO
 JAVADOC_AUTOBRIEF      = YES
 ENABLE_PREPROCESSING   = YES

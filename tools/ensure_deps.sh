@@ -56,6 +56,40 @@ if ! command -v chromium >/dev/null 2>&1 && ! command -v chromium-browser >/dev/
   fi
 fi
 
+# The safetensors interop test (tests/interop) checks ember's files against the
+# reference implementation, the Python package safetensors (with numpy), from
+# PyPI. A fresh Debian's python3 may lack pip (python3-pip) and is "externally
+# managed" (PEP 668): pip then refuses plain installs, and we install with
+# --break-system-packages, saying so. Without them the test fails under CI and
+# is skipped elsewhere, naming this script.
+if ! python3 -c 'import safetensors, numpy' >/dev/null 2>&1 && [ -z "${EMBER_NO_PIP:-}" ]; then
+  if ! python3 -m pip --version >/dev/null 2>&1 && [ "$(id -u)" = 0 ] \
+     && command -v apt-get >/dev/null 2>&1; then
+    echo "ember: installing python3-pip (to install safetensors and numpy from PyPI)"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq && apt-get install -y -qq --no-install-recommends python3-pip >/dev/null \
+      || echo "ember: could not install python3-pip" >&2
+  fi
+  echo "ember: installing the Python packages safetensors and numpy with pip (for the safetensors interop test)"
+  pip_log="$(mktemp)"
+  pip_args=(-m pip install --quiet --disable-pip-version-check --root-user-action=ignore safetensors numpy)
+  if ! python3 "${pip_args[@]}" 2>"$pip_log"; then
+    if grep -q externally-managed-environment "$pip_log"; then
+      echo "ember: $(command -v python3) is externally managed (PEP 668); installing safetensors and" \
+           "numpy into it with pip --break-system-packages"
+      python3 "${pip_args[@]}" --break-system-packages 2>"$pip_log" || true
+    fi
+  fi
+  if python3 -c 'import safetensors, numpy' >/dev/null 2>&1; then
+    echo "ember: installed safetensors and numpy for $(command -v python3)"
+  else
+    echo "ember: could not install safetensors and numpy for $(command -v python3):" >&2
+    tail -5 "$pip_log" >&2
+    echo "ember: the safetensors interop test will fail under CI and be skipped elsewhere" >&2
+  fi
+  rm -f "$pip_log"
+fi
+
 # The CUDA toolkit is not something to apt-get silently: it is large and comes
 # from NVIDIA's repository or Debian's non-free nvidia-cuda-toolkit.
 if ! command -v nvcc >/dev/null 2>&1 && [ ! -x /usr/local/cuda/bin/nvcc ]; then

@@ -10,6 +10,14 @@
 #   compare  benchmarks/compare.sh, interleaved: 5 repetitions of ours and the peers
 #            as separate processes (host-bound rows against libtorch and PyTorch, the
 #            MLP step against PyTorch), medians, spreads and verdicts in RESULTS.md
+#   sanitize tools/gpu_sanitize.sh (as make gpu-sanitize): compute-sanitizer memcheck,
+#            racecheck, initcheck and synccheck over every CUDA suite (cuda, cuda_sm90,
+#            the parallel binary on one rank), the planted bugs that must be caught,
+#            the cuBLASLt probe; its table names the commit (EMBER_COMMIT, else git).
+#            Not in the default list: run it as `tools/gpu_evidence.sh build sanitize`
+#            (or alone, `tools/gpu_evidence.sh sanitize`, which configures build-gpu if
+#            needed and builds only the test binaries). EMBER_GPU_SANITIZE_* pass through
+#            (tools/gpu_sanitize.sh lists them).
 # Usage: tools/gpu_evidence.sh [stage ...]   (default: all five, in that order)
 #   EMBER_COMPARE_REPS, EMBER_COMPARE_SET: passed to compare.sh (defaults 5, host,mlp)
 # Expected on one H200 with 16 cores: build 3-4 min (cold, no ccache), tests ~1.5 min,
@@ -92,6 +100,24 @@ if [[ " $stages " == *" compare "* ]]; then
   tail -5 "$out/compare.log"
   sed -n '/### Targets/,$p' "$out/compare/RESULTS.md" 2>/dev/null
   end compare
+fi
+if [[ " $stages " == *" sanitize "* ]]; then
+  begin sanitize
+  if [ ! -f $build/build.ninja ]; then
+    cmake -S . -B $build -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 \
+      >"$out/configure.log" 2>&1 || { tail -30 "$out/configure.log"; exit 1; }
+  fi
+  # Only what the stage runs: the test binaries and the planted bugs (a no-op after
+  # the build stage).
+  targets=$(ninja -C $build -t targets all 2>/dev/null |
+            sed -n 's/^\(ember_tests_[a-z_]*\|ember_sanitizer_planted\): phony$/\1/p' | sort -u)
+  # shellcheck disable=SC2086
+  cmake --build $build -j16 --target $targets >"$out/sanitize_build.log" 2>&1 ||
+    { echo "sanitize: building the test binaries failed:"; grep -E "error|FAILED" "$out/sanitize_build.log" | head -20; status=1; }
+  tools/gpu_sanitize.sh $build 2>&1 | tee "$out/sanitize.txt"
+  [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+  tar czf "$out/sanitize_logs.tgz" -C $build gpu-sanitize 2>/dev/null
+  end sanitize
 fi
 echo "gpu_evidence: status $status; logs in $out"
 exit $status

@@ -42,11 +42,9 @@ if [[ "$what" == *bench* ]]; then
   done
 fi
 if [[ "$what" == *sanitize* ]]; then
-  for t in build-gpu/tests/ember_tests_*; do
-    compute-sanitizer --tool memcheck --error-exitcode 1 "$t" -ts=cuda,cuda_sm90 >>"$out/sanitizer.log" 2>&1 \
-      || { echo "memcheck failed: $t"; status=1; }
-  done
-  tail -20 "$out/sanitizer.log"
+  # The same as make gpu-sanitize and tools/gpu_evidence.sh's sanitize stage.
+  tools/gpu_sanitize.sh build-gpu 2>&1 | tee "$out/sanitizer.log"
+  [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 fi
 echo "total: $(( $(date +%s) - start )) s, status $status"
 exit $status

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# Builds the libFuzzer targets with clang (build dir $1, default build-fuzz) and
-# runs each for $2 seconds (default 60), starting from the kept corpus in
-# tests/fuzz/corpus/<target>. New interesting inputs go to <build>/corpus/, a
-# crash to <build>/crashes/. A crash fails the run: fix it, then copy its input
-# into tests/fuzz/corpus/<target>/ where the normal test suites replay it.
+# Builds the libFuzzer targets (checkpoint, alloc_conf, safetensors) with clang
+# (build dir $1, default build-fuzz) and runs each for $2 seconds (default 60),
+# starting from the kept corpus in tests/fuzz/corpus/<target>. New interesting
+# inputs go to <build>/corpus/, a crash to <build>/crashes/. A crash fails the
+# run: fix it, then copy its input into tests/fuzz/corpus/<target>/ where the
+# normal test suites replay it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build="${1:-build-fuzz}"
@@ -15,13 +16,13 @@ export CCACHE_NOHASHDIR=1
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER="$clangxx" \
   -DEMBER_FUZZ=ON -DEMBER_BUILD_TESTS=OFF -DEMBER_BUILD_EXAMPLES=OFF -DEMBER_BUILD_BENCHMARKS=OFF \
   >/dev/null
-cmake --build "$build" -j "$(nproc)" --target fuzz_checkpoint fuzz_alloc_conf
+cmake --build "$build" -j "$(nproc)" --target fuzz_checkpoint fuzz_alloc_conf fuzz_safetensors
 # Leaks are LeakSanitizer's job in make test-sanitize; here a report would stop
 # the fuzzer on the allocators that live until exit by design.
 export ASAN_OPTIONS="detect_leaks=0:halt_on_error=1"
 export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1"
 status=0
-for target in checkpoint alloc_conf; do
+for target in checkpoint alloc_conf safetensors; do
   work="$build/corpus/$target"
   crashes="$build/crashes/$target/"
   mkdir -p "$work" "$crashes"

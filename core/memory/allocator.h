@@ -6,7 +6,7 @@
 
 #include <cstddef>
 
-#include <cuda_runtime_api.h>
+#include "core/base/cuda_handles.h"
 
 namespace ember::memory {
 

@@ -13,7 +13,7 @@
 #include <unordered_set>
 #include <vector>
 
-#include <cuda_runtime_api.h>
+#include "core/base/cuda_handles.h"
 
 namespace ember::memory {
 

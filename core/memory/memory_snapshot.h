@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include <cuda_runtime_api.h>
+#include "core/base/cuda_handles.h"
 
 namespace ember::memory {
 

@@ -28,8 +28,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include <cuda_runtime_api.h>
-
+#include "core/base/cuda_handles.h"
 #include "core/memory/alloc_config.h"
 #include "core/memory/backends.h"
 #include "core/memory/caching_allocator.h"

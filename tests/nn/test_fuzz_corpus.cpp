@@ -1,5 +1,5 @@
-// Replays the kept fuzz corpus of the checkpoint reader (tests/fuzz/corpus/
-// checkpoint: seeds and every input that once crashed it) in each normal and
+// Replays the kept fuzz corpora of the checkpoint and safetensors readers (tests/fuzz/corpus/
+// checkpoint, safetensors: seeds and every input that once crashed them) in each normal and
 // sanitizer test run, so a fixed crash stays fixed. `make test-fuzz` grows it.
 #include <doctest/doctest.h>
 
@@ -38,4 +38,22 @@ TEST_CASE("fuzz corpus/checkpoint: every kept input is read or refused with embe
   }
   CHECK(inputs >= 3);
   CHECK(parsed >= 3);
+}
+
+TEST_CASE("fuzz corpus/safetensors: every kept input is read or refused with ember::Error") {
+  const auto dir = corpus_dir("safetensors");
+  REQUIRE(std::filesystem::is_directory(dir));
+  size_t inputs = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    CAPTURE(entry.path().string());
+    const std::vector<uint8_t> bytes = read_all(entry.path());
+    bool ok = false;
+    CHECK_NOTHROW(ok = ember::fuzz::safetensors_one(bytes.data(), bytes.size()));
+    ++inputs;
+    // valid_* and payload_* seeds are well-formed, bad_* are not.
+    const std::string name = entry.path().filename().string();
+    if (name.rfind("valid_", 0) == 0 || name.rfind("payload_", 0) == 0) CHECK(ok);
+    if (name.rfind("bad_", 0) == 0) CHECK_FALSE(ok);
+  }
+  CHECK(inputs >= 5);
 }

@@ -1,0 +1,2 @@
+// Internal to core/ops: a planted internal header (not compiled).
+#pragma once
