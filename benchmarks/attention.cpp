@@ -56,8 +56,11 @@ int main(int argc, char** argv) {
   struct Shape4 {
     int64_t b, h, t, d;
   };
-  const Shape4 shapes[] = {
-      {8, 16, 1024, 64}, {8, 16, 2048, 128}, {16, 12, 1024, 64}, {4, 16, 4096, 64}, {2, 16, 8192, 128}};
+  const Shape4 shapes[] = {{8, 16, 1024, 64},
+                           {8, 16, 2048, 128},
+                           {16, 12, 1024, 64},
+                           {4, 16, 4096, 64},
+                           {2, 16, 8192, 128}};
   Generator gen(27);
   const TensorOptions gpu = TensorOptions(kBFloat16).device(kCUDA);
   for (const Shape4& s : shapes)
@@ -100,8 +103,8 @@ int main(int argc, char** argv) {
         Tensor o = detail::fused_attention(q, k, v, causal, scale);
       };
       auto fwd_bwd = [&] {
-        std::vector<Tensor> g = grad({detail::fused_attention(q, k, v, causal, scale)}, {q, k, v},
-                                     {dy});
+        std::vector<Tensor> g =
+            grad({detail::fused_attention(q, k, v, causal, scale)}, {q, k, v}, {dy});
       };
       const bench::Spread f = bench::spread_ms(fwd, 3, iters);
       table.add({"attention fwd", "bf16", shape, "ember", f.median, flop / f.median / 1e9,

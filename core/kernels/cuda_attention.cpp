@@ -60,8 +60,8 @@ bool attention_fused_supported(const AttentionQuery& q) {
 
 void attention_fused(const AttentionArgs& a) {
   cuda::DeviceGuard guard(a.device.index);
-  const cuda::AttentionProblem p = problem_of(a.dtype, a.batch, a.heads, a.q_len, a.kv_len,
-                                              a.head_dim, a.scale, a.causal);
+  const cuda::AttentionProblem p =
+      problem_of(a.dtype, a.batch, a.heads, a.q_len, a.kv_len, a.head_dim, a.scale, a.causal);
   cuda::launch_attention_forward(p, in(a.q), in(a.k), in(a.v),
                                  out(a.o, a.heads, a.q_len, a.head_dim), static_cast<float*>(a.lse),
                                  cuda::current_stream(a.device.index));
@@ -69,8 +69,8 @@ void attention_fused(const AttentionArgs& a) {
 
 void attention_backward_fused(const AttentionBackwardArgs& a) {
   cuda::DeviceGuard guard(a.device.index);
-  const cuda::AttentionProblem p = problem_of(a.dtype, a.batch, a.heads, a.q_len, a.kv_len,
-                                              a.head_dim, a.scale, a.causal);
+  const cuda::AttentionProblem p =
+      problem_of(a.dtype, a.batch, a.heads, a.q_len, a.kv_len, a.head_dim, a.scale, a.causal);
   cuda::launch_attention_backward(
       p, in(a.q), in(a.k), in(a.v), in(a.o), in(a.d_o), static_cast<const float*>(a.lse),
       out(a.d_q, a.heads, a.q_len, a.head_dim), out(a.d_k, a.heads, a.kv_len, a.head_dim),

@@ -47,8 +47,8 @@ kernels::AttentionOperand operand_of(const Tensor& t) {
 }
 
 kernels::AttentionQuery query_of(const Tensor& q, const Tensor& k, bool deterministic) {
-  return {q.device(), q.dtype(), q.size(0),  q.size(1), q.size(2),
-          k.size(2),  q.size(3), deterministic};
+  return {q.device(), q.dtype(), q.size(0), q.size(1),
+          q.size(2),  k.size(2), q.size(3), deterministic};
 }
 
 // Whether the shapes, dtypes and devices are the fused kernels' form, before the
@@ -80,10 +80,9 @@ Tensor fused_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool i
   check_defined(kOp, q, "query");
   check_defined(kOp, k, "key");
   check_defined(kOp, v, "value");
-  EMBER_CHECK(fused_attention_supported(q, k, v), kOp,
-              ": no fused kernel takes query ", shape_str(q.sizes()), ", key ",
-              shape_str(k.sizes()), ", value ", shape_str(v.sizes()), " of ",
-              dtype_name(q.dtype()), " on ", q.device().str(),
+  EMBER_CHECK(fused_attention_supported(q, k, v), kOp, ": no fused kernel takes query ",
+              shape_str(q.sizes()), ", key ", shape_str(k.sizes()), ", value ",
+              shape_str(v.sizes()), " of ", dtype_name(q.dtype()), " on ", q.device().str(),
               " (bfloat16 (B, H, T, D) with D 64 or 128 on CUDA; EMBER_ATTENTION not composed)");
   EMBER_CHECK(std::isfinite(scale), kOp, ": scale must be finite, got ", scale);
   const bool deterministic = attention_mode() != AttentionMode::atomic;
@@ -94,15 +93,16 @@ Tensor fused_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool i
                 head_dim = q.size(3);
   Tensor o = empty(q.sizes(), q.options());
   const Tensor lse = empty({batch, heads, q_len}, TensorOptions(kFloat32).device(device));
-  kernels::kernels_for(device).attention_fused({device, q.dtype(), batch, heads, q_len, kv_len,
-                                                head_dim, scale, is_causal, operand_of(qa),
-                                                operand_of(ka), operand_of(va), o.raw_data(),
-                                                lse.raw_data()});
+  kernels::kernels_for(device).attention_fused(
+      {device, q.dtype(), batch, heads, q_len, kv_len, head_dim, scale, is_causal, operand_of(qa),
+       operand_of(ka), operand_of(va), o.raw_data(), lse.raw_data()});
   if (any_requires_grad({&q, &k, &v})) {
     attach_grad_fn(
-        o, "FusedAttentionBackward", {&q, &k, &v}, {qa, ka, va, o, lse},
+        // SavedTensors holds at most 4: the log-sum-exp (no one else's tensor, never
+        // modified) is kept by the closure.
+        o, "FusedAttentionBackward", {&q, &k, &v}, {qa, ka, va, o},
         [=](const Tensor& g, const SavedTensors& s) {
-          const Tensor &sq = s[0], &sk = s[1], &sv = s[2], &so = s[3], &slse = s[4];
+          const Tensor &sq = s[0], &sk = s[1], &sv = s[2], &so = s[3], &slse = lse;
           const Device dev = sq.device();
           const Tensor ga = kernel_operand(g);
           Tensor d_q = empty(sq.sizes(), sq.options());
@@ -112,13 +112,29 @@ Tensor fused_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool i
           const size_t bytes = t.attention_workspace_bytes(
               {dev, sq.dtype(), batch, heads, q_len, kv_len, head_dim, deterministic});
           // The caching allocator's blocks are 512-byte aligned (the kernels need 256).
-          const Tensor ws = empty({static_cast<int64_t>((bytes + 7) / 8)},
-                                  TensorOptions(kFloat64).device(dev));
-          t.attention_backward_fused({dev, sq.dtype(), batch, heads, q_len, kv_len, head_dim,
-                                      scale, is_causal, operand_of(sq), operand_of(sk),
-                                      operand_of(sv), operand_of(so), operand_of(ga),
-                                      slse.raw_data(), d_q.raw_data(), d_k.raw_data(),
-                                      d_v.raw_data(), deterministic, ws.raw_data(), bytes});
+          const Tensor ws =
+              empty({static_cast<int64_t>((bytes + 7) / 8)}, TensorOptions(kFloat64).device(dev));
+          t.attention_backward_fused({dev,
+                                      sq.dtype(),
+                                      batch,
+                                      heads,
+                                      q_len,
+                                      kv_len,
+                                      head_dim,
+                                      scale,
+                                      is_causal,
+                                      operand_of(sq),
+                                      operand_of(sk),
+                                      operand_of(sv),
+                                      operand_of(so),
+                                      operand_of(ga),
+                                      slse.raw_data(),
+                                      d_q.raw_data(),
+                                      d_k.raw_data(),
+                                      d_v.raw_data(),
+                                      deterministic,
+                                      ws.raw_data(),
+                                      bytes});
           return Grads{d_q, d_k, d_v};
         });
   }

@@ -56,7 +56,8 @@ struct Errors {
 Errors run(int64_t b, int64_t h, int64_t tq, int64_t tk, int64_t d, bool causal, bool bthd,
            uint64_t seed) {
   const double scale = 1.0 / std::sqrt(static_cast<double>(d));
-  const Tensor q64 = make_input(b, h, tq, d, bthd, seed), k64 = make_input(b, h, tk, d, bthd, seed + 1),
+  const Tensor q64 = make_input(b, h, tq, d, bthd, seed),
+               k64 = make_input(b, h, tk, d, bthd, seed + 1),
                v64 = make_input(b, h, tk, d, bthd, seed + 2);
   // The incoming gradient, non-contiguous on the GPU (a transposed view).
   const Tensor g64 = make_input(b, h, tq, d, true, seed + 3);
@@ -114,7 +115,7 @@ TEST_CASE("ops/fused_attention: forward and backward match the float64 composed 
     int64_t b, h, tq, tk, d;
     bool causal, bthd;
   };
-  const Case cases[] = {{2, 3, 1, 1, 64, false, false},    {2, 3, 77, 77, 64, true, true},
+  const Case cases[] = {{2, 3, 1, 1, 64, false, false},     {2, 3, 77, 77, 64, true, true},
                         {1, 2, 300, 300, 64, false, true},  {2, 2, 127, 300, 64, true, false},
                         {2, 2, 300, 127, 128, true, true},  {1, 3, 130, 130, 128, false, false},
                         {1, 2, 257, 257, 128, true, false}, {2, 1, 64, 200, 128, false, true}};
@@ -122,8 +123,8 @@ TEST_CASE("ops/fused_attention: forward and backward match the float64 composed 
   for (const char* mode : {"fused", "atomic"}) {
     EnvGuard env(mode);
     for (const Case& c : cases) {
-      INFO("EMBER_ATTENTION=", mode, " B=", c.b, " H=", c.h, " Tq=", c.tq, " Tk=", c.tk,
-           " D=", c.d, " causal=", c.causal, " bthd=", c.bthd);
+      INFO("EMBER_ATTENTION=", mode, " B=", c.b, " H=", c.h, " Tq=", c.tq, " Tk=", c.tk, " D=", c.d,
+           " causal=", c.causal, " bthd=", c.bthd);
       const Errors e = run(c.b, c.h, c.tq, c.tk, c.d, c.causal, c.bthd, seed += 4);
       CHECK(e.o <= 1e-2);
       CHECK(e.dq <= 1e-2);
@@ -136,8 +137,10 @@ TEST_CASE("ops/fused_attention: forward and backward match the float64 composed 
 TEST_CASE("ops/fused_attention: the deterministic backward gives the same bits twice" *
           doctest::test_suite("cuda")) {
   EnvGuard env(nullptr);
-  const Tensor q64 = make_input(1, 2, 200, 64, false, 41), k64 = make_input(1, 2, 200, 64, false, 42),
-               v64 = make_input(1, 2, 200, 64, false, 43), g64 = make_input(1, 2, 200, 64, false, 44);
+  const Tensor q64 = make_input(1, 2, 200, 64, false, 41),
+               k64 = make_input(1, 2, 200, 64, false, 42),
+               v64 = make_input(1, 2, 200, 64, false, 43),
+               g64 = make_input(1, 2, 200, 64, false, 44);
   std::vector<std::vector<float>> runs;
   for (int i = 0; i < 2; ++i) {
     Tensor q = q64.to(kCUDA, kBFloat16).detach().set_requires_grad(true);
