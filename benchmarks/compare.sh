@@ -16,6 +16,9 @@
 #                                  ember against PyTorch eager and torch.compile
 #                          conv    bench_conv (convolution, batch norm, ResNet-8 step) against
 #                                  PyTorch with cuDNN (peer_conv.py)
+#                          attention  bench_attention (fused attention, bf16, issue 27's shapes
+#                                  and T 4096, 8192; forward, forward+backward) against PyTorch's
+#                                  sdpa, its faster of flash and cuDNN (peer_attention.py)
 #                          once    allocator, alloc_site, parallel: run in rep-1 only (no peer)
 #                          all     every one of these
 #   EMBER_BENCH_QUICK=1    fewer rounds inside each process (a smoke run)
@@ -137,6 +140,10 @@ for ((k = 1; k <= reps; ++k)); do
   if has conv; then
     run "$d" conv 300 "$b/bench_conv" --json "$d/conv.json" "${quick[@]}"
     run "$d" peer_conv 300 python3 benchmarks/peer_conv.py --json "$d/peer_conv.json" "${quick[@]}"
+  fi
+  if has attention; then
+    run "$d" attention 300 "$b/bench_attention" --json "$d/attention.json" "${quick[@]}"
+    run "$d" peer_attention 300 python3 benchmarks/peer_attention.py --json "$d/peer_attention.json" "${quick[@]}"
   fi
   if has once && [ "$k" = 1 ]; then
     run "$d" allocator 300 "$b/bench_allocator" --json "$d/allocator.json"

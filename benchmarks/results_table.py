@@ -356,10 +356,12 @@ def paired(reps, ours_file, peer_file, title, targets=()):
     for k in ours:
         r = ratio_series(reps, (ours_file,), key, (peer_file,), key, k)
         rows.append([k[0], k[1], k[2], ours[k].fmt(), peer.get(k, Series()).fmt(), rfmt(r)])
-    for issue, workload, dtype, target in targets:
-        want = [k for k in ours if k[0] == workload and k[1] == dtype]
+    for issue, workload, dtype, target, *shape in targets:  # an optional 5th: one shape only
+        want = [k for k in ours if k[0] == workload and k[1] == dtype and
+                (not shape or k[2] == shape[0])]
         for k in want:
-            TARGETS.append((issue, f"{workload} {dtype} <= {target}x",
+            what = f"{workload} {dtype}{' ' + k[2] if shape else ''} <= {target}x"
+            TARGETS.append((issue, what,
                             ratio_series(reps, (ours_file,), key, (peer_file,), key, k), target))
     if rows:
         print(f"### {title}, {len(reps)} repetition(s)\n")
@@ -418,6 +420,13 @@ def main():
            [("29", "conv3x3 fwd+bwd", "bf16", 1.2), ("29", "batch_norm2d fwd+bwd", "f32", 0.8),
             ("29", "resnet8 step", "tf32", 1.0)])
     gpt(reps)
+    paired(reps, "attention.json", "peer_attention.json",
+           "Fused attention (bf16): ember against PyTorch's sdpa (the faster of flash and cuDNN)",
+           [("27", "attention fwd", "bf16", 0.85, "B8 H16 T2048 D128 causal"),
+            ("27", "attention fwd+bwd", "bf16", 0.90, "B8 H16 T2048 D128 causal"),
+            ("27", "attention fwd+bwd", "bf16", 1.0, "B8 H16 T1024 D64 causal"),
+            ("27", "attention fwd+bwd", "bf16", 1.0, "B16 H12 T1024 D64 causal"),
+            ("27", "attention fwd+bwd", "bf16", 1.0, "B16 H12 T1024 D64 full")])
     if TARGETS:
         print("### Targets\n")
         print("Met only when the whole range of the ratio is at or below the target, missed "

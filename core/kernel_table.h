@@ -500,6 +500,51 @@ struct RmsNormBackwardArgs {
   void* workspace;  // rms_norm_workspace_bytes of it
 };
 
+// ------------------------------------------------------------------ attention
+
+// The fused attention (cuda/kernels/attention.h): O = softmax(scale Q K^T) V over
+// (B, H, T, D) operands, bfloat16, float32 accumulation, keeping lse (B, H, q_len,
+// float32 contiguous) for backward; causal: query i sees keys 0..i (top-left).
+struct AttentionQuery {
+  Device device;
+  DType dtype;
+  int64_t batch, heads, q_len, kv_len, head_dim;
+  bool deterministic;  // the backward's mode (its workspace depends on it)
+};
+// A (B, H, T, D) operand: D contiguous, (b, h, t) strides in elements, multiples of
+// 8, the base 16-byte aligned.
+struct AttentionOperand {
+  const void* data;
+  int64_t stride_b, stride_h, stride_t;
+};
+struct AttentionArgs {
+  Device device;
+  DType dtype;
+  int64_t batch, heads, q_len, kv_len, head_dim;
+  double scale;
+  bool causal;
+  AttentionOperand q, k, v;
+  void* o;    // (B, H, q_len, D) contiguous
+  void* lse;  // (B, H, q_len) float32
+};
+// Its backward from the forward's o and lse: d_q, d_k, d_v contiguous (B, H, T, D);
+// deterministic: dQ in its own pass (no atomics), else added atomically.
+struct AttentionBackwardArgs {
+  Device device;
+  DType dtype;
+  int64_t batch, heads, q_len, kv_len, head_dim;
+  double scale;
+  bool causal;
+  AttentionOperand q, k, v, o, d_o;
+  const void* lse;
+  void* d_q;
+  void* d_k;
+  void* d_v;
+  bool deterministic;
+  void* workspace;  // attention_workspace_bytes of it, 256-byte aligned
+  size_t workspace_bytes;
+};
+
 // ------------------------------------------------------------------ optimizers
 
 struct FusedSgdArgs {
@@ -603,6 +648,10 @@ enum class FamilyKind { compute, query, predicate, decision };
   X(rms_norm_fused, void, RmsNormArgs, compute)                         \
   X(rms_norm_backward_fused, void, RmsNormBackwardArgs, compute)        \
   X(rms_norm_workspace_bytes, size_t, LayerNormQuery, query)            \
+  X(attention_fused_supported, bool, AttentionQuery, predicate)         \
+  X(attention_fused, void, AttentionArgs, compute)                      \
+  X(attention_backward_fused, void, AttentionBackwardArgs, compute)     \
+  X(attention_workspace_bytes, size_t, AttentionQuery, query)           \
   X(fused_sgd, void, FusedSgdArgs, compute)                             \
   X(fused_adam, void, FusedAdamArgs, compute)                           \
   X(multi_tensor_norm, void, MultiTensorNormArgs, compute)              \

@@ -514,4 +514,19 @@ Tensor binary_cross_entropy_with_logits(const Tensor& logits, const Tensor& targ
 // |pred - target|, reduced; the gradient at pred == target is 0.
 Tensor l1_loss(const Tensor& pred, const Tensor& target, Reduction r = Reduction::Mean);
 
+namespace detail {
+// scaled_dot_product_attention's fused path (core/ops/attention_fused.cpp, docs/attention.md):
+// true when query (B, H, Tq, D), key and value (B, H, Tk, D) are of one dtype on one
+// device whose kernel table has a fused attention for them (CUDA: bfloat16, D 64 or
+// 128, compute capability 8.0 or later) and EMBER_ATTENTION is not "composed". Never
+// throws for shapes; an EMBER_ATTENTION other than fused, atomic or composed throws.
+bool fused_attention_supported(const Tensor& query, const Tensor& key, const Tensor& value);
+// softmax(scale query key^T) value, causal as PyTorch's is_causal (query i sees keys
+// 0..i), by the fused kernels, with a backward through the fused backward
+// (deterministic unless EMBER_ATTENTION=atomic). Throws where
+// fused_attention_supported is false. The result is (B, H, Tq, D) contiguous.
+Tensor fused_attention(const Tensor& query, const Tensor& key, const Tensor& value, bool is_causal,
+                       double scale);
+}  // namespace detail
+
 }  // namespace ember

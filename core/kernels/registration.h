@@ -23,6 +23,7 @@ void register_cuda_optim(KernelTable& t);
 void register_cuda_index(KernelTable& t);
 void register_cuda_softmax(KernelTable& t);
 void register_cuda_norm(KernelTable& t);
+void register_cuda_attention(KernelTable& t);
 void register_cuda_multi_tensor(KernelTable& t);
 
 }  // namespace ember::kernels

@@ -1,0 +1,144 @@
+// The fused attention behind scaled_dot_product_attention (issue 27): the kernel
+// table's attention families (cuda/kernels/attention.h on CUDA; the meta device
+// mirrors their predicate and workspace), with its backward attached. The composed
+// path (matmul, softmax, matmul) is the reference wherever fused_attention_supported
+// says no. EMBER_ATTENTION picks the path: unset, "fused" or "ours" (the default), "atomic"
+// (fused, the backward's dQ added atomically: not bitwise repeatable), "composed"
+// (never fused).
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <string_view>
+
+#include "core/alloc_site.h"
+#include "core/autograd.h"
+#include "core/kernel_table.h"
+#include "core/ops.h"
+
+namespace ember::detail {
+
+namespace {
+
+using Grads = std::vector<Tensor>;
+
+enum class AttentionMode { fused, atomic, composed };
+
+AttentionMode attention_mode() {
+  const char* e = std::getenv("EMBER_ATTENTION");
+  if (e == nullptr || *e == '\0') return AttentionMode::fused;
+  const std::string_view v(e);
+  if (v == "fused" || v == "ours") return AttentionMode::fused;
+  if (v == "atomic") return AttentionMode::atomic;
+  if (v == "composed") return AttentionMode::composed;
+  EMBER_CHECK(false, "scaled_dot_product_attention: EMBER_ATTENTION=", v,
+              " (expected fused or ours, atomic, composed)");
+  return AttentionMode::fused;
+}
+
+// The kernels read (B, H, T, D) views with D contiguous, strides multiples of 8
+// elements and a 16-byte aligned base; anything else is copied contiguous.
+Tensor kernel_operand(const Tensor& t) {
+  const bool ok = t.stride(3) == 1 && t.stride(0) % 8 == 0 && t.stride(1) % 8 == 0 &&
+                  t.stride(2) % 8 == 0 && reinterpret_cast<uintptr_t>(t.raw_data()) % 16 == 0;
+  return ok ? t : contiguous(t);
+}
+kernels::AttentionOperand operand_of(const Tensor& t) {
+  return {t.raw_data(), t.stride(0), t.stride(1), t.stride(2)};
+}
+
+kernels::AttentionQuery query_of(const Tensor& q, const Tensor& k, bool deterministic) {
+  return {q.device(), q.dtype(), q.size(0), q.size(1),
+          q.size(2),  k.size(2), q.size(3), deterministic};
+}
+
+// Whether the shapes, dtypes and devices are the fused kernels' form, before the
+// device's predicate.
+bool fused_form(const Tensor& q, const Tensor& k, const Tensor& v) {
+  if (!q.defined() || !k.defined() || !v.defined()) return false;
+  if (q.dim() != 4 || k.dim() != 4 || v.dim() != 4) return false;
+  if (q.device() != k.device() || q.device() != v.device()) return false;
+  if (q.dtype() != k.dtype() || q.dtype() != v.dtype()) return false;
+  for (int d : {0, 1, 3})
+    if (k.size(d) != q.size(d) || v.size(d) != q.size(d)) return false;
+  return k.size(2) == v.size(2);
+}
+
+}  // namespace
+
+bool fused_attention_supported(const Tensor& q, const Tensor& k, const Tensor& v) {
+  if (!fused_form(q, k, v)) return false;
+  const AttentionMode mode = attention_mode();
+  if (mode == AttentionMode::composed) return false;
+  return kernels::kernels_for(q.device())
+      .attention_fused_supported(query_of(q, k, mode != AttentionMode::atomic));
+}
+
+Tensor fused_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool is_causal,
+                       double scale) {
+  OpSite site("scaled_dot_product_attention");
+  constexpr const char* kOp = "fused_attention";
+  check_defined(kOp, q, "query");
+  check_defined(kOp, k, "key");
+  check_defined(kOp, v, "value");
+  EMBER_CHECK(fused_attention_supported(q, k, v), kOp, ": no fused kernel takes query ",
+              shape_str(q.sizes()), ", key ", shape_str(k.sizes()), ", value ",
+              shape_str(v.sizes()), " of ", dtype_name(q.dtype()), " on ", q.device().str(),
+              " (bfloat16 (B, H, T, D) with D 64 or 128 on CUDA; EMBER_ATTENTION not composed)");
+  EMBER_CHECK(std::isfinite(scale), kOp, ": scale must be finite, got ", scale);
+  const bool deterministic = attention_mode() != AttentionMode::atomic;
+  const Device device = q.device();
+  const Tensor qa = kernel_operand(q.detach()), ka = kernel_operand(k.detach()),
+               va = kernel_operand(v.detach());
+  const int64_t batch = q.size(0), heads = q.size(1), q_len = q.size(2), kv_len = k.size(2),
+                head_dim = q.size(3);
+  Tensor o = empty(q.sizes(), q.options());
+  const Tensor lse = empty({batch, heads, q_len}, TensorOptions(kFloat32).device(device));
+  kernels::kernels_for(device).attention_fused(
+      {device, q.dtype(), batch, heads, q_len, kv_len, head_dim, scale, is_causal, operand_of(qa),
+       operand_of(ka), operand_of(va), o.raw_data(), lse.raw_data()});
+  if (any_requires_grad({&q, &k, &v})) {
+    attach_grad_fn(
+        // SavedTensors holds at most 4: the log-sum-exp (no one else's tensor, never
+        // modified) is kept by the closure.
+        o, "FusedAttentionBackward", {&q, &k, &v}, {qa, ka, va, o},
+        [=](const Tensor& g, const SavedTensors& s) {
+          const Tensor &sq = s[0], &sk = s[1], &sv = s[2], &so = s[3], &slse = lse;
+          const Device dev = sq.device();
+          const Tensor ga = kernel_operand(g);
+          Tensor d_q = empty(sq.sizes(), sq.options());
+          Tensor d_k = empty(sk.sizes(), sk.options());
+          Tensor d_v = empty(sv.sizes(), sv.options());
+          const kernels::KernelTable& t = kernels::kernels_for(dev);
+          const size_t bytes = t.attention_workspace_bytes(
+              {dev, sq.dtype(), batch, heads, q_len, kv_len, head_dim, deterministic});
+          // The caching allocator's blocks are 512-byte aligned (the kernels need 256).
+          const Tensor ws =
+              empty({static_cast<int64_t>((bytes + 7) / 8)}, TensorOptions(kFloat64).device(dev));
+          t.attention_backward_fused({dev,
+                                      sq.dtype(),
+                                      batch,
+                                      heads,
+                                      q_len,
+                                      kv_len,
+                                      head_dim,
+                                      scale,
+                                      is_causal,
+                                      operand_of(sq),
+                                      operand_of(sk),
+                                      operand_of(sv),
+                                      operand_of(so),
+                                      operand_of(ga),
+                                      slse.raw_data(),
+                                      d_q.raw_data(),
+                                      d_k.raw_data(),
+                                      d_v.raw_data(),
+                                      deterministic,
+                                      ws.raw_data(),
+                                      bytes});
+          return Grads{d_q, d_k, d_v};
+        });
+  }
+  return o;
+}
+
+}  // namespace ember::detail

@@ -1,0 +1,110 @@
+// ember's fused attention (cuda/kernels/attention.cu): softmax(scale Q K^T) V for
+// bfloat16 query, key and value with float32 accumulation, never writing the
+// (T, T) score matrix. Forward keeps the row log-sum-exp for backward; backward
+// recomputes the probabilities from it and gives dQ, dK and dV, with a
+// deterministic mode (no atomics). Causal masking is top-left aligned, as
+// PyTorch's is_causal: query i sees keys 0..i. No dropout, no attention mask.
+//
+// Tensors are (B, H, T, D) with any strides for B, H and T (in elements) and D
+// contiguous, so (B, T, H, D) storage viewed as (B, H, T, D) needs no copy.
+// Version 1 runs on warp-level tensor-core MMAs (mma.sync, sm_80 and later).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include <cuda_runtime_api.h>
+
+#include "core/base/dtype.h"
+
+namespace ember::cuda {
+
+/// A read-only (B, H, T, D) operand: element (b, h, t, d) at
+/// data[b * stride_b + h * stride_h + t * stride_t + d].
+struct AttentionInput {
+  const void* data = nullptr;
+  int64_t stride_b = 0;
+  int64_t stride_h = 0;
+  int64_t stride_t = 0;
+};
+
+/// A written (B, H, T, D) operand, strided as AttentionInput.
+struct AttentionOutput {
+  void* data = nullptr;
+  int64_t stride_b = 0;
+  int64_t stride_h = 0;
+  int64_t stride_t = 0;
+};
+
+/// The sizes and options shared by forward and backward.
+struct AttentionProblem {
+  DType dtype = DType::BFloat16;
+  int64_t batch = 0;
+  int64_t heads = 0;
+  int64_t q_len = 0;     ///< query rows per (batch, head)
+  int64_t kv_len = 0;    ///< key and value rows per (batch, head)
+  int64_t head_dim = 0;  ///< D of query, key, value and output
+  float scale = 0.f;     ///< the factor on Q K^T (usually 1/sqrt(D))
+  bool causal = false;   ///< query i sees keys 0..i only
+};
+
+/// Knobs for measuring; the defaults (zeros) are what the launchers choose.
+struct AttentionTuning {
+  /// Which forward: 1 (mma.sync, any device from compute capability 8.0), 2 (wgmma,
+  /// compute capability 9.0 only, key tile 64 at head dim 64 and 128 at 128), 0:
+  /// version 2 on compute capability 9.0, else version 1 (the faster per shape in
+  /// the first H200 run, benchmarks/NOTES.md "Flash attention").
+  int forward_version = 0;
+  int forward_warps = 0;  ///< version 1: 4 or 8 warps, 16 query rows each, per block; 0: 4
+  /// Deterministic backward: 32 or 64 query rows per tile of the dK/dV kernel; 0:
+  /// 32 at head dim 128 (64 spills registers there), 64 at head dim 64.
+  int backward_query_tile = 0;
+};
+
+/// The backward mode callers use unless told otherwise: the separate dQ pass (no
+/// atomics), measured faster than the atomic one at every shape of the first H200
+/// run (e.g. 2.63 against 3.75 ms forward+backward at B 8, H 16, T 2048, D 128 causal).
+inline constexpr bool kAttentionDeterministicDefault = true;
+
+/// Null when the kernels take `dtype` and `head_dim` (bfloat16; 64 or 128), else
+/// why not.
+const char* attention_unsupported(DType dtype, int64_t head_dim);
+
+/// True when attention_unsupported(dtype, head_dim) is null.
+bool attention_supported(DType dtype, int64_t head_dim);
+
+/// O = softmax(scale Q K^T) V and lse (B, H, q_len) float32 contiguous, the natural
+/// log of each row's sum of exp(scale q.k) (-inf for a row that sees no key).
+/// Every base pointer must be 16-byte aligned and every stride a multiple of 8
+/// elements. Throws ember::Error on bad arguments.
+void launch_attention_forward(const AttentionProblem& p, AttentionInput q, AttentionInput k,
+                              AttentionInput v, AttentionOutput o, float* lse, cudaStream_t stream,
+                              const AttentionTuning& tuning = {});
+
+/// Version 2 of the forward (cuda/kernels/sm90/attention_fwd.cu: wgmma, sm_90a),
+/// the same contract as launch_attention_forward, `key_tile` 64 or 128 keys per
+/// step. launch_attention_forward calls it on compute capability 9.0 (see
+/// AttentionTuning::forward_version). Throws unless the device has compute
+/// capability 9.0.
+void launch_attention_forward_sm90(const AttentionProblem& p, AttentionInput q, AttentionInput k,
+                                   AttentionInput v, AttentionOutput o, float* lse,
+                                   cudaStream_t stream, int key_tile = 64);
+
+/// Device bytes launch_attention_backward needs as workspace: the rowsum(dO * O)
+/// pre-pass (B H q_len floats), and in the atomic mode (deterministic false) a
+/// float32 dQ accumulator (B H q_len D floats) that key tiles add to atomically.
+size_t attention_backward_workspace_bytes(const AttentionProblem& p, bool deterministic);
+
+/// dQ, dK, dV from the forward's q, k, v, o, lse and d_out. `deterministic`
+/// computes dQ in its own pass over key tiles (no atomics, the same bits each
+/// run; more arithmetic, yet faster: kAttentionDeterministicDefault); false adds
+/// each key tile's dQ share atomically into a float32 accumulator. `workspace` holds at least
+/// attention_backward_workspace_bytes(p, deterministic) bytes, 256-byte aligned.
+void launch_attention_backward(const AttentionProblem& p, AttentionInput q, AttentionInput k,
+                               AttentionInput v, AttentionInput o, AttentionInput d_out,
+                               const float* lse, AttentionOutput d_q, AttentionOutput d_k,
+                               AttentionOutput d_v, bool deterministic, void* workspace,
+                               size_t workspace_bytes, cudaStream_t stream,
+                               const AttentionTuning& tuning = {});
+
+}  // namespace ember::cuda

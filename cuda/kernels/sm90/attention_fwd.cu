@@ -1,0 +1,469 @@
+// Fused attention forward, version 2 (see cuda/kernels/attention.h,
+// launch_attention_forward_sm90): the warpgroup MMA (wgmma, sm_90a) in place of
+// version 1's mma.sync. EXPERIMENTAL: launch_attention_forward does not call it
+// until the probe has checked and timed it on the GPU.
+//
+// A block of two warpgroups owns 128 query rows (64 each) and walks kBN-key
+// tiles of K and V, double-buffered in shared memory by cp.async (all 256
+// threads load). Per tile and warpgroup: S (64 x kBN) = Q K^T by wgmma with both
+// operands from shared memory; the online softmax on the accumulators (wgmma's
+// accumulator layout per warp equals mma.sync's m16n8 one, so version 1's code
+// carries over); O (64 x D) += P V by wgmma with P from registers (version 1's
+// accumulator-to-A conversion) and V from shared memory, N-major. Not yet here:
+// TMA, producer/consumer warp specialisation, softmax overlapped with the next
+// tile's products, the persistent longest-first grid (FA3's remaining steps).
+//
+// Shared tiles use the 128-byte swizzle of wgmma's layout type 1: a (rows, D)
+// bf16 tile is D / 64 column blocks of (rows, 64); in a block, row r is 128
+// bytes at r * 128 with its 16-byte chunk c at c ^ (r % 8); blocks 1024-byte
+// aligned. K-major descriptors (Q, K): start + 32 bytes per k16 step inside a
+// block, the next block after 4 steps, SBO 1024. V as the N-major B operand of
+// P V (n = d contiguous): start + 16 rows per k16 step, LBO = one column block
+// (kBN * 128 bytes), SBO 1024 (see gemm_kernel.cuh's layout notes).
+#include <cuda_bf16.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "core/base/error.h"
+#include "cuda/check.h"
+#include "cuda/kernels/attention.h"
+
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define EMBER_ATTN_SM90A 1
+#include "cuda/kernels/sm90/wgmma_ops.cuh"
+#else
+#define EMBER_ATTN_SM90A 0
+#endif
+
+namespace ember::cuda {
+
+namespace {
+
+using bf16 = __nv_bfloat16;
+
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+constexpr int kRowsPerBlock = 128;  // two warpgroups of 64 rows
+constexpr int kThreads = 256;
+
+struct Strides {
+  int64_t b, h, t;
+};
+
+struct Params {
+  const bf16* q;
+  const bf16* k;
+  const bf16* v;
+  bf16* o;
+  float* lse;
+  Strides sq, sk, sv, so;
+  int heads, tq, tk;
+  float scale_log2;
+};
+
+#if EMBER_ATTN_SM90A
+
+__device__ __forceinline__ uint32_t smem_u32(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, bool pred) {
+  const int n = pred ? 16 : 0;
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(n));
+}
+__device__ __forceinline__ void cp_async_commit() {
+  asm volatile("cp.async.commit_group;\n" ::);
+}
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+__device__ __forceinline__ void fence_proxy_async() {
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+__device__ __forceinline__ void wgmma_fence() {
+  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void wgmma_commit() {
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void wgmma_wait0() {
+  asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+}
+// Keep the compiler from moving register reads or reuse across an async wgmma.
+template <int N>
+__device__ __forceinline__ void fence_regs(float (&r)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) asm volatile("" : "+f"(r[i])::"memory");
+}
+template <int N>
+__device__ __forceinline__ void fence_regs(uint32_t (&r)[N][4]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) asm volatile("" : "+r"(r[i][j])::"memory");
+}
+__device__ __forceinline__ uint64_t make_desc(uint32_t addr, uint32_t lbo, uint32_t sbo) {
+  return static_cast<uint64_t>((addr & 0x3FFFF) >> 4) | (static_cast<uint64_t>(lbo >> 4) << 16) |
+         (static_cast<uint64_t>(sbo >> 4) << 32) | (uint64_t{1} << 62);
+}
+__device__ __forceinline__ float exp2_approx(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+  __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<uint32_t*>(&v);
+}
+__device__ __forceinline__ float quad_max(float x) {
+  x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
+  return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
+}
+__device__ __forceinline__ float quad_sum(float x) {
+  x += __shfl_xor_sync(0xffffffffu, x, 1);
+  return x + __shfl_xor_sync(0xffffffffu, x, 2);
+}
+
+// D (64 x 64, fp32) += A (64 x 16, bf16, registers: each warp's 16 rows in
+// mma.sync's m16n8k16 A layout) B (16 x 64, bf16, shared memory descriptor);
+// kTransB: 0 K-major, 1 N-major.
+template <int kTransB>
+__device__ __forceinline__ void wgmma_bf16_rs_m64n64k16(float (&d)[32], const uint32_t (&a)[4],
+                                                        uint64_t desc_b, uint32_t scale_d) {
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "setp.ne.b32 p, %37, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+      "{"
+      "%0, %1, %2, %3, %4, %5, %6, %7, "
+      "%8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, "
+      "%24, %25, %26, %27, %28, %29, %30, %31"
+      "}, "
+      "{%32, %33, %34, %35}, %36, p, 1, 1, %38;\n"
+      "}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+        "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
+        "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
+        "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
+        "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d), "n"(kTransB));
+}
+
+// D (64 x 128, fp32) += A (64 x 16, bf16, registers: each warp's 16 rows in
+// mma.sync's m16n8k16 A layout) B (16 x 128, bf16, shared memory descriptor);
+// kTransB: 0 K-major, 1 N-major.
+template <int kTransB>
+__device__ __forceinline__ void wgmma_bf16_rs_m64n128k16(float (&d)[64], const uint32_t (&a)[4],
+                                                         uint64_t desc_b, uint32_t scale_d) {
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "setp.ne.b32 p, %69, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
+      "{"
+      "%0, %1, %2, %3, %4, %5, %6, %7, "
+      "%8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, "
+      "%24, %25, %26, %27, %28, %29, %30, %31, "
+      "%32, %33, %34, %35, %36, %37, %38, %39, "
+      "%40, %41, %42, %43, %44, %45, %46, %47, "
+      "%48, %49, %50, %51, %52, %53, %54, %55, "
+      "%56, %57, %58, %59, %60, %61, %62, %63"
+      "}, "
+      "{%64, %65, %66, %67}, %68, p, 1, 1, %70;\n"
+      "}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+        "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
+        "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
+        "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
+        "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]),
+        "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]),
+        "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),
+        "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]),
+        "+f"(d[63])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d), "n"(kTransB));
+}
+
+// Element offset of (row r, 16-byte chunk c) in a swizzled (ROWS, D) tile.
+template <int ROWS>
+__device__ __forceinline__ int tile_off(int r, int c) {
+  return ((c >> 3) * ROWS + r) * 64 + (((c & 7) ^ (r & 7)) << 3);
+}
+
+template <int ROWS, int D>
+__device__ __forceinline__ void load_tile(bf16* tile, const bf16* g, int64_t st, int row0,
+                                          int valid) {
+  constexpr int kChunks = D / 8;
+  constexpr int kTotal = ROWS * kChunks;
+  static_assert(kTotal % kThreads == 0, "tile chunks must divide among the threads");
+#pragma unroll
+  for (int i = 0; i < kTotal / kThreads; ++i) {
+    const int idx = i * kThreads + static_cast<int>(threadIdx.x);
+    const int r = idx / kChunks;
+    const int c = idx % kChunks;
+    const int gr = row0 + r;
+    const bool ok = gr < valid;
+    const bf16* src = ok ? g + static_cast<int64_t>(gr) * st + c * 8 : g;
+    cp_async16(smem_u32(tile + tile_off<ROWS>(r, c)), src, ok);
+  }
+}
+
+// S (64 x BN) = Q rows [64 wg, 64 wg + 64) times K^T, fresh accumulators.
+template <int D, int BN>
+__device__ __forceinline__ void qk(float (&s)[BN / 2], uint32_t q_base, uint32_t k_base) {
+#pragma unroll
+  for (int kk = 0; kk < D / 16; ++kk) {
+    const uint32_t qa = q_base + (kk >> 2) * kRowsPerBlock * 128 + (kk & 3) * 32;
+    const uint32_t kb = k_base + (kk >> 2) * BN * 128 + (kk & 3) * 32;
+    const uint64_t da = make_desc(qa, 16, 1024), db = make_desc(kb, 16, 1024);
+    if constexpr (BN == 128)
+      sm90::wgmma_bf16_m64n128k16<0, 0>(s, da, db, kk > 0 ? 1u : 0u);
+    else
+      sm90::wgmma_bf16_m64n64k16<0, 0>(s, da, db, kk > 0 ? 1u : 0u);
+  }
+}
+
+// O (64 x D) += P (64 x BN, registers) V (BN x D, N-major in shared memory).
+template <int D, int BN>
+__device__ __forceinline__ void pv(float (&o)[D / 2], const uint32_t (&pa)[BN / 16][4],
+                                   uint32_t v_base) {
+#pragma unroll
+  for (int kk = 0; kk < BN / 16; ++kk) {
+    const uint64_t db = make_desc(v_base + kk * 16 * 128, BN * 128, 1024);
+    if constexpr (D == 128)
+      wgmma_bf16_rs_m64n128k16<1>(o, pa[kk], db, 1u);
+    else
+      wgmma_bf16_rs_m64n64k16<1>(o, pa[kk], db, 1u);
+  }
+}
+
+#endif  // EMBER_ATTN_SM90A
+
+template <int D, int BN, bool CAUSAL>
+__global__ void __launch_bounds__(kThreads, 1) attn_fwd_sm90_kernel(const Params p) {
+#if EMBER_ATTN_SM90A
+  constexpr int kM = kRowsPerBlock;
+  constexpr int kNT = BN / 8;
+  constexpr int kDT = D / 8;
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  // 1024-byte alignment of every tile (the swizzle atoms).
+  bf16* s_q = reinterpret_cast<bf16*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) &
+                                      ~static_cast<uintptr_t>(1023));
+  bf16* s_k = s_q + kM * D;
+  bf16* s_v = s_k + 2 * BN * D;
+
+  const int wg = static_cast<int>(threadIdx.x) / 128;
+  const int warp = (static_cast<int>(threadIdx.x) / 32) % 4;
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+  const int bh = static_cast<int>(blockIdx.x);
+  const int b = bh / p.heads, h = bh % p.heads;
+  const int n_qt = (p.tq + kM - 1) / kM;
+  const int qt = CAUSAL ? n_qt - 1 - static_cast<int>(blockIdx.y) : static_cast<int>(blockIdx.y);
+  const int q0 = qt * kM;
+  const bf16* gk = p.k + b * p.sk.b + h * p.sk.h;
+  const bf16* gv = p.v + b * p.sv.b + h * p.sv.h;
+  const int kend = CAUSAL ? min(p.tk, q0 + kM) : p.tk;
+  const int n_kt = (kend + BN - 1) / BN;
+
+  load_tile<kM, D>(s_q, p.q + b * p.sq.b + h * p.sq.h, p.sq.t, q0, p.tq);
+  if (n_kt > 0) {
+    load_tile<BN, D>(s_k, gk, p.sk.t, 0, p.tk);
+    load_tile<BN, D>(s_v, gv, p.sv.t, 0, p.tk);
+  }
+  cp_async_commit();
+
+  float o[D / 2];
+#pragma unroll
+  for (int i = 0; i < D / 2; ++i) o[i] = 0.f;
+  float m[2] = {-INFINITY, -INFINITY};
+  float l[2] = {0.f, 0.f};
+  const int row_lo = q0 + wg * 64 + warp * 16 + lane / 4;
+  const uint32_t q_base = smem_u32(s_q) + wg * 64 * 128;
+  // The lowest query row of this warpgroup: tiles entirely at or below it
+  // need no causal mask.
+  const int wg_q0 = q0 + wg * 64;
+
+  for (int j = 0; j < n_kt; ++j) {
+    const int buf = j & 1;
+    if (j + 1 < n_kt) {
+      load_tile<BN, D>(s_k + (buf ^ 1) * BN * D, gk, p.sk.t, (j + 1) * BN, p.tk);
+      load_tile<BN, D>(s_v + (buf ^ 1) * BN * D, gv, p.sv.t, (j + 1) * BN, p.tk);
+      cp_async_commit();
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
+    fence_proxy_async();  // cp.async's writes, read next by wgmma (the async proxy)
+    __syncthreads();
+    const uint32_t k_base = smem_u32(s_k + buf * BN * D);
+    const uint32_t v_base = smem_u32(s_v + buf * BN * D);
+
+    float s[BN / 2];
+#pragma unroll
+    for (int i = 0; i < BN / 2; ++i) s[i] = 0.f;
+    wgmma_fence();
+    qk<D, BN>(s, q_base, k_base);
+    wgmma_commit();
+    wgmma_wait0();
+    fence_regs(s);
+
+    const int k0 = j * BN;
+    const bool masked = k0 + BN > p.tk || (CAUSAL && k0 + BN - 1 > wg_q0);
+#pragma unroll
+    for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        float x = s[nt * 4 + e] * p.scale_log2;
+        if (masked) {
+          const int key = k0 + nt * 8 + (lane & 3) * 2 + (e & 1);
+          const int row = row_lo + (e >> 1) * 8;
+          if (key >= p.tk || (CAUSAL && key > row)) x = -INFINITY;
+        }
+        s[nt * 4 + e] = x;
+      }
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      float mx = -INFINITY;
+#pragma unroll
+      for (int nt = 0; nt < kNT; ++nt)
+        mx = fmaxf(mx, fmaxf(s[nt * 4 + 2 * r], s[nt * 4 + 2 * r + 1]));
+      mx = quad_max(mx);
+      const float m_new = fmaxf(m[r], mx);
+      const float m_use = m_new == -INFINITY ? 0.f : m_new;
+      const float corr = exp2_approx(m[r] - m_use);
+      m[r] = m_new;
+      float sum = 0.f;
+#pragma unroll
+      for (int nt = 0; nt < kNT; ++nt) {
+        s[nt * 4 + 2 * r] = exp2_approx(s[nt * 4 + 2 * r] - m_use);
+        s[nt * 4 + 2 * r + 1] = exp2_approx(s[nt * 4 + 2 * r + 1] - m_use);
+        sum += s[nt * 4 + 2 * r] + s[nt * 4 + 2 * r + 1];
+      }
+      l[r] = l[r] * corr + sum;
+#pragma unroll
+      for (int dt = 0; dt < kDT; ++dt) {
+        o[dt * 4 + 2 * r] *= corr;
+        o[dt * 4 + 2 * r + 1] *= corr;
+      }
+    }
+    uint32_t pa[BN / 16][4];
+#pragma unroll
+    for (int kk = 0; kk < BN / 16; ++kk) {
+      pa[kk][0] = pack_bf16(s[8 * kk], s[8 * kk + 1]);
+      pa[kk][1] = pack_bf16(s[8 * kk + 2], s[8 * kk + 3]);
+      pa[kk][2] = pack_bf16(s[8 * kk + 4], s[8 * kk + 5]);
+      pa[kk][3] = pack_bf16(s[8 * kk + 6], s[8 * kk + 7]);
+    }
+    wgmma_fence();
+    pv<D, BN>(o, pa, v_base);
+    wgmma_commit();
+    wgmma_wait0();
+    fence_regs(o);
+    fence_regs(pa);
+    __syncthreads();
+  }
+  cp_async_wait<0>();
+
+  const int64_t lse_base = static_cast<int64_t>(bh) * p.tq;
+  bf16* go = p.o + b * p.so.b + h * p.so.h;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const float total = quad_sum(l[r]);
+    const float inv = total > 0.f ? 1.f / total : 0.f;
+    const int row = row_lo + 8 * r;
+    if (row >= p.tq) continue;
+    if ((lane & 3) == 0)
+      p.lse[lse_base + row] = total > 0.f ? (m[r] + log2f(total)) * kLn2 : -INFINITY;
+    bf16* dst = go + static_cast<int64_t>(row) * p.so.t + (lane & 3) * 2;
+#pragma unroll
+    for (int dt = 0; dt < kDT; ++dt)
+      *reinterpret_cast<__nv_bfloat162*>(dst + dt * 8) =
+          __floats2bfloat162_rn(o[dt * 4 + 2 * r] * inv, o[dt * 4 + 2 * r + 1] * inv);
+  }
+#else
+  (void)p;
+#endif
+}
+
+template <int D, int BN>
+constexpr size_t smem_bytes() {
+  return static_cast<size_t>(kRowsPerBlock + 4 * BN) * D * sizeof(bf16) + 1024;
+}
+
+template <int D, int BN, bool CAUSAL>
+void launch_d(const Params& prm, int64_t bh, cudaStream_t stream) {
+  auto kernel = attn_fwd_sm90_kernel<D, BN, CAUSAL>;
+  constexpr size_t kSmem = smem_bytes<D, BN>();
+  EMBER_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        static_cast<int>(kSmem)));
+  const dim3 grid(static_cast<unsigned>(bh),
+                  static_cast<unsigned>((prm.tq + kRowsPerBlock - 1) / kRowsPerBlock));
+  kernel<<<grid, kThreads, kSmem, stream>>>(prm);
+  EMBER_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace
+
+void launch_attention_forward_sm90(const AttentionProblem& p, AttentionInput q, AttentionInput k,
+                                   AttentionInput v, AttentionOutput o, float* lse,
+                                   cudaStream_t stream, int key_tile) {
+  constexpr const char* kOp = "attention_forward_sm90";
+  const char* why = attention_unsupported(p.dtype, p.head_dim);
+  EMBER_CHECK(why == nullptr, kOp, ": ", why == nullptr ? "" : why);
+  EMBER_CHECK(key_tile == 64 || key_tile == 128, kOp, ": key_tile ", key_tile, " (64 or 128)");
+  int device = 0, major = 0, minor = 0;
+  EMBER_CUDA_CHECK(cudaGetDevice(&device));
+  EMBER_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  EMBER_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
+  EMBER_CHECK(major == 9 && minor == 0, kOp, ": needs compute capability 9.0 (device ", device,
+              " is ", major, ".", minor, ")");
+  EMBER_CHECK(p.batch >= 0 && p.heads >= 0 && p.q_len >= 0 && p.kv_len >= 0 &&
+                  p.q_len < (1LL << 30) && p.kv_len < (1LL << 30),
+              kOp, ": bad sizes (q_len ", p.q_len, ", kv_len ", p.kv_len, ")");
+  const int64_t bh = p.batch * p.heads;
+  if (bh == 0 || p.q_len == 0) return;
+  auto aligned = [](const void* d, int64_t sb, int64_t sh, int64_t st) {
+    return d != nullptr && reinterpret_cast<uintptr_t>(d) % 16 == 0 && sb % 8 == 0 && sh % 8 == 0 &&
+           st % 8 == 0;
+  };
+  EMBER_CHECK(aligned(q.data, q.stride_b, q.stride_h, q.stride_t) &&
+                  aligned(o.data, o.stride_b, o.stride_h, o.stride_t) && lse != nullptr &&
+                  (p.kv_len == 0 || (aligned(k.data, k.stride_b, k.stride_h, k.stride_t) &&
+                                     aligned(v.data, v.stride_b, v.stride_h, v.stride_t))),
+              kOp, ": operands must be non-null, 16-byte aligned, strides multiples of 8");
+  Params prm{};
+  prm.q = static_cast<const bf16*>(q.data);
+  prm.k = static_cast<const bf16*>(k.data);
+  prm.v = static_cast<const bf16*>(v.data);
+  prm.o = static_cast<bf16*>(o.data);
+  prm.lse = lse;
+  prm.sq = {q.stride_b, q.stride_h, q.stride_t};
+  prm.sk = {k.stride_b, k.stride_h, k.stride_t};
+  prm.sv = {v.stride_b, v.stride_h, v.stride_t};
+  prm.so = {o.stride_b, o.stride_h, o.stride_t};
+  prm.heads = static_cast<int>(p.heads);
+  prm.tq = static_cast<int>(p.q_len);
+  prm.tk = static_cast<int>(p.kv_len);
+  prm.scale_log2 = p.scale * kLog2e;
+  const bool wide = key_tile == 128;
+  if (p.head_dim == 64) {
+    if (wide)
+      p.causal ? launch_d<64, 128, true>(prm, bh, stream)
+               : launch_d<64, 128, false>(prm, bh, stream);
+    else
+      p.causal ? launch_d<64, 64, true>(prm, bh, stream) : launch_d<64, 64, false>(prm, bh, stream);
+  } else {
+    if (wide)
+      p.causal ? launch_d<128, 128, true>(prm, bh, stream)
+               : launch_d<128, 128, false>(prm, bh, stream);
+    else
+      p.causal ? launch_d<128, 64, true>(prm, bh, stream)
+               : launch_d<128, 64, false>(prm, bh, stream);
+  }
+}
+
+}  // namespace ember::cuda

@@ -1,0 +1,59 @@
+// The fused attention on the meta device (core/ops/attention_fused.cpp): mirroring
+// CUDA it takes the fused path, allocates what CUDA would (O and the float32
+// log-sum-exp in forward; d_q, d_k, d_v and the workspace CUDA's query answers in
+// backward) and attaches the fused backward; mirroring the CPU the predicate says
+// no. No GPU needed.
+#include <doctest/doctest.h>
+
+#include "core/autograd.h"
+#include "core/memory.h"
+#include "core/meta.h"
+#include "core/ops.h"
+#include "cuda/kernels/attention.h"
+
+using namespace ember;
+
+namespace {
+
+int64_t rounded(int64_t bytes) {  // the allocator's 512-byte rounding
+  return (bytes + 511) / 512 * 512;
+}
+
+}  // namespace
+
+TEST_CASE("meta/attention: the fused path's bytes mirror CUDA's, the CPU composes") {
+  const int64_t b = 1, h = 2, t = 100, d = 64;
+  {
+    MetaDeviceScope scope(MetaDeviceOptions().mirror_device(DeviceType::CUDA));
+    const TensorOptions opts = TensorOptions(kBFloat16).device(kMeta).requires_grad();
+    Tensor q = zeros({b, h, t, d}, opts), k = zeros({b, h, t, d}, opts),
+           v = zeros({b, h, t, d}, opts);
+    REQUIRE(detail::fused_attention_supported(q, k, v));
+    const int64_t before = memory_allocated(kMeta);
+    Tensor o = detail::fused_attention(q, k, v, true, 0.125);
+    CHECK(o.sizes() == Shape{b, h, t, d});
+    CHECK(o.dtype() == kBFloat16);
+    CHECK(std::string(o.grad_fn()->name()) == "FusedAttentionBackward");
+    // O (bf16) and the log-sum-exp (float32) stay alive with the graph.
+    CHECK(memory_allocated(kMeta) - before == rounded(b * h * t * d * 2) + rounded(b * h * t * 4));
+
+    cuda::AttentionProblem p;
+    p.batch = b, p.heads = h, p.q_len = t, p.kv_len = t, p.head_dim = d;
+    const int64_t ws = static_cast<int64_t>(
+        (cuda::attention_backward_workspace_bytes(p, cuda::kAttentionDeterministicDefault) + 7) /
+        8 * 8);
+    Tensor g = zeros({b, h, t, d}, TensorOptions(kBFloat16).device(kMeta));
+    scope.allocator().reset_peak_memory_stats();
+    const int64_t start = memory_allocated(kMeta);
+    o.backward(g);
+    // At the backward's peak: d_q, d_k, d_v and the workspace, on top of what lived.
+    CHECK(max_memory_allocated(kMeta) - start >= 3 * rounded(b * h * t * d * 2) + rounded(ws));
+    CHECK(q.grad().sizes() == Shape{b, h, t, d});
+    CHECK(v.grad().sizes() == Shape{b, h, t, d});
+  }
+  {
+    MetaDeviceScope scope(MetaDeviceOptions().mirror_device(DeviceType::CPU));
+    Tensor q = zeros({b, h, t, d}, TensorOptions(kBFloat16).device(kMeta));
+    CHECK_FALSE(detail::fused_attention_supported(q, q, q));
+  }
+}

@@ -1,0 +1,185 @@
+// The op-level fused attention (detail::fused_attention, core/ops/attention_fused.cpp:
+// the kernel table's attention families on CUDA, autograd through the fused
+// backward) against the composed path in float64 on the CPU (matmul, the causal
+// mask as -inf, softmax, matmul; gradients by autograd) on the same bf16-rounded
+// inputs: O, dQ, dK, dV by relative error at DESIGN.md's bf16 tolerance 1e-2; head
+// dims 64 and 128, causal and not, ragged and unequal lengths, (B, T, H, D) storage
+// viewed as (B, H, T, D), a gradient that is not contiguous; both backward modes
+// (EMBER_ATTENTION=atomic); the predicate's refusals (dtype, head dim, shapes,
+// EMBER_ATTENTION=composed) and the op's error naming them.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "core/autograd.h"
+#include "core/ops.h"
+#include "error_text.h"
+#include "gradcheck.h"
+
+using namespace ember;
+using ember::testing::contains;
+using ember::testing::error_of;
+using ember::testing::randn64;
+using ember::testing::rel_error;
+
+namespace {
+
+// A (B, H, T, D) float64 tensor of bf16-exact values, stored (B, T, H, D) when bthd.
+Tensor make_input(int64_t b, int64_t h, int64_t t, int64_t d, bool bthd, uint64_t seed) {
+  const Shape s = bthd ? Shape{b, t, h, d} : Shape{b, h, t, d};
+  const Tensor x = randn64(s, seed).to(kBFloat16).to(kFloat64);
+  return bthd ? transpose(x, 1, 2) : x;
+}
+
+// The composed reference in float64 on the CPU.
+Tensor composed(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, double scale) {
+  Tensor s = matmul(q, transpose(k, 2, 3)) * scale;
+  if (causal) {
+    const int64_t tq = q.size(2), tk = k.size(2);
+    std::vector<double> mask(static_cast<size_t>(tq * tk), 0.0);
+    for (int64_t i = 0; i < tq; ++i)
+      for (int64_t j = i + 1; j < tk; ++j)
+        mask[static_cast<size_t>(i * tk + j)] = -std::numeric_limits<double>::infinity();
+    s = s + from_vector(mask, {tq, tk}, TensorOptions(kFloat64));
+  }
+  return matmul(softmax(s, 3), v);
+}
+
+struct Errors {
+  double o, dq, dk, dv;
+};
+
+Errors run(int64_t b, int64_t h, int64_t tq, int64_t tk, int64_t d, bool causal, bool bthd,
+           uint64_t seed) {
+  const double scale = 1.0 / std::sqrt(static_cast<double>(d));
+  const Tensor q64 = make_input(b, h, tq, d, bthd, seed),
+               k64 = make_input(b, h, tk, d, bthd, seed + 1),
+               v64 = make_input(b, h, tk, d, bthd, seed + 2);
+  // The incoming gradient, non-contiguous on the GPU (a transposed view).
+  const Tensor g64 = make_input(b, h, tq, d, true, seed + 3);
+
+  Tensor qc = q64.detach().set_requires_grad(true), kc = k64.detach().set_requires_grad(true),
+         vc = v64.detach().set_requires_grad(true);
+  Tensor oc = composed(qc, kc, vc, causal, scale);
+  oc.backward(g64);
+
+  auto gpu = [](const Tensor& t) {
+    return t.to(kCUDA, kBFloat16).detach().set_requires_grad(true);
+  };
+  Tensor q = gpu(q64), k = gpu(k64), v = gpu(v64);
+  REQUIRE(detail::fused_attention_supported(q, k, v));
+  Tensor o = detail::fused_attention(q, k, v, causal, scale);
+  CHECK(o.sizes() == Shape{b, h, tq, d});
+  CHECK(o.dtype() == kBFloat16);
+  o.backward(g64.to(kCUDA, kBFloat16));
+  auto err = [](const Tensor& ours, const Tensor& ref) {
+    return rel_error(ours.to(kCPU).to(kFloat64), ref);
+  };
+  return {err(o.detach(), oc.detach()), err(q.grad(), qc.grad()), err(k.grad(), kc.grad()),
+          err(v.grad(), vc.grad())};
+}
+
+// Sets EMBER_ATTENTION for a scope, restoring it after.
+class EnvGuard {
+ public:
+  explicit EnvGuard(const char* value) {
+    if (const char* old = std::getenv("EMBER_ATTENTION")) had_ = true, old_ = old;
+    if (value)
+      setenv("EMBER_ATTENTION", value, 1);
+    else
+      unsetenv("EMBER_ATTENTION");
+  }
+  ~EnvGuard() {
+    if (had_)
+      setenv("EMBER_ATTENTION", old_.c_str(), 1);
+    else
+      unsetenv("EMBER_ATTENTION");
+  }
+  EnvGuard(const EnvGuard&) = delete;
+  EnvGuard& operator=(const EnvGuard&) = delete;
+
+ private:
+  bool had_ = false;
+  std::string old_;
+};
+
+}  // namespace
+
+TEST_CASE("ops/fused_attention: forward and backward match the float64 composed path" *
+          doctest::test_suite("cuda")) {
+  struct Case {
+    int64_t b, h, tq, tk, d;
+    bool causal, bthd;
+  };
+  const Case cases[] = {{2, 3, 1, 1, 64, false, false},     {2, 3, 77, 77, 64, true, true},
+                        {1, 2, 300, 300, 64, false, true},  {2, 2, 127, 300, 64, true, false},
+                        {2, 2, 300, 127, 128, true, true},  {1, 3, 130, 130, 128, false, false},
+                        {1, 2, 257, 257, 128, true, false}, {2, 1, 64, 200, 128, false, true}};
+  uint64_t seed = 3100;
+  for (const char* mode : {"fused", "atomic"}) {
+    EnvGuard env(mode);
+    for (const Case& c : cases) {
+      INFO("EMBER_ATTENTION=", mode, " B=", c.b, " H=", c.h, " Tq=", c.tq, " Tk=", c.tk, " D=", c.d,
+           " causal=", c.causal, " bthd=", c.bthd);
+      const Errors e = run(c.b, c.h, c.tq, c.tk, c.d, c.causal, c.bthd, seed += 4);
+      CHECK(e.o <= 1e-2);
+      CHECK(e.dq <= 1e-2);
+      CHECK(e.dk <= 1e-2);
+      CHECK(e.dv <= 1e-2);
+    }
+  }
+}
+
+TEST_CASE("ops/fused_attention: the deterministic backward gives the same bits twice" *
+          doctest::test_suite("cuda")) {
+  EnvGuard env(nullptr);
+  const Tensor q64 = make_input(1, 2, 200, 64, false, 41),
+               k64 = make_input(1, 2, 200, 64, false, 42),
+               v64 = make_input(1, 2, 200, 64, false, 43),
+               g64 = make_input(1, 2, 200, 64, false, 44);
+  std::vector<std::vector<float>> runs;
+  for (int i = 0; i < 2; ++i) {
+    Tensor q = q64.to(kCUDA, kBFloat16).detach().set_requires_grad(true);
+    Tensor k = k64.to(kCUDA, kBFloat16), v = v64.to(kCUDA, kBFloat16);
+    Tensor o = detail::fused_attention(q, k, v, true, 0.125);
+    o.backward(g64.to(kCUDA, kBFloat16));
+    runs.push_back(q.grad().to(kFloat32).to(kCPU).to_vector<float>());
+    CHECK_FALSE(k.grad().defined());  // no gradient where none was asked
+  }
+  CHECK(runs[0] == runs[1]);
+}
+
+TEST_CASE("ops/fused_attention: the predicate's refusals and the op's error" *
+          doctest::test_suite("cuda")) {
+  EnvGuard env(nullptr);
+  auto make = [](Shape s, DType t) { return randn64(s, 5).to(kCUDA, t); };
+  const Tensor q = make({1, 2, 16, 64}, kBFloat16), k = make({1, 2, 24, 64}, kBFloat16);
+  CHECK(detail::fused_attention_supported(q, k, k));
+  CHECK_FALSE(detail::fused_attention_supported(make({1, 2, 16, 64}, kFloat32), k, k));
+  CHECK_FALSE(detail::fused_attention_supported(make({1, 2, 16, 96}, kBFloat16),
+                                                make({1, 2, 24, 96}, kBFloat16),
+                                                make({1, 2, 24, 96}, kBFloat16)));
+  CHECK_FALSE(detail::fused_attention_supported(q, make({1, 3, 24, 64}, kBFloat16), k));
+  CHECK_FALSE(detail::fused_attention_supported(q, k, make({1, 2, 23, 64}, kBFloat16)));
+  CHECK_FALSE(detail::fused_attention_supported(q.reshape({2, 16, 64}), k, k));
+  CHECK_FALSE(detail::fused_attention_supported(q, k.to(kCPU), k));
+  const std::string e = error_of([&] {
+    detail::fused_attention(make({1, 2, 16, 64}, kFloat32), k, k, false, 0.125);
+  });
+  CHECK(contains(e, "fused_attention"));
+  CHECK(contains(e, "float32"));
+  CHECK(contains(e, "[1, 2, 16, 64]"));
+  {
+    EnvGuard composed("composed");
+    CHECK_FALSE(detail::fused_attention_supported(q, k, k));
+  }
+  {
+    EnvGuard bad("fast");
+    CHECK(contains(error_of([&] { detail::fused_attention_supported(q, k, k); }),
+                   "EMBER_ATTENTION=fast"));
+  }
+}
