@@ -26,10 +26,14 @@ enum class AttentionPath { Auto, Composed, Ours };
 AttentionPath attention_path() {
   static const AttentionPath path = [] {
     const char* env = std::getenv("EMBER_ATTENTION");
-    if (env == nullptr || *env == '\0' || std::strcmp(env, "auto") == 0) return AttentionPath::Auto;
+    if (env == nullptr || *env == '\0' || std::strcmp(env, "auto") == 0 ||
+        std::strcmp(env, "fused") == 0 || std::strcmp(env, "atomic") == 0)
+      return AttentionPath::Auto;  // atomic: fused, dQ added atomically (attention_fused.cpp)
     if (std::strcmp(env, "composed") == 0) return AttentionPath::Composed;
     if (std::strcmp(env, "ours") == 0) return AttentionPath::Ours;
-    throw Error(std::string("EMBER_ATTENTION must be auto, composed or ours, got '") + env + "'");
+    throw Error(
+        std::string("EMBER_ATTENTION must be auto, fused, atomic, composed or ours, got '") + env +
+        "'");
   }();
   return path;
 }
@@ -144,15 +148,16 @@ Tensor attention_composed(const Tensor& q, const Tensor& k, const Tensor& v, con
   return view(out, concat(s.batch, s.L, s.Ev));
 }
 
-// The fused path's hook: returns an undefined tensor where no fused kernel can
-// run these arguments. The attention kernel plugs in here by CONTRIBUTING.md's
-// fused-op protocol: its `<name>_fused_supported` predicate, asked before anything
-// is allocated (devices without the kernel answer false), then its compute
-// families, drawing dropout from the same (seed, offset) counters as below.
-Tensor attention_fused(const Tensor& /*q*/, const Tensor& /*k*/, const Tensor& /*v*/,
-                       const Tensor& /*mask*/, double /*dropout_p*/, bool /*is_causal*/,
-                       double /*scale*/, Generator* /*gen*/, const AttentionShapes& /*s*/) {
-  return Tensor();
+// The fused path: the flash-attention kernels (core/ops/attention_fused.cpp) where
+// their predicate takes the operands (bfloat16 (B, H, T, D), D 64 or 128, on a CUDA
+// device that has them) and nothing the kernels do not read is asked for (a mask,
+// dropout); an undefined tensor sends the call to the composed path.
+Tensor attention_fused(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask,
+                       double dropout_p, bool is_causal, double scale, Generator* /*gen*/,
+                       const AttentionShapes& /*s*/) {
+  if (mask.defined() || dropout_p > 0.0) return Tensor();
+  if (!detail::fused_attention_supported(q, k, v)) return Tensor();
+  return detail::fused_attention(q, k, v, is_causal, scale);
 }
 
 }  // namespace
