@@ -1,0 +1,18 @@
+// The CPU's intra-op threads: how many threads one CPU op may use (the element-wise
+// ops, reductions, softmax and the optimizer updates through ember's own pool, the
+// matrix products through OpenBLAS), as libtorch's at::set_num_threads.
+#pragma once
+
+namespace ember {
+
+/// Sets how many threads one CPU op may use (n >= 1; 1 runs everything on the
+/// calling thread). Results are deterministic for a given count (work is split in
+/// fixed chunks and partial sums combined in chunk order), though two counts may
+/// round differently. Throws ember::Error when n < 1.
+void set_num_threads(int n);
+
+/// How many threads one CPU op may use: the last set_num_threads, else
+/// EMBER_NUM_THREADS, else OMP_NUM_THREADS, else the hardware's concurrency.
+int get_num_threads();
+
+}  // namespace ember
