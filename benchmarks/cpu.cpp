@@ -219,8 +219,8 @@ int main(int argc, char** argv) {
     keep_a = randn({512, 64});
     keep_b = randn({256, 64});
     keep_c = randn({256});
-    const Tensor want = add(matmul(keep_a.to(kFloat64), keep_b.to(kFloat64).t()),
-                            keep_c.to(kFloat64));
+    const Tensor want =
+        add(matmul(keep_a.to(kFloat64), keep_b.to(kFloat64).t()), keep_c.to(kFloat64));
     expect_close(linear(keep_a, keep_b, keep_c), want, 1e-4, 1e-4, "linear");
     f = [&] { linear(keep_a, keep_b, keep_c); };
     calls = 50;

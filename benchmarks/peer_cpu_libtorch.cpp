@@ -206,8 +206,8 @@ int main(int argc, char** argv) {
       f = [&] { torch::softmax(a, -1); };
     } else {
       expect_close(torch::layer_norm(a, {256}, b, c),
-                   torch::layer_norm(x, {256}, b.to(torch::kFloat64), c.to(torch::kFloat64)),
-                   1e-5, 1e-5, "layer_norm");
+                   torch::layer_norm(x, {256}, b.to(torch::kFloat64), c.to(torch::kFloat64)), 1e-5,
+                   1e-5, "layer_norm");
       f = [&] { torch::layer_norm(a, {256}, b, c); };
     }
     calls = 50;

@@ -143,7 +143,7 @@ bool gemm_blas(const GemmArgs& g) {
 namespace {
 
 void gemm(const GemmArgs& g) {
-  if (cpu::use_blas() && cpu::gemm_blas(g)) return;
+  if (cpu::fast_paths() && cpu::gemm_blas(g)) return;
   cpu::gemm_reference(g);
 }
 

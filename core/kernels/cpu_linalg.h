@@ -2,7 +2,7 @@
 // gemm_reference is the oracle (every product and sum in double, i-k-j order, one
 // rounding at the end); gemm_blas runs float32 and float64 through the BLAS's
 // sgemm/dgemm (transposed operands read in place) and bfloat16 through float32.
-// The registered gemm takes gemm_blas when cpu::use_blas() (cpu_parallel.h).
+// The registered gemm takes gemm_blas when cpu::fast_paths() (cpu_parallel.h).
 #pragma once
 
 #include "core/kernel_table.h"

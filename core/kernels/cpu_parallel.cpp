@@ -201,14 +201,17 @@ void run_chunks(int64_t n, int64_t chunks, ChunkFn fn, void* ctx) {
 }
 }  // namespace detail
 
-bool use_blas() {
-#if EMBER_HAS_OPENBLAS
+bool fast_paths() {
   return blas_flag().load(std::memory_order_relaxed);
+}
+bool have_blas() {
+#if EMBER_HAS_OPENBLAS
+  return true;
 #else
   return false;
 #endif
 }
-void set_use_blas(bool on) {
+void set_fast_paths(bool on) {
   blas_flag().store(on);
 }
 

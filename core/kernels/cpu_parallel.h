@@ -39,7 +39,8 @@ void parallel_for(int64_t n, int64_t grain, F&& f) {
     f(int64_t{0}, n);
     return;
   }
-  auto call = [](void* ctx, int64_t, int64_t b, int64_t e) { (*static_cast<std::remove_reference_t<F>*>(ctx))(b, e);
+  auto call = [](void* ctx, int64_t, int64_t b, int64_t e) {
+    (*static_cast<std::remove_reference_t<F>*>(ctx))(b, e);
   };
   detail::run_chunks(n, chunks, call, &f);
 }
@@ -53,14 +54,18 @@ void parallel_chunks(int64_t n, int64_t chunks, F&& f) {
     f(int64_t{0}, int64_t{0}, n);
     return;
   }
-  auto call = [](void* ctx, int64_t c, int64_t b, int64_t e) { (*static_cast<std::remove_reference_t<F>*>(ctx))(c, b, e);
+  auto call = [](void* ctx, int64_t c, int64_t b, int64_t e) {
+    (*static_cast<std::remove_reference_t<F>*>(ctx))(c, b, e);
   };
   detail::run_chunks(n, chunks, call, &f);
 }
 
-// Whether the CPU matrix products run through the BLAS (false: the reference
-// loops). EMBER_CPU_REFERENCE=1 in the environment starts it false; tests flip it.
-bool use_blas();
-void set_use_blas(bool on);
+// Whether the CPU kernels take their fast paths: the BLAS matrix product, the
+// float32 softmax and the fused layer norm (false: the reference loops, the
+// oracle tests compare with). EMBER_CPU_REFERENCE=1 in the environment starts it
+// false; tests flip it. have_blas: ember was built with OpenBLAS.
+bool fast_paths();
+bool have_blas();
+void set_fast_paths(bool on);
 
 }  // namespace ember::kernels::cpu

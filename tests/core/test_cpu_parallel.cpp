@@ -7,8 +7,8 @@
 // generic loop at 1, 2 and 3 threads; set_num_threads' checks.
 #include <doctest/doctest.h>
 
-#include <atomic>
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <string>
 #include <thread>
@@ -19,6 +19,7 @@
 #include "core/kernels/cpu_parallel.h"
 #include "core/ops.h"
 #include "core/threads.h"
+#include "optim/adam.h"
 
 using namespace ember;
 namespace cpu = ember::kernels::cpu;
@@ -28,10 +29,10 @@ namespace {
 // Restores the thread count and the BLAS switch at scope exit.
 struct ThreadsGuard {
   int saved = get_num_threads();
-  bool blas = cpu::use_blas();
+  bool blas = cpu::fast_paths();
   ~ThreadsGuard() {
     set_num_threads(saved);
-    cpu::set_use_blas(blas);
+    cpu::set_fast_paths(blas);
   }
 };
 
@@ -50,7 +51,7 @@ double rel_error(const Tensor& got, const Tensor& want) {
 
 Tensor reference_matmul(const Tensor& a, const Tensor& b) {
   ThreadsGuard g;
-  cpu::set_use_blas(false);
+  cpu::set_fast_paths(false);
   return matmul(a, b);
 }
 
@@ -70,8 +71,8 @@ bool same_bits(const Tensor& a, const Tensor& b) {
 
 TEST_CASE("cpu/blas: matmul matches the reference loops on every layout") {
   ThreadsGuard guard;
-  cpu::set_use_blas(true);
-  if (!cpu::use_blas()) {
+  cpu::set_fast_paths(true);
+  if (!cpu::have_blas()) {
     MESSAGE("ember was built without OpenBLAS: the CPU matmul is the reference itself");
     return;
   }
@@ -112,7 +113,7 @@ TEST_CASE("cpu/blas: linear and its backward through the BLAS match the referenc
   manual_seed(4);
   Tensor x = randn({33, 20}), w = randn({17, 20}), b = randn({17});
   auto run = [&](bool blas, std::vector<Tensor>& grads) {
-    cpu::set_use_blas(blas);
+    cpu::set_fast_paths(blas);
     Tensor xx = x.detach().requires_grad_(), ww = w.detach().requires_grad_(),
            bb = b.detach().requires_grad_();
     Tensor y = linear(xx, ww, bb, Activation::Gelu);
@@ -143,8 +144,8 @@ TEST_CASE("cpu/parallel: chunks cover the range once, at fixed bounds, by the gr
     set_num_threads(threads);
     CAPTURE(threads);
     const int64_t grain = 100;
-    for (int64_t n : {int64_t{0}, int64_t{1}, grain - 1, grain, 2 * grain - 1, 2 * grain,
-                      3 * grain, 3 * grain + 1, int64_t{1000}}) {
+    for (int64_t n : {int64_t{0}, int64_t{1}, grain - 1, grain, 2 * grain - 1, 2 * grain, 3 * grain,
+                      3 * grain + 1, int64_t{1000}}) {
       CAPTURE(n);
       std::vector<int> hits(static_cast<size_t>(n), 0);
       std::atomic<int> calls{0};
@@ -231,4 +232,123 @@ TEST_CASE("cpu/threads: set_num_threads checks its argument and get_num_threads 
   CHECK_THROWS_WITH_AS(set_num_threads(0), doctest::Contains("set_num_threads"), Error);
   CHECK_THROWS_AS(set_num_threads(-3), Error);
   CHECK(get_num_threads() == 1);
+}
+
+namespace {
+
+// (y, d_x, d_w, d_b) of layer_norm(x) with the fast paths on or off, the loss
+// sum(y * u) for a fixed u.
+std::vector<Tensor> layer_norm_run(bool fast, const Tensor& x, const Tensor& w, const Tensor& b,
+                                   const Tensor& u) {
+  cpu::set_fast_paths(fast);
+  Tensor xx = x.detach().requires_grad_(), ww = w.detach().requires_grad_(),
+         bb = b.detach().requires_grad_();
+  Tensor y = layer_norm(xx, {x.size(-1)}, ww, bb);
+  sum(y * u).backward();
+  return {y, xx.grad(), ww.grad(), bb.grad()};
+}
+
+}  // namespace
+
+TEST_CASE("cpu/fast: float32 softmax and log_softmax match the double reference") {
+  ThreadsGuard guard;
+  manual_seed(7);
+  for (int threads : {1, 2, 3}) {
+    set_num_threads(threads);
+    CAPTURE(threads);
+    for (int64_t cols : {int64_t{1}, int64_t{7}, int64_t{16}, int64_t{33}, int64_t{256}}) {
+      CAPTURE(cols);
+      Tensor x = randn({300, cols}) * 4.0;
+      for (bool log : {false, true}) {
+        cpu::set_fast_paths(false);
+        const Tensor want = log ? log_softmax(x, -1) : softmax(x, -1);
+        cpu::set_fast_paths(true);
+        const Tensor got = log ? log_softmax(x, -1) : softmax(x, -1);
+        CHECK(rel_error(got, want) <= 1e-6);
+        // backward, through autograd
+        auto grad = [&](bool fast) {
+          cpu::set_fast_paths(fast);
+          Tensor xx = x.detach().requires_grad_();
+          Tensor y = log ? log_softmax(xx, -1) : softmax(xx, -1);
+          sum(y * y).backward();
+          return xx.grad();
+        };
+        CHECK(rel_error(grad(true), grad(false)) <= 1e-5);
+      }
+    }
+  }
+  // -inf entries, a NaN row, an all -inf row: the reference's values
+  cpu::set_fast_paths(true);
+  const double inf = INFINITY, nan = NAN;
+  Tensor x = tensor({{0.0, -inf, 1.0, -inf}, {1.0, nan, 2.0, 3.0}, {-inf, -inf, -inf, -inf}});
+  const std::vector<double> y = softmax(x, -1).to_vector<double>();
+  const double e = std::exp(1.0);
+  CHECK(y[0] == doctest::Approx(1 / (1 + e)).epsilon(1e-6));
+  CHECK(y[1] == 0.0);
+  CHECK(y[2] == doctest::Approx(e / (1 + e)).epsilon(1e-6));
+  CHECK(y[3] == 0.0);
+  for (int i = 4; i < 12; ++i) CHECK(std::isnan(y[static_cast<size_t>(i)]));
+}
+
+TEST_CASE("cpu/fast: the fused float32 layer norm matches the composed reference") {
+  ThreadsGuard guard;
+  manual_seed(8);
+  for (int threads : {1, 2, 3}) {
+    set_num_threads(threads);
+    CAPTURE(threads);
+    for (int64_t cols : {int64_t{1}, int64_t{5}, int64_t{64}, int64_t{300}}) {
+      CAPTURE(cols);
+      Tensor x = randn({257, cols}) * 3.0 + 2.0, w = randn({cols}), b = randn({cols});
+      Tensor u = randn({257, cols});
+      const std::vector<Tensor> got = layer_norm_run(true, x, w, b, u);
+      const std::vector<Tensor> want = layer_norm_run(false, x, w, b, u);
+      CHECK(rel_error(got[0], want[0]) <= 1e-6);
+      if (cols > 1) CHECK(rel_error(got[1], want[1]) <= 1e-5);  // d_x is 0 at one column
+      CHECK(rel_error(got[2], want[2]) <= 1e-5);
+      CHECK(rel_error(got[3], want[3]) <= 1e-5);
+      // the same bits again at this thread count
+      const std::vector<Tensor> again = layer_norm_run(true, x, w, b, u);
+      for (size_t i = 0; i < 4; ++i) CHECK(same_bits(again[i], got[i]));
+    }
+  }
+  cpu::set_fast_paths(true);
+  CHECK(layer_norm(zeros({0, 8}), {8}).numel() == 0);
+}
+
+TEST_CASE("cpu/fast: Adam updates give the same bits at 1, 2 and 3 threads") {
+  ThreadsGuard guard;
+  std::vector<std::vector<double>> results;
+  for (int threads : {1, 2, 3}) {
+    set_num_threads(threads);
+    manual_seed(9);
+    Tensor p = randn({3 * cpu::kElementwiseGrain + 5}).requires_grad_();
+    optim::Adam opt({p}, optim::AdamOptions(1e-2));
+    for (int s = 0; s < 3; ++s) {
+      opt.zero_grad();
+      sum(p * p).backward();
+      opt.step();
+    }
+    results.push_back(p.detach().to_vector<double>());
+  }
+  CHECK(results[1] == results[0]);
+  CHECK(results[2] == results[0]);
+}
+
+TEST_CASE("cpu/parallel: sums over rows and columns give the same bits at 1, 2 and 3 threads") {
+  ThreadsGuard guard;
+  manual_seed(10);
+  Tensor x = randn({700, 300});
+  set_num_threads(1);
+  const Tensor r1 = sum(x, 0), c1 = sum(x, 1), m1 = mean(x, 0);
+  for (int threads : {2, 3}) {
+    set_num_threads(threads);
+    CHECK(same_bits(sum(x, 0), r1));
+    CHECK(same_bits(sum(x, 1), c1));
+    CHECK(same_bits(mean(x, 0), m1));
+  }
+  // and the definition: column 17's sum in double, rounded once
+  const std::vector<float> xs = x.to_vector<float>();
+  double s = 0;
+  for (int64_t r = 0; r < 700; ++r) s += xs[static_cast<size_t>(r * 300 + 17)];
+  CHECK(r1.to_vector<float>()[17] == static_cast<float>(s));
 }
