@@ -27,7 +27,7 @@ if torch_dir="$(python3 -c 'import os, torch; print(os.path.dirname(torch.__file
     echo "bench_cpu.sh: building the libtorch peer against $torch_dir" >&2
     g++ -O2 -std=c++20 -D_GLIBCXX_USE_CXX11_ABI="$abi" benchmarks/peer_cpu_libtorch.cpp \
         -I"$torch_dir/include" -I"$torch_dir/include/torch/csrc/api/include" \
-        -L"$torch_dir/lib" -Wl,-rpath,"$torch_dir/lib" -ltorch -ltorch_cpu -lc10 \
+        -L"$torch_dir/lib" -Wl,-rpath,"$torch_dir/lib" -ltorch_cpu -lc10 \
         -o "$peer" 2>"$build/peer_cpu_libtorch.log" || {
       echo "bench_cpu.sh: the peer did not build:" >&2; tail -20 "$build/peer_cpu_libtorch.log" >&2
       peer=""; }

@@ -1,6 +1,7 @@
-// The CPU's intra-op threads: how many threads one CPU op may use (the element-wise
-// ops, reductions, softmax and the optimizer updates through ember's own pool, the
-// matrix products through OpenBLAS), as libtorch's at::set_num_threads.
+// The CPU's intra-op threads: how many threads one CPU op may use (element-wise ops,
+// reductions, softmax, layer norm, optimizer updates, and matrix products as tiles
+// of single-threaded OpenBLAS calls, all on ember's own pool), as libtorch's
+// at::set_num_threads.
 #pragma once
 
 namespace ember {

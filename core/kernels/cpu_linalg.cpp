@@ -33,37 +33,79 @@ double element(const MatrixOperand& op, int64_t batch, int64_t r, int64_t c) {
 }
 
 #if EMBER_HAS_OPENBLAS
-// Products up to this many multiply-adds OpenBLAS runs on the calling thread
-// (interface/gemm.c: 65536 * GEMM_MULTITHREAD_THRESHOLD, 4 by default); batches
-// of them are spread over ember's pool instead, one single-threaded sgemm each.
-constexpr double kBlasSerialMnk = 65536.0 * 4;
+// A batch of products up to this many multiply-adds each is spread over the pool by
+// batches; a larger product is cut into a grid of tiles of C, at least this many
+// multiply-adds each, one per chunk of the pool. OpenBLAS itself runs on one thread
+// (set once below): only ember's pool makes threads, so the two never oversubscribe
+// the cores and no BLAS thread spins between products.
+constexpr double kTileMnk = 65536.0 * 4;
 
+// c[m0:m1, n0:n1] = a[m0:m1, :] b[:, n0:n1] of one batch (c's row stride g.n).
 template <typename T>
-void blas_one(const GemmArgs& g, const MatrixOperand& a, const MatrixOperand& b, const T* pa,
-              const T* pb, T* pc) {
+void blas_tile(const GemmArgs& g, const MatrixOperand& a, const MatrixOperand& b, const T* pa,
+               const T* pb, T* pc, int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
   const auto ta = a.transposed ? CblasTrans : CblasNoTrans;
   const auto tb = b.transposed ? CblasTrans : CblasNoTrans;
-  const int m = static_cast<int>(g.m), n = static_cast<int>(g.n), k = static_cast<int>(g.k);
+  const T* ta0 = pa + (a.transposed ? m0 : m0 * a.ld);  // row m0 of a
+  const T* tb0 = pb + (b.transposed ? n0 * b.ld : n0);  // column n0 of b
+  T* tc0 = pc + m0 * g.n + n0;
+  const int m = static_cast<int>(m1 - m0), n = static_cast<int>(n1 - n0);
+  const int k = static_cast<int>(g.k), ldc = static_cast<int>(g.n);
   const int lda = static_cast<int>(a.ld), ldb = static_cast<int>(b.ld);
   if constexpr (std::is_same_v<T, float>)
-    cblas_sgemm(CblasRowMajor, ta, tb, m, n, k, 1.0f, pa, lda, pb, ldb, 0.0f, pc, n);
+    cblas_sgemm(CblasRowMajor, ta, tb, m, n, k, 1.0f, ta0, lda, tb0, ldb, 0.0f, tc0, ldc);
   else
-    cblas_dgemm(CblasRowMajor, ta, tb, m, n, k, 1.0, pa, lda, pb, ldb, 0.0, pc, n);
+    cblas_dgemm(CblasRowMajor, ta, tb, m, n, k, 1.0, ta0, lda, tb0, ldb, 0.0, tc0, ldc);
+}
+
+// The grid pm x pn = tiles (pm dividing tiles) with the least m / pm + n / pn: the
+// least of a and b each tile packs.
+void tile_grid(int64_t m, int64_t n, int64_t tiles, int64_t& pm, int64_t& pn) {
+  pm = 1;
+  pn = tiles;
+  double best = -1;
+  for (int64_t d = 1; d <= tiles; ++d) {
+    if (tiles % d != 0 || d > m || tiles / d > n) continue;
+    const double cost = static_cast<double>(m) / d + static_cast<double>(n) / (tiles / d);
+    if (best < 0 || cost < best) {
+      best = cost;
+      pm = d;
+      pn = tiles / d;
+    }
+  }
+  if (best < 0) pm = pn = 1;
 }
 
 template <typename T>
 void blas_batched(const GemmArgs& g, const MatrixOperand& a, const MatrixOperand& b, T* c) {
   const T* pa = static_cast<const T*>(a.data);
   const T* pb = static_cast<const T*>(b.data);
-  auto run = [&](int64_t lo, int64_t hi) {
-    for (int64_t t = lo; t < hi; ++t)
-      blas_one<T>(g, a, b, pa + t * a.batch_stride, pb + t * b.batch_stride, c + t * g.m * g.n);
-  };
   const double mnk = static_cast<double>(g.m) * static_cast<double>(g.n) * static_cast<double>(g.k);
-  if (g.batch > 1 && mnk <= kBlasSerialMnk)
-    parallel_for(g.batch, std::max<int64_t>(1, static_cast<int64_t>(16384.0 / mnk)), run);
-  else
-    run(0, g.batch);
+  auto whole = [&](int64_t t) {
+    return blas_tile<T>(g, a, b, pa + t * a.batch_stride, pb + t * b.batch_stride,
+                        c + t * g.m * g.n, 0, g.m, 0, g.n);
+  };
+  if (g.batch > 1 && mnk <= kTileMnk) {
+    parallel_for(g.batch, std::max<int64_t>(1, static_cast<int64_t>(kTileMnk / 4 / mnk)),
+                 [&](int64_t lo, int64_t hi) {
+                   for (int64_t t = lo; t < hi; ++t) whole(t);
+                 });
+    return;
+  }
+  const int64_t tiles = chunk_count(static_cast<int64_t>(mnk / kTileMnk), 1);
+  if (tiles <= 1) {
+    for (int64_t t = 0; t < g.batch; ++t) whole(t);
+    return;
+  }
+  int64_t pm = 1, pn = 1;
+  tile_grid(g.m, g.n, tiles, pm, pn);
+  for (int64_t t = 0; t < g.batch; ++t)
+    parallel_chunks(pm * pn, pm * pn, [&](int64_t tile, int64_t, int64_t) {
+      const auto [m0, m1] = chunk_bounds(g.m, pm, tile / pn);
+      const auto [n0, n1] = chunk_bounds(g.n, pn, tile % pn);
+      blas_tile<T>(g, a, b, pa + t * a.batch_stride, pb + t * b.batch_stride, c + t * g.m * g.n, m0,
+                   m1, n0, n1);
+    });
 }
 
 // bfloat16 operand -> a float32 copy laid out as the original (same ld, batch stride).
@@ -108,6 +150,8 @@ void gemm_reference(const GemmArgs& g) {
 
 bool gemm_blas(const GemmArgs& g) {
 #if EMBER_HAS_OPENBLAS
+  static const bool one_thread = (openblas_set_num_threads(1), true);  // see kTileMnk
+  (void)one_thread;
   constexpr int64_t kIntMax = 2147483647;  // the CBLAS interface's int
   if (g.m > kIntMax || g.n > kIntMax || g.k > kIntMax || g.a.ld > kIntMax || g.b.ld > kIntMax)
     return false;

@@ -18,10 +18,6 @@
 #include "core/base/error.h"
 #include "core/threads.h"
 
-#if EMBER_HAS_OPENBLAS
-#include <cblas.h>
-#endif
-
 namespace ember {
 
 namespace {
@@ -41,13 +37,7 @@ int default_threads() {
 }
 
 std::atomic<int>& threads_setting() {
-  static std::atomic<int> n{[] {
-    const int d = default_threads();
-#if EMBER_HAS_OPENBLAS
-    openblas_set_num_threads(d);
-#endif
-    return d;
-  }()};
+  static std::atomic<int> n{default_threads()};
   return n;
 }
 
@@ -56,9 +46,6 @@ std::atomic<int>& threads_setting() {
 void set_num_threads(int n) {
   EMBER_CHECK(n >= 1, "set_num_threads: the thread count must be at least 1, got ", n);
   threads_setting().store(n);
-#if EMBER_HAS_OPENBLAS
-  openblas_set_num_threads(n);
-#endif
 }
 
 int get_num_threads() {
