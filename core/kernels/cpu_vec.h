@@ -81,8 +81,8 @@ inline float max(const float* x, int64_t n, bool& nan) {
 // |r| <= ln 2 / 2 (Cody-Waite, two constants), exp(r) by its degree-6 Taylor
 // polynomial (truncation < 1.4e-7 relative), times 2^k built in the exponent bits.
 inline float exp_nonpositive(float x) {
-  const float xc = x < -87.0f ? -87.0f : x;
-  const float kRound = 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer
+  const float xc = x >= -87.0f ? x : -87.0f;  // NaN -> -87: the cast below stays defined
+  const float kRound = 12582912.0f;           // 1.5 * 2^23: adding it rounds to an integer
   const float k = (xc * 1.44269504f + kRound) - kRound;
   const float r = (xc - k * 0.693145752f) - k * 1.42860677e-6f;
   float p = 1.0f / 720;
@@ -94,7 +94,19 @@ inline float exp_nonpositive(float x) {
   p = p * r + 1.0f;
   const float scale = std::bit_cast<float>((static_cast<int32_t>(k) + 127) << 23);
   const float e = p * scale;
-  return x < -87.0f ? 0.0f : e;
+  return x >= -87.0f ? e : (x != x ? x : 0.0f);
+}
+
+// GELU, tanh approximation, in float: 0.5 x (1 + tanh(u)) = x sigmoid(2u), with
+// sigmoid(2u) = 1 / (1 + e) or e / (1 + e), e = exp(-2|u|) <= 1 (no cancellation on
+// either side). s and 1 - s are returned for the derivative.
+inline void gelu_parts(float x, float& u, float& s, float& one_minus_s) {
+  u = 0.7978845608f * (x + 0.044715f * x * x * x);
+  const float au = u >= 0.0f ? u : -u;
+  const float e = exp_nonpositive(-2.0f * au);
+  const float inv = 1.0f / (1.0f + e);
+  s = u >= 0.0f ? inv : e * inv;
+  one_minus_s = u >= 0.0f ? e * inv : inv;
 }
 
 }  // namespace ember::kernels::cpu::vec

@@ -352,3 +352,40 @@ TEST_CASE("cpu/parallel: sums over rows and columns give the same bits at 1, 2 a
   for (int64_t r = 0; r < 700; ++r) s += xs[static_cast<size_t>(r * 300 + 17)];
   CHECK(r1.to_vector<float>()[17] == static_cast<float>(s));
 }
+
+TEST_CASE("cpu/fast: float32 GELU and its derivative match the double reference") {
+  ThreadsGuard guard;
+  manual_seed(11);
+  for (int threads : {1, 2}) {
+    set_num_threads(threads);
+    Tensor x = randn({3 * cpu::kElementwiseGrain + 3}) * 3.0;
+    auto run = [&](bool fast, Tensor& grad) {
+      cpu::set_fast_paths(fast);
+      Tensor xx = x.detach().requires_grad_();
+      Tensor y = gelu(xx);
+      sum(y * y).backward();
+      grad = xx.grad();
+      return y;
+    };
+    Tensor g_fast, g_ref;
+    const Tensor y_fast = run(true, g_fast), y_ref = run(false, g_ref);
+    CHECK(rel_error(y_fast, y_ref) <= 1e-6);
+    CHECK(rel_error(g_fast, g_ref) <= 1e-6);
+  }
+  // specials as the reference: inf, -inf (NaN: -inf * 0), NaN, far tails, zero
+  const double inf = INFINITY, nan = NAN;
+  Tensor s = tensor({inf, -inf, nan, -30.0, 30.0, 0.0, -0.0, 1e-30}, kFloat32);
+  cpu::set_fast_paths(false);
+  const std::vector<double> want = gelu(s).to_vector<double>();
+  cpu::set_fast_paths(true);
+  const std::vector<double> got = gelu(s).to_vector<double>();
+  for (size_t i = 0; i < want.size(); ++i) {
+    CAPTURE(i);
+    if (std::isnan(want[i]))
+      CHECK(std::isnan(got[i]));
+    else if (std::isinf(want[i]))
+      CHECK(got[i] == want[i]);
+    else
+      CHECK(got[i] == doctest::Approx(want[i]).epsilon(1e-6));
+  }
+}
