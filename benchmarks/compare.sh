@@ -12,6 +12,8 @@
 #                                  against libtorch and PyTorch
 #                          mlp     the 4 x 4096 MLP step: ember against PyTorch
 #                          device  Linear sweep, MSE, optimizer steps: ember against PyTorch
+#                          conv    bench_conv (convolution, batch norm, ResNet-8 step) against
+#                                  PyTorch with cuDNN (peer_conv.py)
 #                          once    allocator, alloc_site, parallel: run in rep-1 only (no peer)
 #                          all     every one of these
 #   EMBER_BENCH_QUICK=1    fewer rounds inside each process (a smoke run)
@@ -125,6 +127,10 @@ for ((k = 1; k <= reps; ++k)); do
     run "$d" cross_entropy 180 "$b/bench_cross_entropy" --json "$d/cross_entropy.json"
     run "$d" layer_norm 120 "$b/bench_layer_norm" --json "$d/layer_norm.json"
     run "$d" peer 300 python3 benchmarks/peer_pytorch.py --json "$d/peer.json"
+  fi
+  if has conv; then
+    run "$d" conv 300 "$b/bench_conv" --json "$d/conv.json" "${quick[@]}"
+    run "$d" peer_conv 300 python3 benchmarks/peer_conv.py --json "$d/peer_conv.json" "${quick[@]}"
   fi
   if has once && [ "$k" = 1 ]; then
     run "$d" allocator 300 "$b/bench_allocator" --json "$d/allocator.json"

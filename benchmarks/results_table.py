@@ -344,6 +344,27 @@ def op_overhead(reps):
     table(["workload", "device", "shape", "host ns/op", "ratio to a bare launch"], rows)
 
 
+def paired(reps, ours_file, peer_file, title, targets=()):
+    """A generic section: ember's rows of ours_file against the peer's rows of
+    peer_file with the same (workload, dtype, shape); targets are (issue, workload,
+    dtype, target ratio) entries added to the Targets table."""
+    key = lambda r: (r["workload"], r["dtype"], r["shape"])
+    ours = collect(reps, (ours_file,), key)
+    peer = collect(reps, (peer_file,), key)
+    rows = []
+    for k in ours:
+        r = ratio_series(reps, (ours_file,), key, (peer_file,), key, k)
+        rows.append([k[0], k[1], k[2], ours[k].fmt(), peer.get(k, Series()).fmt(), rfmt(r)])
+    for issue, workload, dtype, target in targets:
+        want = [k for k in ours if k[0] == workload and k[1] == dtype]
+        for k in want:
+            TARGETS.append((issue, f"{workload} {dtype} <= {target}x",
+                            ratio_series(reps, (ours_file,), key, (peer_file,), key, k), target))
+    if rows:
+        print(f"### {title}, {len(reps)} repetition(s)\n")
+        table(["workload", "dtype", "shape", "ember ms", "peer ms", "ember / peer"], rows)
+
+
 def main():
     d = sys.argv[1] if len(sys.argv) > 1 else "."
     reps = reps_of(d)
@@ -358,6 +379,10 @@ def main():
     fused(reps, "layer_norm.json", "Layer norm forward + backward, 8192 x 4096",
           "layer_norm fwd+bwd op", 0.8)
     op_overhead(reps)
+    paired(reps, "conv.json", "peer_conv.json",
+           "Convolution, batch norm, ResNet-8 step: ember (composed) against PyTorch (cuDNN)",
+           [("29", "conv3x3 fwd+bwd", "bf16", 1.2), ("29", "batch_norm2d fwd+bwd", "f32", 0.8),
+            ("29", "resnet8 step", "tf32", 1.0)])
     if TARGETS:
         print("### Targets\n")
         print("Met only when the whole range of the ratio is at or below the target, missed "

@@ -4,6 +4,7 @@
 // throw ember::Error naming the op and the operands.
 #pragma once
 
+#include <array>
 #include <utility>
 #include <vector>
 
@@ -128,6 +129,74 @@ Tensor embedding(const Tensor& weight, const Tensor& indices, int64_t padding_id
 Tensor one_hot(const Tensor& indices, int64_t num_classes = -1);
 // The tensors (all the same shape) joined along a new dim.
 Tensor stack(const std::vector<Tensor>& tensors, int64_t dim = 0);
+
+// x with source's rows added at `index` along dim (torch.index_add): source has x's
+// shape but index.numel() at dim; repeated indices accumulate, in index order (the
+// same bits on every run, CUDA too). alpha scales source.
+Tensor index_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& source,
+                 double alpha = 1.0);
+
+// --- convolution and pooling (core/ops/conv.cpp), NCHW as PyTorch's; a 3-D (C, H, W)
+// input is one image. Composed from index_select (im2col over a table of input
+// positions; padding reads a constant slot) and matmul, so every device and
+// autograd come from those ops. Int2 is (height, width).
+using Int2 = std::array<int64_t, 2>;
+// F::unfold: (N, C, H, W) -> (N, C*kh*kw, L), L the number of windows, zero padding.
+Tensor unfold(const Tensor& input, Int2 kernel_size, Int2 dilation = {1, 1}, Int2 padding = {0, 0},
+              Int2 stride = {1, 1});
+// F::fold, unfold's adjoint: (N, C*kh*kw, L) summed into (N, C, output_size).
+Tensor fold(const Tensor& input, Int2 output_size, Int2 kernel_size, Int2 dilation = {1, 1},
+            Int2 padding = {0, 0}, Int2 stride = {1, 1});
+// input (N, C, H, W), weight (O, C / groups, kh, kw), bias (O) or undefined.
+Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias = Tensor(),
+              Int2 stride = {1, 1}, Int2 padding = {0, 0}, Int2 dilation = {1, 1},
+              int64_t groups = 1);
+// input (N, C, L), weight (O, C / groups, k): conv2d over a plane of height 1.
+Tensor conv1d(const Tensor& input, const Tensor& weight, const Tensor& bias = Tensor(),
+              int64_t stride = 1, int64_t padding = 0, int64_t dilation = 1, int64_t groups = 1);
+namespace detail {
+// The padding that keeps the size with stride 1 (PyTorch's padding="same"), for odd
+// dilated kernel extents; even extents need asymmetric padding: an ember::Error.
+Int2 same_padding(const char* op, Int2 kernel, Int2 stride, Int2 dilation);
+}  // namespace detail
+// input (N, C, H, W), weight (C, O / groups, kh, kw): the gradient of conv2d with
+// respect to its input, as PyTorch's conv_transpose2d (argument order as F's).
+Tensor conv_transpose2d(const Tensor& input, const Tensor& weight, const Tensor& bias = Tensor(),
+                        Int2 stride = {1, 1}, Int2 padding = {0, 0}, Int2 output_padding = {0, 0},
+                        int64_t groups = 1, Int2 dilation = {1, 1});
+// stride {0, 0} means the kernel size (PyTorch's default); padding at most half the
+// kernel; ceil_mode as PyTorch (the last window starts inside the input or padding).
+Tensor max_pool2d(const Tensor& input, Int2 kernel_size, Int2 stride = {0, 0},
+                  Int2 padding = {0, 0}, Int2 dilation = {1, 1}, bool ceil_mode = false);
+// Also the int64 flat index (h * W + w) of each maximum in its input plane.
+ValuesAndIndices max_pool2d_with_indices(const Tensor& input, Int2 kernel_size,
+                                         Int2 stride = {0, 0}, Int2 padding = {0, 0},
+                                         Int2 dilation = {1, 1}, bool ceil_mode = false);
+// divisor_override 0: none.
+Tensor avg_pool2d(const Tensor& input, Int2 kernel_size, Int2 stride = {0, 0},
+                  Int2 padding = {0, 0}, bool ceil_mode = false, bool count_include_pad = true,
+                  int64_t divisor_override = 0);
+// Cells of rows [floor(i H / oh), ceil((i + 1) H / oh)) and likewise columns.
+Tensor adaptive_avg_pool2d(const Tensor& input, Int2 output_size);
+
+// --- batch statistics (core/ops/batch_norm.cpp), composed from reductions.
+// input (N, C, ...). Training: normalises by the batch's mean and biased variance
+// per channel and, when running_mean/running_var are given, updates them in place
+// (running = (1 - momentum) running + momentum batch, the variance unbiased), as
+// PyTorch; eval: normalises by the running statistics. weight, bias: (C) or undefined.
+Tensor batch_norm(const Tensor& input, const Tensor& running_mean, const Tensor& running_var,
+                  const Tensor& weight = Tensor(), const Tensor& bias = Tensor(),
+                  bool training = true, double momentum = 0.1, double eps = 1e-5);
+// input (N, C, ...) normalised over each group of C / num_groups channels and the
+// trailing dims; weight, bias (C) per channel.
+Tensor group_norm(const Tensor& input, int64_t num_groups, const Tensor& weight = Tensor(),
+                  const Tensor& bias = Tensor(), double eps = 1e-5);
+// F::pad: padding holds (before, after) pairs from the last dim backwards, as
+// PyTorch's; negative amounts crop. Reflect mirrors without repeating the edge;
+// replicate repeats it.
+enum class PadMode { Constant, Reflect, Replicate };
+Tensor pad(const Tensor& input, const std::vector<int64_t>& padding,
+           PadMode mode = PadMode::Constant, double value = 0.0);
 
 // --- normalisation (core/ops/layer_norm.cpp): y = (x - mean) / sqrt(var + eps) *
 // weight + bias over the trailing dims normalized_shape (biased variance, as

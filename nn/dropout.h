@@ -31,4 +31,17 @@ class Dropout : public Module {
   DropoutOptions options;
 };
 
+// nn::Dropout2d: zeroes whole channels of (N, C, H, W) or (C, H, W) inputs with
+// probability p while training (functional::dropout2d); the identity in eval mode.
+using Dropout2dOptions = DropoutOptions;
+class Dropout2d : public Module {
+ public:
+  explicit Dropout2d(const Dropout2dOptions& options = {});
+  explicit Dropout2d(double p) : Dropout2d(Dropout2dOptions(p)) {}
+  Tensor forward(const Tensor& x) const;
+  std::string extra_repr() const override;
+
+  Dropout2dOptions options;
+};
+
 }  // namespace ember::nn

@@ -99,6 +99,38 @@ Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {
   return out;
 }
 
+// ---------------------------------------------------------------- index_add
+
+Tensor index_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& source,
+                 double alpha) {
+  OpSite site("index_add");
+  check_defined("index_add", x);
+  check_defined("index_add", source, "source");
+  check_index_tensor("index_add", index, x, "index");
+  check_same_device("index_add", x, source);
+  check_same_dtype("index_add", x, source);
+  EMBER_CHECK(index.dim() <= 1, "index_add: index must be 0-D or 1-D, got shape ",
+              shape_str(index.sizes()));
+  EMBER_CHECK(x.dim() >= 1, "index_add: the input must have at least one dim");
+  dim = wrap_dim(dim, x.dim(), "index_add");
+  const Tensor idx = contiguous(index.reshape({-1}));
+  Shape expect = x.sizes();
+  expect[dim] = idx.numel();
+  EMBER_CHECK(source.sizes() == expect, "index_add: source must have shape ", shape_str(expect),
+              " (the input's with dim ", dim, " the index's length), got ",
+              shape_str(source.sizes()));
+  // The rows of source summed into zeros in index order (deterministic), then added.
+  Tensor added = add_rows_back(source.detach(), idx, x.sizes(), dim);
+  Tensor out = add(x.detach(), added, alpha);
+  if (any_requires_grad({&x, &source}))
+    attach_grad_fn(out, "IndexAddBackward", {&x, &source}, {idx},
+                   [dim, alpha](const Tensor& g, const SavedTensors& s) {
+                     Tensor d_src = select_rows(g, dim, s[0], "index_add");
+                     return Grads{g, alpha == 1.0 ? d_src : mul(d_src, alpha)};
+                   });
+  return out;
+}
+
 // ---------------------------------------------------------------- embedding
 
 Tensor embedding(const Tensor& weight, const Tensor& indices, int64_t padding_idx) {

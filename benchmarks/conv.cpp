@@ -1,0 +1,205 @@
+// bench_conv: the convolution workloads of issue 29 on ember's composed path (im2col
+// through index_select, then matmul; core/ops/conv.cpp): conv 3x3 64->64 on 32x32,
+// batch 128, forward and forward+backward in TF32 and bf16; batch_norm2d
+// 128x64x32x32 forward+backward; a ResNet-8 training step (stem + basic blocks
+// 64/128/256, batch 128, SGD with momentum) in TF32. benchmarks/peer_conv.py times
+// the same in PyTorch (cuDNN, channels_last). Each workload is checked first on the
+// GPU against the same ops in float64 (the conv also against a CPU float64 run on
+// two images); a failed check prints no row and exits 1.
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#include "benchmarks/check.h"
+#include "benchmarks/timing.h"
+#include "core/autograd.h"
+#include "core/ops.h"
+#include "cuda/blas.h"
+#include "nn/nn.h"
+#include "optim/optim.h"
+
+using namespace ember;
+
+namespace {
+
+constexpr int64_t kBatch = 128, kChannels = 64, kSide = 32;
+
+bool checked(const char* what, double err, double tol) {
+  std::printf("validate %-34s rel err %.2e (tolerance %.0e)\n", what, err, tol);
+  if (err <= tol) return true;
+  std::printf("VALIDATION FAILED\n");
+  return false;
+}
+
+// A ResNet basic block: conv-bn-relu-conv-bn plus the shortcut (a 1x1 conv + bn
+// when the shape changes), then relu.
+struct BasicBlock : nn::Module {
+  BasicBlock(int64_t in, int64_t out, int64_t stride) {
+    c1 = register_module("conv1", std::make_shared<nn::Conv2d>(
+                                      nn::Conv2dOptions(in, out, 3).stride(stride).padding(1).bias(false)));
+    b1 = register_module("bn1", std::make_shared<nn::BatchNorm2d>(out));
+    c2 = register_module("conv2", std::make_shared<nn::Conv2d>(
+                                      nn::Conv2dOptions(out, out, 3).padding(1).bias(false)));
+    b2 = register_module("bn2", std::make_shared<nn::BatchNorm2d>(out));
+    if (stride != 1 || in != out) {
+      sc = register_module("shortcut", std::make_shared<nn::Conv2d>(
+                                           nn::Conv2dOptions(in, out, 1).stride(stride).bias(false)));
+      sb = register_module("shortcut_bn", std::make_shared<nn::BatchNorm2d>(out));
+    }
+  }
+  Tensor forward(const Tensor& x) {
+    Tensor y = relu(b1->forward(c1->forward(x)));
+    y = b2->forward(c2->forward(y));
+    Tensor s = sc ? sb->forward(sc->forward(x)) : x;
+    return relu(add(y, s));
+  }
+  std::shared_ptr<nn::Conv2d> c1, c2, sc;
+  std::shared_ptr<nn::BatchNorm2d> b1, b2, sb;
+};
+
+struct ResNet8 : nn::Module {
+  ResNet8() {
+    stem = register_module("stem", std::make_shared<nn::Conv2d>(
+                                       nn::Conv2dOptions(3, 64, 3).padding(1).bias(false)));
+    bn = register_module("bn", std::make_shared<nn::BatchNorm2d>(64));
+    l1 = register_module("layer1", std::make_shared<BasicBlock>(64, 64, 1));
+    l2 = register_module("layer2", std::make_shared<BasicBlock>(64, 128, 2));
+    l3 = register_module("layer3", std::make_shared<BasicBlock>(128, 256, 2));
+    fc = register_module("fc", std::make_shared<nn::Linear>(256, 10));
+  }
+  Tensor forward(const Tensor& x) {
+    Tensor y = relu(bn->forward(stem->forward(x)));
+    y = l3->forward(l2->forward(l1->forward(y)));
+    y = flatten(adaptive_avg_pool2d(y, {1, 1}), 1);
+    return fc->forward(y);
+  }
+  std::shared_ptr<nn::Conv2d> stem;
+  std::shared_ptr<nn::BatchNorm2d> bn;
+  std::shared_ptr<BasicBlock> l1, l2, l3;
+  std::shared_ptr<nn::Linear> fc;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (!bench::have_gpu("bench_conv")) return 0;
+  const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
+  const int iters = quick ? 5 : 20;
+  cuda::set_allow_tf32(true);  // the peer's fp32 rows run TF32 too (cuDNN's default)
+  bench::Table table("conv: composed convolution (im2col + matmul), batch norm, ResNet-8 step");
+  Generator gen(29);
+  const TensorOptions gpu = TensorOptions(kFloat32).device(kCUDA);
+  const char* shape = "128x64x32x32 k3";
+  const double conv_flops = 2.0 * kBatch * kSide * kSide * kChannels * kChannels * 9;
+
+  Tensor x32 = randn({kBatch, kChannels, kSide, kSide}, gpu, &gen);
+  Tensor w32 = mul(randn({kChannels, kChannels, 3, 3}, gpu, &gen), 1.0 / 24.0);
+  Tensor dy32 = randn({kBatch, kChannels, kSide, kSide}, gpu, &gen);
+  // The reference: the same op in float64 on the GPU (GEMMs in full fp64), and on the
+  // CPU for two images (the CPU's loops: an independent implementation of the GEMM).
+  {
+    Tensor y64 = conv2d(x32.to(kFloat64), w32.to(kFloat64), Tensor(), {1, 1}, {1, 1});
+    Tensor cpu2 = conv2d(bench::f64(x32.slice(0, 0, 2)), bench::f64(w32), Tensor(), {1, 1}, {1, 1});
+    if (!checked("conv fwd fp64 GPU vs CPU (2 images)", bench::rel_err(y64.slice(0, 0, 2), cpu2),
+                 1e-12))
+      return 1;
+    for (DType dt : {kFloat32, kBFloat16}) {
+      Tensor y = conv2d(x32.to(dt), w32.to(dt), Tensor(), {1, 1}, {1, 1});
+      if (!checked(dt == kFloat32 ? "conv fwd tf32" : "conv fwd bf16",
+                   bench::rel_err_on_device(y, y64), dt == kFloat32 ? 5e-3 : 2e-2))
+        return 1;
+    }
+  }
+  for (DType dt : {kFloat32, kBFloat16}) {
+    const char* dn = dt == kFloat32 ? "tf32" : "bf16";
+    Tensor x = x32.to(dt).detach(), w = w32.to(dt).detach(), dy = dy32.to(dt);
+    x.set_requires_grad(true);
+    w.set_requires_grad(true);
+    // Backward checked against float64 autograd of the same op.
+    {
+      Tensor x64 = x32.to(kFloat64).detach(), w64 = w32.to(kFloat64).detach();
+      x64.set_requires_grad(true);
+      w64.set_requires_grad(true);
+      std::vector<Tensor> want =
+          grad({conv2d(x64, w64, Tensor(), {1, 1}, {1, 1})}, {x64, w64}, {dy32.to(kFloat64)});
+      std::vector<Tensor> got = grad({conv2d(x, w, Tensor(), {1, 1}, {1, 1})}, {x, w}, {dy});
+      const double tol = dt == kFloat32 ? 5e-3 : 3e-2;
+      if (!checked("conv d_x", bench::rel_err_on_device(got[0], want[0]), tol) ||
+          !checked("conv d_w", bench::rel_err_on_device(got[1], want[1]), tol))
+        return 1;
+    }
+    auto fwd = [&] {
+      NoGradGuard ng;
+      Tensor y = conv2d(x, w, Tensor(), {1, 1}, {1, 1});
+    };
+    auto fwd_bwd = [&] {
+      std::vector<Tensor> g = grad({conv2d(x, w, Tensor(), {1, 1}, {1, 1})}, {x, w}, {dy});
+    };
+    bench::Spread f = bench::spread_ms(fwd, 3, iters);
+    table.add({"conv3x3 fwd", dn, shape, "ember", f.median, conv_flops / f.median / 1e9, "TFLOP/s",
+               "", f.min, f.max});
+    bench::Spread fb = bench::spread_ms(fwd_bwd, 3, iters);
+    table.add({"conv3x3 fwd+bwd", dn, shape, "ember", fb.median, 3 * conv_flops / fb.median / 1e9,
+               "TFLOP/s", "", fb.min, fb.max});
+  }
+
+  // batch_norm2d forward + backward (training statistics), fp32.
+  {
+    Tensor x = x32.detach();
+    x.set_requires_grad(true);
+    Tensor wgt = add(mul(randn({kChannels}, gpu, &gen), 0.1), 1.0).detach();
+    Tensor bias = randn({kChannels}, gpu, &gen).detach();
+    wgt.set_requires_grad(true);
+    bias.set_requires_grad(true);
+    Tensor x64 = x32.to(kFloat64).detach(), w64 = wgt.to(kFloat64).detach(),
+           b64 = bias.to(kFloat64).detach();
+    x64.set_requires_grad(true);
+    std::vector<Tensor> want =
+        grad({batch_norm(x64, Tensor(), Tensor(), w64, b64, true)}, {x64}, {dy32.to(kFloat64)});
+    std::vector<Tensor> got =
+        grad({batch_norm(x, Tensor(), Tensor(), wgt, bias, true)}, {x, wgt, bias}, {dy32});
+    if (!checked("batch_norm d_x", bench::rel_err_on_device(got[0], want[0]), 1e-4)) return 1;
+    auto step = [&] {
+      std::vector<Tensor> g =
+          grad({batch_norm(x, Tensor(), Tensor(), wgt, bias, true)}, {x, wgt, bias}, {dy32});
+    };
+    bench::Spread s = bench::spread_ms(step, 3, iters);
+    const double bytes = 5.0 * 4.0 * kBatch * kChannels * kSide * kSide;  // x, y, d_y, d_x, x again
+    table.add({"batch_norm2d fwd+bwd", "f32", "128x64x32x32", "ember", s.median,
+               bytes / s.median / 1e6, "GB/s", "5 accesses/elem", s.min, s.max});
+  }
+
+  // ResNet-8 training step, TF32, batch 128 of 3x32x32, SGD(0.1, momentum 0.9).
+  {
+    manual_seed(8);
+    auto model = std::make_shared<ResNet8>();
+    model->to(kCUDA);
+    optim::SGD opt(model->parameters(), optim::SGDOptions(0.1).momentum(0.9));
+    Tensor images = randn({kBatch, 3, kSide, kSide}, gpu, &gen);
+    Tensor labels = randint(10, {kBatch}, TensorOptions(kInt64).device(kCUDA), &gen);
+    double first = 0, last = 0;
+    auto step = [&] {
+      opt.zero_grad();
+      Tensor loss = cross_entropy(model->forward(images), labels);
+      loss.backward();
+      opt.step();
+      return loss;
+    };
+    // The step must learn: the loss on one fixed batch falls over 10 steps.
+    first = step().item();
+    for (int i = 0; i < 8; ++i) step();
+    last = step().item();
+    std::printf("validate resnet8: loss %.4f -> %.4f over 10 steps on one batch\n", first, last);
+    if (!(std::isfinite(last) && last < first)) {
+      std::printf("VALIDATION FAILED\n");
+      return 1;
+    }
+    bench::Spread s = bench::spread_ms([&] { step(); }, 3, iters);
+    table.add({"resnet8 step", "tf32", "b128 3x32x32", "ember", s.median, 0, "", "SGD momentum",
+               s.min, s.max});
+  }
+  table.write_json(bench::json_path(argc, argv));
+  return 0;
+}

@@ -1,0 +1,181 @@
+// Batch norm and group norm, composed from reductions and element-wise ops (so
+// autograd and every device come for free; a fused CUDA kernel can take the seam
+// later and be tested against this), and pad (constant, reflect, replicate).
+#include <algorithm>
+#include <tuple>
+#include <vector>
+
+#include "core/alloc_site.h"
+#include "core/autograd.h"
+#include "core/ops.h"
+
+namespace ember {
+
+namespace {
+
+void check_channel_param(const char* op, const char* what, const Tensor& p, const Tensor& x,
+                         int64_t c) {
+  if (!p.defined()) return;
+  check_same_device(op, x, p);
+  EMBER_CHECK(p.dim() == 1 && p.size(0) == c, op, ": ", what, " must be (", c, "), got ",
+              shape_str(p.sizes()));
+}
+
+// Mean and biased variance of x (N, C, M) over dims 0 and 2, as (1, C, 1); each
+// reduction in x's dtype's accumulation (the reductions' own).
+std::pair<Tensor, Tensor> channel_moments(const Tensor& x3) {
+  Tensor mean = ember::mean(ember::mean(x3, 2, true), 0, true);
+  Tensor centred = sub(x3, mean);
+  Tensor var = ember::mean(ember::mean(mul(centred, centred), 2, true), 0, true);
+  return {mean, var};
+}
+
+}  // namespace
+
+Tensor batch_norm(const Tensor& input, const Tensor& running_mean, const Tensor& running_var,
+                  const Tensor& weight, const Tensor& bias, bool training, double momentum,
+                  double eps) {
+  OpSite site("batch_norm");
+  check_defined("batch_norm", input);
+  check_floating("batch_norm", input);
+  EMBER_CHECK(input.dim() >= 2, "batch_norm: expected an input of at least 2 dims (N, C, ...), ",
+              "got shape ", shape_str(input.sizes()));
+  EMBER_CHECK(eps >= 0.0, "batch_norm: eps must be >= 0, got ", eps);
+  const int64_t n = input.size(0), c = input.size(1);
+  const int64_t m = c == 0 ? 0 : input.numel() / std::max<int64_t>(n * c, 1);
+  check_channel_param("batch_norm", "running_mean", running_mean, input, c);
+  check_channel_param("batch_norm", "running_var", running_var, input, c);
+  check_channel_param("batch_norm", "weight", weight, input, c);
+  check_channel_param("batch_norm", "bias", bias, input, c);
+  EMBER_CHECK(running_mean.defined() == running_var.defined(),
+              "batch_norm: running_mean and running_var must both be given or both be undefined");
+  EMBER_CHECK(training || running_mean.defined(),
+              "batch_norm: eval mode (training = false) needs running_mean and running_var");
+  const Tensor x3 = reshape(input, {n, c, m});
+  Tensor mean, var;
+  if (training) {
+    EMBER_CHECK(n * m > 1, "batch_norm: expected more than 1 value per channel when training, ",
+                "got input of shape ", shape_str(input.sizes()));
+    std::tie(mean, var) = channel_moments(x3);
+    if (running_mean.defined()) {
+      // running = (1 - momentum) running + momentum batch (unbiased variance there).
+      NoGradGuard no_grad;
+      const double count = static_cast<double>(n * m);
+      Tensor rm = running_mean, rv = running_var;
+      mul_(rm, 1.0 - momentum);
+      add_(rm, mean.detach().reshape({c}), momentum);
+      mul_(rv, 1.0 - momentum);
+      add_(rv, var.detach().reshape({c}), momentum * count / (count - 1.0));
+    }
+  } else {
+    mean = running_mean.view({1, c, 1});
+    var = running_var.view({1, c, 1});
+  }
+  Tensor y = mul(sub(x3, mean), pow(add(var, eps), -0.5));
+  if (weight.defined()) y = mul(y, weight.view({1, c, 1}));
+  if (bias.defined()) y = add(y, bias.view({1, c, 1}));
+  return reshape(y, input.sizes());
+}
+
+Tensor group_norm(const Tensor& input, int64_t num_groups, const Tensor& weight,
+                  const Tensor& bias, double eps) {
+  OpSite site("group_norm");
+  check_defined("group_norm", input);
+  check_floating("group_norm", input);
+  EMBER_CHECK(input.dim() >= 2, "group_norm: expected an input of at least 2 dims (N, C, ...), ",
+              "got shape ", shape_str(input.sizes()));
+  const int64_t n = input.size(0), c = input.size(1);
+  EMBER_CHECK(num_groups >= 1 && c % num_groups == 0, "group_norm: ", c,
+              " channels are not divisible by num_groups = ", num_groups);
+  EMBER_CHECK(eps >= 0.0, "group_norm: eps must be >= 0, got ", eps);
+  check_channel_param("group_norm", "weight", weight, input, c);
+  check_channel_param("group_norm", "bias", bias, input, c);
+  const Tensor xg = reshape(input, {n, num_groups, -1});
+  Tensor mean = ember::mean(xg, 2, true);
+  Tensor centred = sub(xg, mean);
+  Tensor var = ember::mean(mul(centred, centred), 2, true);
+  Tensor y = reshape(mul(centred, pow(add(var, eps), -0.5)), {n, c, -1});
+  if (weight.defined()) y = mul(y, weight.view({1, c, 1}));
+  if (bias.defined()) y = add(y, bias.view({1, c, 1}));
+  return reshape(y, input.sizes());
+}
+
+// ---------------------------------------------------------------- pad
+
+namespace {
+
+// x padded along dim by (before, after) in `mode`; negative amounts crop.
+Tensor pad_dim(const Tensor& x, int64_t dim, int64_t before, int64_t after, PadMode mode,
+               double value) {
+  const int64_t n = x.size(dim);
+  Tensor t = x;
+  if (before < 0 || after < 0) {  // crop first, as PyTorch's negative padding
+    const int64_t lo = before < 0 ? -before : 0, hi = after < 0 ? n + after : n;
+    EMBER_CHECK(lo <= hi, "pad: cropping (", before, ", ", after, ") removes all of dim ", dim,
+                " of size ", n);
+    t = slice(t, dim, lo, hi);
+    before = std::max<int64_t>(before, 0);
+    after = std::max<int64_t>(after, 0);
+  }
+  if (before == 0 && after == 0) return t;
+  const int64_t m = t.size(dim);
+  if (mode == PadMode::Constant) {
+    Shape s = t.sizes();
+    std::vector<Tensor> parts;
+    if (before > 0) {
+      s[dim] = before;
+      parts.push_back(full(s, value, t.options()));
+    }
+    parts.push_back(t);
+    if (after > 0) {
+      s[dim] = after;
+      parts.push_back(full(s, value, t.options()));
+    }
+    return cat(parts, dim);
+  }
+  if (mode == PadMode::Reflect)
+    EMBER_CHECK(before < m && after < m, "pad: reflect padding (", before, ", ", after,
+                ") must be smaller than the size of dim ", dim, " (", m, ")");
+  else
+    EMBER_CHECK(m > 0, "pad: replicate padding of an empty dim ", dim);
+  std::vector<double> idx;
+  idx.reserve(static_cast<size_t>(before + m + after));
+  for (int64_t i = -before; i < m + after; ++i) {
+    int64_t j = i;
+    if (mode == PadMode::Reflect) {
+      if (j < 0) j = -j;
+      if (j >= m) j = 2 * (m - 1) - j;
+    } else {
+      j = std::min(std::max<int64_t>(j, 0), m - 1);
+    }
+    idx.push_back(static_cast<double>(j));
+  }
+  Tensor index = from_vector(idx, {static_cast<int64_t>(idx.size())},
+                             TensorOptions(kInt64).device(t.device()));
+  return index_select(t, dim, index);
+}
+
+}  // namespace
+
+Tensor pad(const Tensor& input, const std::vector<int64_t>& padding, PadMode mode, double value) {
+  OpSite site("pad");
+  check_defined("pad", input);
+  EMBER_CHECK(padding.size() % 2 == 0, "pad: padding must have an even number of entries ",
+              "(before, after) per dim, from the last dim backwards; got ", padding.size());
+  const int64_t dims = static_cast<int64_t>(padding.size()) / 2;
+  EMBER_CHECK(dims <= input.dim(), "pad: ", padding.size(), " padding entries pad ", dims,
+              " dims, but the input has ", input.dim(), " (shape ", shape_str(input.sizes()), ")");
+  if (mode != PadMode::Constant)
+    EMBER_CHECK(dims <= input.dim() - 1, "pad: ",
+                mode == PadMode::Reflect ? "reflect" : "replicate",
+                " padding pads at most the trailing dim(s) after a batch or channel dim; got ",
+                dims, " padded dims for shape ", shape_str(input.sizes()));
+  Tensor t = input;
+  for (int64_t i = 0; i < dims; ++i) {
+    const int64_t dim = input.dim() - 1 - i;
+    t = pad_dim(t, dim, padding[2 * i], padding[2 * i + 1], mode, value);
+  }
+  return t;
+}
+
+}  // namespace ember
