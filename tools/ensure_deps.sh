@@ -20,6 +20,10 @@ need_cmd ccache ccache
 need_cmd mpicxx libopenmpi-dev
 need_cmd mpirun openmpi-bin
 need_file /usr/include/doctest/doctest.h doctest-dev
+# OpenBLAS for the CPU matrix products (CMake falls back to the reference loops without it).
+if command -v dpkg >/dev/null 2>&1; then
+  dpkg -s libopenblas-dev >/dev/null 2>&1 || missing+=(libopenblas-dev)
+fi
 need_cmd python3 python3   # tools/convert_torch_trace.py and its test
 for pkg in "$@"; do
   dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")

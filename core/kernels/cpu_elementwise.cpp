@@ -11,6 +11,7 @@
 #include "core/base/random.h"
 #include "core/kernels/cpu_elementwise.h"
 #include "core/kernels/cpu_loops.h"
+#include "core/kernels/cpu_parallel.h"
 #include "core/kernels/registration.h"
 
 namespace ember::kernels {
@@ -130,9 +131,11 @@ using ember::detail::dispatch_cpu;
 using ember::detail::store_from_double;
 
 void unary(const UnaryArgs& a) {
+  if (cpu::fast_paths() && cpu::unary_float_approx(a)) return;
   if (!cpu::unary_fast(a)) cpu::unary_generic(a);
 }
 void unary_backward(const UnaryBackwardArgs& a) {
+  if (cpu::fast_paths() && cpu::unary_backward_float_approx(a)) return;
   if (!cpu::unary_backward_fast(a)) cpu::unary_backward_generic(a);
 }
 void binary(const BinaryArgs& a) {

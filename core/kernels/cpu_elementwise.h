@@ -36,4 +36,12 @@ bool binary_backward_fast(const BinaryBackwardArgs& a);
 bool cast_fast(const CastArgs& a);
 bool fill_fast(const FillArgs& a);
 
+// Float32 approximations the registered kernels try first when cpu::fast_paths()
+// (cpu_parallel.h), ahead of the fast path: GELU (tanh) forward and backward in
+// float (core/kernels/cpu_float_math.cpp), contiguous operands, each input the
+// output or disjoint from it; held to DESIGN.md's element-wise threshold (1e-6
+// relative) against the generic loop, not to its bits. false: not taken.
+bool unary_float_approx(const UnaryArgs& a);
+bool unary_backward_float_approx(const UnaryBackwardArgs& a);
+
 }  // namespace ember::kernels::cpu

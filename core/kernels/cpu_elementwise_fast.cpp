@@ -5,6 +5,7 @@
 // comes from computing the same expression in the same type, or, for the ops listed as exact in
 // float below, from the double-rounding theorem. tests/core/test_cpu_fast_path.cpp compares the two
 // bit for bit on every op of the lists.
+#include <algorithm>
 #include <cfloat>
 #include <cmath>
 #include <cstdint>
@@ -13,6 +14,7 @@
 
 #include "core/kernels/cpu_elementwise.h"
 #include "core/kernels/cpu_loops.h"
+#include "core/kernels/cpu_parallel.h"
 
 // Each operand is the output itself or disjoint from it (checked before any loop
 // runs), so no iteration reads what another wrote: the compiler may vectorise
@@ -254,6 +256,29 @@ P* row_start(P* base, const StridedLayout& l, size_t size, const Plan& p, int64_
   return static_cast<Byte*>(base) + l.offset_of(r * p.length) * static_cast<int64_t>(size);
 }
 
+// Pointer `count` elements of `size` bytes past p.
+template <typename P>
+P* advance(P* p, int64_t count, size_t size) {
+  using Byte = std::conditional_t<std::is_const_v<P>, const char, char>;
+  return static_cast<Byte*>(p) + count * static_cast<int64_t>(size);
+}
+
+// body(row, first, count) over the plan's elements, in chunks on the thread pool
+// (cpu_parallel.h): a contiguous plan splits its one row, a strided one its rows.
+// Each element is computed as alone, so the chunking changes no bit.
+template <typename F>
+void for_plan(const Plan& p, F&& body) {
+  if (p.rows == 1) {
+    parallel_for(p.length, kElementwiseGrain,
+                 [&](int64_t b, int64_t e) { body(int64_t{0}, b, e - b); });
+    return;
+  }
+  parallel_for(p.rows, std::max<int64_t>(1, kElementwiseGrain / std::max<int64_t>(1, p.length)),
+               [&](int64_t b, int64_t e) {
+                 for (int64_t r = b; r < e; ++r) body(r, int64_t{0}, p.length);
+               });
+}
+
 // ---------------------------------------------------------------- the formulas, one type per op
 
 // Each list entry's formula text, as elementwise_ops.h's unary_forward and
@@ -484,8 +509,10 @@ bool unary_fast(const UnaryArgs& a) {
   const Operand ops[] = {{a.x, &a.xl, in}, {a.y, &a.yl, out}};
   Plan p;
   if (loop == nullptr || !plan_of(ops, 2, a.n, p)) return false;
-  for (int64_t r = 0; r < p.rows; ++r)
-    loop(row_start(a.x, a.xl, in, p, r), row_start(a.y, a.yl, out, p, r), p.length, a.a);
+  for_plan(p, [&](int64_t r, int64_t f, int64_t len) {
+    loop(advance(row_start(a.x, a.xl, in, p, r), f, in),
+         advance(row_start(a.y, a.yl, out, p, r), f, out), len, a.a);
+  });
   return true;
 }
 
@@ -495,9 +522,11 @@ bool unary_backward_fast(const UnaryBackwardArgs& a) {
   const Operand ops[] = {{a.g, &a.gl, size}, {a.s, &a.sl, size}, {a.out, &a.ol, size}};
   Plan p;
   if (loop == nullptr || !plan_of(ops, 3, a.n, p)) return false;
-  for (int64_t r = 0; r < p.rows; ++r)
-    loop(row_start(a.g, a.gl, size, p, r), row_start(a.s, a.sl, size, p, r),
-         row_start(a.out, a.ol, size, p, r), p.length, a.a);
+  for_plan(p, [&](int64_t r, int64_t f, int64_t len) {
+    loop(advance(row_start(a.g, a.gl, size, p, r), f, size),
+         advance(row_start(a.s, a.sl, size, p, r), f, size),
+         advance(row_start(a.out, a.ol, size, p, r), f, size), len, a.a);
+  });
   return true;
 }
 
@@ -508,9 +537,11 @@ bool binary_fast(const BinaryArgs& a) {
   const Operand ops[] = {{a.x, &a.xl, in}, {a.y, &a.yl, in}, {a.out, &a.ol, out}};
   Plan p;
   if (loop == nullptr || !plan_of(ops, 3, a.n, p)) return false;
-  for (int64_t r = 0; r < p.rows; ++r)
-    loop(row_start(a.x, a.xl, in, p, r), row_start(a.y, a.yl, in, p, r),
-         row_start(a.out, a.ol, out, p, r), p.length, a.a);
+  for_plan(p, [&](int64_t r, int64_t f, int64_t len) {
+    loop(advance(row_start(a.x, a.xl, in, p, r), f, in),
+         advance(row_start(a.y, a.yl, in, p, r), f, in),
+         advance(row_start(a.out, a.ol, out, p, r), f, out), len, a.a);
+  });
   return true;
 }
 
@@ -521,9 +552,12 @@ bool binary_backward_fast(const BinaryBackwardArgs& a) {
       {a.g, &a.gl, size}, {a.x, &a.xl, size}, {a.y, &a.yl, size}, {a.out, &a.ol, size}};
   Plan p;
   if (loop == nullptr || !plan_of(ops, 4, a.n, p)) return false;
-  for (int64_t r = 0; r < p.rows; ++r)
-    loop(row_start(a.g, a.gl, size, p, r), row_start(a.x, a.xl, size, p, r),
-         row_start(a.y, a.yl, size, p, r), row_start(a.out, a.ol, size, p, r), p.length, a.a);
+  for_plan(p, [&](int64_t r, int64_t f, int64_t len) {
+    loop(advance(row_start(a.g, a.gl, size, p, r), f, size),
+         advance(row_start(a.x, a.xl, size, p, r), f, size),
+         advance(row_start(a.y, a.yl, size, p, r), f, size),
+         advance(row_start(a.out, a.ol, size, p, r), f, size), len, a.a);
+  });
   return true;
 }
 

@@ -1,9 +1,12 @@
-// CPU reductions over the middle axis of (outer, n, inner), accumulating in double.
+// CPU reductions over the middle axis of (outer, n, inner), accumulating in double
+// (sum spread over the thread pool by outputs).
 // NaN counts as the extreme value in max and min, as in PyTorch.
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
 #include "core/kernels/cpu_loops.h"
+#include "core/kernels/cpu_parallel.h"
 #include "core/kernels/registration.h"
 
 namespace ember::kernels {
@@ -14,22 +17,34 @@ using detail::dispatch_cpu;
 using detail::load_as_double;
 using detail::store_from_double;
 
+// Rows (outer) or columns (inner) are spread over the thread pool; each output is
+// summed over k in order whatever the split: the same bits at every thread count.
 void sum(const SumArgs& a) {
   dispatch_cpu(a.dtype, [&](auto tag) {
     using S = decltype(tag);
     const S* px = static_cast<const S*>(a.x);
     S* py = static_cast<S*>(a.y);
-    std::vector<double> acc(static_cast<size_t>(a.inner));
-    for (int64_t o = 0; o < a.outer; ++o) {
-      std::fill(acc.begin(), acc.end(), 0.0);
-      for (int64_t k = 0; k < a.n; ++k) {
-        const S* row = px + (o * a.n + k) * a.inner;
-        for (int64_t i = 0; i < a.inner; ++i) acc[i] += load_as_double(row + i);
+    // outputs o in [o0, o1), columns i in [i0, i1)
+    auto block = [&](int64_t o0, int64_t o1, int64_t i0, int64_t i1) {
+      std::vector<double> acc(static_cast<size_t>(i1 - i0));
+      for (int64_t o = o0; o < o1; ++o) {
+        std::fill(acc.begin(), acc.end(), 0.0);
+        for (int64_t k = 0; k < a.n; ++k) {
+          const S* row = px + (o * a.n + k) * a.inner + i0;
+          for (int64_t i = 0; i < i1 - i0; ++i) acc[i] += load_as_double(row + i);
+        }
+        for (int64_t i = i0; i < i1; ++i)
+          store_from_double(py + o * a.inner + i,
+                            a.mean ? acc[i - i0] / static_cast<double>(a.n) : acc[i - i0]);
       }
-      for (int64_t i = 0; i < a.inner; ++i)
-        store_from_double(py + o * a.inner + i,
-                          a.mean ? acc[i] / static_cast<double>(a.n) : acc[i]);
-    }
+    };
+    const int64_t n = std::max<int64_t>(1, a.n), g = cpu::kElementwiseGrain;
+    if (a.outer >= a.inner)
+      cpu::parallel_for(a.outer, std::max<int64_t>(1, g / (n * std::max<int64_t>(1, a.inner))),
+                        [&](int64_t lo, int64_t hi) { block(lo, hi, 0, a.inner); });
+    else
+      cpu::parallel_for(a.inner, std::max<int64_t>(1, g / (n * std::max<int64_t>(1, a.outer))),
+                        [&](int64_t lo, int64_t hi) { block(0, a.outer, lo, hi); });
   });
 }
 

@@ -1,9 +1,19 @@
-// CPU softmax and log_softmax over the middle axis of (outer, n, inner), in
-// double: the reference for cuda/kernels/softmax.cu.
+// CPU softmax and log_softmax over the middle axis of (outer, n, inner): the
+// reference in double (the oracle for cuda/kernels/softmax.cu and for the fast
+// path), and, when cpu::fast_paths(), float32 rows (inner 1) in float with
+// vectorised loops (cpu_vec.h), rows spread over the thread pool. The fused layer
+// norm: float32 only and only on the fast path (the composed op is the reference);
+// rows in float with sums over fixed lanes, d_w and d_b summed per chunk of rows in
+// double and the chunks combined in order. The fused cross-entropy has no CPU
+// kernel (the op composes log_softmax and nll_loss).
+#include <algorithm>
 #include <cmath>
+#include <limits>
 #include <vector>
 
 #include "core/kernels/cpu_loops.h"
+#include "core/kernels/cpu_parallel.h"
+#include "core/kernels/cpu_vec.h"
 #include "core/kernels/registration.h"
 
 namespace ember::kernels {
@@ -14,7 +24,39 @@ using detail::dispatch_cpu;
 using detail::load_as_double;
 using detail::store_from_double;
 
-void softmax(const SoftmaxArgs& a) {
+// Rows of `cols` elements per chunk of the pool: about kElementwiseGrain elements.
+int64_t row_grain(int64_t cols) {
+  return std::max<int64_t>(1, cpu::kElementwiseGrain / 4 / std::max<int64_t>(1, cols));
+}
+
+void softmax_fast(const SoftmaxArgs& a) {  // float32, inner == 1, n >= 1
+  const float* x = static_cast<const float*>(a.x);
+  float* y = static_cast<float*>(a.y);
+  const int64_t n = a.n;
+  cpu::parallel_for(a.outer, row_grain(n), [&](int64_t lo, int64_t hi) {
+    for (int64_t r = lo; r < hi; ++r) {
+      const float* xr = x + r * n;
+      float* yr = y + r * n;
+      bool nan = false;
+      const float m = cpu::vec::max(xr, n, nan);
+      if (nan || !std::isfinite(m)) {  // as the reference: x - m is NaN somewhere
+        std::fill(yr, yr + n, std::numeric_limits<float>::quiet_NaN());
+        continue;
+      }
+      for (int64_t k = 0; k < n; ++k) yr[k] = cpu::vec::exp_nonpositive(xr[k] - m);
+      const double s = cpu::vec::sum(yr, n);
+      if (a.log) {
+        const float log_s = static_cast<float>(std::log(s));
+        for (int64_t k = 0; k < n; ++k) yr[k] = (xr[k] - m) - log_s;
+      } else {
+        const float inv = static_cast<float>(1.0 / s);
+        for (int64_t k = 0; k < n; ++k) yr[k] *= inv;
+      }
+    }
+  });
+}
+
+void softmax_reference(const SoftmaxArgs& a) {
   dispatch_cpu(a.dtype, [&](auto tag) {
     using S = decltype(tag);
     const S* x = static_cast<const S*>(a.x);
@@ -38,7 +80,45 @@ void softmax(const SoftmaxArgs& a) {
   });
 }
 
+void softmax(const SoftmaxArgs& a) {
+  if (cpu::fast_paths() && a.dtype == DType::Float32 && a.inner == 1 && a.n >= 1)
+    softmax_fast(a);
+  else
+    softmax_reference(a);
+}
+
+// float32, inner == 1: rows whose y holds a NaN take the reference's formula.
+bool softmax_backward_fast(const SoftmaxBackwardArgs& a) {
+  const float* y = static_cast<const float*>(a.y);
+  const float* dy = static_cast<const float*>(a.d_y);
+  float* dx = static_cast<float*>(a.d_x);
+  const int64_t n = a.n;
+  cpu::parallel_for(a.outer, row_grain(n), [&](int64_t lo, int64_t hi) {
+    for (int64_t r = lo; r < hi; ++r) {
+      const float *yr = y + r * n, *gr = dy + r * n;
+      float* out = dx + r * n;
+      if (a.log) {
+        bool nan = false;
+        const float m = cpu::vec::max(yr, n, nan);
+        const float dot = static_cast<float>(cpu::vec::sum(gr, n));
+        if (nan || m > 0.0f) {
+          for (int64_t k = 0; k < n; ++k) out[k] = gr[k] - std::exp(yr[k]) * dot;
+        } else {
+          for (int64_t k = 0; k < n; ++k) out[k] = gr[k] - cpu::vec::exp_nonpositive(yr[k]) * dot;
+        }
+      } else {
+        const float dot = static_cast<float>(cpu::vec::dot(gr, yr, n));
+        for (int64_t k = 0; k < n; ++k) out[k] = yr[k] * (gr[k] - dot);
+      }
+    }
+  });
+  return true;
+}
+
 void softmax_backward(const SoftmaxBackwardArgs& a) {
+  if (cpu::fast_paths() && a.dtype == DType::Float32 && a.inner == 1 && a.n >= 1 &&
+      softmax_backward_fast(a))
+    return;
   dispatch_cpu(a.dtype, [&](auto tag) {
     using S = decltype(tag);
     const S* y = static_cast<const S*>(a.y);
@@ -59,11 +139,104 @@ void softmax_backward(const SoftmaxBackwardArgs& a) {
   });
 }
 
+bool layer_norm_supported(const LayerNormQuery& q) {
+  return cpu::fast_paths() && q.dtype == DType::Float32 && q.cols >= 1;
+}
+
+void layer_norm_forward(const LayerNormArgs& a) {
+  const float* x = static_cast<const float*>(a.x);
+  const float* w = static_cast<const float*>(a.w);
+  const float* b = static_cast<const float*>(a.b);
+  float* y = static_cast<float*>(a.y);
+  float* mean = static_cast<float*>(a.mean);
+  float* rstd = static_cast<float*>(a.rstd);
+  const int64_t n = a.cols;
+  cpu::parallel_for(a.rows, row_grain(n), [&](int64_t lo, int64_t hi) {
+    for (int64_t r = lo; r < hi; ++r) {
+      const float* xr = x + r * n;
+      float* yr = y + r * n;
+      const double mu = cpu::vec::sum(xr, n) / static_cast<double>(n);
+      const float c = static_cast<float>(mu);
+      double var = cpu::vec::sum_sq_dev(xr, n, c) / static_cast<double>(n) -
+                   (mu - c) * (mu - c);  // about c, moved to mu
+      var = std::max(var, 0.0);
+      const float rs = static_cast<float>(1.0 / std::sqrt(var + a.eps));
+      mean[r] = c;
+      rstd[r] = rs;
+      if (w && b)
+        for (int64_t k = 0; k < n; ++k) yr[k] = (xr[k] - c) * rs * w[k] + b[k];
+      else if (w)
+        for (int64_t k = 0; k < n; ++k) yr[k] = (xr[k] - c) * rs * w[k];
+      else if (b)
+        for (int64_t k = 0; k < n; ++k) yr[k] = (xr[k] - c) * rs + b[k];
+      else
+        for (int64_t k = 0; k < n; ++k) yr[k] = (xr[k] - c) * rs;
+    }
+  });
+}
+
+void layer_norm_backward(const LayerNormBackwardArgs& a) {
+  const float* dy = static_cast<const float*>(a.d_y);
+  const float* x = static_cast<const float*>(a.x);
+  const float* w = static_cast<const float*>(a.w);
+  const float* mean = static_cast<const float*>(a.mean);
+  const float* rstd = static_cast<const float*>(a.rstd);
+  float* dx = static_cast<float*>(a.d_x);
+  const int64_t n = a.cols;
+  const int64_t chunks = cpu::chunk_count(a.rows, row_grain(n));
+  // Column sums per chunk of rows, in double, combined in chunk order below.
+  std::vector<double> pw(a.d_w ? static_cast<size_t>(std::max<int64_t>(chunks, 1) * n) : 0, 0.0);
+  std::vector<double> pb(a.d_b ? static_cast<size_t>(std::max<int64_t>(chunks, 1) * n) : 0, 0.0);
+  cpu::parallel_chunks(a.rows, chunks, [&](int64_t c, int64_t lo, int64_t hi) {
+    std::vector<float> xhat(static_cast<size_t>(n)), wdy(static_cast<size_t>(n));
+    double* cw = a.d_w ? pw.data() + c * n : nullptr;
+    double* cb = a.d_b ? pb.data() + c * n : nullptr;
+    for (int64_t r = lo; r < hi; ++r) {
+      const float *xr = x + r * n, *gr = dy + r * n;
+      const float mu = mean[r], rs = rstd[r];
+      for (int64_t k = 0; k < n; ++k) xhat[k] = (xr[k] - mu) * rs;
+      if (cw)
+        for (int64_t k = 0; k < n; ++k) cw[k] += static_cast<double>(gr[k]) * xhat[k];
+      if (cb)
+        for (int64_t k = 0; k < n; ++k) cb[k] += gr[k];
+      if (!dx) continue;
+      if (w)
+        for (int64_t k = 0; k < n; ++k) wdy[k] = gr[k] * w[k];
+      else
+        std::copy(gr, gr + n, wdy.begin());
+      const float c1 = static_cast<float>(cpu::vec::sum(wdy.data(), n) / static_cast<double>(n));
+      const float c2 =
+          static_cast<float>(cpu::vec::dot(wdy.data(), xhat.data(), n) / static_cast<double>(n));
+      float* out = dx + r * n;
+      for (int64_t k = 0; k < n; ++k) out[k] = rs * (wdy[k] - c1 - xhat[k] * c2);
+    }
+  });
+  auto combine = [&](const std::vector<double>& parts, void* dst) {
+    if (!dst) return;
+    float* d = static_cast<float*>(dst);
+    for (int64_t k = 0; k < n; ++k) {
+      double s = 0;
+      for (int64_t c = 0; c < std::max<int64_t>(chunks, 1); ++c) s += parts[c * n + k];
+      d[k] = static_cast<float>(s);
+    }
+  };
+  combine(pw, a.d_w);
+  combine(pb, a.d_b);
+}
+
+size_t layer_norm_workspace(const LayerNormQuery&) {
+  return 0;
+}
+
 }  // namespace
 
 void register_cpu_softmax(KernelTable& t) {
   t.softmax = &softmax;
   t.softmax_backward = &softmax_backward;
+  t.layer_norm_fused_supported = &layer_norm_supported;
+  t.layer_norm_fused = &layer_norm_forward;
+  t.layer_norm_backward_fused = &layer_norm_backward;
+  t.layer_norm_workspace_bytes = &layer_norm_workspace;
 }
 
 }  // namespace ember::kernels

@@ -1,0 +1,19 @@
+// The CPU's intra-op threads: how many threads one CPU op may use (element-wise ops,
+// reductions, softmax, layer norm, optimizer updates, and matrix products as tiles
+// of single-threaded OpenBLAS calls, all on ember's own pool), as libtorch's
+// at::set_num_threads.
+#pragma once
+
+namespace ember {
+
+/// Sets how many threads one CPU op may use (n >= 1; 1 runs everything on the
+/// calling thread). Results are deterministic for a given count (work is split in
+/// fixed chunks and partial sums combined in chunk order), though two counts may
+/// round differently. Throws ember::Error when n < 1.
+void set_num_threads(int n);
+
+/// How many threads one CPU op may use: the last set_num_threads, else
+/// EMBER_NUM_THREADS, else OMP_NUM_THREADS, else the hardware's concurrency.
+int get_num_threads();
+
+}  // namespace ember
