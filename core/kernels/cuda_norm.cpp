@@ -1,4 +1,7 @@
 // CUDA normalisation: the fused layer norm and RMS norm (cuda/kernels/layer_norm.cu).
+#include <cstdlib>
+#include <string>
+
 #include "core/kernels/registration.h"
 #include "cuda/kernels/layer_norm.h"
 #include "cuda/runtime.h"
@@ -29,8 +32,16 @@ size_t layer_norm_workspace_bytes(const LayerNormQuery& q) {
   return cuda::layer_norm_workspace_bytes(q.dtype, q.rows, q.cols);
 }
 
+// Off until fixed: the first H200 run of tests/cuda/test_kernels_rms_norm.cpp (2026-12-01,
+// tree 7a6ceee) found the fused kernel off by 2e-2 (float32) and 1e-1 (bfloat16) at some
+// ragged row lengths, so rms_norm composes on CUDA too. EMBER_RMS_NORM_FUSED=1 turns the
+// kernel back on, for whoever fixes it.
 bool rms_norm_fused_supported(const LayerNormQuery& q) {
-  return cuda::layer_norm_supported(q.dtype, q.cols);
+  static const bool on = [] {
+    const char* e = std::getenv("EMBER_RMS_NORM_FUSED");
+    return e != nullptr && std::string(e) == "1";
+  }();
+  return on && cuda::layer_norm_supported(q.dtype, q.cols);
 }
 
 void rms_norm_fused(const RmsNormArgs& a) {

@@ -36,8 +36,16 @@ Tensor make_input(int64_t b, int64_t h, int64_t t, int64_t d, bool bthd, uint64_
 }
 
 // The composed reference in float64 on the CPU.
+// matmul takes (B, n, k) x (B, k, m): the (B, H) dims are folded into one.
+Tensor bmm4(const Tensor& a, const Tensor& b) {
+  const int64_t b0 = a.size(0), h = a.size(1);
+  Tensor y = matmul(reshape(a, {b0 * h, a.size(2), a.size(3)}),
+                    reshape(b, {b0 * h, b.size(2), b.size(3)}));
+  return reshape(y, {b0, h, y.size(1), y.size(2)});
+}
+
 Tensor composed(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, double scale) {
-  Tensor s = matmul(q, transpose(k, 2, 3)) * scale;
+  Tensor s = bmm4(q, transpose(k, 2, 3)) * scale;
   if (causal) {
     const int64_t tq = q.size(2), tk = k.size(2);
     std::vector<double> mask(static_cast<size_t>(tq * tk), 0.0);
@@ -46,7 +54,7 @@ Tensor composed(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, 
         mask[static_cast<size_t>(i * tk + j)] = -std::numeric_limits<double>::infinity();
     s = s + from_vector(mask, {tq, tk}, TensorOptions(kFloat64));
   }
-  return matmul(softmax(s, 3), v);
+  return bmm4(softmax(s, 3), v);
 }
 
 struct Errors {
