@@ -102,7 +102,11 @@ TEST_CASE("rms_norm: the CPU has no fused kernel; meta gives the shapes of eithe
   // on the dtype and the row length alone).
   {
     MetaDeviceScope scope(MetaDeviceOptions().mirror_device(DeviceType::CUDA));
-    CHECK(kernels::kernels_for(kMeta).rms_norm_fused_supported({kMeta, kFloat32, 4, 8}));
+    // (CUDA's predicate is off until the fused kernel is fixed: core/kernels/cuda_norm.cpp.)
+    const bool cuda_fuses =
+        kernels::kernels_for(kCUDA).rms_norm_fused_supported({kCUDA, kFloat32, 4, 8});
+    CHECK(kernels::kernels_for(kMeta).rms_norm_fused_supported({kMeta, kFloat32, 4, 8}) ==
+          cuda_fuses);
     CHECK_FALSE(kernels::kernels_for(kMeta).rms_norm_fused_supported({kMeta, kFloat64, 4, 8}));
     Tensor x = zeros({4, 3, 8}, TensorOptions(kBFloat16).device(kMeta));
     Tensor y = rms_norm(x, {8}, ones({8}, TensorOptions(kBFloat16).device(kMeta)));
