@@ -472,7 +472,7 @@ void save_safetensors(const StateDict& tensors, const std::string& path,
   write_file_atomically(path, "save_safetensors", [&](std::FILE* f) {
     bool ok = std::fwrite(&n, 1, 8, f) == 8 && std::fwrite(header.data(), 1, n, f) == n;
     for (const auto& [name, t] : items)
-      ok = ok && std::fwrite(t.raw_data(), 1, t.nbytes(), f) == t.nbytes();
+      ok = ok && (t.nbytes() == 0 || std::fwrite(t.raw_data(), 1, t.nbytes(), f) == t.nbytes());
     return ok;
   });
 }
