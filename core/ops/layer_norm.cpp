@@ -71,8 +71,17 @@ Tensor scratch_of(size_t bytes, Device dev) {
              : empty({static_cast<int64_t>((bytes + 7) / 8)}, TensorOptions(kFloat64).device(dev));
 }
 
-Tensor layer_norm_composed(const Tensor& x, int64_t rows, int64_t cols, const Tensor& w,
+// bfloat16 composes in float32 (PyTorch's opmath type): the statistics and the
+// backward's row sums rounded to 8 bits at every step lose the gradient.
+Tensor layer_norm_composed(const Tensor& input, int64_t rows, int64_t cols, const Tensor& w,
                            const Tensor& b, double eps) {
+  if (input.dtype() == DType::BFloat16) {
+    const Tensor y =
+        layer_norm_composed(cast(input, DType::Float32), rows, cols, as_dtype(w, DType::Float32),
+                            as_dtype(b, DType::Float32), eps);
+    return cast(y, DType::BFloat16);
+  }
+  const Tensor& x = input;
   const Tensor x2 = reshape(x, {rows, cols});
   const Tensor centred = sub(x2, mean(x2, 1, true));
   const Tensor var = mean(mul(centred, centred), 1, true);  // biased, as PyTorch
@@ -125,6 +134,10 @@ Tensor layer_norm_fused(const Tensor& x, const Shape& shape, int64_t rows, int64
 }
 
 Tensor rms_norm_composed(const Tensor& x, int64_t rows, int64_t cols, const Tensor& w, double eps) {
+  if (x.dtype() == DType::BFloat16)  // in float32, as layer_norm_composed
+    return cast(
+        rms_norm_composed(cast(x, DType::Float32), rows, cols, as_dtype(w, DType::Float32), eps),
+        DType::BFloat16);
   const Tensor x2 = reshape(x, {rows, cols});
   Tensor y = mul(x2, pow(add(mean(mul(x2, x2), 1, true), eps), -0.5));
   if (w.defined()) y = mul(y, reshape(w, {cols}));

