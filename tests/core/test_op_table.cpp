@@ -129,8 +129,8 @@ Run run_op(const OpEntry& e, const Sample& s, const Inputs& stored, Device devic
     // detach(): a conversion that changes nothing returns the stored tensor itself,
     // whose requires_grad must not leak into the next run (its copies would be
     // non-leaves).
-    Tensor t = (in.floating() ? stored[i].to(dtype).to(device, compute) : stored[i].to(device))
-                   .detach();
+    Tensor t =
+        (in.floating() ? stored[i].to(dtype).to(device, compute) : stored[i].to(device)).detach();
     if (backward && takes_grad(e, in)) {
       t.set_requires_grad(true);
       leaves.push_back(t);
