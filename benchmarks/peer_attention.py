@@ -11,6 +11,8 @@ medians, the same row names and JSON as bench_attention.
 import json
 import sys
 
+from peer_common import event_ms
+
 try:
     import torch
     import torch.nn.functional as F
@@ -28,19 +30,7 @@ TOL = 1e-2
 
 
 def spread_ms(f, warmup=3, iters=ITERS):
-    for _ in range(warmup):
-        f()
-    times = []
-    for _ in range(iters):
-        start = torch.cuda.Event(enable_timing=True)
-        stop = torch.cuda.Event(enable_timing=True)
-        start.record()
-        f()
-        stop.record()
-        stop.synchronize()
-        times.append(start.elapsed_time(stop))
-    times.sort()
-    return times[len(times) // 2], times[0], times[-1]
+    return event_ms(torch, f, warmup, iters)
 
 
 def rel(a, b):

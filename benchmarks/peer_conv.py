@@ -6,8 +6,9 @@ bf16 tensors for the bf16 rows; CUDA-event medians, the same row names and JSON.
     python3 benchmarks/peer_conv.py [--json FILE] [--quick]
 """
 import json
-import statistics
 import sys
+
+from peer_common import event_ms
 
 try:
     import torch
@@ -23,19 +24,7 @@ ITERS = 5 if QUICK else 20
 
 
 def spread_ms(f, warmup=3, iters=ITERS):
-    for _ in range(warmup):
-        f()
-    times = []
-    for _ in range(iters):
-        start = torch.cuda.Event(enable_timing=True)
-        stop = torch.cuda.Event(enable_timing=True)
-        start.record()
-        f()
-        stop.record()
-        stop.synchronize()
-        times.append(start.elapsed_time(stop))
-    times.sort()
-    return times[len(times) // 2], times[0], times[-1]
+    return event_ms(torch, f, warmup, iters)
 
 
 def add(workload, dtype, shape, ms, rate, unit, note=""):

@@ -22,8 +22,9 @@ and five steps on one batch lowering the loss (as bench_gpt does).
 """
 import json
 import math
-import struct
 import sys
+
+from peer_common import read_ember_checkpoint
 import time
 
 ROWS = []
@@ -31,28 +32,6 @@ ROWS = []
 
 def arg(name, default=None):
     return sys.argv[sys.argv.index(name) + 1] if name in sys.argv else default
-
-
-def read_ember_checkpoint(path):
-    """{name: (dtype code, sizes, bytes)} of a file in ember's checkpoint format
-    (nn/checkpoint.h: 40-byte header, then name, dtype, dims, sizes, data per entry)."""
-    raw = open(path, "rb").read()
-    assert raw[:8] == b"EMBERCKP", f"{path}: not an ember checkpoint"
-    count = struct.unpack_from("<I", raw, 12)[0]
-    pos, out = 40, {}
-    for _ in range(count):
-        (n,) = struct.unpack_from("<I", raw, pos)
-        name = raw[pos + 4:pos + 4 + n].decode()
-        pos += 4 + n
-        code, ndim = raw[pos], raw[pos + 1]
-        pos += 4
-        sizes = list(struct.unpack_from(f"<{ndim}q", raw, pos))
-        pos += 8 * ndim
-        (nbytes,) = struct.unpack_from("<Q", raw, pos)
-        pos += 8
-        out[name] = (code, sizes, raw[pos:pos + nbytes])
-        pos += nbytes
-    return out
 
 
 def to_torch(torch, entry):

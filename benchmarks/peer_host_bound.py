@@ -21,6 +21,8 @@ import statistics
 import sys
 import time
 
+from peer_common import event_ms
+
 
 def main():
     out = sys.argv[sys.argv.index("--out") + 1] if "--out" in sys.argv else "."
@@ -71,19 +73,6 @@ def main():
                             ratio_to_bare_launch=0))
             print(f"{what:<34} {dev:<7} [{n}]{'':<3} {ns:10.0f} ns", flush=True)
 
-    def event_ms(f, warmup, iters):
-        for _ in range(warmup):
-            f()
-        times = []
-        for _ in range(iters):
-            start = torch.cuda.Event(enable_timing=True)
-            stop = torch.cuda.Event(enable_timing=True)
-            start.record()
-            f()
-            stop.record()
-            stop.synchronize()
-            times.append(start.elapsed_time(stop))
-        return statistics.median(times), min(times), max(times)
 
     lin = []
     for m, k, n in ((32, 10, 10), (64, 128, 128), (256, 256, 256)):
@@ -109,14 +98,14 @@ def main():
             continue
         flops = 2.0 * m * n * k
         with torch.no_grad():
-            med, lo, hi = event_ms(lambda: F.linear(x, w, b), 3, 30)
+            med, lo, hi = event_ms(torch, lambda: F.linear(x, w, b), 3, 30)
         lin.append(dict(workload="fwd", dtype="f32", shape=shape, impl="pytorch", ms=med, ms_min=lo,
                         ms_max=hi, rate=flops / med / 1e9, unit="TF/s", note="F.linear"))
 
         def step():
             yy = F.linear(xr, wr, br)
             torch.autograd.grad(yy, (xr, wr, br), dy)
-        med, lo, hi = event_ms(step, 3, 30)
+        med, lo, hi = event_ms(torch, step, 3, 30)
         lin.append(dict(workload="fwd+bwd op", dtype="f32", shape=shape, impl="pytorch", ms=med,
                         ms_min=lo, ms_max=hi, rate=3 * flops / med / 1e9, unit="TF/s",
                         note="F.linear + autograd.grad"))

@@ -7,8 +7,9 @@ runs both sides.
     python3 benchmarks/peer_pytorch.py [--json FILE] [--only linear,mse,adam,cross_entropy,layer_norm]
 """
 import json
-import statistics
 import sys
+
+from peer_common import event_ms
 
 try:
     import torch
@@ -21,18 +22,7 @@ ROWS = []
 
 
 def median_ms(f, warmup, iters):
-    for _ in range(warmup):
-        f()
-    times = []
-    for _ in range(iters):
-        start = torch.cuda.Event(enable_timing=True)
-        stop = torch.cuda.Event(enable_timing=True)
-        start.record()
-        f()
-        stop.record()
-        stop.synchronize()
-        times.append(start.elapsed_time(stop))
-    return statistics.median(times)
+    return event_ms(torch, f, warmup, iters)[0]
 
 
 def add(workload, dtype, shape, impl, ms, rate, unit, note=""):

@@ -23,9 +23,10 @@ bench_digits_mlp's, with the median round and the fastest and slowest (ms_min, m
                              needs --digits-init, and runs by default when it is given
 """
 import os
-import struct
 import json
 import sys
+
+from peer_common import read_ember_checkpoint
 import time
 
 ROWS = []
@@ -195,28 +196,6 @@ def timed(torch, f, warmup, rounds, steps):
         per.append((time.perf_counter() - t0) * 1e3 / steps)
     per.sort()
     return per[len(per) // 2], per[0], per[-1]
-
-
-def read_ember_checkpoint(path):
-    """{name: (dtype code, sizes, bytes)} of a file in ember's checkpoint format
-    (nn/checkpoint.h: 40-byte header, then name, dtype, dims, sizes, data per entry)."""
-    raw = open(path, "rb").read()
-    assert raw[:8] == b"EMBERCKP", f"{path}: not an ember checkpoint"
-    count = struct.unpack_from("<I", raw, 12)[0]
-    pos, out = 40, {}
-    for _ in range(count):
-        (n,) = struct.unpack_from("<I", raw, pos)
-        name = raw[pos + 4:pos + 4 + n].decode()
-        pos += 4 + n
-        code, ndim = raw[pos], raw[pos + 1]
-        pos += 4
-        sizes = list(struct.unpack_from(f"<{ndim}q", raw, pos))
-        pos += 8 * ndim
-        (nbytes,) = struct.unpack_from("<Q", raw, pos)
-        pos += 8
-        out[name] = (code, sizes, raw[pos:pos + nbytes])
-        pos += nbytes
-    return out
 
 
 def digits(torch, init_path, rounds, steps):
