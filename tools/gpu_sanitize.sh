@@ -13,6 +13,9 @@
 #                                              (comma-separated; default: every case)
 #   EMBER_GPU_SANITIZE_JOBS=6                  sanitizer runs at once (default 6; 1: one
 #                                              after the other)
+#   EMBER_GPU_SANITIZE_SHARD=6                 test cases per sanitizer run: a binary with
+#                                              more runs in several (--first/--last);
+#                                              0: each binary in one run
 #   EMBER_GPU_SANITIZE_TIMEOUT=480             seconds one sanitizer run may take; one
 #                                              that runs past it fails (exit 124), the
 #                                              others still report
@@ -72,6 +75,7 @@ suites=${EMBER_GPU_SANITIZE_SUITES:-cuda,cuda_sm90}
 user_cases=${EMBER_GPU_SANITIZE_CASES:-}
 max_jobs=${EMBER_GPU_SANITIZE_JOBS:-6}
 run_timeout=${EMBER_GPU_SANITIZE_TIMEOUT:-480}
+shard=${EMBER_GPU_SANITIZE_SHARD:-6}
 logs="$build/gpu-sanitize"
 mkdir -p "$logs"
 rm -f "$logs"/*.log "$logs"/*.result "$logs"/*.unclassified
@@ -246,8 +250,30 @@ for bin in "$build"/tests/ember_tests_${EMBER_GPU_SANITIZE_ONLY:-*}; do
   api_cases=$(cases_of "$name" api_error_cases)
   serial_list=$(cases_of "$name" serial_cases)
   exclude="soak/*${api_cases:+,$api_cases}${serial_list:+,$serial_list}"
+  # Split into runs of at most $shard test cases each (doctest's --first/--last count
+  # the cases that pass the filters, in file order), so that the slow binaries spread
+  # over the parallel runs; the parallel binary (under mpirun) stays whole.
+  ranges=("")
+  if [ "$shard" -gt 0 ] && [ "$name" != ember_tests_parallel ]; then
+    n=$("$bin" --list-test-cases "${common[@]}" "-tce=$exclude" 2>/dev/null |
+        sed -n 's/.*unskipped test cases passing the current filters: *\([0-9]*\).*/\1/p')
+    if [ "${n:-0}" -gt "$shard" ]; then
+      ranges=()
+      for ((first = 1; first <= n; first += shard)); do
+        last=$(( first + shard - 1 < n ? first + shard - 1 : n ))
+        ranges+=("cases$first-$last")
+      done
+    fi
+  fi
   for tool in $tools; do
-    runs+=("$bin|$tool||$(printf '%s\t' "${common[@]}" "-tce=$exclude")")
+    for range in "${ranges[@]}"; do
+      if [ -z "$range" ]; then
+        runs+=("$bin|$tool||$(printf '%s\t' "${common[@]}" "-tce=$exclude")")
+      else
+        first=${range#cases}; last=${first#*-}; first=${first%-*}
+        runs+=("$bin|$tool|$range|$(printf '%s\t' "${common[@]}" "-tce=$exclude" "--first=$first" "--last=$last")")
+      fi
+    done
     # The named cases, only when the case filter wants them (then -tc is theirs).
     for variant in api-errors serial; do
       list=$api_cases
@@ -336,7 +362,10 @@ for entry in "${runs[@]}" "${serial[@]}"; do
         "${evidence:-/dev/null}" - | head -5 >"$log.unclassified"
     fi
   fi
-  if [ "$variant" != "" ] && [ "${ran:-0}" -eq 0 ]; then
+  if [[ "$variant" == cases* ]] && [ "${ran:-0}" -eq 0 ]; then
+    rc=1
+    note=" (this range of test cases ran none)"
+  elif [ "$variant" != "" ] && [ "${ran:-0}" -eq 0 ]; then
     rc=1
     note=" (the named test case matched nothing: fix the list in tools/gpu_sanitize.sh)"
   fi

@@ -432,12 +432,15 @@ TEST_CASE("op_table: on the meta device (mirroring CUDA), sizes and dtypes are t
 namespace {
 void cuda_agrees_with_cpu(const OpEntry& e, const Sample& s, const Inputs& stored, DType t,
                           uint64_t seed);
-}  // namespace
 
-TEST_CASE("op_table: CUDA matches the CPU float64 reference, forward and backward" *
-          doctest::test_suite("cuda")) {
+// The CUDA cases run the table in kCudaShards test cases, entry i in shard
+// i % kCudaShards, so that tools/gpu_sanitize.sh can spread them over processes
+// (under racecheck the whole table in one process takes longer than a device call).
+constexpr size_t kCudaShards = 8;
+
+void cuda_matches_cpu_shard(size_t shard) {
   const std::vector<OpEntry>& table = op_table();
-  for (size_t ei = 0; ei < table.size(); ++ei) {
+  for (size_t ei = shard; ei < table.size(); ei += kCudaShards) {
     const OpEntry& e = table[ei];
     for (size_t si = 0; si < e.samples.size(); ++si) {
       const Sample& s = e.samples[si];
@@ -452,7 +455,6 @@ TEST_CASE("op_table: CUDA matches the CPU float64 reference, forward and backwar
   }
 }
 
-namespace {
 // One sample in dtype t: output and gradients on CUDA against the CPU float64
 // reference on the same rounded values, the output's dtype against the CPU's in t,
 // and (GEMMs) the same with TF32 at 1e-3.
@@ -488,12 +490,10 @@ void cuda_agrees_with_cpu(const OpEntry& e, const Sample& s, const Inputs& store
     }
   }
 }
-}  // namespace
 
-TEST_CASE("op_table: the same inputs give the same bits on CUDA twice, forward and backward" *
-          doctest::test_suite("cuda")) {
+void same_bits_twice_shard(size_t shard) {
   const std::vector<OpEntry>& table = op_table();
-  for (size_t ei = 0; ei < table.size(); ++ei) {
+  for (size_t ei = shard; ei < table.size(); ei += kCudaShards) {
     const OpEntry& e = table[ei];
     if (e.nondeterministic[0] != '\0') {
       MESSAGE(e.name(), ": bits not compared: ", std::string(e.nondeterministic));
@@ -523,3 +523,26 @@ TEST_CASE("op_table: the same inputs give the same bits on CUDA twice, forward a
     }
   }
 }
+}  // namespace
+
+#define EMBER_OP_TABLE_CUDA_SHARD(k)                                                            \
+  TEST_CASE("op_table: CUDA matches the CPU float64 reference, forward and backward [shard " #k \
+            " of 8]" *                                                                          \
+            doctest::test_suite("cuda")) {                                                      \
+    cuda_matches_cpu_shard(k);                                                                  \
+  }                                                                                             \
+  TEST_CASE(                                                                                    \
+      "op_table: the same inputs give the same bits on CUDA twice, forward and backward "       \
+      "[shard " #k " of 8]" *                                                                   \
+      doctest::test_suite("cuda")) {                                                            \
+    same_bits_twice_shard(k);                                                                   \
+  }
+EMBER_OP_TABLE_CUDA_SHARD(0)
+EMBER_OP_TABLE_CUDA_SHARD(1)
+EMBER_OP_TABLE_CUDA_SHARD(2)
+EMBER_OP_TABLE_CUDA_SHARD(3)
+EMBER_OP_TABLE_CUDA_SHARD(4)
+EMBER_OP_TABLE_CUDA_SHARD(5)
+EMBER_OP_TABLE_CUDA_SHARD(6)
+EMBER_OP_TABLE_CUDA_SHARD(7)
+static_assert(kCudaShards == 8, "one EMBER_OP_TABLE_CUDA_SHARD line per shard");
