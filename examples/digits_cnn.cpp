@@ -22,7 +22,8 @@
 
 using namespace ember;
 
-int main(int argc, char** argv) {
+namespace {
+int run(int argc, char** argv) {
   const digits::Flags flags = digits::parse_flags(argc, argv, 30, 0.985);
   const Device device = cuda::is_available() ? kCUDA : kCPU;
   manual_seed(0);
@@ -78,4 +79,14 @@ int main(int argc, char** argv) {
     return 1;
   }
   return 0;
+}
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const std::exception& e) {  // bad flags or data: say so, exit 2
+    std::fprintf(stderr, "%s\n", e.what());
+    return 2;
+  }
 }
