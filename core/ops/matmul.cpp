@@ -95,7 +95,11 @@ Shape batch_strides(const Tensor& t, const Shape& batch) {
 // The batch dims merged into as few runs as the strides allow, outermost first:
 // dims of size 1 drop out, and a dim joins the run inside it when both operands
 // step over that whole run with its stride (the output is contiguous: it always
-// does). One run is one strided-batched GEMM; more runs loop over the outer ones.
+// does). One run is one strided-batched GEMM; more runs (batch dims swapped, or
+// broadcast in both operands) loop over the outer ones, one GEMM call per outer
+// index, rather than copying: a contiguous copy of a broadcast operand would
+// materialise the broadcast. (Many outer indices of tiny products cost one launch
+// each: a copy would win there, which this does not attempt.)
 std::vector<BatchRun> batch_runs(const Shape& batch, const Shape& sa, const Shape& sb) {
   std::vector<BatchRun> runs;  // innermost first while building
   for (size_t i = batch.size(); i-- > 0;) {
