@@ -216,9 +216,19 @@ Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& 
 Tensor rms_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight = Tensor(),
                 std::optional<double> eps = std::nullopt);
 
-// --- linear algebra (core/ops/matmul.cpp): 2-D x 2-D, or batched (B, n, k) x (B, k, m)
-// and (B, n, k) x (k, m). CUDA through cuBLAS.
+// --- linear algebra (core/ops/matmul.cpp), as torch.matmul and torch.bmm.
+// matmul: 1-D x 1-D is the dot product (a 0-dim result); a 1-D left operand gets a
+// leading dim of 1 and a 1-D right operand a trailing dim of 1, removed from the
+// result; otherwise (..., n, k) x (..., k, m) -> (..., n, m), the batch dims (...)
+// of any rank broadcasting ([2, 1, 4, 5] x [3, 5, 6] -> [2, 3, 4, 6]). Transposed,
+// sliced and expanded operands are read in place (a copy only where neither of an
+// operand's last two dims has a unit stride). The gradient of a broadcast operand
+// is summed back to its shape. CPU through OpenBLAS (or the reference loops),
+// CUDA through cuBLAS's strided-batched GEMM.
 Tensor matmul(const Tensor& a, const Tensor& b);
+// bmm: (B, n, k) x (B, k, m) -> (B, n, m), both strictly 3-D with the same B (no
+// broadcasting, as torch.bmm).
+Tensor bmm(const Tensor& a, const Tensor& b);
 
 // --- attention (core/ops/attention.cpp), as torch.nn.functional.scaled_dot_product_attention:
 // softmax(q k^T * scale + mask) v with query (..., L, E), key (..., S, E), value

@@ -518,7 +518,12 @@ const std::vector<OpEntry>& op_table() {
           {{x({2, 4, 1027})}, 1}},
          Grad::Yes, kExactForward},
 
-        // --- linear algebra
+        // --- linear algebra (branch matmul: torch.matmul's semantics and bmm).
+        // matmul's "" entry: the operand ranks (1-D promoted, batch dims broadcast),
+        // transposed and strided matrices, empty sizes; "batch_views": batch dims that
+        // are not contiguous (arg 0: every second batch, one uniform stride; 1: the two
+        // batch dims swapped, which no single stride covers; 2: b expanded along a new
+        // batch dim, stride 0; 3: a's batch dims swapped and b shared).
         {"matmul", "", [](const Inputs& v, int64_t) { return matmul(v[0], v[1]); },
          {{{x({3, 4}), x({4, 5})}},
           {{x({3, 4}).T(), x({4, 5})}},
@@ -530,7 +535,48 @@ const std::vector<OpEntry>& op_table() {
           {{x({0, 4}), x({4, 3})}},
           {{x({3, 0}), x({0, 2})}},
           {{x({33, 65}), x({65, 17})}},
-          {{x({3, 7, 127}), x({3, 127, 9})}}},
+          {{x({3, 7, 127}), x({3, 127, 9})}},
+          {{x({5}), x({5})}},                                  // 1-D x 1-D: a 0-dim dot
+          {{x({4}), x({4, 3})}},                               // 1-D x 2-D
+          {{x({3, 4}), x({4})}},                               // 2-D x 1-D
+          {{x({3}), x({2, 3, 4})}},                            // 1-D x 3-D
+          {{x({2, 3, 4}), x({4})}},                            // 3-D x 1-D
+          {{x({3, 4}), x({2, 4, 5})}},                         // 2-D x 3-D
+          {{x({2, 2, 3, 4}), x({2, 2, 4, 3})}},                // 4-D x 4-D
+          {{x({2, 1, 4, 5}), x({3, 5, 6})}},                   // batch [2, 1] with [3]
+          {{x({2, 1, 2, 3}), x({3, 3, 2})}},                   // the same, small for gradcheck
+          {{x({1, 3, 2, 3}), x({2, 1, 3, 2})}},                // both broadcast
+          {{x({2, 2, 3, 4}).T(), x({2, 2, 4, 3}).T()}},        // transposed 4-D batches
+          {{x({2, 1, 3, 4}).T(), x({3, 4, 2})}},               // transposed and broadcast
+          {{x({2, 3, 4}).strided(), x({2, 4, 2}).strided()}},  // column stride 2: copied
+          {{x({0, 3, 4}), x({4, 5})}},                         // empty batch
+          {{x({2, 0, 3, 4}), x({1, 4, 2})}},                   // empty broadcast batch
+          {{x({2, 3, 0}), x({0, 2})}}},                        // k = 0: zeros
+         Grad::Yes, kGemm, {kFloat32, kFloat64, kBFloat16}, true, true},
+        {"matmul", "batch_views",
+         [](const Inputs& v, int64_t mode) {
+           if (mode == 0) return matmul(v[0].slice(0, 0, v[0].size(0), 2), v[1]);
+           if (mode == 1) return matmul(v[0].transpose(0, 1), v[1].transpose(0, 1));
+           if (mode == 2)
+             return matmul(v[0], v[1].unsqueeze(0).expand({v[0].size(0), v[1].size(0),
+                                                           v[1].size(1)}));
+           return matmul(v[0].transpose(0, 1), v[1]);
+         },
+         {{{x({4, 3, 2}), x({2, 2, 3})}, 0},
+          {{x({6, 2, 3}).T(), x({3, 3, 2})}, 0},
+          {{x({2, 3, 2, 4}), x({2, 3, 4, 2})}, 1},
+          {{x({2, 3, 2, 4}).T(), x({2, 3, 4, 2}).T()}, 1},
+          {{x({3, 2, 4}), x({4, 2})}, 2},
+          {{x({2, 3, 2, 4}), x({4, 3})}, 3},
+          {{x({2, 3, 4, 2}).T(), x({2, 3})}, 3}},
+         Grad::Yes, kGemm, {kFloat32, kFloat64, kBFloat16}, true, true},
+        {"bmm", "", [](const Inputs& v, int64_t) { return bmm(v[0], v[1]); },
+         {{{x({2, 3, 4}), x({2, 4, 5})}},
+          {{x({2, 3, 4}).T(), x({2, 4, 5}).T()}},
+          {{x({3, 1, 4}), x({3, 4, 1})}},
+          {{x({0, 3, 4}), x({0, 4, 2})}},
+          {{x({2, 3, 0}), x({2, 0, 2})}},
+          {{x({4, 17, 33}), x({4, 33, 9})}}},
          Grad::Yes, kGemm, {kFloat32, kFloat64, kBFloat16}, true, true},
 
         // --- attention; arg: 0 plain, 1 causal, 2 the bool mask v[3], 3 the additive
