@@ -5,6 +5,7 @@
 #include <cinttypes>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <map>
 #include <memory>
@@ -356,7 +357,7 @@ std::string Profile::table(std::string_view sort_by, size_t row_limit) const {
                 static_cast<int>(width), "op", "calls", "host total", "host self", "device total",
                 "device self", "bytes", "share");
   out << line;
-  out << std::string(width + 84, '-') << "\n";
+  out << std::string(std::strlen(line) - 1, '-') << "\n";
   const bool dev = device_time_measured();
   auto us = [](double v) {
     char b[32];
