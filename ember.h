@@ -14,6 +14,7 @@
 //   core/leak_check.h StepLeakCheck, LeakTracker, mark_step: what survives a step
 //   core/live_tensors.h live_tensors(): the census of live tensors
 //   core/anomaly.h    set_detect_anomaly / DetectAnomalyGuard: name the op making NaN/Inf
+//   core/profiler.h   profiler::Profile, RecordFunction: op spans, device times, table, trace
 //   core/threads.h    set_num_threads / get_num_threads: the CPU ops' threads (docs/cpu.md)
 // Not included (nvcc only): cuda/thrust_policy.h, Thrust/CUB scratch from ember's allocator.
 #pragma once
@@ -26,6 +27,7 @@
 #include "core/live_tensors.h"
 #include "core/memory.h"
 #include "core/ops.h"
+#include "core/profiler.h"
 #include "core/tensor.h"
 #include "core/threads.h"
 #include "cuda/graph.h"

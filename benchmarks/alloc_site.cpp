@@ -1,6 +1,7 @@
 // bench_alloc_site: what leak diagnostics cost on the hot path. Host time per
 // small op (add of two 16-element tensors, where bookkeeping weighs most) with
-// the live-tensor registry on and off, the OpSite guard alone, a TensorImpl's
+// the live-tensor registry on and off, the OpSite guard alone (and inside a
+// profile, core/profiler.h: the span it records then), a TensorImpl's
 // life, and one StepLeakCheck around a step. Medians of 21 rounds (registry on
 // and off interleaved); on a GPU
 // machine the op is also timed on CUDA:0 (host time per launch, synchronised at
@@ -18,6 +19,7 @@
 #include "core/leak_check.h"
 #include "core/live_tensors.h"
 #include "core/ops.h"
+#include "core/profiler.h"
 #include "cuda/runtime.h"
 
 using namespace ember;
@@ -97,6 +99,21 @@ int main(int argc, char** argv) {
                                         asm volatile("" : : "r"(sink) : "memory");
                                       },
                                       1000000));
+  }
+  {
+    // The same guard inside a profile (core/profiler.h): it records a span (fewer
+    // iterations: every span is kept until the profile ends).
+    const char* sink = nullptr;
+    profiler::Profile prof(profiler::ProfileOptions().device_time(false));
+    add_row("OpSite guard alone, profiler on (host span)",
+            median_ns(
+                [&] {
+                  OpSite site("add");
+                  sink = AllocationTag::current();
+                  asm volatile("" : : "r"(sink) : "memory");
+                },
+                20000));
+    prof.stop();
   }
   {
     auto [on, off] = registry_on_off([] { auto t = std::make_shared<TensorImpl>(); }, 200000);

@@ -5,6 +5,10 @@
 // is the median over 50 batches of 200 ops, each batch timed with a steady clock
 // and followed by an untimed synchronisation, so the GPU's queue never fills and
 // throttles the host. Target: op <= 1.5x the bare launch. --json FILE writes rows.
+// The profiler's cost (core/profiler.h): "add, no grad" runs with the profiler
+// built in and off (its whole off cost: compare with a tree without it,
+// tools/gpu_op_overhead_ab.sh); the "profiled" rows run the same add inside a
+// Profile, with host spans only and, on CUDA, with CUDA events around each span.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -18,6 +22,7 @@
 #include "benchmarks/timing.h"
 #include "core/autograd.h"
 #include "core/ops.h"
+#include "core/profiler.h"
 #include "cuda/check.h"
 #include "cuda/kernels/elementwise.h"
 #include "cuda/runtime.h"
@@ -220,6 +225,19 @@ void op_rows(Device dev, int64_t n, double bare, const std::function<void()>& sy
   manual_seed(0);
   Tensor a = randn({n}, dev), b = randn({n}, dev);
   add_row("add, no grad", dev, n, host_ns([&] { Tensor c = add(a, b); }, sync), bare);
+  if (n <= 16) {
+    // An add is two spans (add and its output's "empty").
+    profiler::Profile host_only(profiler::ProfileOptions().device_time(false));
+    add_row("  same, profiled (host spans)", dev, n, host_ns([&] { Tensor c = add(a, b); }, sync),
+            bare);
+    host_only.stop();
+    if (dev.is_cuda()) {
+      profiler::Profile with_events;
+      add_row("  same, profiled (+ CUDA events)", dev, n,
+              host_ns([&] { Tensor c = add(a, b); }, sync), bare);
+      with_events.stop();
+    }
+  }
   Tensor ga = randn({n}, TensorOptions().device(dev).requires_grad());
   Tensor gb = randn({n}, TensorOptions().device(dev).requires_grad());
   add_row("add, inputs require grad", dev, n, host_ns([&] { Tensor c = add(ga, gb); }, sync), bare);

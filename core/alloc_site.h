@@ -7,6 +7,7 @@
 #include <string_view>
 
 #include "core/memory/caching_allocator.h"
+#include "core/profiler_span.h"
 
 namespace ember {
 
@@ -17,10 +18,12 @@ const char* intern_site_name(std::string_view name);
 
 // Names the allocations of an op. The outermost op wins: mse_loss built from sub,
 // pow and mean is reported as mse_loss, the op the user called. Costs two
-// thread-local writes (benchmarks/alloc_site.cpp measures it).
+// thread-local writes (benchmarks/alloc_site.cpp measures it). It is also the
+// profiler's span (core/profiler.h): every OpSite, inner ones too, is one span
+// under its own name while a profile runs; otherwise one relaxed load more.
 class OpSite {
  public:
-  explicit OpSite(const char* op) noexcept : tag_(outer_or(op)) {}
+  explicit OpSite(const char* op) noexcept : tag_(outer_or(op)), span_(op) {}
   OpSite(const OpSite&) = delete;
   OpSite& operator=(const OpSite&) = delete;
 
@@ -30,6 +33,7 @@ class OpSite {
     return outer != nullptr ? outer : op;
   }
   AllocationTag tag_;
+  profiler::detail::SpanGuard span_;  // destroyed first: the span ends under the tag
 };
 
 // "<scope> / <tag>", or whichever of the two is set; "(untagged)" when neither is.

@@ -10,6 +10,7 @@
 #include "core/live_tensors.h"
 #include "core/memory/caching_allocator.h"
 #include "core/ops.h"
+#include "core/profiler_span.h"
 
 namespace ember {
 
@@ -253,6 +254,7 @@ void execute(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads,
       // Backward allocations are named after the node and its forward's scope.
       AllocationScope scope(node->scope);
       AllocationTag tag(node->name());
+      profiler::detail::SpanGuard span(node->name());
       input_grads = node->apply(g);
     }
     g = Tensor();

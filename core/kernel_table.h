@@ -686,6 +686,17 @@ struct DeviceHooks {
   // false for the meta device: its tensors have shapes but no values, so nothing
   // may read them (item(), to_vector(), printing, copies to a real device).
   bool holds_data = true;
+  // The profiler's device timing (core/profiler.h), null on devices without it:
+  // record a timing event on this thread's current device and stream, returning
+  // its number (-1: none, as while a graph is captured); the milliseconds from
+  // one recorded event to another (waits for both; NaN when they cannot be
+  // compared); forget every event recorded (they are kept for reuse). And the
+  // NVTX ranges nsys shows (push a named range on this thread, pop it).
+  int64_t (*timing_event)() = nullptr;
+  double (*timing_elapsed_ms)(int64_t from, int64_t to) = nullptr;
+  void (*timing_reset)() = nullptr;
+  void (*range_push)(const char* name) = nullptr;
+  void (*range_pop)() = nullptr;
 };
 
 struct KernelTable {

@@ -5,12 +5,22 @@
 // every use: pass a string literal or interned text (core/alloc_site.h).
 #pragma once
 
+#include <cstdint>
+
 namespace ember {
 
 namespace detail {
 inline thread_local const char* t_allocation_tag = nullptr;
 inline thread_local const char* t_allocation_scope = nullptr;
+inline thread_local uint64_t t_requested_bytes = 0;
 }  // namespace detail
+
+// Bytes this thread has asked the caching allocators for since it started (every
+// device, the host too). The profiler (core/profiler.h) attributes an op's bytes
+// as the difference over its span.
+inline uint64_t requested_bytes_on_thread() noexcept {
+  return detail::t_requested_bytes;
+}
 
 class AllocationTag {
  public:

@@ -4,6 +4,7 @@
 #include "cuda/check.h"
 #include "cuda/device_allocator.h"
 #include "cuda/device_error.h"
+#include "cuda/profiler_events.h"
 #include "cuda/runtime.h"
 
 namespace ember::kernels {
@@ -36,6 +37,21 @@ void synchronize(int index) {
 }
 int count() {
   return cuda::device_count();
+}
+int64_t timing_event() {
+  return cuda::record_timing_event();
+}
+double timing_elapsed_ms(int64_t from, int64_t to) {
+  return cuda::timing_elapsed_ms(from, to);
+}
+void timing_reset() {
+  cuda::reset_timing_events();
+}
+void range_push(const char* name) {
+  cuda::nvtx_range_push(name);
+}
+void range_pop() {
+  cuda::nvtx_range_pop();
 }
 
 // Host <-> device, device <-> device (same or peer); synchronises when the
@@ -80,6 +96,11 @@ void register_cuda(KernelTable& t) {
   t.hooks.count = &count;
   t.hooks.autocasts = &autocasts;
   t.hooks.pinned_staging = true;
+  t.hooks.timing_event = &timing_event;
+  t.hooks.timing_elapsed_ms = &timing_elapsed_ms;
+  t.hooks.timing_reset = &timing_reset;
+  t.hooks.range_push = &range_push;
+  t.hooks.range_pop = &range_pop;
   t.copy_bytes = &copy_bytes;
   register_cuda_elementwise(t);
   register_cuda_reduce(t);

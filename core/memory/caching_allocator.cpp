@@ -223,6 +223,8 @@ MemorySnapshot CachingAllocator::Impl::snapshot() const {
   MemorySnapshot snap;
   snap.device = backend_->device();
   snap.host = backend_->is_host();
+  snap.clock_origin_ns =
+      std::chrono::duration_cast<std::chrono::nanoseconds>(start_.time_since_epoch()).count();
   snap.segments.reserve(segments_.size());
   for (const auto& [base, seg] : segments_) {
     if (seg->mapped == 0) continue;
@@ -557,7 +559,9 @@ CachingAllocator::CachingAllocator(std::unique_ptr<Backend> backend, AllocatorOp
 CachingAllocator::~CachingAllocator() = default;
 
 void* CachingAllocator::allocate(size_t bytes, cudaStream_t stream) {
-  return impl_->allocate(bytes, stream);
+  void* p = impl_->allocate(bytes, stream);
+  ember::detail::t_requested_bytes += bytes;
+  return p;
 }
 void CachingAllocator::deallocate(void* ptr) noexcept {
   impl_->deallocate(ptr);

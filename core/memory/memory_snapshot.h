@@ -88,6 +88,10 @@ struct LiveBlock {
 struct MemorySnapshot {
   int device = 0;
   bool host = false;
+  // The steady_clock time (ns since its epoch) that the trace's time_ns count
+  // from: the allocator's creation. The profiler (core/profiler.h) puts the
+  // history on its own time axis with it.
+  int64_t clock_origin_ns = 0;
   std::vector<SegmentSnapshot> segments;  // in address order
   std::vector<TraceEntry> trace;          // oldest first; empty unless recording
 };
