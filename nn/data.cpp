@@ -384,10 +384,12 @@ void DataLoader::check_state_dict(const StateDict& state) const {
     EMBER_CHECK(t->defined() && t->dtype() == kInt64 && t->numel() == 1,
                 "DataLoader::load_state_dict: '", key, "' must be an int64 scalar");
   }
-  for (const auto& [key, t] : state)
+  for (const auto& entry : state) {
+    const auto& key = entry.first;  // not a structured binding: clang 14 cannot capture one
     EMBER_CHECK(std::find_if(std::begin(kLoaderKeys), std::end(kLoaderKeys),
                              [&](const char* k) { return key == k; }) != std::end(kLoaderKeys),
                 "DataLoader::load_state_dict: unexpected key '", key, "'");
+  }
   auto value = [&](const char* key) { return *state.at(key).to(kCPU).data_ptr<int64_t>(); };
   const StateDict mine = state_dict();
   std::string differ;
