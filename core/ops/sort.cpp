@@ -33,8 +33,19 @@ Tensor sort_indices(const Tensor& x, int64_t dim, bool descending) {
 
 int64_t sort_dim(const char* op, const Tensor& x, int64_t dim) {
   check_defined(op, x);
-  EMBER_CHECK(x.dim() >= 1, op, ": expects a tensor of at least 1 dim, got a 0-dim tensor");
-  return wrap_dim(dim, x.dim(), op);
+  // A 0-dim tensor sorts as one element (dim 0 or -1), as torch's.
+  return x.dim() == 0 ? (wrap_dim(dim, 1, op), 0) : wrap_dim(dim, x.dim(), op);
+}
+
+// x as the op sees it: a 0-dim tensor as a 1-element vector.
+Tensor as_sortable(const Tensor& x) {
+  return x.dim() == 0 ? reshape(x, {1}) : x;
+}
+
+// Back to a 0-dim result where x was 0-dim and one element is kept.
+ValuesAndIndices shaped_like(const Tensor& x, Tensor values, Tensor indices) {
+  if (x.dim() == 0 && values.numel() == 1) return {reshape(values, {}), reshape(indices, {})};
+  return {values, indices};
 }
 
 }  // namespace
@@ -43,26 +54,29 @@ ValuesAndIndices sort(const Tensor& x, int64_t dim, bool descending, bool stable
   OpSite site("sort");
   dim = sort_dim("sort", x, dim);
   (void)stable;  // always stable
-  Tensor indices = sort_indices(x, dim, descending);
-  return {gather(x, dim, indices), indices};
+  const Tensor xs = as_sortable(x);
+  Tensor indices = sort_indices(xs, dim, descending);
+  return shaped_like(x, gather(xs, dim, indices), indices);
 }
 
 Tensor argsort(const Tensor& x, int64_t dim, bool descending, bool stable) {
   OpSite site("argsort");
   dim = sort_dim("argsort", x, dim);
   (void)stable;
-  return sort_indices(x, dim, descending);
+  const Tensor xs = as_sortable(x);
+  return shaped_like(x, xs, sort_indices(xs, dim, descending)).indices;
 }
 
 ValuesAndIndices topk(const Tensor& x, int64_t k, int64_t dim, bool largest, bool sorted) {
   OpSite site("topk");
   dim = sort_dim("topk", x, dim);
-  EMBER_CHECK(k >= 0 && k <= x.size(dim), "topk: k ", k, " is out of range for dim ", dim,
-              " of size ", x.size(dim), " (input of shape ", shape_str(x.sizes()), ")");
+  const Tensor xs = as_sortable(x);
+  EMBER_CHECK(k >= 0 && k <= xs.size(dim), "topk: k ", k, " is out of range for dim ", dim,
+              " of size ", xs.size(dim), " (input of shape ", shape_str(x.sizes()), ")");
   (void)sorted;  // the k are always in order
-  const Tensor all = sort_indices(x, dim, largest);
+  const Tensor all = sort_indices(xs, dim, largest);
   Tensor indices = contiguous(slice(all, dim, 0, k));
-  return {gather(x, dim, indices), indices};
+  return shaped_like(x, gather(xs, dim, indices), indices);
 }
 
 }  // namespace ember

@@ -113,13 +113,26 @@ TEST_CASE("ops/topk: the k largest or smallest, in order, with their indices") {
   CHECK(topk(n, 1).indices.to_vector<int64_t>() == I{1});  // NaN is the largest
 }
 
+TEST_CASE("ops/sort: a 0-dim tensor sorts as one element, as torch's") {
+  Tensor s = full({}, 2.5, kFloat64).set_requires_grad(true);
+  auto [v, i] = sort(s);
+  CHECK(v.dim() == 0);
+  CHECK(v.item() == 2.5);
+  CHECK(i.dim() == 0);
+  CHECK(i.item<int64_t>() == 0);
+  v.backward();
+  CHECK(s.grad().item() == 1.0);
+  CHECK(argsort(s, 0).dim() == 0);
+  CHECK(topk(s, 1).values.item() == 2.5);
+}
+
 TEST_CASE("ops/sort: bad arguments throw naming the op") {
   CHECK_THROWS_WITH_AS(topk(zeros({2, 3}), 4), doctest::Contains("topk: k 4 is out of range"),
                        Error);
   CHECK_THROWS_WITH_AS(topk(zeros({2, 3}), -1), doctest::Contains("topk: k -1"), Error);
   CHECK_THROWS_WITH_AS(sort(zeros({2, 3}), 2), doctest::Contains("sort: dim 2 is out of range"),
                        Error);
-  CHECK_THROWS_WITH_AS(sort(full({}, 1.0)), doctest::Contains("sort: expects a tensor of at least"),
+  CHECK_THROWS_WITH_AS(sort(full({}, 1.0), 1), doctest::Contains("sort: dim 1 is out of range"),
                        Error);
   CHECK_THROWS_WITH_AS(argsort(Tensor()), doctest::Contains("argsort: input is an undefined"),
                        Error);
