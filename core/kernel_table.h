@@ -217,6 +217,36 @@ struct ReduceShape {
   int64_t outer, n, inner;
 };
 
+// ------------------------------------------------------------------ scans and sorting
+
+// y (outer, n, inner) = the running sum of x over n (from the end when `reverse`:
+// y[k] = sum_{j >= k} x[j]), accumulated in double; x and y contiguous, n >= 1.
+struct CumsumArgs {
+  Device device;
+  DType dtype;
+  const void* x;
+  void* y;
+  int64_t outer, n, inner;
+  bool reverse;
+};
+// indices (rows, n) = for each row of x (rows, n), contiguous, the positions 0..n-1
+// in ascending (descending) order of value, stable (equal values keep their order;
+// -0.0 equals 0.0), every NaN the largest value, as torch.sort(stable=True).
+struct SortArgs {
+  Device device;
+  DType dtype;
+  const void* x;
+  int64_t* indices;
+  int64_t rows, n;
+  bool descending;
+  void* workspace;  // sort_workspace_bytes of it
+};
+struct SortQuery {
+  Device device;
+  DType dtype;
+  int64_t rows, n;
+};
+
 // ------------------------------------------------------------------ softmax
 
 // y (outer, n, inner) = softmax (log_softmax when `log`) of x over n, computed in
@@ -627,6 +657,9 @@ enum class FamilyKind { compute, query, predicate, decision };
   X(max, void, MaxArgs, compute)                                        \
   X(max_workspace_bytes, size_t, ReduceShape, query)                    \
   X(max_backward, void, MaxBackwardArgs, compute)                       \
+  X(cumsum, void, CumsumArgs, compute)                                  \
+  X(sort, void, SortArgs, compute)                                      \
+  X(sort_workspace_bytes, size_t, SortQuery, query)                     \
   X(gemm, void, GemmArgs, compute)                                      \
   X(linear_fused_supported, bool, DTypeQuery, predicate)                \
   X(linear_fused, void, LinearArgs, compute)                            \

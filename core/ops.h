@@ -267,6 +267,58 @@ Tensor expand(const Tensor& a, Shape sizes);
 Tensor cat(const std::vector<Tensor>& tensors, int64_t dim = 0);
 Tensor contiguous(const Tensor& a);
 
+// --- shapeops (issue 26): triangles, pieces, reductions over dim lists, variance,
+// scans, sorting and sampling, with libtorch's names and semantics.
+// core/ops/triangle_split.cpp: the lower (upper) triangle of the last two dims,
+// diagonal 0 the main one, > 0 above it, < 0 below; zeros elsewhere (a where).
+Tensor tril(const Tensor& x, int64_t diagonal = 0);
+Tensor triu(const Tensor& x, int64_t diagonal = 0);
+// Views (slices) of x along dim: pieces of split_size (the last smaller), or of
+// the given sizes (summing to x.size(dim)); chunk: `chunks` pieces of
+// ceil(size / chunks) each (fewer pieces when that covers the dim, as torch.chunk);
+// unbind: every index of dim, the dim removed.
+std::vector<Tensor> split(const Tensor& x, int64_t split_size, int64_t dim = 0);
+std::vector<Tensor> split(const Tensor& x, const std::vector<int64_t>& split_sizes,
+                          int64_t dim = 0);
+std::vector<Tensor> chunk(const Tensor& x, int64_t chunks, int64_t dim = 0);
+std::vector<Tensor> unbind(const Tensor& x, int64_t dim = 0);
+// core/ops/reduce_dims.cpp: over a list of dims (negative count from the end; a
+// repeated dim is an error; an empty list means every dim, as torch.sum).
+Tensor sum(const Tensor& a, const std::vector<int64_t>& dims, bool keepdim = false);
+Tensor mean(const Tensor& a, const std::vector<int64_t>& dims, bool keepdim = false);
+// The largest (smallest) value over dims, NaN winning; the gradient is shared evenly
+// by the elements equal to it (as torch.amax). An empty reduction is an error.
+Tensor amax(const Tensor& a, const std::vector<int64_t>& dims = {}, bool keepdim = false);
+Tensor amin(const Tensor& a, const std::vector<int64_t>& dims = {}, bool keepdim = false);
+// sum((x - mean)^2) / max(0, N - correction) over dims (N their element count):
+// correction 1 is the unbiased estimate (torch's default), 0 the biased one;
+// N <= correction gives inf (nan where every deviation is 0), as torch. std = sqrt(var).
+Tensor var(const Tensor& x, const std::vector<int64_t>& dims = {}, double correction = 1.0,
+           bool keepdim = false);
+Tensor var(const Tensor& x, int64_t dim, double correction = 1.0, bool keepdim = false);
+Tensor std(const Tensor& x, const std::vector<int64_t>& dims = {}, double correction = 1.0,
+           bool keepdim = false);
+Tensor std(const Tensor& x, int64_t dim, double correction = 1.0, bool keepdim = false);
+// The running sum along dim (int64 and bool give int64, as torch); its gradient is
+// the running sum of the gradient from the end.
+Tensor cumsum(const Tensor& x, int64_t dim);
+// core/ops/sort.cpp: values and int64 indices along dim, ascending (descending),
+// always stable (torch's stable=true: equal values keep their order), NaN the
+// largest value. The values' gradient is scattered back through the indices.
+ValuesAndIndices sort(const Tensor& x, int64_t dim = -1, bool descending = false,
+                      bool stable = true);
+Tensor argsort(const Tensor& x, int64_t dim = -1, bool descending = false, bool stable = true);
+// The k largest (smallest) along dim, in order (sorted = false gives the same order);
+// ties go to the lower index.
+ValuesAndIndices topk(const Tensor& x, int64_t k, int64_t dim = -1, bool largest = true,
+                      bool sorted = true);
+// core/ops/multinomial.cpp: num_samples int64 category indices per row of probs (1-D
+// (n) or 2-D (rows, n); non-negative, finite, each row's sum > 0, not necessarily
+// normalised), drawn from gen (the default generator if null); without replacement
+// no row repeats a category (num_samples <= its non-zero categories).
+Tensor multinomial(const Tensor& probs, int64_t num_samples, bool replacement = false,
+                   Generator* gen = nullptr);
+
 // --- optimizer updates (core/ops/optim.cpp), PyTorch's _fused_sgd_ and
 // _fused_adam_: in place, one fused kernel call per device, the rules of
 // core/base/optim_math.h. Parameters float32 or float64, contiguous; each list

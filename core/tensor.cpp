@@ -594,6 +594,61 @@ Tensor Tensor::masked_fill(const Tensor& m, Scalar v) const {
 Tensor Tensor::clamp(Scalar lo, Scalar hi) const {
   return ember::clamp(*this, lo, hi);
 }
+// shapeops (issue 26)
+Tensor Tensor::tril(int64_t d) const {
+  return ember::tril(*this, d);
+}
+Tensor Tensor::triu(int64_t d) const {
+  return ember::triu(*this, d);
+}
+std::vector<Tensor> Tensor::split(int64_t s, int64_t d) const {
+  return ember::split(*this, s, d);
+}
+std::vector<Tensor> Tensor::split(const std::vector<int64_t>& s, int64_t d) const {
+  return ember::split(*this, s, d);
+}
+std::vector<Tensor> Tensor::chunk(int64_t c, int64_t d) const {
+  return ember::chunk(*this, c, d);
+}
+std::vector<Tensor> Tensor::unbind(int64_t d) const {
+  return ember::unbind(*this, d);
+}
+Tensor Tensor::sum(const std::vector<int64_t>& ds, bool k) const {
+  return ember::sum(*this, ds, k);
+}
+Tensor Tensor::mean(const std::vector<int64_t>& ds, bool k) const {
+  return ember::mean(*this, ds, k);
+}
+Tensor Tensor::amax(const std::vector<int64_t>& ds, bool k) const {
+  return ember::amax(*this, ds, k);
+}
+Tensor Tensor::amin(const std::vector<int64_t>& ds, bool k) const {
+  return ember::amin(*this, ds, k);
+}
+Tensor Tensor::var(const std::vector<int64_t>& ds, double c, bool k) const {
+  return ember::var(*this, ds, c, k);
+}
+Tensor Tensor::var(int64_t d, double c, bool k) const {
+  return ember::var(*this, d, c, k);
+}
+Tensor Tensor::std(const std::vector<int64_t>& ds, double c, bool k) const {
+  return ember::std(*this, ds, c, k);
+}
+Tensor Tensor::std(int64_t d, double c, bool k) const {
+  return ember::std(*this, d, c, k);
+}
+Tensor Tensor::cumsum(int64_t d) const {
+  return ember::cumsum(*this, d);
+}
+ValuesAndIndices Tensor::sort(int64_t d, bool desc, bool stable) const {
+  return ember::sort(*this, d, desc, stable);
+}
+Tensor Tensor::argsort(int64_t d, bool desc, bool stable) const {
+  return ember::argsort(*this, d, desc, stable);
+}
+ValuesAndIndices Tensor::topk(int64_t k, int64_t d, bool largest, bool sorted) const {
+  return ember::topk(*this, k, d, largest, sorted);
+}
 #define EMBER_X(name, ...)      \
   Tensor Tensor::name() const { \
     return ember::name(*this);  \

@@ -180,6 +180,27 @@ class Tensor {
   Tensor gather(int64_t dim, const Tensor& index) const;
   Tensor masked_fill(const Tensor& mask, Scalar value) const;
   Tensor clamp(Scalar min, Scalar max) const;
+  // shapeops (issue 26), as the free functions of core/ops.h
+  Tensor tril(int64_t diagonal = 0) const;
+  Tensor triu(int64_t diagonal = 0) const;
+  std::vector<Tensor> split(int64_t split_size, int64_t dim = 0) const;
+  std::vector<Tensor> split(const std::vector<int64_t>& split_sizes, int64_t dim = 0) const;
+  std::vector<Tensor> chunk(int64_t chunks, int64_t dim = 0) const;
+  std::vector<Tensor> unbind(int64_t dim = 0) const;
+  Tensor sum(const std::vector<int64_t>& dims, bool keepdim = false) const;
+  Tensor mean(const std::vector<int64_t>& dims, bool keepdim = false) const;
+  Tensor amax(const std::vector<int64_t>& dims = {}, bool keepdim = false) const;
+  Tensor amin(const std::vector<int64_t>& dims = {}, bool keepdim = false) const;
+  Tensor var(const std::vector<int64_t>& dims = {}, double correction = 1.0,
+             bool keepdim = false) const;
+  Tensor var(int64_t dim, double correction = 1.0, bool keepdim = false) const;
+  Tensor std(const std::vector<int64_t>& dims = {}, double correction = 1.0,
+             bool keepdim = false) const;
+  Tensor std(int64_t dim, double correction = 1.0, bool keepdim = false) const;
+  Tensor cumsum(int64_t dim) const;
+  ValuesAndIndices sort(int64_t dim = -1, bool descending = false, bool stable = true) const;
+  Tensor argsort(int64_t dim = -1, bool descending = false, bool stable = true) const;
+  ValuesAndIndices topk(int64_t k, int64_t dim = -1, bool largest = true, bool sorted = true) const;
   // The element-wise ops of core/base/elementwise_ops.h's lists, as methods:
   // t.exp(), t.pow(2.0), t.mul(other), t.ge(0.5), t.eq(other), ...
 #define EMBER_X(name, ...) Tensor name() const;

@@ -59,6 +59,7 @@ void register_cpu(KernelTable& t) {
   register_cpu_index(t);
   register_cpu_softmax(t);
   register_cpu_multi_tensor(t);
+  register_cpu_sort(t);
 }
 
 }  // namespace ember::kernels

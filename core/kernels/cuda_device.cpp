@@ -112,6 +112,7 @@ void register_cuda(KernelTable& t) {
   register_cuda_norm(t);
   register_cuda_attention(t);
   register_cuda_multi_tensor(t);
+  register_cuda_sort(t);
 }
 
 }  // namespace ember::kernels

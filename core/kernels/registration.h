@@ -14,6 +14,7 @@ void register_cpu_optim(KernelTable& t);
 void register_cpu_index(KernelTable& t);
 void register_cpu_softmax(KernelTable& t);
 void register_cpu_multi_tensor(KernelTable& t);
+void register_cpu_sort(KernelTable& t);  // sort and cumsum
 
 void register_cuda_elementwise(KernelTable& t);
 void register_cuda_reduce(KernelTable& t);
@@ -25,5 +26,6 @@ void register_cuda_softmax(KernelTable& t);
 void register_cuda_norm(KernelTable& t);
 void register_cuda_attention(KernelTable& t);
 void register_cuda_multi_tensor(KernelTable& t);
+void register_cuda_sort(KernelTable& t);  // sort and cumsum
 
 }  // namespace ember::kernels

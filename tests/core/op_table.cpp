@@ -657,6 +657,181 @@ const std::vector<OpEntry>& op_table() {
           {{x({65, 33}).T()}}},
          Grad::Yes, kExact},
 
+        // --- shapeops (issue 26): triangles, pieces, reductions over dim lists, var
+        // and std, cumsum, sort and topk, multinomial. arg: the diagonal
+        {"tril", "", [](const Inputs& v, int64_t d) { return tril(v[0], d); },
+         {{{x({3, 4})}, 0},
+          {{x({4, 3})}, -1},
+          {{x({2, 3, 4}).T()}, 1},
+          {{x({3, 5}).strided()}, 2},
+          {{x({0, 3})}, 0},
+          {{x({2, 40, 33})}, -3}},
+         Grad::Yes, kExact},
+        {"triu", "", [](const Inputs& v, int64_t d) { return triu(v[0], d); },
+         {{{x({3, 4})}, 0},
+          {{x({4, 3})}, 1},
+          {{x({2, 3, 4}).T()}, -1},
+          {{x({3, 5}).strided()}, -2},
+          {{x({3, 0})}, 0},
+          {{x({2, 40, 33})}, 5}},
+         Grad::Yes, kExact},
+        // The pieces, piece i times (i + 1) (so a piece's gradient tells it apart),
+        // flattened and joined. arg: the dim
+        {"split", "size",
+         [](const Inputs& v, int64_t d) {
+           std::vector<Tensor> ps = split(v[0], 2, d);
+           for (size_t i = 0; i < ps.size(); ++i) ps[i] = mul(ps[i], static_cast<double>(i + 1));
+           return flat_cat(ps);
+         },
+         {{{x({5, 3})}, 0}, {{x({3, 4}).T()}, 1}, {{x({2, 6}).strided()}, -1}, {{x({0, 3})}, 0}},
+         Grad::Yes, kExact},
+        {"split", "sizes",
+         [](const Inputs& v, int64_t d) {
+           std::vector<Tensor> ps = split(v[0], std::vector<int64_t>{1, 0, 3, 2}, d);
+           for (size_t i = 0; i < ps.size(); ++i) ps[i] = mul(ps[i], static_cast<double>(i + 1));
+           return flat_cat(ps);
+         },
+         {{{x({6, 3})}, 0}, {{x({2, 6}).T()}, 1}, {{x({2, 6}).strided()}, -1}}, Grad::Yes, kExact},
+        {"chunk", "",
+         [](const Inputs& v, int64_t d) {
+           std::vector<Tensor> ps = chunk(v[0], 3, d);
+           for (size_t i = 0; i < ps.size(); ++i) ps[i] = mul(ps[i], static_cast<double>(i + 1));
+           return flat_cat(ps);
+         },
+         {{{x({7, 3})}, 0}, {{x({3, 6}).T()}, 1}, {{x({2, 2})}, 1}, {{x({2, 5}).strided()}, 1}},
+         Grad::Yes, kExact},
+        {"unbind", "",
+         [](const Inputs& v, int64_t d) {
+           std::vector<Tensor> ps = unbind(v[0], d);
+           for (size_t i = 0; i < ps.size(); ++i) ps[i] = mul(ps[i], static_cast<double>(i + 1));
+           return ps.empty() ? reshape(v[0], {-1}) : flat_cat(ps);
+         },
+         {{{x({3, 4})}, 0}, {{x({2, 3, 4}).T()}, 2}, {{x({3, 4}).strided()}, -1}}, Grad::Yes,
+         kExact},
+        // arg: 0 dims {0, 2}, 1 {-1}, 2 {} (every dim), 3 {1, 0} with keepdim
+        {"sum", "dims",
+         [](const Inputs& v, int64_t a) {
+           const std::vector<int64_t> ds[] = {{0, 2}, {-1}, {}, {1, 0}};
+           return sum(v[0], ds[a], a == 3);
+         },
+         {{{u({2, 3, 4}, -1, 3)}, 0},
+          {{u({3, 4}, -1, 3).T()}, 1},
+          {{u({2, 6}, -1, 3).strided()}, 2},
+          {{u({2, 3, 4}, -1, 3).T()}, 3},
+          {{x({0, 3, 2})}, 0},
+          {{u({3, 40, 35}, -1, 3)}, 0}},
+         Grad::Yes, kReduction},
+        {"mean", "dims",
+         [](const Inputs& v, int64_t a) {
+           const std::vector<int64_t> ds[] = {{0, 2}, {-1}, {}, {1, 0}};
+           return mean(v[0], ds[a], a == 3);
+         },
+         {{{u({2, 3, 4}, -1, 3)}, 0},
+          {{u({3, 4}, -1, 3).T()}, 1},
+          {{u({2, 6}, -1, 3).strided()}, 2},
+          {{u({2, 3, 4}, -1, 3).T()}, 3},
+          {{u({3, 40, 35}, -1, 3)}, 0}},
+         Grad::Yes, kReduction},
+        // Normals: no ties in float64 (ties: test_ops_reduce.cpp; bfloat16 may tie,
+        // sharing the gradient). arg as sum/dims
+        {"amax", "",
+         [](const Inputs& v, int64_t a) {
+           const std::vector<int64_t> ds[] = {{0, 2}, {-1}, {}, {1, 0}};
+           return amax(v[0], ds[a], a == 3);
+         },
+         {{{x({2, 3, 4})}, 0},
+          {{x({3, 4}).T()}, 1},
+          {{x({2, 6}).strided()}, 2},
+          {{x({2, 3, 4}).T()}, 3},
+          {{x({3, 40, 35})}, 0}},
+         Grad::Yes, kExactForward},
+        {"amin", "",
+         [](const Inputs& v, int64_t a) {
+           const std::vector<int64_t> ds[] = {{0, 2}, {-1}, {}, {1, 0}};
+           return amin(v[0], ds[a], a == 3);
+         },
+         {{{x({2, 3, 4})}, 0}, {{x({3, 4}).T()}, 1}, {{x({2, 3, 4}).T()}, 3}}, Grad::Yes, kExactForward},
+        // arg: 0 dims {0, 2}, 1 {-1} biased (correction 0), 2 every dim, 3 {1, 0}
+        // with keepdim and correction 2
+        {"var", "",
+         [](const Inputs& v, int64_t a) {
+           const std::vector<int64_t> ds[] = {{0, 2}, {-1}, {}, {1, 0}};
+           const double c[] = {1.0, 0.0, 1.0, 2.0};
+           return var(v[0], ds[a], c[a], a == 3);
+         },
+         {{{x({2, 3, 4})}, 0},
+          {{x({3, 4}).T()}, 1},
+          {{x({2, 6}).strided()}, 2},
+          {{x({2, 3, 4}).T()}, 3},
+          {{x({3, 40, 35})}, 0}},
+         Grad::Yes, kReduction},
+        {"var", "dim", [](const Inputs& v, int64_t d) { return var(v[0], d); },
+         {{{x({3, 4})}, 1}, {{x({4, 5}).T()}, 0}, {{x({2, 1027})}, 1}}, Grad::Yes, kReduction},
+        {"std", "",
+         [](const Inputs& v, int64_t a) {
+           const std::vector<int64_t> ds[] = {{0, 2}, {-1}, {}, {1, 0}};
+           const double c[] = {1.0, 0.0, 1.0, 2.0};
+           return ember::std(v[0], ds[a], c[a], a == 3);
+         },
+         {{{x({2, 3, 4})}, 0},
+          {{x({3, 4}).T()}, 1},
+          {{x({2, 6}).strided()}, 2},
+          {{x({2, 3, 4}).T()}, 3},
+          {{x({3, 40, 35})}, 0}},
+         Grad::Yes, kReduction},
+        {"std", "dim", [](const Inputs& v, int64_t d) { return ember::std(v[0], d, 0.0, true); },
+         {{{x({3, 4})}, 1}, {{x({4, 5}).T()}, 0}}, Grad::Yes, kReduction},
+        // arg: the dim
+        {"cumsum", "", [](const Inputs& v, int64_t d) { return cumsum(v[0], d); },
+         {{{x({3, 4})}, 1},
+          {{x({2, 3, 4})}, 1},
+          {{x({4, 5}).T()}, 0},
+          {{x({3, 4}).strided()}, -1},
+          {{x({0, 3})}, 1},
+          {{x({7})}, 0},
+          {{u({3, 1027}, -1, 3)}, 1},
+          {{u({1027, 3}, -1, 3)}, 0}},
+         Grad::Yes, kReduction},
+        // Normals: no ties, so every device's stable order is the same (ties,
+        // NaN: test_ops_sort.cpp). arg: the dim
+        {"sort", "",
+         [](const Inputs& v, int64_t d) { return sort(v[0], d).values; },
+         {{{x({3, 5})}, 1},
+          {{x({2, 3, 4})}, 1},
+          {{x({4, 5}).T()}, 0},
+          {{x({3, 6}).strided()}, -1},
+          {{x({0, 3})}, 1},
+          {{x({3, 0})}, 1},
+          {{x({5, 1027})}, 1}},
+         Grad::Yes, kExact},
+        {"sort", "descending",
+         [](const Inputs& v, int64_t d) { return sort(v[0], d, true).values; },
+         {{{x({3, 5})}, 1}, {{x({4, 5}).T()}, 0}, {{x({1027, 3})}, 0}}, Grad::Yes, kExact},
+        {"sort", "indices", [](const Inputs& v, int64_t d) { return sort(v[0], d, true).indices; },
+         {{{x({3, 5})}, 1}, {{x({4, 5}).T()}, 0}, {{x({5, 1027})}, 1}}, Grad::None, kExact},
+        {"argsort", "", [](const Inputs& v, int64_t d) { return argsort(v[0], d); },
+         {{{x({3, 5})}, 1}, {{x({2, 3, 4}).T()}, 1}, {{x({0, 3})}, 0}, {{x({5, 1027})}, 1}},
+         Grad::None, kExact},
+        {"topk", "", [](const Inputs& v, int64_t d) { return topk(v[0], 2, d).values; },
+         {{{x({3, 5})}, 1}, {{x({4, 5}).T()}, 0}, {{x({2, 3, 4})}, -1}, {{x({0, 3})}, 1},
+          {{x({5, 1027})}, 1}},
+         Grad::Yes, kExact},
+        {"topk", "smallest",
+         [](const Inputs& v, int64_t d) { return topk(v[0], 3, d, false).values; },
+         {{{x({3, 5})}, 1}, {{x({4, 5}).T()}, 0}}, Grad::Yes, kExact},
+        {"topk", "indices", [](const Inputs& v, int64_t d) { return topk(v[0], 2, d).indices; },
+         {{{x({3, 5})}, 1}, {{x({4, 5}).T()}, 0}}, Grad::None, kExact},
+        // Positive weights; a generator of a fixed seed per call (the draws happen on
+        // the host, so every device gives the same). arg: 1 with replacement
+        {"multinomial", "",
+         [](const Inputs& v, int64_t a) {
+           Generator g(1234);
+           return multinomial(v[0], a == 1 ? 7 : 3, a == 1, &g);
+         },
+         {{{u({6}, 0.1, 1.0)}, 0}, {{u({6}, 0.1, 1.0)}, 1}, {{u({3, 5}, 0.1, 1.0)}, 0},
+          {{u({3, 5}, 0.1, 1.0).T()}, 1}},
+         Grad::None, kExact},
+
         // --- optimizer updates (float32 and float64 parameters): the updated
         // parameters and states, flattened and joined
         {"fused_sgd_", "",

@@ -213,6 +213,10 @@ const std::map<std::string, const char*> kMetaCudaMirrorNeedsGpu = {
     {"adaptive_avg_pool2d", "a mirrored query (CUDA error 35 without a GPU)"},
     {"pad", "a mirrored query (CUDA error 35 without a GPU)"},
     {"group_norm", "a mirrored query (CUDA error 35 without a GPU)"},
+    // shapeops (issue 26): the sort workspace query (CUB), and gather's after it
+    {"sort", "the sort workspace query (CUB)"},
+    {"argsort", "the sort workspace query (CUB)"},
+    {"topk", "the sort workspace query (CUB)"},
 };
 
 // --- the ops core/ops.h declares, read from the file

@@ -9,6 +9,7 @@
 #include "gradcheck.h"
 
 using namespace ember;
+using ember::testing::check_close;
 using ember::testing::gradcheck;
 using ember::testing::randn64;
 
@@ -222,4 +223,108 @@ TEST_CASE("ops/sum_to: backward matches finite differences") {
         return sum_to(v[0], {3, 1});
       },
       {randn64({2, 3, 4}, 5)});
+}
+
+TEST_CASE("ops/sum, mean: over a list of dims, negative dims, keepdim, empty list = all") {
+  Tensor x = arange(24, kFloat64).reshape({2, 3, 4});  // x[o][k][i] = 12 o + 4 k + i
+  Tensor s = sum(x, {0, 2});
+  CHECK(s.sizes() == Shape{3});
+  CHECK(s.to_vector<double>() == V{60, 92, 124});  // sum over o and i: 60 + 32 k
+  CHECK(sum(x, {2, 0}, true).sizes() == Shape{1, 3, 1});
+  CHECK(sum(x, {-1, -3}).to_vector<double>() == V{60, 92, 124});
+  CHECK(sum(x, std::vector<int64_t>{}).item() == 276.0);
+  CHECK(sum(x, std::vector<int64_t>{}, true).sizes() == Shape{1, 1, 1});
+  CHECK(mean(x, {0, 2}).to_vector<double>() == V{7.5, 11.5, 15.5});
+  CHECK(mean(x, {1}, true).sizes() == Shape{2, 1, 4});
+  CHECK(mean(x, std::vector<int64_t>{}).item() == 11.5);
+  CHECK(std::isnan(mean(zeros({0, 3}), {0, 1}).item()));
+  CHECK(sum(zeros({0, 3}), {0}).to_vector<double>() == V{0, 0, 0});
+  CHECK(sum(tensor({1, 2, 3}, kInt64), {0}).dtype() == kInt64);
+  CHECK_THROWS_WITH_AS(sum(x, {0, -3}),
+                       doctest::Contains("sum: dim 0 appears more than once in the list of dims"),
+                       Error);
+  CHECK_THROWS_WITH_AS(mean(x, {3}), doctest::Contains("mean: dim 3 is out of range"), Error);
+  CHECK_GRADCHECK(
+      [](const std::vector<Tensor>& v) {
+        return sum(v[0], {0, 2});
+      },
+      {randn64({2, 3, 4}, 11)});
+  CHECK_GRADCHECK(
+      [](const std::vector<Tensor>& v) {
+        return mean(v[0], {-1, 1}, true);
+      },
+      {randn64({2, 3, 4}, 12)});
+}
+
+TEST_CASE("ops/amax, amin: over dims, NaN wins, the gradient shared evenly on ties") {
+  Tensor x = tensor({{1, 5, 5}, {2, 0, 3}});
+  CHECK(amax(x).item() == 5.0);
+  CHECK(amax(x, {1}).to_vector<double>() == V{5, 3});
+  CHECK(amin(x, {0}).to_vector<double>() == V{1, 0, 3});
+  CHECK(amax(x, {0, 1}, true).sizes() == Shape{1, 1});
+  CHECK(std::isnan(amax(tensor({1, kNaN, 2})).item()));
+  CHECK(amin(tensor({3, 1}, kInt64), {0}).item<int64_t>() == 1);
+  Tensor t = tensor({{1, 5, 5}, {2, 0, 3}}).set_requires_grad(true);
+  mul(amax(t, {1}), tensor({10, 100})).sum().backward();
+  CHECK(t.grad().to_vector<double>() == V{0, 5, 5, 0, 0, 100});
+  Tensor a = tensor({{4, 1}, {4, 4}}, kFloat64).set_requires_grad(true);
+  amax(a).backward();  // three elements tie for the maximum
+  check_close(a.grad(), V{1.0 / 3, 0, 1.0 / 3, 1.0 / 3});
+  CHECK_GRADCHECK(
+      [](const std::vector<Tensor>& v) {
+        return amin(v[0], {0, 2});
+      },
+      {randn64({2, 3, 4}, 13)});
+  CHECK_THROWS_WITH_AS(amax(zeros({2, 0}), {1}),
+                       doctest::Contains("amax: cannot reduce over dim 1 of size 0"), Error);
+  CHECK_THROWS_WITH_AS(amin(x, {1, 1}), doctest::Contains("amin: dim 1 appears more than once"),
+                       Error);
+}
+
+TEST_CASE("ops/var, std: correction, dims, keepdim; correction >= N gives inf or nan") {
+  Tensor x = tensor({{1, 2, 3, 4}, {2, 2, 2, 2}}, kFloat64);
+  // row 0: mean 2.5, squared deviations sum to 5
+  check_close(var(x, 1), V{5.0 / 3, 0});
+  check_close(var(x, 1, 0.0), V{5.0 / 4, 0});
+  check_close(ember::std(x, 1), V{std::sqrt(5.0 / 3), 0});
+  check_close(var(x, 0), V{0.5, 0, 0.5, 2});
+  CHECK(var(x, 1, 1.0, true).sizes() == Shape{2, 1});
+  // All 8: mean 2.25, squared deviations 1.5625 + .0625 + .5625 + 3.0625 + 4 * .0625 = 5.5
+  check_close(var(x), V{5.5 / 7});
+  check_close(var(x, {0, 1}, 0.0), V{5.5 / 8});
+  check_close(ember::std(x, {-1, 0}, 2.0), V{std::sqrt(5.5 / 6)});
+  const V one = var(x, 1, 4.0).to_vector<double>();  // N - correction = 0
+  CHECK(std::isinf(one[0]));
+  CHECK(std::isnan(one[1]));  // 0 / 0
+  CHECK(std::isinf(var(x, 1, 7.0).to_vector<double>()[0]));
+  CHECK(std::isnan(var(tensor({3.0}), 0).item()));
+  CHECK_GRADCHECK(
+      [](const std::vector<Tensor>& v) {
+        return var(v[0], {0, 2});
+      },
+      {randn64({2, 3, 4}, 14)});
+  CHECK_GRADCHECK([](const std::vector<Tensor>& v) { return ember::std(v[0], 1, 0.0, true); },
+                  {randn64({3, 5}, 15)});
+  CHECK_THROWS_WITH_AS(var(tensor({1, 2}, kInt64)),
+                       doctest::Contains("var: expects a floating-point tensor, got int64"), Error);
+  CHECK_THROWS_WITH_AS(ember::std(x, {0, 0}), doctest::Contains("std: dim 0 appears more"), Error);
+}
+
+TEST_CASE("ops/cumsum: running sums along each dim; gradient the reversed running sum") {
+  Tensor x = tensor({{1, 2, 3}, {4, 5, 6}});
+  CHECK(cumsum(x, 1).to_vector<double>() == V{1, 3, 6, 4, 9, 15});
+  CHECK(cumsum(x, 0).to_vector<double>() == V{1, 2, 3, 5, 7, 9});
+  CHECK(cumsum(x, -1).to_vector<double>() == V{1, 3, 6, 4, 9, 15});
+  CHECK(cumsum(x.t(), 1).to_vector<double>() == V{1, 5, 2, 7, 3, 9});
+  CHECK(cumsum(zeros({0, 3}), 1).sizes() == Shape{0, 3});
+  Tensor ints = cumsum(tensor({1, 2, 3}, kInt64), 0);
+  CHECK(ints.dtype() == kInt64);
+  CHECK(ints.to_vector<int64_t>() == std::vector<int64_t>{1, 3, 6});
+  CHECK(cumsum(full({}, 2.0), 0).item() == 2.0);
+  Tensor t = tensor({1, 2, 3}).set_requires_grad(true);
+  mul(cumsum(t, 0), tensor({1, 10, 100})).sum().backward();
+  CHECK(t.grad().to_vector<double>() == V{111, 110, 100});
+  CHECK_GRADCHECK([](const std::vector<Tensor>& v) { return cumsum(v[0], 1); },
+                  {randn64({2, 3, 4}, 16)});
+  CHECK_THROWS_WITH_AS(cumsum(x, 2), doctest::Contains("cumsum: dim 2 is out of range"), Error);
 }

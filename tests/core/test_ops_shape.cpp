@@ -224,3 +224,72 @@ TEST_CASE("ops/clone, contiguous, to(cpu): backward matches finite differences")
   CHECK_GRADCHECK([](const Inputs& v) { return v[0].t().contiguous(); }, {x});
   CHECK_GRADCHECK([](const Inputs& v) { return v[0].to(kCPU) * 2.0; }, {x});
 }
+
+TEST_CASE("ops/tril, triu: the triangles of the last two dims, any diagonal, any batch") {
+  Tensor x = arange(1, 13, 1, kFloat64).reshape({3, 4});  // [[1..4], [5..8], [9..12]]
+  CHECK(tril(x).to_vector<double>() == V{1, 0, 0, 0, 5, 6, 0, 0, 9, 10, 11, 0});
+  CHECK(triu(x).to_vector<double>() == V{1, 2, 3, 4, 0, 6, 7, 8, 0, 0, 11, 12});
+  CHECK(tril(x, 1).to_vector<double>() == V{1, 2, 0, 0, 5, 6, 7, 0, 9, 10, 11, 12});
+  CHECK(tril(x, -1).to_vector<double>() == V{0, 0, 0, 0, 5, 0, 0, 0, 9, 10, 0, 0});
+  CHECK(triu(x, 2).to_vector<double>() == V{0, 0, 3, 4, 0, 0, 0, 8, 0, 0, 0, 0});
+  CHECK(triu(x, -1).to_vector<double>() == V{1, 2, 3, 4, 5, 6, 7, 8, 0, 10, 11, 12});
+  CHECK(tril(x, -5).to_vector<double>() == V(12, 0.0));
+  // A batch of two, transposed: each matrix on its own.
+  Tensor b = stack({x, mul(x, -1.0)}).transpose(1, 2);  // (2, 4, 3)
+  Tensor lb = tril(b);
+  CHECK(lb.sizes() == Shape{2, 4, 3});
+  CHECK(lb.to_vector<double>() ==
+        V{1, 0, 0, 2, 6, 0, 3, 7, 11, 4, 8, 12, -1, 0, 0, -2, -6, 0, -3, -7, -11, -4, -8, -12});
+  CHECK(tril(tensor({{1, 2}, {3, 4}}, kInt64)).dtype() == kInt64);
+  // The gradient passes where the triangle keeps the input.
+  Tensor g = randn64({3, 3}, 5).set_requires_grad(true);
+  sum(triu(g, 1)).backward();
+  CHECK(g.grad().to_vector<double>() == V{0, 1, 1, 0, 0, 1, 0, 0, 0});
+  CHECK_GRADCHECK([](const Inputs& v) { return tril(v[0], -1); }, {randn64({2, 3, 4}, 6)});
+  CHECK_THROWS_WITH_AS(tril(tensor({1, 2})),
+                       doctest::Contains("tril: expects a tensor of at least 2 dims"), Error);
+  CHECK_THROWS_WITH_AS(triu(Tensor()), doctest::Contains("triu: input is an undefined tensor"),
+                       Error);
+}
+
+TEST_CASE("ops/split, chunk, unbind: views of the pieces, torch's rules for uneven sizes") {
+  Tensor x = arange(14, kFloat64).reshape({7, 2});
+  std::vector<Tensor> s = split(x, 3);
+  REQUIRE(s.size() == 3);
+  CHECK(s[0].sizes() == Shape{3, 2});
+  CHECK(s[2].sizes() == Shape{1, 2});
+  CHECK(s[2].to_vector<double>() == V{12, 13});
+  CHECK(s[1].storage() == x.storage());  // a view
+  std::vector<Tensor> l = split(x, std::vector<int64_t>{2, 0, 5});
+  REQUIRE(l.size() == 3);
+  CHECK(l[1].sizes() == Shape{0, 2});
+  CHECK(l[2].to_vector<double>() == V{4, 5, 6, 7, 8, 9, 10, 11, 12, 13});
+  std::vector<Tensor> c1 = split(x, 1, 1);
+  REQUIRE(c1.size() == 2);
+  CHECK(c1[1].to_vector<double>() == V{1, 3, 5, 7, 9, 11, 13});
+  // torch.chunk: pieces of ceil(n / chunks), so 7 in 4 chunks is 2, 2, 2, 1; 6 in 4
+  // is 2, 2, 2 (three pieces); 2 in 3 is 1, 1.
+  std::vector<Tensor> c = chunk(x, 4);
+  REQUIRE(c.size() == 4);
+  CHECK(c[3].sizes() == Shape{1, 2});
+  CHECK(chunk(arange(6, kFloat64), 4).size() == 3);
+  CHECK(chunk(arange(2, kFloat64), 3).size() == 2);
+  CHECK(chunk(zeros({0, 2}), 3).size() == 1);
+  std::vector<Tensor> u = unbind(x, 1);
+  REQUIRE(u.size() == 2);
+  CHECK(u[0].sizes() == Shape{7});
+  CHECK(u[0].to_vector<double>() == V{0, 2, 4, 6, 8, 10, 12});
+  CHECK(unbind(x).size() == 7);
+  // Gradients flow back into each piece's place.
+  Tensor g = randn64({5, 2}, 7).set_requires_grad(true);
+  std::vector<Tensor> gp = chunk(g, 2);
+  add(sum(gp[0]), mul(sum(gp[1]), 10.0)).backward();
+  CHECK(g.grad().to_vector<double>() == V{1, 1, 1, 1, 1, 1, 10, 10, 10, 10});
+  CHECK_THROWS_WITH_AS(split(x, std::vector<int64_t>{2, 3}),
+                       doctest::Contains("split: split sizes [2, 3] sum to 5"), Error);
+  CHECK_THROWS_WITH_AS(split(x, 0), doctest::Contains("split: split_size 0 cannot split"), Error);
+  CHECK_THROWS_WITH_AS(chunk(x, 0), doctest::Contains("chunk: chunks must be positive"), Error);
+  CHECK_THROWS_WITH_AS(unbind(x, 2), doctest::Contains("unbind: dim 2 is out of range"), Error);
+  CHECK_THROWS_WITH_AS(split(full({}, 1.0), 1),
+                       doctest::Contains("split: expects a tensor of at least 1 dim"), Error);
+}
