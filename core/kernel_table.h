@@ -45,8 +45,9 @@ namespace ember::kernels {
 // ------------------------------------------------------------------ element-wise
 
 // y = unary_forward(op, x, a) over n elements; x is of dtype, y of out_dtype:
-// dtype, or Bool for the comparisons (gives_bool). Integer inputs are computed
-// in double (exact below 2^53).
+// dtype, or Bool for the comparisons (gives_bool). int64 inputs of the ops that
+// keep integers and of the comparisons are computed in int64 (computes_in_int64:
+// exact, wrapping), of any other op in double.
 struct UnaryArgs {
   Device device;
   UnaryOp op;

@@ -7,6 +7,7 @@
 
 #include <array>
 #include <optional>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -20,8 +21,8 @@ namespace ember {
 
 // --- element-wise (core/ops/elementwise.cpp), generated from the lists of
 // core/base/elementwise_ops.h: name(t) for each unary op (neg, exp, log, sqrt,
-// abs, relu, sigmoid, tanh, gelu (tanh approximation, as PyTorch's
-// approximate="tanh"), silu, sin, cos, softplus); name(t, s) for each op with a
+// abs, relu, sigmoid, tanh, gelu (exact: x Phi(x), as PyTorch's default), gelu_tanh
+// (PyTorch's approximate="tanh"), silu, sin, cos, softplus, erf); name(t, s) for each op with a
 // scalar (pow, add, mul, rsub: s - t, rdiv: s / t, clamp_min, clamp_max, and the
 // comparisons eq, ne, lt, le, ge, gt); name(a, b) for each binary op (add, sub,
 // mul, div, maximum, minimum and the comparisons eq, ne, lt, le, gt, ge), with
@@ -35,7 +36,8 @@ namespace ember {
 // makes an integer tensor float32. int64 stays int64 under neg, abs, relu, add,
 // sub, mul, maximum, minimum, clamp and pow by an exponent >= 0 (keeps_integers);
 // div and / are true division (float32); every other op computes integer input
-// in float32. Integer arithmetic computes through double: exact below 2^53.
+// in float32. Integer arithmetic computes in int64 (exact, wrapping on overflow
+// as PyTorch's); an integer Scalar is exact below 2^53 (it travels as a double).
 // Arithmetic on two bool tensors throws (convert one to int64).
 #define EMBER_X(name, ...) Tensor name(const Tensor& a);
 EMBER_UNARY_OPS(EMBER_X)
@@ -53,6 +55,12 @@ inline Tensor sub(const Tensor& a, Scalar s) {
 Tensor cast(const Tensor& a, DType t);  // differentiable dtype change
 // The dtype a binary op of a and b computes in (torch.result_type).
 DType result_type(const Tensor& a, const Tensor& b);
+
+// --- GELU's two forms (core/ops/gelu.cpp), as torch.nn.functional.gelu:
+// approximate "none" is gelu(a) (exact, 0.5 x (1 + erf(x / sqrt(2)))), "tanh"
+// gelu_tanh(a) (0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3)))); anything else
+// throws.
+Tensor gelu(const Tensor& a, std::string_view approximate);
 
 // --- selection (core/ops/elementwise.cpp)
 // cond ? a : b element-wise, broadcasting all three; cond must be bool; a and b
@@ -86,8 +94,9 @@ Tensor& add_(Tensor& t, Scalar value);
 Tensor& mul_(Tensor& t, const Tensor& other);
 Tensor& mul_(Tensor& t, Scalar value);
 
-// --- reductions (core/ops/reduce.cpp). sum of an int64 or bool tensor is int64
-// (exact below 2^53); max and min of int64 give int64 values.
+// --- reductions (core/ops/reduce.cpp). sum of an int64 or bool tensor is int64,
+// computed in int64 (exact, wrapping as PyTorch's); max and min of int64 give int64
+// values (through double: exact below 2^53).
 Tensor sum(const Tensor& a);
 Tensor sum(const Tensor& a, int64_t dim, bool keepdim = false);
 Tensor mean(const Tensor& a);
@@ -487,7 +496,7 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b = Tensor());
 
 // y = act(x w^T + b), the activation fused into the GEMM's epilogue on CUDA
 // (float32, TF32, bfloat16; composed elsewhere). The activations are the unary
-// ops marked Act in core/base/elementwise_ops.h (ReLU, GELU, SiLU). Backward
+// ops marked Act in core/base/elementwise_ops.h (ReLU, GELU exact and tanh, SiLU). Backward
 // applies act' (read off y for ReLU, from the saved pre-activation for the others,
 // as the list says), then the same d_x, d_w, d_b as linear.
 Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b, Activation act);

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <iomanip>
 #include <sstream>
+#include <type_traits>
 
 #include "core/alloc_site.h"
 #include "core/autograd.h"
@@ -191,6 +192,50 @@ Tensor tensor(std::initializer_list<std::initializer_list<double>> rows, TensorO
   return from_vector(v, {static_cast<int64_t>(rows.size()), cols}, o);
 }
 
+namespace {
+
+// Integer (and bool) host values into a new tensor: integer dtypes element by
+// element as integers, floating ones through double as a cast does.
+template <typename V>
+Tensor from_integers(const std::vector<V>& values, const Shape& sizes, TensorOptions o) {
+  check_sizes(sizes, "from_vector");
+  EMBER_CHECK(numel_of(sizes) == static_cast<int64_t>(values.size()),
+              "from_vector: ", values.size(), " values do not fill shape ", shape_str(sizes), " (",
+              numel_of(sizes), " elements)");
+  EMBER_CHECK(!o.requires_grad_ || is_floating(o.dtype_),
+              "from_vector: only floating-point tensors can require grad, got ", o.dtype_);
+  Tensor host = make_tensor(sizes, o.dtype_, kCPU, "from_vector");
+  detail::dispatch_cpu(o.dtype_, [&](auto tag) {
+    using S = decltype(tag);
+    S* p = static_cast<S*>(host.raw_data());
+    for (size_t i = 0; i < values.size(); ++i) {
+      const V v = values[i];
+      if constexpr (std::is_integral_v<S>)
+        p[i] = static_cast<S>(v);
+      else
+        detail::store_from_double(p + i, static_cast<double>(v));
+    }
+  });
+  Tensor t = o.device_.is_cpu() ? host : host.to(o.device_);
+  if (o.requires_grad_) t.set_requires_grad(true);
+  return t;
+}
+
+}  // namespace
+
+Tensor from_vector(const std::vector<int64_t>& values, const Shape& sizes, TensorOptions o) {
+  return from_integers(values, sizes, o);
+}
+Tensor from_vector(const std::vector<bool>& values, const Shape& sizes, TensorOptions o) {
+  return from_integers(values, sizes, o);
+}
+Tensor tensor(const std::vector<int64_t>& values, TensorOptions o) {
+  return from_integers(values, {static_cast<int64_t>(values.size())}, o);
+}
+Tensor tensor(const std::vector<bool>& values, TensorOptions o) {
+  return from_integers(values, {static_cast<int64_t>(values.size())}, o);
+}
+
 // ---------------------------------------------------------------- random
 
 Generator& default_generator() {
@@ -371,9 +416,21 @@ std::vector<T> Tensor::to_vector() const {
   detail::dispatch_cpu(dtype(), [&](auto tag) {
     using S = decltype(tag);
     const S* p = static_cast<const S*>(host.raw_data());
-    for (size_t i = 0; i < out.size(); ++i) out[i] = static_cast<T>(detail::load_as_double(p + i));
+    if constexpr (std::is_integral_v<S> && std::is_integral_v<T>) {
+      for (size_t i = 0; i < out.size(); ++i) out[i] = static_cast<T>(p[i]);  // exact, no double
+    } else {
+      for (size_t i = 0; i < out.size(); ++i)
+        out[i] = static_cast<T>(detail::load_as_double(p + i));
+    }
   });
   return out;
+}
+
+int64_t Tensor::item_int64() const {
+  check_holds_data(device(), "item()");
+  EMBER_CHECK(numel() == 1, "item: tensor has ", numel(), " elements (shape ", shape_str(sizes()),
+              "), expected exactly one");
+  return to_vector<int64_t>()[0];
 }
 template std::vector<float> Tensor::to_vector<float>() const;
 template std::vector<double> Tensor::to_vector<double>() const;
@@ -385,6 +442,9 @@ template std::vector<bool> Tensor::to_vector<bool>() const;
 namespace {
 // How elements print: as floats (4 decimals), integers, or True/False (PyTorch's).
 enum class Print { Float, Integer, Bool };
+void print_one(std::ostream& os, int64_t v, Print) {
+  os << v;  // int64 read as int64: exact
+}
 void print_one(std::ostream& os, double v, Print how) {
   if (how == Print::Integer)
     os << static_cast<int64_t>(v);
@@ -394,7 +454,8 @@ void print_one(std::ostream& os, double v, Print how) {
     os << std::fixed << std::setprecision(4) << v;
 }
 
-void print_values(std::ostream& os, const std::vector<double>& v, const Shape& sizes, size_t dim,
+template <typename V>
+void print_values(std::ostream& os, const std::vector<V>& v, const Shape& sizes, size_t dim,
                   size_t& pos, int indent, Print integral) {
   if (sizes.empty()) {
     print_one(os, v[pos++], integral);
@@ -430,15 +491,14 @@ std::string Tensor::str() const {
   check_holds_data(device(), "printing a tensor (str(), operator<<)");
   std::ostringstream os;
   os << "tensor(";
-  std::vector<double> v = to_vector<double>();
   size_t pos = 0;
   if (numel() == 0)
     os << "[]";
+  else if (dtype() == kInt64)
+    print_values(os, to_vector<int64_t>(), sizes(), 0, pos, 7, Print::Integer);
   else
-    print_values(os, v, sizes(), 0, pos, 7,
-                 dtype() == kInt64  ? Print::Integer
-                 : dtype() == kBool ? Print::Bool
-                                    : Print::Float);
+    print_values(os, to_vector<double>(), sizes(), 0, pos, 7,
+                 dtype() == kBool ? Print::Bool : Print::Float);
   if (dim() != 1 || numel() == 0) os << ", size=" << shape_str(sizes());
   if (dtype() != kFloat32 && dtype() != kBool) os << ", dtype=" << dtype();  // as PyTorch
   if (!is_cpu()) os << ", device=" << device();

@@ -10,6 +10,7 @@
 #include <memory>
 #include <ostream>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "core/base/device.h"
@@ -30,6 +31,7 @@ constexpr DType kFloat32 = DType::Float32;
 constexpr DType kFloat64 = DType::Float64;
 constexpr DType kBFloat16 = DType::BFloat16;
 constexpr DType kInt64 = DType::Int64;
+constexpr DType kLong = DType::Int64;  // libtorch's name for int64 (torch::kLong)
 constexpr DType kBool = DType::Bool;
 
 // libtorch-style options: zeros({2, 3}, TensorOptions().dtype(kFloat64).device(kCUDA)).
@@ -127,10 +129,15 @@ class Tensor {
   Tensor clone() const;
   Tensor detach() const;  // same storage, no autograd history
   Tensor& detach_();      // drops this tensor's history in place
-  double item() const;    // single-element tensor -> value (synchronises on CUDA)
+  // single-element tensor -> value (synchronises on CUDA). A double: an int64
+  // value past 2^53 rounds; item<int64_t>() (any integer type) reads it exactly.
+  double item() const;
   template <typename T>
   T item() const {
-    return static_cast<T>(item());
+    if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>)
+      return static_cast<T>(item_int64());
+    else
+      return static_cast<T>(item());
   }
   template <typename T>
   std::vector<T> to_vector() const;  // contiguous copy in row-major order, on the host
@@ -244,6 +251,7 @@ class Tensor {
 
  private:
   [[noreturn]] static void throw_undefined();
+  int64_t item_int64() const;  // the element as int64, without a double in between
   std::shared_ptr<TensorImpl> impl_;
 };
 
@@ -277,6 +285,34 @@ Tensor from_vector(const std::vector<double>& values, const Shape& sizes, Tensor
 Tensor from_vector(const std::vector<float>& values, const Shape& sizes, TensorOptions opts = {});
 Tensor tensor(std::initializer_list<double> values, TensorOptions opts = {});
 Tensor tensor(std::initializer_list<std::initializer_list<double>> rows, TensorOptions opts = {});
+// int64 and bool host values, without a double in between (every int64 exact);
+// int64 by default, as torch::tensor of integers, bool for bools. Into a floating
+// dtype they convert as a cast does.
+Tensor from_vector(const std::vector<int64_t>& values, const Shape& sizes,
+                   TensorOptions opts = kInt64);
+Tensor from_vector(const std::vector<bool>& values, const Shape& sizes, TensorOptions opts = kBool);
+Tensor tensor(const std::vector<int64_t>& values, TensorOptions opts = kInt64);
+Tensor tensor(const std::vector<bool>& values, TensorOptions opts = kBool);
+// tensor({int64_t{1}, int64_t{1} << 60}) and tensor({true, false}): a template, so
+// that a list of plain int literals, tensor({1, 2}), still means the double list
+// above (float32 by default, as ember always had) rather than being ambiguous.
+template <typename I>
+requires std::is_same_v<I, int64_t> || std::is_same_v<I, bool> Tensor
+tensor(std::initializer_list<I> values,
+       TensorOptions opts = std::is_same_v<I, bool> ? kBool : kInt64) {
+  return tensor(std::vector<I>(values), opts);
+}
+
+// A view of caller memory, as torch::from_blob: no copy; the bytes must stay valid
+// while any view of them lives, and `deleter` (if given) runs on `data` when the
+// last one dies. CPU memory, or a CUDA device pointer when opts say CUDA (on that
+// device). strides in elements, non-negative; contiguous when left out.
+Tensor from_blob(void* data, const Shape& sizes, TensorOptions opts = {});
+Tensor from_blob(void* data, const Shape& sizes, const Shape& strides, TensorOptions opts = {});
+Tensor from_blob(void* data, const Shape& sizes, const std::function<void(void*)>& deleter,
+                 TensorOptions opts = {});
+Tensor from_blob(void* data, const Shape& sizes, const Shape& strides,
+                 const std::function<void(void*)>& deleter, TensorOptions opts = {});
 
 // A seedable source of random numbers. Values depend only on (seed, position),
 // through a counter-based generator that CPU and CUDA compute identically:

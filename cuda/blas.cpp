@@ -334,15 +334,16 @@ bool lt_run(const LtProblem& p, int device, cudaStream_t stream) {
 //
 // Activations cuBLASLt cannot fuse to our accuracy run as a second pass of our
 // element-wise kernel (the formula of core/base/elementwise_ops.h) over its output:
-// SiLU (cuBLASLt has no such epilogue), and GELU in float32 without TF32
-// (cuBLASLt's GELU epilogue may use a fast approximate tanh, which would cost more
-// than fp32's 1e-5 budget; the extra pass is ~1% of an fp32 GEMM's time). The
-// GEMM and bias then write into pre (or y).
+// SiLU and exact GELU (cuBLASLt has no such epilogue: its GELU epilogue is the tanh
+// form, GeluTanh), and GeluTanh in float32 without TF32 (cuBLASLt's GELU epilogue
+// may use a fast approximate tanh, which would cost more than fp32's 1e-5 budget;
+// the extra pass is ~1% of an fp32 GEMM's time). The GEMM and bias then write into
+// pre (or y).
 bool lt_linear_forward(DType dtype, int64_t m, int64_t n, int64_t k, const void* x, int64_t ldx,
                        const void* w, int64_t ldw, const void* b, void* y, void* pre,
                        Activation act, int device, cudaStream_t stream) {
-  const bool own_act = act == Activation::Silu ||
-                       (act == Activation::Gelu && dtype == DType::Float32 && !allow_tf32());
+  const bool own_act = act == Activation::Silu || act == Activation::Gelu ||
+                       (act == Activation::GeluTanh && dtype == DType::Float32 && !allow_tf32());
   LtProblem p{};
   p.dtype = dtype;
   p.op_a = CUBLAS_OP_T;
@@ -356,7 +357,7 @@ bool lt_linear_forward(DType dtype, int64_t m, int64_t n, int64_t k, const void*
     p.epi = b != nullptr ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
   } else if (act == Activation::Relu) {
     p.epi = b != nullptr ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_RELU;
-  } else if (act == Activation::Gelu) {
+  } else if (act == Activation::GeluTanh) {
     if (pre != nullptr) {
       if (n % 8 != 0) return false;  // the GELU input's leading dimension must be a multiple of 8
       p.epi = b != nullptr ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;

@@ -51,7 +51,8 @@ void gemm(DType dtype, int64_t batch, int64_t m, int64_t n, int64_t k, const Gem
 // attempted throw. float32 (TF32 when allow_tf32()) and bfloat16.
 
 // y = act(x w^T + b); b may be null. pre, when not null, receives x w^T + b
-// (only act == Gelu needs it: a ReLU's derivative is read off y itself).
+// (the activations whose backward reads their input, GELU and SiLU, need it; a
+// ReLU's derivative is read off y itself).
 bool lt_linear_forward(DType dtype, int64_t m, int64_t n, int64_t k, const void* x, int64_t ldx,
                        const void* w, int64_t ldw, const void* b, void* y, void* pre,
                        Activation act, int device, cudaStream_t stream);

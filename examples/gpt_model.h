@@ -6,8 +6,8 @@
 // map one to one to a PyTorch copy (benchmarks/peer_gpt.py). Shared by
 // examples/gpt_char.cpp and benchmarks/bench_gpt.cpp.
 //
-// GELU is ember's gelu (the tanh approximation; PyTorch's peer uses
-// approximate="tanh" to compute the same function) until exact GELU lands.
+// GELU is exact (Activation::Gelu, x Phi(x)), as nanoGPT's nn.GELU() and the
+// PyTorch peer's F.gelu.
 #pragma once
 
 #include <cmath>

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 
 #include "core/ops.h"
 #include "nn/module.h"
@@ -15,11 +16,35 @@ class ReLU : public Module {
   Tensor forward(const Tensor& x) const { return relu(x); }
 };
 
-// GELU with the tanh approximation (PyTorch's approximate="tanh").
+// Options of GELU (and F::gelu), as libtorch's GELUOptions: approximate "none"
+// (exact, x Phi(x); the default) or "tanh" (the tanh approximation).
+class GELUOptions {
+ public:
+  GELUOptions() = default;
+  GELUOptions& approximate(std::string a) {
+    check_approximate(a);
+    approximate_ = std::move(a);
+    return *this;
+  }
+  const std::string& approximate() const { return approximate_; }
+
+ private:
+  static void check_approximate(const std::string& a) {
+    EMBER_CHECK(a == "none" || a == "tanh",
+                "GELUOptions: approximate must be \"none\" or \"tanh\", got \"", a, "\"");
+  }
+  std::string approximate_ = "none";
+};
+
+// GELU, exact by default (PyTorch's nn.GELU()); GELUOptions().approximate("tanh")
+// for the tanh form. Its repr is PyTorch's: GELU(approximate='none').
 class GELU : public Module {
  public:
-  Tensor forward(const Tensor& x) const { return gelu(x); }
-  std::string extra_repr() const override { return "approximate='tanh'"; }
+  explicit GELU(GELUOptions options = {}) : options(std::move(options)) {}
+  Tensor forward(const Tensor& x) const { return gelu(x, options.approximate()); }
+  std::string extra_repr() const override { return "approximate='" + options.approximate() + "'"; }
+
+  GELUOptions options;
 };
 
 class Tanh : public Module {

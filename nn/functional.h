@@ -5,9 +5,14 @@
 // ember's seedable generator.
 #pragma once
 
+#include <string_view>
+
 #include "core/ops.h"
+#include "nn/activation.h"
 
 namespace ember::nn::functional {
+
+using GELUFuncOptions = GELUOptions;  // libtorch's name
 
 // y = x w^T + b; x: (..., in), w: (out, in), b: (out) or undefined.
 inline Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b = Tensor()) {
@@ -20,8 +25,16 @@ inline Tensor mse_loss(const Tensor& pred, const Tensor& target,
 inline Tensor relu(const Tensor& x) {
   return ember::relu(x);
 }
+// GELU, exact by default; gelu(x, "tanh") or gelu(x, GELUFuncOptions().approximate("tanh"))
+// for the tanh form, as torch.nn.functional.gelu.
 inline Tensor gelu(const Tensor& x) {
   return ember::gelu(x);
+}
+inline Tensor gelu(const Tensor& x, std::string_view approximate) {
+  return ember::gelu(x, approximate);
+}
+inline Tensor gelu(const Tensor& x, const GELUFuncOptions& options) {
+  return ember::gelu(x, options.approximate());
 }
 inline Tensor tanh(const Tensor& x) {
   return ember::tanh(x);

@@ -35,8 +35,8 @@ std::string Linear::extra_repr() const {
   std::ostringstream os;
   os << "in_features=" << options.in_features() << ", out_features=" << options.out_features()
      << ", bias=" << (options.bias() ? "true" : "false");
-  if (options.activation() == Activation::Relu) os << ", activation=relu";
-  if (options.activation() == Activation::Gelu) os << ", activation=gelu";
+  if (options.activation() != Activation::None)
+    os << ", activation=" << activation_name(options.activation());
   return os.str();
 }
 

@@ -277,17 +277,7 @@ const char* sched_name(Sm90Schedule s) {
   }
 }
 const char* act_name(Activation a) {
-  switch (a) {
-    case Activation::None:
-      return "none";
-    case Activation::Relu:
-      return "relu";
-    case Activation::Gelu:
-      return "gelu";
-    case Activation::Silu:
-      return "silu";
-  }
-  return "?";
+  return activation_name(a);
 }
 
 // Host values of one operand, logical (rows x k), stored per its layout.
@@ -700,7 +690,7 @@ bool run_case(const Case& c, uint64_t seed) {
   LtEpi le;
   le.bias = epi.bias;
   le.relu = c.act == Activation::Relu;
-  le.gelu = c.act == Activation::Gelu;
+  le.gelu = c.act == Activation::GeluTanh;
   le.aux = le.gelu && c.pre ? dlt_pre.d : nullptr;
   le.bgrad = c.bias_grad ? dlt_g.d : nullptr;
   const LtEpi* lep = simt ? nullptr : &le;
@@ -844,7 +834,8 @@ std::vector<Case> group_cases(const std::string& g) {
       add(c);
     }
   } else if (g == "epi") {
-    for (Activation a : {Activation::None, Activation::Relu, Activation::Gelu, Activation::Silu})
+    for (Activation a :
+         {Activation::None, Activation::Relu, Activation::GeluTanh, Activation::Silu})
       for (DType out : {DType::BFloat16, DType::Float32}) {
         Case c;
         c.m = 333, c.n = 517, c.k = 264, c.bias = true, c.pre = a != Activation::None, c.act = a;
@@ -885,8 +876,8 @@ std::vector<Case> group_cases(const std::string& g) {
     c.dt = DType::Float32, c.out = DType::Float32, c.m = 8192, c.n = 4096, c.k = 4096;
     c.time = true;
     add(c);
-    c.bias = true, c.act = Activation::Gelu, c.pre = true, c.time = false, c.m = 513, c.n = 1031,
-    c.k = 260;
+    c.bias = true, c.act = Activation::GeluTanh, c.pre = true, c.time = false, c.m = 513,
+    c.n = 1031, c.k = 260;
     add(c);
   } else if (g == "tiles") {
     for (Sm90Tile t : {Sm90Tile::k128x256, Sm90Tile::k128x128}) {
@@ -913,7 +904,7 @@ std::vector<Case> group_cases(const std::string& g) {
       add(c);
     }
     Case c;
-    c.m = 8192, c.n = 4096, c.k = 4096, c.bias = true, c.act = Activation::Gelu, c.pre = true;
+    c.m = 8192, c.n = 4096, c.k = 4096, c.bias = true, c.act = Activation::GeluTanh, c.pre = true;
     c.time = true;
     add(c);
   } else if (g == "ping") {
@@ -945,7 +936,7 @@ std::vector<Case> group_cases(const std::string& g) {
       }
     }
     Case e;
-    e.m = 333, e.n = 517, e.k = 264, e.bias = true, e.pre = true, e.act = Activation::Gelu;
+    e.m = 333, e.n = 517, e.k = 264, e.bias = true, e.pre = true, e.act = Activation::GeluTanh;
     e.sched = Sm90Schedule::Pingpong;
     add(e);
     e.act = Activation::Silu, e.out = DType::Float32;
@@ -964,7 +955,7 @@ std::vector<Case> group_cases(const std::string& g) {
     Case c;
     c.m = 8192, c.n = 4096, c.k = 4096;
     timed(c);  // forward, plain
-    c.bias = true, c.act = Activation::Gelu, c.pre = true;
+    c.bias = true, c.act = Activation::GeluTanh, c.pre = true;
     timed(c);  // forward, the GELU epilogue with its input kept
     c.act = Activation::Relu, c.pre = false;
     timed(c);  // forward, ReLU + bias (the MLP's)

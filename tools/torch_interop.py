@@ -24,7 +24,7 @@ os.makedirs(out, exist_ok=True)
 torch.manual_seed(0)
 vocab, dim, hidden, classes, n = 50, 32, 64, 10, 256
 device = "cuda" if torch.cuda.is_available() else "cpu"
-model = nn.Sequential(nn.Embedding(vocab, dim), nn.Linear(dim, hidden), nn.GELU(approximate="tanh"),
+model = nn.Sequential(nn.Embedding(vocab, dim), nn.Linear(dim, hidden), nn.GELU(),
                       nn.LayerNorm(hidden), nn.Linear(hidden, classes)).to(device)
 opt = torch.optim.Adam(model.parameters(), lr=1e-2)
 tokens = torch.randint(0, vocab, (n,))

@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cmath>
+#include <cstdint>
 
 #include "core/base/hd.h"
 
@@ -21,9 +22,30 @@ namespace ember {
 
 // ------------------------------------------------------------- shared formulas
 
+// GELU, exact (PyTorch's default, approximate="none"): x Phi(x), Phi the standard
+// normal CDF, written 0.5 x erfc(-x / sqrt(2)) so that 1 + erf(x / sqrt(2)) does not
+// cancel for negative x. Its derivative is Phi(x) + x phi(x), phi the normal density.
+template <typename T>
+EMBER_HD T gelu_erf_of(T x) {
+  using std::erfc;
+  return T(0.5) * x * erfc(T(-0.7071067811865476) * x);  // -x / sqrt(2)
+}
+template <typename T>
+EMBER_HD T gelu_erf_grad(T x) {
+  using std::erfc;
+  using std::exp;
+  const T cdf = T(0.5) * erfc(T(-0.7071067811865476) * x);
+  return cdf + x * T(0.3989422804014327) * exp(T(-0.5) * x * x);  // 1 / sqrt(2 pi)
+}
+// d erf(x) / dx = 2 / sqrt(pi) exp(-x^2).
+template <typename T>
+EMBER_HD T erf_grad(T x) {
+  using std::exp;
+  return T(1.1283791670955126) * exp(-x * x);
+}
 // GELU, tanh approximation (PyTorch's approximate="tanh"), and its derivative.
 template <typename T>
-EMBER_HD T gelu_tanh(T x) {
+EMBER_HD T gelu_tanh_of(T x) {
   using std::tanh;
   const T inner = T(0.7978845608028654) * (x + T(0.044715) * x * x * x);  // sqrt(2/pi)(x + c x^3)
   return T(0.5) * x * (T(1) + tanh(inner));
@@ -98,14 +120,17 @@ enum class Saves : int { None, In, Out, Pass, NoGrad, Bool };
   ENTRY(sigmoid, Sigmoid, NoAct, Out, sigmoid_of(x), g* s*(T(1) - s), -4.0, 4.0, 0.5,             \
         0.6224593312018546)                                                                       \
   ENTRY(tanh, Tanh, NoAct, Out, tanh(x), g*(T(1) - s * s), -3.0, 3.0, 0.5, 0.46211715726000974)   \
-  ENTRY(gelu, Gelu, Act, In, gelu_tanh(x), g* gelu_tanh_grad(s), -4.0, 4.0, 1.0,                  \
+  ENTRY(gelu, Gelu, Act, In, gelu_erf_of(x), g* gelu_erf_grad(s), -4.0, 4.0, 1.0,                 \
+        0.8413447460685429)                                                                       \
+  ENTRY(gelu_tanh, GeluTanh, Act, In, gelu_tanh_of(x), g* gelu_tanh_grad(s), -4.0, 4.0, 1.0,      \
         0.8411919906082768)                                                                       \
   ENTRY(silu, Silu, Act, In, x* sigmoid_of(x), g* silu_grad(s), -4.0, 4.0, 1.0,                   \
         0.7310585786300049)                                                                       \
   ENTRY(sin, Sin, NoAct, In, sin(x), g* cos(s), -3.0, 3.0, 0.5, 0.479425538604203)                \
   ENTRY(cos, Cos, NoAct, In, cos(x), -g* sin(s), -3.0, 3.0, 0.5, 0.8775825618903728)              \
   ENTRY(softplus, Softplus, NoAct, In, softplus_of(x), g* sigmoid_of(s), -4.0, 4.0, 1.0,          \
-        1.3132616875182228)
+        1.3132616875182228)                                                                       \
+  ENTRY(erf, Erf, NoAct, In, erf(x), g* erf_grad(s), -3.0, 3.0, 0.5, 0.5204998778130465)
 
 // Ops of a tensor and a scalar a, t -> op(t, a).
 // ENTRY(name, Enum, saves, forward, backward, lo, hi, a, at, value)
@@ -188,6 +213,7 @@ inline constexpr int kActivationCount = 1
 template <typename T>
 EMBER_HD T unary_forward(UnaryOp op, T x, T a) {
   using std::cos;
+  using std::erf;
   using std::exp;
   using std::log;
   using std::pow;
@@ -214,6 +240,7 @@ EMBER_HD T unary_forward(UnaryOp op, T x, T a) {
 template <typename T>
 EMBER_HD T unary_backward(UnaryOp op, T g, T s, T a) {
   using std::cos;
+  using std::erf;
   using std::exp;
   using std::log;
   using std::pow;
@@ -355,6 +382,126 @@ constexpr bool keeps_integers(UnaryOp op) {
 constexpr bool keeps_integers(BinaryOp op) {
   return op == BinaryOp::Add || op == BinaryOp::Sub || op == BinaryOp::Mul ||
          op == BinaryOp::Maximum || op == BinaryOp::Minimum;
+}
+
+// --- integer arithmetic, in int64 itself
+
+// The ops that compute an int64 operand in int64 (never through double, so exact
+// over the whole range): those that keep integers and the comparisons. + - * and
+// negation wrap modulo 2^64, as PyTorch's (in unsigned arithmetic: no undefined
+// behaviour). The scalar a arrives as a double (integral for the ops that keep
+// integers: exact below 2^53); comparisons against it are exact for any double.
+constexpr bool computes_in_int64(UnaryOp op) {
+  return keeps_integers(op) || gives_bool(op);
+}
+constexpr bool computes_in_int64(BinaryOp op) {
+  return keeps_integers(op) || gives_bool(op);
+}
+
+EMBER_HD int64_t wrap_add(int64_t x, int64_t y) {
+  return static_cast<int64_t>(static_cast<uint64_t>(x) + static_cast<uint64_t>(y));
+}
+EMBER_HD int64_t wrap_sub(int64_t x, int64_t y) {
+  return static_cast<int64_t>(static_cast<uint64_t>(x) - static_cast<uint64_t>(y));
+}
+EMBER_HD int64_t wrap_mul(int64_t x, int64_t y) {
+  return static_cast<int64_t>(static_cast<uint64_t>(x) * static_cast<uint64_t>(y));
+}
+// x^e for e >= 0 by squaring, wrapping as the products do.
+EMBER_HD int64_t wrap_pow(int64_t x, int64_t e) {
+  uint64_t r = 1, b = static_cast<uint64_t>(x);
+  for (; e > 0; e >>= 1) {
+    if (e & 1) r *= b;
+    b *= b;
+  }
+  return static_cast<int64_t>(r);
+}
+// A double as int64, saturating (NaN gives 0): no conversion is undefined.
+EMBER_HD int64_t int64_of(double v) {
+  constexpr double kTwo63 = 9223372036854775808.0;
+  return v != v ? 0 : v >= kTwo63 ? INT64_MAX : v < -kTwo63 ? INT64_MIN : static_cast<int64_t>(v);
+}
+// The sign of x - a, exactly (x need not be representable as a double); 2 when a
+// is NaN (every comparison but != is false).
+EMBER_HD int compare_exact(int64_t x, double a) {
+  constexpr double kTwo63 = 9223372036854775808.0;
+  if (a != a) return 2;
+  if (a >= kTwo63) return -1;
+  if (a < -kTwo63) return 1;
+  const int64_t t = static_cast<int64_t>(a);  // a truncated: in range, exact as a double
+  if (x != t) return x < t ? -1 : 1;
+  const double frac = a - static_cast<double>(t);  // exact
+  return frac > 0 ? -1 : frac < 0 ? 1 : 0;
+}
+
+// The ops of computes_in_int64 on int64 operands; others return x unchanged (never
+// called for them).
+EMBER_HD int64_t unary_forward_int64(UnaryOp op, int64_t x, double a) {
+  const int c = gives_bool(op) ? compare_exact(x, a) : 0;
+  switch (op) {
+    case UnaryOp::Neg:
+      return wrap_sub(0, x);
+    case UnaryOp::Abs:
+      return x < 0 ? wrap_sub(0, x) : x;
+    case UnaryOp::Relu:
+      return x > 0 ? x : 0;
+    case UnaryOp::AddScalar:
+      return wrap_add(x, int64_of(a));
+    case UnaryOp::MulScalar:
+      return wrap_mul(x, int64_of(a));
+    case UnaryOp::RSubScalar:
+      return wrap_sub(int64_of(a), x);
+    case UnaryOp::Pow:
+      return wrap_pow(x, int64_of(a));
+    case UnaryOp::ClampMin:
+      return compare_exact(x, a) == -1 ? int64_of(a) : x;
+    case UnaryOp::ClampMax:
+      return compare_exact(x, a) == 1 ? int64_of(a) : x;
+    case UnaryOp::EqScalar:
+      return c == 0;
+    case UnaryOp::NeScalar:
+      return c != 0;
+    case UnaryOp::LtScalar:
+      return c == -1;
+    case UnaryOp::LeScalar:
+      return c == -1 || c == 0;
+    case UnaryOp::GeScalar:
+      return c == 1 || c == 0;
+    case UnaryOp::GtScalar:
+      return c == 1;
+    default:
+      return x;
+  }
+}
+
+// a is add's alpha (integral).
+EMBER_HD int64_t binary_forward_int64(BinaryOp op, int64_t x, int64_t y, double a) {
+  switch (op) {
+    case BinaryOp::Add:
+      return wrap_add(x, a == 1.0 ? y : wrap_mul(int64_of(a), y));
+    case BinaryOp::Sub:
+      return wrap_sub(x, y);
+    case BinaryOp::Mul:
+      return wrap_mul(x, y);
+    case BinaryOp::Maximum:
+      return x > y ? x : y;
+    case BinaryOp::Minimum:
+      return x < y ? x : y;
+    case BinaryOp::Eq:
+      return x == y;
+    case BinaryOp::Ne:
+      return x != y;
+    case BinaryOp::Lt:
+      return x < y;
+    case BinaryOp::Le:
+      return x <= y;
+    case BinaryOp::Gt:
+      return x > y;
+    case BinaryOp::Ge:
+      return x >= y;
+    default:
+      return x;
+  }
 }
 
 // --- activations, as the unary ops they are

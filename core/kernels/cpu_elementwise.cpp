@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -38,7 +39,38 @@ void dispatch_out(DType in, DType out, F&& f) {
 
 }  // namespace
 
+// int64 operands of the ops that keep integers and of the comparisons compute in
+// int64 (elementwise_ops.h): exact over the whole range.
+void unary_int64(const UnaryArgs& a) {
+  const int64_t* x = static_cast<const int64_t*>(a.x);
+  auto run = [&](auto* y) {
+    using O = std::remove_pointer_t<decltype(y)>;
+    for (int64_t i = 0; i < a.n; ++i)
+      y[a.yl.offset_of(i)] = static_cast<O>(unary_forward_int64(a.op, x[a.xl.offset_of(i)], a.a));
+  };
+  if (a.out_dtype == DType::Bool)
+    run(static_cast<bool*>(a.y));
+  else
+    run(static_cast<int64_t*>(a.y));
+}
+
+void binary_int64(const BinaryArgs& a) {
+  const int64_t* x = static_cast<const int64_t*>(a.x);
+  const int64_t* y = static_cast<const int64_t*>(a.y);
+  auto run = [&](auto* o) {
+    using O = std::remove_pointer_t<decltype(o)>;
+    for (int64_t i = 0; i < a.n; ++i)
+      o[a.ol.offset_of(i)] = static_cast<O>(
+          binary_forward_int64(a.op, x[a.xl.offset_of(i)], y[a.yl.offset_of(i)], a.a));
+  };
+  if (a.out_dtype == DType::Bool)
+    run(static_cast<bool*>(a.out));
+  else
+    run(static_cast<int64_t*>(a.out));
+}
+
 void unary_generic(const UnaryArgs& a) {
+  if (a.dtype == DType::Int64 && computes_in_int64(a.op)) return unary_int64(a);
   dispatch_out(a.dtype, a.out_dtype, [&](auto in_tag, auto out_tag) {
     using S = decltype(in_tag);
     using O = decltype(out_tag);
@@ -64,6 +96,7 @@ void unary_backward_generic(const UnaryBackwardArgs& a) {
 }
 
 void binary_generic(const BinaryArgs& a) {
+  if (a.dtype == DType::Int64 && computes_in_int64(a.op)) return binary_int64(a);
   dispatch_out(a.dtype, a.out_dtype, [&](auto in_tag, auto out_tag) {
     using S = decltype(in_tag);
     using O = decltype(out_tag);
@@ -99,6 +132,15 @@ void cast_generic(const CastArgs& a) {
         static_cast<char*>(a.y) + a.yl.offset * static_cast<int64_t>(element_size(a.to)),
         static_cast<const char*>(a.x) + a.xl.offset * static_cast<int64_t>(element_size(a.from)),
         static_cast<size_t>(a.n) * element_size(a.to));
+    return;
+  }
+  if (a.from == a.to) {  // a strided copy: the elements as they are (int64 is not a double)
+    dispatch_cpu(a.from, [&](auto tag) {
+      using S = decltype(tag);
+      const S* x = static_cast<const S*>(a.x);
+      S* y = static_cast<S*>(a.y);
+      for (int64_t i = 0; i < a.n; ++i) y[a.yl.offset_of(i)] = x[a.xl.offset_of(i)];
+    });
     return;
   }
   dispatch_cpu(a.from, [&](auto stag) {

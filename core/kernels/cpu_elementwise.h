@@ -37,7 +37,7 @@ bool cast_fast(const CastArgs& a);
 bool fill_fast(const FillArgs& a);
 
 // Float32 approximations the registered kernels try first when cpu::fast_paths()
-// (cpu_parallel.h), ahead of the fast path: GELU (tanh) forward and backward in
+// (cpu_parallel.h), ahead of the fast path: GELU (exact and tanh) forward and backward in
 // float (core/kernels/cpu_float_math.cpp), contiguous operands, each input the
 // output or disjoint from it; held to DESIGN.md's element-wise threshold (1e-6
 // relative) against the generic loop, not to its bits. false: not taken.

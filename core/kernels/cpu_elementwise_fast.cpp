@@ -287,6 +287,7 @@ void for_plan(const Plan& p, F&& body) {
 // expression in the same type.
 #define EMBER_FORMULA_MATH \
   using std::cos;          \
+  using std::erf;          \
   using std::exp;          \
   using std::log;          \
   using std::pow;          \
@@ -342,6 +343,19 @@ EMBER_BINARY_OPS(EMBER_X)
 
 // ---------------------------------------------------------------- the loops
 
+// int64 in int64 (elementwise_ops.h's computes_in_int64 ops); a: the op's scalar.
+template <UnaryOp kOp, typename O>
+void unary_int64_loop(const int64_t* x, O* y, int64_t n, double a) {
+  EMBER_INDEPENDENT_ITERATIONS
+  for (int64_t i = 0; i < n; ++i) y[i] = static_cast<O>(unary_forward_int64(kOp, x[i], a));
+}
+
+template <BinaryOp kOp, typename O>
+void binary_int64_loop(const int64_t* x, const int64_t* y, O* out, int64_t n, double a) {
+  EMBER_INDEPENDENT_ITERATIONS
+  for (int64_t i = 0; i < n; ++i) out[i] = static_cast<O>(binary_forward_int64(kOp, x[i], y[i], a));
+}
+
 template <UnaryOp kOp, typename C, typename S, typename O>
 void unary_loop(const S* x, O* y, int64_t n, C a) {
   EMBER_INDEPENDENT_ITERATIONS
@@ -386,6 +400,9 @@ void unary_op(const void* x_raw, void* y_raw, int64_t n, double a) {
   using O = std::conditional_t<gives_bool(kOp), bool, S>;
   const S* x = static_cast<const S*>(x_raw);
   O* y = static_cast<O*>(y_raw);
+  if constexpr (std::is_same_v<S, int64_t> && computes_in_int64(kOp)) {
+    return unary_int64_loop<kOp>(x, y, n, a);
+  }
   if constexpr (has_float_math<S> && exact_in_float(kOp)) {
     if (float_holds(a)) return unary_loop<kOp, float>(x, y, n, static_cast<float>(a));
   }
@@ -410,6 +427,9 @@ void binary_op(const void* x_raw, const void* y_raw, void* out_raw, int64_t n, d
   const S* x = static_cast<const S*>(x_raw);
   const S* y = static_cast<const S*>(y_raw);
   O* out = static_cast<O*>(out_raw);
+  if constexpr (std::is_same_v<S, int64_t> && computes_in_int64(kOp)) {
+    return binary_int64_loop<kOp>(x, y, out, n, a);
+  }
   if constexpr (has_float_math<S> && exact_in_float(kOp)) {
     if (kOp == BinaryOp::Add ? a == 1.0 : float_holds(a))
       return binary_loop<kOp, float>(x, y, out, n, static_cast<float>(a));

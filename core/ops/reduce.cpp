@@ -1,9 +1,10 @@
 // Reductions: sum, mean, max and min (full, or values with the index kept for
-// backward), argmax, argmin and sum_to. Integer input: sum, max and min through
-// float64 (exact below 2^53), the result int64. Each views its input, made contiguous, as (outer,
-// n, inner) and reduces over n, through the device's kernels (core/kernel_table.h): the CPU
-// reference accumulates in double; CUDA's are deterministic (cuda/kernels/reduce.cu).
-// Sum of nothing is 0, mean of nothing NaN (as PyTorch), max of nothing an error.
+// backward), argmax, argmin and sum_to. Integer input: sum in int64 (exact, wrapping
+// as PyTorch's), max and min through float64 (exact below 2^53), the result int64. Each views its
+// input, made contiguous, as (outer, n, inner) and reduces over n, through the device's kernels
+// (core/kernel_table.h): the CPU reference accumulates in double; CUDA's are deterministic
+// (cuda/kernels/reduce.cu). Sum of nothing is 0, mean of nothing NaN (as PyTorch), max of nothing
+// an error.
 #include <cmath>
 #include <limits>
 
@@ -108,14 +109,41 @@ Tensor expand_back(const Tensor& g, const Shape& sizes, int64_t dim, bool keepdi
 
 constexpr int64_t kAllDims = std::numeric_limits<int64_t>::min();
 
+// The int64 sum of a over dim (kept, of size 1): halves added pairwise by the
+// element-wise add, which computes int64 in int64 on every device, so the sum is
+// exact over the whole range (no double in between); log2(n) adds.
+Tensor sum_int64_over(Tensor t, int64_t dim) {
+  int64_t n = t.size(dim);
+  if (n == 0) {
+    Shape s = t.sizes();
+    s[static_cast<size_t>(dim)] = 1;
+    return zeros(s, TensorOptions(kInt64).device(t.device()));
+  }
+  while (n > 1) {
+    const int64_t h = n / 2;
+    Tensor pairs = add(slice(t, dim, 0, h), slice(t, dim, h, 2 * h));
+    t = n % 2 ? cat({pairs, slice(t, dim, 2 * h, n)}, dim) : pairs;
+    n = t.size(dim);
+  }
+  return t;
+}
+
+Tensor sum_int64(const Tensor& a, int64_t dim, bool keepdim, const char* op) {
+  const Tensor i = a.dtype() == kInt64 ? a.detach() : cast(a.detach(), kInt64);
+  if (dim == kAllDims) return reshape(sum_int64_over(reshape(i, {i.numel()}), 0), {});
+  dim = wrap_dim(dim, a.dim(), op);
+  if (a.dim() == 0) return i.clone();
+  const Tensor s = sum_int64_over(i, dim);
+  return keepdim ? s : squeeze(s, dim);
+}
+
 // Sum (or mean) over `dim`, or over everything when dim == kAllDims.
 Tensor reduce_sum(const Tensor& a, int64_t dim, bool keepdim, bool mean, const char* op) {
   OpSite site(op);
   check_defined(op, a);
   if (!is_floating(a.dtype()) && !mean) {
-    // int64 and bool sum to int64 (as PyTorch), through float64: exact below 2^53.
-    const Tensor wide = cast(a, kFloat64);
-    return cast(reduce_sum(wide, dim, keepdim, false, op), kInt64);
+    // int64 and bool sum to int64 (as PyTorch), exactly.
+    return sum_int64(a, dim, keepdim, op);
   }
   check_reduce_input(op, a);
   const bool all = dim == kAllDims;

@@ -2,7 +2,8 @@
 // with the op chosen at run time (uniform across the grid, so the switch costs
 // little next to the memory traffic) to keep compile time and binary size small.
 // Forward kernels take float32, float64, bfloat16 and int64 input (int64 computed
-// in double) and write the input's type or, for comparisons, bool.
+// in int64 for the ops that keep integers and the comparisons, in double for the
+// rest) and write the input's type or, for comparisons, bool.
 #include <atomic>
 #include <tuple>
 
@@ -71,6 +72,14 @@ template <typename S, typename O>
 __global__ void unary_kernel(UnaryOp op, const S* x, StridedLayout xl, O* y, StridedLayout yl,
                              int64_t n, double a) {
   using C = typename ComputeOf<S>::type;
+  if constexpr (std::is_same_v<S, int64_t>) {
+    if (computes_in_int64(op)) {  // exact: int64 in int64 (elementwise_ops.h)
+      for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+           i += int64_t(gridDim.x) * blockDim.x)
+        y[yl.offset_of(i)] = static_cast<O>(unary_forward_int64(op, x[xl.offset_of(i)], a));
+      return;
+    }
+  }
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
        i += int64_t(gridDim.x) * blockDim.x) {
     C v = unary_forward<C>(op, load(x + xl.offset_of(i)), static_cast<C>(a));
@@ -95,6 +104,15 @@ template <typename S, typename O>
 __global__ void binary_kernel(BinaryOp op, const S* x, StridedLayout xl, const S* y,
                               StridedLayout yl, O* out, StridedLayout ol, int64_t n, double a) {
   using C = typename ComputeOf<S>::type;
+  if constexpr (std::is_same_v<S, int64_t>) {
+    if (computes_in_int64(op)) {  // exact: int64 in int64 (elementwise_ops.h)
+      for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+           i += int64_t(gridDim.x) * blockDim.x)
+        out[ol.offset_of(i)] =
+            static_cast<O>(binary_forward_int64(op, x[xl.offset_of(i)], y[yl.offset_of(i)], a));
+      return;
+    }
+  }
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
        i += int64_t(gridDim.x) * blockDim.x) {
     C v = binary_forward<C>(op, load(x + xl.offset_of(i)), load(y + yl.offset_of(i)),
@@ -128,12 +146,16 @@ template <typename From, typename To>
 __global__ void cast_kernel(const From* x, StridedLayout xl, To* y, StridedLayout yl, int64_t n) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
        i += int64_t(gridDim.x) * blockDim.x) {
-    double v;
-    if constexpr (std::is_same_v<From, __nv_bfloat16>)
-      v = __bfloat162float(x[xl.offset_of(i)]);
-    else
-      v = static_cast<double>(x[xl.offset_of(i)]);
-    store(y + yl.offset_of(i), v);
+    if constexpr (std::is_same_v<From, To>) {  // a copy: int64 is not a double
+      y[yl.offset_of(i)] = x[xl.offset_of(i)];
+    } else {
+      double v;
+      if constexpr (std::is_same_v<From, __nv_bfloat16>)
+        v = __bfloat162float(x[xl.offset_of(i)]);
+      else
+        v = static_cast<double>(x[xl.offset_of(i)]);
+      store(y + yl.offset_of(i), v);
+    }
   }
 }
 

@@ -113,6 +113,14 @@ const std::vector<OpEntry>& op_table() {
          unary_samples(-2, 2)},
         {"div", "scalar", [](const Inputs& v, int64_t) { return div(v[0], 3.0); },
          unary_samples(-2, 2)},
+        // --- dtypes branch: GELU by name (core/ops/gelu.cpp; erf, gelu and gelu_tanh
+        // themselves come from the list); arg: 0 approximate="none", 1 "tanh"
+        {"gelu", "approximate",
+         [](const Inputs& v, int64_t a) { return gelu(v[0], a == 1 ? "tanh" : "none"); },
+         {{{x({3, 4})}, 0}, {{x({3, 4})}, 1}, {{x({4, 3}).T()}, 1}, {{x({0, 2})}, 0},
+          {{x({1027})}, 0}, {{x({1027})}, 1}}},
+        // --- end of the dtypes branch's block
+
         // arg: the target dtype (0 float64, 1 float32, 2 bfloat16, 3 int64)
         {"cast", "",
          [](const Inputs& v, int64_t to) {
@@ -922,17 +930,22 @@ const std::vector<OpEntry>& op_table() {
           {{x({0, 4}), x({3, 4}), x({3})}},
           {{x({65, 33}), x({17, 33}), x({17})}}},
          Grad::Yes, kGemm, {kFloat32, kFloat64, kBFloat16}, true, true},
-        // arg: the Activation (1 ReLU, 2 GELU, 3 SiLU)
+        // arg: the Activation (1 ReLU, 2 GELU, 3 GELU tanh, 4 SiLU)
         {"linear", "activation",
          [](const Inputs& v, int64_t act) {
            return linear(v[0], v[1], undefined_or(v, 2), static_cast<Activation>(act));
          },
          {{{x({5, 4}), x({3, 4}), x({3})}, 1},
           {{x({5, 4}), x({3, 4}), x({3})}, 2},
-          {{x({2, 5, 4}), x({3, 4})}, 3},
+          {{x({5, 4}), x({3, 4}), x({3})}, 3},
+          {{x({2, 5, 4}), x({3, 4})}, 4},
+          {{x({2, 5, 4}), x({3, 4})}, 2},
           {{x({5, 4}).T(), x({3, 4}), x({3})}, 2},
+          {{x({5, 4}).T(), x({3, 4}), x({3})}, 3},
           {{x({0, 4}), x({3, 4}), x({3})}, 1},
-          {{x({65, 33}), x({17, 33}), x({17})}, 3}},
+          {{x({65, 33}), x({17, 33}), x({17})}, 2},
+          {{x({65, 33}), x({17, 33}), x({17})}, 3},
+          {{x({65, 33}), x({17, 33}), x({17})}, 4}},
          Grad::Yes, kGemm, {kFloat32, kFloat64, kBFloat16}, true, true},
         // the losses; arg: the Reduction (0 None, 1 Mean, 2 Sum)
         {"mse_loss", "",

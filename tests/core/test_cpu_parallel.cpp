@@ -198,13 +198,14 @@ TEST_CASE("cpu/parallel: element-wise ops give the generic loop's bits at 1, 2 a
   Tensor rows = randn({n / 64, 64});  // a strided plan: rows split over threads
   Tensor bias = randn({64});
   set_num_threads(1);
-  const Tensor e1 = exp(x), s1 = add(x, y), g1 = gelu(x), r1 = add(rows, bias);
+  const Tensor e1 = exp(x), s1 = add(x, y), g1 = gelu(x), t1 = gelu_tanh(x), r1 = add(rows, bias);
   for (int threads : {2, 3}) {
     set_num_threads(threads);
     CAPTURE(threads);
     CHECK(same_bits(exp(x), e1));
     CHECK(same_bits(add(x, y), s1));
     CHECK(same_bits(gelu(x), g1));
+    CHECK(same_bits(gelu_tanh(x), t1));
     CHECK(same_bits(add(rows, bias), r1));
   }
   // each is also the definition, element by element
@@ -353,39 +354,42 @@ TEST_CASE("cpu/parallel: sums over rows and columns give the same bits at 1, 2 a
   CHECK(r1.to_vector<float>()[17] == static_cast<float>(s));
 }
 
-TEST_CASE("cpu/fast: float32 GELU and its derivative match the double reference") {
+TEST_CASE("cpu/fast: float32 GELU (both forms) and its derivative match the double reference") {
   ThreadsGuard guard;
-  manual_seed(11);
-  for (int threads : {1, 2}) {
-    set_num_threads(threads);
-    Tensor x = randn({3 * cpu::kElementwiseGrain + 3}) * 3.0;
-    auto run = [&](bool fast, Tensor& grad) {
-      cpu::set_fast_paths(fast);
-      Tensor xx = x.detach().requires_grad_();
-      Tensor y = gelu(xx);
-      sum(y * y).backward();
-      grad = xx.grad();
-      return y;
-    };
-    Tensor g_fast, g_ref;
-    const Tensor y_fast = run(true, g_fast), y_ref = run(false, g_ref);
-    CHECK(rel_error(y_fast, y_ref) <= 1e-6);
-    CHECK(rel_error(g_fast, g_ref) <= 1e-6);
-  }
-  // specials as the reference: inf, -inf (NaN: -inf * 0), NaN, far tails, zero
-  const double inf = INFINITY, nan = NAN;
-  Tensor s = tensor({inf, -inf, nan, -30.0, 30.0, 0.0, -0.0, 1e-30}, kFloat32);
-  cpu::set_fast_paths(false);
-  const std::vector<double> want = gelu(s).to_vector<double>();
-  cpu::set_fast_paths(true);
-  const std::vector<double> got = gelu(s).to_vector<double>();
-  for (size_t i = 0; i < want.size(); ++i) {
-    CAPTURE(i);
-    if (std::isnan(want[i]))
-      CHECK(std::isnan(got[i]));
-    else if (std::isinf(want[i]))
-      CHECK(got[i] == want[i]);
-    else
-      CHECK(got[i] == doctest::Approx(want[i]).epsilon(1e-6));
+  for (const char* form : {"none", "tanh"}) {
+    CAPTURE(form);
+    manual_seed(11);
+    for (int threads : {1, 2}) {
+      set_num_threads(threads);
+      Tensor x = randn({3 * cpu::kElementwiseGrain + 3}) * 3.0;
+      auto run = [&](bool fast, Tensor& grad) {
+        cpu::set_fast_paths(fast);
+        Tensor xx = x.detach().requires_grad_();
+        Tensor y = gelu(xx, form);
+        sum(y * y).backward();
+        grad = xx.grad();
+        return y;
+      };
+      Tensor g_fast, g_ref;
+      const Tensor y_fast = run(true, g_fast), y_ref = run(false, g_ref);
+      CHECK(rel_error(y_fast, y_ref) <= 1e-6);
+      CHECK(rel_error(g_fast, g_ref) <= 1e-6);
+    }
+    // specials as the reference: inf, -inf (NaN: -inf * 0), NaN, far tails, zero
+    const double inf = INFINITY, nan = NAN;
+    Tensor s = tensor({inf, -inf, nan, -30.0, 30.0, 0.0, -0.0, 1e-30}, kFloat32);
+    cpu::set_fast_paths(false);
+    const std::vector<double> want = gelu(s, form).to_vector<double>();
+    cpu::set_fast_paths(true);
+    const std::vector<double> got = gelu(s, form).to_vector<double>();
+    for (size_t i = 0; i < want.size(); ++i) {
+      CAPTURE(i);
+      if (std::isnan(want[i]))
+        CHECK(std::isnan(got[i]));
+      else if (std::isinf(want[i]))
+        CHECK(got[i] == want[i]);
+      else
+        CHECK(got[i] == doctest::Approx(want[i]).epsilon(1e-6));
+    }
   }
 }

@@ -96,12 +96,19 @@ TEST_CASE("ops/unary: pow, exp, log, sqrt, abs, relu, sigmoid, tanh, gelu values
   check_close(sigmoid(a), {1 / (1 + std::exp(2.0)), 1 / (1 + std::exp(0.5)), 0.5,
                            1 / (1 + std::exp(-0.5)), 1 / (1 + std::exp(-2.0))});
   check_close(tanh(a), {std::tanh(-2.0), std::tanh(-0.5), 0, std::tanh(0.5), std::tanh(2.0)});
-  // gelu (tanh approximation): 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
-  auto gelu_ref = [](double x) {
+  // gelu, exact (PyTorch's default): 0.5 x (1 + erf(x / sqrt(2)))
+  auto gelu_ref = [](double x) { return 0.5 * x * (1 + std::erf(x / std::sqrt(2.0))); };
+  check_close(gelu(a), {gelu_ref(-2), gelu_ref(-0.5), 0, gelu_ref(0.5), gelu_ref(2)});
+  check_close(gelu(a, "none"), {gelu_ref(-2), gelu_ref(-0.5), 0, gelu_ref(0.5), gelu_ref(2)});
+  // gelu_tanh (approximate="tanh"): 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
+  auto gelu_tanh_ref = [](double x) {
     return 0.5 * x * (1 + std::tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)));
   };
-  check_close(gelu(a), {gelu_ref(-2), gelu_ref(-0.5), 0, gelu_ref(0.5), gelu_ref(2)});
-  check_close(gelu(tensor({1.0}, kFloat64)), {0.8411919906082768});
+  check_close(gelu_tanh(a),
+              {gelu_tanh_ref(-2), gelu_tanh_ref(-0.5), 0, gelu_tanh_ref(0.5), gelu_tanh_ref(2)});
+  check_close(gelu(a, "tanh"),
+              {gelu_tanh_ref(-2), gelu_tanh_ref(-0.5), 0, gelu_tanh_ref(0.5), gelu_tanh_ref(2)});
+  check_close(erf(a), {std::erf(-2.0), std::erf(-0.5), 0, std::erf(0.5), std::erf(2.0)});
   CHECK(ge(a, 0.0).to_vector<double>() == V{0, 0, 1, 1, 1});
   CHECK(gt(a, 0.0).to_vector<double>() == V{0, 0, 0, 1, 1});
   CHECK(a.abs().to_vector<double>() == abs(a).to_vector<double>());
@@ -288,7 +295,28 @@ TEST_CASE("ops/unary: backward of sigmoid, tanh, gelu matches finite differences
   CHECK_GRADCHECK([](const Inputs& v) { return sigmoid(v[0]); }, {x});
   CHECK_GRADCHECK([](const Inputs& v) { return tanh(v[0]); }, {x});
   CHECK_GRADCHECK([](const Inputs& v) { return gelu(v[0]); }, {x});
+  CHECK_GRADCHECK([](const Inputs& v) { return gelu(v[0], "tanh"); }, {x});
+  CHECK_GRADCHECK([](const Inputs& v) { return erf(v[0]); }, {x});
   CHECK_GRADCHECK([](const Inputs& v) { return v[0].sigmoid() * v[0].tanh(); }, {x});
+}
+
+// PyTorch's values (torch.nn.functional.gelu(torch.tensor(1.0)) and with
+// approximate="tanh"), each worked by hand from its definition: Phi(1) =
+// 0.5 (1 + erf(1 / sqrt(2))) = 0.841344746..., and 0.5 (1 + tanh(sqrt(2 / pi) 1.044715))
+// = 0.841191990...
+TEST_CASE("ops/gelu: exact by default, the tanh form by name, as PyTorch") {
+  CHECK(gelu(tensor({1.0}, kFloat64)).item() == doctest::Approx(0.8413447460685429).epsilon(1e-15));
+  CHECK(gelu(tensor({1.0}, kFloat64), "tanh").item() ==
+        doctest::Approx(0.8411919906082768).epsilon(1e-15));
+  CHECK(gelu(tensor({1.0})).item() == doctest::Approx(0.8413447).epsilon(1e-7));
+  CHECK(gelu(tensor({1.0}), "tanh").item() == doctest::Approx(0.8411920).epsilon(1e-7));
+  CHECK(gelu_tanh(tensor({1.0})).item() == doctest::Approx(0.8411920).epsilon(1e-7));
+  // Far in the negative tail the exact form does not cancel to 0: x Phi(x) with
+  // Phi(-10) = 7.62e-24.
+  CHECK(gelu(tensor({-10.0}, kFloat64)).item() ==
+        doctest::Approx(-7.619853024160593e-23).epsilon(1e-12));
+  CHECK_THROWS_WITH_AS(gelu(tensor({1.0}), "erf"),
+                       doctest::Contains("gelu: approximate must be \"none\" or \"tanh\""), Error);
 }
 
 TEST_CASE("ops/cast: backward matches finite differences") {

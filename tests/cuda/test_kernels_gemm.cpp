@@ -89,15 +89,17 @@ TEST_CASE("kernels/gemm: our fp32 and bf16 GEMMs match the CPU at ragged sizes" 
       }
 }
 
-TEST_CASE("kernels/gemm: our epilogues (bias, ReLU, GELU, pre-activation) match the CPU" *
-          doctest::test_suite("cuda")) {
+TEST_CASE(
+    "kernels/gemm: our epilogues (bias, ReLU, GELU both forms, pre-activation) match the CPU" *
+    doctest::test_suite("cuda")) {
   uint64_t seed = 300;
   for (DType dtype : {kFloat32, kBFloat16})
-    for (Activation act : {Activation::None, Activation::Relu, Activation::Gelu})
+    for (Activation act :
+         {Activation::None, Activation::Relu, Activation::Gelu, Activation::GeluTanh})
       for (bool bias : {false, true})
         for (const Case& c : {Case{127, 129, 65}, Case{7, 4097, 8}, Case{1, 1, 1}}) {
           auto [e, e_pre] = run_gemm(dtype, c, act, bias, 0, false, true, seed++);
-          INFO(dtype, " act=", static_cast<int>(act), " bias=", bias, " m=", c.m, " n=", c.n,
+          INFO(dtype, " act=", activation_name(act), " bias=", bias, " m=", c.m, " n=", c.n,
                " k=", c.k);
           CHECK(e <= tol(dtype));
           CHECK(e_pre <= tol(dtype));
@@ -122,11 +124,14 @@ TEST_CASE("kernels/gemm: cuBLASLt epilogues match the CPU (fp32, TF32, bf16)" *
     for (DType dtype : {kFloat32, kBFloat16}) {
       if (tf32 && dtype != kFloat32) continue;
       cuda::set_allow_tf32(tf32);
-      for (Activation act : {Activation::None, Activation::Relu, Activation::Gelu})
+      // exact GELU has no cuBLASLt epilogue: the GEMM + bias, then our kernel
+      for (Activation act :
+           {Activation::None, Activation::Relu, Activation::Gelu, Activation::GeluTanh})
         for (const Case& c :
              {Case{127, 128, 65}, Case{7, 4096, 8}, Case{1, 8, 1}, Case{4097, 16, 127}}) {
-          auto [e, e_pre] = run_gemm(dtype, c, act, true, 0, true, act == Activation::Gelu, seed++);
-          INFO(dtype, " tf32=", tf32, " act=", static_cast<int>(act), " m=", c.m, " n=", c.n,
+          const bool pre = act == Activation::Gelu || act == Activation::GeluTanh;
+          auto [e, e_pre] = run_gemm(dtype, c, act, true, 0, true, pre, seed++);
+          INFO(dtype, " tf32=", tf32, " act=", activation_name(act), " m=", c.m, " n=", c.n,
                " k=", c.k);
           if (e < 0) {
             MESSAGE("cuBLASLt offered no algorithm (the dispatcher falls back to ours)");

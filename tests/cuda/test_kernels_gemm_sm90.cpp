@@ -250,7 +250,8 @@ TEST_CASE("kernels/gemm_sm90: every epilogue (bias, activation, pre-activation, 
   // Both schedules: ping-pong is Auto's for large bf16 forwards, which the CPU
   // reference is too slow to check at that size.
   for (cuda::Sm90Schedule schedule : {cuda::Sm90Schedule::Auto, cuda::Sm90Schedule::Pingpong})
-    for (Activation act : {Activation::None, Activation::Relu, Activation::Gelu, Activation::Silu})
+    for (Activation act : {Activation::None, Activation::Relu, Activation::Gelu,
+                           Activation::GeluTanh, Activation::Silu})
       for (bool bias : {false, true})
         for (bool pre : {false, true})
           for (DType out : {kBFloat16, kFloat32}) {

@@ -45,6 +45,8 @@ Tensor composed(const Tensor& x, const Tensor& w, const Tensor& b, Activation ac
       return relu(y);
     case Activation::Gelu:
       return gelu(y);
+    case Activation::GeluTanh:
+      return gelu(y, "tanh");
     case Activation::Silu:
       return silu(y);
     default:
@@ -156,8 +158,8 @@ TEST_CASE("kernels/linear: fused forward and backward match the CPU on both back
         if (tf32 && dtype != kFloat32) continue;
         BackendGuard guard(backend);
         cuda::set_allow_tf32(tf32);
-        for (Activation act :
-             {Activation::None, Activation::Relu, Activation::Gelu, Activation::Silu})
+        for (Activation act : {Activation::None, Activation::Relu, Activation::Gelu,
+                               Activation::GeluTanh, Activation::Silu})
           for (const std::vector<Dims>* dims : {&kAligned, &kUnaligned})
             for (auto [m, n, k] : *dims) {
               INFO(backend, " ", dtype, " tf32=", tf32, " act=", activation_name(act), " m=", m,
@@ -167,6 +169,8 @@ TEST_CASE("kernels/linear: fused forward and backward match the CPU on both back
         // x as a view whose rows are 8 elements apart more than their length.
         INFO(backend, " ", dtype, " tf32=", tf32, " strided x");
         CHECK(linear_vs_cpu(dtype, 129, 136, 264, Activation::Gelu, false, false, seed++, 8) <=
+              tol(dtype));
+        CHECK(linear_vs_cpu(dtype, 129, 136, 264, Activation::GeluTanh, false, false, seed++, 8) <=
               tol(dtype));
       }
   cuda::set_allow_tf32(false);
@@ -223,8 +227,8 @@ TEST_CASE("kernels/linear: transposed weight and the unfused composition agree" 
           doctest::test_suite("cuda")) {
   uint64_t seed = 2000;
   for (DType dtype : {kFloat32, kBFloat16})
-    for (Activation act : {Activation::Relu, Activation::Gelu}) {
-      INFO(dtype, " act=", static_cast<int>(act));
+    for (Activation act : {Activation::Relu, Activation::Gelu, Activation::GeluTanh}) {
+      INFO(dtype, " act=", activation_name(act));
       CHECK(linear_vs_cpu(dtype, 33, 40, 17, act, true, false, seed++) <= tol(dtype));
       CHECK(linear_vs_cpu(dtype, 33, 40, 17, act, false, true, seed++) <= tol(dtype));
     }
@@ -232,7 +236,8 @@ TEST_CASE("kernels/linear: transposed weight and the unfused composition agree" 
 
 TEST_CASE("kernels/linear: fused backward equals the unfused composition on the GPU" *
           doctest::test_suite("cuda")) {
-  for (Activation act : {Activation::None, Activation::Relu, Activation::Gelu}) {
+  for (Activation act :
+       {Activation::None, Activation::Relu, Activation::Gelu, Activation::GeluTanh}) {
     std::vector<Tensor> a = {randn64({96, 64}, 30).to(kCUDA, kFloat32),
                              randn64({48, 64}, 31).to(kCUDA, kFloat32),
                              randn64({48}, 32).to(kCUDA, kFloat32)};
@@ -245,7 +250,7 @@ TEST_CASE("kernels/linear: fused backward equals the unfused composition on the 
     std::vector<Tensor> ga = grad({mul(linear(a[0], a[1], a[2], act), wy).sum()}, a);
     std::vector<Tensor> gc = grad({mul(composed(c[0], c[1], c[2], act), wy).sum()}, c);
     for (size_t i = 0; i < 3; ++i) {
-      INFO("act=", static_cast<int>(act), " input ", i);
+      INFO("act=", activation_name(act), " input ", i);
       CHECK(rel_error(ga[i].to(kCPU).to(kFloat64), gc[i].to(kCPU).to(kFloat64)) <= 1e-5);
     }
   }

@@ -20,7 +20,7 @@ using namespace ember;
 
 namespace {
 
-// As the PyTorch script's nn.Sequential: Embedding, Linear, GELU(tanh), LayerNorm, Linear.
+// As the PyTorch script's nn.Sequential: Embedding, Linear, GELU (exact), LayerNorm, Linear.
 std::shared_ptr<nn::Sequential> make_model(int64_t vocab, int64_t dim, int64_t hidden,
                                            int64_t classes) {
   return std::make_shared<nn::Sequential>(nn::Embedding(vocab, dim), nn::Linear(dim, hidden),

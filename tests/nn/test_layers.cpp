@@ -70,7 +70,8 @@ TEST_CASE("nn/linear: gradients through the module match finite differences") {
 }
 
 TEST_CASE("nn/linear: the activation option equals the activation applied after it") {
-  for (Activation act : {Activation::Relu, Activation::Gelu}) {
+  for (Activation act : {Activation::Relu, Activation::Gelu, Activation::GeluTanh}) {
+    INFO("act=", activation_name(act));
     manual_seed(7);
     nn::Linear fused(nn::LinearOptions(5, 4).activation(act));
     manual_seed(7);
@@ -79,10 +80,13 @@ TEST_CASE("nn/linear: the activation option equals the activation applied after 
     plain.to(kFloat64);
     Tensor x = randn64({3, 5}, 8);
     Tensor y = fused.forward(x);
-    Tensor ref = act == Activation::Relu ? relu(plain.forward(x)) : gelu(plain.forward(x));
+    Tensor p = plain.forward(x);
+    Tensor ref = act == Activation::Relu ? relu(p)
+                 : act == Activation::Gelu
+                     ? nn::GELU().forward(p)
+                     : nn::GELU(nn::GELUOptions().approximate("tanh")).forward(p);
     CHECK(ember::testing::rel_error(y, ref) <= 1e-15);
-    CHECK(fused.str().find(act == Activation::Relu ? "activation=relu" : "activation=gelu") !=
-          std::string::npos);
+    CHECK(fused.str().find(std::string("activation=") + activation_name(act)) != std::string::npos);
   }
 }
 
@@ -90,6 +94,15 @@ TEST_CASE("nn/activation: modules match their ops and have correct gradients") {
   Tensor x = randn64({3, 5}, 23);
   CHECK(testing::rel_error(nn::ReLU().forward(x), relu(x)) == 0.0);
   CHECK(testing::rel_error(nn::GELU().forward(x), gelu(x)) == 0.0);
+  const nn::GELU gelu_tanh_module(nn::GELUOptions().approximate("tanh"));
+  CHECK(testing::rel_error(gelu_tanh_module.forward(x), gelu_tanh(x)) == 0.0);
+  CHECK(testing::rel_error(nn::functional::gelu(x, "tanh"), gelu_tanh(x)) == 0.0);
+  CHECK(testing::rel_error(
+            nn::functional::gelu(x, nn::functional::GELUFuncOptions().approximate("tanh")),
+            gelu_tanh(x)) == 0.0);
+  CHECK(testing::rel_error(nn::functional::gelu(x), gelu(x)) == 0.0);
+  CHECK_THROWS_WITH_AS(nn::GELUOptions().approximate("fast"),
+                       doctest::Contains("approximate must be \"none\" or \"tanh\""), Error);
   CHECK(testing::rel_error(nn::Tanh().forward(x), tanh(x)) == 0.0);
   CHECK(testing::rel_error(nn::Sigmoid().forward(x), sigmoid(x)) == 0.0);
   CHECK(nn::ReLU().forward(x).sizes() == x.sizes());
@@ -97,6 +110,11 @@ TEST_CASE("nn/activation: modules match their ops and have correct gradients") {
   Tensor away = add(abs(randn64({3, 5}, 24)), 0.1) * tensor({1, -1, 1, -1, 1}, kFloat64);
   CHECK_GRADCHECK([](const std::vector<Tensor>& in) { return nn::ReLU().forward(in[0]); }, {away});
   CHECK_GRADCHECK([](const std::vector<Tensor>& in) { return nn::GELU().forward(in[0]); }, {x});
+  CHECK_GRADCHECK(
+      [](const std::vector<Tensor>& in) {
+        return nn::GELU(nn::GELUOptions().approximate("tanh")).forward(in[0]);
+      },
+      {x});
   CHECK_GRADCHECK([](const std::vector<Tensor>& in) { return nn::Tanh().forward(in[0]); }, {x});
   CHECK_GRADCHECK([](const std::vector<Tensor>& in) { return nn::Sigmoid().forward(in[0]); }, {x});
 }

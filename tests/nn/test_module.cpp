@@ -177,16 +177,18 @@ TEST_CASE("nn/module: load_state_dict lists every mismatch and changes nothing")
 }
 
 TEST_CASE("nn/module: printing follows PyTorch's repr") {
-  auto seq = std::make_shared<nn::Sequential>(nn::Linear(10, 20), nn::ReLU(), nn::Dropout(0.25),
-                                              nn::Linear(nn::LinearOptions(20, 1).bias(false)),
-                                              nn::GELU());
+  auto seq =
+      std::make_shared<nn::Sequential>(nn::Linear(10, 20), nn::ReLU(), nn::Dropout(0.25),
+                                       nn::Linear(nn::LinearOptions(20, 1).bias(false)), nn::GELU(),
+                                       nn::GELU(nn::GELUOptions().approximate("tanh")));
   const std::string expected =
       "Sequential(\n"
       "  (0): Linear(in_features=10, out_features=20, bias=true)\n"
       "  (1): ReLU()\n"
       "  (2): Dropout(p=0.25)\n"
       "  (3): Linear(in_features=20, out_features=1, bias=false)\n"
-      "  (4): GELU(approximate='tanh')\n"
+      "  (4): GELU(approximate='none')\n"
+      "  (5): GELU(approximate='tanh')\n"
       ")";
   CHECK(seq->str() == expected);
   Net net;
