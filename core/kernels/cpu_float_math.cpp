@@ -22,6 +22,25 @@ bool same_or_disjoint(const float* a, const float* b, int64_t n) {
   return a == b || a + n <= b || b + n <= a;
 }
 
+EMBER_CPU_CLONES void gelu_range(const float* x, float* y, int64_t lo, int64_t hi) {
+  for (int64_t i = lo; i < hi; ++i) {
+    float u, s, oms;
+    vec::gelu_parts(x[i], u, s, oms);
+    y[i] = x[i] * s;
+  }
+}
+
+EMBER_CPU_CLONES void gelu_backward_range(const float* g, const float* x, float* out, int64_t lo,
+                                          int64_t hi) {
+  for (int64_t i = lo; i < hi; ++i) {
+    const float xv = x[i];
+    float u, s, oms;
+    vec::gelu_parts(xv, u, s, oms);
+    const float du = 0.7978845608f * (1.0f + 3.0f * 0.044715f * xv * xv);
+    out[i] = g[i] * (s + xv * 2.0f * s * oms * du);
+  }
+}
+
 }  // namespace
 
 bool unary_float_approx(const UnaryArgs& a) {
@@ -30,13 +49,8 @@ bool unary_float_approx(const UnaryArgs& a) {
   const float* x = floats(a.x, a.xl);
   float* y = const_cast<float*>(floats(a.y, a.yl));
   if (!x || !y || !same_or_disjoint(x, y, a.n)) return false;
-  parallel_for(a.n, kElementwiseGrain / 4, [&](int64_t lo, int64_t hi) {
-    for (int64_t i = lo; i < hi; ++i) {
-      float u, s, oms;
-      vec::gelu_parts(x[i], u, s, oms);
-      y[i] = x[i] * s;
-    }
-  });
+  parallel_for(a.n, kElementwiseGrain / 4,
+               [&](int64_t lo, int64_t hi) { gelu_range(x, y, lo, hi); });
   return true;
 }
 
@@ -47,15 +61,8 @@ bool unary_backward_float_approx(const UnaryBackwardArgs& a) {
   float* out = const_cast<float*>(floats(a.out, a.ol));
   if (!g || !x || !out || !same_or_disjoint(g, out, a.n) || !same_or_disjoint(x, out, a.n))
     return false;
-  parallel_for(a.n, kElementwiseGrain / 4, [&](int64_t lo, int64_t hi) {
-    for (int64_t i = lo; i < hi; ++i) {
-      const float xv = x[i];
-      float u, s, oms;
-      vec::gelu_parts(xv, u, s, oms);
-      const float du = 0.7978845608f * (1.0f + 3.0f * 0.044715f * xv * xv);
-      out[i] = g[i] * (s + xv * 2.0f * s * oms * du);
-    }
-  });
+  parallel_for(a.n, kElementwiseGrain / 4,
+               [&](int64_t lo, int64_t hi) { gelu_backward_range(g, x, out, lo, hi); });
   return true;
 }
 
