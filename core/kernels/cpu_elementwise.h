@@ -23,7 +23,10 @@ void fill_generic(const FillArgs& a);
 // strided or broadcast (x + bias, a column slice). Each input is the output
 // itself (same layout: in place) or shares no byte with it. Each returns true
 // when it wrote the output, false (having written nothing) to leave the call to
-// the generic loop. cast and fill take contiguous operands only.
+// the generic loop. cast and fill take contiguous operands only, except a cast to
+// the same dtype (a copy: contiguous() of a view, copy_ into one) between layouts of
+// the same shape, or a strided one and a contiguous one, sharing no byte: rows of the
+// innermost dim, over the pool (its bits moved, exact at every thread count).
 // Ops that are one correctly rounded IEEE operation (+ - * / sqrt) or exact
 // (negation, selection, comparison) compute float32 and bfloat16 in float: the
 // double result rounded to float is the float result, since double carries more

@@ -583,7 +583,125 @@ bool binary_backward_fast(const BinaryBackwardArgs& a) {
 
 // Through double as the generic loop (float -> double -> bfloat16 rounds once,
 // the double being exact), one tight loop per pair of dtypes; contiguous only.
+namespace {
+
+// Strides of a layout over `sizes` (row-major; a contiguous layout's own sizes may
+// be another shape of the same elements, e.g. flat).
+void strides_over(const StridedLayout& l, const int64_t* sizes, int ndim, int64_t* out) {
+  if (!l.contiguous) {
+    for (int d = 0; d < ndim; ++d) out[d] = l.strides[d];
+    return;
+  }
+  int64_t s = 1;
+  for (int d = ndim - 1; d >= 0; --d) {
+    out[d] = s;
+    s *= sizes[d];
+  }
+}
+
+// [lowest, highest] element offset a layout reaches over sizes/strides.
+void extent(int64_t offset, const int64_t* sizes, const int64_t* strides, int ndim, int64_t& lo,
+            int64_t& hi) {
+  lo = hi = offset;
+  for (int d = 0; d < ndim; ++d) {
+    const int64_t span = (sizes[d] - 1) * strides[d];
+    (span < 0 ? lo : hi) += span;
+  }
+}
+
+// y[i] = x[i] in the generic loop's row-major order over the strided operand's
+// sizes, one odometer step per element instead of its division per dim; W is the
+// element's bytes as an integer type (a copy moves bits).
+template <typename W>
+void copy_strided_rows(const W* x, W* y, const int64_t* sizes, const int64_t* xs, const int64_t* ys,
+                       int ndim, int64_t x0, int64_t y0, int64_t lo, int64_t hi) {
+  const int64_t inner = sizes[ndim - 1], xi = xs[ndim - 1], yi = ys[ndim - 1];
+  int64_t idx[kMaxDims];
+  int64_t xo = x0, yo = y0, r = lo;
+  for (int d = ndim - 2; d >= 0; --d) {  // the coordinates of row lo
+    idx[d] = r % sizes[d];
+    r /= sizes[d];
+    xo += idx[d] * xs[d];
+    yo += idx[d] * ys[d];
+  }
+  for (int64_t row = lo; row < hi; ++row) {
+    const W* xr = x + xo;
+    W* yr = y + yo;
+    if (xi == 1 && yi == 1)
+      std::memcpy(yr, xr, static_cast<size_t>(inner) * sizeof(W));
+    else
+      for (int64_t k = 0; k < inner; ++k) yr[k * yi] = xr[k * xi];
+    for (int d = ndim - 2; d >= 0; --d) {  // next row
+      xo += xs[d];
+      yo += ys[d];
+      if (++idx[d] < sizes[d]) break;
+      xo -= sizes[d] * xs[d];
+      yo -= sizes[d] * ys[d];
+      idx[d] = 0;
+    }
+  }
+}
+
+// A copy between layouts (same dtype) where one is strided and the layouts' shapes
+// agree: rows of the innermost dim over the pool. Overlapping operands are left to
+// the generic loop (its element order decides what such a copy gives).
+bool copy_strided(const CastArgs& a) {
+  const StridedLayout& ref = a.xl.contiguous ? a.yl : a.xl;  // the strided one's shape
+  const int ndim = ref.ndim;
+  if (ndim < 1 || ndim > kMaxDims) return false;
+  if (!a.xl.contiguous && !a.yl.contiguous) {
+    if (a.yl.ndim != ndim) return false;
+    for (int d = 0; d < ndim; ++d)
+      if (a.yl.sizes[d] != a.xl.sizes[d]) return false;
+  }
+  int64_t n = 1;
+  for (int d = 0; d < ndim; ++d) n *= ref.sizes[d];
+  if (n != a.n) return false;
+  if (n == 0) return true;
+  int64_t xs[kMaxDims], ys[kMaxDims];
+  strides_over(a.xl, ref.sizes, ndim, xs);
+  strides_over(a.yl, ref.sizes, ndim, ys);
+  const size_t es = element_size(a.from);
+  int64_t xlo, xhi, ylo, yhi;
+  extent(a.xl.offset, ref.sizes, xs, ndim, xlo, xhi);
+  extent(a.yl.offset, ref.sizes, ys, ndim, ylo, yhi);
+  const char* xb = static_cast<const char*>(a.x);
+  const char* yb = static_cast<const char*>(a.y);
+  if (xb + static_cast<size_t>(xlo) * es < yb + static_cast<size_t>(yhi + 1) * es &&
+      yb + static_cast<size_t>(ylo) * es < xb + static_cast<size_t>(xhi + 1) * es)
+    return false;  // overlapping: the generic loop's element order decides
+  const int64_t inner = ref.sizes[ndim - 1], rows = n / inner;
+  const int64_t grain = std::max<int64_t>(1, kElementwiseGrain / std::max<int64_t>(inner, 1));
+  auto run = [&](auto tag) {
+    using W = decltype(tag);
+    const W* x = static_cast<const W*>(a.x);
+    W* y = static_cast<W*>(a.y);
+    parallel_for(rows, grain, [&](int64_t lo, int64_t hi) {
+      copy_strided_rows<W>(x, y, ref.sizes, xs, ys, ndim, a.xl.offset, a.yl.offset, lo, hi);
+    });
+  };
+  switch (es) {
+    case 1:
+      run(uint8_t{});
+      return true;
+    case 2:
+      run(uint16_t{});
+      return true;
+    case 4:
+      run(uint32_t{});
+      return true;
+    case 8:
+      run(uint64_t{});
+      return true;
+    default:
+      return false;
+  }
+}
+
+}  // namespace
+
 bool cast_fast(const CastArgs& a) {
+  if ((!a.xl.contiguous || !a.yl.contiguous) && a.from == a.to && copy_strided(a)) return true;
   const Operand ops[] = {{a.x, &a.xl, element_size(a.from)}, {a.y, &a.yl, element_size(a.to)}};
   Plan p;
   if (!a.xl.contiguous || !a.yl.contiguous || !plan_of(ops, 2, a.n, p)) return false;

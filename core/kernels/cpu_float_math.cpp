@@ -27,6 +27,25 @@ bool same_or_disjoint(const float* a, const float* b, int64_t n) {
 constexpr float kInvSqrt2 = 0.70710678118654752f;    // 1 / sqrt(2)
 constexpr float kInvSqrt2Pi = 0.39894228040143268f;  // 1 / sqrt(2 pi)
 
+EMBER_CPU_CLONES void gelu_range(const float* x, float* y, int64_t lo, int64_t hi) {
+  for (int64_t i = lo; i < hi; ++i) {
+    float u, s, oms;
+    vec::gelu_parts(x[i], u, s, oms);
+    y[i] = x[i] * s;
+  }
+}
+
+EMBER_CPU_CLONES void gelu_backward_range(const float* g, const float* x, float* out, int64_t lo,
+                                          int64_t hi) {
+  for (int64_t i = lo; i < hi; ++i) {
+    const float xv = x[i];
+    float u, s, oms;
+    vec::gelu_parts(xv, u, s, oms);
+    const float du = 0.7978845608f * (1.0f + 3.0f * 0.044715f * xv * xv);
+    out[i] = g[i] * (s + xv * 2.0f * s * oms * du);
+  }
+}
+
 }  // namespace
 
 bool unary_float_approx(const UnaryArgs& a) {
@@ -42,11 +61,7 @@ bool unary_float_approx(const UnaryArgs& a) {
       for (int64_t i = lo; i < hi; ++i) y[i] = 0.5f * x[i] * std::erfc(-kInvSqrt2 * x[i]);
       return;
     }
-    for (int64_t i = lo; i < hi; ++i) {
-      float u, s, oms;
-      vec::gelu_parts(x[i], u, s, oms);
-      y[i] = x[i] * s;
-    }
+    gelu_range(x, y, lo, hi);
   });
   return true;
 }
@@ -68,13 +83,7 @@ bool unary_backward_float_approx(const UnaryBackwardArgs& a) {
       }
       return;
     }
-    for (int64_t i = lo; i < hi; ++i) {
-      const float xv = x[i];
-      float u, s, oms;
-      vec::gelu_parts(xv, u, s, oms);
-      const float du = 0.7978845608f * (1.0f + 3.0f * 0.044715f * xv * xv);
-      out[i] = g[i] * (s + xv * 2.0f * s * oms * du);
-    }
+    gelu_backward_range(g, x, out, lo, hi);
   });
   return true;
 }

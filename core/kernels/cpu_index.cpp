@@ -1,9 +1,19 @@
 // CPU indexing: plain loops, the reference for cuda/kernels/index.cu. An index out
 // of range throws at once, naming the op; the backward adds in index order.
+// index_add (the backward of embedding and index_select) has a fast path when
+// cpu::fast_paths(): the destination rows are split over the thread pool, each
+// chunk owning a range of rows and adding into them, in index order, the source
+// rows that land there (float32 and float64 as plain adds in their own type, which
+// round as the reference's double add; other dtypes through double as the
+// reference). So every destination element sees the same additions in the same
+// order as the reference loop: the same bits at every thread count.
+#include <algorithm>
 #include <cstring>
+#include <type_traits>
 
 #include "core/base/error.h"
 #include "core/kernels/cpu_loops.h"
+#include "core/kernels/cpu_parallel.h"
 #include "core/kernels/registration.h"
 
 namespace ember::kernels {
@@ -30,7 +40,44 @@ void index_select(const IndexSelectArgs& a) {
                   x + static_cast<size_t>(o * a.n + a.index[j]) * row, row);
 }
 
+// dst[o, idx[j], :] += src[o, j, :] for the destination rows [lo, hi) of the
+// (outer * n) rows, j in index order.
+template <typename S>
+void index_add_rows(const IndexAddArgs& a, int64_t lo, int64_t hi) {
+  const S* src = static_cast<const S*>(a.src);
+  S* dst = static_cast<S*>(a.dst);
+  const int64_t inner = a.inner;
+  for (int64_t o = lo / a.n; o < a.outer && o * a.n < hi; ++o) {
+    const int64_t first = std::max<int64_t>(lo - o * a.n, 0);
+    const int64_t last = std::min<int64_t>(hi - o * a.n, a.n);  // rows [first, last) of o
+    for (int64_t j = 0; j < a.k; ++j) {
+      const int64_t idx = a.index[j];
+      if (idx < first || idx >= last) continue;  // another chunk's row, or out of range
+      S* __restrict d = dst + (o * a.n + idx) * inner;
+      const S* __restrict s = src + (o * a.k + j) * inner;
+      if constexpr (std::is_same_v<S, float> || std::is_same_v<S, double>) {
+        for (int64_t i = 0; i < inner; ++i) d[i] += s[i];
+      } else {
+        for (int64_t i = 0; i < inner; ++i)
+          store_from_double(d + i, load_as_double(d + i) + load_as_double(s + i));
+      }
+    }
+  }
+}
+
 void index_add(const IndexAddArgs& a) {
+  if (cpu::fast_paths() && a.n > 0 && a.outer > 0 && a.inner > 0) {
+    const int64_t rows = a.outer * a.n;
+    // Chunks by the work (k * outer * inner additions), at most one a destination row.
+    const int64_t work = a.k * a.outer * a.inner;
+    const int64_t chunks = std::min(rows, cpu::chunk_count(work, cpu::kElementwiseGrain));
+    dispatch_cpu(a.dtype, [&](auto tag) {
+      using S = decltype(tag);
+      cpu::parallel_chunks(rows, chunks,
+                           [&](int64_t, int64_t lo, int64_t hi) { index_add_rows<S>(a, lo, hi); });
+    });
+    return;
+  }
   dispatch_cpu(a.dtype, [&](auto tag) {
     using S = decltype(tag);
     const S* src = static_cast<const S*>(a.src);

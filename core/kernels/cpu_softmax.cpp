@@ -4,13 +4,17 @@
 // vectorised loops (cpu_vec.h), rows spread over the thread pool. The fused layer
 // norm: float32 only and only on the fast path (the composed op is the reference);
 // rows in float with sums over fixed lanes, d_w and d_b summed per chunk of rows in
-// double and the chunks combined in order. The fused cross-entropy has no CPU
-// kernel (the op composes log_softmax and nll_loss).
+// double and the chunks combined in order. The fused cross-entropy: float32 only
+// and only on the fast path (the composed log_softmax + nll_loss is the
+// reference): rows over the pool, each row's log-sum-exp in float with sums over
+// fixed lanes, its loss in double, the losses reduced in row order on the calling
+// thread (the same bits at every thread count).
 #include <algorithm>
 #include <cmath>
 #include <limits>
 #include <vector>
 
+#include "core/base/error.h"
 #include "core/kernels/cpu_loops.h"
 #include "core/kernels/cpu_parallel.h"
 #include "core/kernels/cpu_vec.h"
@@ -29,11 +33,11 @@ int64_t row_grain(int64_t cols) {
   return std::max<int64_t>(1, cpu::kElementwiseGrain / 4 / std::max<int64_t>(1, cols));
 }
 
-void softmax_fast(const SoftmaxArgs& a) {  // float32, inner == 1, n >= 1
+EMBER_CPU_CLONES void softmax_rows(const SoftmaxArgs& a, int64_t lo, int64_t hi) {
   const float* x = static_cast<const float*>(a.x);
   float* y = static_cast<float*>(a.y);
   const int64_t n = a.n;
-  cpu::parallel_for(a.outer, row_grain(n), [&](int64_t lo, int64_t hi) {
+  {
     for (int64_t r = lo; r < hi; ++r) {
       const float* xr = x + r * n;
       float* yr = y + r * n;
@@ -53,7 +57,12 @@ void softmax_fast(const SoftmaxArgs& a) {  // float32, inner == 1, n >= 1
         for (int64_t k = 0; k < n; ++k) yr[k] *= inv;
       }
     }
-  });
+  }
+}
+
+void softmax_fast(const SoftmaxArgs& a) {  // float32, inner == 1, n >= 1
+  cpu::parallel_for(a.outer, row_grain(a.n),
+                    [&](int64_t lo, int64_t hi) { softmax_rows(a, lo, hi); });
 }
 
 void softmax_reference(const SoftmaxArgs& a) {
@@ -88,12 +97,12 @@ void softmax(const SoftmaxArgs& a) {
 }
 
 // float32, inner == 1: rows whose y holds a NaN take the reference's formula.
-bool softmax_backward_fast(const SoftmaxBackwardArgs& a) {
+EMBER_CPU_CLONES void softmax_backward_rows(const SoftmaxBackwardArgs& a, int64_t lo, int64_t hi) {
   const float* y = static_cast<const float*>(a.y);
   const float* dy = static_cast<const float*>(a.d_y);
   float* dx = static_cast<float*>(a.d_x);
   const int64_t n = a.n;
-  cpu::parallel_for(a.outer, row_grain(n), [&](int64_t lo, int64_t hi) {
+  {
     for (int64_t r = lo; r < hi; ++r) {
       const float *yr = y + r * n, *gr = dy + r * n;
       float* out = dx + r * n;
@@ -111,7 +120,12 @@ bool softmax_backward_fast(const SoftmaxBackwardArgs& a) {
         for (int64_t k = 0; k < n; ++k) out[k] = yr[k] * (gr[k] - dot);
       }
     }
-  });
+  }
+}
+
+bool softmax_backward_fast(const SoftmaxBackwardArgs& a) {
+  cpu::parallel_for(a.outer, row_grain(a.n),
+                    [&](int64_t lo, int64_t hi) { softmax_backward_rows(a, lo, hi); });
   return true;
 }
 
@@ -143,7 +157,7 @@ bool layer_norm_supported(const LayerNormQuery& q) {
   return cpu::fast_paths() && q.dtype == DType::Float32 && q.cols >= 1;
 }
 
-void layer_norm_forward(const LayerNormArgs& a) {
+EMBER_CPU_CLONES void layer_norm_rows(const LayerNormArgs& a, int64_t lo, int64_t hi) {
   const float* x = static_cast<const float*>(a.x);
   const float* w = static_cast<const float*>(a.w);
   const float* b = static_cast<const float*>(a.b);
@@ -151,7 +165,7 @@ void layer_norm_forward(const LayerNormArgs& a) {
   float* mean = static_cast<float*>(a.mean);
   float* rstd = static_cast<float*>(a.rstd);
   const int64_t n = a.cols;
-  cpu::parallel_for(a.rows, row_grain(n), [&](int64_t lo, int64_t hi) {
+  {
     for (int64_t r = lo; r < hi; ++r) {
       const float* xr = x + r * n;
       float* yr = y + r * n;
@@ -172,10 +186,18 @@ void layer_norm_forward(const LayerNormArgs& a) {
       else
         for (int64_t k = 0; k < n; ++k) yr[k] = (xr[k] - c) * rs;
     }
-  });
+  }
 }
 
-void layer_norm_backward(const LayerNormBackwardArgs& a) {
+void layer_norm_forward(const LayerNormArgs& a) {
+  cpu::parallel_for(a.rows, row_grain(a.cols),
+                    [&](int64_t lo, int64_t hi) { layer_norm_rows(a, lo, hi); });
+}
+
+// Rows [lo, hi) of the layer norm's backward: d_x, and the column sums of d_y xhat
+// and d_y added into cw and cb (either may be null).
+EMBER_CPU_CLONES void layer_norm_backward_rows(const LayerNormBackwardArgs& a, double* cw,
+                                               double* cb, int64_t lo, int64_t hi) {
   const float* dy = static_cast<const float*>(a.d_y);
   const float* x = static_cast<const float*>(a.x);
   const float* w = static_cast<const float*>(a.w);
@@ -183,33 +205,37 @@ void layer_norm_backward(const LayerNormBackwardArgs& a) {
   const float* rstd = static_cast<const float*>(a.rstd);
   float* dx = static_cast<float*>(a.d_x);
   const int64_t n = a.cols;
+  std::vector<float> xhat(static_cast<size_t>(n)), wdy(static_cast<size_t>(n));
+  for (int64_t r = lo; r < hi; ++r) {
+    const float *xr = x + r * n, *gr = dy + r * n;
+    const float mu = mean[r], rs = rstd[r];
+    for (int64_t k = 0; k < n; ++k) xhat[k] = (xr[k] - mu) * rs;
+    if (cw)
+      for (int64_t k = 0; k < n; ++k) cw[k] += static_cast<double>(gr[k]) * xhat[k];
+    if (cb)
+      for (int64_t k = 0; k < n; ++k) cb[k] += gr[k];
+    if (!dx) continue;
+    if (w)
+      for (int64_t k = 0; k < n; ++k) wdy[k] = gr[k] * w[k];
+    else
+      std::copy(gr, gr + n, wdy.begin());
+    const float c1 = static_cast<float>(cpu::vec::sum(wdy.data(), n) / static_cast<double>(n));
+    const float c2 =
+        static_cast<float>(cpu::vec::dot(wdy.data(), xhat.data(), n) / static_cast<double>(n));
+    float* out = dx + r * n;
+    for (int64_t k = 0; k < n; ++k) out[k] = rs * (wdy[k] - c1 - xhat[k] * c2);
+  }
+}
+
+void layer_norm_backward(const LayerNormBackwardArgs& a) {
+  const int64_t n = a.cols;
   const int64_t chunks = cpu::chunk_count(a.rows, row_grain(n));
   // Column sums per chunk of rows, in double, combined in chunk order below.
   std::vector<double> pw(a.d_w ? static_cast<size_t>(std::max<int64_t>(chunks, 1) * n) : 0, 0.0);
   std::vector<double> pb(a.d_b ? static_cast<size_t>(std::max<int64_t>(chunks, 1) * n) : 0, 0.0);
   cpu::parallel_chunks(a.rows, chunks, [&](int64_t c, int64_t lo, int64_t hi) {
-    std::vector<float> xhat(static_cast<size_t>(n)), wdy(static_cast<size_t>(n));
-    double* cw = a.d_w ? pw.data() + c * n : nullptr;
-    double* cb = a.d_b ? pb.data() + c * n : nullptr;
-    for (int64_t r = lo; r < hi; ++r) {
-      const float *xr = x + r * n, *gr = dy + r * n;
-      const float mu = mean[r], rs = rstd[r];
-      for (int64_t k = 0; k < n; ++k) xhat[k] = (xr[k] - mu) * rs;
-      if (cw)
-        for (int64_t k = 0; k < n; ++k) cw[k] += static_cast<double>(gr[k]) * xhat[k];
-      if (cb)
-        for (int64_t k = 0; k < n; ++k) cb[k] += gr[k];
-      if (!dx) continue;
-      if (w)
-        for (int64_t k = 0; k < n; ++k) wdy[k] = gr[k] * w[k];
-      else
-        std::copy(gr, gr + n, wdy.begin());
-      const float c1 = static_cast<float>(cpu::vec::sum(wdy.data(), n) / static_cast<double>(n));
-      const float c2 =
-          static_cast<float>(cpu::vec::dot(wdy.data(), xhat.data(), n) / static_cast<double>(n));
-      float* out = dx + r * n;
-      for (int64_t k = 0; k < n; ++k) out[k] = rs * (wdy[k] - c1 - xhat[k] * c2);
-    }
+    layer_norm_backward_rows(a, a.d_w ? pw.data() + c * n : nullptr,
+                             a.d_b ? pb.data() + c * n : nullptr, lo, hi);
   });
   auto combine = [&](const std::vector<double>& parts, void* dst) {
     if (!dst) return;
@@ -228,9 +254,102 @@ size_t layer_norm_workspace(const LayerNormQuery&) {
   return 0;
 }
 
+bool cross_entropy_supported(const CrossEntropyQuery& q) {
+  return cpu::fast_paths() && q.dtype == DType::Float32 && q.classes >= 1;
+}
+
+// Rows [lo, hi) of the fused cross-entropy: per[r] their losses (double), the
+// gradient rows scaled by `scale` when d_logits is not null.
+EMBER_CPU_CLONES void cross_entropy_rows(const CrossEntropyArgs& a, double scale, double* per,
+                                         int64_t lo, int64_t hi) {
+  const float* x = static_cast<const float*>(a.logits);
+  float* d = static_cast<float*>(a.d_logits);
+  const int64_t n = a.classes;
+  const double ls = a.label_smoothing;
+  std::vector<float> scratch(d ? 0 : static_cast<size_t>(n));
+  {
+    for (int64_t r = lo; r < hi; ++r) {
+      const float* xr = x + r * n;
+      float* e = d ? d + r * n : scratch.data();  // exp(x - max), then the gradient
+      const int64_t t = a.target[r];
+      if (t == a.ignore_index) {
+        per[r] = 0.0;
+        if (d) std::fill(e, e + n, 0.0f);
+        continue;
+      }
+      bool nan = false;
+      const float m = cpu::vec::max(xr, n, nan);
+      if (nan || !std::isfinite(m)) {  // as log_softmax: the row is NaN
+        per[r] = NAN;
+        if (d) std::fill(e, e + n, std::numeric_limits<float>::quiet_NaN());
+        continue;
+      }
+      for (int64_t k = 0; k < n; ++k) e[k] = cpu::vec::exp_nonpositive(xr[k] - m);
+      const double s = cpu::vec::sum(e, n);
+      const double lse = static_cast<double>(m) + std::log(s);
+      double l = lse - static_cast<double>(xr[t]);
+      if (ls > 0.0) l = (1.0 - ls) * l + ls * (lse - cpu::vec::sum(xr, n) / static_cast<double>(n));
+      per[r] = l;
+      if (!d) continue;
+      const float mul = static_cast<float>(scale / s);
+      const float off = static_cast<float>(scale * ls / static_cast<double>(n));
+      for (int64_t k = 0; k < n; ++k) e[k] = e[k] * mul - off;
+      e[t] = static_cast<float>(static_cast<double>(e[t]) - scale * (1.0 - ls));
+    }
+  }
+}
+
+// CrossEntropyArgs' contract (core/kernel_table.h), float32.
+void cross_entropy_forward(const CrossEntropyArgs& a) {
+  float* loss = static_cast<float*>(a.loss);
+  const int64_t n = a.classes, rows = a.rows;
+  int64_t valid = 0;
+  for (int64_t r = 0; r < rows; ++r) {  // every target checked before anything is written
+    const int64_t t = a.target[r];
+    if (t == a.ignore_index) continue;
+    EMBER_CHECK(t >= 0 && t < n, a.op, ": target ", t, " is out of range [0, ", n, ")");
+    ++valid;
+  }
+  const double scale = a.reduction == Reduction::Mean ? 1.0 / static_cast<double>(valid) : 1.0;
+  std::vector<double> per(static_cast<size_t>(rows));
+  cpu::parallel_for(rows, row_grain(n), [&](int64_t lo, int64_t hi) {
+    cross_entropy_rows(a, scale, per.data(), lo, hi);
+  });
+  if (a.reduction == Reduction::None) {
+    for (int64_t r = 0; r < rows; ++r) loss[r] = static_cast<float>(per[static_cast<size_t>(r)]);
+    return;
+  }
+  double total = 0.0;
+  for (double v : per) total += v;  // row order: the same bits at every thread count
+  loss[0] = static_cast<float>(a.reduction == Reduction::Mean
+                                   ? total / static_cast<double>(valid)  // 0 / 0: NaN
+                                   : total);
+}
+
+size_t cross_entropy_workspace(const CrossEntropyQuery&) {
+  return 0;
+}
+
+// d *= g[0], skipped when g[0] is 1 (the usual loss.backward()).
+void scale_by_scalar(const ScaleByScalarArgs& a) {
+  dispatch_cpu(a.dtype, [&](auto tag) {
+    using S = decltype(tag);
+    const double g = load_as_double(static_cast<const S*>(a.g));
+    if (g == 1.0) return;
+    S* d = static_cast<S*>(a.d);
+    cpu::parallel_for(a.n, cpu::kElementwiseGrain, [&](int64_t lo, int64_t hi) {
+      for (int64_t i = lo; i < hi; ++i) store_from_double(d + i, load_as_double(d + i) * g);
+    });
+  });
+}
+
 }  // namespace
 
 void register_cpu_softmax(KernelTable& t) {
+  t.cross_entropy_fused_supported = &cross_entropy_supported;
+  t.cross_entropy_fused = &cross_entropy_forward;
+  t.cross_entropy_workspace_bytes = &cross_entropy_workspace;
+  t.scale_by_device_scalar = &scale_by_scalar;
   t.softmax = &softmax;
   t.softmax_backward = &softmax_backward;
   t.layer_norm_fused_supported = &layer_norm_supported;

@@ -7,6 +7,20 @@
 #include <bit>
 #include <cstdint>
 
+// The row loops of the fast paths that use these are compiled three times by GCC on
+// x86-64 (function multi-versioning: AVX-512, AVX2 + FMA, the baseline SSE2), the
+// loader picking the widest the CPU has, once. A clone may contract a * b + c into
+// an FMA, so results can differ in the last bits between CPUs, never between runs
+// or thread counts on one CPU. Off under ThreadSanitizer (its runtime is not yet
+// up when the loader resolves the clones in a static executable, which crashes) and
+// with other compilers.
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && !defined(__SANITIZE_THREAD__)
+#define EMBER_CPU_CLONES \
+  __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define EMBER_CPU_CLONES
+#endif
+
 namespace ember::kernels::cpu::vec {
 
 inline constexpr int kLanes = 16;

@@ -393,3 +393,146 @@ TEST_CASE("cpu/fast: float32 GELU (both forms) and its derivative match the doub
     }
   }
 }
+
+TEST_CASE(
+    "cpu/fast: index_add and embedding's backward give the reference's bits at 1, 2, 3 threads") {
+  ThreadsGuard guard;
+  manual_seed(12);
+  // Repeated indices (many source rows into few destination rows), as embedding's
+  // backward over a small vocabulary; outer > 1 through index_add on dim 1.
+  const Tensor idx = randint(0, 37, {600});
+  for (DType dt : {kFloat32, kFloat64, kBFloat16}) {
+    CAPTURE(dt);
+    const Tensor w = randn({37, 96}).to(dt);
+    auto embed_grad = [&](bool fast) {
+      cpu::set_fast_paths(fast);
+      Tensor ww = w.detach().requires_grad_();
+      Tensor y = embedding(ww, idx.reshape({20, 30}));
+      sum(y * y).backward();
+      return ww.grad();
+    };
+    const Tensor x = randn({3, 37, 40}).to(dt), src = randn({3, 600, 40}).to(dt);
+    auto added = [&](bool fast) {
+      cpu::set_fast_paths(fast);
+      return index_add(x, 1, idx, src);
+    };
+    set_num_threads(1);
+    const Tensor want_e = embed_grad(false), want_a = added(false);
+    for (int threads : {1, 2, 3}) {
+      CAPTURE(threads);
+      set_num_threads(threads);
+      CHECK(same_bits(embed_grad(true), want_e));
+      CHECK(same_bits(added(true), want_a));
+    }
+  }
+  // padding_idx's row stays zero on the fast path; an empty index adds nothing
+  cpu::set_fast_paths(true);
+  set_num_threads(2);
+  Tensor ww = randn({37, 8}).requires_grad_();
+  sum(embedding(ww, idx, 5)).backward();
+  CHECK(sum(abs(ww.grad().select(0, 5))).item() == 0.0);
+  CHECK(same_bits(index_add(zeros({4, 3}), 0, zeros({0}, kInt64), zeros({0, 3})), zeros({4, 3})));
+}
+
+TEST_CASE("cpu/fast: the fused float32 cross-entropy matches the composed reference") {
+  ThreadsGuard guard;
+  manual_seed(13);
+  for (int64_t classes : {int64_t{1}, int64_t{10}, int64_t{65}, int64_t{1000}}) {
+    CAPTURE(classes);
+    const int64_t rows = 517;
+    const Tensor x = randn({rows, classes}) * 3.0;
+    Tensor t = randint(0, classes, {rows});
+    std::vector<double> tv = t.to_vector<double>();
+    for (size_t r = 0; r < tv.size(); r += 7) tv[r] = -100;  // some ignored rows
+    t = from_vector(tv, {rows}, kInt64);
+    for (Reduction red : {Reduction::Mean, Reduction::Sum, Reduction::None})
+      for (double ls : {0.0, 0.1}) {
+        CAPTURE(static_cast<int>(red));
+        CAPTURE(ls);
+        const CrossEntropyOptions o(red, -100, ls);
+        auto run = [&](bool fast, Tensor& grad) {
+          cpu::set_fast_paths(fast);
+          Tensor xx = x.detach().requires_grad_();
+          Tensor l = cross_entropy(xx, t, o);
+          // an incoming gradient that is not 1, to cover the scaling
+          (red == Reduction::None ? sum(l * 0.5) : l * 3.0).backward();
+          grad = xx.grad();
+          return l;
+        };
+        set_num_threads(1);
+        Tensor g_ref, g1;
+        const Tensor l_ref = run(false, g_ref), l1 = run(true, g1);
+        CHECK(rel_error(l1, l_ref) <= 1e-5);
+        CHECK(rel_error(g1, g_ref) <= 1e-5);
+        for (int threads : {2, 3}) {  // the same bits at every thread count
+          CAPTURE(threads);
+          set_num_threads(threads);
+          Tensor g;
+          const Tensor l = run(true, g);
+          CHECK(same_bits(l, l1));
+          CHECK(same_bits(g, g1));
+        }
+      }
+  }
+  cpu::set_fast_paths(true);
+  // a target out of range names the op; every row ignored: Mean is NaN, as PyTorch
+  CHECK_THROWS_WITH_AS(
+      cross_entropy(zeros({2, 3}), from_vector(std::vector<double>{0, 3}, {2}, kInt64)),
+      doctest::Contains("cross_entropy: target 3 is out of range [0, 3)"), ember::Error);
+  const Tensor all_ignored = from_vector(std::vector<double>{-100, -100}, {2}, kInt64);
+  CHECK(std::isnan(cross_entropy(zeros({2, 3}), all_ignored).item()));
+  // a NaN row gives a NaN loss; the other rows' gradient is untouched
+  const double nan = NAN;
+  Tensor xn = tensor({{0.0, nan, 1.0}, {1.0, 2.0, 3.0}}, kFloat32).requires_grad_();
+  Tensor ln = cross_entropy(xn, from_vector(std::vector<double>{0, 1}, {2}, kInt64),
+                            CrossEntropyOptions(Reduction::None));
+  CHECK(std::isnan(ln.to_vector<double>()[0]));
+  CHECK(
+      ln.to_vector<double>()[1] ==
+      doctest::Approx(std::log(std::exp(1.0) + std::exp(2.0) + std::exp(3.0)) - 2.0).epsilon(1e-6));
+}
+
+TEST_CASE(
+    "cpu/parallel: strided copies (contiguous of a view) give each element at 1, 2, 3 threads") {
+  ThreadsGuard guard;
+  manual_seed(14);
+  for (DType dt : {kFloat32, kFloat64, kBFloat16, kInt64, kBool}) {
+    CAPTURE(dt);
+    const int64_t B = 16, T = 64, H = 4, D = 40;  // 163,840 elements: several chunks
+    const Tensor x = (randn({B, T, H, D}) * 5.0).to(dt);
+    const std::vector<double> xv = x.to(kFloat64).to_vector<double>();
+    for (int threads : {1, 2, 3}) {
+      CAPTURE(threads);
+      set_num_threads(threads);
+      // (B, T, H, D) -> (B, H, T, D), as attention's heads
+      const std::vector<double> got =
+          contiguous(transpose(x, 1, 2)).to(kFloat64).to_vector<double>();
+      bool ok = got.size() == xv.size();
+      for (int64_t b = 0; ok && b < B; ++b)
+        for (int64_t h = 0; h < H; ++h)
+          for (int64_t t = 0; t < T; ++t)
+            for (int64_t d = 0; d < D; ++d)
+              ok = ok && got[static_cast<size_t>(((b * H + h) * T + t) * D + d)] ==
+                             xv[static_cast<size_t>(((b * T + t) * H + h) * D + d)];
+      CHECK(ok);
+      // the innermost dim strided: (B, T, D, H) from a transpose of the last two
+      const std::vector<double> g2 =
+          contiguous(transpose(x, 2, 3)).to(kFloat64).to_vector<double>();
+      bool ok2 = true;
+      for (int64_t i = 0; ok2 && i < B * T; ++i)
+        for (int64_t d = 0; d < D; ++d)
+          for (int64_t h = 0; h < H; ++h)
+            ok2 = ok2 && g2[static_cast<size_t>((i * D + d) * H + h)] ==
+                             xv[static_cast<size_t>((i * H + h) * D + d)];
+      CHECK(ok2);
+      // a broadcast source, and a strided destination (copy_ into a transposed view)
+      const Tensor row = x.select(0, 0).select(0, 0);  // (H, D)
+      const Tensor wide = contiguous(expand(unsqueeze(row, 0), {300, H, D}));
+      CHECK(same_bits(wide.select(0, 299), row));
+      Tensor dst = zeros({B, H, T, D}, dt);
+      Tensor view = transpose(dst, 1, 2);
+      copy_(view, x);
+      CHECK(same_bits(transpose(dst, 1, 2), x));
+    }
+  }
+}

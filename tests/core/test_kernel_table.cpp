@@ -35,8 +35,9 @@ TEST_CASE("kernel table: a family the device lacks throws naming it and the devi
   CHECK_FALSE(cpu.linear_fused_supported({kCPU, kFloat32}));
   CHECK_FALSE(cpu.linear_bias_grad_fused_supported({kCPU, kFloat32}));
   CHECK_FALSE(cpu.mse_fused_supported({kCPU, kFloat32}));
-  CHECK_FALSE(cpu.cross_entropy_fused_supported({kCPU, kFloat32, 4, 10}));
-  // (layer norm has a CPU fast path in float32: core/kernels/cpu_softmax.cpp)
+  // (layer norm and cross-entropy have CPU fast paths in float32 only:
+  // core/kernels/cpu_softmax.cpp)
+  CHECK_FALSE(cpu.cross_entropy_fused_supported({kCPU, kFloat64, 4, 10}));
   CHECK_FALSE(cpu.layer_norm_fused_supported({kCPU, kFloat64, 4, 10}));
   CHECK_FALSE(cpu.rms_norm_fused_supported({kCPU, kFloat32, 4, 10}));
   // Predicates are not missing families; the CPU's compute ones it lacks are.
