@@ -326,6 +326,9 @@ for entry in "${runs[@]}" "${serial[@]}"; do
   errors=$(grep -Eo 'ERROR SUMMARY: [0-9]+ errors?|\([0-9]+ errors?' "$log" | grep -Eo '[0-9]+' | tail -1)
   cases=$(grep -E '^\[doctest\] test cases:' "$log" | tail -1 | sed 's/^\[doctest\] //')
   ran=$(grep -E '^\[doctest\] test cases:' "$log" | tail -1 | grep -Eo 'test cases: *[0-9]+' | grep -Eo '[0-9]+')
+  # A range's doctest summary counts every case that passed the filters, run or
+  # not (--first/--last skip the others after counting): say which ran.
+  [[ "$variant" == cases* ]] && cases="ran $variant of $ran; ${cases:-no doctest summary}"
   note=""
   passed=no
   grep -q '^\[doctest\] Status: SUCCESS' "$log" && passed=yes

@@ -90,6 +90,19 @@ Tensor group_norm(const Tensor& input, int64_t num_groups, const Tensor& weight,
   EMBER_CHECK(eps >= 0.0, "group_norm: eps must be >= 0, got ", eps);
   check_channel_param("group_norm", "weight", weight, input, c);
   check_channel_param("group_norm", "bias", bias, input, c);
+  if (input.dtype() == DType::BFloat16) {
+    // In float32 (PyTorch's opmath type), as layer_norm: statistics and the
+    // backward's sums rounded to bfloat16 at every step lose the gradient.
+    DType out = DType::BFloat16;
+    if (weight.defined()) out = promote_types(out, weight.dtype());
+    if (bias.defined()) out = promote_types(out, bias.dtype());
+    auto f32 = [](const Tensor& t) {
+      return t.defined() && t.dtype() == DType::BFloat16 ? cast(t, DType::Float32) : t;
+    };
+    const Tensor y =
+        group_norm(cast(input, DType::Float32), num_groups, f32(weight), f32(bias), eps);
+    return y.dtype() == out ? y : cast(y, out);
+  }
   const Tensor xg = reshape(input, {n, num_groups, -1});
   Tensor mean = ember::mean(xg, 2, true);
   Tensor centred = sub(xg, mean);
