@@ -16,6 +16,7 @@
 #include "core/alloc_site.h"
 #include "core/base/alloc_tag.h"
 #include "core/base/error.h"
+#include "core/base/json_text.h"
 #include "core/kernel_table.h"
 
 namespace ember::profiler {
@@ -385,23 +386,6 @@ std::string Profile::table(std::string_view sort_by, size_t row_limit) const {
 
 namespace {
 
-void write_string(std::ostream& out, const char* s) {
-  out << '"';
-  for (; s != nullptr && *s != '\0'; ++s) {
-    const auto c = static_cast<unsigned char>(*s);
-    if (c == '"' || c == '\\') {
-      out << '\\' << *s;
-    } else if (c < 0x20) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\u%04x", c);
-      out << buf;
-    } else {
-      out << *s;
-    }
-  }
-  out << '"';
-}
-
 void write_us(std::ostream& out, double us) {
   char buf[48];
   std::snprintf(buf, sizeof buf, "%.3f", us);
@@ -410,7 +394,7 @@ void write_us(std::ostream& out, double us) {
 
 void write_span(std::ostream& out, const ProfileEvent& e, int pid, double ts_us, double dur_us) {
   out << ",\n{\"name\":";
-  write_string(out, e.name);
+  write_json_string(out, e.name);
   out << ",\"cat\":\"" << (e.user ? "user" : "op") << "\",\"ph\":\"X\",\"pid\":" << pid
       << ",\"tid\":" << e.thread << ",\"ts\":";
   write_us(out, ts_us);
@@ -419,11 +403,11 @@ void write_span(std::ostream& out, const ProfileEvent& e, int pid, double ts_us,
   out << ",\"args\":{\"bytes\":" << e.bytes << ",\"depth\":" << e.depth;
   if (e.tag != nullptr) {
     out << ",\"tag\":";
-    write_string(out, e.tag);
+    write_json_string(out, e.tag);
   }
   if (e.scope != nullptr) {
     out << ",\"scope\":";
-    write_string(out, e.scope);
+    write_json_string(out, e.scope);
   }
   if (e.device_us >= 0) {
     out << ",\"device_us\":";
@@ -436,7 +420,7 @@ void write_process(std::ostream& out, int pid, const std::string& name, bool fir
   if (!first) out << ",\n";
   out << "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":" << pid
       << ",\"tid\":0,\"args\":{\"name\":";
-  write_string(out, name.c_str());
+  write_json_string(out, name.c_str());
   out << "}}";
 }
 
@@ -474,7 +458,7 @@ void write_memory(std::ostream& out, const memory::MemorySnapshot& snap, int64_t
     }
     if (e.action == memory::TraceAction::step) {
       out << ",\n{\"name\":";
-      write_string(out, e.tag != nullptr ? e.tag : "step");
+      write_json_string(out, e.tag != nullptr ? e.tag : "step");
       out << ",\"cat\":\"step\",\"ph\":\"i\",\"s\":\"g\",\"pid\":" << pid << ",\"tid\":0,\"ts\":";
       write_us(out, static_cast<double>(t) / 1000.0);
       out << "}";

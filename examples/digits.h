@@ -4,6 +4,7 @@
 // accuracy. Header-only: each example is one program.
 #pragma once
 
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -97,6 +98,17 @@ double accuracy(Model& model, const Split& data) {
   int64_t correct = 0;
   for (size_t i = 0; i < truth.size(); ++i) correct += predicted[i] == truth[i];
   return static_cast<double>(correct) / static_cast<double>(truth.size());
+}
+
+// main() of an example: run(argc, argv), or the error and exit 2 for bad flags or
+// data (an uncaught exception would abort).
+inline int main_of(int (*run)(int, char**), int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s\n", e.what());
+    return 2;
+  }
 }
 
 }  // namespace digits

@@ -83,10 +83,5 @@ int run(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  try {
-    return run(argc, argv);
-  } catch (const std::exception& e) {  // bad flags or data: say so, exit 2
-    std::fprintf(stderr, "%s\n", e.what());
-    return 2;
-  }
+  return digits::main_of(run, argc, argv);
 }

@@ -6,6 +6,7 @@
 #include <ostream>
 
 #include "core/base/error.h"
+#include "core/base/json_text.h"
 
 namespace ember::memory {
 
@@ -46,24 +47,6 @@ const char* to_string(TraceAction action) {
 }
 
 namespace {
-
-// Tags are user text; everything JSON forbids in a string is escaped.
-void write_json_string(std::ostream& out, const char* s) {
-  out << '"';
-  for (; s != nullptr && *s != '\0'; ++s) {
-    unsigned char c = static_cast<unsigned char>(*s);
-    if (c == '"' || c == '\\') {
-      out << '\\' << *s;
-    } else if (c < 0x20) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\u%04x", c);
-      out << buf;
-    } else {
-      out << *s;
-    }
-  }
-  out << '"';
-}
 
 // Trace-event timestamps are microseconds; keep the nanoseconds as decimals.
 void write_ts(std::ostream& out, int64_t ns) {

@@ -37,6 +37,14 @@ Tensor flat_cat(const std::vector<Tensor>& ts) {
   return cat(flat, 0);
 }
 
+// The pieces of a split, piece i scaled by 2^i (exact in every dtype) so that each
+// piece's gradient tells which piece it came from, flattened and joined.
+Tensor scaled_cat(std::vector<Tensor> pieces) {
+  for (size_t i = 0; i < pieces.size(); ++i)
+    pieces[i] = mul(pieces[i], std::ldexp(1.0, static_cast<int>(i)));
+  return flat_cat(pieces);
+}
+
 Tensor undefined_or(const Inputs& v, size_t i) {
   return v.size() > i ? v[i] : Tensor();
 }
@@ -693,31 +701,27 @@ const std::vector<OpEntry>& op_table() {
         {"split", "size",
          [](const Inputs& v, int64_t d) {
            std::vector<Tensor> ps = split(v[0], 2, d);
-           for (size_t i = 0; i < ps.size(); ++i) ps[i] = mul(ps[i], std::ldexp(1.0, static_cast<int>(i)));  // 2^i: exact
-           return flat_cat(ps);
+           return scaled_cat(ps);
          },
          {{{x({5, 3})}, 0}, {{x({3, 4}).T()}, 1}, {{x({2, 6}).strided()}, -1}, {{x({0, 3})}, 0}},
          Grad::Yes, kExact},
         {"split", "sizes",
          [](const Inputs& v, int64_t d) {
            std::vector<Tensor> ps = split(v[0], std::vector<int64_t>{1, 0, 3, 2}, d);
-           for (size_t i = 0; i < ps.size(); ++i) ps[i] = mul(ps[i], std::ldexp(1.0, static_cast<int>(i)));  // 2^i: exact
-           return flat_cat(ps);
+           return scaled_cat(ps);
          },
          {{{x({6, 3})}, 0}, {{x({2, 6}).T()}, 1}, {{x({2, 6}).strided()}, -1}}, Grad::Yes, kExact},
         {"chunk", "",
          [](const Inputs& v, int64_t d) {
            std::vector<Tensor> ps = chunk(v[0], 3, d);
-           for (size_t i = 0; i < ps.size(); ++i) ps[i] = mul(ps[i], std::ldexp(1.0, static_cast<int>(i)));  // 2^i: exact
-           return flat_cat(ps);
+           return scaled_cat(ps);
          },
          {{{x({7, 3})}, 0}, {{x({3, 6}).T()}, 1}, {{x({2, 2})}, 1}, {{x({2, 5}).strided()}, 1}},
          Grad::Yes, kExact},
         {"unbind", "",
          [](const Inputs& v, int64_t d) {
            std::vector<Tensor> ps = unbind(v[0], d);
-           for (size_t i = 0; i < ps.size(); ++i) ps[i] = mul(ps[i], std::ldexp(1.0, static_cast<int>(i)));  // 2^i: exact
-           return ps.empty() ? reshape(v[0], {-1}) : flat_cat(ps);
+           return ps.empty() ? reshape(v[0], {-1}) : scaled_cat(ps);
          },
          {{{x({3, 4})}, 0}, {{x({2, 3, 4}).T()}, 2}, {{x({3, 4}).strided()}, -1}}, Grad::Yes,
          kExact},

@@ -20,6 +20,7 @@
 #include "parallel/distributed.h"
 #include "parallel/mpi_communicator.h"
 #include "parallel/zero.h"
+#include "shared_dir.h"
 
 using namespace ember;
 using namespace ember::parallel;
@@ -105,20 +106,8 @@ std::vector<double> single_process(int world_size) {
   return flat(*m);
 }
 
-// A folder every rank agrees on (rank 0's pid), fresh.
 std::string shared_dir(Communicator& comm, const std::string& name) {
-  Tensor pid = full({1}, comm.rank() == 0 ? static_cast<double>(getpid()) : 0.0, kInt64);
-  comm.broadcast(pid, 0);
-  const std::string dir =
-      (std::filesystem::temp_directory_path() /
-       ("ember_gpt_" + std::to_string(pid.to_vector<int64_t>()[0]) + "_" + name))
-          .string();
-  if (comm.rank() == 0) {
-    std::filesystem::remove_all(dir);
-    std::filesystem::create_directories(dir);
-  }
-  comm.barrier();
-  return dir;
+  return ember::testing::shared_dir(comm, "ember_gpt", name);
 }
 
 }  // namespace
