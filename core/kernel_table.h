@@ -531,6 +531,54 @@ struct RmsNormBackwardArgs {
   void* workspace;  // rms_norm_workspace_bytes of it
 };
 
+// The fused batch norm over a contiguous (n, c, m) input (m = H*W; 1 for (N, C)),
+// statistics per channel over its n*m values: y = (x - mean) invstd w + b. Training:
+// mean and invstd = 1 / sqrt(biased var + eps) of the batch are written to `mean`
+// and `invstd` (c, float32) and running_mean/running_var (or null) move by momentum
+// towards the batch mean and the unbiased variance. Eval: mean and invstd are
+// computed from running_mean/running_var (read only) and written all the same.
+// float32 and bfloat16, w, b and the running statistics (c, each may be null) in
+// the input's dtype. All contiguous.
+struct BatchNormArgs {
+  Device device;
+  DType dtype;
+  const void* x;
+  const void* w;
+  const void* b;
+  void* running_mean;
+  void* running_var;
+  void* y;
+  void* mean;
+  void* invstd;
+  int64_t n, c, m;
+  bool training;
+  double momentum, eps;
+  void* workspace;  // batch_norm_workspace_bytes of it (training)
+};
+// Its backward from the forward's mean and invstd: d_x (training: through the batch
+// statistics; eval: d_y w invstd), d_w, d_b (c); each may be null. The per-channel
+// sums are deterministic.
+struct BatchNormBackwardArgs {
+  Device device;
+  DType dtype;
+  const void* d_y;
+  const void* x;
+  const void* w;
+  const void* mean;
+  const void* invstd;
+  void* d_x;
+  void* d_w;
+  void* d_b;
+  int64_t n, c, m;
+  bool training;
+  void* workspace;  // batch_norm_workspace_bytes of it
+};
+struct BatchNormQuery {
+  Device device;
+  DType dtype;
+  int64_t n, c, m;
+};
+
 // ------------------------------------------------------------------ attention
 
 // The fused attention (cuda/kernels/attention.h): O = softmax(scale Q K^T) V over
@@ -682,6 +730,10 @@ enum class FamilyKind { compute, query, predicate, decision };
   X(rms_norm_fused, void, RmsNormArgs, compute)                         \
   X(rms_norm_backward_fused, void, RmsNormBackwardArgs, compute)        \
   X(rms_norm_workspace_bytes, size_t, LayerNormQuery, query)            \
+  X(batch_norm_fused_supported, bool, BatchNormQuery, predicate)        \
+  X(batch_norm_fused, void, BatchNormArgs, compute)                     \
+  X(batch_norm_backward_fused, void, BatchNormBackwardArgs, compute)    \
+  X(batch_norm_workspace_bytes, size_t, BatchNormQuery, query)          \
   X(attention_fused_supported, bool, AttentionQuery, predicate)         \
   X(attention_fused, void, AttentionArgs, compute)                      \
   X(attention_backward_fused, void, AttentionBackwardArgs, compute)     \

@@ -110,6 +110,7 @@ void register_cuda(KernelTable& t) {
   register_cuda_index(t);
   register_cuda_softmax(t);
   register_cuda_norm(t);
+  register_cuda_batch_norm(t);
   register_cuda_attention(t);
   register_cuda_multi_tensor(t);
   register_cuda_sort(t);

@@ -24,6 +24,7 @@ void register_cuda_optim(KernelTable& t);
 void register_cuda_index(KernelTable& t);
 void register_cuda_softmax(KernelTable& t);
 void register_cuda_norm(KernelTable& t);
+void register_cuda_batch_norm(KernelTable& t);  // core/kernels/cuda_batch_norm.cpp
 void register_cuda_attention(KernelTable& t);
 void register_cuda_multi_tensor(KernelTable& t);
 void register_cuda_sort(KernelTable& t);  // sort and cumsum
