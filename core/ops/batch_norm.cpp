@@ -1,12 +1,24 @@
-// Batch norm and group norm, composed from reductions and element-wise ops (so
-// autograd and every device come for free; a fused CUDA kernel can take the seam
-// later and be tested against this), and pad (constant, reflect, replicate).
+// Batch norm and group norm, and pad (constant, reflect, replicate).
+//
+// batch_norm is a fused op with a composed fallback, chosen by one predicate (the
+// device's batch_norm_fused_supported for the dtype and sizes) after the op's own
+// conditions (a contiguous input; weight, bias and running statistics contiguous
+// and of the input's dtype; in eval, running statistics that take no gradient).
+// Fused (CUDA: cuda/kernels/batch_norm.cu), training forward is a Welford pass over
+// x for the channels' statistics and one pass writing y, keeping each channel's
+// mean and 1/std (float32) for backward; eval is one pass. Backward is one pass for
+// the channels' sums of d_y and d_y xhat and one writing d_x. Elsewhere (CPU,
+// float64, views, mixed dtypes) it is composed of reductions and element-wise ops
+// and autograd derives the gradient; that composition is the reference the fused
+// kernels are tested against. Neither path differentiates twice through the fused
+// backward (ember's autograd has no create_graph).
 #include <algorithm>
 #include <tuple>
 #include <vector>
 
 #include "core/alloc_site.h"
 #include "core/autograd.h"
+#include "core/kernel_table.h"
 #include "core/ops.h"
 
 namespace ember {
@@ -30,6 +42,78 @@ std::pair<Tensor, Tensor> channel_moments(const Tensor& x3) {
   return {mean, var};
 }
 
+const void* ptr_of(const Tensor& t) {
+  return t.defined() ? t.raw_data() : nullptr;
+}
+void* mut_ptr_of(const Tensor& t) {
+  return t.defined() ? t.raw_data() : nullptr;
+}
+// `bytes` of the device's memory (none for 0), so the meta device counts them.
+Tensor scratch_of(size_t bytes, Device dev) {
+  return bytes == 0
+             ? Tensor()
+             : empty({static_cast<int64_t>((bytes + 7) / 8)}, TensorOptions(kFloat64).device(dev));
+}
+
+// The op's side of "may the fused kernels take this call": what the kernels assume
+// beyond the device's predicate (sizes and dtype). Mixed dtypes promote in the
+// composed path; eval's running statistics are constants to the fused backward.
+bool fusable(const Tensor& input, const Tensor& running_mean, const Tensor& running_var,
+             const Tensor& weight, const Tensor& bias, bool training) {
+  if (!input.is_contiguous()) return false;
+  for (const Tensor* p : {&running_mean, &running_var, &weight, &bias})
+    if (p->defined() && (p->dtype() != input.dtype() || !p->is_contiguous())) return false;
+  return training || !(running_mean.requires_grad() || running_var.requires_grad());
+}
+
+using Grads = std::vector<Tensor>;
+
+Tensor batch_norm_fused(const Tensor& input, const Tensor& running_mean, const Tensor& running_var,
+                        const Tensor& weight, const Tensor& bias, bool training, double momentum,
+                        double eps, int64_t n, int64_t c, int64_t m) {
+  const Device dev = input.device();
+  const DType dtype = input.dtype();
+  const Tensor xs = input.detach();
+  const Tensor ws = weight.defined() ? weight.detach() : Tensor();
+  Tensor y = empty(input.sizes(), input.options());
+  const TensorOptions stat = TensorOptions(kFloat32).device(dev);
+  const Tensor mean = empty({c}, stat), invstd = empty({c}, stat);
+  const kernels::KernelTable& k = kernels::kernels_for(dev);
+  const Tensor scratch =
+      training ? scratch_of(k.batch_norm_workspace_bytes({dev, dtype, n, c, m}), dev) : Tensor();
+  k.batch_norm_fused({dev, dtype, xs.raw_data(), ptr_of(weight), ptr_of(bias),
+                      mut_ptr_of(running_mean), mut_ptr_of(running_var), y.raw_data(),
+                      mean.raw_data(), invstd.raw_data(), n, c, m, training, momentum, eps,
+                      mut_ptr_of(scratch)});
+  if (training && running_mean.defined()) {  // updated in place, as mul_ and add_ would
+    running_mean.bump_version();
+    running_var.bump_version();
+  }
+  if (any_requires_grad({&input, &weight, &bias})) {
+    const bool gx = input.requires_grad(), gw = weight.defined() && weight.requires_grad(),
+               gb = bias.defined() && bias.requires_grad();
+    attach_grad_fn(y, "BatchNormBackward", {&input, &weight, &bias}, {xs, ws, mean, invstd},
+                   [gx, gw, gb, training, n, c, m](const Tensor& g, const SavedTensors& s) {
+                     const Tensor& x = s[0];
+                     const Device d = x.device();
+                     const Tensor gc = contiguous(g);
+                     Tensor d_x = gx ? empty(x.sizes(), x.options()) : Tensor();
+                     Tensor d_w = gw ? empty({c}, x.options()) : Tensor();
+                     Tensor d_b = gb ? empty({c}, x.options()) : Tensor();
+                     const kernels::KernelTable& kt = kernels::kernels_for(d);
+                     const bool sums = gw || gb || (training && gx);  // eval's d_x needs none
+                     const Tensor work = scratch_of(
+                         sums ? kt.batch_norm_workspace_bytes({d, x.dtype(), n, c, m}) : 0, d);
+                     kt.batch_norm_backward_fused(
+                         {d, x.dtype(), gc.raw_data(), x.raw_data(), ptr_of(s[1]), s[2].raw_data(),
+                          s[3].raw_data(), mut_ptr_of(d_x), mut_ptr_of(d_w), mut_ptr_of(d_b), n, c,
+                          m, training, mut_ptr_of(work)});
+                     return Grads{d_x, d_w, d_b};
+                   });
+  }
+  return y;
+}
+
 }  // namespace
 
 Tensor batch_norm(const Tensor& input, const Tensor& running_mean, const Tensor& running_var,
@@ -51,11 +135,17 @@ Tensor batch_norm(const Tensor& input, const Tensor& running_mean, const Tensor&
               "batch_norm: running_mean and running_var must both be given or both be undefined");
   EMBER_CHECK(training || running_mean.defined(),
               "batch_norm: eval mode (training = false) needs running_mean and running_var");
+  if (training)
+    EMBER_CHECK(n * m > 1, "batch_norm: expected more than 1 value per channel when training, ",
+                "got input of shape ", shape_str(input.sizes()));
+  if (fusable(input, running_mean, running_var, weight, bias, training) &&
+      kernels::kernels_for(input.device())
+          .batch_norm_fused_supported({input.device(), input.dtype(), n, c, m}))
+    return batch_norm_fused(input, running_mean, running_var, weight, bias, training, momentum, eps,
+                            n, c, m);
   const Tensor x3 = reshape(input, {n, c, m});
   Tensor mean, var;
   if (training) {
-    EMBER_CHECK(n * m > 1, "batch_norm: expected more than 1 value per channel when training, ",
-                "got input of shape ", shape_str(input.sizes()));
     std::tie(mean, var) = channel_moments(x3);
     if (running_mean.defined()) {
       // running = (1 - momentum) running + momentum batch (unbiased variance there).

@@ -40,6 +40,7 @@ TEST_CASE("kernel table: a family the device lacks throws naming it and the devi
   CHECK_FALSE(cpu.cross_entropy_fused_supported({kCPU, kFloat64, 4, 10}));
   CHECK_FALSE(cpu.layer_norm_fused_supported({kCPU, kFloat64, 4, 10}));
   CHECK_FALSE(cpu.rms_norm_fused_supported({kCPU, kFloat32, 4, 10}));
+  CHECK_FALSE(cpu.batch_norm_fused_supported({kCPU, kFloat32, 4, 3, 10}));  // composes
   // Predicates are not missing families; the CPU's compute ones it lacks are.
   for (const char* family : kernels::missing_families(DeviceType::CPU))
     CHECK(std::string(family).find("_supported") == std::string::npos);
