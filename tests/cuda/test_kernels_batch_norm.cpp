@@ -66,8 +66,8 @@ struct Ref {
   V y, mean, invstd, rm, rv, dx, dw, db;
   double dx_scale = 0.0;  // ||w invstd d_y||
 };
-Ref reference(const V& x, const V& w, const V& b, const V& g, const V& rm0, const V& rv0,
-              int64_t n, int64_t c, int64_t m, bool training, double momentum, double eps) {
+Ref reference(const V& x, const V& w, const V& b, const V& g, const V& rm0, const V& rv0, int64_t n,
+              int64_t c, int64_t m, bool training, double momentum, double eps) {
   Ref r;
   const size_t total = x.size();
   r.y.resize(total);
@@ -115,8 +115,8 @@ Ref reference(const V& x, const V& w, const V& b, const V& g, const V& rm0, cons
       for (int64_t j = 0; j < m; ++j) {
         const int64_t k = at(i, ch, j);
         const double xh = (x[k] - mean) * is;
-        r.dx[k] = training ? wc * is * (g[k] - r.db[ch] / count - xh * r.dw[ch] / count)
-                           : wc * is * g[k];
+        r.dx[k] =
+            training ? wc * is * (g[k] - r.db[ch] / count - xh * r.dw[ch] / count) : wc * is * g[k];
       }
   }
   r.dx_scale = std::sqrt(scale2);
@@ -130,15 +130,16 @@ struct Case {
   bool running = true;
   bool training = true;
   double momentum = 0.1, eps = 1e-5;
-  double offset = 0.5;  // the values are offset + 2 N(0, 1)
+  double offset = 0.5;   // the values are offset + 2 N(0, 1)
   int64_t misalign = 0;  // elements the input starts past a 16-byte boundary
 };
 
 std::string describe(const Case& k) {
-  std::string s = shape_str(k.shape) + " " + std::string(dtype_name(k.dtype)) + (k.affine ? " affine" : "") +
-                  (k.running ? " running" : "") + (k.training ? " training" : " eval") +
-                  " momentum=" + std::to_string(k.momentum) + " eps=" + std::to_string(k.eps) +
-                  " offset=" + std::to_string(k.offset) + " misalign=" + std::to_string(k.misalign);
+  std::string s = shape_str(k.shape) + " " + std::string(dtype_name(k.dtype)) +
+                  (k.affine ? " affine" : "") + (k.running ? " running" : "") +
+                  (k.training ? " training" : " eval") + " momentum=" + std::to_string(k.momentum) +
+                  " eps=" + std::to_string(k.eps) + " offset=" + std::to_string(k.offset) +
+                  " misalign=" + std::to_string(k.misalign);
   return s;
 }
 
@@ -241,12 +242,13 @@ void check_case(const Case& k, uint64_t seed) {
 
 }  // namespace
 
-TEST_CASE("kernels/batch_norm: training output, running statistics and gradients match the "
-          "reference" *
-          doctest::test_suite("cuda")) {
+TEST_CASE(
+    "kernels/batch_norm: training output, running statistics and gradients match the "
+    "reference" *
+    doctest::test_suite("cuda")) {
   uint64_t seed = 1;
-  const std::vector<Shape> shapes = {{2, 3, 5, 7}, {5, 3, 4, 4},  {3, 4, 8, 8}, {4, 5},
-                                     {16, 1},      {8, 1, 9, 9},  {1, 1, 1, 2}, {2, 1},
+  const std::vector<Shape> shapes = {{2, 3, 5, 7},     {5, 3, 4, 4}, {3, 4, 8, 8}, {4, 5},
+                                     {16, 1},          {8, 1, 9, 9}, {1, 1, 1, 2}, {2, 1},
                                      {1, 2, 1, 65537}, {2, 7, 3}};
   for (const Shape& s : shapes)
     for (DType dtype : {kFloat32, kBFloat16})
@@ -260,8 +262,8 @@ TEST_CASE("kernels/batch_norm: training output, running statistics and gradients
 
 TEST_CASE("kernels/batch_norm: eval uses the running statistics" * doctest::test_suite("cuda")) {
   uint64_t seed = 500;
-  for (const Shape& s : std::vector<Shape>{{2, 3, 5, 7}, {4, 5}, {1, 1, 1, 2}, {3, 4, 8, 8},
-                                           {1, 2, 1, 65537}, {6, 1, 3, 3}})
+  for (const Shape& s : std::vector<Shape>{
+           {2, 3, 5, 7}, {4, 5}, {1, 1, 1, 2}, {3, 4, 8, 8}, {1, 2, 1, 65537}, {6, 1, 3, 3}})
     for (DType dtype : {kFloat32, kBFloat16})
       for (bool affine : {true, false}) check_case(Case{s, dtype, affine, true, false}, seed += 8);
 }
@@ -302,7 +304,8 @@ TEST_CASE("kernels/batch_norm: the benchmark's 128x64x32x32 in float32 and bfloa
 // invstd outputs) against the reference's, in training and in eval.
 TEST_CASE("kernels/batch_norm: the saved mean and 1/std" * doctest::test_suite("cuda")) {
   uint64_t seed = 1500;
-  for (const Shape& s : std::vector<Shape>{{2, 3, 5, 7}, {128, 64, 32, 32}, {4, 5}, {1, 2, 1, 65537}})
+  for (const Shape& s :
+       std::vector<Shape>{{2, 3, 5, 7}, {128, 64, 32, 32}, {4, 5}, {1, 2, 1, 65537}})
     for (DType dtype : {kFloat32, kBFloat16})
       for (bool training : {true, false}) {
         Case k{s, dtype, true, true, training};
@@ -323,7 +326,8 @@ TEST_CASE("kernels/batch_norm: the saved mean and 1/std" * doctest::test_suite("
         Tensor mean = empty({c}, f32), invstd = empty({c}, f32);
         const size_t bytes = kt.batch_norm_workspace_bytes({dev, dtype, n, c, m});
         CHECK(bytes > 0);
-        Tensor work = empty({static_cast<int64_t>(bytes / 8 + 1)}, TensorOptions(kFloat64).device(dev));
+        Tensor work =
+            empty({static_cast<int64_t>(bytes / 8 + 1)}, TensorOptions(kFloat64).device(dev));
         kt.batch_norm_fused({dev, dtype, x.raw_data(), w.raw_data(), b.raw_data(), rm.raw_data(),
                              rv.raw_data(), y.raw_data(), mean.raw_data(), invstd.raw_data(), n, c,
                              m, training, k.momentum, k.eps, work.raw_data()});
@@ -354,5 +358,6 @@ TEST_CASE("kernels/batch_norm: the same input gives the same bits" * doctest::te
     return all;
   };
   const std::vector<float> first = once();
-  for (int i = 0; i < 3; ++i) CHECK(std::memcmp(once().data(), first.data(), first.size() * 4) == 0);
+  for (int i = 0; i < 3; ++i)
+    CHECK(std::memcmp(once().data(), first.data(), first.size() * 4) == 0);
 }
