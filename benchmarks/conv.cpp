@@ -1,13 +1,17 @@
 // bench_conv: the convolution workloads of issue 29 on ember's composed path (im2col
 // through index_select, then matmul; core/ops/conv.cpp): conv 3x3 64->64 on 32x32,
 // batch 128, forward and forward+backward in TF32 and bf16; batch_norm2d
-// 128x64x32x32 forward+backward; a ResNet-8 training step (stem + basic blocks
-// 64/128/256, batch 128, SGD with momentum) in TF32. benchmarks/peer_conv.py times
-// the same in PyTorch (cuDNN, channels_last). Each workload is checked first on the
-// GPU against the same ops in float64 (the conv also against a CPU float64 run on
-// two images); a failed check prints no row and exits 1.
+// 128x64x32x32 forward+backward (the op: its fused kernels, cuda/kernels/batch_norm.cu;
+// with --bn-composed, EMBER_BATCH_NORM_FUSED=0 for the whole run, its composition);
+// a ResNet-8 training step (stem + basic blocks 64/128/256, batch 128, SGD with
+// momentum) in TF32. benchmarks/peer_conv.py times the same in PyTorch (cuDNN,
+// channels_last). Each workload is checked first on the GPU against the same ops in
+// float64 (the conv also against a CPU float64 run on two images; batch norm's
+// float64 composes, so it checks the fused kernels); a failed check prints no row
+// and exits 1.
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <vector>
@@ -88,6 +92,10 @@ struct ResNet8 : nn::Module {
 int main(int argc, char** argv) {
   if (!bench::have_gpu("bench_conv")) return 0;
   const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
+  bool bn_composed = false;
+  for (int i = 1; i < argc; ++i) bn_composed |= std::strcmp(argv[i], "--bn-composed") == 0;
+  // Read once, at batch norm's first call: set before any op runs.
+  if (bn_composed) setenv("EMBER_BATCH_NORM_FUSED", "0", 1);
   const int iters = quick ? 5 : 20;
   cuda::set_allow_tf32(true);  // the peer's fp32 rows run TF32 too (cuDNN's default)
   bench::Table table("conv: composed convolution (im2col + matmul), batch norm, ResNet-8 step");
@@ -155,14 +163,24 @@ int main(int argc, char** argv) {
     Tensor bias = randn({kChannels}, gpu, &gen).detach();
     wgt.set_requires_grad(true);
     bias.set_requires_grad(true);
+    // Output and the three gradients against the op in float64 (which composes: an
+    // independent path).
     Tensor x64 = x32.to(kFloat64).detach(), w64 = wgt.to(kFloat64).detach(),
            b64 = bias.to(kFloat64).detach();
     x64.set_requires_grad(true);
-    std::vector<Tensor> want =
-        grad({batch_norm(x64, Tensor(), Tensor(), w64, b64, true)}, {x64}, {dy32.to(kFloat64)});
-    std::vector<Tensor> got =
-        grad({batch_norm(x, Tensor(), Tensor(), wgt, bias, true)}, {x, wgt, bias}, {dy32});
-    if (!checked("batch_norm d_x", bench::rel_err_on_device(got[0], want[0]), 1e-4)) return 1;
+    w64.set_requires_grad(true);
+    b64.set_requires_grad(true);
+    Tensor y64 = batch_norm(x64, Tensor(), Tensor(), w64, b64, true);
+    std::vector<Tensor> want = grad({y64}, {x64, w64, b64}, {dy32.to(kFloat64)});
+    Tensor y = batch_norm(x, Tensor(), Tensor(), wgt, bias, true);
+    const bool fused = y.grad_fn() && std::strcmp(y.grad_fn()->name(), "BatchNormBackward") == 0;
+    std::printf("batch_norm: the %s path\n", fused ? "fused" : "composed");
+    std::vector<Tensor> got = grad({y}, {x, wgt, bias}, {dy32});
+    if (!checked("batch_norm y", bench::rel_err_on_device(y.detach(), y64.detach()), 1e-5) ||
+        !checked("batch_norm d_x", bench::rel_err_on_device(got[0], want[0]), 1e-4) ||
+        !checked("batch_norm d_w", bench::rel_err_on_device(got[1], want[1]), 1e-4) ||
+        !checked("batch_norm d_b", bench::rel_err_on_device(got[2], want[2]), 1e-4))
+      return 1;
     auto step = [&] {
       std::vector<Tensor> g =
           grad({batch_norm(x, Tensor(), Tensor(), wgt, bias, true)}, {x, wgt, bias}, {dy32});
@@ -170,7 +188,8 @@ int main(int argc, char** argv) {
     bench::Spread s = bench::spread_ms(step, 3, iters);
     const double bytes = 5.0 * 4.0 * kBatch * kChannels * kSide * kSide;  // x, y, d_y, d_x, x again
     table.add({"batch_norm2d fwd+bwd", "f32", "128x64x32x32", "ember", s.median,
-               bytes / s.median / 1e6, "GB/s", "5 accesses/elem", s.min, s.max});
+               bytes / s.median / 1e6, "GB/s",
+               fused ? "fused; 5 accesses/elem" : "composed; 5 accesses/elem", s.min, s.max});
   }
 
   // ResNet-8 training step, TF32, batch 128 of 3x32x32, SGD(0.1, momentum 0.9).
