@@ -35,8 +35,8 @@ void batch_norm_backward_fused(const BatchNormBackwardArgs& a) {
                                    cuda::current_stream(a.device.index));
 }
 
+// The sizes decide it (no device call): the meta device asks it without a GPU.
 size_t batch_norm_workspace_bytes(const BatchNormQuery& q) {
-  cuda::DeviceGuard guard(q.device.index);
   return cuda::batch_norm_workspace_bytes(q.dtype, q.n, q.c, q.m);
 }
 

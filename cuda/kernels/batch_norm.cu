@@ -257,13 +257,16 @@ __global__ void __launch_bounds__(kThreads)
 
 // ------------------------------------------------------------------ host side
 
-// The splits S of each channel's reduction: about 8 blocks per multiprocessor over
-// all channels, at least 4 values per thread, at most grid.y's limit. The workspace
-// depends on it, so forward, backward and the query all take it from here.
+// The splits S of each channel's reduction: about kReduceBlocks blocks over all
+// channels (a wave of 8 blocks per multiprocessor on a 132-SM H200), at least 4
+// values per thread, at most grid.y's limit. The workspace depends on it, so
+// forward, backward and the query all take it from here; it depends on the sizes
+// alone (not the GPU), so the meta device answers without one and the bits do not
+// change from one GPU model to another.
+constexpr int64_t kReduceBlocks = 1024;
 int64_t splits_for(int64_t c, int64_t count) {
-  const int64_t target = 8 * static_cast<int64_t>(sm_count(current_device()));
   const int64_t most = std::min<int64_t>(ceil_div(count, kThreads * 4), 65535);
-  return std::max<int64_t>(1, std::min(ceil_div(target, c), most));
+  return std::max<int64_t>(1, std::min(ceil_div(kReduceBlocks, c), most));
 }
 
 // The element-wise passes' grid: a block per kThreads vectors, at most 8 blocks per

@@ -21,8 +21,8 @@ namespace ember::cuda {
 // c >= 1 and 1 <= n*m < 2^31 (a channel's values are counted in 32 bits).
 bool batch_norm_supported(DType dtype, int64_t n, int64_t c, int64_t m);
 
-// Scratch bytes of both launchers (the per-block partial statistics and sums),
-// for the current device.
+// Scratch bytes of both launchers (the per-block partial statistics and sums): a
+// function of the sizes alone (no device is asked).
 size_t batch_norm_workspace_bytes(DType dtype, int64_t n, int64_t c, int64_t m);
 
 // y = (x - mean) invstd w + b per channel (w, b of c, either may be null).
