@@ -383,6 +383,7 @@ const std::vector<OpEntry>& op_table() {
           {{x({2, 3, 4, 5}), x({3}), x({3})}},
           {{x({2, 3, 5}).T()}},
           {{x({4, 3}).strided(), x({3}), x({3})}},
+          {{x({2, 4, 4, 4}), x({4}), x({4})}},  // CUDA's 16-byte vectors (float32, bfloat16)
           {{x({64, 8, 9}), x({8}), x({8})}}},
          Grad::Yes, kReduction},
         {"batch_norm", "running",
@@ -399,6 +400,7 @@ const std::vector<OpEntry>& op_table() {
                              false);
          },
          {{{x({4, 3}), x({3}).nograd(), x({3}).nograd(), x({3}), x({3})}},
+          {{x({2, 4, 4, 4}), x({4}).nograd(), x({4}).nograd(), x({4}), x({4})}},
           {{x({2, 3, 5}).T(), x({3}).nograd(), x({3}).nograd()}},
           {{x({0, 3}), x({3}).nograd(), x({3}).nograd()}}},
          Grad::Yes, kReduction},
