@@ -416,7 +416,8 @@ def main():
           "layer_norm fwd+bwd op", 0.8)
     op_overhead(reps)
     paired(reps, "conv.json", "peer_conv.json",
-           "Convolution, batch norm, ResNet-8 step: ember (composed) against PyTorch (cuDNN)",
+           "Convolution, batch norm, ResNet-8 step: ember (composed conv, fused batch norm) "
+           "against PyTorch (cuDNN)",
            [("29", "conv3x3 fwd+bwd", "bf16", 1.2), ("29", "batch_norm2d fwd+bwd", "f32", 0.8),
             ("29", "resnet8 step", "tf32", 1.0)])
     gpt(reps)
