@@ -159,6 +159,13 @@ if [ "${EMBER_GPU_SANITIZE_PROBE:-1}" != 0 ] && [[ " $tools " == *" racecheck "*
   timeout -k 10 "$run_timeout" tools/cublaslt_racecheck_probe.sh "$logs/probe" >"$logs/probe.log" 2>&1 &
   probe_pid=$!
 fi
+# Every racecheck run also writes each distinct cuBLAS(Lt) call it makes
+# (EMBER_BLAS_TRACE, cuda/blas.cpp); after the runs the probe replays exactly those
+# calls without ember, so a hazard racecheck reports inside cuBLAS in any test is
+# checked against the same call, shapes, strides and alignments made by cuBLAS alone.
+trace_dir="$logs/blas-trace"
+rm -rf "$trace_dir"
+mkdir -p "$trace_dir"
 
 # ---------------------------------------------------------------- the test binaries
 # Names of the entries of a "binary|case" list for one binary, comma-joined.
@@ -204,6 +211,8 @@ run_one() {  # bin tool variant doctest-args...
   start=$(date +%s)
   local api=()
   [ "$variant" = api-errors ] && api=(--report-api-errors no)
+  local trace=()
+  [ "$tool" = racecheck ] && trace=(EMBER_BLAS_TRACE="$(realpath "$trace_dir")")
   if [ "$name" = ember_tests_parallel ]; then
     # One rank (NCCL refuses two ranks on one GPU); multi-rank runs need 2+ GPUs.
     # memcheck, --report-api-errors no: ncclCommInitAll probes its own kernels with
@@ -228,11 +237,11 @@ run_one() {  # bin tool variant doctest-args...
     # here: DataParallel and the communicator still run, with a single NCCL rank.
     local visible=()
     [ "$tool" = synccheck ] && visible=(CUDA_VISIBLE_DEVICES=0)
-    timeout -k 10 "$run_timeout" env "${visible[@]}" OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 NCCL_NVLS_ENABLE=0 \
+    timeout -k 10 "$run_timeout" env "${visible[@]}" "${trace[@]}" OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 NCCL_NVLS_ENABLE=0 \
       mpirun -np 1 --allow-run-as-root \
       "$cs" ${tool_args[$tool]} "${api[@]}" --error-exitcode 86 "$bin" "$@" >"$log" 2>&1
   else
-    timeout -k 10 "$run_timeout" \
+    timeout -k 10 "$run_timeout" env "${trace[@]}" \
       "$cs" ${tool_args[$tool]} "${api[@]}" --error-exitcode 86 "$bin" "$@" >"$log" 2>&1
   fi
   rc=$?
@@ -311,6 +320,22 @@ if [ -n "$probe_pid" ]; then
   echo "gpu-sanitize: the cuBLASLt probe (tools/cublaslt_racecheck_probe.sh, full output $logs/probe.log):"
   sed -n '/^== verdict/,$p' "$logs/probe.log"
   grep -E '^(cuBLASLt standalone|PyTorch F.linear):' "$logs/probe.log"
+  # The replay of every cuBLAS(Lt) call the racecheck runs made, under racecheck.
+  calls="$logs/blas-calls.txt"
+  cat "$trace_dir"/*.txt 2>/dev/null | sort -u >"$calls"
+  if [ -s "$calls" ]; then
+    timeout -k 10 "$run_timeout" tools/cublaslt_racecheck_probe.sh "$logs/probe-replay" \
+      --replay "$(realpath "$calls")" >"$logs/probe-replay.log" 2>&1
+    echo "gpu-sanitize: the probe's replay of the $(wc -l <"$calls") distinct cuBLAS(Lt) calls" \
+         "the racecheck runs made (full output $logs/probe-replay.log):"
+    grep -E '^(cuBLASLt standalone):|^   cublaslt_racecheck_probe: replayed' "$logs/probe-replay.log"
+    sed -n '/^== verdict/,$p' "$logs/probe-replay.log"
+    if [ -f "$evidence" ] && [ -f "$logs/probe-replay/cublaslt_hazard_kernels.txt" ]; then
+      sort -u "$evidence" "$logs/probe-replay/cublaslt_hazard_kernels.txt" -o "$evidence"
+    fi
+  else
+    echo "gpu-sanitize: no cuBLAS(Lt) call was traced (EMBER_BLAS_TRACE): no replay"
+  fi
 fi
 [ -n "$evidence" ] && [ -f "$evidence" ] || probe_note="no probe evidence: nothing set apart"
 
