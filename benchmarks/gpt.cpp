@@ -212,6 +212,7 @@ int sdpa_cases(int argc, char** argv) {
     const char* name;
     Shape q, k, v, mask;
     int mask_kind;  // 0 none, 1 bool, 2 additive, 3 causal
+    double dropout_p = 0.0;
   };
   const std::vector<Case> cases = {
       {"plain", {2, 3, 17, 16}, {2, 3, 23, 16}, {2, 3, 23, 8}, {}, 0},
@@ -219,6 +220,13 @@ int sdpa_cases(int argc, char** argv) {
       {"causal_l_lt_s", {1, 2, 9, 8}, {1, 2, 14, 8}, {1, 2, 14, 8}, {}, 3},
       {"bool_broadcast", {2, 3, 12, 16}, {1, 3, 20, 16}, {1, 3, 20, 4}, {12, 20}, 1},
       {"additive", {2, 2, 10, 8}, {2, 2, 10, 8}, {2, 2, 10, 8}, {2, 1, 10, 10}, 2},
+      // Dropout: the peer applies ember's keep-mask (".keep", drawn as the composed
+      // path draws it: u = rand((..., L, S)) from the call's generator, keep u >= p)
+      // through PyTorch's math backend's dropout_mask, so both sides drop the same
+      // weights.
+      {"dropout", {2, 3, 16, 8}, {2, 3, 20, 8}, {2, 3, 20, 8}, {}, 0, 0.3},
+      {"dropout_causal", {1, 2, 24, 16}, {1, 2, 24, 16}, {1, 2, 24, 16}, {}, 3, 0.5},
+      {"dropout_additive", {2, 2, 10, 8}, {2, 2, 12, 8}, {2, 2, 12, 8}, {2, 1, 10, 12}, 2, 0.2},
   };
   StateDict out;
   Generator g(21);
@@ -231,8 +239,17 @@ int sdpa_cases(int argc, char** argv) {
     if (c.mask_kind == 2) mask = randn(c.mask, TensorOptions(kFloat32), &g);
     Tensor qd = q.to(device).set_requires_grad(true), kd = k.to(device).set_requires_grad(true),
            vd = v.to(device).set_requires_grad(true);
+    Generator drop(1000 + static_cast<uint64_t>(out.size()));
     Tensor o = scaled_dot_product_attention(qd, kd, vd, mask.defined() ? mask.to(device) : mask,
-                                            0.0, c.mask_kind == 3);
+                                            c.dropout_p, c.mask_kind == 3, std::nullopt, &drop);
+    if (c.dropout_p > 0.0) {
+      // The composed path's draw, repeated from a generator in the same state.
+      Generator again(1000 + static_cast<uint64_t>(out.size()));
+      const Tensor u = rand({c.q[0], c.q[1], c.q[2], c.k[2]},
+                            TensorOptions().dtype(kFloat32).device(device), &again);
+      out.insert(n + ".keep", cast(ge(u, c.dropout_p), kInt64).to(kCPU));
+      out.insert(n + ".dropout_p", full({}, c.dropout_p, kFloat64));
+    }
     Tensor w = randn(o.sizes(), TensorOptions(kFloat32), &g);
     sum(o * w.to(device)).backward();
     out.insert(n + ".q", q);
