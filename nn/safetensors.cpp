@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "core/autograd.h"
-#include "core/kernel_table.h"
+#include "core/device_services.h"
 #include "core/ops.h"
 #include "cuda/pinned_buffer.h"
 #include "cuda/runtime.h"

@@ -345,7 +345,7 @@ void scale_by_scalar(const ScaleByScalarArgs& a) {
 
 }  // namespace
 
-void register_cpu_softmax(KernelTable& t) {
+void register_cpu_softmax(KernelFamilies& t) {
   t.cross_entropy_fused_supported = &cross_entropy_supported;
   t.cross_entropy_fused = &cross_entropy_forward;
   t.cross_entropy_workspace_bytes = &cross_entropy_workspace;

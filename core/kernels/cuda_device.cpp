@@ -1,9 +1,12 @@
 // The CUDA devices: memory from each device's caching allocator on this thread's
-// current stream, copies through cudaMemcpyAsync, graphs (cuda/graph.h).
+// current stream, copies through cudaMemcpyAsync, graphs (cuda/graph.h). Their
+// kernels register themselves from their own files (cuda/kernels/registration.h),
+// called here in one explicit list.
 #include "core/kernels/registration.h"
 #include "cuda/check.h"
 #include "cuda/device_allocator.h"
 #include "cuda/device_error.h"
+#include "cuda/kernels/registration.h"
 #include "cuda/profiler_events.h"
 #include "cuda/runtime.h"
 
@@ -102,17 +105,19 @@ void register_cuda(KernelTable& t) {
   t.hooks.range_push = &range_push;
   t.hooks.range_pop = &range_pop;
   t.copy_bytes = &copy_bytes;
-  register_cuda_elementwise(t);
-  register_cuda_reduce(t);
-  register_cuda_linalg(t);
-  register_cuda_loss(t);
-  register_cuda_optim(t);
-  register_cuda_index(t);
-  register_cuda_softmax(t);
-  register_cuda_norm(t);
-  register_cuda_attention(t);
-  register_cuda_multi_tensor(t);
-  register_cuda_sort(t);
+  // Every CUDA kernel file's registration, one call each (cuda/kernels/registration.h).
+  cuda::register_elementwise(t);
+  cuda::register_reduce(t);
+  cuda::register_sort(t);
+  cuda::register_softmax(t);
+  cuda::register_index(t);
+  cuda::register_linalg(t);
+  cuda::register_mse(t);
+  cuda::register_cross_entropy(t);
+  cuda::register_layer_norm(t);
+  cuda::register_attention(t);
+  cuda::register_fused_optim(t);
+  cuda::register_multi_tensor(t);
 }
 
 }  // namespace ember::kernels
