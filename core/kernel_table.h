@@ -47,6 +47,14 @@ struct DeviceHooks {
   // Batches for it are assembled in pinned host memory and copied asynchronously
   // (nn::DataLoader); otherwise assembled in ordinary host tensors.
   bool pinned_staging = false;
+  // Its pinned staging buffers (core/device_services.h's PinnedStaging), where
+  // pinned_staging is true: make one; free one, after its last copy (never throws);
+  // wait for its last copy, then make it hold >= bytes and return it; queue a copy of
+  // its first bytes to device memory of `index` on this thread's current stream.
+  void* (*staging_new)() = nullptr;
+  void (*staging_free)(void* buffer) = nullptr;
+  void* (*staging_acquire)(void* buffer, size_t bytes) = nullptr;
+  void (*staging_copy)(void* buffer, void* dst, size_t bytes, int index) = nullptr;
   // false for the meta device: its tensors have shapes but no values, so nothing
   // may read them (item(), to_vector(), printing, copies to a real device).
   bool holds_data = true;

@@ -21,15 +21,11 @@ if(NOT DEFINED ROOT)
   message(FATAL_ERROR "check_layers: pass -DROOT=<source dir>")
 endif()
 
-# Files that use cuda:: names outside cuda/ for now, and why. Each goes when the
-# device services it needs (issue 25, deliverable 2) route it through the device's
-# table: then the rule catches its return.
+# Files that use cuda:: names outside cuda/, the device registrations and parallel/,
+# and why. Device services (core/device_services.h: device counts, pinned staging)
+# go through the device's table, so the rule catches any new direct call.
 set(cuda_name_exceptions
   core/meta.cpp          # cuBLAS/cuBLASLt workspace sizes the meta device predicts
-  core/predict.cpp       # cuda::is_available(), for the capacity of a CUDA mirror
-  core/leak_check.cpp    # cuda::device_count(), to list every device's allocator
-  nn/data.cpp            # cuda::PinnedBuffer and the current stream: DataLoader's pinned copies
-  nn/safetensors.cpp     # cuda::PinnedBuffer and the current stream: CUDA loads staged through pinned memory
 )
 
 # Layer of a project path ("core/base/dtype.h"), lowest first; -1 if not layered.

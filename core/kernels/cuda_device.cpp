@@ -7,6 +7,7 @@
 #include "cuda/device_allocator.h"
 #include "cuda/device_error.h"
 #include "cuda/kernels/registration.h"
+#include "cuda/pinned_buffer.h"
 #include "cuda/profiler_events.h"
 #include "cuda/runtime.h"
 
@@ -57,6 +58,21 @@ void range_pop() {
   cuda::nvtx_range_pop();
 }
 
+// Pinned staging (core/device_services.h's PinnedStaging): a cuda::PinnedBuffer each.
+void* staging_new() {
+  return new cuda::PinnedBuffer();
+}
+void staging_free(void* buffer) {
+  delete static_cast<cuda::PinnedBuffer*>(buffer);  // waits for its last copy, never throws
+}
+void* staging_acquire(void* buffer, size_t bytes) {
+  return static_cast<cuda::PinnedBuffer*>(buffer)->acquire(bytes);
+}
+void staging_copy(void* buffer, void* dst, size_t bytes, int index) {
+  static_cast<cuda::PinnedBuffer*>(buffer)->copy_to_device_async(dst, bytes, index,
+                                                                 cuda::current_stream(index));
+}
+
 // Host <-> device, device <-> device (same or peer); synchronises when the
 // destination is the host or the copy crosses devices.
 void copy_bytes(const CopyBytesArgs& a) {
@@ -99,6 +115,10 @@ void register_cuda(KernelTable& t) {
   t.hooks.count = &count;
   t.hooks.autocasts = &autocasts;
   t.hooks.pinned_staging = true;
+  t.hooks.staging_new = &staging_new;
+  t.hooks.staging_free = &staging_free;
+  t.hooks.staging_acquire = &staging_acquire;
+  t.hooks.staging_copy = &staging_copy;
   t.hooks.timing_event = &timing_event;
   t.hooks.timing_elapsed_ms = &timing_elapsed_ms;
   t.hooks.timing_reset = &timing_reset;
