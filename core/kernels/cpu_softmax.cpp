@@ -299,7 +299,7 @@ EMBER_CPU_CLONES void cross_entropy_rows(const CrossEntropyArgs& a, double scale
   }
 }
 
-// CrossEntropyArgs' contract (core/kernel_table.h), float32.
+// CrossEntropyArgs' contract (core/base/kernel_families.h), float32.
 void cross_entropy_forward(const CrossEntropyArgs& a) {
   float* loss = static_cast<float*>(a.loss);
   const int64_t n = a.classes, rows = a.rows;
