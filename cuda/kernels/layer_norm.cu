@@ -334,8 +334,8 @@ void launch_backward(DType dtype, const void* d_y, const void* x, const void* w,
     using S = std::remove_pointer_t<decltype(tag)>;
     const bool vec = cols % (16 / sizeof(S)) == 0 && aligned16(d_y) && aligned16(x) &&
                      (w == nullptr || aligned16(w)) && (d_x == nullptr || aligned16(d_x));
-    // The grid is the vectorised kernel's in both cases, so that it matches the
-    // workspace workspace_bytes sized.
+    // The grid is the vectorised kernel's in both cases, clamped to the bound
+    // workspace_bytes sized the partials for.
     const int64_t grid =
         std::min(backward_grid<kRms>(dtype, rows, cols), max_backward_grid(rows, cols));
     float* part_w = want_params ? static_cast<float*>(workspace) : nullptr;
