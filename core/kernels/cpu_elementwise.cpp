@@ -239,7 +239,7 @@ size_t no_workspace(const ScatterQuery&) {
 
 }  // namespace
 
-void register_cpu_elementwise(KernelTable& t) {
+void register_cpu_elementwise(KernelFamilies& t) {
   t.unary = &unary;
   t.unary_backward = &unary_backward;
   t.binary = &binary;
