@@ -1,8 +1,9 @@
 // bench_conv: the convolution workloads of issue 29 on ember's composed path (im2col
 // through index_select, then matmul; core/ops/conv.cpp): conv 3x3 64->64 on 32x32,
 // batch 128, forward and forward+backward in TF32 and bf16; batch_norm2d
-// 128x64x32x32 forward+backward (the op: its fused kernels, cuda/kernels/batch_norm.cu;
-// with --bn-composed, EMBER_BATCH_NORM_FUSED=0 for the whole run, its composition);
+// 128x64x32x32 forward+backward (the op: its composition by default; with --bn-fused,
+// EMBER_BATCH_NORM_FUSED=1 for the whole run, its fused kernels, cuda/kernels/batch_norm.cu,
+// which stay off by default until they have passed on a GPU);
 // a ResNet-8 training step (stem + basic blocks 64/128/256, batch 128, SGD with
 // momentum) in TF32. benchmarks/peer_conv.py times the same in PyTorch (cuDNN,
 // channels_last). Each workload is checked first on the GPU against the same ops in
@@ -92,10 +93,18 @@ struct ResNet8 : nn::Module {
 int main(int argc, char** argv) {
   if (!bench::have_gpu("bench_conv")) return 0;
   const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
-  bool bn_composed = false;
-  for (int i = 1; i < argc; ++i) bn_composed |= std::strcmp(argv[i], "--bn-composed") == 0;
+  bool bn_composed = false, bn_fused = false;
+  for (int i = 1; i < argc; ++i) {
+    bn_composed |= std::strcmp(argv[i], "--bn-composed") == 0;
+    bn_fused |= std::strcmp(argv[i], "--bn-fused") == 0;
+  }
+  if (bn_composed && bn_fused) {
+    std::fprintf(stderr, "bench_conv: --bn-composed and --bn-fused exclude each other\n");
+    return 2;
+  }
   // Read once, at batch norm's first call: set before any op runs.
   if (bn_composed) setenv("EMBER_BATCH_NORM_FUSED", "0", 1);
+  if (bn_fused) setenv("EMBER_BATCH_NORM_FUSED", "1", 1);
   const int iters = quick ? 5 : 20;
   cuda::set_allow_tf32(true);  // the peer's fp32 rows run TF32 too (cuDNN's default)
   bench::Table table("conv: composed convolution (im2col + matmul), batch norm, ResNet-8 step");

@@ -13,6 +13,7 @@
 //   bench_gpt --parity FILE [--device cpu|cuda] [--steps 20] [--batch B] [--block T]
 //   bench_gpt --sdpa FILE [--device cpu|cuda]
 //   bench_gpt --memory [--only char|gpt2]
+//   bench_gpt --profile [--only char|gpt2] [--device cpu|cuda] [--steps 3] [--trace DIR]
 //
 // --parity: the char model (fp32, dropout 0, TF32 off) trained --steps steps on
 // random token ids with AdamW (lr 1e-3, betas 0.9/0.99, weight decay 0.1 on 2-D
@@ -24,6 +25,11 @@
 // `peer_gpt.py --sdpa FILE` to compare with PyTorch's math backend.
 // --memory: predict_memory's peak allocated and reserved bytes for each shape's
 // step (3 steps) against measure_memory's on the GPU; exits 1 unless equal.
+// --profile: the same bf16 step (fp32 on the CPU) after 3 warm-up steps, --steps
+// steps under profiler::Profile, each a "step" span: the key_averages table sorted
+// by device time (CUDA events), and with --trace the Chrome trace of each shape
+// (DIR/gpt_<shape>.json, the allocator's history on the same axis). Where the
+// time of a GPT step goes: issue 28's first question.
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -35,6 +41,7 @@
 #include "../examples/gpt_model.h"
 #include "core/meta.h"
 #include "core/predict.h"
+#include "core/profiler.h"
 #include "cuda/blas.h"
 #include "ember.h"
 #include "timing.h"
@@ -212,6 +219,7 @@ int sdpa_cases(int argc, char** argv) {
     const char* name;
     Shape q, k, v, mask;
     int mask_kind;  // 0 none, 1 bool, 2 additive, 3 causal
+    double dropout_p = 0.0;
   };
   const std::vector<Case> cases = {
       {"plain", {2, 3, 17, 16}, {2, 3, 23, 16}, {2, 3, 23, 8}, {}, 0},
@@ -219,6 +227,13 @@ int sdpa_cases(int argc, char** argv) {
       {"causal_l_lt_s", {1, 2, 9, 8}, {1, 2, 14, 8}, {1, 2, 14, 8}, {}, 3},
       {"bool_broadcast", {2, 3, 12, 16}, {1, 3, 20, 16}, {1, 3, 20, 4}, {12, 20}, 1},
       {"additive", {2, 2, 10, 8}, {2, 2, 10, 8}, {2, 2, 10, 8}, {2, 1, 10, 10}, 2},
+      // Dropout: the peer applies ember's keep-mask (".keep", drawn as the composed
+      // path draws it: u = rand((..., L, S)) from the call's generator, keep u >= p)
+      // through PyTorch's math backend's dropout_mask, so both sides drop the same
+      // weights.
+      {"dropout", {2, 3, 16, 8}, {2, 3, 20, 8}, {2, 3, 20, 8}, {}, 0, 0.3},
+      {"dropout_causal", {1, 2, 24, 16}, {1, 2, 24, 16}, {1, 2, 24, 16}, {}, 3, 0.5},
+      {"dropout_additive", {2, 2, 10, 8}, {2, 2, 12, 8}, {2, 2, 12, 8}, {2, 1, 10, 12}, 2, 0.2},
   };
   StateDict out;
   Generator g(21);
@@ -231,8 +246,17 @@ int sdpa_cases(int argc, char** argv) {
     if (c.mask_kind == 2) mask = randn(c.mask, TensorOptions(kFloat32), &g);
     Tensor qd = q.to(device).set_requires_grad(true), kd = k.to(device).set_requires_grad(true),
            vd = v.to(device).set_requires_grad(true);
+    Generator drop(1000 + static_cast<uint64_t>(out.size()));
     Tensor o = scaled_dot_product_attention(qd, kd, vd, mask.defined() ? mask.to(device) : mask,
-                                            0.0, c.mask_kind == 3);
+                                            c.dropout_p, c.mask_kind == 3, std::nullopt, &drop);
+    if (c.dropout_p > 0.0) {
+      // The composed path's draw, repeated from a generator in the same state.
+      Generator again(1000 + static_cast<uint64_t>(out.size()));
+      const Tensor u = rand({c.q[0], c.q[1], c.q[2], c.k[2]},
+                            TensorOptions().dtype(kFloat32).device(device), &again);
+      out.insert(n + ".keep", cast(ge(u, c.dropout_p), kInt64).to(kCPU));
+      out.insert(n + ".dropout_p", full({}, c.dropout_p, kFloat64));
+    }
     Tensor w = randn(o.sizes(), TensorOptions(kFloat32), &g);
     sum(o * w.to(device)).backward();
     out.insert(n + ".q", q);
@@ -279,12 +303,61 @@ int memory_check(const std::string& only) {
   return failures ? 1 : 0;
 }
 
+int profile_steps(int argc, char** argv) {
+  std::string only, trace_dir, device_name = cuda::is_available() ? "cuda" : "cpu";
+  int64_t steps = 3;
+  for (int i = 1; i + 1 < argc; ++i) {
+    if (std::strcmp(argv[i], "--only") == 0) only = argv[i + 1];
+    if (std::strcmp(argv[i], "--device") == 0) device_name = argv[i + 1];
+    if (std::strcmp(argv[i], "--steps") == 0) steps = std::atoll(argv[i + 1]);
+    if (std::strcmp(argv[i], "--trace") == 0) trace_dir = argv[i + 1];
+  }
+  if (steps < 1) {
+    std::fprintf(stderr, "bench_gpt --profile: --steps must be >= 1, got %lld\n",
+                 static_cast<long long>(steps));
+    return 2;
+  }
+  const Device device(device_name);
+  std::vector<Workload> work;
+  if (only.empty() || only == "char") work.push_back(char_workload());
+  if (only.empty() || only == "gpt2") work.push_back(gpt2_workload());
+  if (work.empty()) {
+    std::fprintf(stderr, "bench_gpt --profile: --only takes char or gpt2, got %s\n", only.c_str());
+    return 2;
+  }
+  for (const Workload& w : work) {
+    Trainer t(w, device, device.is_cuda());
+    for (int i = 0; i < 3; ++i) t.step();
+    if (device.is_cuda()) cuda::synchronize(device.index);
+    if (!trace_dir.empty()) caching_allocator(device).record_memory_history(true);
+    profiler::Profile prof;
+    for (int64_t i = 0; i < steps; ++i) {
+      profiler::RecordFunction range("step");
+      t.step();
+    }
+    prof.stop();
+    std::printf("== profile: %s (%s, %s), %lld steps on %s\n%s", w.name.c_str(), w.shape.c_str(),
+                device.is_cuda() ? "bf16 autocast" : "fp32", static_cast<long long>(steps),
+                device.str().c_str(), prof.table("device", 40).c_str());
+    if (!trace_dir.empty()) {
+      const memory::MemorySnapshot history = memory_snapshot(device);
+      caching_allocator(device).record_memory_history(false);
+      const std::string path =
+          trace_dir + "/gpt_" + (w.cfg.n_layer == 12 ? std::string("gpt2") : "char") + ".json";
+      prof.export_chrome_trace(path, &history);
+      std::printf("trace: %s\n", path.c_str());
+    }
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--parity") == 0) return parity(argc, argv);
     if (std::strcmp(argv[i], "--sdpa") == 0) return sdpa_cases(argc, argv);
+    if (std::strcmp(argv[i], "--profile") == 0) return profile_steps(argc, argv);
   }
   if (!bench::have_gpu("bench_gpt")) return 0;
   bool quick = false, memory = false;

@@ -186,8 +186,15 @@ def sdpa_check(torch):
         if mask is not None:
             mask = mask.to(torch.bool) if "mask_is_bool" in t else mask
             mask = mask.to(dev)
-        with math_only():
-            o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=bool(t["causal"].item()))
+        causal = bool(t["causal"].item())
+        if "keep" in t:
+            # ember's keep-mask through the math backend's own dropout_mask argument.
+            o = torch.ops.aten._scaled_dot_product_attention_math(
+                q, k, v, attn_mask=mask, dropout_p=float(t["dropout_p"].item()), is_causal=causal,
+                dropout_mask=t["keep"].to(torch.bool).to(dev))[0]
+        else:
+            with math_only():
+                o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal)
         (o * t["w"].to(dev)).sum().backward()
         for key, got in (("out", o), ("dq", q.grad), ("dk", k.grad), ("dv", v.grad)):
             ref = got.detach().double().cpu()

@@ -1,8 +1,11 @@
 // Device services for modules, optimizers and data loading: whether a device is
-// usable, graph capture, synchronisation, whether its tensors hold values, and
-// how batches reach it. They answer through the device's table (core/kernel_table.h)
-// without their callers including it, and without testing the device type.
+// usable and how many there are, graph capture, synchronisation, whether its
+// tensors hold values, and how batches reach it (pinned staging). They answer
+// through the device's table (core/kernel_table.h) without their callers including
+// it, and without testing the device type or naming CUDA.
 #pragma once
+
+#include <cstddef>
 
 #include "core/base/device.h"
 
@@ -29,9 +32,39 @@ bool holds_data(Device device);
 // and saying that memory prediction needs shape-only code.
 void check_holds_data(Device device, const char* what);
 
+// How many devices of `type` this process can use (1 for the host and the meta
+// device; 0 CUDA devices on a machine without a GPU or driver).
+int device_count(DeviceType type);
+
 // Whether batches for `device` are assembled in pinned host memory and copied
 // asynchronously (nn::DataLoader), rather than in ordinary host tensors.
 bool pinned_staging(Device device);
+
+// Page-locked host memory staging host data for asynchronous copies to a device
+// whose pinned_staging() is true (nn::DataLoader's batches, safetensors loads onto
+// CUDA). acquire() waits for the buffer's last copy out before handing it back, so
+// one buffer is reused safely, and the buffer waits for it again before it is freed.
+// The device type is fixed by the first acquire().
+class PinnedStaging {
+ public:
+  PinnedStaging() = default;
+  ~PinnedStaging();
+  PinnedStaging(PinnedStaging&& other) noexcept;
+  PinnedStaging& operator=(PinnedStaging&& other) noexcept;
+  PinnedStaging(const PinnedStaging&) = delete;
+  PinnedStaging& operator=(const PinnedStaging&) = delete;
+
+  // Waits for the last copy out of the buffer, then returns >= bytes of it.
+  void* acquire(size_t bytes, Device device);
+  // Queues a copy of the first `bytes` of the buffer to `dst` on `device` (this
+  // thread's current stream there) and records it for the next acquire().
+  void copy_to_device(void* dst, size_t bytes, Device device);
+
+ private:
+  void release() noexcept;
+  void* buffer_ = nullptr;  // the device's own buffer, made and freed by its hooks
+  DeviceType type_ = DeviceType::CPU;
+};
 
 namespace detail {
 [[noreturn]] void throw_no_data(Device device, const char* what);

@@ -11,9 +11,9 @@
 
 #include "core/alloc_site.h"
 #include "core/autograd.h"
+#include "core/device_services.h"
 #include "core/live_tensors.h"
 #include "core/memory.h"
-#include "cuda/runtime.h"
 
 namespace ember {
 
@@ -68,7 +68,7 @@ void apply_mode(LeakMode mode, bool leaked, const std::string& text) {
 
 std::vector<Device> all_memory_devices() {
   std::vector<Device> out{kCPU};
-  const int n = cuda::device_count();
+  const int n = device_count(DeviceType::CUDA);
   for (int i = 0; i < n; ++i) out.push_back(Device::cuda(i));
   return out;
 }

@@ -16,13 +16,13 @@
 
 #include "core/alloc_site.h"
 #include "core/base/error.h"
+#include "core/device_services.h"
 #include "core/kernel_table.h"
 #include "core/memory.h"
 #include "core/memory/allocator.h"
 #include "core/memory/backends.h"
 #include "core/memory/caching_allocator.h"
 #include "core/meta.h"
-#include "cuda/runtime.h"
 
 namespace ember {
 
@@ -178,7 +178,7 @@ MemoryPrediction predict_once(const StepFactory& make_step, const PredictOptions
 
 size_t resolve_capacity(const PredictOptions& o) {
   if (o.capacity_ != 0) return o.capacity_;
-  if (o.mirror_ == DeviceType::CUDA && cuda::is_available()) {
+  if (o.mirror_ == DeviceType::CUDA && device_count(DeviceType::CUDA) > 0) {
     // What this process could get on cuda:0 now: the device's free memory plus
     // what ember's allocator already holds there.
     memory::CachingAllocator& a = caching_allocator(kCUDA);

@@ -4,11 +4,15 @@
 #include <atomic>
 #include <climits>
 #include <cstdio>
+#include <cstdlib>
 #include <initializer_list>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
+
+#include <unistd.h>
 
 #include <cublasLt.h>
 #include <cublas_v2.h>
@@ -70,6 +74,49 @@ BlasHandle& handle_for(int device) {
   return *slot;
 }
 
+// EMBER_BLAS_TRACE=<dir>: each distinct cuBLAS / cuBLASLt call this process makes
+// is written once, as one line, to <dir>/blas.<pid>.txt, in cuBLAS's own
+// (column-major) terms with each pointer's offset from a 256-byte boundary, so that
+// tools/cublaslt_racecheck_probe.cu --replay can issue the very same calls without
+// ember (issue 33: whether a sanitizer report inside cuBLAS is the library's own).
+// Off (the default): one relaxed load per call.
+class BlasTrace {
+ public:
+  static BlasTrace& get() {
+    static BlasTrace t;
+    return t;
+  }
+  bool on() const { return file_ != nullptr; }
+  void write(const std::string& line) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!seen_.insert(line).second) return;
+    std::fprintf(file_, "%s\n", line.c_str());
+    std::fflush(file_);  // a test binary may end in _exit or abort
+  }
+
+ private:
+  BlasTrace() {
+    const char* dir = std::getenv("EMBER_BLAS_TRACE");
+    if (dir == nullptr || *dir == 0) return;
+    const std::string path =
+        std::string(dir) + "/blas." + std::to_string(static_cast<long>(getpid())) + ".txt";
+    file_ = std::fopen(path.c_str(), "a");
+    if (file_ == nullptr)
+      std::fprintf(stderr, "ember: EMBER_BLAS_TRACE: cannot open %s for writing\n", path.c_str());
+  }
+  std::FILE* file_ = nullptr;
+  std::mutex mutex_;
+  std::set<std::string> seen_;
+};
+
+long long misalign(const void* p) {
+  return static_cast<long long>(reinterpret_cast<uintptr_t>(p) % 256);
+}
+
+const char* op_name(cublasOperation_t op) {
+  return op == CUBLAS_OP_T ? "T" : "N";
+}
+
 void check_fits_int(const char* what, int64_t v) {
   EMBER_CHECK(v >= 0 && v <= INT_MAX, "matmul: ", what, " = ", v,
               " does not fit cuBLAS's 32-bit sizes");
@@ -112,6 +159,18 @@ void gemm(DType dtype, int64_t batch, int64_t m, int64_t n, int64_t k, const Gem
   EMBER_CUBLAS_CHECK(cublasSetMathMode(handle, dtype == DType::Float32 && allow_tf32()
                                                    ? CUBLAS_TF32_TENSOR_OP_MATH
                                                    : CUBLAS_DEFAULT_MATH));
+  if (BlasTrace& trace = BlasTrace::get(); trace.on()) {
+    char line[320];
+    std::snprintf(line, sizeof(line),
+                  "gemm %s %s %s %s %d %d %d %d %d %d %lld %lld %lld %d %lld %lld %lld",
+                  dtype == DType::BFloat16  ? "bf16"
+                  : dtype == DType::Float64 ? "fp64"
+                                            : "fp32",
+                  dtype == DType::Float32 && allow_tf32() ? "tf32" : "default", op_name(op_a),
+                  op_name(op_b), cm, cn, ck, lda, ldb, ldc, stride_a, stride_b, stride_c, count,
+                  misalign(b.data), misalign(a.data), misalign(c));
+    trace.write(line);
+  }
   switch (dtype) {
     case DType::Float32: {
       const float one = 1.f, zero = 0.f;
@@ -320,6 +379,23 @@ bool lt_run(const LtProblem& p, int device, cudaStream_t stream) {
     it = h.algos.emplace(key, std::make_pair(ok, result)).first;
   }
   if (!it->second.first) return false;
+  if (BlasTrace& trace = BlasTrace::get(); trace.on()) {
+    char line[400];
+    std::snprintf(line, sizeof(line),
+                  "lt %s %s %s %s %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %d %lld %lld "
+                  "%lld %lld %lld %lld %lld",
+                  p.dtype == DType::BFloat16 ? "bf16" : "fp32", tf32 ? "tf32" : "default",
+                  op_name(p.op_a), op_name(p.op_b), static_cast<long long>(p.rows),
+                  static_cast<long long>(p.cols), static_cast<long long>(p.inner),
+                  static_cast<long long>(p.a_rows), static_cast<long long>(p.a_cols),
+                  static_cast<long long>(p.lda), static_cast<long long>(p.b_rows),
+                  static_cast<long long>(p.b_cols), static_cast<long long>(p.ldb),
+                  static_cast<long long>(p.ldd), static_cast<int>(p.epi),
+                  p.bias != nullptr ? 1LL : 0LL, static_cast<long long>(p.aux_ld), misalign(p.a),
+                  misalign(p.b), misalign(p.d), p.bias != nullptr ? misalign(p.bias) : 0LL,
+                  p.aux != nullptr ? misalign(p.aux) : 0LL);
+    trace.write(line);
+  }
   const float one = 1.f, zero = 0.f;
   EMBER_CUBLAS_CHECK(cublasLtMatmul(h.get(), ld.desc, &one, p.a, ld.a, p.b, ld.b, &zero, p.d, ld.d,
                                     p.d, ld.d, &it->second.second.algo, h.workspace(),

@@ -7,6 +7,8 @@
 #include "cuda/blas.h"
 #include "cuda/kernels/gemm.h"
 #include "cuda/kernels/gemm_sm90.h"
+#include "cuda/kernels/registration.h"
+#include "cuda/runtime.h"
 
 namespace ember::cuda {
 
@@ -211,6 +213,80 @@ GemmKernel run_linear(const LinearGemm& g, int device, cudaStream_t stream) {
 bool fuse_bias_grad(DType dtype) {
   (void)dtype;  // fused in every dtype (NOTES.md, run 1: BGRADB; ours sums rows in the pass)
   return true;
+}
+
+// ------------------------------------------------------------------ registration
+
+namespace {
+namespace entry {
+
+GemmOperand operand(const kernels::MatrixOperand& m) {
+  GemmOperand g;
+  g.data = m.data;
+  g.transposed = m.transposed;
+  g.ld = m.ld;
+  g.batch_stride = m.batch_stride;
+  return g;
+}
+
+void gemm(const kernels::GemmArgs& a) {
+  DeviceGuard guard(a.device.index);
+  cuda::gemm(a.dtype, a.batch, a.m, a.n, a.k, operand(a.a), operand(a.b), a.c, a.device.index,
+             current_stream(a.device.index));
+}
+
+bool linear_fused_supported(const kernels::DTypeQuery& q) {
+  return q.dtype == DType::Float32 || q.dtype == DType::BFloat16;
+}
+
+void linear_fused(const kernels::LinearArgs& a) {
+  DeviceGuard guard(a.device.index);
+  LinearGemm g;
+  g.product = LinearProduct::Forward;
+  g.dtype = a.dtype;
+  g.rows = a.m, g.out = a.n, g.in = a.k;
+  g.x = a.x, g.ldx = a.ldx, g.w = a.w, g.ldw = a.ldw;
+  g.b = a.b, g.pre = a.pre, g.act = a.act, g.result = a.y;
+  run_linear(g, a.device.index, current_stream(a.device.index));
+}
+
+bool linear_input_grad(const kernels::LinearInputGradArgs& a) {
+  DeviceGuard guard(a.device.index);
+  LinearGemm g;
+  g.product = LinearProduct::InputGrad;
+  g.dtype = a.dtype;
+  g.rows = a.m, g.out = a.n, g.in = a.k;
+  g.d_y = a.d_y, g.ldd = a.ldd, g.w = a.w, g.ldw = a.ldw, g.result = a.d_x;
+  return run_linear(g, a.device.index, current_stream(a.device.index)) != GemmKernel::None;
+}
+
+bool linear_weight_grad_fused(const kernels::LinearWeightGradArgs& a) {
+  DeviceGuard guard(a.device.index);
+  LinearGemm g;
+  g.product = LinearProduct::WeightGrad;
+  g.dtype = a.dtype;
+  g.rows = a.m, g.out = a.n, g.in = a.k;
+  g.x = a.x, g.ldx = a.ldx, g.d_y = a.d_y, g.ldd = a.n, g.result = a.d_w, g.d_b = a.d_b;
+  return run_linear(g, a.device.index, current_stream(a.device.index)) != GemmKernel::None;
+}
+
+bool linear_bias_grad_fused_supported(const kernels::DTypeQuery& q) {
+  return fuse_bias_grad(q.dtype);
+}
+
+}  // namespace entry
+}  // namespace
+
+// matmul on cuBLAS; Linear's three products (the forward with its bias and
+// activation in the epilogue, d_x, and d_w with d_b in the same pass) on our GEMMs
+// or cuBLAS(Lt), as plan_linear picks.
+void register_linalg(kernels::KernelFamilies& t) {
+  t.gemm = &entry::gemm;
+  t.linear_fused_supported = &entry::linear_fused_supported;
+  t.linear_fused = &entry::linear_fused;
+  t.linear_weight_grad_fused = &entry::linear_weight_grad_fused;
+  t.linear_input_grad = &entry::linear_input_grad;
+  t.linear_bias_grad_fused_supported = &entry::linear_bias_grad_fused_supported;
 }
 
 }  // namespace ember::cuda

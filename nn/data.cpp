@@ -18,8 +18,6 @@
 #include "core/base/random.h"  // random_bits: the same mixer as ember's RNG
 #include "core/device_services.h"
 #include "core/ops.h"
-#include "cuda/pinned_buffer.h"
-#include "cuda/runtime.h"
 
 namespace ember::nn {
 
@@ -53,7 +51,7 @@ size_t TensorDataset::size() const {
 // Pinned staging for a CUDA target: two slots (the batch being copied to the
 // device and the one being prepared), each with data and target buffers.
 struct DataLoader::Staging {
-  cuda::PinnedBuffer buffers[2][2];
+  PinnedStaging buffers[2][2];
 };
 
 namespace {
@@ -226,7 +224,8 @@ struct DataLoader::Epoch {
         hb.slot = static_cast<int>(b % 2);
         const size_t bytes =
             static_cast<size_t>(numel_of(hb.shape[which])) * element_size(hb.dtype[which]);
-        write_rows(which, static_cast<char*>(staging->buffers[hb.slot][which].acquire(bytes)));
+        write_rows(which, static_cast<char*>(
+                              staging->buffers[hb.slot][which].acquire(bytes, options.device())));
       }
     }
     return hb;
@@ -244,8 +243,7 @@ struct DataLoader::Epoch {
         (which == 0 ? out.data : out.target) = t;
         continue;
       }
-      staging->buffers[hb.slot][which].copy_to_device_async(t.raw_data(), t.nbytes(), dev.index,
-                                                            cuda::current_stream(dev.index));
+      staging->buffers[hb.slot][which].copy_to_device(t.raw_data(), t.nbytes(), dev);
       (which == 0 ? out.data : out.target) = t;
     }
     return out;

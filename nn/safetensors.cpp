@@ -15,10 +15,8 @@
 #include <vector>
 
 #include "core/autograd.h"
-#include "core/kernel_table.h"
+#include "core/device_services.h"
 #include "core/ops.h"
-#include "cuda/pinned_buffer.h"
-#include "cuda/runtime.h"
 #include "nn/atomic_file.h"
 #include "nn/json.h"
 
@@ -301,18 +299,17 @@ void convert(void* to, DType dst, const unsigned char* from, FileDType src, size
 // buffers, converting on the way; the copies are queued on the device's current
 // stream, the buffers reused once their previous copy is done.
 void upload(const Tensor& dst, const unsigned char* from, FileDType src, size_t count,
-            cuda::PinnedBuffer (&staging)[2], int& turn) {
+            PinnedStaging (&staging)[2], int& turn) {
   const size_t in_item = info(src).item, out_item = element_size(dst.dtype());
   const size_t per_chunk = kChunkBytes / out_item;
-  const int device = dst.device().index;
+  const Device device = dst.device();
   auto* out = static_cast<unsigned char*>(dst.raw_data());
   for (size_t done = 0; done < count; done += per_chunk) {
     const size_t n = std::min(per_chunk, count - done);
-    cuda::PinnedBuffer& buf = staging[turn];
+    PinnedStaging& buf = staging[turn];
     turn ^= 1;
-    convert(buf.acquire(n * out_item), dst.dtype(), from + done * in_item, src, n);
-    buf.copy_to_device_async(out + done * out_item, n * out_item, device,
-                             cuda::current_stream(device));
+    convert(buf.acquire(n * out_item, device), dst.dtype(), from + done * in_item, src, n);
+    buf.copy_to_device(out + done * out_item, n * out_item, device);
   }
   dst.bump_version();
 }
@@ -412,7 +409,7 @@ SafetensorsFile read_safetensors(const std::string& path, const SafetensorsReadO
                                              ember_dtype(e.dtype, options.float16), mapping));
     return out;
   }
-  cuda::PinnedBuffer staging[2];
+  PinnedStaging staging[2];
   int turn = 0;
   for (const Entry& e : h.entries) {
     Tensor t =
@@ -518,7 +515,7 @@ void load_safetensors(Module& module, const std::string& path,
   }
 
   NoGradGuard no_grad;
-  cuda::PinnedBuffer staging[2];
+  PinnedStaging staging[2];
   int turn = 0;
   for (const auto& [name, t] : mine) {
     const Tensor* src = source.find(name);

@@ -9,9 +9,10 @@
 #    ones above reach CUDA through cuda/'s headers. NCCL's <nccl.h> belongs to
 #    parallel/ (and cuda/) alone;
 # 3. a `cuda::` name used (not in a comment or a string) outside cuda/, the device
-#    registrations (core/kernels/cuda_*.cpp, core/kernels/meta_device.cpp, which
-#    mirrors CUDA's decisions) and parallel/ (NCCL on CUDA streams and events), except
-#    in the files of cuda_name_exceptions below, each with its reason;
+#    registrations (core/kernels/cuda_device.cpp, which lists the CUDA kernel files'
+#    registrations, and core/kernels/meta_device.cpp, which mirrors CUDA's
+#    decisions) and parallel/ (NCCL on CUDA streams and events), except in the files
+#    of cuda_name_exceptions below, each with its reason;
 # 4. an internal header included outside its folder: a header whose first line reads
 #    "// Internal to <folder>: ..." (core/ops/layouts.h, core/kernels/registration.h)
 #    may be included only by files in <folder>.
@@ -20,15 +21,11 @@ if(NOT DEFINED ROOT)
   message(FATAL_ERROR "check_layers: pass -DROOT=<source dir>")
 endif()
 
-# Files that use cuda:: names outside cuda/ for now, and why. Each goes when the
-# device services it needs (issue 25, deliverable 2) route it through the device's
-# table: then the rule catches its return.
+# Files that use cuda:: names outside cuda/, the device registrations and parallel/,
+# and why. Device services (core/device_services.h: device counts, pinned staging)
+# go through the device's table, so the rule catches any new direct call.
 set(cuda_name_exceptions
   core/meta.cpp          # cuBLAS/cuBLASLt workspace sizes the meta device predicts
-  core/predict.cpp       # cuda::is_available(), for the capacity of a CUDA mirror
-  core/leak_check.cpp    # cuda::device_count(), to list every device's allocator
-  nn/data.cpp            # cuda::PinnedBuffer and the current stream: DataLoader's pinned copies
-  nn/safetensors.cpp     # cuda::PinnedBuffer and the current stream: CUDA loads staged through pinned memory
 )
 
 # Layer of a project path ("core/base/dtype.h"), lowest first; -1 if not layered.
@@ -114,7 +111,7 @@ foreach(f IN LISTS files)
   endforeach()
 
   # 3: cuda:: names outside cuda/, the device registrations and parallel/.
-  if(mine EQUAL 2 OR mine EQUAL 6 OR f MATCHES "^core/kernels/(cuda_[a-z0-9_]+|meta_device)\\.cpp$")
+  if(mine EQUAL 2 OR mine EQUAL 6 OR f MATCHES "^core/kernels/(cuda_device|meta_device)\\.cpp$")
     continue()
   endif()
   list(FIND cuda_name_exceptions "${f}" excepted)

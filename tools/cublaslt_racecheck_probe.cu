@@ -15,6 +15,11 @@
 // Built and run by tools/cublaslt_racecheck_probe.sh (nvcc, no ember target).
 // Usage: cublaslt_racecheck_probe [--names] [--all-epilogues] [--dtype fp32|tf32|bf16]
 //                                 [--product forward|dgrad|wgrad] [m n k]...
+//        cublaslt_racecheck_probe [--names] --replay FILE
+//   --replay  issue exactly the calls of FILE, lines that ember's cuda/blas.cpp wrote
+//             under EMBER_BLAS_TRACE (the shapes, leading dimensions, batch strides,
+//             epilogues, math mode and pointer alignments of every GEMM a test run
+//             made), on zeroed buffers of the sizes they need
 //   --names   record every kernel launch with CUPTI and print, per case, the
 //             kernels it launched (run it natively: not under compute-sanitizer)
 // Exit status 0 when every call returned success; 1 otherwise.
@@ -26,6 +31,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -201,6 +208,138 @@ std::string lt_matmul(Lt& lt, DT dt, cublasOperation_t op_a, cublasOperation_t o
   return text;
 }
 
+// A zeroed buffer of `bytes`, and a pointer into it `offset` bytes past its
+// (256-byte aligned) start: the alignment class of the traced pointer.
+struct Buf {
+  void* base = nullptr;
+  char* at = nullptr;
+  Buf(size_t bytes, long long offset) {
+    base = device_zeros(bytes + 256);
+    at = static_cast<char*>(base) + offset;
+  }
+  ~Buf() { cudaFree(base); }
+  Buf(const Buf&) = delete;
+  Buf& operator=(const Buf&) = delete;
+};
+
+cublasOperation_t op_of(const std::string& s) {
+  if (s != "N" && s != "T") die("--replay", ("operation must be N or T, got " + s).c_str());
+  return s == "T" ? CUBLAS_OP_T : CUBLAS_OP_N;
+}
+
+// One traced cublas*gemm* call (cuda/blas.cpp's gemm()), re-issued as it was.
+void replay_gemm(Lt& lt, std::istringstream& in, const std::string& line) {
+  std::string dt, math, sa, sb;
+  long long m, n, k, lda, ldb, ldc, stride_a, stride_b, stride_c, batch, off_a, off_b, off_c;
+  if (!(in >> dt >> math >> sa >> sb >> m >> n >> k >> lda >> ldb >> ldc >> stride_a >> stride_b >>
+        stride_c >> batch >> off_a >> off_b >> off_c))
+    die("--replay", ("malformed gemm line: " + line).c_str());
+  const cublasOperation_t op_a = op_of(sa), op_b = op_of(sb);
+  const size_t es = dt == "bf16" ? 2 : dt == "fp64" ? 8 : 4;
+  const long long a_cols = op_a == CUBLAS_OP_N ? k : m, b_cols = op_b == CUBLAS_OP_N ? n : k;
+  Buf a(es * size_t(lda * a_cols + stride_a * (batch - 1)), off_a);
+  Buf b(es * size_t(ldb * b_cols + stride_b * (batch - 1)), off_b);
+  Buf c(es * size_t(ldc * n + stride_c * (batch - 1)), off_c);
+  CK_BLAS(cublasSetMathMode(lt.blas,
+                            math == "tf32" ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
+  const int M = int(m), N = int(n), K = int(k), A = int(lda), B = int(ldb), C = int(ldc);
+  const int count = int(batch);
+  if (dt == "fp64") {
+    const double one = 1.0, zero = 0.0;
+    auto pa = reinterpret_cast<const double*>(a.at), pb = reinterpret_cast<const double*>(b.at);
+    auto pc = reinterpret_cast<double*>(c.at);
+    if (batch == 1)
+      CK_BLAS(cublasDgemm(lt.blas, op_a, op_b, M, N, K, &one, pa, A, pb, B, &zero, pc, C));
+    else
+      CK_BLAS(cublasDgemmStridedBatched(lt.blas, op_a, op_b, M, N, K, &one, pa, A, stride_a, pb, B,
+                                        stride_b, &zero, pc, C, stride_c, count));
+  } else if (dt == "fp32") {
+    const float one = 1.f, zero = 0.f;
+    auto pa = reinterpret_cast<const float*>(a.at), pb = reinterpret_cast<const float*>(b.at);
+    auto pc = reinterpret_cast<float*>(c.at);
+    if (batch == 1)
+      CK_BLAS(cublasSgemm(lt.blas, op_a, op_b, M, N, K, &one, pa, A, pb, B, &zero, pc, C));
+    else
+      CK_BLAS(cublasSgemmStridedBatched(lt.blas, op_a, op_b, M, N, K, &one, pa, A, stride_a, pb, B,
+                                        stride_b, &zero, pc, C, stride_c, count));
+  } else if (dt == "bf16") {
+    const float one = 1.f, zero = 0.f;
+    if (batch == 1)
+      CK_BLAS(cublasGemmEx(lt.blas, op_a, op_b, M, N, K, &one, a.at, CUDA_R_16BF, A, b.at,
+                           CUDA_R_16BF, B, &zero, c.at, CUDA_R_16BF, C, CUBLAS_COMPUTE_32F,
+                           CUBLAS_GEMM_DEFAULT));
+    else
+      CK_BLAS(cublasGemmStridedBatchedEx(lt.blas, op_a, op_b, M, N, K, &one, a.at, CUDA_R_16BF, A,
+                                         stride_a, b.at, CUDA_R_16BF, B, stride_b, &zero, c.at,
+                                         CUDA_R_16BF, C, stride_c, count, CUBLAS_COMPUTE_32F,
+                                         CUBLAS_GEMM_DEFAULT));
+  } else {
+    die("--replay", ("unknown dtype in: " + line).c_str());
+  }
+}
+
+// One traced cublasLtMatmul (cuda/blas.cpp's lt_run()), re-issued as it was: the
+// same descriptors, epilogue, 32 MiB workspace and the heuristic's first answer.
+// Returns false when the heuristic offers none here (ember's run had one).
+bool replay_lt(Lt& lt, std::istringstream& in, const std::string& line) {
+  std::string dt, math, sa, sb;
+  long long rows, cols, inner, a_rows, a_cols, lda, b_rows, b_cols, ldb, ldd, has_bias, aux_ld;
+  long long off_a, off_b, off_d, off_bias, off_aux;
+  int epi = 0;
+  if (!(in >> dt >> math >> sa >> sb >> rows >> cols >> inner >> a_rows >> a_cols >> lda >>
+        b_rows >> b_cols >> ldb >> ldd >> epi >> has_bias >> aux_ld >> off_a >> off_b >> off_d >>
+        off_bias >> off_aux))
+    die("--replay", ("malformed lt line: " + line).c_str());
+  (void)inner;
+  const DT d = dt == "bf16" ? DT::bf16 : math == "tf32" ? DT::tf32 : DT::fp32;
+  const size_t es = d == DT::bf16 ? 2 : 4;
+  Buf a(es * size_t(lda * a_cols), off_a);
+  Buf b(es * size_t(ldb * b_cols), off_b);
+  Buf out(es * size_t(ldd * cols), off_d);
+  // The bias (in, or the bias gradient out) runs along D's rows or columns: room
+  // for either, in float32.
+  Buf bias(4 * size_t(rows > cols ? rows : cols), off_bias);
+  Buf aux(4 * size_t(aux_ld > 0 ? aux_ld * cols : 1), off_aux);
+  return !lt_matmul(lt, d, op_of(sa), op_of(sb), rows, cols, a.at, a_rows, a_cols, lda, b.at,
+                    b_rows, b_cols, ldb, out.at, ldd, static_cast<cublasLtEpilogue_t>(epi),
+                    has_bias ? bias.at : nullptr, aux_ld > 0 ? aux.at : nullptr, aux_ld)
+              .empty();
+}
+
+int replay(Lt& lt, const std::string& path, bool names) {
+  std::ifstream file(path);
+  if (!file) die("--replay", ("cannot open " + path).c_str());
+  std::string line;
+  int cases = 0, gemms = 0, lts = 0, no_algo = 0;
+  while (std::getline(file, line)) {
+    if (line.empty() || line[0] == '#') continue;
+    std::istringstream in(line);
+    std::string kind;
+    in >> kind;
+    if (kind == "gemm") {
+      replay_gemm(lt, in, line);
+      ++gemms;
+    } else if (kind == "lt") {
+      if (!replay_lt(lt, in, line)) ++no_algo;
+      ++lts;
+    } else {
+      die("--replay", ("unknown line: " + line).c_str());
+    }
+    CK_CUDA(cudaDeviceSynchronize());
+    std::printf("case %-5d %s\n", ++cases, line.c_str());
+    if (names) {
+      for (const std::string& k : g_launched) std::printf("    kernel %s\n", k.c_str());
+      g_launched.clear();
+    }
+    std::fflush(stdout);
+  }
+  std::printf(
+      "cublaslt_racecheck_probe: replayed %d calls of %s (%d cublas*gemm*, %d cublasLtMatmul, "
+      "%d of which got no algorithm here); every call returned success\n",
+      cases, path.c_str(), gemms, lts, no_algo);
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -208,10 +347,13 @@ int main(int argc, char** argv) {
   std::string only_dtype, only_product;
   std::vector<Shape> shapes;
   std::vector<long> triple;
+  std::string replay_file;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--names") {
       names = true;
+    } else if (a == "--replay" && i + 1 < argc) {
+      replay_file = argv[++i];
     } else if (a == "--all-epilogues") {
       all_epilogues = true;
     } else if (a == "--dtype" && i + 1 < argc) {
@@ -228,8 +370,9 @@ int main(int argc, char** argv) {
     } else {
       std::fprintf(stderr,
                    "usage: %s [--names] [--all-epilogues] [--dtype fp32|tf32|bf16] "
-                   "[--product forward|dgrad|wgrad] [m n k]...\n",
-                   argv[0]);
+                   "[--product forward|dgrad|wgrad] [m n k]...\n"
+                   "       %s [--names] --replay FILE\n",
+                   argv[0], argv[0]);
       return 2;
     }
   }
@@ -250,6 +393,14 @@ int main(int argc, char** argv) {
   cudaRuntimeGetVersion(&cuda_version);
   std::printf("cublaslt_racecheck_probe: cuBLASLt %zu, CUDA runtime %d\n", cublasLtGetVersion(),
               cuda_version);
+  if (!replay_file.empty()) {
+    const int rc = replay(lt, replay_file, names);
+    cublasDestroy(lt.blas);
+    cublasLtDestroy(lt.handle);
+    cudaFree(lt.workspace);
+    cudaFree(lt.blas_workspace);
+    return rc;
+  }
 
   int cases = 0, offered = 0;
   for (DT dt : {DT::fp32, DT::tf32, DT::bf16}) {

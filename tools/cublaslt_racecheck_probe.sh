@@ -14,7 +14,10 @@
 # ember's run only in kernels named there (and matching its documented nvjet list).
 # Usage: tools/cublaslt_racecheck_probe.sh [out-dir] [probe arguments...]
 #   (default out-dir build/cublaslt-probe; probe arguments as the .cu's usage,
-#   e.g. `--dtype bf16 1 8 8`; none: every shape and dtype of the Linear tests)
+#   e.g. `--dtype bf16 1 8 8`; none: every shape and dtype of the Linear tests;
+#   `--replay FILE`: exactly the calls a test run traced with EMBER_BLAS_TRACE, which
+#   tools/gpu_sanitize.sh collects from its racecheck runs; the PyTorch probe is
+#   skipped then, since it cannot issue the same calls)
 # Needs a GPU. About a minute on an H200 (the racecheck run of PyTorch most of it).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -80,7 +83,11 @@ fi
 
 echo "== probe 2: PyTorch F.linear (no ember code)"
 torch_list=""
-if python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
+replay=no
+for a in "$@"; do [ "$a" = --replay ] && replay=yes; done
+if [ $replay = yes ]; then
+  echo "   skipped: --replay issues ember's traced calls, which PyTorch cannot"
+elif python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
   # The probe's triples, if any, for the PyTorch run too.
   sizes=()
   for a in "$@"; do [[ "$a" =~ ^[0-9]+$ ]] && sizes+=("$a"); done

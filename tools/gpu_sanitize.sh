@@ -159,6 +159,15 @@ if [ "${EMBER_GPU_SANITIZE_PROBE:-1}" != 0 ] && [[ " $tools " == *" racecheck "*
   timeout -k 10 "$run_timeout" tools/cublaslt_racecheck_probe.sh "$logs/probe" >"$logs/probe.log" 2>&1 &
   probe_pid=$!
 fi
+# Every racecheck run also writes each distinct cuBLAS(Lt) call it makes
+# (EMBER_BLAS_TRACE, cuda/blas.cpp), into a folder of its own; after the runs the
+# probe replays, without ember, exactly the calls of the runs that reported a hazard
+# in an nvjet kernel, so such a hazard is checked against the same calls (shapes,
+# strides, epilogues, alignments) made by cuBLAS alone. (Replaying every run's calls,
+# 1216 distinct ones on the H200 at 0602e10, took longer than 290 s under racecheck.)
+trace_dir="$logs/blas-trace"
+rm -rf "$trace_dir"
+mkdir -p "$trace_dir"
 
 # ---------------------------------------------------------------- the test binaries
 # Names of the entries of a "binary|case" list for one binary, comma-joined.
@@ -204,6 +213,11 @@ run_one() {  # bin tool variant doctest-args...
   start=$(date +%s)
   local api=()
   [ "$variant" = api-errors ] && api=(--report-api-errors no)
+  local trace=()
+  if [ "$tool" = racecheck ]; then
+    mkdir -p "$trace_dir/$name.$tool${variant:+.$variant}"
+    trace=(EMBER_BLAS_TRACE="$(realpath "$trace_dir/$name.$tool${variant:+.$variant}")")
+  fi
   if [ "$name" = ember_tests_parallel ]; then
     # One rank (NCCL refuses two ranks on one GPU); multi-rank runs need 2+ GPUs.
     # memcheck, --report-api-errors no: ncclCommInitAll probes its own kernels with
@@ -228,11 +242,11 @@ run_one() {  # bin tool variant doctest-args...
     # here: DataParallel and the communicator still run, with a single NCCL rank.
     local visible=()
     [ "$tool" = synccheck ] && visible=(CUDA_VISIBLE_DEVICES=0)
-    timeout -k 10 "$run_timeout" env "${visible[@]}" OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 NCCL_NVLS_ENABLE=0 \
+    timeout -k 10 "$run_timeout" env "${visible[@]}" "${trace[@]}" OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 NCCL_NVLS_ENABLE=0 \
       mpirun -np 1 --allow-run-as-root \
       "$cs" ${tool_args[$tool]} "${api[@]}" --error-exitcode 86 "$bin" "$@" >"$log" 2>&1
   else
-    timeout -k 10 "$run_timeout" \
+    timeout -k 10 "$run_timeout" env "${trace[@]}" \
       "$cs" ${tool_args[$tool]} "${api[@]}" --error-exitcode 86 "$bin" "$@" >"$log" 2>&1
   fi
   rc=$?
@@ -311,6 +325,35 @@ if [ -n "$probe_pid" ]; then
   echo "gpu-sanitize: the cuBLASLt probe (tools/cublaslt_racecheck_probe.sh, full output $logs/probe.log):"
   sed -n '/^== verdict/,$p' "$logs/probe.log"
   grep -E '^(cuBLASLt standalone|PyTorch F.linear):' "$logs/probe.log"
+  # The replay, under racecheck, of the cuBLAS(Lt) calls of every racecheck run that
+  # reported a hazard in an nvjet kernel.
+  calls="$logs/blas-calls.txt"
+  : >"$calls"
+  hazard_runs=0
+  for log in "$logs"/*.racecheck*.log; do
+    [ -f "$log" ] || continue
+    run=$(basename "$log" .log)
+    [ -d "$trace_dir/$run" ] || continue
+    if awk -v pattern="$set_apart_kernels" -f tools/racecheck_reports.awk "$log" |
+       awk -F'\t' '$1 != "other" { found = 1 } END { exit !found }'; then
+      cat "$trace_dir/$run"/*.txt >>"$calls" 2>/dev/null
+      hazard_runs=$((hazard_runs + 1))
+    fi
+  done
+  sort -u "$calls" -o "$calls"
+  if [ -s "$calls" ]; then
+    timeout -k 10 "$run_timeout" tools/cublaslt_racecheck_probe.sh "$logs/probe-replay" \
+      --replay "$(realpath "$calls")" >"$logs/probe-replay.log" 2>&1
+    echo "gpu-sanitize: the probe's replay of the $(wc -l <"$calls") distinct cuBLAS(Lt) calls" \
+         "of the $hazard_runs racecheck runs with nvjet hazards (full output $logs/probe-replay.log):"
+    grep -E '^(cuBLASLt standalone):|^   cublaslt_racecheck_probe: replayed' "$logs/probe-replay.log"
+    sed -n '/^== verdict/,$p' "$logs/probe-replay.log"
+    if [ -f "$evidence" ] && [ -f "$logs/probe-replay/cublaslt_hazard_kernels.txt" ]; then
+      sort -u "$evidence" "$logs/probe-replay/cublaslt_hazard_kernels.txt" -o "$evidence"
+    fi
+  else
+    echo "gpu-sanitize: no racecheck run reported a hazard in an nvjet kernel: no replay"
+  fi
 fi
 [ -n "$evidence" ] && [ -f "$evidence" ] || probe_note="no probe evidence: nothing set apart"
 

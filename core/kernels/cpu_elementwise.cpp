@@ -165,6 +165,18 @@ void fill_generic(const FillArgs& a) {
   });
 }
 
+void where_generic(const WhereArgs& a) {
+  dispatch_cpu(a.dtype, [&](auto tag) {
+    using S = decltype(tag);
+    const bool* c = static_cast<const bool*>(a.cond);
+    const S* x = static_cast<const S*>(a.a);
+    const S* y = static_cast<const S*>(a.b);
+    S* o = static_cast<S*>(a.out);
+    for (int64_t i = 0; i < a.n; ++i)
+      o[a.ol.offset_of(i)] = c[a.cl.offset_of(i)] ? x[a.al.offset_of(i)] : y[a.bl.offset_of(i)];
+  });
+}
+
 }  // namespace cpu
 
 namespace {
@@ -194,15 +206,7 @@ void fill(const FillArgs& a) {
 }
 
 void where(const WhereArgs& a) {
-  dispatch_cpu(a.dtype, [&](auto tag) {
-    using S = decltype(tag);
-    const bool* c = static_cast<const bool*>(a.cond);
-    const S* x = static_cast<const S*>(a.a);
-    const S* y = static_cast<const S*>(a.b);
-    S* o = static_cast<S*>(a.out);
-    for (int64_t i = 0; i < a.n; ++i)
-      o[a.ol.offset_of(i)] = c[a.cl.offset_of(i)] ? x[a.al.offset_of(i)] : y[a.bl.offset_of(i)];
-  });
+  if (!cpu::where_fast(a)) cpu::where_generic(a);
 }
 
 void random(const RandomArgs& a) {
@@ -235,7 +239,7 @@ size_t no_workspace(const ScatterQuery&) {
 
 }  // namespace
 
-void register_cpu_elementwise(KernelTable& t) {
+void register_cpu_elementwise(KernelFamilies& t) {
   t.unary = &unary;
   t.unary_backward = &unary_backward;
   t.binary = &binary;

@@ -15,6 +15,7 @@ void binary_generic(const BinaryArgs& a);
 void binary_backward_generic(const BinaryBackwardArgs& a);
 void cast_generic(const CastArgs& a);
 void fill_generic(const FillArgs& a);
+void where_generic(const WhereArgs& a);
 
 // The fast path: one tight loop per (op, dtype), the op chosen once per call, for
 // float32, float64, bfloat16 and int64 operands laid out as it can take: all
@@ -38,6 +39,11 @@ bool binary_fast(const BinaryArgs& a);
 bool binary_backward_fast(const BinaryBackwardArgs& a);
 bool cast_fast(const CastArgs& a);
 bool fill_fast(const FillArgs& a);
+// where: a contiguous output, the condition and both operands in any layout over
+// the output's shape (strided, transposed, broadcast along any dim, a 0-dim value),
+// none sharing a byte with the output; rows of the innermost dim over the pool,
+// each element selected (its bits moved), so exact at every thread count.
+bool where_fast(const WhereArgs& a);
 
 // Float32 approximations the registered kernels try first when cpu::fast_paths()
 // (cpu_parallel.h), ahead of the fast path: GELU (exact and tanh) forward and backward in

@@ -698,7 +698,119 @@ bool copy_strided(const CastArgs& a) {
   }
 }
 
+// out[i] = c[i] ? x[i] : y[i] over rows lo..hi of the output's shape, one
+// odometer step per row (as copy_strided_rows); W is the element's bytes as an
+// integer type (a selection moves bits). Strides per operand over the shape: 0 where
+// broadcast.
+template <typename W>
+void where_rows(const bool* c, const W* x, const W* y, W* out, const int64_t* sizes,
+                const int64_t* const* strides, const int64_t* offsets, int ndim, int64_t lo,
+                int64_t hi) {
+  const int64_t inner = sizes[ndim - 1];
+  const int64_t ci = strides[0][ndim - 1], xi = strides[1][ndim - 1], yi = strides[2][ndim - 1];
+  int64_t idx[kMaxDims];
+  int64_t co = offsets[0], xo = offsets[1], yo = offsets[2], r = lo;
+  for (int d = ndim - 2; d >= 0; --d) {  // the coordinates of row lo
+    idx[d] = r % sizes[d];
+    r /= sizes[d];
+    co += idx[d] * strides[0][d];
+    xo += idx[d] * strides[1][d];
+    yo += idx[d] * strides[2][d];
+  }
+  for (int64_t row = lo; row < hi; ++row) {
+    const bool* cr = c + co;
+    const W* xr = x + xo;
+    const W* yr = y + yo;
+    W* orow = out + row * inner;
+    if (ci == 1 && xi == 1 && yi == 1) {
+      for (int64_t k = 0; k < inner; ++k) orow[k] = cr[k] ? xr[k] : yr[k];
+    } else {
+      for (int64_t k = 0; k < inner; ++k) orow[k] = cr[k * ci] ? xr[k * xi] : yr[k * yi];
+    }
+    for (int d = ndim - 2; d >= 0; --d) {  // next row
+      co += strides[0][d];
+      xo += strides[1][d];
+      yo += strides[2][d];
+      if (++idx[d] < sizes[d]) break;
+      co -= sizes[d] * strides[0][d];
+      xo -= sizes[d] * strides[1][d];
+      yo -= sizes[d] * strides[2][d];
+      idx[d] = 0;
+    }
+  }
+}
+
+// Whether an operand over (sizes, strides) from `offset`, of `es` bytes per element,
+// shares a byte with the output's [out_lo, out_hi).
+bool overlaps_output(const void* base, int64_t offset, const int64_t* sizes, const int64_t* strides,
+                     int ndim, size_t es, uintptr_t out_lo, uintptr_t out_hi) {
+  int64_t lo = 0, hi = 0;
+  extent(offset, sizes, strides, ndim, lo, hi);
+  const auto b = reinterpret_cast<uintptr_t>(base);
+  const uintptr_t first = b + static_cast<uintptr_t>(lo) * es;
+  const uintptr_t last = b + static_cast<uintptr_t>(hi + 1) * es;
+  return first < out_hi && out_lo < last;
+}
+
 }  // namespace
+
+bool where_fast(const WhereArgs& a) {
+  const StridedLayout& o = a.ol;
+  const int ndim = o.ndim;
+  if (!o.contiguous || ndim < 1 || ndim > kMaxDims) return false;
+  int64_t n = 1;
+  for (int d = 0; d < ndim; ++d) n *= o.sizes[d];
+  if (n != a.n) return false;
+  if (n == 0) return true;
+  const StridedLayout* layouts[3] = {&a.cl, &a.al, &a.bl};
+  int64_t strides[3][kMaxDims];
+  int64_t offsets[3];
+  for (int i = 0; i < 3; ++i) {
+    const StridedLayout& l = *layouts[i];
+    if (!l.contiguous && l.ndim != ndim) return false;
+    for (int d = 0; d < ndim && !l.contiguous; ++d)
+      if (l.sizes[d] != o.sizes[d]) return false;
+    strides_over(l, o.sizes, ndim, strides[i]);
+    offsets[i] = l.offset;
+  }
+  const size_t es = element_size(a.dtype);
+  const auto out_base = reinterpret_cast<uintptr_t>(a.out);
+  const uintptr_t out_lo = out_base + static_cast<uintptr_t>(o.offset) * es;
+  const uintptr_t out_hi = out_lo + static_cast<uintptr_t>(n) * es;
+  if (overlaps_output(a.cond, offsets[0], o.sizes, strides[0], ndim, 1, out_lo, out_hi) ||
+      overlaps_output(a.a, offsets[1], o.sizes, strides[1], ndim, es, out_lo, out_hi) ||
+      overlaps_output(a.b, offsets[2], o.sizes, strides[2], ndim, es, out_lo, out_hi))
+    return false;  // in place or overlapping: the generic loop's element order decides
+  const int64_t inner = o.sizes[ndim - 1], rows = n / inner;
+  const int64_t grain = std::max<int64_t>(1, kElementwiseGrain / std::max<int64_t>(inner, 1));
+  const int64_t* sp[3] = {strides[0], strides[1], strides[2]};
+  auto run = [&](auto tag) {
+    using W = decltype(tag);
+    const bool* c = static_cast<const bool*>(a.cond);
+    const W* x = static_cast<const W*>(a.a);
+    const W* y = static_cast<const W*>(a.b);
+    W* out = static_cast<W*>(a.out) + o.offset;
+    parallel_for(rows, grain, [&](int64_t lo, int64_t hi) {
+      where_rows<W>(c, x, y, out, o.sizes, sp, offsets, ndim, lo, hi);
+    });
+  };
+  switch (es) {
+    case 1:
+      run(uint8_t{});
+      return true;
+    case 2:
+      run(uint16_t{});
+      return true;
+    case 4:
+      run(uint32_t{});
+      return true;
+    case 8:
+      run(uint64_t{});
+      return true;
+    default:
+      return false;
+  }
+}
 
 bool cast_fast(const CastArgs& a) {
   if ((!a.xl.contiguous || !a.yl.contiguous) && a.from == a.to && copy_strided(a)) return true;

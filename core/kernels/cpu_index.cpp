@@ -140,7 +140,7 @@ size_t no_workspace(const ScatterQuery&) {
 
 }  // namespace
 
-void register_cpu_index(KernelTable& t) {
+void register_cpu_index(KernelFamilies& t) {
   t.index_select = &index_select;
   t.index_add = &index_add;
   t.index_add_workspace_bytes = &no_workspace;

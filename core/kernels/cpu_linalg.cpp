@@ -194,7 +194,7 @@ void gemm(const GemmArgs& g) {
 
 }  // namespace
 
-void register_cpu_linalg(KernelTable& t) {
+void register_cpu_linalg(KernelFamilies& t) {
   t.gemm = &gemm;
 }
 

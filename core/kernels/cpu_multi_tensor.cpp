@@ -43,7 +43,7 @@ void multi_tensor_scale(const MultiTensorScaleArgs& a) {
 
 }  // namespace
 
-void register_cpu_multi_tensor(KernelTable& t) {
+void register_cpu_multi_tensor(KernelFamilies& t) {
   t.multi_tensor_norm = &multi_tensor_norm;
   t.multi_tensor_norm_workspace_bytes = &multi_tensor_norm_workspace_bytes;
   t.multi_tensor_scale = &multi_tensor_scale;

@@ -66,7 +66,7 @@ void fused_adam(const FusedAdamArgs& a) {
 
 }  // namespace
 
-void register_cpu_optim(KernelTable& t) {
+void register_cpu_optim(KernelFamilies& t) {
   t.fused_sgd = &fused_sgd;
   t.fused_adam = &fused_adam;
 }

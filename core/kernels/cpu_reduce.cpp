@@ -97,7 +97,7 @@ size_t no_workspace(const ReduceShape&) {
 
 }  // namespace
 
-void register_cpu_reduce(KernelTable& t) {
+void register_cpu_reduce(KernelFamilies& t) {
   t.sum = &sum;
   t.sum_workspace_bytes = &no_workspace;
   t.max = &max;

@@ -299,7 +299,7 @@ EMBER_CPU_CLONES void cross_entropy_rows(const CrossEntropyArgs& a, double scale
   }
 }
 
-// CrossEntropyArgs' contract (core/kernel_table.h), float32.
+// CrossEntropyArgs' contract (core/base/kernel_families.h), float32.
 void cross_entropy_forward(const CrossEntropyArgs& a) {
   float* loss = static_cast<float*>(a.loss);
   const int64_t n = a.classes, rows = a.rows;
@@ -345,7 +345,7 @@ void scale_by_scalar(const ScaleByScalarArgs& a) {
 
 }  // namespace
 
-void register_cpu_softmax(KernelTable& t) {
+void register_cpu_softmax(KernelFamilies& t) {
   t.cross_entropy_fused_supported = &cross_entropy_supported;
   t.cross_entropy_fused = &cross_entropy_forward;
   t.cross_entropy_workspace_bytes = &cross_entropy_workspace;

@@ -56,7 +56,7 @@ size_t no_workspace(const SortQuery&) {
 
 }  // namespace
 
-void register_cpu_sort(KernelTable& t) {
+void register_cpu_sort(KernelFamilies& t) {
   t.cumsum = &cumsum;
   t.sort = &sort;
   t.sort_workspace_bytes = &no_workspace;

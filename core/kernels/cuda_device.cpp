@@ -1,9 +1,13 @@
 // The CUDA devices: memory from each device's caching allocator on this thread's
-// current stream, copies through cudaMemcpyAsync, graphs (cuda/graph.h).
+// current stream, copies through cudaMemcpyAsync, graphs (cuda/graph.h). Their
+// kernels register themselves from their own files (cuda/kernels/registration.h),
+// called here in one explicit list.
 #include "core/kernels/registration.h"
 #include "cuda/check.h"
 #include "cuda/device_allocator.h"
 #include "cuda/device_error.h"
+#include "cuda/kernels/registration.h"
+#include "cuda/pinned_buffer.h"
 #include "cuda/profiler_events.h"
 #include "cuda/runtime.h"
 
@@ -54,6 +58,21 @@ void range_pop() {
   cuda::nvtx_range_pop();
 }
 
+// Pinned staging (core/device_services.h's PinnedStaging): a cuda::PinnedBuffer each.
+void* staging_new() {
+  return new cuda::PinnedBuffer();
+}
+void staging_free(void* buffer) {
+  delete static_cast<cuda::PinnedBuffer*>(buffer);  // waits for its last copy, never throws
+}
+void* staging_acquire(void* buffer, size_t bytes) {
+  return static_cast<cuda::PinnedBuffer*>(buffer)->acquire(bytes);
+}
+void staging_copy(void* buffer, void* dst, size_t bytes, int index) {
+  static_cast<cuda::PinnedBuffer*>(buffer)->copy_to_device_async(dst, bytes, index,
+                                                                 cuda::current_stream(index));
+}
+
 // Host <-> device, device <-> device (same or peer); synchronises when the
 // destination is the host or the copy crosses devices.
 void copy_bytes(const CopyBytesArgs& a) {
@@ -96,24 +115,30 @@ void register_cuda(KernelTable& t) {
   t.hooks.count = &count;
   t.hooks.autocasts = &autocasts;
   t.hooks.pinned_staging = true;
+  t.hooks.staging_new = &staging_new;
+  t.hooks.staging_free = &staging_free;
+  t.hooks.staging_acquire = &staging_acquire;
+  t.hooks.staging_copy = &staging_copy;
   t.hooks.timing_event = &timing_event;
   t.hooks.timing_elapsed_ms = &timing_elapsed_ms;
   t.hooks.timing_reset = &timing_reset;
   t.hooks.range_push = &range_push;
   t.hooks.range_pop = &range_pop;
   t.copy_bytes = &copy_bytes;
-  register_cuda_elementwise(t);
-  register_cuda_reduce(t);
-  register_cuda_linalg(t);
-  register_cuda_loss(t);
-  register_cuda_optim(t);
-  register_cuda_index(t);
-  register_cuda_softmax(t);
-  register_cuda_norm(t);
-  register_cuda_batch_norm(t);
-  register_cuda_attention(t);
-  register_cuda_multi_tensor(t);
-  register_cuda_sort(t);
+  // Every CUDA kernel file's registration, one call each (cuda/kernels/registration.h).
+  cuda::register_elementwise(t);
+  cuda::register_reduce(t);
+  cuda::register_sort(t);
+  cuda::register_softmax(t);
+  cuda::register_index(t);
+  cuda::register_linalg(t);
+  cuda::register_mse(t);
+  cuda::register_cross_entropy(t);
+  cuda::register_layer_norm(t);
+  cuda::register_batch_norm(t);
+  cuda::register_attention(t);
+  cuda::register_fused_optim(t);
+  cuda::register_multi_tensor(t);
 }
 
 }  // namespace ember::kernels

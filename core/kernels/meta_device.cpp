@@ -1,7 +1,7 @@
 // The meta device (core/meta.h): a kernel for every family that computes nothing,
 // while every query (fused-op predicates, workspace sizes) is answered by the
 // table of the device the meta device mirrors (both generated from the family
-// list, core/kernel_table.h), so ops take the same paths and ask
+// list, core/base/kernel_families.h), so ops take the same paths and ask
 // the same bytes as they would there. Kernels that would make the mirrored CUDA
 // device create a library workspace outside its allocator (cuBLAS, cuBLASLt) take
 // it from the meta device's capacity. Its memory is this thread's meta allocator.

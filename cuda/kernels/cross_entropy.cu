@@ -28,7 +28,9 @@
 #include "cuda/kernels/cross_entropy.h"
 #include "cuda/kernels/device_error.cuh"
 #include "cuda/kernels/kernel_helpers.cuh"
+#include "cuda/kernels/registration.h"
 #include "cuda/kernels/vec16.cuh"
+#include "cuda/runtime.h"
 
 namespace ember::cuda {
 
@@ -362,6 +364,35 @@ void launch_cross_entropy(DType dtype, const char* op, const void* logits, const
     run_typed(op, static_cast<const __nv_bfloat16*>(logits), target,
               static_cast<__nv_bfloat16*>(d_logits), static_cast<__nv_bfloat16*>(loss), rows,
               classes, ignore_index, ls, reduction, ws, stream, shape);
+}
+
+// ------------------------------------------------------------------ registration
+
+namespace {
+namespace entry {
+
+bool cross_entropy_fused_supported(const kernels::CrossEntropyQuery& q) {
+  return cross_entropy_supported(q.dtype, q.classes);
+}
+
+void cross_entropy_fused(const kernels::CrossEntropyArgs& a) {
+  DeviceGuard guard(a.device.index);
+  launch_cross_entropy(a.dtype, a.op, a.logits, a.target, a.d_logits, a.loss, a.rows, a.classes,
+                       a.ignore_index, a.label_smoothing, a.reduction, a.workspace,
+                       current_stream(a.device.index));
+}
+
+size_t cross_entropy_workspace_bytes(const kernels::CrossEntropyQuery& q) {
+  return cuda::cross_entropy_workspace_bytes(q.rows);
+}
+
+}  // namespace entry
+}  // namespace
+
+void register_cross_entropy(kernels::KernelFamilies& t) {
+  t.cross_entropy_fused_supported = &entry::cross_entropy_fused_supported;
+  t.cross_entropy_fused = &entry::cross_entropy_fused;
+  t.cross_entropy_workspace_bytes = &entry::cross_entropy_workspace_bytes;
 }
 
 }  // namespace ember::cuda

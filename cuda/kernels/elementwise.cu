@@ -13,6 +13,8 @@
 #include "cuda/check.h"
 #include "cuda/kernels/elementwise.h"
 #include "cuda/kernels/kernel_helpers.cuh"
+#include "cuda/kernels/registration.h"
+#include "cuda/runtime.h"
 
 namespace ember::cuda {
 
@@ -345,6 +347,81 @@ void launch_random(DType dtype, void* y, int64_t n, uint64_t seed, uint64_t offs
     launch<random_kernel<S>>(n, stream, static_cast<S*>(y), n, seed, offset, normal, integer, p0,
                              p1);
   });
+}
+
+// ------------------------------------------------------------------ registration
+
+namespace {
+namespace entry {
+
+void unary(const kernels::UnaryArgs& a) {
+  DeviceGuard guard(a.device.index);
+  launch_unary(a.op, a.dtype, a.x, a.xl, a.y, a.yl, a.n, a.a, a.out_dtype,
+               current_stream(a.device.index));
+}
+
+void unary_backward(const kernels::UnaryBackwardArgs& a) {
+  DeviceGuard guard(a.device.index);
+  launch_unary_backward(a.op, a.dtype, a.g, a.gl, a.s, a.sl, a.out, a.ol, a.n, a.a,
+                        current_stream(a.device.index));
+}
+
+void binary(const kernels::BinaryArgs& a) {
+  DeviceGuard guard(a.device.index);
+  launch_binary(a.op, a.dtype, a.x, a.xl, a.y, a.yl, a.out, a.ol, a.n, a.a, a.out_dtype,
+                current_stream(a.device.index));
+}
+
+void where(const kernels::WhereArgs& a) {
+  DeviceGuard guard(a.device.index);
+  launch_where(a.dtype, a.cond, a.cl, a.a, a.al, a.b, a.bl, a.out, a.ol, a.n,
+               current_stream(a.device.index));
+}
+
+void binary_backward(const kernels::BinaryBackwardArgs& a) {
+  DeviceGuard guard(a.device.index);
+  launch_binary_backward(a.op, a.side, a.dtype, a.g, a.gl, a.x, a.xl, a.y, a.yl, a.out, a.ol, a.n,
+                         a.a, current_stream(a.device.index));
+}
+
+// A contiguous cast to the same dtype is a copy.
+void cast(const kernels::CastArgs& a) {
+  DeviceGuard guard(a.device.index);
+  const cudaStream_t stream = current_stream(a.device.index);
+  if (a.xl.contiguous && a.yl.contiguous && a.from == a.to) {
+    const int64_t es = static_cast<int64_t>(element_size(a.to));
+    EMBER_CUDA_CHECK(cudaMemcpyAsync(static_cast<char*>(a.y) + a.yl.offset * es,
+                                     static_cast<const char*>(a.x) + a.xl.offset * es,
+                                     static_cast<size_t>(a.n * es), cudaMemcpyDeviceToDevice,
+                                     stream));
+    return;
+  }
+  launch_cast(a.from, a.x, a.xl, a.to, a.y, a.yl, a.n, stream);
+}
+
+void fill(const kernels::FillArgs& a) {
+  DeviceGuard guard(a.device.index);
+  launch_fill(a.dtype, a.y, a.yl, a.n, a.value, current_stream(a.device.index));
+}
+
+void random(const kernels::RandomArgs& a) {
+  DeviceGuard guard(a.device.index);
+  launch_random(a.dtype, a.y, a.n, a.seed, a.offset, a.normal, a.integer, a.p0, a.p1,
+                current_stream(a.device.index));
+}
+
+}  // namespace entry
+}  // namespace
+
+void register_elementwise(kernels::KernelFamilies& t) {
+  t.unary = &entry::unary;
+  t.unary_backward = &entry::unary_backward;
+  t.binary = &entry::binary;
+  t.binary_backward = &entry::binary_backward;
+  t.where = &entry::where;
+  t.cast = &entry::cast;
+  t.fill = &entry::fill;
+  t.random = &entry::random;
 }
 
 }  // namespace ember::cuda

@@ -7,6 +7,8 @@
 #include "cuda/check.h"
 #include "cuda/kernels/fused_optim.h"
 #include "cuda/kernels/kernel_helpers.cuh"
+#include "cuda/kernels/registration.h"
+#include "cuda/runtime.h"
 
 namespace ember::cuda {
 
@@ -157,6 +159,29 @@ void launch_fused_adam(const OptimTensor* tensors, int64_t count, const AdamConf
     fused_adam_kernel<<<static_cast<unsigned>(chunks), kThreads, 0, stream>>>(batch, config);
     EMBER_CUDA_CHECK(cudaGetLastError());
   }
+}
+
+// ------------------------------------------------------------------ registration
+
+namespace {
+namespace entry {
+
+void fused_sgd(const kernels::FusedSgdArgs& a) {
+  DeviceGuard guard(a.device.index);
+  launch_fused_sgd(a.tensors, a.count, a.config, current_stream(a.device.index));
+}
+
+void fused_adam(const kernels::FusedAdamArgs& a) {
+  DeviceGuard guard(a.device.index);
+  launch_fused_adam(a.tensors, a.count, a.config, current_stream(a.device.index));
+}
+
+}  // namespace entry
+}  // namespace
+
+void register_fused_optim(kernels::KernelFamilies& t) {
+  t.fused_sgd = &entry::fused_sgd;
+  t.fused_adam = &entry::fused_adam;
 }
 
 }  // namespace ember::cuda

@@ -20,6 +20,8 @@
 #include "cuda/kernels/device_error.cuh"
 #include "cuda/kernels/index.h"
 #include "cuda/kernels/kernel_helpers.cuh"
+#include "cuda/kernels/radix_sort_bytes.cuh"
+#include "cuda/kernels/registration.h"
 #include "cuda/runtime.h"
 
 namespace ember::cuda {
@@ -195,12 +197,10 @@ struct SortSpace {
   size_t temp_bytes;
 };
 
+// CUB's scratch from sizes alone (radix_sort_bytes.cuh), so that the meta device
+// predicts the scatter workspaces without a GPU.
 size_t sort_temp_bytes(int64_t k, int end_bit) {
-  size_t bytes = 0;
-  EMBER_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(
-      nullptr, bytes, static_cast<const uint64_t*>(nullptr), static_cast<uint64_t*>(nullptr),
-      static_cast<const int64_t*>(nullptr), static_cast<int64_t*>(nullptr), k, 0, end_bit));
-  return bytes;
+  return radix_sort_pairs_bytes(k, end_bit);
 }
 
 size_t sort_space_bytes(int64_t k, int end_bit) {
@@ -222,6 +222,10 @@ SortSpace sort_space(void* workspace, int64_t k, int end_bit) {
 }
 
 void sort_pairs(SortSpace& s, int64_t k, int end_bit, cudaStream_t stream) {
+  const size_t cub_wants = cub_radix_sort_pairs_bytes(k, end_bit);
+  EMBER_CHECK(cub_wants <= s.temp_bytes, "index.cu: cub::DeviceRadixSort wants ", cub_wants,
+              " bytes of scratch for ", k, " keys, radix_sort_bytes.cuh gave ", s.temp_bytes,
+              " (the formula is out of date with this CUB)");
   EMBER_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(s.temp, s.temp_bytes, s.keys_in, s.keys_out,
                                                    s.vals_in, s.vals_out, k, 0, end_bit, stream));
 }
@@ -346,6 +350,63 @@ void launch_randperm(int64_t* out, int64_t n, uint64_t seed, uint64_t offset, vo
   EMBER_CUDA_CHECK(cudaGetLastError());
   s.vals_out = out;  // the permutation is the values, sorted by their keys
   sort_pairs(s, n, 64, stream);
+}
+
+// ------------------------------------------------------------------ registration
+
+namespace {
+namespace entry {
+
+void index_select(const kernels::IndexSelectArgs& a) {
+  DeviceGuard guard(a.device.index);
+  launch_index_select(a.dtype, a.op, a.x, a.index, a.out, a.outer, a.n, a.k, a.inner,
+                      current_stream(a.device.index));
+}
+
+void index_add(const kernels::IndexAddArgs& a) {
+  DeviceGuard guard(a.device.index);
+  launch_index_add(a.dtype, a.src, a.index, a.dst, a.outer, a.n, a.k, a.inner, a.workspace,
+                   current_stream(a.device.index));
+}
+
+// Sizes alone (radix_sort_bytes.cuh): no device call, so the meta device asks it too.
+size_t scatter_workspace_bytes(const kernels::ScatterQuery& q) {
+  return cuda::scatter_workspace_bytes(q.n, q.rows);
+}
+
+void gather(const kernels::GatherArgs& a) {
+  DeviceGuard guard(a.device.index);
+  launch_gather(a.dtype, a.op, a.x, a.index, a.out, a.ndim, a.dim, a.sizes, a.x_sizes, a.n,
+                a.targets, current_stream(a.device.index));
+}
+
+void scatter_add(const kernels::ScatterAddArgs& a) {
+  DeviceGuard guard(a.device.index);
+  launch_scatter_add(a.dtype, a.src, a.index, a.dst, a.ndim, a.dim, a.sizes, a.x_sizes, a.n,
+                     a.workspace, current_stream(a.device.index));
+}
+
+void randperm(const kernels::RandpermArgs& a) {
+  DeviceGuard guard(a.device.index);
+  launch_randperm(a.out, a.n, a.seed, a.offset, a.workspace, current_stream(a.device.index));
+}
+
+size_t randperm_workspace_bytes(const kernels::ScatterQuery& q) {
+  return cuda::randperm_workspace_bytes(q.n);
+}
+
+}  // namespace entry
+}  // namespace
+
+void register_index(kernels::KernelFamilies& t) {
+  t.index_select = &entry::index_select;
+  t.index_add = &entry::index_add;
+  t.index_add_workspace_bytes = &entry::scatter_workspace_bytes;
+  t.gather = &entry::gather;
+  t.scatter_add = &entry::scatter_add;
+  t.scatter_add_workspace_bytes = &entry::scatter_workspace_bytes;
+  t.randperm = &entry::randperm;
+  t.randperm_workspace_bytes = &entry::randperm_workspace_bytes;
 }
 
 }  // namespace ember::cuda

@@ -13,12 +13,17 @@
 
 #include <cub/block/block_reduce.cuh>
 
+#include <algorithm>
 #include <cstdint>
+#include <cstdlib>
+#include <string>
 
 #include "cuda/check.h"
 #include "cuda/kernels/kernel_helpers.cuh"
 #include "cuda/kernels/layer_norm.h"
+#include "cuda/kernels/registration.h"
 #include "cuda/kernels/vec16.cuh"
+#include "cuda/runtime.h"
 
 namespace ember::cuda {
 
@@ -285,12 +290,29 @@ void launch_forward(DType dtype, const void* x, const void* w, const void* b, vo
   EMBER_CUDA_CHECK(cudaGetLastError());
 }
 
+// The backward's workspace holds one row of column partials (d_w, and d_b for the
+// layer norm) per block of its grid. The grid is the device's resident blocks
+// (resident_grid: the SM count and the kernel's occupancy, runtime questions), but
+// the workspace is sized from the sizes alone, for the most blocks of the
+// configuration's threads that kModelSms multiprocessors of 2048 threads each (sm_90)
+// can hold, so that the meta device predicts it byte for byte without a GPU; the
+// grid is clamped to that bound. On H100 and H200 (132 SMs) the bound never binds:
+// the grid, and so every bit of the result, is the device's resident grid as before.
+// The cost is scratch for blocks a device with a lower occupancy does not run.
+constexpr int64_t kModelSms = 132;
+constexpr int64_t kThreadsPerSm = 2048;
+
+int64_t max_backward_grid(int64_t rows, int64_t cols) {
+  int64_t bound = 1;
+  dispatch_cfg(cols,
+               [&](auto cfg) { bound = kModelSms * (kThreadsPerSm / decltype(cfg)::kThreads); });
+  return rows < bound ? (rows < 1 ? 1 : rows) : bound;
+}
+
 template <bool kRms>
 size_t workspace_bytes(DType dtype, int64_t rows, int64_t cols) {
   if (rows == 0 || !layer_norm_supported(dtype, cols)) return 0;
-  // Column partials of d_w (and d_b for layer norm) per block of the grid.
-  return static_cast<size_t>((kRms ? 1 : 2) * backward_grid<kRms>(dtype, rows, cols) * cols) *
-         sizeof(float);
+  return static_cast<size_t>((kRms ? 1 : 2) * max_backward_grid(rows, cols) * cols) * sizeof(float);
 }
 
 template <bool kRms>
@@ -312,9 +334,10 @@ void launch_backward(DType dtype, const void* d_y, const void* x, const void* w,
     using S = std::remove_pointer_t<decltype(tag)>;
     const bool vec = cols % (16 / sizeof(S)) == 0 && aligned16(d_y) && aligned16(x) &&
                      (w == nullptr || aligned16(w)) && (d_x == nullptr || aligned16(d_x));
-    // The grid is the vectorised kernel's in both cases, so that it matches the
-    // workspace workspace_bytes sized.
-    const int64_t grid = backward_grid<kRms>(dtype, rows, cols);
+    // The grid is the vectorised kernel's in both cases, clamped to the bound
+    // workspace_bytes sized the partials for.
+    const int64_t grid =
+        std::min(backward_grid<kRms>(dtype, rows, cols), max_backward_grid(rows, cols));
     float* part_w = want_params ? static_cast<float*>(workspace) : nullptr;
     float* part_b = want_params && !kRms ? part_w + grid * cols : nullptr;
     dispatch_cfg(cols, [&](auto cfg) {
@@ -364,20 +387,76 @@ void launch_layer_norm_backward(DType dtype, const void* d_y, const void* x, con
                          stream);
 }
 
-void launch_rms_norm(DType dtype, const void* x, const void* w, void* y, void* rstd, int64_t rows,
-                     int64_t cols, double eps, cudaStream_t stream) {
-  launch_forward<true>(dtype, x, w, nullptr, y, nullptr, rstd, rows, cols, eps, stream);
+// ------------------------------------------------------------------ registration
+
+namespace {
+namespace entry {
+
+bool layer_norm_fused_supported(const kernels::LayerNormQuery& q) {
+  return layer_norm_supported(q.dtype, q.cols);
 }
 
-size_t rms_norm_workspace_bytes(DType dtype, int64_t rows, int64_t cols) {
-  return workspace_bytes<true>(dtype, rows, cols);
+void layer_norm_fused(const kernels::LayerNormArgs& a) {
+  DeviceGuard guard(a.device.index);
+  launch_forward<false>(a.dtype, a.x, a.w, a.b, a.y, a.mean, a.rstd, a.rows, a.cols, a.eps,
+                        current_stream(a.device.index));
 }
 
-void launch_rms_norm_backward(DType dtype, const void* d_y, const void* x, const void* w,
-                              const void* rstd, void* d_x, void* d_w, int64_t rows, int64_t cols,
-                              void* workspace, cudaStream_t stream) {
-  launch_backward<true>(dtype, d_y, x, w, nullptr, rstd, d_x, d_w, nullptr, rows, cols, workspace,
-                        stream);
+void layer_norm_backward_fused(const kernels::LayerNormBackwardArgs& a) {
+  DeviceGuard guard(a.device.index);
+  launch_backward<false>(a.dtype, a.d_y, a.x, a.w, a.mean, a.rstd, a.d_x, a.d_w, a.d_b, a.rows,
+                         a.cols, a.workspace, current_stream(a.device.index));
+}
+
+// Sizes alone (workspace_bytes): no device call, so the meta device asks it too.
+size_t layer_norm_workspace_bytes(const kernels::LayerNormQuery& q) {
+  return workspace_bytes<false>(q.dtype, q.rows, q.cols);
+}
+
+// On unless EMBER_RMS_NORM_FUSED=0 (then rms_norm composes on CUDA too). It was off
+// for a day: the first H200 runs of tests/cuda/test_kernels_norm.cpp failed, the
+// composed path as much as the kernel, at a one-column row (an ill-conditioned
+// gradient the test no longer asks float32 for) and in bfloat16 (the composed path
+// then rounded its statistics to bfloat16; it now computes in float32).
+bool rms_norm_fused_supported(const kernels::LayerNormQuery& q) {
+  static const bool on = [] {
+    const char* e = std::getenv("EMBER_RMS_NORM_FUSED");
+    return e == nullptr || std::string(e) != "0";
+  }();
+  return on && layer_norm_supported(q.dtype, q.cols);
+}
+
+// y = x rstd w per row (w may be null), rstd[row] = 1 / sqrt(mean(x^2) + eps) kept.
+void rms_norm_fused(const kernels::RmsNormArgs& a) {
+  DeviceGuard guard(a.device.index);
+  launch_forward<true>(a.dtype, a.x, a.w, nullptr, a.y, nullptr, a.rstd, a.rows, a.cols, a.eps,
+                       current_stream(a.device.index));
+}
+
+// d_x = rstd (g - xhat mean(g xhat)), g = d_y w, xhat = x rstd; d_w = the column
+// sums of d_y xhat in block order, as for the layer norm. d_x and d_w may be null.
+void rms_norm_backward_fused(const kernels::RmsNormBackwardArgs& a) {
+  DeviceGuard guard(a.device.index);
+  launch_backward<true>(a.dtype, a.d_y, a.x, a.w, nullptr, a.rstd, a.d_x, a.d_w, nullptr, a.rows,
+                        a.cols, a.workspace, current_stream(a.device.index));
+}
+
+size_t rms_norm_workspace_bytes(const kernels::LayerNormQuery& q) {
+  return workspace_bytes<true>(q.dtype, q.rows, q.cols);
+}
+
+}  // namespace entry
+}  // namespace
+
+void register_layer_norm(kernels::KernelFamilies& t) {
+  t.layer_norm_fused_supported = &entry::layer_norm_fused_supported;
+  t.layer_norm_fused = &entry::layer_norm_fused;
+  t.layer_norm_backward_fused = &entry::layer_norm_backward_fused;
+  t.layer_norm_workspace_bytes = &entry::layer_norm_workspace_bytes;
+  t.rms_norm_fused_supported = &entry::rms_norm_fused_supported;
+  t.rms_norm_fused = &entry::rms_norm_fused;
+  t.rms_norm_backward_fused = &entry::rms_norm_backward_fused;
+  t.rms_norm_workspace_bytes = &entry::rms_norm_workspace_bytes;
 }
 
 }  // namespace ember::cuda

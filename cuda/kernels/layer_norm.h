@@ -1,4 +1,5 @@
-// Launchers for the fused layer norm and RMS norm (cuda/kernels/layer_norm.cu):
+// Launchers for the fused layer norm (cuda/kernels/layer_norm.cu, which also holds
+// the RMS norm's, registered there and called through the kernel table alone):
 // rows of `cols` contiguous elements, normalised over the row, one read of x and
 // one write of y per element forward; one read of d_y and x and one write of d_x
 // backward, the weight (and bias) gradients summed in the same pass. float32 and
@@ -34,20 +35,5 @@ size_t layer_norm_workspace_bytes(DType dtype, int64_t rows, int64_t cols);
 void launch_layer_norm_backward(DType dtype, const void* d_y, const void* x, const void* w,
                                 const void* mean, const void* rstd, void* d_x, void* d_w, void* d_b,
                                 int64_t rows, int64_t cols, void* workspace, cudaStream_t stream);
-
-// y = x rstd w per row (w of cols, may be null); rstd[row] = 1 / sqrt(mean(x^2) +
-// eps) kept (float32).
-void launch_rms_norm(DType dtype, const void* x, const void* w, void* y, void* rstd, int64_t rows,
-                     int64_t cols, double eps, cudaStream_t stream);
-
-// Scratch bytes of launch_rms_norm_backward (its per-block column partials).
-size_t rms_norm_workspace_bytes(DType dtype, int64_t rows, int64_t cols);
-
-// d_x = rstd (g - xhat mean(g xhat)) with g = d_y w and xhat = x rstd; d_w = sum
-// over rows of d_y xhat, summed in block order as for the layer norm. d_x and d_w
-// may each be null.
-void launch_rms_norm_backward(DType dtype, const void* d_y, const void* x, const void* w,
-                              const void* rstd, void* d_x, void* d_w, int64_t rows, int64_t cols,
-                              void* workspace, cudaStream_t stream);
 
 }  // namespace ember::cuda

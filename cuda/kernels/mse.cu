@@ -13,6 +13,8 @@
 #include "cuda/check.h"
 #include "cuda/kernels/kernel_helpers.cuh"
 #include "cuda/kernels/mse.h"
+#include "cuda/kernels/registration.h"
+#include "cuda/runtime.h"
 
 namespace ember::cuda {
 
@@ -213,6 +215,40 @@ void launch_scale_by_device_scalar(DType dtype, void* d, const void* g, int64_t 
       EMBER_FAIL("mse_loss: dtype ", dtype, " is not supported on CUDA");
   }
   EMBER_CUDA_CHECK(cudaGetLastError());
+}
+
+// ------------------------------------------------------------------ registration
+
+namespace {
+namespace entry {
+
+bool mse_fused_supported(const kernels::DTypeQuery& q) {
+  return is_floating(q.dtype);
+}
+
+void mse_fused(const kernels::MseArgs& a) {
+  DeviceGuard guard(a.device.index);
+  launch_mse_fused(a.dtype, a.pred, a.target, a.d_pred, a.loss, a.n, a.grad_scale, a.loss_scale,
+                   a.workspace, current_stream(a.device.index));
+}
+
+size_t mse_workspace_bytes(const kernels::SizeQuery& q) {
+  return cuda::mse_workspace_bytes(q.n);
+}
+
+void scale_by_device_scalar(const kernels::ScaleByScalarArgs& a) {
+  DeviceGuard guard(a.device.index);
+  launch_scale_by_device_scalar(a.dtype, a.d, a.g, a.n, current_stream(a.device.index));
+}
+
+}  // namespace entry
+}  // namespace
+
+void register_mse(kernels::KernelFamilies& t) {
+  t.mse_fused_supported = &entry::mse_fused_supported;
+  t.mse_fused = &entry::mse_fused;
+  t.mse_workspace_bytes = &entry::mse_workspace_bytes;
+  t.scale_by_device_scalar = &entry::scale_by_device_scalar;
 }
 
 }  // namespace ember::cuda

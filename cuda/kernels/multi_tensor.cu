@@ -16,6 +16,8 @@
 #include "cuda/check.h"
 #include "cuda/kernels/kernel_helpers.cuh"
 #include "cuda/kernels/multi_tensor.h"
+#include "cuda/kernels/registration.h"
+#include "cuda/runtime.h"
 
 namespace ember::cuda {
 
@@ -190,6 +192,35 @@ void launch_multi_tensor_scale(const TensorSpan* tensors, int64_t count, const d
     scale_kernel<<<static_cast<unsigned>(chunks), kThreads, 0, stream>>>(batch, scale);
     EMBER_CUDA_CHECK(cudaGetLastError());
   }
+}
+
+// ------------------------------------------------------------------ registration
+
+namespace {
+namespace entry {
+
+void multi_tensor_norm(const kernels::MultiTensorNormArgs& a) {
+  DeviceGuard guard(a.device.index);
+  launch_multi_tensor_norm(a.tensors, a.count, a.norm_type, a.total, a.max_norm, a.clip_coef,
+                           a.workspace, current_stream(a.device.index));
+}
+
+size_t multi_tensor_norm_workspace_bytes(const kernels::MultiTensorQuery& q) {
+  return cuda::multi_tensor_norm_workspace_bytes(q.tensors, q.count);
+}
+
+void multi_tensor_scale(const kernels::MultiTensorScaleArgs& a) {
+  DeviceGuard guard(a.device.index);
+  launch_multi_tensor_scale(a.tensors, a.count, a.scale, current_stream(a.device.index));
+}
+
+}  // namespace entry
+}  // namespace
+
+void register_multi_tensor(kernels::KernelFamilies& t) {
+  t.multi_tensor_norm = &entry::multi_tensor_norm;
+  t.multi_tensor_norm_workspace_bytes = &entry::multi_tensor_norm_workspace_bytes;
+  t.multi_tensor_scale = &entry::multi_tensor_scale;
 }
 
 }  // namespace ember::cuda

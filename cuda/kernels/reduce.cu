@@ -18,6 +18,8 @@
 #include "cuda/check.h"
 #include "cuda/kernels/kernel_helpers.cuh"
 #include "cuda/kernels/reduce.h"
+#include "cuda/kernels/registration.h"
+#include "cuda/runtime.h"
 
 namespace ember::cuda {
 
@@ -408,6 +410,47 @@ void launch_max_backward(DType dtype, const void* d_out, const int64_t* indices,
             static_cast<const S*>(d_out), indices, static_cast<S*>(d_inp), outer, n, inner);
   });
   EMBER_CUDA_CHECK(cudaGetLastError());
+}
+
+// ------------------------------------------------------------------ registration
+
+namespace {
+namespace entry {
+
+void sum(const kernels::SumArgs& a) {
+  DeviceGuard guard(a.device.index);
+  launch_sum(a.dtype, a.x, a.y, a.outer, a.n, a.inner,
+             a.mean ? 1.0 / static_cast<double>(a.n) : 1.0, a.workspace,
+             current_stream(a.device.index));
+}
+size_t sum_workspace_bytes(const kernels::ReduceShape& s) {
+  return reduce_workspace_bytes(ReduceKind::Sum, s.dtype, s.outer, s.n, s.inner);
+}
+
+void max(const kernels::MaxArgs& a) {
+  DeviceGuard guard(a.device.index);
+  launch_max(a.dtype, a.x, a.values, a.indices, a.outer, a.n, a.inner, a.workspace,
+             current_stream(a.device.index), a.min);
+}
+size_t max_workspace_bytes(const kernels::ReduceShape& s) {
+  return reduce_workspace_bytes(ReduceKind::Max, s.dtype, s.outer, s.n, s.inner);
+}
+
+void max_backward(const kernels::MaxBackwardArgs& a) {
+  DeviceGuard guard(a.device.index);
+  launch_max_backward(a.dtype, a.d_out, a.indices, a.d_inp, a.outer, a.n, a.inner,
+                      current_stream(a.device.index));
+}
+
+}  // namespace entry
+}  // namespace
+
+void register_reduce(kernels::KernelFamilies& t) {
+  t.sum = &entry::sum;
+  t.sum_workspace_bytes = &entry::sum_workspace_bytes;
+  t.max = &entry::max;
+  t.max_workspace_bytes = &entry::max_workspace_bytes;
+  t.max_backward = &entry::max_backward;
 }
 
 }  // namespace ember::cuda

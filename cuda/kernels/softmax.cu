@@ -16,7 +16,9 @@
 
 #include "cuda/check.h"
 #include "cuda/kernels/kernel_helpers.cuh"
+#include "cuda/kernels/registration.h"
 #include "cuda/kernels/softmax.h"
+#include "cuda/runtime.h"
 
 namespace ember::cuda {
 
@@ -274,6 +276,30 @@ void launch_softmax_backward(DType dtype, const void* y, const void* d_y, void* 
           <<<grid_of(outer), kBlock, 0, stream>>>(ys, gs, ds, outer, n, take_log);
   });
   EMBER_CUDA_CHECK(cudaGetLastError());
+}
+
+// ------------------------------------------------------------------ registration
+
+namespace {
+namespace entry {
+
+void softmax(const kernels::SoftmaxArgs& a) {
+  DeviceGuard guard(a.device.index);
+  launch_softmax(a.dtype, a.x, a.y, a.outer, a.n, a.inner, a.log, current_stream(a.device.index));
+}
+
+void softmax_backward(const kernels::SoftmaxBackwardArgs& a) {
+  DeviceGuard guard(a.device.index);
+  launch_softmax_backward(a.dtype, a.y, a.d_y, a.d_x, a.outer, a.n, a.inner, a.log,
+                          current_stream(a.device.index));
+}
+
+}  // namespace entry
+}  // namespace
+
+void register_softmax(kernels::KernelFamilies& t) {
+  t.softmax = &entry::softmax;
+  t.softmax_backward = &entry::softmax_backward;
 }
 
 }  // namespace ember::cuda

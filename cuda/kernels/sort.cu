@@ -18,7 +18,10 @@
 #include "core/base/sort_key.h"
 #include "cuda/check.h"
 #include "cuda/kernels/kernel_helpers.cuh"
+#include "cuda/kernels/radix_sort_bytes.cuh"
+#include "cuda/kernels/registration.h"
 #include "cuda/kernels/sort.h"
+#include "cuda/runtime.h"
 
 namespace ember::cuda {
 
@@ -78,12 +81,10 @@ size_t align_up(size_t v) {
   return (v + kAlign - 1) / kAlign * kAlign;
 }
 
+// CUB's scratch for a 64-bit sort of `total` pairs, from sizes alone
+// (radix_sort_bytes.cuh), so that the meta device predicts it without a GPU.
 size_t radix_temp_bytes(int64_t total) {
-  size_t bytes = 0;
-  EMBER_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(
-      nullptr, bytes, static_cast<const uint64_t*>(nullptr), static_cast<uint64_t*>(nullptr),
-      static_cast<const int64_t*>(nullptr), static_cast<int64_t*>(nullptr), total, 0, 64));
-  return bytes;
+  return radix_sort_pairs_bytes(total, 64);
 }
 
 }  // namespace
@@ -108,6 +109,14 @@ size_t sort_workspace_bytes(int64_t rows, int64_t n) {
   return 4 * align_up(static_cast<size_t>(total) * 8) + align_up(radix_temp_bytes(total));
 }
 
+size_t radix_scratch_formula_bytes(int64_t n, int end_bit) {
+  return radix_sort_pairs_bytes(n, end_bit);
+}
+
+size_t radix_scratch_cub_bytes(int64_t n, int end_bit) {
+  return cub_radix_sort_pairs_bytes(n, end_bit);
+}
+
 void launch_sort(DType dtype, const void* x, int64_t* indices, int64_t rows, int64_t n,
                  bool descending, void* workspace, cudaStream_t stream) {
   const int64_t total = rows * n;
@@ -120,6 +129,10 @@ void launch_sort(DType dtype, const void* x, int64_t* indices, int64_t rows, int
   int64_t* pos_out = reinterpret_cast<int64_t*>(p + 3 * arr);
   void* temp = p + 4 * arr;
   size_t temp_bytes = align_up(radix_temp_bytes(total));
+  const size_t cub_wants = cub_radix_sort_pairs_bytes(total, 64);
+  EMBER_CHECK(cub_wants <= temp_bytes, "sort: cub::DeviceRadixSort wants ", cub_wants,
+              " bytes of scratch for ", total, " elements, radix_sort_bytes.cuh gave ", temp_bytes,
+              " (the formula is out of date with this CUB)");
   dispatch_float(dtype, "sort", [&](auto* tag) {
     using S = std::remove_pointer_t<decltype(tag)>;
     sort_keys_kernel<S><<<blocks_for(total), kThreads, 0, stream>>>(
@@ -137,6 +150,37 @@ void launch_sort(DType dtype, const void* x, int64_t* indices, int64_t rows, int
                                                    indices, total, 0, end_bit, stream));
   modulo_kernel<<<blocks_for(total), kThreads, 0, stream>>>(indices, total, n);
   EMBER_CUDA_CHECK(cudaGetLastError());
+}
+
+// ------------------------------------------------------------------ registration
+
+namespace {
+namespace entry {
+
+void cumsum(const kernels::CumsumArgs& a) {
+  DeviceGuard guard(a.device.index);
+  launch_cumsum(a.dtype, a.x, a.y, a.outer, a.n, a.inner, a.reverse,
+                current_stream(a.device.index));
+}
+
+void sort(const kernels::SortArgs& a) {
+  DeviceGuard guard(a.device.index);
+  launch_sort(a.dtype, a.x, a.indices, a.rows, a.n, a.descending, a.workspace,
+              current_stream(a.device.index));
+}
+
+// Sizes alone (radix_sort_bytes.cuh): no device call, so the meta device asks it too.
+size_t sort_workspace_bytes(const kernels::SortQuery& q) {
+  return cuda::sort_workspace_bytes(q.rows, q.n);
+}
+
+}  // namespace entry
+}  // namespace
+
+void register_sort(kernels::KernelFamilies& t) {
+  t.cumsum = &entry::cumsum;
+  t.sort = &entry::sort;
+  t.sort_workspace_bytes = &entry::sort_workspace_bytes;
 }
 
 }  // namespace ember::cuda

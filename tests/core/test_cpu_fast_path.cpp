@@ -488,3 +488,63 @@ TEST_CASE("cpu fast path/the ops' layouts of contiguous tensors take it") {
                      kFloat32};
   CHECK_FALSE(cpu::binary_fast(strided));
 }
+
+TEST_CASE(
+    "cpu fast path/where: broadcast, transposed and 0-dim operands give the generic loop's "
+    "bits") {
+  // Iteration (3, 7, 19): the condition broadcast from (1, 1, 19), the first operand
+  // a transposed view, the second a 0-dim value.
+  const Shape shape = {3, 7, 19};
+  const int64_t n = 3 * 7 * 19;
+  Generator g(5);
+  const Tensor cond = gt(rand({1, 1, 19}, TensorOptions(kFloat32), &g), 0.5);
+  for (DType t : {kFloat32, kFloat64, kBFloat16, kInt64, kBool}) {
+    CAPTURE(t);
+    const Tensor a =
+        cast(mul(randn({3, 19, 7}, TensorOptions(kFloat64), &g), 10.0), t).transpose(1, 2);
+    const Tensor b = cast(full({}, 2.5, TensorOptions(kFloat64)), t);
+    Tensor fast = empty(shape, TensorOptions(t)), generic = empty(shape, TensorOptions(t));
+    WhereArgs args{kCPU,
+                   t,
+                   cond.storage()->data(),
+                   detail::layout_of(cond, shape, "test"),
+                   a.storage()->data(),
+                   detail::layout_of(a, shape, "test"),
+                   b.storage()->data(),
+                   detail::layout_of(b, shape, "test"),
+                   fast.storage()->data(),
+                   detail::layout_of(fast, shape, "test"),
+                   n};
+    REQUIRE(cpu::where_fast(args));
+    args.out = generic.storage()->data();
+    cpu::where_generic(args);
+    CHECK(std::memcmp(fast.storage()->data(), generic.storage()->data(),
+                      static_cast<size_t>(n) * element_size(t)) == 0);
+    // And the op itself, element by element against the definition.
+    const std::vector<double> got = where(cond, a, b).to_vector<double>();
+    const std::vector<double> av = a.contiguous().to_vector<double>();
+    const std::vector<double> cv = cond.to_vector<double>();
+    const double bv = b.item();
+    int64_t wrong = 0;
+    for (int64_t i = 0; i < n; ++i)
+      wrong += got[static_cast<size_t>(i)] !=
+               (cv[static_cast<size_t>(i % 19)] != 0.0 ? av[static_cast<size_t>(i)] : bv);
+    CHECK(wrong == 0);
+  }
+  // An operand that is the output (in place) is left to the generic loop.
+  Tensor x = randn({4, 20});
+  const StridedLayout xl = detail::layout_of(x, {4, 20}, "test");
+  const Tensor c2 = gt(x, 0.0), zero = zeros({});
+  WhereArgs in_place{kCPU,
+                     kFloat32,
+                     c2.storage()->data(),
+                     detail::layout_of(c2, {4, 20}, "test"),
+                     x.storage()->data(),
+                     xl,
+                     zero.storage()->data(),
+                     detail::layout_of(zero, {4, 20}, "test"),
+                     x.storage()->data(),
+                     xl,
+                     80};
+  CHECK_FALSE(cpu::where_fast(in_place));
+}

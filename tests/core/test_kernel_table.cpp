@@ -5,6 +5,8 @@
 #include <doctest/doctest.h>
 
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "core/kernel_table.h"
 #include "core/ops.h"
@@ -58,4 +60,31 @@ TEST_CASE("kernel table: device services go through the device's hooks") {
   // A CUDA device past the last one is refused with its index named.
   const int n = kernels::kernels_for(kCUDA).hooks.count();
   CHECK(contains(error_of([&] { check_device(Device::cuda(n + 3)); }), std::to_string(n + 3)));
+}
+
+TEST_CASE("device services: device counts and pinned staging answer through the hooks") {
+  CHECK(device_count(DeviceType::CPU) == 1);
+  CHECK(device_count(DeviceType::Meta) == 1);
+  CHECK(device_count(DeviceType::CUDA) >= 0);
+  // The host and the meta device take no pinned copies: a buffer is refused there.
+  for (Device d : {kCPU, kMeta}) {
+    CHECK_FALSE(pinned_staging(d));
+    PinnedStaging s;
+    CHECK(contains(error_of([&] { s.acquire(16, d); }), "takes no pinned host copies"));
+  }
+}
+
+TEST_CASE("device services: a pinned staging buffer copies to the GPU and is reused" *
+          doctest::test_suite("cuda")) {
+  REQUIRE(pinned_staging(kCUDA));
+  PinnedStaging s;
+  const Tensor t = empty({4}, TensorOptions(kFloat32).device(kCUDA));
+  for (float base : {1.0f, 10.0f}) {  // the second acquire waits for the first copy
+    auto* p = static_cast<float*>(s.acquire(4 * sizeof(float), kCUDA));
+    for (int i = 0; i < 4; ++i) p[i] = base + static_cast<float>(i);
+    s.copy_to_device(t.raw_data(), 4 * sizeof(float), kCUDA);
+    CHECK(t.to_vector<float>() == std::vector<float>{base, base + 1, base + 2, base + 3});
+  }
+  PinnedStaging moved(std::move(s));  // the buffer moves; s frees nothing
+  CHECK(moved.acquire(8, kCUDA) != nullptr);
 }

@@ -47,7 +47,7 @@ TEST_CASE("meta/device: spelled meta, index 0, one of the kernel table's devices
 }
 
 TEST_CASE("meta/kernels: every kernel family has a meta kernel (and a CUDA one)") {
-  // A family added to core/kernel_table.h without its meta kernel fails here by name.
+  // A family added to core/base/kernel_families.h without its meta kernel fails here by name.
   for (const char* family : kernels::missing_families(DeviceType::Meta))
     FAIL_CHECK("the meta device has no kernel for family ", family);
   for (const char* family : kernels::missing_families(DeviceType::CUDA))

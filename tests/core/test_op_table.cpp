@@ -34,7 +34,6 @@
 #include "core/meta.h"
 #include "core/ops.h"
 #include "cuda/blas.h"
-#include "cuda/runtime.h"
 #include "gradcheck.h"
 #include "op_table.h"
 #include "source_dir.h"
@@ -185,39 +184,6 @@ void guarded(F&& check) {
     FAIL_CHECK("threw: ", std::string(err.what()));
   }
 }
-
-// Ops whose queries to the mirrored CUDA device call the CUDA runtime, which
-// fails on a machine without a GPU driver (CUDA error 35): the scatter workspace
-// of index_select's, gather's and embedding's backward (cub::DeviceRadixSort's
-// temporary storage size; nll_loss and the composed cross_entropy reach it
-// through gather), and layer_norm's fused-kernel workspace (the SM count). Until
-// the meta device answers them without the GPU, the CUDA-mirroring meta run skips
-// them where there is none; the CPU-mirroring run and GPU machines run them.
-const std::map<std::string, const char*> kMetaCudaMirrorNeedsGpu = {
-    {"index_select", "the scatter workspace query (CUB)"},
-    {"gather", "the scatter workspace query (CUB)"},
-    {"embedding", "the scatter workspace query (CUB)"},
-    {"nll_loss", "gather's scatter workspace query (CUB)"},
-    {"cross_entropy", "gather's scatter workspace query (CUB), composed (N, C, d) logits"},
-    {"layer_norm", "the fused kernel's workspace query (the SM count)"},
-    {"rms_norm", "the fused kernel's workspace query (the SM count)"},
-    {"index_add", "the scatter workspace query (CUB)"},
-    {"unfold", "a mirrored query (CUDA error 35 without a GPU)"},
-    {"fold", "a mirrored query (CUDA error 35 without a GPU)"},
-    {"conv2d", "a mirrored query (CUDA error 35 without a GPU)"},
-    {"conv1d", "a mirrored query (CUDA error 35 without a GPU)"},
-    {"conv_transpose2d", "a mirrored query (CUDA error 35 without a GPU)"},
-    {"max_pool2d", "a mirrored query (CUDA error 35 without a GPU)"},
-    {"max_pool2d_with_indices", "a mirrored query (CUDA error 35 without a GPU)"},
-    {"avg_pool2d", "a mirrored query (CUDA error 35 without a GPU)"},
-    {"adaptive_avg_pool2d", "a mirrored query (CUDA error 35 without a GPU)"},
-    {"pad", "a mirrored query (CUDA error 35 without a GPU)"},
-    {"group_norm", "a mirrored query (CUDA error 35 without a GPU)"},
-    // shapeops (issue 26): the sort workspace query (CUB), and gather's after it
-    {"sort", "the sort workspace query (CUB)"},
-    {"argsort", "the sort workspace query (CUB)"},
-    {"topk", "the sort workspace query (CUB)"},
-};
 
 // --- the ops core/ops.h declares, read from the file
 
@@ -385,13 +351,6 @@ void meta_agrees_with_cpu(DeviceType mirror) {
     const OpEntry& e = table[ei];
     if (e.no_meta[0] != '\0') {
       MESSAGE(e.name(), ": not run on the meta device: ", std::string(e.no_meta));
-      continue;
-    }
-    if (mirror == DeviceType::CUDA && !cuda::is_available() &&
-        kMetaCudaMirrorNeedsGpu.count(e.op)) {
-      MESSAGE(e.name(),
-              ": not run on the CUDA-mirroring meta device without a GPU (see "
-              "kMetaCudaMirrorNeedsGpu)");
       continue;
     }
     for (size_t si = 0; si < e.samples.size(); ++si) {

@@ -102,7 +102,7 @@ TEST_CASE("rms_norm: the CPU has no fused kernel; meta gives the shapes of eithe
   // on the dtype and the row length alone).
   {
     MetaDeviceScope scope(MetaDeviceOptions().mirror_device(DeviceType::CUDA));
-    // (CUDA's predicate is off until the fused kernel is fixed: core/kernels/cuda_norm.cpp.)
+    // (CUDA's predicate is off when EMBER_RMS_NORM_FUSED=0: cuda/kernels/layer_norm.cu.)
     const bool cuda_fuses =
         kernels::kernels_for(kCUDA).rms_norm_fused_supported({kCUDA, kFloat32, 4, 8});
     CHECK(kernels::kernels_for(kMeta).rms_norm_fused_supported({kMeta, kFloat32, 4, 8}) ==

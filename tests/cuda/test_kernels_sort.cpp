@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/ops.h"
+#include "cuda/kernels/sort.h"
 #include "gradcheck.h"
 
 using namespace ember;
@@ -107,4 +108,33 @@ TEST_CASE("kernels/multinomial: a CUDA input gives the CPU's draws and their fre
     }
     CHECK(chi2 < 30.0);
   }
+}
+
+// The sort and scatter workspaces come from a formula of CUB's radix-sort scratch
+// (cuda/kernels/radix_sort_bytes.cuh), so that the meta device predicts them without
+// a GPU. It must be CUB's answer exactly: smaller and the sorts would fail, larger
+// and predict_memory would still agree with CUDA but waste bytes the formula claims
+// CUB needs. Counts around the single-tile limit, the one-sweep tile and portion
+// (2^28 elements), and every end bit the kernels use (the query allocates nothing).
+TEST_CASE("kernels/sort: the radix-sort scratch formula equals CUB's query" *
+          doctest::test_suite("cuda")) {
+  // 2304 and 4608: the single tile and the one-sweep tile of 64-bit pairs on sm_90;
+  // 268434432: a portion (the largest multiple of the tile below 2^28).
+  std::vector<int64_t> counts = {1,    2,    100,  2303,   2304,    2305,
+                                 4863, 4864, 4865, 100000, 1000000, 12345678};
+  for (int64_t p : {int64_t{268434432}, int64_t{1} << 28, int64_t{3} << 28})
+    for (int64_t d : {-4609, -1, 0, 1, 4609}) counts.push_back(p + d);
+  for (int64_t tile : {int64_t{4608}, int64_t{6144}, int64_t{9216}})
+    for (int64_t m : {1, 2, 3, 64})
+      for (int64_t d : {-1, 0, 1}) counts.push_back(tile * m + d);
+  int checked = 0;
+  for (int64_t n : counts)
+    for (int end_bit : {1, 2, 7, 8, 9, 16, 17, 24, 33, 63, 64}) {
+      CAPTURE(n);
+      CAPTURE(end_bit);
+      CHECK(cuda::radix_scratch_formula_bytes(n, end_bit) ==
+            cuda::radix_scratch_cub_bytes(n, end_bit));
+      ++checked;
+    }
+  MESSAGE("radix-sort scratch: ", checked, " (count, end bit) pairs checked against CUB");
 }

@@ -20,6 +20,7 @@
 #include "error_text.h"
 #include "nn/nn.h"
 #include "optim/optim.h"
+#include "temp_path.h"
 
 using namespace ember;
 using ember::testing::contains;
@@ -256,7 +257,7 @@ TEST_CASE("bad input/checkpoint: every truncation of a real file is an error, ne
   optim::Adam opt(model->parameters(), optim::AdamOptions(0.01));
   nn::MSELoss().forward(model->forward(ones({2, 3})), zeros({2, 2})).backward();
   opt.step();
-  const std::string path = "/tmp/ember_test_truncation.ckp";
+  const std::string path = testing::temp_path("ember_test_", "truncation.ckp");
   nn::save(*model, opt, path);
   std::vector<unsigned char> good;
   {
@@ -279,7 +280,7 @@ TEST_CASE("bad input/checkpoint: every truncation of a real file is an error, ne
 
 TEST_CASE("bad input/checkpoint: a wrong rng entry is refused before the model changes") {
   auto model = make_model();
-  const std::string path = "/tmp/ember_test_bad_rng.ckp";
+  const std::string path = testing::temp_path("ember_test_", "bad_rng.ckp");
   StateDict sd;
   for (const auto& [name, t] : model->state_dict()) sd.insert("model." + name, t);
   sd.insert("rng.state", zeros({2}));  // float32, not int64

@@ -15,6 +15,7 @@
 #include "error_text.h"
 #include "nn/nn.h"
 #include "optim/optim.h"
+#include "temp_path.h"
 
 using namespace ember;
 using ember::testing::contains;
@@ -23,7 +24,7 @@ using ember::testing::error_of;
 namespace {
 
 std::string temp_path(const std::string& name) {
-  return (std::filesystem::temp_directory_path() / ("ember_test_" + name)).string();
+  return testing::temp_path("ember_test_", name);
 }
 
 std::vector<unsigned char> read_bytes(const std::string& path) {

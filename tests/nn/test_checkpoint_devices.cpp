@@ -16,13 +16,14 @@
 #include "core/ops.h"
 #include "nn/nn.h"
 #include "optim/optim.h"
+#include "temp_path.h"
 
 using namespace ember;
 
 namespace {
 
 std::string temp_path(const std::string& name) {
-  return (std::filesystem::temp_directory_path() / ("ember_test_" + name)).string();
+  return testing::temp_path("ember_test_", name);
 }
 
 std::shared_ptr<nn::Sequential> make_model(Device device) {

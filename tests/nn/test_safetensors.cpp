@@ -21,13 +21,14 @@
 #include "nn/json.h"
 #include "nn/nn.h"
 #include "nn/safetensors.h"
+#include "temp_path.h"
 
 using namespace ember;
 
 namespace {
 
 std::string temp_path(const std::string& name) {
-  return (std::filesystem::temp_directory_path() / ("ember_test_st_" + name)).string();
+  return testing::temp_path("ember_test_st_", name);
 }
 
 std::vector<unsigned char> read_bytes(const std::string& path) {

@@ -1,0 +1,748 @@
+// The kernel families: each family's argument struct (raw pointers, layouts,
+// sizes: no Tensor), its line in EMBER_KERNEL_FAMILIES (name, result, argument
+// struct, kind) and KernelFamilies, one function pointer per family. The ground
+// floor because every device's kernels register into it from their own files: the
+// CUDA kernel files of cuda/kernels/ (cuda/kernels/registration.h), the CPU loops of
+// core/kernels/, and the meta device. Ops reach it through core/kernel_table.h.
+//
+// A family's kind (FamilyKind, the last column of EMBER_KERNEL_FAMILIES) says what
+// a device that does not register it answers, and what the meta device does:
+//   compute    does the work; unregistered, it throws naming the family and the
+//              device; on meta it computes nothing.
+//   query      answers a size (a workspace) from sizes and dtypes alone (no device
+//              call: the meta device asks it of the mirrored device's table on a
+//              machine without a GPU too); unregistered, it throws; on meta it
+//              answers as the mirrored device.
+//   predicate  `*_fused_supported`: whether the device's fused kernel takes
+//              these sizes and dtype; unregistered, it answers false ("compose");
+//              on meta it answers as the mirrored device.
+//   decision   a fused kernel whose choice needs its operands' addresses (Linear's
+//              backward products): it returns false, having done nothing, where
+//              the op composes; registered where its fused op can run (meta: by
+//              hand, as CUDA would decide).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "core/base/device.h"
+#include "core/base/dtype.h"
+#include "core/base/elementwise_ops.h"
+#include "core/base/layout.h"
+#include "core/base/multi_tensor.h"
+#include "core/base/optim_math.h"
+#include "core/base/reduction.h"
+
+namespace ember::kernels {
+// ------------------------------------------------------------------ element-wise
+
+// y = unary_forward(op, x, a) over n elements; x is of dtype, y of out_dtype:
+// dtype, or Bool for the comparisons (gives_bool). int64 inputs of the ops that
+// keep integers and of the comparisons are computed in int64 (computes_in_int64:
+// exact, wrapping), of any other op in double.
+struct UnaryArgs {
+  Device device;
+  UnaryOp op;
+  DType dtype;
+  const void* x;
+  StridedLayout xl;
+  void* y;
+  StridedLayout yl;
+  int64_t n;
+  double a;
+  DType out_dtype;
+};
+
+struct UnaryBackwardArgs {  // out = unary_backward(op, g, s, a)
+  Device device;
+  UnaryOp op;
+  DType dtype;
+  const void* g;
+  StridedLayout gl;
+  const void* s;
+  StridedLayout sl;
+  void* out;
+  StridedLayout ol;
+  int64_t n;
+  double a;
+};
+
+// out = binary_forward(op, x, y, a); x and y of dtype, out of out_dtype (dtype,
+// or Bool for the comparisons).
+struct BinaryArgs {
+  Device device;
+  BinaryOp op;
+  DType dtype;
+  const void* x;
+  StridedLayout xl;
+  const void* y;
+  StridedLayout yl;
+  void* out;
+  StridedLayout ol;
+  int64_t n;
+  double a;
+  DType out_dtype;
+};
+
+// out = cond ? a : b; cond bool, a, b and out of dtype, layouts over out's shape.
+struct WhereArgs {
+  Device device;
+  DType dtype;
+  const void* cond;
+  StridedLayout cl;
+  const void* a;
+  StridedLayout al;
+  const void* b;
+  StridedLayout bl;
+  void* out;
+  StridedLayout ol;
+  int64_t n;
+};
+
+struct BinaryBackwardArgs {  // out = binary_backward(op, side, g, x, y, a)
+  Device device;
+  BinaryOp op;
+  int side;
+  DType dtype;
+  const void* g;
+  StridedLayout gl;
+  const void* x;
+  StridedLayout xl;
+  const void* y;
+  StridedLayout yl;
+  void* out;
+  StridedLayout ol;
+  int64_t n;
+  double a;
+};
+
+struct CastArgs {  // y = (to) x, any two dtypes, strided
+  Device device;
+  DType from;
+  const void* x;
+  StridedLayout xl;
+  DType to;
+  void* y;
+  StridedLayout yl;
+  int64_t n;
+};
+
+struct FillArgs {
+  Device device;
+  DType dtype;
+  void* y;
+  StridedLayout yl;
+  int64_t n;
+  double value;
+};
+
+// y[i] = lo + (hi - lo) U(seed, offset + i), or mean + std N(seed, offset + i)
+// (core/base/random.h), or with `integer` lo + floor((hi - lo) U(seed, offset + i))
+// (randint: an integer in [lo, hi)); y contiguous.
+struct RandomArgs {
+  Device device;
+  DType dtype;
+  void* y;
+  int64_t n;
+  uint64_t seed;
+  uint64_t offset;
+  bool normal;
+  double p0, p1;  // lo, hi or mean, std
+  bool integer = false;
+};
+
+// out (n) = a random permutation of 0..n-1: i ordered by random_bits(seed,
+// offset + i), ties by i, so every device gives the same permutation.
+struct RandpermArgs {
+  Device device;
+  int64_t* out;
+  int64_t n;
+  uint64_t seed;
+  uint64_t offset;
+  void* workspace;  // randperm_workspace_bytes of it
+};
+
+// Copies n contiguous bytes between two devices (either may be the host); the
+// copy has finished when the call returns if the destination is the host. The
+// table of the device that is not the host does the work.
+struct CopyBytesArgs {
+  Device device;  // whose table runs it
+  void* dst;
+  Device dst_device;
+  const void* src;
+  Device src_device;
+  size_t n;
+};
+
+// ------------------------------------------------------------------ reductions
+
+// x contiguous, seen as (outer, n, inner); the reduction runs over n (n >= 1).
+struct SumArgs {  // y (outer, inner) = sum_k x[o, k, i], divided by n when mean
+  Device device;
+  DType dtype;
+  const void* x;
+  void* y;
+  int64_t outer, n, inner;
+  bool mean;
+  void* workspace;  // sum_workspace_bytes of it, from the device's allocator
+};
+struct MaxArgs {  // values (may be null), indices = max (min) and its first index over n
+  Device device;
+  DType dtype;
+  const void* x;
+  void* values;
+  int64_t* indices;
+  int64_t outer, n, inner;
+  void* workspace;   // max_workspace_bytes of it
+  bool min = false;  // the minimum instead (NaN still wins)
+};
+struct MaxBackwardArgs {  // d_inp[o, k, i] = k == indices[o, i] ? d_out[o, i] : 0
+  Device device;
+  DType dtype;
+  const void* d_out;
+  const int64_t* indices;
+  void* d_inp;
+  int64_t outer, n, inner;
+};
+struct ReduceShape {
+  Device device;
+  DType dtype;
+  int64_t outer, n, inner;
+};
+
+// ------------------------------------------------------------------ scans and sorting
+
+// y (outer, n, inner) = the running sum of x over n (from the end when `reverse`:
+// y[k] = sum_{j >= k} x[j]), accumulated in double; x and y contiguous, n >= 1.
+struct CumsumArgs {
+  Device device;
+  DType dtype;
+  const void* x;
+  void* y;
+  int64_t outer, n, inner;
+  bool reverse;
+};
+// indices (rows, n) = for each row of x (rows, n), contiguous, the positions 0..n-1
+// in ascending (descending) order of value, stable (equal values keep their order;
+// -0.0 equals 0.0), every NaN the largest value, as torch.sort(stable=True).
+struct SortArgs {
+  Device device;
+  DType dtype;
+  const void* x;
+  int64_t* indices;
+  int64_t rows, n;
+  bool descending;
+  void* workspace;  // sort_workspace_bytes of it
+};
+struct SortQuery {
+  Device device;
+  DType dtype;
+  int64_t rows, n;
+};
+
+// ------------------------------------------------------------------ softmax
+
+// y (outer, n, inner) = softmax (log_softmax when `log`) of x over n, computed in
+// float (double for float64) with the row maximum subtracted; all contiguous.
+struct SoftmaxArgs {
+  Device device;
+  DType dtype;
+  const void* x;
+  void* y;
+  int64_t outer, n, inner;
+  bool log;
+};
+// d_x from the forward's output y and d_y: y (d_y - sum(d_y y)) for softmax,
+// d_y - exp(y) sum(d_y) for log_softmax; sums over n.
+struct SoftmaxBackwardArgs {
+  Device device;
+  DType dtype;
+  const void* y;
+  const void* d_y;
+  void* d_x;
+  int64_t outer, n, inner;
+  bool log;
+};
+
+// ------------------------------------------------------------------ indexing
+//
+// An index out of range cannot throw where a CUDA kernel meets it: the kernel
+// writes zeros for that element, records the first bad index with `op` (the name
+// of the op the user called) in the device's error record, and ember raises it
+// as an ember::Error at the device's next synchronisation with the host
+// (cuda/device_error.h). CPU kernels throw at once. No host sync per call.
+
+// out (outer, k, inner) = x (outer, n, inner) at rows index[j] (0 <= index < n);
+// all contiguous.
+struct IndexSelectArgs {
+  Device device;
+  DType dtype;
+  const char* op;
+  const void* x;
+  const int64_t* index;
+  void* out;
+  int64_t outer, n, k, inner;
+};
+// dst (outer, n, inner) += src (outer, k, inner) at rows index[j], summed in
+// order of j for every row (deterministic, no atomics); rows whose index is out
+// of range are skipped (index_select recorded them). All contiguous.
+struct IndexAddArgs {
+  Device device;
+  DType dtype;
+  const void* src;
+  const int64_t* index;
+  void* dst;
+  int64_t outer, n, k, inner;
+  void* workspace;  // index_add_workspace_bytes of it
+};
+// gather: out[p] = x[p with coordinate `dim` replaced by index[p]], for every
+// multi-index p of index's shape `sizes` (index.size(d) <= x.size(d) for d != dim);
+// x (x_sizes), index and out contiguous, ndim <= kMaxDims.
+struct GatherArgs {
+  Device device;
+  DType dtype;
+  const char* op;
+  const void* x;
+  const int64_t* index;
+  void* out;
+  int ndim;
+  int dim;
+  int64_t sizes[kMaxDims];
+  int64_t x_sizes[kMaxDims];
+  int64_t n;             // elements of index
+  bool targets = false;  // the indices are class targets (the error says "target")
+};
+// scatter_add, gather's backward: dst (x_sizes) += src (sizes) at the positions
+// gather read, summed in order of p for every destination (deterministic);
+// out-of-range indices are skipped.
+struct ScatterAddArgs {
+  Device device;
+  DType dtype;
+  const void* src;
+  const int64_t* index;
+  void* dst;
+  int ndim;
+  int dim;
+  int64_t sizes[kMaxDims];
+  int64_t x_sizes[kMaxDims];
+  int64_t n;
+  void* workspace;  // scatter_add_workspace_bytes of it
+};
+struct ScatterQuery {  // n entries scattered into `rows` destinations
+  Device device;
+  int64_t n;
+  int64_t rows;
+};
+
+// ------------------------------------------------------------------ matrix products
+
+// One row-major operand: element (r, c) of batch b at
+// data + b * batch_stride + (transposed ? c * ld + r : r * ld + c).
+struct MatrixOperand {
+  const void* data = nullptr;
+  bool transposed = false;
+  int64_t ld = 0;
+  int64_t batch_stride = 0;  // 0: shared by every batch
+};
+struct GemmArgs {  // c_b (m, n) = a_b (m, k) b_b (k, n), c contiguous; m, n, k >= 1
+  Device device;
+  DType dtype;
+  int64_t batch, m, n, k;
+  MatrixOperand a, b;
+  void* c;
+};
+
+// The fused Linear: y (m, n) = act(x (m, k) w (n, k)^T + b), rows K-contiguous
+// (row strides ldx, ldw), y contiguous; pre (when not null) gets x w^T + b.
+struct LinearArgs {
+  Device device;
+  DType dtype;
+  int64_t m, n, k;
+  const void* x;
+  int64_t ldx;
+  const void* w;
+  int64_t ldw;
+  const void* b;  // may be null
+  void* y;
+  void* pre;  // may be null
+  Activation act;
+};
+// d_w (n, k) = d_y^T x and, when d_b is not null, d_b (n) = column sums of d_y in
+// the same pass. Returns false, having done nothing, when it cannot (the op then
+// composes). d_y (m, n) contiguous.
+struct LinearWeightGradArgs {
+  Device device;
+  DType dtype;
+  int64_t m, n, k;
+  const void* x;
+  int64_t ldx;
+  const void* d_y;
+  void* d_w;
+  void* d_b;  // may be null
+};
+// d_x (m, k) = d_y (m, n) w (n, k), Linear's input gradient: rows K-contiguous
+// (row strides ldd, ldw), d_x contiguous. Returns false, having done nothing,
+// when the device leaves it to the op's composition (matmul).
+struct LinearInputGradArgs {
+  Device device;
+  DType dtype;
+  int64_t m, n, k;
+  const void* d_y;
+  int64_t ldd;
+  const void* w;
+  int64_t ldw;
+  void* d_x;
+};
+struct DTypeQuery {
+  Device device;
+  DType dtype;
+};
+
+// ------------------------------------------------------------------ losses
+
+// The fused MSE: loss[0] = loss_scale * sum (pred - target)^2 and, when d_pred is
+// not null, d_pred = grad_scale (pred - target) in the same pass; all contiguous.
+struct MseArgs {
+  Device device;
+  DType dtype;
+  const void* pred;
+  const void* target;
+  void* d_pred;
+  void* loss;
+  int64_t n;
+  double grad_scale, loss_scale;
+  void* workspace;  // mse_workspace_bytes of it
+};
+struct ScaleByScalarArgs {  // d[i] *= g[0], g a one-element tensor of dtype on the device
+  Device device;
+  DType dtype;
+  void* d;
+  const void* g;
+  int64_t n;
+};
+struct SizeQuery {
+  Device device;
+  DType dtype;
+  int64_t n;
+};
+
+// The fused cross-entropy over class-index targets: one pass over each row of
+// logits (rows, classes), contiguous, computing its log-sum-exp, its loss
+//   (1 - ls) (lse - x[t]) + ls (lse - mean_c x[c])   (ls: label_smoothing)
+// and, when d_logits is not null, the gradient of the reduced loss (for an
+// incoming gradient of 1) in the same pass:
+//   scale (softmax(x) - (1 - ls) onehot(t) - ls / classes),
+// scale = 1 / (rows whose target is not ignore_index) for Mean, 1 otherwise.
+// Rows whose target is ignore_index give loss 0 and a zero gradient row. `loss`:
+// one element (Mean, Sum) or (rows) (None), of dtype. A target out of [0,
+// classes) is an error named `op` (as for indices, above; the row counts as
+// ignored).
+struct CrossEntropyArgs {
+  Device device;
+  DType dtype;
+  const char* op;
+  const void* logits;
+  const int64_t* target;
+  void* d_logits;
+  void* loss;
+  int64_t rows, classes;
+  int64_t ignore_index;
+  double label_smoothing;
+  Reduction reduction;
+  void* workspace;  // cross_entropy_workspace_bytes of it
+};
+struct CrossEntropyQuery {
+  Device device;
+  DType dtype;
+  int64_t rows, classes;
+};
+
+// The fused layer norm over rows of `cols` elements: y = (x - mean) rstd w + b,
+// rstd = 1 / sqrt(var + eps) (biased variance), keeping mean and rstd (rows, float32)
+// for backward. float32 and bfloat16 (statistics in float32; float64 composes). w, b
+// (cols) may be null. All contiguous.
+struct LayerNormArgs {
+  Device device;
+  DType dtype;
+  const void* x;
+  const void* w;
+  const void* b;
+  void* y;
+  void* mean;
+  void* rstd;
+  int64_t rows, cols;
+  double eps;
+};
+// Its backward from the kept statistics: d_x (may be null), d_w and d_b (cols;
+// null when not wanted), the column sums deterministic.
+struct LayerNormBackwardArgs {
+  Device device;
+  DType dtype;
+  const void* d_y;
+  const void* x;
+  const void* w;
+  const void* mean;
+  const void* rstd;
+  void* d_x;
+  void* d_w;
+  void* d_b;
+  int64_t rows, cols;
+  void* workspace;  // layer_norm_workspace_bytes of it
+};
+struct LayerNormQuery {  // the norms' sizes (layer norm and RMS norm)
+  Device device;
+  DType dtype;
+  int64_t rows, cols;
+};
+
+// The fused RMS norm over rows of `cols` elements: y = x rstd w, rstd = 1 /
+// sqrt(mean(x^2) + eps), keeping rstd (rows, float32) for backward. float32 and
+// bfloat16 (statistics in float32). w (cols) may be null. All contiguous.
+struct RmsNormArgs {
+  Device device;
+  DType dtype;
+  const void* x;
+  const void* w;
+  void* y;
+  void* rstd;
+  int64_t rows, cols;
+  double eps;
+};
+// Its backward from the kept rstd: d_x (may be null) and d_w (cols; null when not
+// wanted), the column sums deterministic.
+struct RmsNormBackwardArgs {
+  Device device;
+  DType dtype;
+  const void* d_y;
+  const void* x;
+  const void* w;
+  const void* rstd;
+  void* d_x;
+  void* d_w;
+  int64_t rows, cols;
+  void* workspace;  // rms_norm_workspace_bytes of it
+};
+
+// The fused batch norm over a contiguous (n, c, m) input (m = H*W; 1 for (N, C)),
+// statistics per channel over its n*m values: y = (x - mean) invstd w + b. Training:
+// mean and invstd = 1 / sqrt(biased var + eps) of the batch are written to `mean`
+// and `invstd` (c, float32) and running_mean/running_var (or null) move by momentum
+// towards the batch mean and the unbiased variance. Eval: mean and invstd are
+// computed from running_mean/running_var (read only) and written all the same.
+// float32 and bfloat16, w, b and the running statistics (c, each may be null) in
+// the input's dtype. All contiguous.
+struct BatchNormArgs {
+  Device device;
+  DType dtype;
+  const void* x;
+  const void* w;
+  const void* b;
+  void* running_mean;
+  void* running_var;
+  void* y;
+  void* mean;
+  void* invstd;
+  int64_t n, c, m;
+  bool training;
+  double momentum, eps;
+  void* workspace;  // batch_norm_workspace_bytes of it (training)
+};
+// Its backward from the forward's mean and invstd: d_x (training: through the batch
+// statistics; eval: d_y w invstd), d_w, d_b (c); each may be null. The per-channel
+// sums are deterministic.
+struct BatchNormBackwardArgs {
+  Device device;
+  DType dtype;
+  const void* d_y;
+  const void* x;
+  const void* w;
+  const void* mean;
+  const void* invstd;
+  void* d_x;
+  void* d_w;
+  void* d_b;
+  int64_t n, c, m;
+  bool training;
+  void* workspace;  // batch_norm_workspace_bytes of it
+};
+struct BatchNormQuery {
+  Device device;
+  DType dtype;
+  int64_t n, c, m;
+};
+
+// ------------------------------------------------------------------ attention
+
+// The fused attention (cuda/kernels/attention.h): O = softmax(scale Q K^T) V over
+// (B, H, T, D) operands, bfloat16, float32 accumulation, keeping lse (B, H, q_len,
+// float32 contiguous) for backward; causal: query i sees keys 0..i (top-left).
+struct AttentionQuery {
+  Device device;
+  DType dtype;
+  int64_t batch, heads, q_len, kv_len, head_dim;
+  bool deterministic;  // the backward's mode (its workspace depends on it)
+};
+// A (B, H, T, D) operand: D contiguous, (b, h, t) strides in elements, multiples of
+// 8, the base 16-byte aligned.
+struct AttentionOperand {
+  const void* data;
+  int64_t stride_b, stride_h, stride_t;
+};
+struct AttentionArgs {
+  Device device;
+  DType dtype;
+  int64_t batch, heads, q_len, kv_len, head_dim;
+  double scale;
+  bool causal;
+  AttentionOperand q, k, v;
+  void* o;    // (B, H, q_len, D) contiguous
+  void* lse;  // (B, H, q_len) float32
+};
+// Its backward from the forward's o and lse: d_q, d_k, d_v contiguous (B, H, T, D);
+// deterministic: dQ in its own pass (no atomics), else added atomically.
+struct AttentionBackwardArgs {
+  Device device;
+  DType dtype;
+  int64_t batch, heads, q_len, kv_len, head_dim;
+  double scale;
+  bool causal;
+  AttentionOperand q, k, v, o, d_o;
+  const void* lse;
+  void* d_q;
+  void* d_k;
+  void* d_v;
+  bool deterministic;
+  void* workspace;  // attention_workspace_bytes of it, 256-byte aligned
+  size_t workspace_bytes;
+};
+
+// ------------------------------------------------------------------ optimizers
+
+struct FusedSgdArgs {
+  Device device;
+  const OptimTensor* tensors;
+  int64_t count;
+  SgdConfig config;
+};
+struct FusedAdamArgs {
+  Device device;
+  const OptimTensor* tensors;
+  int64_t count;
+  AdamConfig config;
+};
+
+// ------------------------------------------------------------------ multi-tensor
+
+// total[0] = the norm_type-norm of every element of every tensor taken together
+// ((sum |x|^p)^(1/p) for finite p > 0; max |x| for p = inf; the count of non-zero
+// elements for p = 0), accumulated in double, NaN propagating. When clip_coef is
+// not null, clip_coef[0] = min(max_norm / (total + 1e-6), 1) by the same call.
+// total and clip_coef are float64 on the device. On CUDA: one launch over all the
+// tensors (per kMultiTensorSpansPerLaunch of them) writing partial sums to the
+// workspace, and one single-block launch that sums them in a fixed order.
+struct MultiTensorNormArgs {
+  Device device;
+  const TensorSpan* tensors;
+  int64_t count;
+  double norm_type;
+  double* total;
+  double max_norm;
+  double* clip_coef;  // may be null
+  void* workspace;    // multi_tensor_norm_workspace_bytes of it
+};
+struct MultiTensorQuery {
+  Device device;
+  const TensorSpan* tensors;
+  int64_t count;
+};
+// tensors[i] *= scale[0] for every i (scale float64 on the device, read there: no
+// host sync), each product formed in double and rounded to the tensor's dtype.
+struct MultiTensorScaleArgs {
+  Device device;
+  const TensorSpan* tensors;
+  int64_t count;
+  const double* scale;
+};
+
+// ------------------------------------------------------------------ the table
+
+// What a family is (see the top of this file): what an unregistered one answers
+// and what the meta device does with it.
+enum class FamilyKind { compute, query, predicate, decision };
+
+// X(name, result, args, kind): every kernel family. Adding one is a line here, its
+// argument struct above, and a registration in the kernel file of each device that
+// has it (none for a predicate a device answers false to, none on meta unless it
+// is a decision).
+#define EMBER_KERNEL_FAMILIES(X)                                        \
+  X(unary, void, UnaryArgs, compute)                                    \
+  X(unary_backward, void, UnaryBackwardArgs, compute)                   \
+  X(binary, void, BinaryArgs, compute)                                  \
+  X(binary_backward, void, BinaryBackwardArgs, compute)                 \
+  X(where, void, WhereArgs, compute)                                    \
+  X(cast, void, CastArgs, compute)                                      \
+  X(fill, void, FillArgs, compute)                                      \
+  X(random, void, RandomArgs, compute)                                  \
+  X(randperm, void, RandpermArgs, compute)                              \
+  X(randperm_workspace_bytes, size_t, ScatterQuery, query)              \
+  X(copy_bytes, void, CopyBytesArgs, compute)                           \
+  X(softmax, void, SoftmaxArgs, compute)                                \
+  X(softmax_backward, void, SoftmaxBackwardArgs, compute)               \
+  X(index_select, void, IndexSelectArgs, compute)                       \
+  X(index_add, void, IndexAddArgs, compute)                             \
+  X(index_add_workspace_bytes, size_t, ScatterQuery, query)             \
+  X(gather, void, GatherArgs, compute)                                  \
+  X(scatter_add, void, ScatterAddArgs, compute)                         \
+  X(scatter_add_workspace_bytes, size_t, ScatterQuery, query)           \
+  X(sum, void, SumArgs, compute)                                        \
+  X(sum_workspace_bytes, size_t, ReduceShape, query)                    \
+  X(max, void, MaxArgs, compute)                                        \
+  X(max_workspace_bytes, size_t, ReduceShape, query)                    \
+  X(max_backward, void, MaxBackwardArgs, compute)                       \
+  X(cumsum, void, CumsumArgs, compute)                                  \
+  X(sort, void, SortArgs, compute)                                      \
+  X(sort_workspace_bytes, size_t, SortQuery, query)                     \
+  X(gemm, void, GemmArgs, compute)                                      \
+  X(linear_fused_supported, bool, DTypeQuery, predicate)                \
+  X(linear_fused, void, LinearArgs, compute)                            \
+  X(linear_weight_grad_fused, bool, LinearWeightGradArgs, decision)     \
+  X(linear_input_grad, bool, LinearInputGradArgs, decision)             \
+  X(linear_bias_grad_fused_supported, bool, DTypeQuery, predicate)      \
+  X(mse_fused_supported, bool, DTypeQuery, predicate)                   \
+  X(mse_fused, void, MseArgs, compute)                                  \
+  X(mse_workspace_bytes, size_t, SizeQuery, query)                      \
+  X(scale_by_device_scalar, void, ScaleByScalarArgs, compute)           \
+  X(cross_entropy_fused_supported, bool, CrossEntropyQuery, predicate)  \
+  X(cross_entropy_fused, void, CrossEntropyArgs, compute)               \
+  X(cross_entropy_workspace_bytes, size_t, CrossEntropyQuery, query)    \
+  X(layer_norm_fused_supported, bool, LayerNormQuery, predicate)        \
+  X(layer_norm_fused, void, LayerNormArgs, compute)                     \
+  X(layer_norm_backward_fused, void, LayerNormBackwardArgs, compute)    \
+  X(layer_norm_workspace_bytes, size_t, LayerNormQuery, query)          \
+  X(rms_norm_fused_supported, bool, LayerNormQuery, predicate)          \
+  X(rms_norm_fused, void, RmsNormArgs, compute)                         \
+  X(rms_norm_backward_fused, void, RmsNormBackwardArgs, compute)        \
+  X(rms_norm_workspace_bytes, size_t, LayerNormQuery, query)            \
+  X(batch_norm_fused_supported, bool, BatchNormQuery, predicate)        \
+  X(batch_norm_fused, void, BatchNormArgs, compute)                     \
+  X(batch_norm_backward_fused, void, BatchNormBackwardArgs, compute)    \
+  X(batch_norm_workspace_bytes, size_t, BatchNormQuery, query)          \
+  X(attention_fused_supported, bool, AttentionQuery, predicate)         \
+  X(attention_fused, void, AttentionArgs, compute)                      \
+  X(attention_backward_fused, void, AttentionBackwardArgs, compute)     \
+  X(attention_workspace_bytes, size_t, AttentionQuery, query)           \
+  X(fused_sgd, void, FusedSgdArgs, compute)                             \
+  X(fused_adam, void, FusedAdamArgs, compute)                           \
+  X(multi_tensor_norm, void, MultiTensorNormArgs, compute)              \
+  X(multi_tensor_norm_workspace_bytes, size_t, MultiTensorQuery, query) \
+  X(multi_tensor_scale, void, MultiTensorScaleArgs, compute)
+
+// One function pointer per family, null until a device registers it (the registry
+// fills what a device left out by the family's kind: core/kernels/registry.cpp).
+struct KernelFamilies {
+#define EMBER_KERNEL_FIELD(name, R, Args, kind) R (*name)(const Args&) = nullptr;
+  EMBER_KERNEL_FAMILIES(EMBER_KERNEL_FIELD)
+#undef EMBER_KERNEL_FIELD
+};
+
+}  // namespace ember::kernels
