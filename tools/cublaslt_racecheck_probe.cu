@@ -22,6 +22,12 @@
 //             made), on zeroed buffers of the sizes they need
 //   --names   record every kernel launch with CUPTI and print, per case, the
 //             kernels it launched (run it natively: not under compute-sanitizer)
+//   --uninit-output  for initcheck: each product's output buffer is allocated and not
+//             zeroed, and after the call a kernel of this probe reads all of it in
+//             16-byte loads. initcheck reporting that read means the tool did not see
+//             cuBLAS(Lt)'s writes to the buffer (the values are right: ember's tests
+//             compare them), which is how a read of a cuBLASLt output in an ember
+//             kernel gets reported as uninitialized.
 // Exit status 0 when every call returned success; 1 otherwise.
 #include <cublasLt.h>
 #include <cublas_v2.h>
@@ -58,6 +64,45 @@ namespace {
   } while (0)
 
 constexpr size_t kWorkspace = size_t{32} << 20;  // ember's (cuda/blas.cpp) and cuBLAS's default
+
+bool g_uninit_output = false;  // --uninit-output
+
+// Reads every byte of [p, p + bytes) (16-byte loads over the aligned body, bytes at
+// the ends) and keeps a sum, so that the loads are not dropped.
+__global__ void read_all_kernel(const unsigned char* p, size_t bytes, unsigned long long* sink) {
+  const size_t head = (16 - reinterpret_cast<uintptr_t>(p) % 16) % 16;
+  const size_t body = bytes > head ? (bytes - head) / 16 : 0;
+  const uint4* v = reinterpret_cast<const uint4*>(p + head);
+  unsigned long long acc = 0;
+  const size_t stride = size_t(gridDim.x) * blockDim.x;
+  const size_t tid = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  for (size_t i = tid; i < body; i += stride) {
+    const uint4 x = v[i];
+    acc += x.x ^ x.y ^ x.z ^ x.w;
+  }
+  for (size_t i = tid; i < bytes; i += stride)
+    if (i < head || i >= head + body * 16) acc += p[i];
+  if (acc == 0x5eedULL) atomicAdd(sink, acc);  // almost never taken; keeps the loads live
+}
+
+void read_all(const void* p, size_t bytes) {
+  static unsigned long long* sink = nullptr;
+  if (sink == nullptr) {
+    CK_CUDA(cudaMalloc(&sink, sizeof *sink));
+    CK_CUDA(cudaMemset(sink, 0, sizeof *sink));
+  }
+  read_all_kernel<<<264, 256>>>(static_cast<const unsigned char*>(p), bytes, sink);
+  CK_CUDA(cudaGetLastError());
+  CK_CUDA(cudaDeviceSynchronize());
+}
+
+// An output buffer: zeroed, or under --uninit-output left as cudaMalloc gives it.
+void* device_output(size_t bytes) {
+  void* p = nullptr;
+  CK_CUDA(cudaMalloc(&p, bytes < 16 ? 16 : bytes));
+  if (!g_uninit_output) CK_CUDA(cudaMemset(p, 0, bytes < 16 ? 16 : bytes));
+  return p;
+}
 
 // ---- kernel names, recorded with CUPTI's launch callbacks (--names only)
 std::vector<std::string> g_launched;
@@ -213,8 +258,8 @@ std::string lt_matmul(Lt& lt, DT dt, cublasOperation_t op_a, cublasOperation_t o
 struct Buf {
   void* base = nullptr;
   char* at = nullptr;
-  Buf(size_t bytes, long long offset) {
-    base = device_zeros(bytes + 256);
+  Buf(size_t bytes, long long offset, bool output = false) {
+    base = output ? device_output(bytes + 256) : device_zeros(bytes + 256);
     at = static_cast<char*>(base) + offset;
   }
   ~Buf() { cudaFree(base); }
@@ -239,7 +284,8 @@ void replay_gemm(Lt& lt, std::istringstream& in, const std::string& line) {
   const long long a_cols = op_a == CUBLAS_OP_N ? k : m, b_cols = op_b == CUBLAS_OP_N ? n : k;
   Buf a(es * size_t(lda * a_cols + stride_a * (batch - 1)), off_a);
   Buf b(es * size_t(ldb * b_cols + stride_b * (batch - 1)), off_b);
-  Buf c(es * size_t(ldc * n + stride_c * (batch - 1)), off_c);
+  const size_t c_bytes = es * size_t(ldc * n + stride_c * (batch - 1));
+  Buf c(c_bytes, off_c, true);
   CK_BLAS(cublasSetMathMode(lt.blas,
                             math == "tf32" ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
   const int M = int(m), N = int(n), K = int(k), A = int(lda), B = int(ldb), C = int(ldc);
@@ -276,6 +322,10 @@ void replay_gemm(Lt& lt, std::istringstream& in, const std::string& line) {
   } else {
     die("--replay", ("unknown dtype in: " + line).c_str());
   }
+  // The rows of C the product wrote: ldc * (n - 1) + m elements per batch entry.
+  if (g_uninit_output)
+    for (long long i = 0; i < batch; ++i)
+      read_all(c.at + es * size_t(stride_c * i), es * size_t(ldc * (n - 1) + m));
 }
 
 // One traced cublasLtMatmul (cuda/blas.cpp's lt_run()), re-issued as it was: the
@@ -295,15 +345,18 @@ bool replay_lt(Lt& lt, std::istringstream& in, const std::string& line) {
   const size_t es = d == DT::bf16 ? 2 : 4;
   Buf a(es * size_t(lda * a_cols), off_a);
   Buf b(es * size_t(ldb * b_cols), off_b);
-  Buf out(es * size_t(ldd * cols), off_d);
+  Buf out(es * size_t(ldd * cols), off_d, true);
   // The bias (in, or the bias gradient out) runs along D's rows or columns: room
   // for either, in float32.
   Buf bias(4 * size_t(rows > cols ? rows : cols), off_bias);
   Buf aux(4 * size_t(aux_ld > 0 ? aux_ld * cols : 1), off_aux);
-  return !lt_matmul(lt, d, op_of(sa), op_of(sb), rows, cols, a.at, a_rows, a_cols, lda, b.at,
-                    b_rows, b_cols, ldb, out.at, ldd, static_cast<cublasLtEpilogue_t>(epi),
-                    has_bias ? bias.at : nullptr, aux_ld > 0 ? aux.at : nullptr, aux_ld)
-              .empty();
+  const bool ran = !lt_matmul(lt, d, op_of(sa), op_of(sb), rows, cols, a.at, a_rows, a_cols, lda,
+                             b.at, b_rows, b_cols, ldb, out.at, ldd,
+                             static_cast<cublasLtEpilogue_t>(epi), has_bias ? bias.at : nullptr,
+                             aux_ld > 0 ? aux.at : nullptr, aux_ld)
+                       .empty();
+  if (ran && g_uninit_output) read_all(out.at, es * size_t(ldd * (cols - 1) + rows));
+  return ran;
 }
 
 int replay(Lt& lt, const std::string& path, bool names) {
@@ -352,6 +405,8 @@ int main(int argc, char** argv) {
     const std::string a = argv[i];
     if (a == "--names") {
       names = true;
+    } else if (a == "--uninit-output") {
+      g_uninit_output = true;
     } else if (a == "--replay" && i + 1 < argc) {
       replay_file = argv[++i];
     } else if (a == "--all-epilogues") {
@@ -369,9 +424,9 @@ int main(int argc, char** argv) {
       }
     } else {
       std::fprintf(stderr,
-                   "usage: %s [--names] [--all-epilogues] [--dtype fp32|tf32|bf16] "
+                   "usage: %s [--names] [--uninit-output] [--all-epilogues] [--dtype fp32|tf32|bf16] "
                    "[--product forward|dgrad|wgrad] [m n k]...\n"
-                   "       %s [--names] --replay FILE\n",
+                   "       %s [--names] [--uninit-output] --replay FILE\n",
                    argv[0], argv[0]);
       return 2;
     }
@@ -412,11 +467,11 @@ int main(int argc, char** argv) {
       buf.x = device_zeros(es * s.m * s.ldx);
       buf.w = device_zeros(es * s.n * s.k);
       buf.b = device_zeros(es * s.n);
-      buf.y = device_zeros(es * s.m * s.n);
+      buf.y = device_output(es * s.m * s.n);
       buf.aux = device_zeros(es * s.m * s.n);
       buf.dy = device_zeros(es * s.m * s.n);
-      buf.dx = device_zeros(es * s.m * s.k);
-      buf.dw = device_zeros(es * s.n * s.k);
+      buf.dx = device_output(es * s.m * s.k);
+      buf.dw = device_output(es * s.n * s.k);
       buf.db = device_zeros(es * s.n);
       CK_CUDA(cudaDeviceSynchronize());
       auto report = [&](const char* what, const std::string& algo) {
@@ -444,9 +499,12 @@ int main(int argc, char** argv) {
         }
         for (auto [what, epi] : epis) {
           const bool aux = epi == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
-          report(what, lt_matmul(lt, dt, CUBLAS_OP_T, CUBLAS_OP_N, s.n, s.m, buf.w, s.k, s.n, s.k,
-                                 buf.x, s.k, s.m, s.ldx, buf.y, s.n, epi, buf.b,
-                                 aux ? buf.aux : nullptr, aux ? s.n : 0));
+          const std::string algo =
+              lt_matmul(lt, dt, CUBLAS_OP_T, CUBLAS_OP_N, s.n, s.m, buf.w, s.k, s.n, s.k, buf.x,
+                        s.k, s.m, s.ldx, buf.y, s.n, epi, buf.b, aux ? buf.aux : nullptr,
+                        aux ? s.n : 0);
+          report(what, algo);
+          if (g_uninit_output && !algo.empty()) read_all(buf.y, es * s.m * s.n);
         }
       }
       if (only_product.empty() || only_product == "dgrad") {
@@ -465,11 +523,14 @@ int main(int argc, char** argv) {
                               static_cast<const float*>(buf.dy), int(s.n), &zero,
                               static_cast<float*>(buf.dx), int(s.k)));
         report("dgrad (cuBLAS gemm)", "cuBLAS picks its own algorithm");
+        if (g_uninit_output) read_all(buf.dx, es * s.m * s.k);
       }
       if (only_product.empty() || only_product == "wgrad") {
-        report("wgrad+BGRADB",
-               lt_matmul(lt, dt, CUBLAS_OP_N, CUBLAS_OP_T, s.k, s.n, buf.x, s.k, s.m, s.ldx, buf.dy,
-                         s.n, s.m, s.n, buf.dw, s.k, CUBLASLT_EPILOGUE_BGRADB, buf.db, nullptr, 0));
+        const std::string algo =
+            lt_matmul(lt, dt, CUBLAS_OP_N, CUBLAS_OP_T, s.k, s.n, buf.x, s.k, s.m, s.ldx, buf.dy,
+                      s.n, s.m, s.n, buf.dw, s.k, CUBLASLT_EPILOGUE_BGRADB, buf.db, nullptr, 0);
+        report("wgrad+BGRADB", algo);
+        if (g_uninit_output && !algo.empty()) read_all(buf.dw, es * s.n * s.k);
       }
       for (void* p : {buf.x, buf.w, buf.b, buf.y, buf.aux, buf.dy, buf.dx, buf.dw, buf.db})
         CK_CUDA(cudaFree(p));
