@@ -350,11 +350,11 @@ bool replay_lt(Lt& lt, std::istringstream& in, const std::string& line) {
   // for either, in float32.
   Buf bias(4 * size_t(rows > cols ? rows : cols), off_bias);
   Buf aux(4 * size_t(aux_ld > 0 ? aux_ld * cols : 1), off_aux);
-  const bool ran = !lt_matmul(lt, d, op_of(sa), op_of(sb), rows, cols, a.at, a_rows, a_cols, lda,
-                             b.at, b_rows, b_cols, ldb, out.at, ldd,
-                             static_cast<cublasLtEpilogue_t>(epi), has_bias ? bias.at : nullptr,
-                             aux_ld > 0 ? aux.at : nullptr, aux_ld)
-                       .empty();
+  const bool ran =
+      !lt_matmul(lt, d, op_of(sa), op_of(sb), rows, cols, a.at, a_rows, a_cols, lda, b.at, b_rows,
+                 b_cols, ldb, out.at, ldd, static_cast<cublasLtEpilogue_t>(epi),
+                 has_bias ? bias.at : nullptr, aux_ld > 0 ? aux.at : nullptr, aux_ld)
+           .empty();
   if (ran && g_uninit_output) read_all(out.at, es * size_t(ldd * (cols - 1) + rows));
   return ran;
 }
@@ -423,11 +423,12 @@ int main(int argc, char** argv) {
         triple.clear();
       }
     } else {
-      std::fprintf(stderr,
-                   "usage: %s [--names] [--uninit-output] [--all-epilogues] [--dtype fp32|tf32|bf16] "
-                   "[--product forward|dgrad|wgrad] [m n k]...\n"
-                   "       %s [--names] [--uninit-output] --replay FILE\n",
-                   argv[0], argv[0]);
+      std::fprintf(
+          stderr,
+          "usage: %s [--names] [--uninit-output] [--all-epilogues] [--dtype fp32|tf32|bf16] "
+          "[--product forward|dgrad|wgrad] [m n k]...\n"
+          "       %s [--names] [--uninit-output] --replay FILE\n",
+          argv[0], argv[0]);
       return 2;
     }
   }
@@ -499,10 +500,9 @@ int main(int argc, char** argv) {
         }
         for (auto [what, epi] : epis) {
           const bool aux = epi == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
-          const std::string algo =
-              lt_matmul(lt, dt, CUBLAS_OP_T, CUBLAS_OP_N, s.n, s.m, buf.w, s.k, s.n, s.k, buf.x,
-                        s.k, s.m, s.ldx, buf.y, s.n, epi, buf.b, aux ? buf.aux : nullptr,
-                        aux ? s.n : 0);
+          const std::string algo = lt_matmul(lt, dt, CUBLAS_OP_T, CUBLAS_OP_N, s.n, s.m, buf.w, s.k,
+                                             s.n, s.k, buf.x, s.k, s.m, s.ldx, buf.y, s.n, epi,
+                                             buf.b, aux ? buf.aux : nullptr, aux ? s.n : 0);
           report(what, algo);
           if (g_uninit_output && !algo.empty()) read_all(buf.y, es * s.m * s.n);
         }
