@@ -177,9 +177,12 @@ struct Run {
   std::string node;
 };
 Run run(const Case& k, const Inputs& in, Device device, DType dtype, bool view = false) {
+  // A copy always: to() returns the tensor itself when it is already on `device` in
+  // `dtype` (the CPU float64 run), and batch_norm updates the running statistics in
+  // place, which would hand the next run updated statistics.
   auto on = [&](const Tensor& t, bool grad) {
     if (!t.defined()) return Tensor();
-    Tensor d = t.to(device, dtype).detach();
+    Tensor d = t.to(device, dtype).detach().clone();
     return grad ? d.set_requires_grad(true) : d;
   };
   Run r;
