@@ -113,16 +113,15 @@ class BlasTrace {
 };
 
 // EMBER_SANITIZE_MARK_BLAS_OUTPUTS=1: after each cuBLAS / cuBLASLt call, the bytes
-// it wrote (D, and the bias gradient or GELU input of an epilogue that writes one)
-// are marked initialized for compute-sanitizer's initcheck (NVTX's
-// nvtxMemCudaMarkInitialized; the tool needs --nvtx yes). On the H200 with cuBLAS
-// 13.0, initcheck does not see the stores of cuBLASLt's sm90 TF32 and bf16 GEMM
-// kernels: tools/cublaslt_racecheck_probe.cu --uninit-output, which calls cuBLASLt
-// alone, gets its own read of the product reported as uninitialized, and so did an
-// ember kernel reading a Linear's output. tools/gpu_sanitize.sh sets this only for
-// its initcheck runs, and only after that probe has shown the tool blind there. Any
-// byte cuBLAS is not asked to write stays unmarked. Off (the default): one load
-// per call.
+// it was asked to write (D, and the bias gradient or GELU input of an epilogue that
+// writes one) are marked initialized for compute-sanitizer's initcheck (NVTX's
+// nvtxMemCudaMarkInitialized; the tool needs --nvtx yes). Why: on the H200 with
+// cuBLAS 13.0, initcheck does not see the stores of cuBLASLt's sm90 TF32 and bf16
+// GEMM kernels (tools/cublaslt_racecheck_probe.cu --uninit-output, cuBLASLt alone,
+// gets its own read of the product reported), so an ember kernel reading a Linear's
+// output is reported too. Status: in its one run (a4d30a1, ember-predict mlp_tf32
+// under initcheck --nvtx yes) the reports stayed; tools/gpu_sanitize.sh does not set
+// it. Off (the default): one load per call.
 class BlasOutputMarks {
  public:
   static BlasOutputMarks& get() {

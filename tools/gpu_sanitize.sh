@@ -171,17 +171,17 @@ mkdir -p "$trace_dir"
 
 # ---------------------------------------------------------------- initcheck and cuBLASLt
 # initcheck does not see the stores of some cuBLASLt kernels (on the H200 with cuBLAS
-# 13.0, 2026-12-03: sm90_xmma_gemm_f32f32_tf32f32_* in TF32 and the bf16 kernels), so
-# an ember kernel that reads a Linear's output was reported reading uninitialized
-# memory (mse_partial_kernel after the TF32 MLP's last layer, cast_kernel after the
-# bf16 one). The evidence, checked here before the runs: the probe calls cuBLASLt
-# alone (no ember) on an output left as cudaMalloc gave it, then reads it with a
-# kernel of its own; when initcheck reports that read, cuBLAS(Lt)'s outputs are
-# marked initialized (EMBER_SANITIZE_MARK_BLAS_OUTPUTS=1, cuda/blas.cpp, through NVTX)
-# in the initcheck runs, and the table says so. Only the bytes cuBLAS was asked to
-# write are marked: every other read of uninitialized memory still fails.
-mark_blas=no
-mark_note=""
+# 13.0, 2026-12-03: sm90_xmma_gemm_f32f32_tf32f32_* in TF32, and bf16), so an ember
+# kernel that reads a Linear's output is reported reading uninitialized memory
+# (mse_partial_kernel after the TF32 MLP's last layer, cast_kernel after the bf16
+# one, in core's "predict/cuda: the MLP benchmark ..."). The evidence, gathered here
+# before the runs: the probe calls cuBLASLt alone (no ember) on an output left as
+# cudaMalloc gave it, then reads it with a kernel of its own, under initcheck. Nothing
+# is set apart yet: marking cuBLAS's outputs initialized through NVTX
+# (EMBER_SANITIZE_MARK_BLAS_OUTPUTS=1 with --nvtx yes, cuda/blas.cpp) did not remove
+# the reports in its one run (a4d30a1), so those runs still fail, as they should
+# until a set-apart is shown to hide nothing else.
+ic_note=""
 if [[ " $tools " == *" initcheck "* ]]; then
   ic_probe="$logs/initcheck_probe"
   ic_log="$logs/initcheck_probe.log"
@@ -189,16 +189,15 @@ if [[ " $tools " == *" initcheck "* ]]; then
        -o "$ic_probe" -lcublasLt -lcublas >"$ic_log" 2>&1; then
     "$cs" --tool initcheck --print-limit 2 "$ic_probe" --uninit-output --dtype tf32 \
       --product forward 8192 4096 4096 >>"$ic_log" 2>&1
-    if grep -q 'read_all_kernel' "$ic_log" && grep -q 'every call returned success' "$ic_log"; then
-      mark_blas=yes
-      mark_note="initcheck: cuBLAS(Lt) outputs marked initialized (the probe, cuBLASLt alone: $(grep -Eo 'ERROR SUMMARY: [0-9]+ errors?' "$ic_log" | tail -1) in its own read of a TF32 product; log $ic_log)"
+    if grep -q 'read_all_kernel' "$ic_log"; then
+      ic_note="initcheck: the probe (cuBLASLt alone) reads its own TF32 product as uninitialized ($(grep -Eo 'ERROR SUMMARY: [0-9]+ errors?' "$ic_log" | tail -1)): reports after cuBLASLt products may be the tool's (not set apart; log $ic_log)"
     else
-      mark_note="initcheck: the probe saw cuBLASLt's writes (log $ic_log): nothing marked"
+      ic_note="initcheck: the probe (cuBLASLt alone) reads its TF32 product clean (log $ic_log)"
     fi
   else
-    mark_note="initcheck: the probe did not build (log $ic_log): nothing marked"
+    ic_note="initcheck: the probe did not build (log $ic_log)"
   fi
-  echo "gpu-sanitize: $mark_note"
+  echo "gpu-sanitize: $ic_note"
 fi
 
 # ---------------------------------------------------------------- the test binaries
@@ -245,11 +244,7 @@ run_one() {  # bin tool variant doctest-args...
   start=$(date +%s)
   local api=()
   [ "$variant" = api-errors ] && api=(--report-api-errors no)
-  local trace=() nvtx=()
-  if [ "$tool" = initcheck ] && [ "$mark_blas" = yes ]; then
-    trace=(EMBER_SANITIZE_MARK_BLAS_OUTPUTS=1)
-    nvtx=(--nvtx yes)
-  fi
+  local trace=()
   if [ "$tool" = racecheck ]; then
     mkdir -p "$trace_dir/$name.$tool${variant:+.$variant}"
     trace=(EMBER_BLAS_TRACE="$(realpath "$trace_dir/$name.$tool${variant:+.$variant}")")
@@ -280,10 +275,10 @@ run_one() {  # bin tool variant doctest-args...
     [ "$tool" = synccheck ] && visible=(CUDA_VISIBLE_DEVICES=0)
     timeout -k 10 "$run_timeout" env "${visible[@]}" "${trace[@]}" OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 NCCL_NVLS_ENABLE=0 \
       mpirun -np 1 --allow-run-as-root \
-      "$cs" ${tool_args[$tool]} "${nvtx[@]}" "${api[@]}" --error-exitcode 86 "$bin" "$@" >"$log" 2>&1
+      "$cs" ${tool_args[$tool]} "${api[@]}" --error-exitcode 86 "$bin" "$@" >"$log" 2>&1
   else
     timeout -k 10 "$run_timeout" env "${trace[@]}" \
-      "$cs" ${tool_args[$tool]} "${nvtx[@]}" "${api[@]}" --error-exitcode 86 "$bin" "$@" >"$log" 2>&1
+      "$cs" ${tool_args[$tool]} "${api[@]}" --error-exitcode 86 "$bin" "$@" >"$log" 2>&1
   fi
   rc=$?
   echo "$rc $(( $(date +%s) - start ))" >"$log.result"
@@ -468,7 +463,7 @@ echo "gpu-sanitize at commit $commit: suites $suites${user_cases:+, cases $user_
 printf '%-10s %-24s %-11s %-11s %6s  %s\n' tool binary "which cases" errors time "doctest summary, verdict"
 printf '%s\n' "${summary[@]}"
 printf '%s\n' "${planted_lines[@]}"
-[ -n "$mark_note" ] && echo "$mark_note"
+[ -n "$ic_note" ] && echo "$ic_note"
 if [ ${#set_apart[@]} -gt 0 ]; then
   echo "set apart (cuBLASLt's own, reproduced without ember by tools/cublaslt_racecheck_probe.sh):"
   printf '  %s\n' "${set_apart[@]}"
