@@ -50,6 +50,7 @@ for t in "${threads[@]}"; do
     done
   done
 done
+grep -m1 '^# cpu blas' "$log"
 python3 - "$log" <<'PY'
 import re, sys, statistics
 rows = {}

@@ -203,6 +203,8 @@ int main(int argc, char** argv) {
     }
   }
   set_num_threads(threads);
+  // Which BLAS kernels the matrix rows ran on (bench_cpu.sh quotes the first).
+  std::printf("# cpu blas: %s\n", cpu_blas_info().c_str());
   manual_seed(1);
   std::function<void()> f;
   int calls = 20;

@@ -6,12 +6,16 @@
 #include "core/kernels/cpu_linalg.h"
 
 #include <algorithm>
+#include <cctype>
+#include <cstdio>
+#include <string>
 #include <type_traits>
 #include <vector>
 
 #include "core/kernels/cpu_loops.h"
 #include "core/kernels/cpu_parallel.h"
 #include "core/kernels/registration.h"
+#include "core/threads.h"
 
 #if EMBER_HAS_OPENBLAS
 #include <cblas.h>
@@ -149,10 +153,61 @@ void gemm_reference(const GemmArgs& g) {
   });
 }
 
+std::string blas_core() {
+#if EMBER_HAS_OPENBLAS
+  const char* name = openblas_get_corename();
+  return name != nullptr ? name : "";
+#else
+  return "";
+#endif
+}
+
+bool blas_core_is_fallback(std::string_view core, bool cpu_has_avx2_fma) {
+  if (!cpu_has_avx2_fma || core.empty()) return false;
+  std::string lower(core);
+  for (char& ch : lower) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  // OpenBLAS's x86-64 kernel sets without AVX2 and FMA (driver/others/dynamic.c).
+  static const char* const kOld[] = {
+      "katmai", "coppermine",  "northwood", "prescott",  "banias",     "atom",          "core2",
+      "penryn", "dunnington",  "nehalem",   "athlon",    "opteron",    "opteron(sse3)", "barcelona",
+      "nano",   "sandybridge", "bobcat",    "bulldozer", "piledriver", "steamroller"};
+  for (const char* old : kOld)
+    if (lower == old) return true;
+  return false;
+}
+
+namespace {
+
+bool cpu_has_avx2_fma() {
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+#else
+  return false;
+#endif
+}
+
+// Once per process, at the first product: OpenBLAS on one thread (see kTileMnk), and
+// a warning when its kernels are older than the CPU.
+void blas_setup() {
+#if EMBER_HAS_OPENBLAS
+  openblas_set_num_threads(1);
+  const std::string core = blas_core();
+  if (blas_core_is_fallback(core, cpu_has_avx2_fma()))
+    std::fprintf(stderr,
+                 "ember: OpenBLAS picked its %s kernels, older than this CPU (it has AVX2 and "
+                 "FMA): CPU matrix products run several times slower than they could. Start the "
+                 "program with OPENBLAS_CORETYPE=Haswell (or SkylakeX where the CPU has "
+                 "AVX-512) in the environment.\n",
+                 core.c_str());
+#endif
+}
+
+}  // namespace
+
 bool gemm_blas(const GemmArgs& g) {
 #if EMBER_HAS_OPENBLAS
-  static const bool one_thread = (openblas_set_num_threads(1), true);  // see kTileMnk
-  (void)one_thread;
+  static const bool ready = (blas_setup(), true);
+  (void)ready;
   constexpr int64_t kIntMax = 2147483647;  // the CBLAS interface's int
   if (g.m > kIntMax || g.n > kIntMax || g.k > kIntMax || g.a.ld > kIntMax || g.b.ld > kIntMax)
     return false;
@@ -193,6 +248,24 @@ void gemm(const GemmArgs& g) {
 }
 
 }  // namespace
+
+}  // namespace ember::kernels
+
+namespace ember {
+
+std::string cpu_blas_info() {
+#if EMBER_HAS_OPENBLAS
+  const char* config = openblas_get_config();
+  return std::string(config != nullptr ? config : "OpenBLAS") + " (" + kernels::cpu::blas_core() +
+         " kernels)";
+#else
+  return "none: the reference loops";
+#endif
+}
+
+}  // namespace ember
+
+namespace ember::kernels {
 
 void register_cpu_linalg(KernelFamilies& t) {
   t.gemm = &gemm;

@@ -20,9 +20,11 @@
 #include "core/base/elementwise_ops.h"
 #include "core/kernel_table.h"
 #include "core/kernels/cpu_elementwise.h"
+#include "core/kernels/cpu_linalg.h"
 #include "core/kernels/cpu_loops.h"
 #include "core/ops.h"
 #include "core/ops/layouts.h"
+#include "core/threads.h"
 
 using namespace ember;
 using namespace ember::kernels;
@@ -547,4 +549,33 @@ TEST_CASE(
                      xl,
                      80};
   CHECK_FALSE(cpu::where_fast(in_place));
+}
+
+TEST_CASE("cpu/blas: OpenBLAS's kernel set is named, and an old one on a new CPU is flagged") {
+  using kernels::cpu::blas_core_is_fallback;
+  // SSE3-era and AVX-only kernel sets on a CPU with AVX2 and FMA: OpenBLAS did not
+  // know the CPU (the H200 host's OpenBLAS 0.3.21 ran matmul 1024^3 at ~31 GFLOP/s).
+  CHECK(blas_core_is_fallback("Prescott", true));
+  CHECK(blas_core_is_fallback("PRESCOTT", true));
+  CHECK(blas_core_is_fallback("Core2", true));
+  CHECK(blas_core_is_fallback("Sandybridge", true));
+  CHECK(blas_core_is_fallback("Nehalem", true));
+  // Kernel sets that use AVX2 or AVX-512, in DYNAMIC_ARCH and fixed-target spellings.
+  CHECK_FALSE(blas_core_is_fallback("Haswell", true));
+  CHECK_FALSE(blas_core_is_fallback("HASWELL", true));
+  CHECK_FALSE(blas_core_is_fallback("Zen", true));
+  CHECK_FALSE(blas_core_is_fallback("SkylakeX", true));
+  CHECK_FALSE(blas_core_is_fallback("SapphireRapids", true));
+  // A CPU without AVX2/FMA: old kernels are the right ones; no name: no BLAS.
+  CHECK_FALSE(blas_core_is_fallback("Prescott", false));
+  CHECK_FALSE(blas_core_is_fallback("", true));
+  const std::string info = cpu_blas_info();
+  if (info.rfind("OpenBLAS", 0) == 0) {
+    CHECK_FALSE(kernels::cpu::blas_core().empty());
+    CHECK(info.find(kernels::cpu::blas_core() + " kernels") != std::string::npos);
+  } else {
+    CHECK(info == "none: the reference loops");
+    CHECK(kernels::cpu::blas_core().empty());
+  }
+  MESSAGE("cpu blas: ", info);
 }
