@@ -16,9 +16,6 @@
 
 #include <cublasLt.h>
 #include <cublas_v2.h>
-#include <nvtx3/nvToolsExt.h>
-#include <nvtx3/nvToolsExtMem.h>
-#include <nvtx3/nvToolsExtMemCudaRt.h>
 
 #include "cuda/check.h"
 #include "cuda/kernels/elementwise.h"
@@ -112,46 +109,6 @@ class BlasTrace {
   std::set<std::string> seen_;
 };
 
-// EMBER_SANITIZE_MARK_BLAS_OUTPUTS=1: after each cuBLAS / cuBLASLt call, the bytes
-// it was asked to write (D, and the bias gradient or GELU input of an epilogue that
-// writes one) are marked initialized for compute-sanitizer's initcheck (NVTX's
-// nvtxMemCudaMarkInitialized; the tool needs --nvtx yes). Why: on the H200 with
-// cuBLAS 13.0, initcheck does not see the stores of cuBLASLt's sm90 TF32 and bf16
-// GEMM kernels (tools/cublaslt_racecheck_probe.cu --uninit-output, cuBLASLt alone,
-// gets its own read of the product reported), so an ember kernel reading a Linear's
-// output is reported too. Status: in its one run (a4d30a1, ember-predict mlp_tf32
-// under initcheck --nvtx yes) the reports stayed; tools/gpu_sanitize.sh does not set
-// it. Off (the default): one load per call.
-class BlasOutputMarks {
- public:
-  static BlasOutputMarks& get() {
-    static BlasOutputMarks m;
-    return m;
-  }
-  bool on() const { return domain_ != nullptr; }
-  void mark(const void* p, size_t bytes, cudaStream_t stream) const {
-    if (domain_ == nullptr || p == nullptr || bytes == 0) return;
-    nvtxMemVirtualRangeDesc_t range{};
-    range.ptr = p;
-    range.size = bytes;
-    nvtxMemMarkInitializedBatch_t batch{};
-    batch.extCompatID = NVTX_EXT_COMPATID_MEM;
-    batch.structSize = sizeof(batch);
-    batch.regionType = NVTX_MEM_TYPE_VIRTUAL_ADDRESS;
-    batch.regionDescCount = 1;
-    batch.regionDescElementSize = sizeof(range);
-    batch.regionDescElements = &range;
-    nvtxMemCudaMarkInitialized(domain_, stream, 0, &batch);
-  }
-
- private:
-  BlasOutputMarks() {
-    const char* e = std::getenv("EMBER_SANITIZE_MARK_BLAS_OUTPUTS");
-    if (e != nullptr && std::string(e) == "1") domain_ = nvtxDomainCreateA("ember");
-  }
-  nvtxDomainHandle_t domain_ = nullptr;
-};
-
 long long misalign(const void* p) {
   return static_cast<long long>(reinterpret_cast<uintptr_t>(p) % 256);
 }
@@ -214,10 +171,6 @@ void gemm(DType dtype, int64_t batch, int64_t m, int64_t n, int64_t k, const Gem
                   misalign(b.data), misalign(a.data), misalign(c));
     trace.write(line);
   }
-  // C is dense: batch x (m, n), row-major.
-  const size_t c_bytes = static_cast<size_t>(batch * m * n) * (dtype == DType::Float64    ? 8
-                                                               : dtype == DType::BFloat16 ? 2
-                                                                                          : 4);
   switch (dtype) {
     case DType::Float32: {
       const float one = 1.f, zero = 0.f;
@@ -231,7 +184,7 @@ void gemm(DType dtype, int64_t batch, int64_t m, int64_t n, int64_t k, const Gem
         EMBER_CUBLAS_CHECK(cublasSgemmStridedBatched(handle, op_a, op_b, cm, cn, ck, &one, pa, lda,
                                                      stride_a, pb, ldb, stride_b, &zero, pc, ldc,
                                                      stride_c, count));
-      break;
+      return;
     }
     case DType::Float64: {
       const double one = 1.0, zero = 0.0;
@@ -245,7 +198,7 @@ void gemm(DType dtype, int64_t batch, int64_t m, int64_t n, int64_t k, const Gem
         EMBER_CUBLAS_CHECK(cublasDgemmStridedBatched(handle, op_a, op_b, cm, cn, ck, &one, pa, lda,
                                                      stride_a, pb, ldb, stride_b, &zero, pc, ldc,
                                                      stride_c, count));
-      break;
+      return;
     }
     case DType::BFloat16: {
       const float one = 1.f, zero = 0.f;
@@ -258,12 +211,11 @@ void gemm(DType dtype, int64_t batch, int64_t m, int64_t n, int64_t k, const Gem
             handle, op_a, op_b, cm, cn, ck, &one, b.data, CUDA_R_16BF, lda, stride_a, a.data,
             CUDA_R_16BF, ldb, stride_b, &zero, c, CUDA_R_16BF, ldc, stride_c, count,
             CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-      break;
+      return;
     }
     default:
       EMBER_FAIL("matmul: dtype ", dtype, " is not supported on CUDA");
   }
-  BlasOutputMarks::get().mark(c, c_bytes, stream);
 }
 
 // --- cuBLASLt ---------------------------------------------------------------
@@ -448,17 +400,6 @@ bool lt_run(const LtProblem& p, int device, cudaStream_t stream) {
   EMBER_CUBLAS_CHECK(cublasLtMatmul(h.get(), ld.desc, &one, p.a, ld.a, p.b, ld.b, &zero, p.d, ld.d,
                                     p.d, ld.d, &it->second.second.algo, h.workspace(),
                                     kLtWorkspaceBytes, stream));
-  if (const BlasOutputMarks& marks = BlasOutputMarks::get(); marks.on()) {
-    const size_t es = p.dtype == DType::BFloat16 ? 2 : 4;
-    marks.mark(p.d, es * static_cast<size_t>(p.ldd * (p.cols - 1) + p.rows), stream);
-    // The bias gradient: one value per row of D (BGRADA) or per column (BGRADB).
-    if (p.epi == CUBLASLT_EPILOGUE_BGRADA || p.epi == CUBLASLT_EPILOGUE_BGRADB)
-      marks.mark(p.bias,
-                 es * static_cast<size_t>(p.epi == CUBLASLT_EPILOGUE_BGRADA ? p.rows : p.cols),
-                 stream);
-    if (p.aux != nullptr)
-      marks.mark(p.aux, es * static_cast<size_t>(p.aux_ld * (p.cols - 1) + p.rows), stream);
-  }
   return true;
 }
 

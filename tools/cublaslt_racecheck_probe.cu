@@ -96,12 +96,19 @@ void read_all(const void* p, size_t bytes) {
   CK_CUDA(cudaDeviceSynchronize());
 }
 
-// An output buffer: zeroed, or under --uninit-output left as cudaMalloc gives it.
-void* device_output(size_t bytes) {
+// At least 16 bytes of device memory, zeroed unless `zeroed` is false.
+void* device_buffer(size_t bytes, bool zeroed) {
   void* p = nullptr;
   CK_CUDA(cudaMalloc(&p, bytes < 16 ? 16 : bytes));
-  if (!g_uninit_output) CK_CUDA(cudaMemset(p, 0, bytes < 16 ? 16 : bytes));
+  if (zeroed) CK_CUDA(cudaMemset(p, 0, bytes < 16 ? 16 : bytes));
   return p;
+}
+void* device_zeros(size_t bytes) {
+  return device_buffer(bytes, true);
+}
+// An output buffer: zeroed, or under --uninit-output left as cudaMalloc gives it.
+void* device_output(size_t bytes) {
+  return device_buffer(bytes, !g_uninit_output);
 }
 
 // ---- kernel names, recorded with CUPTI's launch callbacks (--names only)
@@ -164,13 +171,6 @@ struct Bufs {
   void *x = nullptr, *w = nullptr, *b = nullptr, *y = nullptr, *aux = nullptr;
   void *dy = nullptr, *dx = nullptr, *dw = nullptr, *db = nullptr;
 };
-
-void* device_zeros(size_t bytes) {
-  void* p = nullptr;
-  CK_CUDA(cudaMalloc(&p, bytes < 16 ? 16 : bytes));
-  CK_CUDA(cudaMemset(p, 0, bytes < 16 ? 16 : bytes));
-  return p;
-}
 
 std::string algo_text(const cublasLtMatmulAlgo_t& algo) {
   auto get = [&](cublasLtMatmulAlgoConfigAttributes_t a) {

@@ -178,8 +178,8 @@ mkdir -p "$trace_dir"
 # before the runs: the probe calls cuBLASLt alone (no ember) on an output left as
 # cudaMalloc gave it, then reads it with a kernel of its own, under initcheck. Nothing
 # is set apart yet: marking cuBLAS's outputs initialized through NVTX
-# (EMBER_SANITIZE_MARK_BLAS_OUTPUTS=1 with --nvtx yes, cuda/blas.cpp) did not remove
-# the reports in its one run (a4d30a1), so those runs still fail, as they should
+# (nvtxMemCudaMarkInitialized after each call, tried at a4d30a1 and removed since) did
+# not remove the reports in its one run, so those runs still fail, as they should
 # until a set-apart is shown to hide nothing else.
 ic_note=""
 if [[ " $tools " == *" initcheck "* ]]; then

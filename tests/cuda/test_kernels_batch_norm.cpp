@@ -99,10 +99,11 @@ Ref reference(const V& x, const V& w, const V& b, const V& g, const V& rm0, cons
         for (int64_t j = 0; j < m; ++j) var += (x[at(i, ch, j)] - mean) * (x[at(i, ch, j)] - mean);
       var /= count;
       if (!rm0.empty()) {
+        const double unbiased = var * count / (count - 1);
         r.rm[ch] = (1 - momentum) * rm0[ch] + momentum * mean;
-        r.rv[ch] = (1 - momentum) * rv0[ch] + momentum * var * count / (count - 1);
+        r.rv[ch] = (1 - momentum) * rv0[ch] + momentum * unbiased;
         const double sm = (1 - momentum) * std::abs(rm0[ch]) + momentum * std::abs(mean);
-        const double sv = (1 - momentum) * std::abs(rv0[ch]) + momentum * var * count / (count - 1);
+        const double sv = (1 - momentum) * std::abs(rv0[ch]) + momentum * unbiased;
         r.rm_scale += sm * sm;
         r.rv_scale += sv * sv;
       }
