@@ -62,6 +62,58 @@ class BlasHandle {
   std::mutex mutex_;
 };
 
+// initcheck does not see the stores of cuBLAS(Lt)'s sm90 tensor-core GEMM kernels
+// (H200, cuBLAS 13.0: the probe tools/cublaslt_racecheck_probe --uninit-output
+// reads a product cuBLASLt wrote, with no ember code, and is reported), so a kernel
+// of ours reading a product is reported reading uninitialized memory. Under
+// EMBER_SANITIZE_PREFILL_BLAS_OUTPUTS=1 (tools/gpu_sanitize.sh sets it for its
+// initcheck runs, and only after the probe showed the blindness) each cuBLAS(Lt)
+// call first writes zeros over exactly the elements it is told to write (D, the
+// GELU input it saves, the bias gradient), by cudaMemset(2D)Async, which initcheck
+// does see. Every output is written with beta = 0, so no call reads what is filled
+// and its result is the same; bytes the call is not told to write stay unfilled, so
+// reading them is still reported. The count goes to stderr at exit, for the table.
+class BlasPrefill {
+ public:
+  static BlasPrefill& get() {
+    static BlasPrefill p;
+    return p;
+  }
+  bool on() const { return on_; }
+  // A column-major (rows, cols) matrix of `elt`-byte elements at leading dimension ld.
+  void fill(void* p, int64_t rows, int64_t cols, int64_t ld, size_t elt, cudaStream_t stream) {
+    if (!on_ || p == nullptr || rows <= 0 || cols <= 0) return;
+    const size_t width = static_cast<size_t>(rows) * elt;
+    if (ld == rows)
+      EMBER_CUDA_CHECK(cudaMemsetAsync(p, 0, width * static_cast<size_t>(cols), stream));
+    else
+      EMBER_CUDA_CHECK(cudaMemset2DAsync(p, static_cast<size_t>(ld) * elt, 0, width,
+                                         static_cast<size_t>(cols), stream));
+    calls_.fetch_add(1, std::memory_order_relaxed);
+    bytes_.fetch_add(width * static_cast<size_t>(cols), std::memory_order_relaxed);
+  }
+  ~BlasPrefill() {
+    if (on_)
+      std::fprintf(stderr,
+                   "ember: EMBER_SANITIZE_PREFILL_BLAS_OUTPUTS: %llu cuBLAS(Lt) outputs "
+                   "(%llu bytes) pre-filled before their calls\n",
+                   static_cast<unsigned long long>(calls_.load()),
+                   static_cast<unsigned long long>(bytes_.load()));
+  }
+
+ private:
+  BlasPrefill() {
+    const char* v = std::getenv("EMBER_SANITIZE_PREFILL_BLAS_OUTPUTS");
+    on_ = v != nullptr && std::string(v) == "1";
+  }
+  bool on_ = false;
+  std::atomic<unsigned long long> calls_{0}, bytes_{0};
+};
+
+size_t dtype_bytes(DType dtype) {
+  return dtype == DType::BFloat16 ? 2 : dtype == DType::Float64 ? 8 : 4;
+}
+
 constexpr int kMaxDevices = 64;
 
 BlasHandle& handle_for(int device) {
@@ -171,6 +223,8 @@ void gemm(DType dtype, int64_t batch, int64_t m, int64_t n, int64_t k, const Gem
                   misalign(b.data), misalign(a.data), misalign(c));
     trace.write(line);
   }
+  // C is contiguous: (batch, m, n) elements.
+  BlasPrefill::get().fill(c, m * n, batch, m * n, dtype_bytes(dtype), stream);
   switch (dtype) {
     case DType::Float32: {
       const float one = 1.f, zero = 0.f;
@@ -395,6 +449,14 @@ bool lt_run(const LtProblem& p, int device, cudaStream_t stream) {
                   misalign(p.b), misalign(p.d), p.bias != nullptr ? misalign(p.bias) : 0LL,
                   p.aux != nullptr ? misalign(p.aux) : 0LL);
     trace.write(line);
+  }
+  if (BlasPrefill& fill = BlasPrefill::get(); fill.on()) {
+    const size_t elt = dtype_bytes(p.dtype);
+    fill.fill(p.d, p.rows, p.cols, p.ldd, elt, stream);
+    if (p.epi == CUBLASLT_EPILOGUE_GELU_AUX || p.epi == CUBLASLT_EPILOGUE_GELU_AUX_BIAS)
+      fill.fill(p.aux, p.rows, p.cols, p.aux_ld, elt, stream);
+    if (p.epi == CUBLASLT_EPILOGUE_BGRADB)  // one bias gradient per column of D
+      fill.fill(const_cast<void*>(p.bias), p.cols, 1, p.cols, elt, stream);
   }
   const float one = 1.f, zero = 0.f;
   EMBER_CUBLAS_CHECK(cublasLtMatmul(h.get(), ld.desc, &one, p.a, ld.a, p.b, ld.b, &zero, p.d, ld.d,

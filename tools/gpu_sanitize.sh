@@ -37,10 +37,16 @@
 #   counted apart by kernel name, and only in kernels that tools/cublaslt_racecheck_
 #   probe.sh, run first, shows racecheck reporting without ember (cuBLASLt called
 #   directly). A hazard in any other kernel fails.
+# - initcheck after cuBLAS(Lt): the tool does not see those kernels' stores; when the
+#   probe shows that without ember, the initcheck runs pre-fill cuBLAS(Lt) outputs
+#   (see "initcheck and cuBLASLt" below); planted checks show the pre-fill hides
+#   nothing else.
 # - NCCL (ember_tests_parallel): see the comments at its invocation.
 # - The planted bugs (tests/sanitize/sanitizer_planted.cu) must FAIL: an
 #   out-of-bounds write under memcheck, a shared-memory race under racecheck ("planted
-#   OOB caught", "planted race caught"); the same kernels without the bugs must be clean.
+#   OOB caught", "planted race caught"), an uninitialized read and a read past a
+#   cuBLASLt output under initcheck with the pre-fill on; the same kernels without the
+#   bugs must be clean.
 # Logs: <build>/gpu-sanitize/<binary>.<tool>[.<variant>].log; the table at the end says
 # what ran, on which commit, how many test cases and what each tool found.
 set -uo pipefail
@@ -170,34 +176,76 @@ rm -rf "$trace_dir"
 mkdir -p "$trace_dir"
 
 # ---------------------------------------------------------------- initcheck and cuBLASLt
-# initcheck does not see the stores of some cuBLASLt kernels (on the H200 with cuBLAS
-# 13.0, 2026-12-03: sm90_xmma_gemm_f32f32_tf32f32_* in TF32, and bf16), so an ember
-# kernel that reads a Linear's output is reported reading uninitialized memory
-# (mse_partial_kernel after the TF32 MLP's last layer, cast_kernel after the bf16
-# one, in core's "predict/cuda: the MLP benchmark ..."). The evidence, gathered here
-# before the runs: the probe calls cuBLASLt alone (no ember) on an output left as
-# cudaMalloc gave it, then reads it with a kernel of its own, under initcheck. Nothing
-# is set apart yet: marking cuBLAS's outputs initialized through NVTX
-# (nvtxMemCudaMarkInitialized after each call, tried at a4d30a1 and removed since) did
-# not remove the reports in its one run, so those runs still fail, as they should
-# until a set-apart is shown to hide nothing else.
+# initcheck does not see the stores of cuBLAS(Lt)'s sm90 tensor-core kernels (on the
+# H200 with cuBLAS 13.0, 2026-12-03: sm90_xmma_gemm_f32f32_tf32f32_* in TF32, and
+# bf16), so an ember kernel that reads a Linear's output is reported reading
+# uninitialized memory (mse_partial_kernel after the TF32 MLP's last layer, cast_kernel
+# after the bf16 one, in core's "predict/cuda: the MLP benchmark ..."). The evidence,
+# gathered here before the runs: the probe calls cuBLASLt alone (no ember) on an output
+# left as cudaMalloc gave it, then reads it with a kernel of its own, under initcheck.
+# Only when it is reported there do the initcheck runs set
+# EMBER_SANITIZE_PREFILL_BLAS_OUTPUTS=1: ember then writes zeros (cudaMemsetAsync,
+# which initcheck sees) over exactly the elements each cuBLAS(Lt) call is told to
+# write, before the call (cuda/blas.cpp; every call has beta = 0, so results do not
+# change). The planted checks below show that the pre-fill hides nothing else: a plain
+# uninitialized read is still reported with it on, and after a cuBLASLt Linear the
+# 64 floats past its output are reported while the output itself is not. (Marking the
+# outputs initialized through NVTX, tried at a4d30a1, did not take in its one run.)
 ic_note=""
+prefill=0
 if [[ " $tools " == *" initcheck "* ]]; then
   ic_probe="$logs/initcheck_probe"
   ic_log="$logs/initcheck_probe.log"
   if nvcc -O2 -std=c++17 -arch=sm_90 -DPROBE_NO_CUPTI tools/cublaslt_racecheck_probe.cu \
        -o "$ic_probe" -lcublasLt -lcublas >"$ic_log" 2>&1; then
-    "$cs" --tool initcheck --print-limit 2 "$ic_probe" --uninit-output --dtype tf32 \
-      --product forward 8192 4096 4096 >>"$ic_log" 2>&1
-    if grep -q 'read_all_kernel' "$ic_log"; then
-      ic_note="initcheck: the probe (cuBLASLt alone) reads its own TF32 product as uninitialized ($(grep -Eo 'ERROR SUMMARY: [0-9]+ errors?' "$ic_log" | tail -1)): reports after cuBLASLt products may be the tool's (not set apart; log $ic_log)"
+    blind=""
+    for dt in tf32 bf16; do
+      "$cs" --tool initcheck --print-limit 2 "$ic_probe" --uninit-output --dtype $dt \
+        --product forward 8192 4096 4096 >"$ic_log.$dt" 2>&1
+      grep -q 'read_all_kernel' "$ic_log.$dt" &&
+        blind+="${blind:+, }$dt ($(grep -Eo 'ERROR SUMMARY: [0-9]+ errors?' "$ic_log.$dt" | tail -1))"
+    done
+    if [ -n "$blind" ]; then
+      prefill=1
+      ic_note="initcheck: the probe (cuBLASLt alone, no ember) reads its own product as uninitialized: $blind; so the initcheck runs pre-fill cuBLAS(Lt) outputs (logs $ic_log.*)"
     else
-      ic_note="initcheck: the probe (cuBLASLt alone) reads its TF32 product clean (log $ic_log)"
+      ic_note="initcheck: the probe (cuBLASLt alone) reads its TF32 and bf16 products clean: no pre-fill (logs $ic_log.*)"
     fi
   else
-    ic_note="initcheck: the probe did not build (log $ic_log)"
+    ic_note="initcheck: the probe did not build, so no pre-fill (log $ic_log)"
   fi
   echo "gpu-sanitize: $ic_note"
+  if [ -x "$planted" ]; then
+    # The planted checks of the pre-fill (run with it on, whatever the probe said).
+    pf=(env EMBER_SANITIZE_PREFILL_BLAS_OUTPUTS=1)
+    "${pf[@]}" "$cs" --tool initcheck --error-exitcode 86 "$planted" uninit \
+      >"$logs/planted.initcheck.log" 2>&1
+    rc=$?
+    if [ $rc -eq 86 ] && grep -q 'at planted_uninit_read' "$logs/planted.initcheck.log"; then
+      planted_lines+=("planted uninitialized read caught (initcheck, pre-fill on: $(grep -Eo 'ERROR SUMMARY: [0-9]+ errors?' "$logs/planted.initcheck.log" | tail -1) in planted_uninit_read)")
+    else
+      planted_lines+=("planted uninitialized read NOT caught by initcheck (exit $rc, log $logs/planted.initcheck.log): FAILED")
+      status=1
+    fi
+    "${pf[@]}" "$cs" --tool initcheck --error-exitcode 86 --print-limit 1000 "$planted" blas-output \
+      >"$logs/planted.initcheck.blas.log" 2>&1
+    rc=$?
+    past=$(grep -c 'at planted_read_past_output' "$logs/planted.initcheck.blas.log")
+    inside=$(grep -c 'at planted_read_output' "$logs/planted.initcheck.blas.log")
+    if [ $rc -eq 86 ] && [ "$past" -gt 0 ] && [ "$inside" -eq 0 ] &&
+       grep -q 'pre-filled before their calls' "$logs/planted.initcheck.blas.log"; then
+      planted_lines+=("planted read past a cuBLASLt output caught (initcheck, pre-fill on: $past reports past the output, none inside it)")
+    else
+      planted_lines+=("planted read past a cuBLASLt output: exit $rc, $past reports past the output, $inside inside it (want >0 and 0; log $logs/planted.initcheck.blas.log): FAILED")
+      status=1
+    fi
+    if "$cs" --tool initcheck --error-exitcode 86 "$planted" clean >"$logs/planted.initcheck.clean.log" 2>&1; then
+      planted_lines+=("planted kernels without their bugs: initcheck clean")
+    else
+      planted_lines+=("planted kernels without their bugs: initcheck NOT clean (log $logs/planted.initcheck.clean.log): FAILED")
+      status=1
+    fi
+  fi
 fi
 
 # ---------------------------------------------------------------- the test binaries
@@ -245,6 +293,7 @@ run_one() {  # bin tool variant doctest-args...
   local api=()
   [ "$variant" = api-errors ] && api=(--report-api-errors no)
   local trace=()
+  [ "$tool" = initcheck ] && [ "$prefill" = 1 ] && trace=(EMBER_SANITIZE_PREFILL_BLAS_OUTPUTS=1)
   if [ "$tool" = racecheck ]; then
     mkdir -p "$trace_dir/$name.$tool${variant:+.$variant}"
     trace=(EMBER_BLAS_TRACE="$(realpath "$trace_dir/$name.$tool${variant:+.$variant}")")
@@ -464,6 +513,12 @@ printf '%-10s %-24s %-11s %-11s %6s  %s\n' tool binary "which cases" errors time
 printf '%s\n' "${summary[@]}"
 printf '%s\n' "${planted_lines[@]}"
 [ -n "$ic_note" ] && echo "$ic_note"
+if [ "$prefill" = 1 ]; then
+  filled=$(cat "$logs"/*.initcheck*.log 2>/dev/null |
+           sed -n 's/.*EMBER_SANITIZE_PREFILL_BLAS_OUTPUTS: \([0-9]*\) cuBLAS(Lt) outputs (\([0-9]*\) bytes).*/\1 \2/p' |
+           awk '{ n += $1; b += $2; r++ } END { printf "%d outputs, %.1f MB, in %d processes", n, b / 1e6, r }')
+  echo "set apart (initcheck cannot see cuBLAS(Lt)'s sm90 stores; the probe above): cuBLAS(Lt) outputs pre-filled with zeros in the initcheck runs: $filled"
+fi
 if [ ${#set_apart[@]} -gt 0 ]; then
   echo "set apart (cuBLASLt's own, reproduced without ember by tools/cublaslt_racecheck_probe.sh):"
   printf '  %s\n' "${set_apart[@]}"
