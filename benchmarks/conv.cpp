@@ -1,9 +1,9 @@
 // bench_conv: the convolution workloads of issue 29 on ember's composed path (im2col
 // through index_select, then matmul; core/ops/conv.cpp): conv 3x3 64->64 on 32x32,
 // batch 128, forward and forward+backward in TF32 and bf16; batch_norm2d
-// 128x64x32x32 forward+backward (the op: its composition by default; with --bn-fused,
-// EMBER_BATCH_NORM_FUSED=1 for the whole run, its fused kernels, cuda/kernels/batch_norm.cu,
-// which stay off by default until they have passed on a GPU);
+// 128x64x32x32 forward+backward (the op: its fused kernels, cuda/kernels/batch_norm.cu,
+// by default and with --bn-fused; with --bn-composed, EMBER_BATCH_NORM_FUSED=0 for the
+// whole run, its composition);
 // a ResNet-8 training step (stem + basic blocks 64/128/256, batch 128, SGD with
 // momentum) in TF32. benchmarks/peer_conv.py times the same in PyTorch (cuDNN,
 // channels_last). Each workload is checked first on the GPU against the same ops in

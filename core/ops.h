@@ -191,9 +191,8 @@ Tensor avg_pool2d(const Tensor& input, Int2 kernel_size, Int2 stride = {0, 0},
 Tensor adaptive_avg_pool2d(const Tensor& input, Int2 output_size);
 
 // --- batch statistics (core/ops/batch_norm.cpp): batch_norm composed from reductions;
-// on CUDA, with EMBER_BATCH_NORM_FUSED=1, fused kernels (float32 and bfloat16,
-// contiguous; cuda/kernels/batch_norm.cu: off by default until they have run on a
-// GPU); group_norm composed.
+// on CUDA fused kernels (float32 and bfloat16, contiguous; cuda/kernels/batch_norm.cu;
+// EMBER_BATCH_NORM_FUSED=0 composes there too); group_norm composed.
 // input (N, C, ...). Training: normalises by the batch's mean and biased variance
 // per channel and, when running_mean/running_var are given, updates them in place
 // (running = (1 - momentum) running + momentum batch, the variance unbiased), as

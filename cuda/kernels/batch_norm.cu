@@ -436,14 +436,13 @@ void launch_batch_norm_backward(DType dtype, const void* d_y, const void* x, con
 namespace {
 namespace entry {
 
-// OFF unless EMBER_BATCH_NORM_FUSED=1 until these kernels have passed their tests
-// (tests/cuda/test_kernels_batch_norm.cpp, run with EMBER_BATCH_NORM_FUSED=1) and
-// gpu-sanitize on the GPU machine: written and simulated on a machine without a
-// GPU (2026-12-03), they have never run. batch_norm composes on CUDA meanwhile.
+// On by default; EMBER_BATCH_NORM_FUSED=0 turns them off (batch_norm then composes
+// on CUDA too, as the tests' second run and bench_conv --bn-composed do). The meta
+// device asks this same predicate, so predict_memory follows the setting.
 bool batch_norm_fused_supported(const kernels::BatchNormQuery& q) {
   static const bool on = [] {
     const char* e = std::getenv("EMBER_BATCH_NORM_FUSED");
-    return e != nullptr && std::string(e) == "1";
+    return e == nullptr || std::string(e) != "0";
   }();
   return on && batch_norm_supported(q.dtype, q.n, q.c, q.m);
 }
