@@ -201,7 +201,7 @@ if [[ " $tools " == *" initcheck "* ]]; then
     blind=""
     for dt in tf32 bf16; do
       "$cs" --tool initcheck --print-limit 2 "$ic_probe" --uninit-output --dtype $dt \
-        --product forward 8192 4096 4096 >"$ic_log.$dt" 2>&1
+        --product forward 1024 1024 1024 >"$ic_log.$dt" 2>&1
       grep -q 'read_all_kernel' "$ic_log.$dt" &&
         blind+="${blind:+, }$dt ($(grep -Eo 'ERROR SUMMARY: [0-9]+ errors?' "$ic_log.$dt" | tail -1))"
     done

@@ -82,7 +82,7 @@ int run_uninit() {
 }
 
 int run_blas_output() {
-  constexpr long long m = 8192, n = 4096, k = 4096, slack = 64;
+  constexpr long long m = 1024, n = 1024, k = 1024, slack = 64;
   float *x = nullptr, *w = nullptr, *y = nullptr, *sum = nullptr;
   if (check(cudaMalloc(&x, m * k * sizeof(float)), "cudaMalloc") ||
       check(cudaMalloc(&w, n * k * sizeof(float)), "cudaMalloc") ||
