@@ -221,8 +221,8 @@ if [[ " $tools " == *" initcheck "* ]]; then
     "${pf[@]}" "$cs" --tool initcheck --error-exitcode 86 "$planted" uninit \
       >"$logs/planted.initcheck.log" 2>&1
     rc=$?
-    if [ $rc -eq 86 ] && grep -q 'at planted_uninit_read' "$logs/planted.initcheck.log"; then
-      planted_lines+=("planted uninitialized read caught (initcheck, pre-fill on: $(grep -Eo 'ERROR SUMMARY: [0-9]+ errors?' "$logs/planted.initcheck.log" | tail -1) in planted_uninit_read)")
+    if [ $rc -eq 86 ] && grep -q 'at .*planted_uninit_read(' "$logs/planted.initcheck.log"; then
+      planted_lines+=("planted uninitialized read caught (initcheck, pre-fill on: $(grep -Eo 'ERROR SUMMARY: [0-9]+ errors?' "$logs/planted.initcheck.log" | head -1) in planted_uninit_read)")
     else
       planted_lines+=("planted uninitialized read NOT caught by initcheck (exit $rc, log $logs/planted.initcheck.log): FAILED")
       status=1
@@ -230,8 +230,8 @@ if [[ " $tools " == *" initcheck "* ]]; then
     "${pf[@]}" "$cs" --tool initcheck --error-exitcode 86 --print-limit 1000 "$planted" blas-output \
       >"$logs/planted.initcheck.blas.log" 2>&1
     rc=$?
-    past=$(grep -c 'at planted_read_past_output' "$logs/planted.initcheck.blas.log")
-    inside=$(grep -c 'at planted_read_output' "$logs/planted.initcheck.blas.log")
+    past=$(grep -c 'at .*planted_read_past_output(' "$logs/planted.initcheck.blas.log")
+    inside=$(grep -c 'at .*planted_read_output(' "$logs/planted.initcheck.blas.log")
     if [ $rc -eq 86 ] && [ "$past" -gt 0 ] && [ "$inside" -eq 0 ] &&
        grep -q 'pre-filled before their calls' "$logs/planted.initcheck.blas.log"; then
       planted_lines+=("planted read past a cuBLASLt output caught (initcheck, pre-fill on: $past reports past the output, none inside it)")
