@@ -4,7 +4,8 @@
 # (ember's bench_cpu, then the libtorch peer), each repetition a fresh process that
 # validates its output before timing (benchmarks/cpu.cpp says how). Prints, per case
 # and thread count, the median over repetitions of each side's per-call time, their
-# min-max, and ours / libtorch's.
+# min-max, ours / libtorch's, and the ratio per repetition (ours over the peer run
+# right after it): its median and min-max, the spread a target is read against.
 #   benchmarks/bench_cpu.sh [BUILD_DIR (default build-release)] [REPS (default 5)] [THREADS...]
 # Needs python3 with torch (the peer is built with g++ against the package's own
 # libtorch, CPU libraries only); without it, ember's side alone.
@@ -60,12 +61,16 @@ for line in open(sys.argv[1]):
         rows.setdefault((m[2], int(m[3])), {}).setdefault(m[1], []).append(float(m[4]))
 def fmt(v):
     return f"{statistics.median(v):9.4f} ({min(v):.4f}-{max(v):.4f})" if v else "-"
-print(f"| case | threads | ember ms median (min-max) | libtorch ms median (min-max) | ember / libtorch |")
-print("|---|---|---|---|---|")
+# The ratio's spread: repetition i of ours over repetition i of the peer (they ran
+# back to back), the min and max of those; its median beside the ratio of medians.
+print(f"| case | threads | ember ms median (min-max) | libtorch ms median (min-max) | ember / libtorch | per repetition: median (min-max) |")
+print("|---|---|---|---|---|---|")
 for (case, t), d in rows.items():
     o, p = d.get("bench_cpu", []), d.get("peer_cpu", [])
     ratio = f"{statistics.median(o) / statistics.median(p):.2f}x" if o and p else "-"
-    print(f"| {case} | {t} | {fmt(o)} | {fmt(p)} | {ratio} |")
+    pairs = [a / b for a, b in zip(o, p)] if o and p and len(o) == len(p) else []
+    paired = f"{statistics.median(pairs):.2f}x ({min(pairs):.2f}-{max(pairs):.2f})" if pairs else "-"
+    print(f"| {case} | {t} | {fmt(o)} | {fmt(p)} | {ratio} | {paired} |")
 PY
 rm -f "$log"
 exit $status

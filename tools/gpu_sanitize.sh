@@ -104,6 +104,15 @@ api_error_cases=(
 serial_cases=(
   "ember_tests_cuda|allocator/expandable: on the device? pages map on demand and empty_cache*"
 )
+# Test cases that take minutes under a tool (racecheck over the MLP benchmark's
+# predicted-vs-measured steps ran past 420 s on the H200 at 70618d9 while the same
+# case took ~1 min under initcheck): each runs in its own invocation, started before
+# every other run, with EMBER_GPU_SANITIZE_SLOW_TIMEOUT (default twice the run
+# timeout), so it overlaps the rest instead of holding a shard past its time.
+slow_cases=(
+  "ember_tests_core|predict/cuda: the MLP benchmark*"
+)
+slow_timeout=${EMBER_GPU_SANITIZE_SLOW_TIMEOUT:-$(( 2 * run_timeout ))}
 # Kernels whose racecheck hazards are counted apart: cuBLASLt's nvjet GEMM kernels,
 # reached through ember's Linear (cuda/blas.cpp). Seen on one H200 at d85ae97
 # (2026-12-01): 12 hazards, in nvjet_sm90_tst_64x32_64x16_1x1_h_bz_splitK_NTT and
@@ -292,6 +301,8 @@ run_one() {  # bin tool variant doctest-args...
   start=$(date +%s)
   local api=()
   [ "$variant" = api-errors ] && api=(--report-api-errors no)
+  local limit=$run_timeout
+  [ "$variant" = slow ] && limit=$slow_timeout
   local trace=()
   [ "$tool" = initcheck ] && [ "$prefill" = 1 ] && trace=(EMBER_SANITIZE_PREFILL_BLAS_OUTPUTS=1)
   if [ "$tool" = racecheck ]; then
@@ -322,11 +333,11 @@ run_one() {  # bin tool variant doctest-args...
     # here: DataParallel and the communicator still run, with a single NCCL rank.
     local visible=()
     [ "$tool" = synccheck ] && visible=(CUDA_VISIBLE_DEVICES=0)
-    timeout -k 10 "$run_timeout" env "${visible[@]}" "${trace[@]}" OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 NCCL_NVLS_ENABLE=0 \
+    timeout -k 10 "$limit" env "${visible[@]}" "${trace[@]}" OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 NCCL_NVLS_ENABLE=0 \
       mpirun -np 1 --allow-run-as-root \
       "$cs" ${tool_args[$tool]} "${api[@]}" --error-exitcode 86 "$bin" "$@" >"$log" 2>&1
   else
-    timeout -k 10 "$run_timeout" env "${trace[@]}" \
+    timeout -k 10 "$limit" env "${trace[@]}" \
       "$cs" ${tool_args[$tool]} "${api[@]}" --error-exitcode 86 "$bin" "$@" >"$log" 2>&1
   fi
   rc=$?
@@ -343,7 +354,8 @@ for bin in "$build"/tests/ember_tests_${EMBER_GPU_SANITIZE_ONLY:-*}; do
   name=$(basename "$bin")
   api_cases=$(cases_of "$name" api_error_cases)
   serial_list=$(cases_of "$name" serial_cases)
-  exclude="soak/*${api_cases:+,$api_cases}${serial_list:+,$serial_list}"
+  slow_list=$(cases_of "$name" slow_cases)
+  exclude="soak/*${api_cases:+,$api_cases}${serial_list:+,$serial_list}${slow_list:+,$slow_list}"
   # Split into runs of at most $shard test cases each (doctest's --first/--last count
   # the cases that pass the filters, in file order), so that the slow binaries spread
   # over the parallel runs; the parallel binary (under mpirun) stays whole.
@@ -369,14 +381,17 @@ for bin in "$build"/tests/ember_tests_${EMBER_GPU_SANITIZE_ONLY:-*}; do
       fi
     done
     # The named cases, only when the case filter wants them (then -tc is theirs).
-    for variant in api-errors serial; do
+    for variant in api-errors serial slow; do
       list=$api_cases
       [ $variant = serial ] && list=$serial_list
+      [ $variant = slow ] && list=$slow_list
       [ -n "$list" ] || continue
       IFS=, read -ra entries <<<"$list"
       for e in "${entries[@]}"; do wanted "$e" || continue
         entry="$bin|$tool|$variant|$(printf '%s\t' "-ts=$suites" --no-intro=true --no-colors=true "-tc=$list")"
-        if [ $variant = serial ]; then serial+=("$entry"); else runs+=("$entry"); fi
+        if [ $variant = serial ]; then serial+=("$entry")
+        elif [ $variant = slow ]; then runs=("$entry" "${runs[@]}")
+        else runs+=("$entry"); fi
         break
       done
     done
@@ -495,7 +510,10 @@ for entry in "${runs[@]}" "${serial[@]}"; do
     rc=1
     note=" (the named test case matched nothing: fix the list in tools/gpu_sanitize.sh)"
   fi
-  [ "$rc" = 124 ] || [ "$rc" = 137 ] && note+=" (ran past EMBER_GPU_SANITIZE_TIMEOUT=${run_timeout}s)"
+  if [ "$rc" = 124 ] || [ "$rc" = 137 ]; then
+    if [ "$variant" = slow ]; then note+=" (ran past EMBER_GPU_SANITIZE_SLOW_TIMEOUT=${slow_timeout}s)"
+    else note+=" (ran past EMBER_GPU_SANITIZE_TIMEOUT=${run_timeout}s)"; fi
+  fi
   verdict=clean$note
   if [ "$rc" != 0 ]; then
     verdict="FAILED (exit $rc)$note"
