@@ -2,6 +2,10 @@
 # One call on the GPU machine: build (Release, or EMBER_GPU_BUILD_TYPE; sm_90), run every
 # test, the examples and the benchmarks, and leave logs in $OUT (or ./gpu-logs).
 # Usage: tools/gpu_run.sh [tests] [examples] [bench] [sanitize]   (default: all but sanitize)
+#   EMBER_GPU_PREBUILT=.device/bg.tar.xz  unpack a build made by tools/pack_gpu_build.sh
+#                                         instead of building (CTest tests that call this
+#                                         machine's cmake or python3 by their packed paths
+#                                         show as "Not Run" where those differ)
 set -uo pipefail
 out="$(realpath -m "${OUT:-gpu-logs}")"
 mkdir -p "$out"
@@ -14,10 +18,20 @@ fi
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$out/gpu.txt"
 
 start=$(date +%s)
-cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=${EMBER_GPU_BUILD_TYPE:-Release} -DCMAKE_CUDA_ARCHITECTURES=90 \
-  >"$out/configure.log" 2>&1 || { tail -30 "$out/configure.log"; exit 1; }
-cmake --build build-gpu -j16 -- -k 0 >"$out/build.log" 2>&1 || { echo "BUILD FAILED (continuing with what built):"; grep -E "error|FAILED" "$out/build.log" | head -30; }
-echo "build: $(( $(date +%s) - start )) s"
+if [ -n "${EMBER_GPU_PREBUILT:-}" ]; then
+  # A build packed elsewhere by tools/pack_gpu_build.sh: unpacked, not rebuilt.
+  tar -xJf "$EMBER_GPU_PREBUILT" || { echo "cannot unpack $EMBER_GPU_PREBUILT"; exit 1; }
+  if [ "$(cat build-gpu/ember_source_dir.txt 2>/dev/null)" != "$PWD" ]; then
+    echo "warning: build-gpu was built in $(cat build-gpu/ember_source_dir.txt 2>/dev/null || echo '?')," \
+         "this tree is $PWD: tests that read data through the compiled-in path will fail"
+  fi
+  echo "build: unpacked $EMBER_GPU_PREBUILT (commit $(cat build-gpu/ember_commit.txt 2>/dev/null || echo '?'))"
+else
+  cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=${EMBER_GPU_BUILD_TYPE:-Release} -DCMAKE_CUDA_ARCHITECTURES=90 \
+    >"$out/configure.log" 2>&1 || { tail -30 "$out/configure.log"; exit 1; }
+  cmake --build build-gpu -j16 -- -k 0 >"$out/build.log" 2>&1 || { echo "BUILD FAILED (continuing with what built):"; grep -E "error|FAILED" "$out/build.log" | head -30; }
+  echo "build: $(( $(date +%s) - start )) s"
+fi
 
 status=0
 if [[ "$what" == *tests* ]]; then
