@@ -110,10 +110,6 @@ class BlasPrefill {
   std::atomic<unsigned long long> calls_{0}, bytes_{0};
 };
 
-size_t dtype_bytes(DType dtype) {
-  return dtype == DType::BFloat16 ? 2 : dtype == DType::Float64 ? 8 : 4;
-}
-
 constexpr int kMaxDevices = 64;
 
 BlasHandle& handle_for(int device) {
@@ -224,7 +220,7 @@ void gemm(DType dtype, int64_t batch, int64_t m, int64_t n, int64_t k, const Gem
     trace.write(line);
   }
   // C is contiguous: (batch, m, n) elements.
-  BlasPrefill::get().fill(c, m * n, batch, m * n, dtype_bytes(dtype), stream);
+  BlasPrefill::get().fill(c, m * n, batch, m * n, element_size(dtype), stream);
   switch (dtype) {
     case DType::Float32: {
       const float one = 1.f, zero = 0.f;
@@ -451,7 +447,7 @@ bool lt_run(const LtProblem& p, int device, cudaStream_t stream) {
     trace.write(line);
   }
   if (BlasPrefill& fill = BlasPrefill::get(); fill.on()) {
-    const size_t elt = dtype_bytes(p.dtype);
+    const size_t elt = element_size(p.dtype);
     fill.fill(p.d, p.rows, p.cols, p.ldd, elt, stream);
     if (p.epi == CUBLASLT_EPILOGUE_GELU_AUX || p.epi == CUBLASLT_EPILOGUE_GELU_AUX_BIAS)
       fill.fill(p.aux, p.rows, p.cols, p.aux_ld, elt, stream);

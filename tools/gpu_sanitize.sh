@@ -239,7 +239,7 @@ if [[ " $tools " == *" initcheck "* ]]; then
     "${pf[@]}" "$cs" --tool initcheck --error-exitcode 86 --print-limit 1000 "$planted" blas-output \
       >"$logs/planted.initcheck.blas.log" 2>&1
     rc=$?
-    past=$(grep -c 'at .*planted_read_past_output(' "$logs/planted.initcheck.blas.log")
+    past=$(grep -c 'at .*planted_uninit_read(' "$logs/planted.initcheck.blas.log")
     inside=$(grep -c 'at .*planted_read_output(' "$logs/planted.initcheck.blas.log")
     if [ $rc -eq 86 ] && [ "$past" -gt 0 ] && [ "$inside" -eq 0 ] &&
        grep -q 'pre-filled before their calls' "$logs/planted.initcheck.blas.log"; then

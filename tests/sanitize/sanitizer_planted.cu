@@ -11,7 +11,7 @@
 // and must be reported with the pre-fill on; `blas-output` runs one TF32 Linear
 // through cuBLASLt (ember's cuda::lt_linear_forward, the shape of the probe's
 // evidence) into an output with 64 floats of slack, then reads the output
-// (planted_read_output) and the slack (planted_read_past_output): with the pre-fill
+// (planted_read_output) and the slack (planted_uninit_read): with the pre-fill
 // on, only the slack must be reported, so the pre-fill covers exactly what cuBLASLt
 // is told to write. Without the pre-fill, reports in planted_read_output are the
 // tool not seeing cuBLASLt's stores (the probe shows the same with no ember code).
@@ -44,7 +44,8 @@ __global__ void planted_shared_race(const float* in, float* out, int barrier) {
   out[t] = slot[(t + 64) % kN];
 }
 
-// Sums in[0, n) into *out: every element is read.
+// Sums in[0, n) into *out: every element is read. Also reads the slack past a
+// cuBLASLt output (blas-output), which nothing wrote either.
 __global__ void planted_uninit_read(const float* in, int n, float* out) {
   float s = 0.f;
   for (int i = static_cast<int>(threadIdx.x); i < n; i += static_cast<int>(blockDim.x)) s += in[i];
@@ -53,11 +54,6 @@ __global__ void planted_uninit_read(const float* in, int n, float* out) {
 __global__ void planted_read_output(const float* in, long long n, float* out) {
   float s = 0.f;
   for (long long i = blockIdx.x * 256LL + threadIdx.x; i < n; i += 256LL * gridDim.x) s += in[i];
-  atomicAdd(out, s);
-}
-__global__ void planted_read_past_output(const float* in, int n, float* out) {
-  float s = 0.f;
-  for (int i = static_cast<int>(threadIdx.x); i < n; i += static_cast<int>(blockDim.x)) s += in[i];
   atomicAdd(out, s);
 }
 
@@ -104,7 +100,7 @@ int run_blas_output() {
     return 1;
   }
   planted_read_output<<<264, 256>>>(y, m * n, sum);
-  planted_read_past_output<<<1, 64>>>(y + m * n, static_cast<int>(slack), sum);
+  planted_uninit_read<<<1, 64>>>(y + m * n, static_cast<int>(slack), sum);
   if (check(cudaGetLastError(), "launch") || check(cudaDeviceSynchronize(), "kernel")) return 1;
   cudaFree(x);
   cudaFree(w);
