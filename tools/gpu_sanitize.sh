@@ -105,12 +105,15 @@ serial_cases=(
   "ember_tests_cuda|allocator/expandable: on the device? pages map on demand and empty_cache*"
 )
 # Test cases that take minutes under a tool (racecheck over the MLP benchmark's
-# predicted-vs-measured steps ran past 420 s on the H200 at 70618d9 while the same
-# case took ~1 min under initcheck): each runs in its own invocation, started before
-# every other run, with EMBER_GPU_SANITIZE_SLOW_TIMEOUT (default twice the run
-# timeout), so it overlaps the rest instead of holding a shard past its time.
+# predicted-vs-measured steps, then one case for three precisions, ran past 420 s on
+# the H200 at 70618d9 while it took ~1 min under initcheck; it is now one case per
+# precision): each entry runs in its own invocation, started before every other run,
+# with EMBER_GPU_SANITIZE_SLOW_TIMEOUT (default twice the run timeout), so it overlaps
+# the rest instead of holding a shard past its time.
 slow_cases=(
-  "ember_tests_core|predict/cuda: the MLP benchmark*"
+  "ember_tests_core|predict/cuda: the MLP benchmark in fp32*"
+  "ember_tests_core|predict/cuda: the MLP benchmark in TF32*"
+  "ember_tests_core|predict/cuda: the MLP benchmark in bf16*"
 )
 slow_timeout=${EMBER_GPU_SANITIZE_SLOW_TIMEOUT:-$(( 2 * run_timeout ))}
 # Kernels whose racecheck hazards are counted apart: cuBLASLt's nvjet GEMM kernels,
@@ -302,7 +305,7 @@ run_one() {  # bin tool variant doctest-args...
   local api=()
   [ "$variant" = api-errors ] && api=(--report-api-errors no)
   local limit=$run_timeout
-  [ "$variant" = slow ] && limit=$slow_timeout
+  [[ "$variant" == slow* ]] && limit=$slow_timeout
   local trace=()
   [ "$tool" = initcheck ] && [ "$prefill" = 1 ] && trace=(EMBER_SANITIZE_PREFILL_BLAS_OUTPUTS=1)
   if [ "$tool" = racecheck ]; then
@@ -387,10 +390,19 @@ for bin in "$build"/tests/ember_tests_${EMBER_GPU_SANITIZE_ONLY:-*}; do
       [ $variant = slow ] && list=$slow_list
       [ -n "$list" ] || continue
       IFS=, read -ra entries <<<"$list"
+      if [ $variant = slow ]; then
+        # Each slow case alone (slow1, slow2, ...), ahead of every other run.
+        k=0
+        for e in "${entries[@]}"; do
+          k=$((k + 1))
+          wanted "$e" || continue
+          runs=("$bin|$tool|slow$k|$(printf '%s\t' "-ts=$suites" --no-intro=true --no-colors=true "-tc=$e")" "${runs[@]}")
+        done
+        continue
+      fi
       for e in "${entries[@]}"; do wanted "$e" || continue
         entry="$bin|$tool|$variant|$(printf '%s\t' "-ts=$suites" --no-intro=true --no-colors=true "-tc=$list")"
         if [ $variant = serial ]; then serial+=("$entry")
-        elif [ $variant = slow ]; then runs=("$entry" "${runs[@]}")
         else runs+=("$entry"); fi
         break
       done
@@ -511,7 +523,7 @@ for entry in "${runs[@]}" "${serial[@]}"; do
     note=" (the named test case matched nothing: fix the list in tools/gpu_sanitize.sh)"
   fi
   if [ "$rc" = 124 ] || [ "$rc" = 137 ]; then
-    if [ "$variant" = slow ]; then note+=" (ran past EMBER_GPU_SANITIZE_SLOW_TIMEOUT=${slow_timeout}s)"
+    if [[ "$variant" == slow* ]]; then note+=" (ran past EMBER_GPU_SANITIZE_SLOW_TIMEOUT=${slow_timeout}s)"
     else note+=" (ran past EMBER_GPU_SANITIZE_TIMEOUT=${run_timeout}s)"; fi
   fi
   verdict=clean$note
