@@ -23,6 +23,8 @@
 #                                              hazard can be set apart, unless
 #                                              EMBER_CUBLASLT_EVIDENCE names a kernel list
 #                                              an earlier probe run wrote)
+#   EMBER_GPU_SANITIZE_RACECHECK_MLP_BATCH=1024 the batch of the slow MLP cases under
+#                                              racecheck (see slow_cases; 0: the test's own)
 #   EMBER_COMMIT=<sha>                         the commit the table names (default: git)
 # What a full run covers: every test case of those suites in every binary except the
 # soak tests (100,000 steps: hours under a sanitizer; their kernels are the ones the
@@ -116,6 +118,15 @@ slow_cases=(
   "ember_tests_core|predict/cuda: the MLP benchmark in bf16*"
 )
 slow_timeout=${EMBER_GPU_SANITIZE_SLOW_TIMEOUT:-$(( 2 * run_timeout ))}
+# Even alone, racecheck over the fp32 and the TF32 MLP case (batch 8192, 4 x 4096)
+# ran past 570 s each on the H200 at 3794262, longer than one device call may take;
+# bf16 about 570 s; memcheck took 142 s, initcheck 63 s, synccheck 29 s. Under
+# racecheck only, those cases run at this batch (the test reads
+# EMBER_TEST_PREDICT_MLP_BATCH; default 1024): racecheck's hazards are between the
+# threads of one block, so fewer blocks of the same kernels are checked the same
+# way, though a library may pick other kernels for the smaller product (cuBLASLt's
+# heuristic). The table says which batch ran. 0: the test's own batch.
+racecheck_mlp_batch=${EMBER_GPU_SANITIZE_RACECHECK_MLP_BATCH:-1024}
 # Kernels whose racecheck hazards are counted apart: cuBLASLt's nvjet GEMM kernels,
 # reached through ember's Linear (cuda/blas.cpp). Seen on one H200 at d85ae97
 # (2026-12-01): 12 hazards, in nvjet_sm90_tst_64x32_64x16_1x1_h_bz_splitK_NTT and
@@ -311,6 +322,8 @@ run_one() {  # bin tool variant doctest-args...
   if [ "$tool" = racecheck ]; then
     mkdir -p "$trace_dir/$name.$tool${variant:+.$variant}"
     trace=(EMBER_BLAS_TRACE="$(realpath "$trace_dir/$name.$tool${variant:+.$variant}")")
+    [[ "$variant" == slow* ]] && [ "$racecheck_mlp_batch" != 0 ] &&
+      trace+=(EMBER_TEST_PREDICT_MLP_BATCH="$racecheck_mlp_batch")
   fi
   if [ "$name" = ember_tests_parallel ]; then
     # One rank (NCCL refuses two ranks on one GPU); multi-rank runs need 2+ GPUs.
@@ -526,6 +539,8 @@ for entry in "${runs[@]}" "${serial[@]}"; do
     if [[ "$variant" == slow* ]]; then note+=" (ran past EMBER_GPU_SANITIZE_SLOW_TIMEOUT=${slow_timeout}s)"
     else note+=" (ran past EMBER_GPU_SANITIZE_TIMEOUT=${run_timeout}s)"; fi
   fi
+  [ "$tool" = racecheck ] && [[ "$variant" == slow* ]] && [ "$racecheck_mlp_batch" != 0 ] &&
+    note+=" (EMBER_TEST_PREDICT_MLP_BATCH=$racecheck_mlp_batch)"
   verdict=clean$note
   if [ "$rc" != 0 ]; then
     verdict="FAILED (exit $rc)$note"
