@@ -1,17 +1,21 @@
 // CPU matrix product (cpu_linalg.h): through OpenBLAS where ember was built with it
 // (float32, float64; bfloat16 converted to float32 and back), the reference loops
-// (double accumulation in i-k-j order) otherwise, and as the tests' oracle. Linear
-// has no fused CPU kernel: its predicates are not registered, so they answer false
-// and linear() composes matmul, add and the activation.
+// (double accumulation in i-k-j order) otherwise, and as the tests' oracle. Linear's
+// forward is fused where OpenBLAS runs it (float32, float64, fast paths on): the bias
+// written into the output, one GEMM adding the product to it, the activation in
+// place; elsewhere, and for both backward products, linear() composes matmul, add,
+// sum and the activation.
 #include "core/kernels/cpu_linalg.h"
 
 #include <algorithm>
 #include <cctype>
 #include <cstdio>
+#include <initializer_list>
 #include <string>
 #include <type_traits>
 #include <vector>
 
+#include "core/base/error.h"
 #include "core/kernels/cpu_loops.h"
 #include "core/kernels/cpu_parallel.h"
 #include "core/kernels/registration.h"
@@ -46,9 +50,10 @@ double element(const MatrixOperand& op, int64_t batch, int64_t r, int64_t c) {
 constexpr double kTileMnk = 65536.0 * 4;
 
 // c[m0:m1, n0:n1] = a[m0:m1, :] b[:, n0:n1] of one batch (c's row stride g.n).
+// beta 1: c += the product (Linear's bias, written into c first).
 template <typename T>
 void blas_tile(const GemmArgs& g, const MatrixOperand& a, const MatrixOperand& b, const T* pa,
-               const T* pb, T* pc, int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
+               const T* pb, T* pc, int64_t m0, int64_t m1, int64_t n0, int64_t n1, T beta) {
   const auto ta = a.transposed ? CblasTrans : CblasNoTrans;
   const auto tb = b.transposed ? CblasTrans : CblasNoTrans;
   const T* ta0 = pa + (a.transposed ? m0 : m0 * a.ld);  // row m0 of a
@@ -58,9 +63,9 @@ void blas_tile(const GemmArgs& g, const MatrixOperand& a, const MatrixOperand& b
   const int k = static_cast<int>(g.k), ldc = static_cast<int>(g.n);
   const int lda = static_cast<int>(a.ld), ldb = static_cast<int>(b.ld);
   if constexpr (std::is_same_v<T, float>)
-    cblas_sgemm(CblasRowMajor, ta, tb, m, n, k, 1.0f, ta0, lda, tb0, ldb, 0.0f, tc0, ldc);
+    cblas_sgemm(CblasRowMajor, ta, tb, m, n, k, 1.0f, ta0, lda, tb0, ldb, beta, tc0, ldc);
   else
-    cblas_dgemm(CblasRowMajor, ta, tb, m, n, k, 1.0, ta0, lda, tb0, ldb, 0.0, tc0, ldc);
+    cblas_dgemm(CblasRowMajor, ta, tb, m, n, k, 1.0, ta0, lda, tb0, ldb, beta, tc0, ldc);
 }
 
 // The grid pm x pn = tiles (pm dividing tiles) with the least m / pm + n / pn: the
@@ -82,13 +87,14 @@ void tile_grid(int64_t m, int64_t n, int64_t tiles, int64_t& pm, int64_t& pn) {
 }
 
 template <typename T>
-void blas_batched(const GemmArgs& g, const MatrixOperand& a, const MatrixOperand& b, T* c) {
+void blas_batched(const GemmArgs& g, const MatrixOperand& a, const MatrixOperand& b, T* c,
+                  T beta = T(0)) {
   const T* pa = static_cast<const T*>(a.data);
   const T* pb = static_cast<const T*>(b.data);
   const double mnk = static_cast<double>(g.m) * static_cast<double>(g.n) * static_cast<double>(g.k);
   auto whole = [&](int64_t t) {
     return blas_tile<T>(g, a, b, pa + t * a.batch_stride, pb + t * b.batch_stride,
-                        c + t * g.m * g.n, 0, g.m, 0, g.n);
+                        c + t * g.m * g.n, 0, g.m, 0, g.n, beta);
   };
   if (g.batch > 1 && mnk <= kTileMnk) {
     parallel_for(g.batch, std::max<int64_t>(1, static_cast<int64_t>(kTileMnk / 4 / mnk)),
@@ -109,7 +115,7 @@ void blas_batched(const GemmArgs& g, const MatrixOperand& a, const MatrixOperand
       const auto [m0, m1] = chunk_bounds(g.m, pm, tile / pn);
       const auto [n0, n1] = chunk_bounds(g.n, pn, tile % pn);
       blas_tile<T>(g, a, b, pa + t * a.batch_stride, pb + t * b.batch_stride, c + t * g.m * g.n, m0,
-                   m1, n0, n1);
+                   m1, n0, n1, beta);
     });
 }
 
@@ -238,6 +244,124 @@ bool gemm_blas(const GemmArgs& g) {
 #endif
 }
 
+#if EMBER_HAS_OPENBLAS
+namespace {
+
+// y = x w^T + b through one sgemm/dgemm: the bias written into y's rows first and the
+// product added to it (beta 1), which saves the composed path's second pass over y;
+// then the activation in place by the registered element-wise kernel (pre, when
+// asked for, gets x w^T + b before it).
+template <typename T>
+void linear_blas(const LinearArgs& a) {
+  T* y = static_cast<T*>(a.y);
+  const int64_t count = a.m * a.n;
+  T beta = T(0);
+  if (a.b != nullptr) {
+    const T* b = static_cast<const T*>(a.b);
+    parallel_for(a.m, std::max<int64_t>(1, kElementwiseGrain / std::max<int64_t>(1, a.n)),
+                 [&](int64_t lo, int64_t hi) {
+                   for (int64_t r = lo; r < hi; ++r) std::copy(b, b + a.n, y + r * a.n);
+                 });
+    beta = T(1);
+  }
+  if (a.k == 0) {  // no product (CBLAS would refuse its leading dimensions): y = b or 0
+    if (a.b == nullptr) std::fill(y, y + count, T(0));
+  } else {
+    GemmArgs g{a.device, a.dtype, 1, a.m, a.n, a.k, {}, {}, a.y};
+    g.a = {a.x, false, a.ldx, 0};
+    g.b = {a.w, true, a.ldw, 0};  // (k, n) read as w (n, k) transposed, in place
+    blas_batched<T>(g, g.a, g.b, y, beta);
+  }
+  if (a.act == Activation::None) return;
+  const void* src = a.y;
+  if (a.pre != nullptr) {
+    T* pre = static_cast<T*>(a.pre);
+    parallel_for(count, kElementwiseGrain,
+                 [&](int64_t lo, int64_t hi) { std::copy(y + lo, y + hi, pre + lo); });
+    src = a.pre;
+  }
+  StridedLayout l{};
+  l.ndim = 1;
+  l.sizes[0] = count;
+  l.strides[0] = 1;
+  kernels_for(a.device).unary(
+      {a.device, unary_op_of(a.act), a.dtype, src, l, a.y, l, count, 0.0, a.dtype});
+}
+
+}  // namespace
+#endif
+
+namespace {
+bool fits_cblas_int(std::initializer_list<int64_t> v) {
+  constexpr int64_t kIntMax = 2147483647;  // the CBLAS interface's int
+  return std::all_of(v.begin(), v.end(), [](int64_t x) { return x <= kIntMax; });
+}
+}  // namespace
+
+// Both backward products want m, n, k >= 1 (matmul takes the empty ones).
+bool linear_input_grad_takes(const LinearInputGradArgs& a) {
+  return linear_fused_supported(a.dtype) && a.m > 0 && a.n > 0 && a.k > 0 &&
+         fits_cblas_int({a.m, a.n, a.k, a.ldd, a.ldw});
+}
+
+bool linear_weight_grad_takes(const LinearWeightGradArgs& a) {
+  return linear_fused_supported(a.dtype) && a.d_b == nullptr && a.m > 0 && a.n > 0 && a.k > 0 &&
+         fits_cblas_int({a.m, a.n, a.k, a.ldx});
+}
+
+bool linear_input_grad(const LinearInputGradArgs& a) {
+  if (!linear_input_grad_takes(a)) return false;
+#if EMBER_HAS_OPENBLAS
+  // d_x (m, k) = d_y (m, n) w (n, k): both read as stored.
+  GemmArgs g{a.device, a.dtype, 1, a.m, a.k, a.n, {a.d_y, false, a.ldd, 0}, {a.w, false, a.ldw, 0},
+             a.d_x};
+  if (a.dtype == DType::Float32)
+    blas_batched<float>(g, g.a, g.b, static_cast<float*>(a.d_x));
+  else
+    blas_batched<double>(g, g.a, g.b, static_cast<double*>(a.d_x));
+#endif
+  return true;
+}
+
+bool linear_weight_grad(const LinearWeightGradArgs& a) {
+  if (!linear_weight_grad_takes(a)) return false;
+#if EMBER_HAS_OPENBLAS
+  // d_w (n, k) = d_y^T (n, m) x (m, k): d_y (m, n) read transposed in place.
+  GemmArgs g{a.device, a.dtype, 1, a.n, a.k, a.m, {a.d_y, true, a.n, 0}, {a.x, false, a.ldx, 0},
+             a.d_w};
+  if (a.dtype == DType::Float32)
+    blas_batched<float>(g, g.a, g.b, static_cast<float*>(a.d_w));
+  else
+    blas_batched<double>(g, g.a, g.b, static_cast<double*>(a.d_w));
+#endif
+  return true;
+}
+
+bool linear_fused_supported(DType dtype) {
+#if EMBER_HAS_OPENBLAS
+  return fast_paths() && (dtype == DType::Float32 || dtype == DType::Float64);
+#else
+  (void)dtype;
+  return false;
+#endif
+}
+
+void linear_fused(const LinearArgs& a) {
+  EMBER_CHECK(linear_fused_supported(a.dtype), "linear: the CPU's fused Linear does not take ",
+              dtype_name(a.dtype), " (its predicate said no)");
+#if EMBER_HAS_OPENBLAS
+  static const bool ready = (blas_setup(), true);
+  (void)ready;
+  EMBER_CHECK(fits_cblas_int({a.m, a.n, a.k, a.ldx, a.ldw}),
+              "linear: sizes beyond the CBLAS interface's int (", a.m, " x ", a.k, " -> ", a.n,
+              ")");
+  if (a.dtype == DType::Float32)
+    linear_blas<float>(a);
+  else
+    linear_blas<double>(a);
+#endif
+}
+
 }  // namespace cpu
 
 namespace {
@@ -245,6 +369,12 @@ namespace {
 void gemm(const GemmArgs& g) {
   if (cpu::fast_paths() && cpu::gemm_blas(g)) return;
   cpu::gemm_reference(g);
+}
+
+// Linear on the CPU where OpenBLAS runs it (cpu::linear_fused): the forward fused,
+// both backward products as single GEMMs; the bias gradient is linear()'s sum.
+bool linear_fused_supported(const DTypeQuery& q) {
+  return cpu::linear_fused_supported(q.dtype);
 }
 
 }  // namespace
@@ -269,6 +399,10 @@ namespace ember::kernels {
 
 void register_cpu_linalg(KernelFamilies& t) {
   t.gemm = &gemm;
+  t.linear_fused_supported = &linear_fused_supported;
+  t.linear_fused = &cpu::linear_fused;
+  t.linear_input_grad = &cpu::linear_input_grad;
+  t.linear_weight_grad_fused = &cpu::linear_weight_grad;
 }
 
 }  // namespace ember::kernels

@@ -16,6 +16,20 @@ void gemm_reference(const GemmArgs& g);
 // false (having written nothing) when ember was built without a BLAS.
 bool gemm_blas(const GemmArgs& g);
 
+// Linear's forward fused (LinearArgs): where ember has OpenBLAS, fast paths are on
+// (cpu::fast_paths()) and the dtype is float32 or float64; linear_fused throws
+// where linear_fused_supported says no.
+bool linear_fused_supported(DType dtype);
+void linear_fused(const LinearArgs& a);
+// Linear's backward products (the decisions of the kernel table): d_x = d_y w and
+// d_w = d_y^T x as one GEMM each where linear_fused_supported and the sizes fit the
+// CBLAS int; d_w declines a bias gradient (the CPU's bias predicate is false). The
+// *_takes forms answer without computing, for the meta device mirroring the CPU.
+bool linear_input_grad_takes(const LinearInputGradArgs& a);
+bool linear_weight_grad_takes(const LinearWeightGradArgs& a);
+bool linear_input_grad(const LinearInputGradArgs& a);
+bool linear_weight_grad(const LinearWeightGradArgs& a);
+
 // OpenBLAS's name for the kernels it picked ("Zen", "Haswell", "SkylakeX", or in a
 // build without DYNAMIC_ARCH "HASWELL", ...); "" without OpenBLAS.
 std::string blas_core();

@@ -6,6 +6,7 @@
 // device create a library workspace outside its allocator (cuBLAS, cuBLASLt) take
 // it from the meta device's capacity. Its memory is this thread's meta allocator.
 #include "core/base/error.h"
+#include "core/kernels/cpu_linalg.h"
 #include "core/kernels/registration.h"
 #include "core/meta.h"
 #include "cuda/blas.h"
@@ -71,8 +72,9 @@ void gemm(const GemmArgs&) {
 // Linear's products: where the mirrored CUDA device would run them (cuda/
 // gemm_dispatch.h plans from sizes, dtypes, alignment and EMBER_GEMM; the meta
 // device's addresses keep the allocator's alignment), and the cuBLAS(Lt)
-// workspace that path makes outside the allocator. The CPU has no fused Linear
-// (its linear_fused_supported is false) and declines both backward products.
+// workspace that path makes outside the allocator. Mirroring the CPU: its fused
+// Linear allocates nothing of its own, and its backward products are taken where
+// the CPU would take them (cpu_linalg.h's *_takes), so linear() allocates alike.
 cuda::GemmKernel plan(cuda::LinearGemm& g) {
   return cuda::plan_linear(g, 0);
 }
@@ -89,7 +91,7 @@ void linear_fused(const LinearArgs& a) {
 }
 
 bool linear_input_grad(const LinearInputGradArgs& a) {
-  if (!mirrors_cuda()) return false;
+  if (!mirrors_cuda()) return cpu::linear_input_grad_takes(a);
   cuda::LinearGemm g;
   g.product = cuda::LinearProduct::InputGrad;
   g.dtype = a.dtype;
@@ -101,7 +103,7 @@ bool linear_input_grad(const LinearInputGradArgs& a) {
 }
 
 bool linear_weight_grad_fused(const LinearWeightGradArgs& a) {
-  if (!mirrors_cuda()) return false;
+  if (!mirrors_cuda()) return cpu::linear_weight_grad_takes(a);
   cuda::LinearGemm g;
   g.product = cuda::LinearProduct::WeightGrad;
   g.dtype = a.dtype;

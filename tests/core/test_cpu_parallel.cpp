@@ -127,6 +127,51 @@ TEST_CASE("cpu/blas: linear and its backward through the BLAS match the referenc
   for (size_t i = 0; i < 3; ++i) CHECK(rel_error(g_fast[i], g_ref[i]) <= 1e-5);
 }
 
+TEST_CASE("cpu/blas: the fused Linear (bias in the output, one GEMM) matches the reference") {
+  // Fast paths on: linear() takes the CPU's fused forward and its two backward GEMMs
+  // (core/kernels/cpu_linalg.cpp); off: the composition over the reference loops.
+  ThreadsGuard guard;
+  manual_seed(6);
+  for (DType dt : {kFloat32, kFloat64}) {
+    const TensorOptions o(dt);
+    // x as a column slice of a wider tensor: rows strided, each row contiguous.
+    Tensor wide = randn({70, 45}, o), w = randn({23, 40}, o), b = randn({23}, o);
+    Tensor x = wide.slice(1, 2, 42);
+    for (Activation act : {Activation::None, Activation::Relu, Activation::Gelu}) {
+      for (bool with_bias : {true, false}) {
+        CAPTURE(dtype_name(dt));
+        CAPTURE(activation_name(act));
+        CAPTURE(with_bias);
+        // fused where ember has OpenBLAS (blas_core() names its kernels), else composed
+        CHECK(kernels::kernels_for(kCPU).linear_fused_supported({kCPU, dt}) ==
+              !cpu::blas_core().empty());
+        std::vector<Tensor> grads[2];
+        Tensor y[2];
+        for (int fast = 0; fast < 2; ++fast) {
+          cpu::set_fast_paths(fast == 1);
+          Tensor xx = x.detach().requires_grad_(), ww = w.detach().requires_grad_(),
+                 bb = b.detach().requires_grad_();
+          y[fast] = linear(xx, ww, with_bias ? bb : Tensor(), act);
+          sum(y[fast] * y[fast]).backward();
+          grads[fast] = {xx.grad(), ww.grad()};
+          if (with_bias) grads[fast].push_back(bb.grad());
+        }
+        CHECK(rel_error(y[1], y[0]) <= threshold(dt));
+        for (size_t i = 0; i < grads[0].size(); ++i)
+          CHECK(rel_error(grads[1][i], grads[0][i]) <= threshold(dt));
+      }
+    }
+  }
+  // Fast paths off, or bfloat16: no fused Linear (the op composes).
+  cpu::set_fast_paths(false);
+  CHECK_FALSE(kernels::kernels_for(kCPU).linear_fused_supported({kCPU, kFloat32}));
+  cpu::set_fast_paths(true);
+  CHECK_FALSE(kernels::kernels_for(kCPU).linear_fused_supported({kCPU, kBFloat16}));
+  // No input features: y is the bias (or zeros), no GEMM.
+  Tensor y0 = linear(zeros({3, 0}), zeros({2, 0}), Tensor());
+  CHECK(y0.to_vector<float>() == std::vector<float>(6, 0.0f));
+}
+
 TEST_CASE("cpu/blas: a matmul gives the same bits at a given thread count, run after run") {
   ThreadsGuard guard;
   manual_seed(5);

@@ -32,10 +32,11 @@ TEST_CASE("kernel table: every family of every device type is callable") {
 
 TEST_CASE("kernel table: a family the device lacks throws naming it and the device") {
   const kernels::KernelTable& cpu = kernels::kernels_for(kCPU);
-  // The CPU has no fused Linear: linear() composes there, as its predicate says.
-  // The CPU registers no predicate: one a device leaves out answers false.
-  CHECK_FALSE(cpu.linear_fused_supported({kCPU, kFloat32}));
+  // A predicate a device leaves out answers false: the CPU has no fused bias
+  // gradient or MSE (linear() and mse_loss() compose there). Its fused Linear
+  // forward runs through OpenBLAS (float32 and float64) and not in bfloat16.
   CHECK_FALSE(cpu.linear_bias_grad_fused_supported({kCPU, kFloat32}));
+  CHECK_FALSE(cpu.linear_fused_supported({kCPU, kBFloat16}));
   CHECK_FALSE(cpu.mse_fused_supported({kCPU, kFloat32}));
   // (layer norm and cross-entropy have CPU fast paths in float32 only:
   // core/kernels/cpu_softmax.cpp)
@@ -46,10 +47,10 @@ TEST_CASE("kernel table: a family the device lacks throws naming it and the devi
   // Predicates are not missing families; the CPU's compute ones it lacks are.
   for (const char* family : kernels::missing_families(DeviceType::CPU))
     CHECK(std::string(family).find("_supported") == std::string::npos);
-  kernels::LinearArgs args{};
+  kernels::MseArgs args{};
   args.device = kCPU;
-  const std::string e = error_of([&] { cpu.linear_fused(args); });
-  CHECK(contains(e, "linear_fused: no kernel for device cpu"));
+  const std::string e = error_of([&] { cpu.mse_fused(args); });
+  CHECK(contains(e, "mse_fused: no kernel for device cpu"));
 }
 
 TEST_CASE("kernel table: device services go through the device's hooks") {

@@ -108,9 +108,10 @@ TEST_CASE("faults/oom: out of memory at each allocation of a training step in tu
     faulty.arm(0);
     const double clean_loss = clean.step();
     const size_t allocations = faulty.calls();
-    // The steady-state step allocates 10 times (forward 5, backward 5; the CPU
-    // matmul reads transposed operands in place, so no copies), the first 16.
-    REQUIRE(allocations >= 10);
+    // The steady-state step allocates 9 times (forward 4: the CPU's fused Linear
+    // writes its bias into its output; backward 5; the CPU products read transposed
+    // operands in place, so no copies), the first more.
+    REQUIRE(allocations >= 9);
 
     for (size_t k = 1; k <= allocations; ++k) {
       CAPTURE(k);
