@@ -36,31 +36,31 @@ namespace vec = ember::kernels::cpu::vec;
 constexpr int kRows = 512, kCols = 256;
 
 // The row loops as ember's (max, exp, sum, scale; mean, variance, normalise).
-#define SOFTMAX_BODY                                                       \
-  for (int r = 0; r < rows; ++r) {                                         \
-    const float* xr = x + r * n;                                           \
-    float* yr = y + r * n;                                                 \
-    bool nan = false;                                                      \
-    const float m = vec::max(xr, n, nan);                                  \
-    for (int k = 0; k < n; ++k) yr[k] = vec::exp_nonpositive(xr[k] - m);   \
-    const float inv = static_cast<float>(1.0 / vec::sum(yr, n));           \
-    for (int k = 0; k < n; ++k) yr[k] *= inv;                              \
+#define SOFTMAX_BODY                                                     \
+  for (int r = 0; r < rows; ++r) {                                       \
+    const float* xr = x + r * n;                                         \
+    float* yr = y + r * n;                                               \
+    bool nan = false;                                                    \
+    const float m = vec::max(xr, n, nan);                                \
+    for (int k = 0; k < n; ++k) yr[k] = vec::exp_nonpositive(xr[k] - m); \
+    const float inv = static_cast<float>(1.0 / vec::sum(yr, n));         \
+    for (int k = 0; k < n; ++k) yr[k] *= inv;                            \
   }
-#define LAYER_NORM_BODY                                                          \
-  for (int r = 0; r < rows; ++r) {                                               \
-    const float* xr = x + r * n;                                                 \
-    float* yr = y + r * n;                                                       \
-    const float mean = static_cast<float>(vec::sum(xr, n) / n);                  \
-    const float var = static_cast<float>(vec::sum_sq_dev(xr, n, mean) / n);      \
-    const float rstd = 1.0f / std::sqrt(var + 1e-5f);                            \
-    for (int k = 0; k < n; ++k) yr[k] = (xr[k] - mean) * rstd * w[k] + b[k];     \
+#define LAYER_NORM_BODY                                                      \
+  for (int r = 0; r < rows; ++r) {                                           \
+    const float* xr = x + r * n;                                             \
+    float* yr = y + r * n;                                                   \
+    const float mean = static_cast<float>(vec::sum(xr, n) / n);              \
+    const float var = static_cast<float>(vec::sum_sq_dev(xr, n, mean) / n);  \
+    const float rstd = 1.0f / std::sqrt(var + 1e-5f);                        \
+    for (int k = 0; k < n; ++k) yr[k] = (xr[k] - mean) * rstd * w[k] + b[k]; \
   }
 
-#define DEFINE_VARIANT(name, attr)                                                       \
-  attr void softmax_##name(const float* x, float* y, int rows, int n) { SOFTMAX_BODY }   \
-  attr void layer_norm_##name(const float* x, float* y, const float* w, const float* b, \
-                              int rows, int n) {                                         \
-    LAYER_NORM_BODY                                                                      \
+#define DEFINE_VARIANT(name, attr)                                                        \
+  attr void softmax_##name(const float* x, float* y, int rows, int n){                    \
+      SOFTMAX_BODY} attr void layer_norm_##name(const float* x, float* y, const float* w, \
+                                                const float* b, int rows, int n) {        \
+    LAYER_NORM_BODY                                                                       \
   }
 
 DEFINE_VARIANT(sse2, )
@@ -68,8 +68,8 @@ DEFINE_VARIANT(v3, __attribute__((target("arch=x86-64-v3"))))
 DEFINE_VARIANT(v4, __attribute__((target("arch=x86-64-v4"))))
 DEFINE_VARIANT(avx2fma, __attribute__((target("avx2,fma"))))
 DEFINE_VARIANT(avx512, __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx2,fma"))))
-DEFINE_VARIANT(clones, __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3",
-                                                    "default"))))
+DEFINE_VARIANT(clones,
+               __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default"))))
 
 struct Spread {
   double median, min, max;
@@ -114,23 +114,26 @@ void check(const char* what, const std::vector<float>& got, const std::vector<fl
 
 void features() {
   __builtin_cpu_init();
-  std::printf("__builtin_cpu_supports: x86-64-v2 %d, x86-64-v3 %d, x86-64-v4 %d | avx2 %d fma %d "
-              "avx512f %d avx512bw %d avx512dq %d avx512vl %d | bmi %d bmi2 %d lzcnt %d movbe %d "
-              "f16c %d\n",
-              !!__builtin_cpu_supports("x86-64-v2"), !!__builtin_cpu_supports("x86-64-v3"),
-              !!__builtin_cpu_supports("x86-64-v4"), !!__builtin_cpu_supports("avx2"),
-              !!__builtin_cpu_supports("fma"), !!__builtin_cpu_supports("avx512f"),
-              !!__builtin_cpu_supports("avx512bw"), !!__builtin_cpu_supports("avx512dq"),
-              !!__builtin_cpu_supports("avx512vl"), !!__builtin_cpu_supports("bmi"),
-              !!__builtin_cpu_supports("bmi2"), !!__builtin_cpu_supports("lzcnt"),
-              !!__builtin_cpu_supports("movbe"), !!__builtin_cpu_supports("f16c"));
+  std::printf(
+      "__builtin_cpu_supports: x86-64-v2 %d, x86-64-v3 %d, x86-64-v4 %d | avx2 %d fma %d "
+      "avx512f %d avx512bw %d avx512dq %d avx512vl %d | bmi %d bmi2 %d lzcnt %d movbe %d "
+      "f16c %d\n",
+      !!__builtin_cpu_supports("x86-64-v2"), !!__builtin_cpu_supports("x86-64-v3"),
+      !!__builtin_cpu_supports("x86-64-v4"), !!__builtin_cpu_supports("avx2"),
+      !!__builtin_cpu_supports("fma"), !!__builtin_cpu_supports("avx512f"),
+      !!__builtin_cpu_supports("avx512bw"), !!__builtin_cpu_supports("avx512dq"),
+      !!__builtin_cpu_supports("avx512vl"), !!__builtin_cpu_supports("bmi"),
+      !!__builtin_cpu_supports("bmi2"), !!__builtin_cpu_supports("lzcnt"),
+      !!__builtin_cpu_supports("movbe"), !!__builtin_cpu_supports("f16c"));
   // What CPUID itself says (GCC's dispatcher trusts AVX only when OSXSAVE is set and
   // XCR0 enables the vector state; OpenBLAS checks the same).
   unsigned a = 0, b = 0, c = 0, d = 0;
   __get_cpuid(1, &a, &b, &c, &d);
-  const unsigned family = ((a >> 8) & 0xf) + ((a >> 20) & 0xff), model = ((a >> 4) & 0xf) | ((a >> 12) & 0xf0);
-  std::printf("cpuid 1: family %u model 0x%x | ecx: fma %u movbe %u osxsave %u avx %u f16c %u\n", family,
-              model, (c >> 12) & 1, (c >> 22) & 1, (c >> 27) & 1, (c >> 28) & 1, (c >> 29) & 1);
+  const unsigned family = ((a >> 8) & 0xf) + ((a >> 20) & 0xff),
+                 model = ((a >> 4) & 0xf) | ((a >> 12) & 0xf0);
+  std::printf("cpuid 1: family %u model 0x%x | ecx: fma %u movbe %u osxsave %u avx %u f16c %u\n",
+              family, model, (c >> 12) & 1, (c >> 22) & 1, (c >> 27) & 1, (c >> 28) & 1,
+              (c >> 29) & 1);
   const bool osxsave = (c >> 27) & 1;
   __get_cpuid_count(7, 0, &a, &b, &c, &d);
   std::printf("cpuid 7: avx2 %u bmi1 %u bmi2 %u avx512f %u avx512dq %u avx512bw %u avx512vl %u\n",
@@ -178,8 +181,7 @@ void rows() {
                 __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl") &&
                 __builtin_cpu_supports("fma");
        }},
-      {"target_clones (ember's resolver)", softmax_clones, layer_norm_clones,
-       [] { return true; }},
+      {"target_clones (ember's resolver)", softmax_clones, layer_norm_clones, [] { return true; }},
   };
   char label[96];
   for (const V& v : variants) {
@@ -231,7 +233,8 @@ void gemms() {
       };
       two();
       check("sgemm tiles", c, ref, 1e-3);
-      print(split ? "sgemm 1024^3, 2 threads x 1024x512 tiles" : "sgemm 1024^3, 2 threads x 512x1024 tiles",
+      print(split ? "sgemm 1024^3, 2 threads x 1024x512 tiles"
+                  : "sgemm 1024^3, 2 threads x 512x1024 tiles",
             time_us(two));
     }
   }

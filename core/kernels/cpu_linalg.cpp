@@ -1,10 +1,10 @@
 // CPU matrix product (cpu_linalg.h): through OpenBLAS where ember was built with it
 // (float32, float64; bfloat16 converted to float32 and back), the reference loops
-// (double accumulation in i-k-j order) otherwise, and as the tests' oracle. Linear's
-// forward is fused where OpenBLAS runs it (float32, float64, fast paths on): the bias
+// (double accumulation in i-k-j order) otherwise, and as the tests' oracle. Linear is
+// fused where OpenBLAS runs it (float32, float64, fast paths on): forward, the bias
 // written into the output, one GEMM adding the product to it, the activation in
-// place; elsewhere, and for both backward products, linear() composes matmul, add,
-// sum and the activation.
+// place; backward, d_x and d_w one GEMM each (d_b is linear()'s sum). Elsewhere
+// linear() composes matmul, add, sum and the activation.
 #include "core/kernels/cpu_linalg.h"
 
 #include <algorithm>
