@@ -1,8 +1,9 @@
 // A standalone probe of the CPU path's building blocks on one host, built in a second
 // (no ember library): which instruction sets the CPU reports to GCC's dispatcher, how
-// fast the softmax and layer-norm row loops of core/kernels/cpu_softmax.cpp run when
-// compiled for each (the baseline SSE2, x86-64-v3, x86-64-v4, and feature lists
-// without the v3/v4 extras), which clone GCC's target_clones resolver takes, and
+// fast the softmax and layer-norm row loops of core/kernels/cpu_softmax.cpp and GELU's
+// of cpu_float_math.cpp run when compiled for each (the baseline SSE2, x86-64-v3,
+// x86-64-v4, and feature lists without the v3/v4 extras), which clone GCC's
+// target_clones resolver takes (the one whose time it matches), and
 // OpenBLAS's sgemm at 1024^3 and at the Linear of bench_cpu (512x64 -> 256, bias)
 // threaded by OpenBLAS against tiles on threads of our own (as ember's pool does).
 //
@@ -59,8 +60,13 @@ constexpr int kRows = 512, kCols = 256;
 #define DEFINE_VARIANT(name, attr)                                                        \
   attr void softmax_##name(const float* x, float* y, int rows, int n){                    \
       SOFTMAX_BODY} attr void layer_norm_##name(const float* x, float* y, const float* w, \
-                                                const float* b, int rows, int n) {        \
-    LAYER_NORM_BODY                                                                       \
+                                                const float* b, int rows, int n){         \
+      LAYER_NORM_BODY} attr void gelu_##name(const float* x, float* y, int count) {       \
+    for (int i = 0; i < count; ++i) {                                                     \
+      float u, s, oms;                                                                    \
+      vec::gelu_parts(x[i], u, s, oms);                                                   \
+      y[i] = x[i] * s;                                                                    \
+    }                                                                                     \
   }
 
 DEFINE_VARIANT(sse2, )
@@ -161,27 +167,31 @@ void rows() {
   softmax_sse2(x.data(), ref.data(), kRows, kCols);
   std::vector<float> ref_ln(x.size());
   layer_norm_sse2(x.data(), ref_ln.data(), w.data(), b.data(), kRows, kCols);
+  std::vector<float> ref_gelu(x.size());
+  gelu_sse2(x.data(), ref_gelu.data(), kRows * kCols);
   struct V {
     const char* name;
     void (*sm)(const float*, float*, int, int);
     void (*ln)(const float*, float*, const float*, const float*, int, int);
+    void (*gelu)(const float*, float*, int);
     bool (*ok)();
   };
   const V variants[] = {
-      {"sse2", softmax_sse2, layer_norm_sse2, [] { return true; }},
-      {"x86-64-v3", softmax_v3, layer_norm_v3,
+      {"sse2", softmax_sse2, layer_norm_sse2, gelu_sse2, [] { return true; }},
+      {"x86-64-v3", softmax_v3, layer_norm_v3, gelu_v3,
        [] { return bool(__builtin_cpu_supports("x86-64-v3")); }},
-      {"x86-64-v4", softmax_v4, layer_norm_v4,
+      {"x86-64-v4", softmax_v4, layer_norm_v4, gelu_v4,
        [] { return bool(__builtin_cpu_supports("x86-64-v4")); }},
-      {"avx2,fma", softmax_avx2fma, layer_norm_avx2fma,
+      {"avx2,fma", softmax_avx2fma, layer_norm_avx2fma, gelu_avx2fma,
        [] { return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"); }},
-      {"avx512f,bw,dq,vl,avx2,fma", softmax_avx512, layer_norm_avx512,
+      {"avx512f,bw,dq,vl,avx2,fma", softmax_avx512, layer_norm_avx512, gelu_avx512,
        [] {
          return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                 __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl") &&
                 __builtin_cpu_supports("fma");
        }},
-      {"target_clones (ember's resolver)", softmax_clones, layer_norm_clones, [] { return true; }},
+      {"target_clones (ember's resolver)", softmax_clones, layer_norm_clones, gelu_clones,
+       [] { return true; }},
   };
   char label[96];
   for (const V& v : variants) {
@@ -197,6 +207,10 @@ void rows() {
     check(v.name, y, ref_ln, 1e-4);
     std::snprintf(label, sizeof label, "layer_norm 512x256, 1 thread, %s", v.name);
     print(label, time_us([&] { v.ln(x.data(), y.data(), w.data(), b.data(), kRows, kCols); }));
+    v.gelu(x.data(), y.data(), kRows * kCols);
+    check(v.name, y, ref_gelu, 1e-5);
+    std::snprintf(label, sizeof label, "gelu (tanh) 512x256, 1 thread, %s", v.name);
+    print(label, time_us([&] { v.gelu(x.data(), y.data(), kRows * kCols); }));
   }
 }
 
