@@ -38,7 +38,9 @@ else
 fi
 
 echo "# bench_cpu: $(lscpu 2>/dev/null | sed -n 's/^Model name: *//p' | head -1), $(nproc) cores," \
-     "$(date -u +%Y-%m-%dT%H:%MZ), commit $(git rev-parse --short HEAD 2>/dev/null)"
+     "$(date -u +%Y-%m-%dT%H:%MZ), commit $(git rev-parse --short HEAD 2>/dev/null)" \
+     "${EMBER_COMMIT:+(EMBER_COMMIT $EMBER_COMMIT)}" \
+     "$([ -f "$build/ember_commit.txt" ] && echo "(build packed at $(cat "$build/ember_commit.txt"))")"
 log="$(mktemp)"
 status=0
 for t in "${threads[@]}"; do

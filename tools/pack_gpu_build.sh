@@ -18,7 +18,7 @@ echo "pack_gpu_build: $(nvcc --version | tail -1)"
 cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 >/dev/null
 cmake --build build-gpu -j"$(nproc)"
 pwd >build-gpu/ember_source_dir.txt
-git rev-parse --short HEAD >build-gpu/ember_commit.txt 2>/dev/null || true
+git describe --always --dirty >build-gpu/ember_commit.txt 2>/dev/null || true
 mkdir -p "$(dirname "$out")"
 tar --exclude='*.o' --exclude='*.a' --exclude='*.o.d' --exclude='.ninja_*' \
     --exclude='build.ninja' --exclude='CMakeFiles/*.dir' --exclude='gpu-sanitize' \
