@@ -186,6 +186,7 @@ bool blas_core_is_fallback(std::string_view core, bool cpu_has_avx2_fma) {
 
 namespace {
 
+#if EMBER_HAS_OPENBLAS
 bool cpu_has_avx2_fma() {
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
   return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
@@ -197,7 +198,6 @@ bool cpu_has_avx2_fma() {
 // Once per process, at the first product: OpenBLAS on one thread (see kTileMnk), and
 // a warning when its kernels are older than the CPU.
 void blas_setup() {
-#if EMBER_HAS_OPENBLAS
   openblas_set_num_threads(1);
   const std::string core = blas_core();
   if (blas_core_is_fallback(core, cpu_has_avx2_fma()))
@@ -207,15 +207,20 @@ void blas_setup() {
                  "program with OPENBLAS_CORETYPE=Haswell (or SkylakeX where the CPU has "
                  "AVX-512) in the environment.\n",
                  core.c_str());
-#endif
 }
+
+// blas_setup once per process, whichever product comes first.
+void blas_ready() {
+  static const bool ready = (blas_setup(), true);
+  (void)ready;
+}
+#endif
 
 }  // namespace
 
 bool gemm_blas(const GemmArgs& g) {
 #if EMBER_HAS_OPENBLAS
-  static const bool ready = (blas_setup(), true);
-  (void)ready;
+  blas_ready();
   constexpr int64_t kIntMax = 2147483647;  // the CBLAS interface's int
   if (g.m > kIntMax || g.n > kIntMax || g.k > kIntMax || g.a.ld > kIntMax || g.b.ld > kIntMax)
     return false;
@@ -314,6 +319,7 @@ bool linear_weight_grad_takes(const LinearWeightGradArgs& a) {
 bool linear_input_grad(const LinearInputGradArgs& a) {
   if (!linear_input_grad_takes(a)) return false;
 #if EMBER_HAS_OPENBLAS
+  blas_ready();
   // d_x (m, k) = d_y (m, n) w (n, k): both read as stored.
   GemmArgs g{a.device, a.dtype, 1, a.m, a.k, a.n, {a.d_y, false, a.ldd, 0}, {a.w, false, a.ldw, 0},
              a.d_x};
@@ -328,6 +334,7 @@ bool linear_input_grad(const LinearInputGradArgs& a) {
 bool linear_weight_grad(const LinearWeightGradArgs& a) {
   if (!linear_weight_grad_takes(a)) return false;
 #if EMBER_HAS_OPENBLAS
+  blas_ready();
   // d_w (n, k) = d_y^T (n, m) x (m, k): d_y (m, n) read transposed in place.
   GemmArgs g{a.device, a.dtype, 1, a.n, a.k, a.m, {a.d_y, true, a.n, 0}, {a.x, false, a.ldx, 0},
              a.d_w};
@@ -352,8 +359,7 @@ void linear_fused(const LinearArgs& a) {
   EMBER_CHECK(linear_fused_supported(a.dtype), "linear: the CPU's fused Linear does not take ",
               dtype_name(a.dtype), " (its predicate said no)");
 #if EMBER_HAS_OPENBLAS
-  static const bool ready = (blas_setup(), true);
-  (void)ready;
+  blas_ready();
   EMBER_CHECK(fits_cblas_int({a.m, a.n, a.k, a.ldx, a.ldw}),
               "linear: sizes beyond the CBLAS interface's int (", a.m, " x ", a.k, " -> ", a.n,
               ")");
