@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cstdio>
+#include <cstdlib>
 #include <initializer_list>
 #include <string>
 #include <type_traits>
@@ -184,6 +185,10 @@ bool blas_core_is_fallback(std::string_view core, bool cpu_has_avx2_fma) {
   return false;
 }
 
+const char* blas_coretype_for(bool cpu_has_avx512) {
+  return cpu_has_avx512 ? "SkylakeX" : "Haswell";
+}
+
 namespace {
 
 #if EMBER_HAS_OPENBLAS
@@ -195,18 +200,32 @@ bool cpu_has_avx2_fma() {
 #endif
 }
 
+bool cpu_has_avx512() {
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+         __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
+#else
+  return false;
+#endif
+}
+
 // Once per process, at the first product: OpenBLAS on one thread (see kTileMnk), and
 // a warning when its kernels are older than the CPU.
 void blas_setup() {
   openblas_set_num_threads(1);
   const std::string core = blas_core();
-  if (blas_core_is_fallback(core, cpu_has_avx2_fma()))
-    std::fprintf(stderr,
-                 "ember: OpenBLAS picked its %s kernels, older than this CPU (it has AVX2 and "
-                 "FMA): CPU matrix products run several times slower than they could. Start the "
-                 "program with OPENBLAS_CORETYPE=Haswell (or SkylakeX where the CPU has "
-                 "AVX-512) in the environment.\n",
-                 core.c_str());
+  if (!blas_core_is_fallback(core, cpu_has_avx2_fma())) return;
+  const char* asked = std::getenv("OPENBLAS_CORETYPE");
+  const std::string why = asked != nullptr && asked[0] != '\0'
+                              ? std::string("OPENBLAS_CORETYPE=") + asked + " asked for them"
+                              : std::string("OpenBLAS does not know this CPU model");
+  std::fprintf(stderr,
+               "ember: OpenBLAS picked its %s kernels, older than this CPU (it has AVX2 and "
+               "FMA%s; %s): CPU matrix products run several times slower than they could. "
+               "Start the program with OPENBLAS_CORETYPE=%s in the environment (OpenBLAS reads "
+               "it when it loads).\n",
+               core.c_str(), cpu_has_avx512() ? ", AVX-512" : "", why.c_str(),
+               blas_coretype_for(cpu_has_avx512()));
 }
 
 // blas_setup once per process, whichever product comes first.

@@ -36,5 +36,9 @@ std::string blas_core();
 // Whether `core` (case-insensitive) is a kernel set older than AVX2 and FMA, which on
 // a CPU that has both (cpu_has_avx2_fma) means OpenBLAS did not recognise the CPU.
 bool blas_core_is_fallback(std::string_view core, bool cpu_has_avx2_fma);
+// The OPENBLAS_CORETYPE the fallback warning names: "SkylakeX" where the CPU has
+// AVX-512 (F, BW, DQ, VL: OpenBLAS's SkylakeX kernels use them), else "Haswell" (AVX2
+// and FMA).
+const char* blas_coretype_for(bool cpu_has_avx512);
 
 }  // namespace ember::kernels::cpu
