@@ -235,14 +235,18 @@ void blas_ready() {
 }
 #endif
 
+// Whether every size fits the CBLAS interface's int.
+bool fits_cblas_int(std::initializer_list<int64_t> v) {
+  constexpr int64_t kIntMax = 2147483647;
+  return std::all_of(v.begin(), v.end(), [](int64_t x) { return x <= kIntMax; });
+}
+
 }  // namespace
 
 bool gemm_blas(const GemmArgs& g) {
 #if EMBER_HAS_OPENBLAS
   blas_ready();
-  constexpr int64_t kIntMax = 2147483647;  // the CBLAS interface's int
-  if (g.m > kIntMax || g.n > kIntMax || g.k > kIntMax || g.a.ld > kIntMax || g.b.ld > kIntMax)
-    return false;
+  if (!fits_cblas_int({g.m, g.n, g.k, g.a.ld, g.b.ld})) return false;
   switch (g.dtype) {
     case DType::Float32:
       blas_batched<float>(g, g.a, g.b, static_cast<float*>(g.c));
@@ -293,9 +297,9 @@ void linear_blas(const LinearArgs& a) {
   if (a.k == 0) {  // no product (CBLAS would refuse its leading dimensions): y = b or 0
     if (a.b == nullptr) std::fill(y, y + count, T(0));
   } else {
-    GemmArgs g{a.device, a.dtype, 1, a.m, a.n, a.k, {}, {}, a.y};
-    g.a = {a.x, false, a.ldx, 0};
-    g.b = {a.w, true, a.ldw, 0};  // (k, n) read as w (n, k) transposed, in place
+    // b (k, n) read as w (n, k) transposed, in place
+    const GemmArgs g{
+        a.device, a.dtype, 1, a.m, a.n, a.k, {a.x, false, a.ldx, 0}, {a.w, true, a.ldw, 0}, a.y};
     blas_batched<T>(g, g.a, g.b, y, beta);
   }
   if (a.act == Activation::None) return;
@@ -317,13 +321,6 @@ void linear_blas(const LinearArgs& a) {
 }  // namespace
 #endif
 
-namespace {
-bool fits_cblas_int(std::initializer_list<int64_t> v) {
-  constexpr int64_t kIntMax = 2147483647;  // the CBLAS interface's int
-  return std::all_of(v.begin(), v.end(), [](int64_t x) { return x <= kIntMax; });
-}
-}  // namespace
-
 // Both backward products want m, n, k >= 1 (matmul takes the empty ones).
 bool linear_input_grad_takes(const LinearInputGradArgs& a) {
   return linear_fused_supported(a.dtype) && a.m > 0 && a.n > 0 && a.k > 0 &&
@@ -335,34 +332,31 @@ bool linear_weight_grad_takes(const LinearWeightGradArgs& a) {
          fits_cblas_int({a.m, a.n, a.k, a.ldx});
 }
 
+// Both as gemm_blas's products (which the *_takes answers above admit).
 bool linear_input_grad(const LinearInputGradArgs& a) {
-  if (!linear_input_grad_takes(a)) return false;
-#if EMBER_HAS_OPENBLAS
-  blas_ready();
   // d_x (m, k) = d_y (m, n) w (n, k): both read as stored.
-  GemmArgs g{a.device, a.dtype, 1, a.m, a.k, a.n, {a.d_y, false, a.ldd, 0}, {a.w, false, a.ldw, 0},
-             a.d_x};
-  if (a.dtype == DType::Float32)
-    blas_batched<float>(g, g.a, g.b, static_cast<float*>(a.d_x));
-  else
-    blas_batched<double>(g, g.a, g.b, static_cast<double*>(a.d_x));
-#endif
-  return true;
+  return linear_input_grad_takes(a) && gemm_blas({a.device,
+                                                  a.dtype,
+                                                  1,
+                                                  a.m,
+                                                  a.k,
+                                                  a.n,
+                                                  {a.d_y, false, a.ldd, 0},
+                                                  {a.w, false, a.ldw, 0},
+                                                  a.d_x});
 }
 
 bool linear_weight_grad(const LinearWeightGradArgs& a) {
-  if (!linear_weight_grad_takes(a)) return false;
-#if EMBER_HAS_OPENBLAS
-  blas_ready();
   // d_w (n, k) = d_y^T (n, m) x (m, k): d_y (m, n) read transposed in place.
-  GemmArgs g{a.device, a.dtype, 1, a.n, a.k, a.m, {a.d_y, true, a.n, 0}, {a.x, false, a.ldx, 0},
-             a.d_w};
-  if (a.dtype == DType::Float32)
-    blas_batched<float>(g, g.a, g.b, static_cast<float*>(a.d_w));
-  else
-    blas_batched<double>(g, g.a, g.b, static_cast<double*>(a.d_w));
-#endif
-  return true;
+  return linear_weight_grad_takes(a) && gemm_blas({a.device,
+                                                   a.dtype,
+                                                   1,
+                                                   a.n,
+                                                   a.k,
+                                                   a.m,
+                                                   {a.d_y, true, a.n, 0},
+                                                   {a.x, false, a.ldx, 0},
+                                                   a.d_w});
 }
 
 bool linear_fused_supported(DType dtype) {

@@ -39,8 +39,10 @@ inline constexpr int kLanes = 16;
 inline double sum(const float* x, int64_t n) {
   float acc[kLanes] = {};
   int64_t i = 0;
-  for (; i + kLanes <= n; i += kLanes) EMBER_VEC_LANES
-  for (int l = 0; l < kLanes; ++l) acc[l] += x[i + l];
+  for (; i + kLanes <= n; i += kLanes) {
+    EMBER_VEC_LANES
+    for (int l = 0; l < kLanes; ++l) acc[l] += x[i + l];
+  }
   double s = 0;
   for (int l = 0; l < kLanes; ++l) s += acc[l];
   for (; i < n; ++i) s += x[i];
@@ -51,10 +53,12 @@ inline double sum(const float* x, int64_t n) {
 inline double sum_sq_dev(const float* x, int64_t n, float c) {
   float acc[kLanes] = {};
   int64_t i = 0;
-  for (; i + kLanes <= n; i += kLanes) EMBER_VEC_LANES
-  for (int l = 0; l < kLanes; ++l) {
-    const float d = x[i + l] - c;
-    acc[l] += d * d;
+  for (; i + kLanes <= n; i += kLanes) {
+    EMBER_VEC_LANES
+    for (int l = 0; l < kLanes; ++l) {
+      const float d = x[i + l] - c;
+      acc[l] += d * d;
+    }
   }
   double s = 0;
   for (int l = 0; l < kLanes; ++l) s += acc[l];
@@ -66,8 +70,10 @@ inline double sum_sq_dev(const float* x, int64_t n, float c) {
 inline double dot(const float* a, const float* b, int64_t n) {
   float acc[kLanes] = {};
   int64_t i = 0;
-  for (; i + kLanes <= n; i += kLanes) EMBER_VEC_LANES
-  for (int l = 0; l < kLanes; ++l) acc[l] += a[i + l] * b[i + l];
+  for (; i + kLanes <= n; i += kLanes) {
+    EMBER_VEC_LANES
+    for (int l = 0; l < kLanes; ++l) acc[l] += a[i + l] * b[i + l];
+  }
   double s = 0;
   for (int l = 0; l < kLanes; ++l) s += acc[l];
   for (; i < n; ++i) s += static_cast<double>(a[i]) * b[i];
@@ -80,11 +86,13 @@ inline float max(const float* x, int64_t n, bool& nan) {
   int bad[kLanes] = {};
   for (int l = 0; l < kLanes; ++l) acc[l] = x[0];
   int64_t i = 0;
-  for (; i + kLanes <= n; i += kLanes) EMBER_VEC_LANES
-  for (int l = 0; l < kLanes; ++l) {
-    const float v = x[i + l];
-    acc[l] = v > acc[l] ? v : acc[l];
-    bad[l] |= v != v;
+  for (; i + kLanes <= n; i += kLanes) {
+    EMBER_VEC_LANES
+    for (int l = 0; l < kLanes; ++l) {
+      const float v = x[i + l];
+      acc[l] = v > acc[l] ? v : acc[l];
+      bad[l] |= v != v;
+    }
   }
   float m = acc[0];
   int any = 0;
