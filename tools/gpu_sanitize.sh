@@ -23,8 +23,10 @@
 #                                              hazard can be set apart, unless
 #                                              EMBER_CUBLASLT_EVIDENCE names a kernel list
 #                                              an earlier probe run wrote)
-#   EMBER_GPU_SANITIZE_RACECHECK_MLP_BATCH=1024 the batch of the slow MLP cases under
-#                                              racecheck (see slow_cases; 0: the test's own)
+#   EMBER_GPU_SANITIZE_RACECHECK_MLP_BATCH=256 under racecheck, the batch and width of
+#   EMBER_GPU_SANITIZE_RACECHECK_MLP_WIDTH=1024 core's MLP memory cases and the divisor
+#   EMBER_GPU_SANITIZE_RACECHECK_VARYING_DIVISOR=8  of its varying batch's sizes (see
+#                                              racecheck_sizes; 0: the test's own)
 #   EMBER_COMMIT=<sha>                         the commit the table names (default: git)
 # What a full run covers: every test case of those suites in every binary except the
 # soak tests (100,000 steps: hours under a sanitizer; their kernels are the ones the
@@ -120,13 +122,25 @@ slow_cases=(
 slow_timeout=${EMBER_GPU_SANITIZE_SLOW_TIMEOUT:-$(( 2 * run_timeout ))}
 # Even alone, racecheck over the fp32 and the TF32 MLP case (batch 8192, 4 x 4096)
 # ran past 570 s each on the H200 at 3794262, longer than one device call may take;
-# bf16 about 570 s; memcheck took 142 s, initcheck 63 s, synccheck 29 s. Under
-# racecheck only, those cases run at this batch (the test reads
-# EMBER_TEST_PREDICT_MLP_BATCH; default 1024): racecheck's hazards are between the
-# threads of one block, so fewer blocks of the same kernels are checked the same
-# way, though a library may pick other kernels for the smaller product (cuBLASLt's
-# heuristic). The table says which batch ran. 0: the test's own batch.
-racecheck_mlp_batch=${EMBER_GPU_SANITIZE_RACECHECK_MLP_BATCH:-1024}
+# bf16 about 570 s; memcheck took 142 s, initcheck 63 s, synccheck 29 s. At batch 1024
+# (fb7cb20, 2026-12-03) bf16 took 151 s, but fp32 (ember's own GEMM) and TF32 still ran
+# past 575 s, as did core's shard with the varying batch (3 x 1024 wide, batches up to
+# 2048). So under racecheck the core binary's predict cases run smaller: the MLP at
+# this batch and width, the varying batch's batch sizes divided by this divisor (the
+# test reads EMBER_TEST_PREDICT_MLP_BATCH, _MLP_WIDTH and _VARYING_DIVISOR; defaults
+# 256, 1024, 8; 0 for any: the test's own size). racecheck's hazards are between the
+# threads of one block, so fewer and shorter blocks of the same kernels are checked the
+# same way, though a library may pick other kernels for the smaller products
+# (cuBLASLt's heuristic; ember's kernels/linear cases cover its own GEMM's shapes). The
+# table says which sizes ran.
+racecheck_mlp_batch=${EMBER_GPU_SANITIZE_RACECHECK_MLP_BATCH:-256}
+racecheck_mlp_width=${EMBER_GPU_SANITIZE_RACECHECK_MLP_WIDTH:-1024}
+racecheck_varying_divisor=${EMBER_GPU_SANITIZE_RACECHECK_VARYING_DIVISOR:-8}
+racecheck_sizes=()
+[ "$racecheck_mlp_batch" != 0 ] && racecheck_sizes+=(EMBER_TEST_PREDICT_MLP_BATCH="$racecheck_mlp_batch")
+[ "$racecheck_mlp_width" != 0 ] && racecheck_sizes+=(EMBER_TEST_PREDICT_MLP_WIDTH="$racecheck_mlp_width")
+[ "$racecheck_varying_divisor" != 0 ] &&
+  racecheck_sizes+=(EMBER_TEST_PREDICT_VARYING_DIVISOR="$racecheck_varying_divisor")
 # Kernels whose racecheck hazards are counted apart: cuBLASLt's nvjet GEMM kernels,
 # reached through ember's Linear (cuda/blas.cpp). Seen on one H200 at d85ae97
 # (2026-12-01): 12 hazards, in nvjet_sm90_tst_64x32_64x16_1x1_h_bz_splitK_NTT and
@@ -322,8 +336,7 @@ run_one() {  # bin tool variant doctest-args...
   if [ "$tool" = racecheck ]; then
     mkdir -p "$trace_dir/$name.$tool${variant:+.$variant}"
     trace=(EMBER_BLAS_TRACE="$(realpath "$trace_dir/$name.$tool${variant:+.$variant}")")
-    [[ "$variant" == slow* ]] && [ "$racecheck_mlp_batch" != 0 ] &&
-      trace+=(EMBER_TEST_PREDICT_MLP_BATCH="$racecheck_mlp_batch")
+    [ "$name" = ember_tests_core ] && trace+=("${racecheck_sizes[@]}")
   fi
   if [ "$name" = ember_tests_parallel ]; then
     # One rank (NCCL refuses two ranks on one GPU); multi-rank runs need 2+ GPUs.
@@ -389,7 +402,12 @@ for bin in "$build"/tests/ember_tests_${EMBER_GPU_SANITIZE_ONLY:-*}; do
   fi
   for tool in $tools; do
     for range in "${ranges[@]}"; do
-      if [ -z "$range" ]; then
+      if [ -z "$range" ] && [ "$name" = ember_tests_parallel ]; then
+        # Whole, and 190-200 s per tool even alone (NCCL under the tool): started
+        # first, with the slow cases, so that it overlaps the rest (started last at
+        # fb7cb20, three of its four tools were still in its first case at the end).
+        runs=("$bin|$tool||$(printf '%s\t' "${common[@]}" "-tce=$exclude")" "${runs[@]}")
+      elif [ -z "$range" ]; then
         runs+=("$bin|$tool||$(printf '%s\t' "${common[@]}" "-tce=$exclude")")
       else
         first=${range#cases}; last=${first#*-}; first=${first%-*}
@@ -539,8 +557,8 @@ for entry in "${runs[@]}" "${serial[@]}"; do
     if [[ "$variant" == slow* ]]; then note+=" (ran past EMBER_GPU_SANITIZE_SLOW_TIMEOUT=${slow_timeout}s)"
     else note+=" (ran past EMBER_GPU_SANITIZE_TIMEOUT=${run_timeout}s)"; fi
   fi
-  [ "$tool" = racecheck ] && [[ "$variant" == slow* ]] && [ "$racecheck_mlp_batch" != 0 ] &&
-    note+=" (EMBER_TEST_PREDICT_MLP_BATCH=$racecheck_mlp_batch)"
+  [ "$tool" = racecheck ] && [ "$name" = ember_tests_core ] && [ ${#racecheck_sizes[@]} -gt 0 ] &&
+    note+=" (${racecheck_sizes[*]})"
   verdict=clean$note
   if [ "$rc" != 0 ]; then
     verdict="FAILED (exit $rc)$note"

@@ -82,28 +82,30 @@ TEST_CASE("predict/cuda: the seed model, predicted = measured on the GPU" *
   CHECK(p.library_bytes == cuda::lt_workspace_bytes());
 }
 
-// The MLP benchmark (batch 8192, 4 x 4096), one case per precision. Under racecheck
-// the fp32 and TF32 cases each ran past 570 s on the H200 (longer than one device call
-// may run), so tools/gpu_sanitize.sh runs them under racecheck alone with a smaller
-// batch through EMBER_TEST_PREDICT_MLP_BATCH (racecheck's hazards are within a block:
-// fewer blocks of the same kernels; its table says which batch ran). The prediction
-// must hold at any batch.
+// The MLP benchmark (batch 8192, 4 x 4096), one case per precision, and the varying
+// batch below. Under racecheck the MLP cases ran past 570 s each on the H200 even
+// alone and at batch 1024 (fp32 on ember's own GEMM; 2026-12-03, fb7cb20), as did the
+// varying batch's shard: longer than one device call may run. So tools/gpu_sanitize.sh
+// runs them smaller under racecheck, through EMBER_TEST_PREDICT_MLP_BATCH,
+// EMBER_TEST_PREDICT_MLP_WIDTH and EMBER_TEST_PREDICT_VARYING_DIVISOR (racecheck's
+// hazards are within a block: fewer and shorter blocks of the kernels; its table says
+// which sizes ran). The prediction must hold at any size.
 namespace {
-int64_t mlp_batch() {
-  const char* v = std::getenv("EMBER_TEST_PREDICT_MLP_BATCH");
-  if (v == nullptr || *v == '\0') return 8192;
+int64_t env_size(const char* name, int64_t fallback) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || *v == '\0') return fallback;
   char* end = nullptr;
   const long long b = std::strtoll(v, &end, 10);
-  REQUIRE_MESSAGE((*end == '\0' && b >= 1),
-                  "EMBER_TEST_PREDICT_MLP_BATCH must be a positive integer, got '", v, "'");
+  REQUIRE_MESSAGE((*end == '\0' && b >= 1), name, " must be a positive integer, got '", v, "'");
   return b;
 }
 
 void check_mlp(workloads::Precision precision) {
-  const int64_t batch = mlp_batch();
-  MESSAGE("the MLP at batch ", batch);
+  const int64_t batch = env_size("EMBER_TEST_PREDICT_MLP_BATCH", 8192);
+  const int64_t width = env_size("EMBER_TEST_PREDICT_MLP_WIDTH", 4096);
+  MESSAGE("the MLP at batch ", batch, ", width ", width);
   const MemoryPrediction p =
-      check_gpu([=](Device d) { return workloads::mlp(d, batch, precision); }, 4);
+      check_gpu([=](Device d) { return workloads::mlp(d, batch, precision, width); }, 4);
   CHECK(p.library_bytes == cuda::blas_workspace_bytes() + cuda::lt_workspace_bytes());
 }
 }  // namespace
@@ -127,7 +129,9 @@ TEST_CASE("predict/cuda: gradient accumulation and a varying batch, predicted = 
           doctest::test_suite("cuda")) {
   workloads::SeedGradAccum accum;
   check_gpu([&](Device d) { return accum.make(d); }, 14);
-  check_gpu([](Device d) { return workloads::varying_batch(d); }, 10);
+  const int64_t divisor = env_size("EMBER_TEST_PREDICT_VARYING_DIVISOR", 1);
+  MESSAGE("the varying batch's sizes divided by ", divisor);
+  check_gpu([=](Device d) { return workloads::varying_batch(d, 1024, divisor); }, 10);
 }
 
 TEST_CASE("predict/cuda: the leak examples, predicted = measured" * doctest::test_suite("cuda")) {
