@@ -60,6 +60,7 @@ void register_cpu(KernelTable& t) {
   register_cpu_softmax(t);
   register_cpu_multi_tensor(t);
   register_cpu_sort(t);
+  register_cpu_batch_norm(t);
 }
 
 }  // namespace ember::kernels

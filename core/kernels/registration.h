@@ -16,5 +16,6 @@ void register_cpu_index(KernelFamilies& t);
 void register_cpu_softmax(KernelFamilies& t);
 void register_cpu_multi_tensor(KernelFamilies& t);
 void register_cpu_sort(KernelFamilies& t);  // sort and cumsum
+void register_cpu_batch_norm(KernelFamilies& t);
 
 }  // namespace ember::kernels

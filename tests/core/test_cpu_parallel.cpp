@@ -14,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/autograd.h"
 #include "core/kernel_table.h"
 #include "core/kernels/cpu_linalg.h"
 #include "core/kernels/cpu_parallel.h"
@@ -296,6 +297,30 @@ std::vector<Tensor> layer_norm_run(bool fast, const Tensor& x, const Tensor& w, 
   return {y, xx.grad(), ww.grad(), bb.grad()};
 }
 
+// batch_norm forward and backward on the fast path (fused) or the composed
+// reference: y, d_x, d_w, d_b (undefined where not asked), the running statistics
+// after, and the autograd node's name.
+struct BatchNormRun {
+  std::vector<Tensor> out;
+  std::string node;
+};
+BatchNormRun batch_norm_run(bool fast, const Tensor& x, const Tensor& w, const Tensor& b,
+                            const Tensor& rm, const Tensor& rv, bool training, const Tensor& u) {
+  cpu::set_fast_paths(fast);
+  Tensor xx = x.detach().requires_grad_();
+  Tensor ww = w.defined() ? w.detach().requires_grad_() : Tensor();
+  Tensor bb = b.defined() ? b.detach().requires_grad_() : Tensor();
+  Tensor m = rm.defined() ? rm.detach().clone() : Tensor();
+  Tensor v = rv.defined() ? rv.detach().clone() : Tensor();
+  Tensor y = batch_norm(xx, m, v, ww, bb, training, 0.25, 1e-5);
+  BatchNormRun r;
+  r.node = y.grad_fn() ? y.grad_fn()->name() : "";
+  sum(y * u).backward();
+  r.out = {y, xx.grad(), ww.defined() ? ww.grad() : Tensor(), bb.defined() ? bb.grad() : Tensor(),
+           m, v};
+  return r;
+}
+
 }  // namespace
 
 TEST_CASE("cpu/fast: float32 softmax and log_softmax match the double reference") {
@@ -361,6 +386,57 @@ TEST_CASE("cpu/fast: the fused float32 layer norm matches the composed reference
   }
   cpu::set_fast_paths(true);
   CHECK(layer_norm(zeros({0, 8}), {8}).numel() == 0);
+}
+
+TEST_CASE("cpu/fast: the fused float32 batch norm matches the composed reference") {
+  ThreadsGuard guard;
+  manual_seed(9);
+  const std::vector<Shape> shapes = {
+      {8, 3, 5, 5}, {64, 32, 8, 8}, {5, 7}, {2, 4, 1, 33}, {3, 2, 40}};
+  for (const auto& shape : shapes) {
+    const int64_t c = shape[1];
+    CAPTURE(shape_str(shape));
+    Tensor x = randn(shape) * 3.0 + 2.0, u = randn(shape);
+    Tensor w = randn({c}), b = randn({c});
+    Tensor rm = randn({c}), rv = rand({c}) + 0.5;
+    for (bool training : {true, false}) {
+      for (bool affine : {true, false}) {
+        CAPTURE(training);
+        CAPTURE(affine);
+        const Tensor wa = affine ? w : Tensor(), ba = affine ? b : Tensor();
+        set_num_threads(1);
+        const BatchNormRun want = batch_norm_run(false, x, wa, ba, rm, rv, training, u);
+        const BatchNormRun got = batch_norm_run(true, x, wa, ba, rm, rv, training, u);
+        CHECK(got.node == "BatchNormBackward");
+        CHECK(want.node != "BatchNormBackward");
+        CHECK(rel_error(got.out[0], want.out[0]) <= 1e-6);  // y
+        CHECK(rel_error(got.out[1], want.out[1]) <= 1e-5);  // d_x
+        if (affine) {
+          CHECK(rel_error(got.out[2], want.out[2]) <= 1e-5);  // d_w
+          CHECK(rel_error(got.out[3], want.out[3]) <= 1e-5);  // d_b
+        }
+        CHECK(rel_error(got.out[4], want.out[4]) <= 1e-6);  // running mean
+        CHECK(rel_error(got.out[5], want.out[5]) <= 1e-6);  // running var
+        // Each channel is one thread's, whole: the same bits at every thread count.
+        for (int threads : {2, 3}) {
+          set_num_threads(threads);
+          CAPTURE(threads);
+          const BatchNormRun again = batch_norm_run(true, x, wa, ba, rm, rv, training, u);
+          for (size_t i = 0; i < got.out.size(); ++i)
+            if (got.out[i].defined()) CHECK(same_bits(again.out[i], got.out[i]));
+        }
+      }
+    }
+  }
+  // Without running statistics (training only), and float64 composes.
+  cpu::set_fast_paths(true);
+  Tensor x = randn({6, 4, 3});
+  const Tensor y = batch_norm(x.requires_grad_(), Tensor(), Tensor());
+  CHECK(y.grad_fn()->name() == std::string("BatchNormBackward"));
+  const Tensor mean_c = mean(mean(y.detach(), 2), 0);
+  CHECK(mean_c.abs().max().item() < 1e-6);
+  const Tensor y64 = batch_norm(randn({6, 4, 3}, kFloat64).requires_grad_(), Tensor(), Tensor());
+  CHECK(y64.grad_fn()->name() != std::string("BatchNormBackward"));
 }
 
 TEST_CASE("cpu/fast: Adam updates give the same bits at 1, 2 and 3 threads") {

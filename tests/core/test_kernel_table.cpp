@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/kernel_table.h"
+#include "core/kernels/cpu_parallel.h"
 #include "core/ops.h"
 #include "error_text.h"
 
@@ -38,12 +39,13 @@ TEST_CASE("kernel table: a family the device lacks throws naming it and the devi
   CHECK_FALSE(cpu.linear_bias_grad_fused_supported({kCPU, kFloat32}));
   CHECK_FALSE(cpu.linear_fused_supported({kCPU, kBFloat16}));
   CHECK_FALSE(cpu.mse_fused_supported({kCPU, kFloat32}));
-  // (layer norm and cross-entropy have CPU fast paths in float32 only:
-  // core/kernels/cpu_softmax.cpp)
+  // (layer norm, cross-entropy and batch norm have CPU fast paths in float32 only:
+  // core/kernels/cpu_softmax.cpp, cpu_batch_norm.cpp)
   CHECK_FALSE(cpu.cross_entropy_fused_supported({kCPU, kFloat64, 4, 10}));
   CHECK_FALSE(cpu.layer_norm_fused_supported({kCPU, kFloat64, 4, 10}));
   CHECK_FALSE(cpu.rms_norm_fused_supported({kCPU, kFloat32, 4, 10}));
-  CHECK_FALSE(cpu.batch_norm_fused_supported({kCPU, kFloat32, 4, 3, 10}));  // composes
+  CHECK_FALSE(cpu.batch_norm_fused_supported({kCPU, kFloat64, 4, 3, 10}));  // composes
+  CHECK(cpu.batch_norm_fused_supported({kCPU, kFloat32, 4, 3, 10}) == kernels::cpu::fast_paths());
   // Predicates are not missing families; the CPU's compute ones it lacks are.
   for (const char* family : kernels::missing_families(DeviceType::CPU))
     CHECK(std::string(family).find("_supported") == std::string::npos);
