@@ -68,10 +68,14 @@ EMBER_HD void adam_bias_corrections(const AdamConfig& c, double t, double& step_
 
 // One Adam/AdamW step of one element. step_size = lr / (1 - beta1^t) and
 // bc2_sqrt = sqrt(1 - beta2^t) for this parameter's step t (adam_bias_corrections).
-EMBER_HD void adam_update(const AdamConfig& c, double& p, double g, double& m, double& v,
-                          double& v_max, double step_size, double bc2_sqrt) {
-  if (c.weight_decay != 0) {
-    if (c.decoupled_weight_decay)
+// The configuration's switches as template arguments (weight decay on, decoupled,
+// AMSGrad), so a loop over elements has no branch in it and vectorises (the CPU's,
+// core/kernels/cpu_optim.cpp); adam_update below picks the instance at run time.
+template <bool kWeightDecay, bool kDecoupled, bool kAmsgrad>
+EMBER_HD void adam_update_as(const AdamConfig& c, double& p, double g, double& m, double& v,
+                             double& v_max, double step_size, double bc2_sqrt) {
+  if constexpr (kWeightDecay) {
+    if constexpr (kDecoupled)
       p *= 1 - c.lr * c.weight_decay;
     else
       g += c.weight_decay * p;
@@ -79,12 +83,32 @@ EMBER_HD void adam_update(const AdamConfig& c, double& p, double g, double& m, d
   m = c.beta1 * m + (1 - c.beta1) * g;
   v = c.beta2 * v + (1 - c.beta2) * g * g;
   double second = v;
-  if (c.amsgrad) {
+  if constexpr (kAmsgrad) {
     v_max = v_max > v ? v_max : v;
     second = v_max;
   }
   using std::sqrt;
   p -= step_size * m / (sqrt(second) / bc2_sqrt + c.eps);
+}
+
+EMBER_HD void adam_update(const AdamConfig& c, double& p, double g, double& m, double& v,
+                          double& v_max, double step_size, double bc2_sqrt) {
+  const bool wd = c.weight_decay != 0;
+  if (c.amsgrad) {
+    if (!wd)
+      adam_update_as<false, false, true>(c, p, g, m, v, v_max, step_size, bc2_sqrt);
+    else if (c.decoupled_weight_decay)
+      adam_update_as<true, true, true>(c, p, g, m, v, v_max, step_size, bc2_sqrt);
+    else
+      adam_update_as<true, false, true>(c, p, g, m, v, v_max, step_size, bc2_sqrt);
+  } else {
+    if (!wd)
+      adam_update_as<false, false, false>(c, p, g, m, v, v_max, step_size, bc2_sqrt);
+    else if (c.decoupled_weight_decay)
+      adam_update_as<true, true, false>(c, p, g, m, v, v_max, step_size, bc2_sqrt);
+    else
+      adam_update_as<true, false, false>(c, p, g, m, v, v_max, step_size, bc2_sqrt);
+  }
 }
 
 }  // namespace ember
