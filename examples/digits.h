@@ -53,7 +53,9 @@ inline void load(const std::string& path, ember::Tensor& images, ember::Tensor& 
   labels = ember::from_vector(as_double, {n}, ember::kInt64);
 }
 
-// The flags of both examples: --data, --epochs, --min-accuracy.
+// The flags of both examples: --data, --epochs, --min-accuracy (and --help). A flag
+// it does not know, one without its value or a value that is not a number is an
+// error that says which.
 struct Flags {
   std::string data;
   int epochs;
@@ -61,12 +63,36 @@ struct Flags {
 };
 inline Flags parse_flags(int argc, char** argv, int epochs, double min_accuracy) {
   Flags f{EMBER_EXAMPLES_DATA_DIR "/digits/digits.csv", epochs, min_accuracy};
-  for (int i = 1; i + 1 < argc; i += 2) {
-    if (!std::strcmp(argv[i], "--data")) f.data = argv[i + 1];
-    if (!std::strcmp(argv[i], "--epochs")) f.epochs = std::atoi(argv[i + 1]);
-    if (!std::strcmp(argv[i], "--min-accuracy")) f.min_accuracy = std::atof(argv[i + 1]);
+  for (int i = 1; i < argc; ++i) {
+    const std::string flag = argv[i];
+    if (flag == "--help" || flag == "-h") {
+      std::printf(
+          "usage: %s [--data FILE.csv] [--epochs N (default %d)] "
+          "[--min-accuracy A (default %.3f; exit 1 below it)]\n",
+          argv[0], epochs, min_accuracy);
+      std::exit(0);
+    }
+    if (flag != "--data" && flag != "--epochs" && flag != "--min-accuracy")
+      throw ember::Error("digits: unknown flag '" + flag + "' (--help lists them)");
+    if (i + 1 >= argc) throw ember::Error("digits: " + flag + " needs a value");
+    const char* value = argv[++i];
+    char* end = nullptr;
+    if (flag == "--data") {
+      f.data = value;
+    } else if (flag == "--epochs") {
+      const long n = std::strtol(value, &end, 10);
+      if (end == value || *end != '\0' || n < 1 || n > 1000000)
+        throw ember::Error("digits: --epochs must be a whole number of at least 1, got '" +
+                           std::string(value) + "'");
+      f.epochs = static_cast<int>(n);
+    } else {
+      const double a = std::strtod(value, &end);
+      if (end == value || *end != '\0' || !(a >= 0.0 && a <= 1.0))
+        throw ember::Error("digits: --min-accuracy must be a number in [0, 1], got '" +
+                           std::string(value) + "'");
+      f.min_accuracy = a;
+    }
   }
-  if (f.epochs < 1) throw ember::Error("digits: --epochs must be at least 1");
   return f;
 }
 

@@ -46,9 +46,11 @@ int run(int argc, char** argv) {
               model->parameters().size());
   optim::AdamW optimizer(model->parameters(), optim::AdamWOptions(3e-3).weight_decay(1e-4));
   const int64_t steps = flags.epochs * static_cast<int64_t>(loader.size());
-  auto warmup = std::make_shared<optim::LinearLR>(optimizer, 0.1, 1.0, 50);
-  auto cosine = std::make_shared<optim::CosineAnnealingLR>(optimizer, steps - 50);
-  optim::SequentialLR schedule(optimizer, {warmup, cosine}, {50});
+  // 50 warm-up steps (fewer in a run too short for them), then the cosine decay.
+  const int64_t warm = std::min<int64_t>(50, steps / 4);
+  auto warmup = std::make_shared<optim::LinearLR>(optimizer, 0.1, 1.0, warm);
+  auto cosine = std::make_shared<optim::CosineAnnealingLR>(optimizer, steps - warm);
+  optim::SequentialLR schedule(optimizer, {warmup, cosine}, {warm});
 
   const auto start = std::chrono::steady_clock::now();
   for (int epoch = 1; epoch <= flags.epochs; ++epoch) {

@@ -220,10 +220,10 @@ TEST_CASE("communicator/timeout: a rank that skips a collective makes the others
           doctest::test_suite("2+ ranks")) {
   auto control = world();
   REQUIRE(control->size() >= 2);  // main skips this suite with one rank
-  // 500 ms here and in the other timeout cases: each waits its timeout out, then up to
+  // 300 ms here and in the other timeout cases: each waits its timeout out, then up to
   // half of it (at least 200 ms) for the answers, on every CTest run of np2 and np3;
   // their healthy collectives take milliseconds, under TSan too.
-  auto comm = world(std::chrono::milliseconds(500));
+  auto comm = world(std::chrono::milliseconds(300));
   const auto start = std::chrono::steady_clock::now();
   if (comm->rank() != 1) {
     Tensor t = ones({8});
@@ -249,7 +249,7 @@ TEST_CASE("ddp/timeout: a rank that skips backward makes the others name the buc
           doctest::test_suite("2+ ranks")) {
   auto control = world();
   REQUIRE(control->size() >= 2);  // main skips this suite with one rank
-  auto comm = world(std::chrono::milliseconds(500));
+  auto comm = world(std::chrono::milliseconds(300));
   auto model = make_mlp(5);
   DistributedDataParallel ddp(model, comm, DdpOptions().first_bucket_bytes(72));
   if (comm->rank() != 1) {

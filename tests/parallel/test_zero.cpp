@@ -376,7 +376,7 @@ TEST_CASE("zero/timeout: a rank that skips the reduce-scatter or the all-gather 
   auto control = world();
   REQUIRE(control->size() >= 2);  // main skips suite "2+ ranks" with one rank
   SUBCASE("reduce-scatter") {
-    auto comm = world(MPI_COMM_WORLD, std::chrono::milliseconds(500));
+    auto comm = world(MPI_COMM_WORLD, std::chrono::milliseconds(300));
     auto m = make_mlp(5);
     DistributedDataParallel ddp(m, comm, DdpOptions().first_bucket_bytes(72));
     ZeroRedundancyOptimizer z(ddp, kinds()[0].make);
@@ -396,7 +396,7 @@ TEST_CASE("zero/timeout: a rank that skips the reduce-scatter or the all-gather 
     control->barrier();
   }
   SUBCASE("all-gather") {
-    auto comm = world(MPI_COMM_WORLD, std::chrono::milliseconds(500));
+    auto comm = world(MPI_COMM_WORLD, std::chrono::milliseconds(300));
     auto m = make_mlp(5);
     DistributedDataParallel ddp(m, comm, DdpOptions().first_bucket_bytes(72));
     ZeroRedundancyOptimizer z(ddp, kinds()[0].make);
