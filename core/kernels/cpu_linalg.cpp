@@ -89,16 +89,23 @@ void tile_grid(int64_t m, int64_t n, int64_t tiles, int64_t& pm, int64_t& pn) {
   if (best < 0) pm = pn = 1;
 }
 
+// bias (one row of n, or null): each tile first writes it into its block of c and its
+// product adds to it (beta 1), on the thread that runs the tile, so Linear's bias costs
+// no pass of its own and no hand-over of c between threads.
 template <typename T>
 void blas_batched(const GemmArgs& g, const MatrixOperand& a, const MatrixOperand& b, T* c,
-                  T beta = T(0)) {
+                  T beta = T(0), const T* bias = nullptr) {
   const T* pa = static_cast<const T*>(a.data);
   const T* pb = static_cast<const T*>(b.data);
   const double mnk = static_cast<double>(g.m) * static_cast<double>(g.n) * static_cast<double>(g.k);
-  auto whole = [&](int64_t t) {
-    return blas_tile<T>(g, a, b, pa + t * a.batch_stride, pb + t * b.batch_stride,
-                        c + t * g.m * g.n, 0, g.m, 0, g.n, beta);
+  auto run_tile = [&](int64_t t, int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
+    T* ct = c + t * g.m * g.n;
+    if (bias != nullptr)
+      for (int64_t r = m0; r < m1; ++r) std::copy(bias + n0, bias + n1, ct + r * g.n + n0);
+    blas_tile<T>(g, a, b, pa + t * a.batch_stride, pb + t * b.batch_stride, ct, m0, m1, n0, n1,
+                 bias != nullptr ? T(1) : beta);
   };
+  auto whole = [&](int64_t t) { run_tile(t, 0, g.m, 0, g.n); };
   if (g.batch > 1 && mnk <= kTileMnk) {
     parallel_for(g.batch, std::max<int64_t>(1, static_cast<int64_t>(kTileMnk / 4 / mnk)),
                  [&](int64_t lo, int64_t hi) {
@@ -117,8 +124,7 @@ void blas_batched(const GemmArgs& g, const MatrixOperand& a, const MatrixOperand
     parallel_chunks(pm * pn, pm * pn, [&](int64_t tile, int64_t, int64_t) {
       const auto [m0, m1] = chunk_bounds(g.m, pm, tile / pn);
       const auto [n0, n1] = chunk_bounds(g.n, pn, tile % pn);
-      blas_tile<T>(g, a, b, pa + t * a.batch_stride, pb + t * b.batch_stride, c + t * g.m * g.n, m0,
-                   m1, n0, n1, beta);
+      run_tile(t, m0, m1, n0, n1);
     });
 }
 
@@ -277,30 +283,25 @@ bool gemm_blas(const GemmArgs& g) {
 #if EMBER_HAS_OPENBLAS
 namespace {
 
-// y = x w^T + b through one sgemm/dgemm: the bias written into y's rows first and the
-// product added to it (beta 1), which saves the composed path's second pass over y;
-// then the activation in place by the registered element-wise kernel (pre, when
-// asked for, gets x w^T + b before it).
+// y = x w^T + b through one sgemm/dgemm per tile: each tile writes the bias into its
+// block of y first and adds its product to it (beta 1), which saves the composed path's
+// second pass over y; then the activation in place by the registered element-wise
+// kernel (pre, when asked for, gets x w^T + b before it).
 template <typename T>
 void linear_blas(const LinearArgs& a) {
   T* y = static_cast<T*>(a.y);
+  const T* b = static_cast<const T*>(a.b);
   const int64_t count = a.m * a.n;
-  T beta = T(0);
-  if (a.b != nullptr) {
-    const T* b = static_cast<const T*>(a.b);
-    parallel_for(a.m, std::max<int64_t>(1, kElementwiseGrain / std::max<int64_t>(1, a.n)),
-                 [&](int64_t lo, int64_t hi) {
-                   for (int64_t r = lo; r < hi; ++r) std::copy(b, b + a.n, y + r * a.n);
-                 });
-    beta = T(1);
-  }
   if (a.k == 0) {  // no product (CBLAS would refuse its leading dimensions): y = b or 0
-    if (a.b == nullptr) std::fill(y, y + count, T(0));
+    if (b == nullptr)
+      std::fill(y, y + count, T(0));
+    else
+      for (int64_t r = 0; r < a.m; ++r) std::copy(b, b + a.n, y + r * a.n);
   } else {
     // b (k, n) read as w (n, k) transposed, in place
     const GemmArgs g{
         a.device, a.dtype, 1, a.m, a.n, a.k, {a.x, false, a.ldx, 0}, {a.w, true, a.ldw, 0}, a.y};
-    blas_batched<T>(g, g.a, g.b, y, beta);
+    blas_batched<T>(g, g.a, g.b, y, T(0), b);
   }
   if (a.act == Activation::None) return;
   const void* src = a.y;
