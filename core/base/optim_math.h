@@ -91,24 +91,33 @@ EMBER_HD void adam_update_as(const AdamConfig& c, double& p, double g, double& m
   p -= step_size * m / (sqrt(second) / bc2_sqrt + c.eps);
 }
 
-EMBER_HD void adam_update(const AdamConfig& c, double& p, double g, double& m, double& v,
-                          double& v_max, double step_size, double bc2_sqrt) {
-  const bool wd = c.weight_decay != 0;
+// Calls f.template operator()<kWeightDecay, kDecoupled, kAmsgrad>() with c's switches:
+// the one place a run-time configuration picks its adam_update_as instance.
+template <typename F>
+EMBER_HD void with_adam_switches(const AdamConfig& c, F&& f) {
+  const bool wd = c.weight_decay != 0, dec = c.decoupled_weight_decay;
   if (c.amsgrad) {
     if (!wd)
-      adam_update_as<false, false, true>(c, p, g, m, v, v_max, step_size, bc2_sqrt);
-    else if (c.decoupled_weight_decay)
-      adam_update_as<true, true, true>(c, p, g, m, v, v_max, step_size, bc2_sqrt);
+      f.template operator()<false, false, true>();
+    else if (dec)
+      f.template operator()<true, true, true>();
     else
-      adam_update_as<true, false, true>(c, p, g, m, v, v_max, step_size, bc2_sqrt);
+      f.template operator()<true, false, true>();
   } else {
     if (!wd)
-      adam_update_as<false, false, false>(c, p, g, m, v, v_max, step_size, bc2_sqrt);
-    else if (c.decoupled_weight_decay)
-      adam_update_as<true, true, false>(c, p, g, m, v, v_max, step_size, bc2_sqrt);
+      f.template operator()<false, false, false>();
+    else if (dec)
+      f.template operator()<true, true, false>();
     else
-      adam_update_as<true, false, false>(c, p, g, m, v, v_max, step_size, bc2_sqrt);
+      f.template operator()<true, false, false>();
   }
+}
+
+EMBER_HD void adam_update(const AdamConfig& c, double& p, double g, double& m, double& v,
+                          double& v_max, double step_size, double bc2_sqrt) {
+  with_adam_switches(c, [&]<bool kWeightDecay, bool kDecoupled, bool kAmsgrad>() {
+    adam_update_as<kWeightDecay, kDecoupled, kAmsgrad>(c, p, g, m, v, v_max, step_size, bc2_sqrt);
+  });
 }
 
 }  // namespace ember

@@ -33,20 +33,6 @@ int64_t channel_grain(int64_t n, int64_t m) {
   return std::max<int64_t>(1, cpu::kElementwiseGrain / std::max<int64_t>(1, n * m));
 }
 
-// Sum of g * (x - c) over [0, n), in float over fixed lanes, combined in double.
-inline double dot_dev(const float* g, const float* x, int64_t n, float c) {
-  float acc[cpu::vec::kLanes] = {};
-  int64_t i = 0;
-  for (; i + cpu::vec::kLanes <= n; i += cpu::vec::kLanes) {
-    EMBER_VEC_LANES
-    for (int l = 0; l < cpu::vec::kLanes; ++l) acc[l] += g[i + l] * (x[i + l] - c);
-  }
-  double s = 0;
-  for (int l = 0; l < cpu::vec::kLanes; ++l) s += acc[l];
-  for (; i < n; ++i) s += static_cast<double>(g[i]) * (x[i] - c);
-  return s;
-}
-
 EMBER_CPU_CLONES void forward_channels(const BatchNormArgs& a, int64_t lo, int64_t hi) {
   const float* x = static_cast<const float*>(a.x);
   const float* w = static_cast<const float*>(a.w);
@@ -120,7 +106,7 @@ EMBER_CPU_CLONES void backward_channels(const BatchNormBackwardArgs& a, int64_t 
       for (int64_t i = 0; i < n; ++i) {
         const int64_t at = (i * c + ch) * m;
         s_dy += cpu::vec::sum(dy + at, m);
-        s_dyx += dot_dev(dy + at, x + at, m, mu);
+        s_dyx += cpu::vec::dot_dev(dy + at, x + at, m, mu);
       }
       s_dyx *= rs;
     }

@@ -225,13 +225,13 @@ void blas_setup() {
   const std::string why = asked != nullptr && asked[0] != '\0'
                               ? std::string("OPENBLAS_CORETYPE=") + asked + " asked for them"
                               : std::string("OpenBLAS does not know this CPU model");
+  const bool avx512 = cpu_has_avx512();
   std::fprintf(stderr,
                "ember: OpenBLAS picked its %s kernels, older than this CPU (it has AVX2 and "
                "FMA%s; %s): CPU matrix products run several times slower than they could. "
                "Start the program with OPENBLAS_CORETYPE=%s in the environment (OpenBLAS reads "
                "it when it loads).\n",
-               core.c_str(), cpu_has_avx512() ? ", AVX-512" : "", why.c_str(),
-               blas_coretype_for(cpu_has_avx512()));
+               core.c_str(), avx512 ? ", AVX-512" : "", why.c_str(), blas_coretype_for(avx512));
 }
 
 // blas_setup once per process, whichever product comes first.
@@ -335,29 +335,19 @@ bool linear_weight_grad_takes(const LinearWeightGradArgs& a) {
 
 // Both as gemm_blas's products (which the *_takes answers above admit).
 bool linear_input_grad(const LinearInputGradArgs& a) {
+  if (!linear_input_grad_takes(a)) return false;
   // d_x (m, k) = d_y (m, n) w (n, k): both read as stored.
-  return linear_input_grad_takes(a) && gemm_blas({a.device,
-                                                  a.dtype,
-                                                  1,
-                                                  a.m,
-                                                  a.k,
-                                                  a.n,
-                                                  {a.d_y, false, a.ldd, 0},
-                                                  {a.w, false, a.ldw, 0},
-                                                  a.d_x});
+  const GemmArgs g{
+      a.device, a.dtype, 1, a.m, a.k, a.n, {a.d_y, false, a.ldd, 0}, {a.w, false, a.ldw, 0}, a.d_x};
+  return gemm_blas(g);
 }
 
 bool linear_weight_grad(const LinearWeightGradArgs& a) {
+  if (!linear_weight_grad_takes(a)) return false;
   // d_w (n, k) = d_y^T (n, m) x (m, k): d_y (m, n) read transposed in place.
-  return linear_weight_grad_takes(a) && gemm_blas({a.device,
-                                                   a.dtype,
-                                                   1,
-                                                   a.n,
-                                                   a.k,
-                                                   a.m,
-                                                   {a.d_y, true, a.n, 0},
-                                                   {a.x, false, a.ldx, 0},
-                                                   a.d_w});
+  const GemmArgs g{
+      a.device, a.dtype, 1, a.n, a.k, a.m, {a.d_y, true, a.n, 0}, {a.x, false, a.ldx, 0}, a.d_w};
+  return gemm_blas(g);
 }
 
 bool linear_fused_supported(DType dtype) {

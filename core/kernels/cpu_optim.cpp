@@ -63,22 +63,9 @@ void adam_one(const OptimTensor& t, const AdamConfig& c) {
   ++*t.step;
   double step_size = 0, bc2_sqrt = 1;
   adam_bias_corrections(c, static_cast<double>(*t.step), step_size, bc2_sqrt);
-  const bool wd = c.weight_decay != 0, dec = c.decoupled_weight_decay;
-  if (c.amsgrad) {
-    if (!wd)
-      adam_elements<T, false, false, true>(t, c, step_size, bc2_sqrt);
-    else if (dec)
-      adam_elements<T, true, true, true>(t, c, step_size, bc2_sqrt);
-    else
-      adam_elements<T, true, false, true>(t, c, step_size, bc2_sqrt);
-  } else {
-    if (!wd)
-      adam_elements<T, false, false, false>(t, c, step_size, bc2_sqrt);
-    else if (dec)
-      adam_elements<T, true, true, false>(t, c, step_size, bc2_sqrt);
-    else
-      adam_elements<T, true, false, false>(t, c, step_size, bc2_sqrt);
-  }
+  with_adam_switches(c, [&]<bool kWeightDecay, bool kDecoupled, bool kAmsgrad>() {
+    adam_elements<T, kWeightDecay, kDecoupled, kAmsgrad>(t, c, step_size, bc2_sqrt);
+  });
 }
 
 void fused_sgd(const FusedSgdArgs& a) {

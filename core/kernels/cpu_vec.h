@@ -80,6 +80,20 @@ inline double dot(const float* a, const float* b, int64_t n) {
   return s;
 }
 
+// Sum of a * (b - c) over [0, n), as sum (batch norm's sum of d_y (x - mean)).
+inline double dot_dev(const float* a, const float* b, int64_t n, float c) {
+  float acc[kLanes] = {};
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    EMBER_VEC_LANES
+    for (int l = 0; l < kLanes; ++l) acc[l] += a[i + l] * (b[i + l] - c);
+  }
+  double s = 0;
+  for (int l = 0; l < kLanes; ++l) s += acc[l];
+  for (; i < n; ++i) s += static_cast<double>(a[i]) * (b[i] - c);
+  return s;
+}
+
 // Largest of x[0, n) (n >= 1); true in `nan` when any is NaN.
 inline float max(const float* x, int64_t n, bool& nan) {
   float acc[kLanes];
