@@ -23,10 +23,17 @@
 #                                              hazard can be set apart, unless
 #                                              EMBER_CUBLASLT_EVIDENCE names a kernel list
 #                                              an earlier probe run wrote)
-#   EMBER_GPU_SANITIZE_RACECHECK_MLP_BATCH=256 under racecheck, the batch and width of
-#   EMBER_GPU_SANITIZE_RACECHECK_MLP_WIDTH=1024 core's MLP memory cases and the divisor
-#   EMBER_GPU_SANITIZE_RACECHECK_VARYING_DIVISOR=8  of its varying batch's sizes (see
-#                                              racecheck_sizes; 0: the test's own)
+#   EMBER_GPU_SANITIZE_SMALL_MLP_BATCH=256     under the tools of _SMALL_TOOLS, the batch
+#   EMBER_GPU_SANITIZE_SMALL_MLP_WIDTH=1024    and width of core's MLP memory cases and
+#   EMBER_GPU_SANITIZE_SMALL_VARYING_DIVISOR=8 the divisor of its varying batch's sizes
+#                                              (see small_sizes; 0: the test's own)
+#   EMBER_GPU_SANITIZE_SMALL_TOOLS="racecheck synccheck"  the tools that run them small
+#   EMBER_GPU_SANITIZE_DEADLINE=560            seconds from the start: no run starts
+#                                              after it (less a reserve for the replay),
+#                                              runs still going are stopped, and the
+#                                              table still prints, naming them as failed
+#                                              (for a caller with a wall-clock limit;
+#                                              default: none)
 #   EMBER_COMMIT=<sha>                         the commit the table names (default: git)
 # What a full run covers: every test case of those suites in every binary except the
 # soak tests (100,000 steps: hours under a sanitizer; their kernels are the ones the
@@ -125,22 +132,36 @@ slow_timeout=${EMBER_GPU_SANITIZE_SLOW_TIMEOUT:-$(( 2 * run_timeout ))}
 # bf16 about 570 s; memcheck took 142 s, initcheck 63 s, synccheck 29 s. At batch 1024
 # (fb7cb20, 2026-12-03) bf16 took 151 s, but fp32 (ember's own GEMM) and TF32 still ran
 # past 575 s, as did core's shard with the varying batch (3 x 1024 wide, batches up to
-# 2048). So under racecheck the core binary's predict cases run smaller: the MLP at
-# this batch and width, the varying batch's batch sizes divided by this divisor (the
-# test reads EMBER_TEST_PREDICT_MLP_BATCH, _MLP_WIDTH and _VARYING_DIVISOR; defaults
-# 256, 1024, 8; 0 for any: the test's own size). racecheck's hazards are between the
-# threads of one block, so fewer and shorter blocks of the same kernels are checked the
-# same way, though a library may pick other kernels for the smaller products
-# (cuBLASLt's heuristic; ember's kernels/linear cases cover its own GEMM's shapes). The
-# table says which sizes ran.
-racecheck_mlp_batch=${EMBER_GPU_SANITIZE_RACECHECK_MLP_BATCH:-256}
-racecheck_mlp_width=${EMBER_GPU_SANITIZE_RACECHECK_MLP_WIDTH:-1024}
-racecheck_varying_divisor=${EMBER_GPU_SANITIZE_RACECHECK_VARYING_DIVISOR:-8}
-racecheck_sizes=()
-[ "$racecheck_mlp_batch" != 0 ] && racecheck_sizes+=(EMBER_TEST_PREDICT_MLP_BATCH="$racecheck_mlp_batch")
-[ "$racecheck_mlp_width" != 0 ] && racecheck_sizes+=(EMBER_TEST_PREDICT_MLP_WIDTH="$racecheck_mlp_width")
-[ "$racecheck_varying_divisor" != 0 ] &&
-  racecheck_sizes+=(EMBER_TEST_PREDICT_VARYING_DIVISOR="$racecheck_varying_divisor")
+# 2048). With those run smaller under racecheck (bd2d314, 2026-12-03), every run of
+# core, memory, nn, optim and parallel ended within 352 s but synccheck over the bf16
+# MLP case at batch 1024, which ran past 570 s there as at fb7cb20. So under racecheck
+# and synccheck the core binary's predict cases run smaller: the MLP at this batch and
+# width, the varying batch's batch sizes divided by this divisor (the test reads
+# EMBER_TEST_PREDICT_MLP_BATCH, _MLP_WIDTH and _VARYING_DIVISOR; defaults 256, 1024,
+# 8; 0 for any: the test's own size). Both tools' reports are about the threads of
+# one block (shared memory, barriers), so fewer and shorter blocks of the same kernels
+# are checked the same way, though a library may pick other kernels for the smaller
+# products (cuBLASLt's heuristic; ember's kernels/linear cases cover its own GEMM's
+# shapes). memcheck and initcheck keep the full sizes. The table says which sizes ran.
+small_mlp_batch=${EMBER_GPU_SANITIZE_SMALL_MLP_BATCH:-256}
+small_mlp_width=${EMBER_GPU_SANITIZE_SMALL_MLP_WIDTH:-1024}
+small_varying_divisor=${EMBER_GPU_SANITIZE_SMALL_VARYING_DIVISOR:-8}
+small_tools=" ${EMBER_GPU_SANITIZE_SMALL_TOOLS-racecheck synccheck} "
+small_sizes=()
+[ "$small_mlp_batch" != 0 ] && small_sizes+=(EMBER_TEST_PREDICT_MLP_BATCH="$small_mlp_batch")
+[ "$small_mlp_width" != 0 ] && small_sizes+=(EMBER_TEST_PREDICT_MLP_WIDTH="$small_mlp_width")
+[ "$small_varying_divisor" != 0 ] &&
+  small_sizes+=(EMBER_TEST_PREDICT_VARYING_DIVISOR="$small_varying_divisor")
+runs_small() {  # tool binary-name: whether that run gets small_sizes
+  [ "$2" = ember_tests_core ] && [ ${#small_sizes[@]} -gt 0 ] && [[ "$small_tools" == *" $1 "* ]]
+}
+# The deadline (EMBER_GPU_SANITIZE_DEADLINE): the sanitizer runs end this many seconds
+# before it, leaving time for the replay and the table.
+deadline=${EMBER_GPU_SANITIZE_DEADLINE:-0}
+deadline_reserve=${EMBER_GPU_SANITIZE_DEADLINE_RESERVE:-60}
+case "$deadline" in ''|*[!0-9]*) echo "gpu-sanitize: EMBER_GPU_SANITIZE_DEADLINE must be whole seconds, not '$deadline'" >&2; exit 1;; esac
+deadline_at=0
+[ "$deadline" -gt 0 ] && deadline_at=$(( $(date +%s) + deadline ))
 # Kernels whose racecheck hazards are counted apart: cuBLASLt's nvjet GEMM kernels,
 # reached through ember's Linear (cuda/blas.cpp). Seen on one H200 at d85ae97
 # (2026-12-01): 12 hazards, in nvjet_sm90_tst_64x32_64x16_1x1_h_bz_splitK_NTT and
@@ -199,7 +220,10 @@ probe_pid=""
 if [ "${EMBER_GPU_SANITIZE_PROBE:-1}" != 0 ] && [[ " $tools " == *" racecheck "* ]]; then
   evidence="$logs/probe/cublaslt_hazard_kernels.txt"
   rm -f "$evidence"
-  timeout -k 10 "$run_timeout" tools/cublaslt_racecheck_probe.sh "$logs/probe" >"$logs/probe.log" 2>&1 &
+  probe_limit=$run_timeout
+  [ "$deadline_at" -gt 0 ] && [ $(( deadline - deadline_reserve )) -lt "$probe_limit" ] &&
+    probe_limit=$(( deadline - deadline_reserve > 10 ? deadline - deadline_reserve : 10 ))
+  timeout -k 10 "$probe_limit" tools/cublaslt_racecheck_probe.sh "$logs/probe" >"$logs/probe.log" 2>&1 &
   probe_pid=$!
 fi
 # Every racecheck run also writes each distinct cuBLAS(Lt) call it makes
@@ -331,13 +355,23 @@ run_one() {  # bin tool variant doctest-args...
   [ "$variant" = api-errors ] && api=(--report-api-errors no)
   local limit=$run_timeout
   [[ "$variant" == slow* ]] && limit=$slow_timeout
+  local cut=0
+  if [ "$deadline_at" -gt 0 ]; then
+    local left=$(( deadline_at - deadline_reserve - start ))
+    if [ "$left" -le 0 ]; then
+      echo "gpu-sanitize: not started: EMBER_GPU_SANITIZE_DEADLINE had come" >"$log"
+      echo "not-started 0" >"$log.result"
+      return
+    fi
+    [ "$left" -lt "$limit" ] && { limit=$left; cut=1; }
+  fi
   local trace=()
   [ "$tool" = initcheck ] && [ "$prefill" = 1 ] && trace=(EMBER_SANITIZE_PREFILL_BLAS_OUTPUTS=1)
   if [ "$tool" = racecheck ]; then
     mkdir -p "$trace_dir/$name.$tool${variant:+.$variant}"
     trace=(EMBER_BLAS_TRACE="$(realpath "$trace_dir/$name.$tool${variant:+.$variant}")")
-    [ "$name" = ember_tests_core ] && trace+=("${racecheck_sizes[@]}")
   fi
+  runs_small "$tool" "$name" && trace+=("${small_sizes[@]}")
   if [ "$name" = ember_tests_parallel ]; then
     # One rank (NCCL refuses two ranks on one GPU); multi-rank runs need 2+ GPUs.
     # memcheck, --report-api-errors no: ncclCommInitAll probes its own kernels with
@@ -370,7 +404,9 @@ run_one() {  # bin tool variant doctest-args...
       "$cs" ${tool_args[$tool]} "${api[@]}" --error-exitcode 86 "$bin" "$@" >"$log" 2>&1
   fi
   rc=$?
-  echo "$rc $(( $(date +%s) - start ))" >"$log.result"
+  local why=""
+  [ "$cut" = 1 ] && { [ "$rc" = 124 ] || [ "$rc" = 137 ]; } && why=deadline
+  echo "$rc $(( $(date +%s) - start )) $why" >"$log.result"
 }
 
 common=("-ts=$suites" --no-intro=true --no-colors=true)
@@ -480,7 +516,13 @@ if [ -n "$probe_pid" ]; then
   done
   sort -u "$calls" -o "$calls"
   if [ -s "$calls" ]; then
-    timeout -k 10 "$run_timeout" tools/cublaslt_racecheck_probe.sh "$logs/probe-replay" \
+    replay_limit=$run_timeout
+    if [ "$deadline_at" -gt 0 ]; then
+      replay_limit=$(( deadline_at - 5 - $(date +%s) ))
+      [ "$replay_limit" -gt "$run_timeout" ] && replay_limit=$run_timeout
+      [ "$replay_limit" -lt 10 ] && replay_limit=10
+    fi
+    timeout -k 10 "$replay_limit" tools/cublaslt_racecheck_probe.sh "$logs/probe-replay" \
       --replay "$(realpath "$calls")" >"$logs/probe-replay.log" 2>&1
     echo "gpu-sanitize: the probe's replay of the $(wc -l <"$calls") distinct cuBLAS(Lt) calls" \
          "of the $hazard_runs racecheck runs with nvjet hazards (full output $logs/probe-replay.log):"
@@ -501,7 +543,8 @@ for entry in "${runs[@]}" "${serial[@]}"; do
   IFS='|' read -r bin tool variant _ <<<"$entry"
   name=$(basename "$bin")
   log="$logs/$name.$tool${variant:+.$variant}.log"
-  read -r rc secs <"$log.result" 2>/dev/null || { rc=no-result; secs="?"; }
+  why=""
+  read -r rc secs why <"$log.result" 2>/dev/null || { rc=no-result; secs="?"; }
   # memcheck/initcheck/synccheck: "ERROR SUMMARY: N errors"; racecheck:
   # "RACECHECK SUMMARY: H hazards displayed (N errors, W warnings)".
   errors=$(grep -Eo 'ERROR SUMMARY: [0-9]+ errors?|\([0-9]+ errors?' "$log" | grep -Eo '[0-9]+' | tail -1)
@@ -546,19 +589,24 @@ for entry in "${runs[@]}" "${serial[@]}"; do
         "${evidence:-/dev/null}" - | head -5 >"$log.unclassified"
     fi
   fi
-  if [[ "$variant" == cases* ]] && [ "${ran:-0}" -eq 0 ]; then
+  if [ "$rc" = not-started ] || [ "$rc" = 124 ] || [ "$rc" = 137 ]; then
+    :  # it did not end: whether its cases matched anything is not known
+  elif [[ "$variant" == cases* ]] && [ "${ran:-0}" -eq 0 ]; then
     rc=1
     note=" (this range of test cases ran none)"
   elif [ "$variant" != "" ] && [ "${ran:-0}" -eq 0 ]; then
     rc=1
     note=" (the named test case matched nothing: fix the list in tools/gpu_sanitize.sh)"
   fi
-  if [ "$rc" = 124 ] || [ "$rc" = 137 ]; then
+  if [ "$rc" = not-started ]; then
+    note=" (not started: EMBER_GPU_SANITIZE_DEADLINE=${deadline}s had come, less ${deadline_reserve}s for the replay)"
+  elif [ "$why" = deadline ]; then
+    note+=" (stopped at EMBER_GPU_SANITIZE_DEADLINE=${deadline}s, less ${deadline_reserve}s for the replay)"
+  elif [ "$rc" = 124 ] || [ "$rc" = 137 ]; then
     if [[ "$variant" == slow* ]]; then note+=" (ran past EMBER_GPU_SANITIZE_SLOW_TIMEOUT=${slow_timeout}s)"
     else note+=" (ran past EMBER_GPU_SANITIZE_TIMEOUT=${run_timeout}s)"; fi
   fi
-  [ "$tool" = racecheck ] && [ "$name" = ember_tests_core ] && [ ${#racecheck_sizes[@]} -gt 0 ] &&
-    note+=" (${racecheck_sizes[*]})"
+  runs_small "$tool" "$name" && note+=" (${small_sizes[*]})"
   verdict=clean$note
   if [ "$rc" != 0 ]; then
     verdict="FAILED (exit $rc)$note"
