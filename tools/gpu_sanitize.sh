@@ -159,7 +159,10 @@ runs_small() {  # tool binary-name: whether that run gets small_sizes
 # before it, leaving time for the replay and the table.
 deadline=${EMBER_GPU_SANITIZE_DEADLINE:-0}
 deadline_reserve=${EMBER_GPU_SANITIZE_DEADLINE_RESERVE:-60}
-case "$deadline" in ''|*[!0-9]*) echo "gpu-sanitize: EMBER_GPU_SANITIZE_DEADLINE must be whole seconds, not '$deadline'" >&2; exit 1;; esac
+for v in deadline deadline_reserve; do
+  case "${!v}" in ''|*[!0-9]*)
+    echo "gpu-sanitize: EMBER_GPU_SANITIZE_${v^^} must be whole seconds, not '${!v}'" >&2; exit 1;; esac
+done
 deadline_at=0
 [ "$deadline" -gt 0 ] && deadline_at=$(( $(date +%s) + deadline ))
 # Kernels whose racecheck hazards are counted apart: cuBLASLt's nvjet GEMM kernels,
