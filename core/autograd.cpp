@@ -66,6 +66,11 @@ Node::~Node() {
   t_draining_deletes = false;
 }
 
+void Node::add_into(const Tensor&, Tensor&) {
+  EMBER_FAIL("backward: ", name(),
+             " does not add its gradient into a sum (adds_into_sum is false)");
+}
+
 void detail::throw_backward_twice(const char* node) {
   EMBER_FAIL("backward: trying to backward through the graph a second time (node ", node,
              "); its saved tensors were freed after the first backward. Pass "
@@ -166,6 +171,27 @@ struct LaterFirst {
 // Callbacks queued during the backward pass running on this thread.
 thread_local std::vector<std::function<void()>>* t_backward_callbacks = nullptr;
 
+// True when `t` is a gradient the engine alone holds and may add into in place:
+// no other handle, view or saved copy shares its storage, so the change is seen by
+// no one else (PyTorch's InputBuffer steals a buffer on the like condition), and
+// it is contiguous, so no two elements share memory (a gradient is often an
+// expanded view, stride 0, of a smaller tensor).
+bool engine_owns(const Tensor& t) {
+  return t.impl_ptr().use_count() == 1 && t.storage().use_count() == 1 && !t.requires_grad() &&
+         t.is_contiguous();
+}
+
+// Adds `g` into the sum kept for a node: in place when the engine alone holds the
+// sum (no allocation; the same bits as add(sum, g)), else a new tensor.
+void accumulate(Tensor& sum, Tensor&& g) {
+  if (!sum.defined())
+    sum = std::move(g);
+  else if (sum.dtype() == g.dtype() && engine_owns(sum))
+    sum.add_(g);
+  else
+    sum = add(sum, g);
+}
+
 void check_gradient(const Node& node, size_t i, const Tensor& g) {
   const InputMeta& m = node.next_edges[i].input;
   EMBER_CHECK(g.sizes() == m.sizes, "backward: ", node.name(), " returned a gradient of shape ",
@@ -206,8 +232,7 @@ void execute(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads,
     }
     EMBER_CHECK(g.sizes() == r.sizes(), "backward: gradient of shape ", shape_str(g.sizes()),
                 " given for an output of shape ", shape_str(r.sizes()));
-    Tensor& buf = buffers[e.node.get()];
-    buf = buf.defined() ? add(buf, g) : g;
+    accumulate(buffers[e.node.get()], std::move(g));
     if (seen.insert(e.node.get()).second) stack.push_back(e.node.get());
   }
   // Count, for every reachable node, how many edges point at it (iteratively).
@@ -249,9 +274,28 @@ void execute(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads,
       }
       if (dynamic_cast<AccumulateGrad*>(node)) continue;
     }
+    // Backward allocations are named after the node and its forward's scope.
+    // A node of one input may add its gradient into that input's sum itself
+    // (Node::adds_into_sum); anomaly mode takes apply()'s path, which checks
+    // every returned gradient.
+    if (node->adds_into_sum() && node->next_edges.size() == 1 && node->next_edges[0].node &&
+        !is_anomaly_enabled()) {
+      Node* next = node->next_edges[0].node.get();
+      if (g.defined()) {  // none arrived: nothing to add
+        Tensor& sum = buffers[next];
+        if (sum.defined() && !engine_owns(sum)) sum = sum.clone();
+        AllocationScope scope(node->scope);
+        AllocationTag tag(node->name());
+        profiler::detail::SpanGuard span(node->name());
+        node->add_into(g, sum);
+      }
+      g = Tensor();
+      if (!retain_graph) node->release();
+      if (--dependencies[next] == 0) ready.push(next);
+      continue;
+    }
     std::vector<Tensor> input_grads;
     {
-      // Backward allocations are named after the node and its forward's scope.
       AllocationScope scope(node->scope);
       AllocationTag tag(node->name());
       profiler::detail::SpanGuard span(node->name());
@@ -270,8 +314,7 @@ void execute(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads,
         check_gradient(*node, i, input_grads[i]);
         if (is_anomaly_enabled()) [[unlikely]]
           detail::check_backward_anomaly(*node, i, input_grads[i]);
-        Tensor& buf = buffers[next];
-        buf = buf.defined() ? add(buf, input_grads[i]) : std::move(input_grads[i]);
+        accumulate(buffers[next], std::move(input_grads[i]));
       }
       if (--dependencies[next] == 0) ready.push(next);
     }

@@ -61,6 +61,16 @@ class Node {
   // Given the gradient of this node's output, the gradients of its inputs (one per
   // next edge; an undefined Tensor where none flows).
   virtual std::vector<Tensor> apply(const Tensor& grad_output) = 0;
+  // Optional, for a node of one input whose gradient is zero outside a region of
+  // that input (a slice): when adds_into_sum() says so, the engine calls
+  // add_into() instead of apply(), and the node adds its gradient straight into
+  // `sum`, the gradient the engine is summing for the input. `sum` is undefined
+  // when nothing has arrived yet (the node then makes it); when defined, it has
+  // the input's shape, dtype and device and the engine alone holds it, so changing
+  // it in place is safe. A split's pieces so cost one zero-filled buffer and a
+  // write per piece, not a zero-filled tensor per piece and the sums of those.
+  virtual bool adds_into_sum() const { return false; }
+  virtual void add_into(const Tensor& grad_output, Tensor& sum);
   // Frees what was saved for backward (after a backward without retain_graph).
   virtual void release() {}
 

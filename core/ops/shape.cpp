@@ -11,6 +11,42 @@ using Grads = std::vector<Tensor>;
 
 namespace {
 
+// The backward of slice(a, dim, start, end, step): the gradient is the slice's
+// inside it and zero elsewhere. The engine has it add that straight into the
+// slice of the input's gradient sum (Node::adds_into_sum), so the pieces of a
+// split (q, k and v of one projection) share one zero-filled buffer and each
+// writes its part, instead of a zero-filled tensor each and the sums of those.
+class SliceBackward final : public Node {
+ public:
+  SliceBackward(Shape sizes, int64_t dim, int64_t start, int64_t end, int64_t step)
+      : sizes_(std::move(sizes)), dim_(dim), start_(start), end_(end), step_(step) {}
+  const char* name() const override { return "SliceBackward"; }
+  std::vector<Tensor> apply(const Tensor& g) override {
+    Tensor whole;
+    add_into(g, whole);
+    return {std::move(whole)};
+  }
+  bool adds_into_sum() const override { return true; }
+  void add_into(const Tensor& g, Tensor& sum) override {
+    if (released_) [[unlikely]]
+      detail::throw_backward_twice(name());
+    if (!sum.defined()) {
+      sum = zeros(sizes_, TensorOptions().dtype(g.dtype()).device(g.device()));
+      Tensor part = slice(sum, dim_, start_, end_, step_);
+      copy_(part, g);
+    } else {
+      Tensor part = slice(sum, dim_, start_, end_, step_);
+      part.add_(g);
+    }
+  }
+  void release() override { released_ = true; }
+
+ private:
+  Shape sizes_;
+  int64_t dim_, start_, end_, step_;
+  bool released_ = false;
+};
+
 Shape infer_size(Shape sizes, int64_t numel, const char* op, const Shape& from) {
   int64_t infer = -1, known = 1;
   for (size_t i = 0; i < sizes.size(); ++i) {
@@ -110,14 +146,11 @@ Tensor slice(const Tensor& a, int64_t dim, int64_t start, int64_t end, int64_t s
   sizes[dim] = end == start ? 0 : 1 + (end - start - 1) / step;
   if (sizes[dim] > 1) strides[dim] *= step;
   Tensor out = make_view(a, sizes, strides, a.storage_offset() + start * a.stride(dim));
-  if (any_requires_grad({&a}))
-    attach_grad_fn(out, "SliceBackward", {&a},
-                   [s = a.sizes(), dim, start, end, step](const Tensor& g) {
-                     Tensor gi = zeros(s, TensorOptions().dtype(g.dtype()).device(g.device()));
-                     Tensor part = slice(gi, dim, start, end, step);
-                     copy_(part, g);
-                     return Grads{gi};
-                   });
+  if (any_requires_grad({&a})) {
+    const Tensor* in = &a;
+    detail::attach_node(out, std::make_shared<SliceBackward>(a.sizes(), dim, start, end, step), &in,
+                        1);
+  }
   return out;
 }
 

@@ -184,6 +184,45 @@ TEST_CASE("autograd/engine: diamond graphs run each node once, after all its inp
   CHECK(vals(a.grad())[0] == doctest::Approx(39));
 }
 
+TEST_CASE("autograd/engine: slices add their gradients into one sum, by hand") {
+  // Slices (a split's pieces, overlapping ones, strided ones) and the whole tensor
+  // all feed x's gradient: SliceBackward adds each slice's part into the one sum.
+  Tensor x = leaf({1, 2, 3, 4, 5, 6});
+  std::vector<Tensor> parts = x.chunk(3);
+  Tensor y = sum(parts[0] * 1.0) + sum(parts[1] * 2.0) + sum(parts[2] * 3.0) +
+             sum(slice(x, 0, 1, 5) * 10.0) + sum(slice(x, 0, 0, 6, 2) * 100.0) + sum(x * x);
+  y.backward(ones_like(y));
+  // 1,1,2,2,3,3 + 0,10,10,10,10,0 + 100,0,100,0,100,0 + 2x
+  CHECK(vals(x.grad()) == std::vector<double>{103, 15, 118, 20, 123, 15});
+  // Twice through the same graph is still refused.
+  Tensor z = sum(slice(x, 0, 0, 3) * 2.0);
+  z.backward(ones_like(z));
+  CHECK_THROWS_WITH(z.backward(ones_like(z)), doctest::Contains("a second time"));
+}
+
+TEST_CASE("autograd/engine: an in-place sum never changes a gradient someone else holds") {
+  // x's first gradient is the caller's own tensor, seen through a view (ViewBackward
+  // passes it on); the slice's part must go into a copy, not into g_view.
+  Tensor x = leaf({1, 2, 3, 4});
+  Tensor s = slice(x, 0, 1, 3);
+  Tensor v = x.view({2, 2});
+  Tensor g_view = tensor({1.0, 1.0, 1.0, 1.0}, TensorOptions().dtype(kFloat64)).view({2, 2});
+  Tensor g_slice = tensor({5.0, 7.0}, TensorOptions().dtype(kFloat64));
+  run_backward({v, s}, {g_view, g_slice}, false);
+  CHECK(vals(x.grad()) == std::vector<double>{1, 6, 8, 1});
+  CHECK(vals(g_view.reshape({4})) == std::vector<double>{1, 1, 1, 1});
+  CHECK(vals(g_slice) == std::vector<double>{5, 7});
+  // The same through autograd::grad, with the slice created first.
+  Tensor x2 = leaf({1, 2, 3});
+  Tensor s2 = slice(x2, 0, 0, 2);
+  Tensor w2 = x2 * 1.0;
+  Tensor g_w = tensor({1.0, 1.0, 1.0}, TensorOptions().dtype(kFloat64));
+  std::vector<Tensor> gx =
+      grad({w2, s2}, {x2}, {g_w, tensor({3.0, 4.0}, TensorOptions().dtype(kFloat64))});
+  CHECK(vals(gx[0]) == std::vector<double>{4, 5, 1});
+  CHECK(vals(g_w) == std::vector<double>{1, 1, 1});
+}
+
 TEST_CASE("tensor/contiguous: empty tensors count as contiguous and can be viewed") {
   Tensor e = make_view(zeros({3, 4}), {3, 0}, {1, 1}, 0);
   CHECK(e.is_contiguous());
