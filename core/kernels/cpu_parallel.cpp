@@ -1,14 +1,19 @@
 // The CPU's intra-op thread pool (cpu_parallel.h): threads - 1 workers and the
-// calling thread run the chunks of one parallel_for at a time. A job is published
-// under the pool's mutex with a new generation number; workers spin briefly on the
-// generation, then sleep on a condition variable; chunks are claimed through an
-// atomic index (which thread runs a chunk varies, its bounds do not) and counted done
-// through another, on which the caller spins briefly before it sleeps. Also
-// ember::set_num_threads / get_num_threads and the BLAS switch.
+// calling thread run the chunks of one parallel_for at a time. The job lives on the
+// caller's stack and is published through one atomic pointer and a generation
+// number: no mutex on the hand-off. A worker announces itself (inside_) before it
+// reads the pointer, and the caller clears the pointer and waits for inside_ to drain
+// before it returns, so no worker touches a finished job. Workers spin on the
+// generation (pause, then yield) for a bounded time, then sleep on a condition
+// variable; the caller takes the mutex to wake them only when one sleeps. Chunks are
+// claimed through an atomic index (which thread runs a chunk varies, its bounds do
+// not) and counted done through another, on which the caller spins likewise before
+// it sleeps. Also ember::set_num_threads / get_num_threads and the BLAS switch.
 #include "core/kernels/cpu_parallel.h"
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdlib>
 #include <mutex>
@@ -61,6 +66,40 @@ namespace {
 
 thread_local bool t_in_chunk = false;  // inside a chunk (a worker or the caller)
 
+using Clock = std::chrono::steady_clock;
+
+// One CPU-friendly wait step: the pause instruction where there is one.
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+
+// Spins until ready() or `spin` has passed: pauses for the first `pause`, then
+// yields the core (so an oversubscribed machine, as CI's two cores under ctest -j,
+// loses little to it). Returns ready()'s last answer. The hand-off between
+// back-to-back ops (a few microseconds apart) is caught while pausing; a futex sleep
+// and wake cost tens of microseconds, as much as a 512x256 layer norm on 16 threads.
+template <typename Ready>
+bool spin_until(Ready&& ready, std::chrono::microseconds pause, std::chrono::microseconds spin) {
+  if (ready()) return true;
+  const Clock::time_point start = Clock::now(), pause_end = start + pause, end = start + spin;
+  for (;;) {
+    for (int i = 0; i < 64; ++i) {
+      if (ready()) return true;
+      cpu_relax();
+    }
+    const Clock::time_point now = Clock::now();
+    if (now >= end) return ready();
+    if (now >= pause_end) std::this_thread::yield();
+  }
+}
+
+constexpr std::chrono::microseconds kWorkerPause{50}, kWorkerSpin{500};
+constexpr std::chrono::microseconds kCallerPause{50}, kCallerSpin{500};
+
 class Pool {
  public:
   // Runs the job on `threads` threads (the caller included), or returns false
@@ -69,73 +108,75 @@ class Pool {
     std::unique_lock<std::mutex> own(caller_, std::try_to_lock);
     if (!own.owns_lock()) return false;
     resize(std::max(threads, get_num_threads()) - 1);
-    {
-      std::unique_lock<std::mutex> lk(m_);
-      idle_.wait(lk, [&] { return active_ == 0; });  // no worker still reads the last job
-      fn_ = fn;
-      ctx_ = ctx;
-      n_ = n;
-      chunks_ = chunks;
-      done_.store(0, std::memory_order_relaxed);
-      next_.store(0, std::memory_order_relaxed);
-      generation_.fetch_add(1, std::memory_order_release);
+    Job job{fn, ctx, n, chunks};
+    job_.store(&job);
+    generation_.fetch_add(1);
+    if (sleeping_.load() > 0) {
+      // Under the mutex: a worker between its check of the generation and its
+      // wait holds it, so it cannot miss this.
+      std::lock_guard<std::mutex> lk(m_);
+      wake_.notify_all();
     }
-    wake_.notify_all();
-    work(fn, ctx, n, chunks);
-    // The workers' chunks are usually done within microseconds of the caller's: a
-    // short spin saves the sleep and the wake (a futex round trip each way), which
-    // cost as much as a 512x256 softmax's half.
-    for (int i = 0; i < 2000 && done_.load(std::memory_order_acquire) != chunks; ++i)
-      std::this_thread::yield();
-    if (done_.load(std::memory_order_acquire) != chunks) {
+    work(job, /*caller=*/true);
+    const auto all_done = [&] { return job.done.load(std::memory_order_acquire) == chunks; };
+    if (!spin_until(all_done, kCallerPause, kCallerSpin)) {
       std::unique_lock<std::mutex> lk(m_);
-      finished_.wait(lk, [&] { return done_.load(std::memory_order_acquire) == chunks; });
+      caller_sleeping_ = true;
+      finished_.wait(lk, all_done);
+      caller_sleeping_ = false;
     }
+    // No worker may read the job once this returns: clear the pointer, then wait for
+    // those that had announced themselves (each leaves after one pass over the
+    // chunk index, which is past the end).
+    job_.store(nullptr);
+    while (inside_.load() != 0) std::this_thread::yield();
     return true;
   }
 
  private:
-  // Claims and runs chunks of the current job until none is left.
-  void work(detail::ChunkFn fn, void* ctx, int64_t n, int64_t chunks) {
+  struct Job {
+    detail::ChunkFn fn;
+    void* ctx;
+    int64_t n, chunks;
+    alignas(64) std::atomic<int64_t> next{0};
+    alignas(64) std::atomic<int64_t> done{0};
+  };
+
+  // Claims and runs chunks of `job` until none is left.
+  void work(Job& job, bool caller = false) {
     const bool was = t_in_chunk;
     t_in_chunk = true;
     int64_t ran = 0;
-    for (int64_t c = next_.fetch_add(1); c < chunks; c = next_.fetch_add(1), ++ran) {
-      const auto [b, e] = chunk_bounds(n, chunks, c);
-      fn(ctx, c, b, e);
+    for (int64_t c = job.next.fetch_add(1); c < job.chunks; c = job.next.fetch_add(1), ++ran) {
+      const auto [b, e] = chunk_bounds(job.n, job.chunks, c);
+      job.fn(job.ctx, c, b, e);
     }
     t_in_chunk = was;
-    // The chunks' writes are released to the caller, which acquires done_. The last
-    // one notifies under the mutex, so a caller about to sleep cannot miss it.
-    if (ran > 0 && done_.fetch_add(ran, std::memory_order_acq_rel) + ran == chunks) {
+    // The chunks' writes are released to the caller, which acquires done. The last
+    // one wakes the caller under the mutex if it sleeps, so it cannot miss it.
+    if (ran > 0 && job.done.fetch_add(ran, std::memory_order_acq_rel) + ran == job.chunks &&
+        !caller) {
       std::lock_guard<std::mutex> lk(m_);
-      finished_.notify_all();
+      if (caller_sleeping_) finished_.notify_all();
     }
   }
 
-  void worker_loop() {
-    uint64_t seen = generation_.load(std::memory_order_acquire);
+  void worker_loop(uint64_t seen) {
     for (;;) {
-      // A short spin first: back-to-back ops hand off without a sleep and wake.
-      for (int i = 0; i < 1000 && generation_.load(std::memory_order_acquire) == seen; ++i)
-        std::this_thread::yield();
-      detail::ChunkFn fn;
-      void* ctx;
-      int64_t n, chunks;
-      {
+      const auto published = [&] { return generation_.load() != seen; };
+      if (!spin_until(published, kWorkerPause, kWorkerSpin)) {
         std::unique_lock<std::mutex> lk(m_);
-        wake_.wait(lk, [&] { return stop_ || generation_.load() != seen; });
-        if (stop_) return;
-        seen = generation_.load();
-        fn = fn_;
-        ctx = ctx_;
-        n = n_;
-        chunks = chunks_;
-        ++active_;
+        sleeping_.fetch_add(1);
+        wake_.wait(lk, published);
+        sleeping_.fetch_sub(1);
       }
-      work(fn, ctx, n, chunks);
-      std::lock_guard<std::mutex> lk(m_);
-      if (--active_ == 0) idle_.notify_all();
+      if (stop_.load()) return;
+      seen = generation_.load();
+      inside_.fetch_add(1);
+      // A newer job than `seen`, or none (its caller already cleared it): either is
+      // safe, since that caller waits for inside_ to drain before it returns.
+      if (Job* job = job_.load()) work(*job);
+      inside_.fetch_sub(1);
     }
   }
 
@@ -143,27 +184,26 @@ class Pool {
     if (static_cast<int>(workers_.size()) == workers) return;
     {
       std::lock_guard<std::mutex> lk(m_);
-      stop_ = true;
+      stop_.store(true);
+      generation_.fetch_add(1);
     }
     wake_.notify_all();
     for (std::thread& t : workers_) t.join();
     workers_.clear();
-    stop_ = false;
-    for (int i = 0; i < workers; ++i) workers_.emplace_back([this] { worker_loop(); });
+    stop_.store(false);
+    for (int i = 0; i < workers; ++i)
+      workers_.emplace_back([this, seen = generation_.load()] { worker_loop(seen); });
   }
 
   std::mutex caller_;  // held by the one caller whose job runs
-  std::mutex m_;
-  std::condition_variable wake_, finished_, idle_;
+  std::mutex m_;       // only for sleeping and waking
+  std::condition_variable wake_, finished_;
   std::vector<std::thread> workers_;
+  std::atomic<Job*> job_{nullptr};
   std::atomic<uint64_t> generation_{0};
-  std::atomic<int64_t> next_{0};
-  detail::ChunkFn fn_ = nullptr;
-  void* ctx_ = nullptr;
-  int64_t n_ = 0, chunks_ = 0;
-  std::atomic<int64_t> done_{0};
-  int active_ = 0;
-  bool stop_ = false;
+  std::atomic<int> inside_{0}, sleeping_{0};
+  std::atomic<bool> stop_{false};
+  bool caller_sleeping_ = false;  // under m_
 };
 
 Pool& pool() {
