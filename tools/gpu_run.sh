@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # One call on the GPU machine: build (Release, or EMBER_GPU_BUILD_TYPE; sm_90), run every
 # test, the examples and the benchmarks, and leave logs in $OUT (or ./gpu-logs).
-# Usage: tools/gpu_run.sh [tests] [examples] [bench] [sanitize]   (default: all but sanitize)
+# Usage: tools/gpu_run.sh [tests] [examples] [bench] [sanitize] [cpu]   (default: tests
+#        examples bench)
+#   cpu: tools/pool_probe.cpp at 1, 2, 4, 8, 16 threads and benchmarks/bench_cpu.sh at
+#        1, 2 and 16 threads (EMBER_BENCH_CPU_THREADS, EMBER_BENCH_CPU_REPS), logs in $OUT
 #   EMBER_GPU_PREBUILT=.device/bg.tar.xz  unpack a build made by tools/pack_gpu_build.sh
 #                                         instead of building (CTest tests that call this
 #                                         machine's cmake or python3 by their packed paths
@@ -11,10 +14,9 @@ out="$(realpath -m "${OUT:-gpu-logs}")"
 mkdir -p "$out"
 what="${*:-tests examples bench}"
 export NCCL_NVLS_ENABLE=0
-# The GPU image has no doctest: the caller carries it in .device/doctest.
-if [ ! -f /usr/include/doctest/doctest.h ] && [ -d .device/doctest ]; then
-  cp -r .device/doctest/include/doctest /usr/include/ && cp -r .device/doctest/cmake/doctest /usr/lib/cmake/
-fi
+# doctest and OpenBLAS, carried in .device (tools/gpu_setup.sh).
+# shellcheck source=tools/gpu_setup.sh
+. tools/gpu_setup.sh
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$out/gpu.txt"
 
 start=$(date +%s)
@@ -28,7 +30,7 @@ if [ -n "${EMBER_GPU_PREBUILT:-}" ]; then
   echo "build: unpacked $EMBER_GPU_PREBUILT (commit $(cat build-gpu/ember_commit.txt 2>/dev/null || echo '?'))"
 else
   cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=${EMBER_GPU_BUILD_TYPE:-Release} -DCMAKE_CUDA_ARCHITECTURES=90 \
-    >"$out/configure.log" 2>&1 || { tail -30 "$out/configure.log"; exit 1; }
+    "${ember_cmake_blas[@]}" >"$out/configure.log" 2>&1 || { tail -30 "$out/configure.log"; exit 1; }
   cmake --build build-gpu -j16 -- -k 0 >"$out/build.log" 2>&1 || { echo "BUILD FAILED (continuing with what built):"; grep -E "error|FAILED" "$out/build.log" | head -30; }
   echo "build: $(( $(date +%s) - start )) s"
 fi
@@ -58,6 +60,20 @@ fi
 if [[ "$what" == *sanitize* ]]; then
   # The same as make gpu-sanitize and tools/gpu_evidence.sh's sanitize stage.
   tools/gpu_sanitize.sh build-gpu 2>&1 | tee "$out/sanitizer.log"
+  [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+fi
+if [[ "$what" == *cpu* ]]; then
+  # The pool's hand-off against OpenMP's (tools/pool_probe.cpp, seconds to build), then
+  # bench_cpu against libtorch, interleaved (benchmarks/bench_cpu.sh).
+  if g++ -O2 -march=native -std=c++20 -fopenmp -I. tools/pool_probe.cpp core/base/error.cpp \
+       -o build-gpu/pool_probe -lpthread >"$out/pool_probe_build.log" 2>&1; then
+    build-gpu/pool_probe 1 2 4 8 16 2>&1 | tee "$out/pool_probe.txt"
+  else
+    echo "pool_probe did not build"; tail -5 "$out/pool_probe_build.log"; status=1
+  fi
+  # shellcheck disable=SC2086
+  benchmarks/bench_cpu.sh build-gpu "${EMBER_BENCH_CPU_REPS:-5}" ${EMBER_BENCH_CPU_THREADS:-1 2 16} \
+    2>&1 | tee "$out/bench_cpu.txt"
   [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 fi
 echo "total: $(( $(date +%s) - start )) s, status $status"
