@@ -3,6 +3,7 @@
 # test, the examples and the benchmarks, and leave logs in $OUT (or ./gpu-logs).
 # Usage: tools/gpu_run.sh [tests] [examples] [bench] [sanitize] [cpu]   (default: tests
 #        examples bench)
+#   EMBER_CTEST_JOBS=8                    ctest -j (default 4)
 #   cpu: tools/pool_probe.cpp at 1, 2, 4, 8, 16 threads and benchmarks/bench_cpu.sh at
 #        1, 2 and 16 threads (EMBER_BENCH_CPU_THREADS, EMBER_BENCH_CPU_REPS), logs in $OUT
 #   EMBER_GPU_PREBUILT=.device/bg.tar.xz  unpack a build made by tools/pack_gpu_build.sh
@@ -37,7 +38,7 @@ fi
 
 status=0
 if [[ "$what" == *tests* ]]; then
-  (cd build-gpu && ctest --output-on-failure -j4 -O Testing/Temporary/LastTestConsole.log \
+  (cd build-gpu && ctest --output-on-failure -j"${EMBER_CTEST_JOBS:-4}" -O Testing/Temporary/LastTestConsole.log \
      >"$out/ctest.log" 2>&1) || status=1
   tail -15 "$out/ctest.log"
   tools/test_summary.sh build-gpu | tee -a "$out/ctest.log" || status=1
