@@ -24,6 +24,9 @@
 
 #if EMBER_HAS_OPENBLAS
 #include <cblas.h>
+// OpenBLAS's pthread build stops its server threads with this (its fork handler does);
+// not in cblas.h, so declared weak: a BLAS without it leaves the pointer null.
+extern "C" int blas_thread_shutdown_(void) __attribute__((weak));
 #endif
 
 namespace ember::kernels {
@@ -215,10 +218,24 @@ bool cpu_has_avx512() {
 #endif
 }
 
-// Once per process, at the first product: OpenBLAS on one thread (see kTileMnk), and
-// a warning when its kernels are older than the CPU.
-void blas_setup() {
+// When ember's library loads: OpenBLAS on one thread (see kTileMnk), and its own
+// threads stopped. OpenBLAS's pthread build starts a server thread per core when it
+// loads, and each spins (sched_yield) for about 2^28 cycles waiting for work before it
+// sleeps, whether or not a product ever runs. That spinning took cores from ember's
+// pool in a process's first tenths of a second: on the 2-core development machine a
+// 2-thread layer norm (bench_cpu, 512x256) took the one-thread time, 0.029-0.031 ms, in
+// most processes, and 0.015-0.017 ms with OPENBLAS_NUM_THREADS=1 or with this
+// (2026-12-04). ember never asks OpenBLAS for threads, so stopping them loses nothing
+// (OpenBLAS would start them again if asked).
+void blas_threads_off() {
   openblas_set_num_threads(1);
+  if (blas_thread_shutdown_ != nullptr) blas_thread_shutdown_();
+}
+[[maybe_unused]] const bool kBlasThreadsOff = (blas_threads_off(), true);
+
+// Once per process, at the first product: a warning when OpenBLAS's kernels are older
+// than the CPU.
+void blas_setup() {
   const std::string core = blas_core();
   if (!blas_core_is_fallback(core, cpu_has_avx2_fma())) return;
   const char* asked = std::getenv("OPENBLAS_CORETYPE");

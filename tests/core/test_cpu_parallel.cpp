@@ -22,6 +22,10 @@
 #include "core/threads.h"
 #include "optim/adam.h"
 
+// OpenBLAS's pthread build: 1 while its server threads run (declared weak: null with
+// another BLAS or none).
+extern "C" int blas_server_avail __attribute__((weak));
+
 using namespace ember;
 namespace cpu = ember::kernels::cpu;
 
@@ -173,6 +177,23 @@ TEST_CASE("cpu/blas: the fused Linear (bias in the output, one GEMM) matches the
   // No input features: y is the bias (or zeros), no GEMM.
   Tensor y0 = linear(zeros({3, 0}), zeros({2, 0}), Tensor());
   CHECK(y0.to_vector<float>() == std::vector<float>(6, 0.0f));
+}
+
+TEST_CASE("cpu/blas: OpenBLAS's own threads are stopped once ember is loaded") {
+  // OpenBLAS starts a server thread per core when it loads, each spinning for about
+  // 2^28 cycles before it sleeps; ember never asks OpenBLAS for threads and stops them
+  // (cpu_linalg.cpp), so they take no core from ember's pool.
+  if (!cpu::have_blas() || &blas_server_avail == nullptr) {
+    MESSAGE("not OpenBLAS's pthread build: nothing to stop");
+    return;
+  }
+  CHECK(blas_server_avail == 0);
+  // Products still run (OpenBLAS on the calling thread, tiles on ember's pool).
+  ThreadsGuard guard;
+  set_num_threads(2);
+  Tensor a = full({128, 128}, 1.0), b = full({128, 128}, 2.0);
+  CHECK(matmul(a, b).to_vector<float>() == std::vector<float>(128 * 128, 256.0f));
+  CHECK(blas_server_avail == 0);
 }
 
 TEST_CASE("cpu/blas: a matmul gives the same bits at a given thread count, run after run") {
