@@ -32,7 +32,7 @@ mkdir -p "$out"
 stages="${*:-build tests bench peer compare}"
 build=build-gpu
 export NCCL_NVLS_ENABLE=0
-# doctest and OpenBLAS, carried in .device (tools/gpu_setup.sh).
+# doctest, carried in .device (tools/gpu_setup.sh).
 # shellcheck source=tools/gpu_setup.sh
 . tools/gpu_setup.sh
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$out/gpu.txt"
@@ -44,7 +44,7 @@ end() { echo "$1: $(( $(date +%s) - stage_start )) s" | tee -a "$out/stages.txt"
 if [[ " $stages " == *" build "* ]]; then
   begin build
   cmake -S . -B $build -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 \
-    "${ember_cmake_blas[@]}" >"$out/configure.log" 2>&1 || { tail -30 "$out/configure.log"; exit 1; }
+    >"$out/configure.log" 2>&1 || { tail -30 "$out/configure.log"; exit 1; }
   if ! cmake --build $build -j16 -- -k 0 >"$out/build.log" 2>&1; then
     echo "BUILD FAILED (going on with what built):"
     grep -E "error|FAILED" "$out/build.log" | head -30
@@ -104,7 +104,7 @@ if [[ " $stages " == *" sanitize "* ]]; then
   begin sanitize
   if [ ! -f $build/build.ninja ]; then
     cmake -S . -B $build -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 \
-      "${ember_cmake_blas[@]}" >"$out/configure.log" 2>&1 || { tail -30 "$out/configure.log"; exit 1; }
+      >"$out/configure.log" 2>&1 || { tail -30 "$out/configure.log"; exit 1; }
   fi
   # Only what the stage runs: the test binaries and the planted bugs (a no-op after
   # the build stage).

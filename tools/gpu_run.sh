@@ -15,7 +15,7 @@ out="$(realpath -m "${OUT:-gpu-logs}")"
 mkdir -p "$out"
 what="${*:-tests examples bench}"
 export NCCL_NVLS_ENABLE=0
-# doctest and OpenBLAS, carried in .device (tools/gpu_setup.sh).
+# doctest, carried in .device (tools/gpu_setup.sh).
 # shellcheck source=tools/gpu_setup.sh
 . tools/gpu_setup.sh
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$out/gpu.txt"
@@ -31,7 +31,7 @@ if [ -n "${EMBER_GPU_PREBUILT:-}" ]; then
   echo "build: unpacked $EMBER_GPU_PREBUILT (commit $(cat build-gpu/ember_commit.txt 2>/dev/null || echo '?'))"
 else
   cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=${EMBER_GPU_BUILD_TYPE:-Release} -DCMAKE_CUDA_ARCHITECTURES=90 \
-    "${ember_cmake_blas[@]}" >"$out/configure.log" 2>&1 || { tail -30 "$out/configure.log"; exit 1; }
+    >"$out/configure.log" 2>&1 || { tail -30 "$out/configure.log"; exit 1; }
   cmake --build build-gpu -j16 -- -k 0 >"$out/build.log" 2>&1 || { echo "BUILD FAILED (continuing with what built):"; grep -E "error|FAILED" "$out/build.log" | head -30; }
   echo "build: $(( $(date +%s) - start )) s"
 fi

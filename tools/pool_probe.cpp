@@ -1,6 +1,5 @@
 // Standalone probe (issue 30): what one parallel job costs at 1..N threads, on the
-// CPU pool ember ships (core/kernels/cpu_parallel.cpp, compiled into this probe), on
-// a candidate pool whose workers pick a job up without the pool's mutex (below), and
+// CPU pool ember ships (core/kernels/cpu_parallel.cpp, compiled into this probe) and
 // on OpenMP (the runtime libtorch's CPU kernels use), for a 512x256 and a 64x256
 // float32 layer norm (the second mostly hand-off) (bench_cpu's layer_norm shape: about 30 us at 16
 // threads on the GPU machine's host, 2.3x libtorch's, at bd2d314).
@@ -10,20 +9,17 @@
 //       core/base/error.cpp -o /tmp/pool_probe -lpthread   (one line)
 // Run: /tmp/pool_probe [threads...]   (default 1 2 4 8 16, capped at nothing)
 //   POOL_PROBE_REPS=7 repetitions, each the median of POOL_PROBE_CALLS=2000 calls' mean
-//   over 10 batches. Variants alternate within each repetition (ember, candidate, omp).
+//   over 10 batches. Variants alternate within each repetition (ember, omp).
 //   POOL_PROBE_SKIP_OMP=1 runs the OpenMP column on one thread (for a -fsanitize=thread
 //   build of the two pools: libgomp is not instrumented).
 // Every variant's layer-norm output is compared bit for bit with a one-thread run
 // before any time is printed (the rows are the same arithmetic on every thread).
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <cmath>
-#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -36,85 +32,6 @@ namespace {
 
 using ember::kernels::cpu::chunk_bounds;
 using ChunkFn = void (*)(void*, int64_t, int64_t, int64_t);
-
-// The candidate: a job lives on the caller's stack and is published through one atomic
-// pointer; a worker announces itself in inside_ before it reads the pointer, and the
-// caller clears the pointer and waits for inside_ to drain before it returns, so no
-// worker touches a finished job. Workers spin on the generation (pause, then yield)
-// before they sleep; the caller takes the mutex only when a worker sleeps.
-class CandidatePool {
- public:
-  explicit CandidatePool(int workers) {
-    for (int i = 0; i < workers; ++i) threads_.emplace_back([this] { loop(); });
-  }
-  ~CandidatePool() {
-    {
-      std::lock_guard<std::mutex> lk(m_);
-      stop_.store(true);
-    }
-    gen_.fetch_add(1);
-    cv_.notify_all();
-    for (auto& t : threads_) t.join();
-  }
-  void run(int64_t n, int64_t chunks, ChunkFn fn, void* ctx) {
-    Job j{fn, ctx, n, chunks};
-    job_.store(&j);
-    gen_.fetch_add(1);
-    if (sleeping_.load() > 0) {
-      std::lock_guard<std::mutex> lk(m_);
-      cv_.notify_all();
-    }
-    work(j);
-    for (int i = 0; j.done.load(std::memory_order_acquire) != chunks; ++i)
-      if (i > 64) std::this_thread::yield();
-    job_.store(nullptr);
-    while (inside_.load() != 0) std::this_thread::yield();
-  }
-
- private:
-  struct Job {
-    ChunkFn fn;
-    void* ctx;
-    int64_t n, chunks;
-    std::atomic<int64_t> next{0}, done{0};
-  };
-  static void work(Job& j) {
-    int64_t ran = 0;
-    for (int64_t c = j.next.fetch_add(1); c < j.chunks; c = j.next.fetch_add(1), ++ran) {
-      const auto [b, e] = chunk_bounds(j.n, j.chunks, c);
-      j.fn(j.ctx, c, b, e);
-    }
-    if (ran) j.done.fetch_add(ran, std::memory_order_acq_rel);
-  }
-  void loop() {
-    uint64_t seen = gen_.load();
-    for (;;) {
-      // ~20k pauses (a few tens of microseconds), then yields, then sleep.
-      for (int i = 0; i < 20000 && gen_.load(std::memory_order_relaxed) == seen; ++i)
-        __builtin_ia32_pause();
-      for (int i = 0; i < 2000 && gen_.load(std::memory_order_relaxed) == seen; ++i)
-        std::this_thread::yield();
-      if (gen_.load() == seen) {
-        std::unique_lock<std::mutex> lk(m_);
-        sleeping_.fetch_add(1);
-        cv_.wait(lk, [&] { return gen_.load() != seen; });
-        sleeping_.fetch_sub(1);
-      }
-      if (stop_.load()) return;
-      seen = gen_.load();
-      inside_.fetch_add(1);
-      if (Job* p = job_.load()) work(*p);
-      inside_.fetch_sub(1);
-    }
-  }
-  std::vector<std::thread> threads_;
-  std::atomic<Job*> job_{nullptr};
-  std::atomic<uint64_t> gen_{0};
-  std::atomic<int> inside_{0}, sleeping_{0};
-  std::atomic<bool> stop_{false};
-  std::mutex m_;
-  std::condition_variable cv_;
-};
 
 constexpr int64_t kRows = 512, kCols = 256;
 
@@ -174,13 +91,10 @@ int main(int argc, char** argv) {
   std::printf(
       "# pool_probe: %u hardware threads; per call, us: median over %d repetitions (min-max)\n",
       std::thread::hardware_concurrency(), reps);
-  std::printf(
-      "| threads | job | ember pool | candidate pool | OpenMP | ember / OpenMP | candidate / "
-      "OpenMP |\n");
-  std::printf("|---|---|---|---|---|---|---|\n");
+  std::printf("| threads | job | ember pool | OpenMP | ember / OpenMP |\n");
+  std::printf("|---|---|---|---|---|\n");
   for (int t : counts) {
     ember::set_num_threads(t);
-    CandidatePool cand(t - 1);
     omp_set_num_threads(t);
     struct Ctx {
       const float *x, *w, *b;
@@ -194,15 +108,6 @@ int main(int argc, char** argv) {
         ember::kernels::cpu::parallel_chunks(
             rows, t, [&](int64_t, int64_t r0, int64_t r1) { body(r0, r1); });
       };
-      auto cand_fn = [](void* p, int64_t, int64_t r0, int64_t r1) {
-        (*static_cast<decltype(body)*>(p))(r0, r1);
-      };
-      auto run_cand = [&] {
-        if (t == 1)
-          body(0, rows);
-        else
-          cand.run(rows, t, cand_fn, &body);
-      };
       auto run_omp = [&] {
         if (skip_omp) return body(0, rows);  // under TSan: libgomp is not instrumented
 #pragma omp parallel num_threads(t)
@@ -214,10 +119,10 @@ int main(int argc, char** argv) {
       };
       // Validate each variant's output first.
       {
-        const char* names[] = {"ember", "candidate", "omp"};
-        for (int v = 0; v < 3; ++v) {
+        const char* names[] = {"ember", "omp"};
+        for (int v = 0; v < 2; ++v) {
           std::fill(y.begin(), y.end(), -1.f);
-          v == 0 ? run_ember() : v == 1 ? run_cand() : run_omp();
+          v == 0 ? run_ember() : run_omp();
           if (std::memcmp(y.data(), ref.data(), rows * kCols * sizeof(float)) != 0 ||
               (rows < kRows && y[rows * kCols] != -1.f)) {
             std::fprintf(stderr, "pool_probe: %s at %d threads differs from the one-thread rows\n",
@@ -226,10 +131,14 @@ int main(int argc, char** argv) {
           }
         }
       }
-      std::vector<double> per[3];
+      std::vector<double> per[2];
       for (int r = 0; r < reps; ++r)
-        for (int v = 0; v < 3; ++v) {
-          auto once = [&] { v == 0 ? run_ember() : v == 1 ? run_cand() : run_omp(); };
+        for (int v = 0; v < 2; ++v) {
+          auto once = [&] { v == 0 ? run_ember() : run_omp(); };
+          // The other runtime's idle threads spin for a while after its last job (ember's
+          // for 0.5 ms, libgomp's for its GOMP_SPINCOUNT): let them fall asleep first, or
+          // on a machine without a free core for each they take this variant's cores.
+          std::this_thread::sleep_for(std::chrono::milliseconds(50));
           for (int i = 0; i < calls / 10; ++i) once();  // warm
           std::vector<double> batches;
           for (int k = 0; k < 10; ++k) {
@@ -240,17 +149,17 @@ int main(int argc, char** argv) {
           std::nth_element(batches.begin(), batches.begin() + 5, batches.end());
           per[v].push_back(batches[5]);
         }
-      double med[3];
-      char cell[3][64];
-      for (int v = 0; v < 3; ++v) {
+      double med[2];
+      char cell[2][64];
+      for (int v = 0; v < 2; ++v) {
         std::sort(per[v].begin(), per[v].end());
         med[v] = per[v][per[v].size() / 2];
         std::snprintf(cell[v], sizeof cell[v], "%.2f (%.2f-%.2f)", med[v], per[v].front(),
                       per[v].back());
       }
-      std::printf("| %d | %s | %s | %s | %s | %.2fx | %.2fx |\n", t,
+      std::printf("| %d | %s | %s | %s | %.2fx |\n", t,
                   rows == kRows ? "layer_norm 512x256" : "layer_norm 64x256", cell[0], cell[1],
-                  cell[2], med[0] / med[2], med[1] / med[2]);
+                  med[0] / med[1]);
       std::fflush(stdout);
     }
   }

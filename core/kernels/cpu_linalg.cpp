@@ -224,9 +224,9 @@ bool cpu_has_avx512() {
 // sleeps, whether or not a product ever runs. That spinning took cores from ember's
 // pool in a process's first tenths of a second: on the 2-core development machine a
 // 2-thread layer norm (bench_cpu, 512x256) took the one-thread time, 0.029-0.031 ms, in
-// most processes, and 0.015-0.017 ms with OPENBLAS_NUM_THREADS=1 or with this
-// (2026-12-04). ember never asks OpenBLAS for threads, so stopping them loses nothing
-// (OpenBLAS would start them again if asked).
+// 9 of 12 processes, and about 0.015 ms in most with OPENBLAS_NUM_THREADS=1 or with
+// this (2026-12-04; docs/cpu.md has the counts). ember never asks OpenBLAS for threads, so stopping
+// them loses nothing (OpenBLAS would start them again if asked).
 void blas_threads_off() {
   openblas_set_num_threads(1);
   if (blas_thread_shutdown_ != nullptr) blas_thread_shutdown_();

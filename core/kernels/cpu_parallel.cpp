@@ -118,12 +118,12 @@ class Pool {
       wake_.notify_all();
     }
     work(job, /*caller=*/true);
-    const auto all_done = [&] { return job.done.load(std::memory_order_acquire) == chunks; };
+    const auto all_done = [&] { return job.done.load() == chunks; };  // seq_cst: see work()
     if (!spin_until(all_done, kCallerPause, kCallerSpin)) {
       std::unique_lock<std::mutex> lk(m_);
-      caller_sleeping_ = true;
+      caller_sleeping_.store(true);
       finished_.wait(lk, all_done);
-      caller_sleeping_ = false;
+      caller_sleeping_.store(false);
     }
     // No worker may read the job once this returns: clear the pointer, then wait for
     // those that had announced themselves (each leaves after one pass over the
@@ -153,11 +153,13 @@ class Pool {
     }
     t_in_chunk = was;
     // The chunks' writes are released to the caller, which acquires done. The last
-    // one wakes the caller under the mutex if it sleeps, so it cannot miss it.
-    if (ran > 0 && job.done.fetch_add(ran, std::memory_order_acq_rel) + ran == job.chunks &&
-        !caller) {
+    // one wakes the caller if it sleeps: a caller that saw done short set
+    // caller_sleeping_ before (seq_cst), so this sees it; the notify is under the
+    // mutex, which the caller holds from its check until it waits.
+    if (ran > 0 && job.done.fetch_add(ran) + ran == job.chunks && !caller &&
+        caller_sleeping_.load()) {
       std::lock_guard<std::mutex> lk(m_);
-      if (caller_sleeping_) finished_.notify_all();
+      finished_.notify_all();
     }
   }
 
@@ -203,7 +205,7 @@ class Pool {
   std::atomic<uint64_t> generation_{0};
   std::atomic<int> inside_{0}, sleeping_{0};
   std::atomic<bool> stop_{false};
-  bool caller_sleeping_ = false;  // under m_
+  std::atomic<bool> caller_sleeping_{false};  // set and cleared under m_
 };
 
 Pool& pool() {

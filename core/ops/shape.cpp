@@ -30,14 +30,13 @@ class SliceBackward final : public Node {
   void add_into(const Tensor& g, Tensor& sum) override {
     if (released_) [[unlikely]]
       detail::throw_backward_twice(name());
-    if (!sum.defined()) {
-      sum = zeros(sizes_, TensorOptions().dtype(g.dtype()).device(g.device()));
-      Tensor part = slice(sum, dim_, start_, end_, step_);
-      copy_(part, g);
-    } else {
-      Tensor part = slice(sum, dim_, start_, end_, step_);
+    const bool fresh = !sum.defined();
+    if (fresh) sum = zeros(sizes_, TensorOptions().dtype(g.dtype()).device(g.device()));
+    Tensor part = slice(sum, dim_, start_, end_, step_);
+    if (fresh)
+      copy_(part, g);  // a copy, not 0 + g: keeps a -0.0
+    else
       part.add_(g);
-    }
   }
   void release() override { released_ = true; }
 
