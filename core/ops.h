@@ -169,6 +169,11 @@ namespace detail {
 // The padding that keeps the size with stride 1 (PyTorch's padding="same"), for odd
 // dilated kernel extents; even extents need asymmetric padding: an ember::Error.
 Int2 same_padding(const char* op, Int2 kernel, Int2 stride, Int2 dilation);
+// Whether convolution, pooling, unfold and fold gather their columns through the
+// indexing ops (the reference composition) instead of the im2col/col2im kernels:
+// EMBER_CONV_COMPOSED=1 in the environment, or set here (tests compare the two).
+bool conv_composed();
+void set_conv_composed(bool composed);
 }  // namespace detail
 // input (N, C, H, W), weight (C, O / groups, kh, kw): the gradient of conv2d with
 // respect to its input, as PyTorch's conv_transpose2d (argument order as F's).

@@ -571,6 +571,26 @@ struct BatchNormQuery {
   int64_t n, c, m;
 };
 
+// ------------------------------------------------------------------ convolution
+
+// The columns of a convolution (im2col) over a contiguous (n, c, h, w) input and their
+// adjoint (col2im). cols is (n, c * kh * kw, oh * ow) contiguous: row (ci kh + ki) kw + kj,
+// column oi ow + oj holds x[ni, ci, oi sh - ph + ki dh, oj sw - pw + kj dw], or
+// pad_value where that falls outside the plane. col2im writes (not adds) x from cols:
+// each pixel the sum, in (ki, kj) order, of the columns that read it (pad reads drop);
+// deterministic, no atomics. float32, float64 and bfloat16 (col2im sums in float32 for
+// bfloat16, rounding once).
+struct Im2colArgs {
+  Device device;
+  DType dtype;
+  const void* src;  // im2col: x; col2im: cols
+  void* dst;        // im2col: cols; col2im: x
+  int64_t n, c, h, w;
+  int64_t kh, kw, sh, sw, ph, pw, dh, dw;
+  int64_t oh, ow;
+  double pad_value;  // im2col only
+};
+
 // ------------------------------------------------------------------ attention
 
 // The fused attention (cuda/kernels/attention.h): O = softmax(scale Q K^T) V over
@@ -727,6 +747,8 @@ enum class FamilyKind { compute, query, predicate, decision };
   X(batch_norm_fused, void, BatchNormArgs, compute)                     \
   X(batch_norm_backward_fused, void, BatchNormBackwardArgs, compute)    \
   X(batch_norm_workspace_bytes, size_t, BatchNormQuery, query)          \
+  X(im2col, void, Im2colArgs, compute)                                  \
+  X(col2im, void, Im2colArgs, compute)                                  \
   X(attention_fused_supported, bool, AttentionQuery, predicate)         \
   X(attention_fused, void, AttentionArgs, compute)                      \
   X(attention_backward_fused, void, AttentionBackwardArgs, compute)     \

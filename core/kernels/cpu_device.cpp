@@ -61,6 +61,7 @@ void register_cpu(KernelTable& t) {
   register_cpu_multi_tensor(t);
   register_cpu_sort(t);
   register_cpu_batch_norm(t);
+  register_cpu_conv(t);
 }
 
 }  // namespace ember::kernels

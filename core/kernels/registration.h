@@ -17,5 +17,6 @@ void register_cpu_softmax(KernelFamilies& t);
 void register_cpu_multi_tensor(KernelFamilies& t);
 void register_cpu_sort(KernelFamilies& t);  // sort and cumsum
 void register_cpu_batch_norm(KernelFamilies& t);
+void register_cpu_conv(KernelFamilies& t);  // im2col and col2im
 
 }  // namespace ember::kernels

@@ -1,18 +1,26 @@
-// Convolution and pooling over NCHW tensors, composed from the indexing and
-// matrix ops, so they run (with autograd) on every device that has those: the
-// input's pixels are gathered into columns by one index_select over a table of
-// positions computed on the host (im2col; padding reads an appended constant
-// slot: 0 for convolution and average pooling, -inf for max pooling), then one
-// matmul per group does the convolution. fold is the scatter-add of the same
-// table (index_add), the gradient of unfold. A fused implicit-GEMM CUDA path
-// can take the seam later; this one is the reference it is tested against.
+// Convolution and pooling over NCHW tensors. The input's pixels are gathered into
+// columns (im2col) by the device's im2col kernel (kernel families im2col and col2im:
+// CPU loops over the thread pool, CUDA kernels in cuda/kernels/conv.cu, nothing on
+// the meta device), whose backward is col2im, the deterministic gather of the
+// columns that read each pixel; then one matmul per group does the convolution.
+// fold is col2im, its backward im2col. Where the kernels do not take the dtype, or
+// with EMBER_CONV_COMPOSED=1 (detail::set_conv_composed for tests), the columns are
+// composed from the indexing ops instead: one index_select over a table of positions
+// computed on the host (padding reads an appended constant slot: 0 for convolution
+// and average pooling, -inf for max pooling), fold the scatter-add of the same table
+// (index_add). That composition is the reference the kernels are tested against.
 #include <algorithm>
 #include <cmath>
 #include <limits>
 #include <vector>
 
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+
 #include "core/alloc_site.h"
 #include "core/autograd.h"
+#include "core/kernel_table.h"
 #include "core/ops.h"
 
 namespace ember {
@@ -79,8 +87,81 @@ Tensor table_tensor(const Geometry& g, Device device) {
                      TensorOptions(kInt64).device(device));
 }
 
+// -1: not yet read from EMBER_CONV_COMPOSED; 0 or 1 after (or as set by a test).
+std::atomic<int> g_conv_composed{-1};
+
+bool columns_composed() {
+  int v = g_conv_composed.load(std::memory_order_relaxed);
+  if (v < 0) {
+    const char* e = std::getenv("EMBER_CONV_COMPOSED");
+    v = e != nullptr && std::strcmp(e, "1") == 0 ? 1 : 0;
+    int expected = -1;
+    g_conv_composed.compare_exchange_strong(expected, v, std::memory_order_relaxed);
+    v = g_conv_composed.load(std::memory_order_relaxed);
+  }
+  return v == 1;
+}
+
+// Whether the im2col and col2im kernels take tensors of dtype t.
+bool column_kernels(DType t) {
+  return (t == kFloat32 || t == kFloat64 || t == kBFloat16) && !columns_composed();
+}
+
+kernels::Im2colArgs column_args(Device d, DType t, const void* src, void* dst, int64_t n, int64_t c,
+                                const Geometry& g, double pad_value) {
+  kernels::Im2colArgs a{};
+  a.device = d;
+  a.dtype = t;
+  a.src = src;
+  a.dst = dst;
+  a.n = n, a.c = c, a.h = g.h, a.w = g.w;
+  a.kh = g.kh, a.kw = g.kw;
+  a.sh = g.stride[0], a.sw = g.stride[1];
+  a.ph = g.padding[0], a.pw = g.padding[1];
+  a.dh = g.dilation[0], a.dw = g.dilation[1];
+  a.oh = g.oh, a.ow = g.ow;
+  a.pad_value = pad_value;
+  return a;
+}
+
+// col2im of cols (N, C*kh*kw, L), any strides, into a new (N, C, H, W) tensor, and
+// im2col of x (N, C, H, W) into new (N, C, kh*kw, L) columns: by the kernels, each
+// with the other as its backward.
+Tensor col2im_kernel(const Tensor& cols, const Geometry& g, int64_t n, int64_t c);
+
+Tensor im2col_kernel(const Tensor& x, const Geometry& g, double pad_value) {
+  const int64_t n = x.size(0), c = x.size(1);
+  const Tensor xs = contiguous(x.detach());
+  Tensor cols = empty({n, c, g.kh * g.kw, g.oh * g.ow}, x.options());
+  kernels::kernels_for(x.device())
+      .im2col(
+          column_args(x.device(), x.dtype(), xs.raw_data(), cols.raw_data(), n, c, g, pad_value));
+  if (any_requires_grad({&x}))
+    attach_grad_fn(cols, "Im2colBackward", {&x},
+                   [g, n, c](const Tensor& grad, const SavedTensors&) {
+                     return std::vector<Tensor>{
+                         col2im_kernel(reshape(grad, {n, c * g.kh * g.kw, g.oh * g.ow}), g, n, c)};
+                   });
+  return cols;
+}
+
+Tensor col2im_kernel(const Tensor& cols, const Geometry& g, int64_t n, int64_t c) {
+  const Tensor cs = contiguous(cols.detach());
+  Tensor x = empty({n, c, g.h, g.w}, cols.options());
+  kernels::kernels_for(cols.device())
+      .col2im(column_args(cols.device(), cols.dtype(), cs.raw_data(), x.raw_data(), n, c, g, 0.0));
+  if (any_requires_grad({&cols}))
+    attach_grad_fn(x, "Col2imBackward", {&cols},
+                   [g, n, c](const Tensor& grad, const SavedTensors&) {
+                     return std::vector<Tensor>{
+                         im2col_kernel(grad, g, 0.0).view({n, c * g.kh * g.kw, g.oh * g.ow})};
+                   });
+  return x;
+}
+
 // x (B, C, H, W) -> (B, C, kh*kw, L): the columns, padding reading `pad_value`.
 Tensor gather_columns(const Tensor& x, const Geometry& g, double pad_value) {
+  if (column_kernels(x.dtype())) return im2col_kernel(x, g, pad_value);
   const int64_t b = x.size(0), c = x.size(1);
   Tensor plane = reshape(x, {b, c, g.h * g.w});
   Tensor slot = full({b, c, 1}, pad_value, x.options());
@@ -134,6 +215,7 @@ Tensor fold(const Tensor& input, Int2 output_size, Int2 kernel_size, Int2 dilati
               output_size[0], ", ", output_size[1], ") with these kernel, stride, padding and ",
               "dilation gives ", l);
   const int64_t c = input.size(1) / kk;
+  if (column_kernels(input.dtype())) return col2im_kernel(input, g, n, c);
   Tensor src = reshape(input, {n, c, kk * l});
   Tensor acc = zeros({n, c, g.h * g.w + 1}, input.options());
   Tensor out = index_add(acc, 2, table_tensor(g, input.device()), src);
@@ -169,19 +251,27 @@ Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias, Int
   const Geometry g = geometry("conv2d", x.size(2), x.size(3), {weight.size(2), weight.size(3)},
                               stride, padding, dilation);
   const int64_t kk = g.kh * g.kw, l = g.oh * g.ow, cg = c / groups, og = o / groups;
-  // cols (N, C*kk, L); per group (N, L, cg*kk) @ (cg*kk, og) -> (N, L, og).
+  // cols (N, C*kk, L); per group (og, cg*kk) @ (N, cg*kk, L) -> (N, og, L), the
+  // weight broadcast over the batch: the product lands in the output's layout.
   Tensor cols = gather_columns(x, g, 0.0).view({n, c * kk, l});
   std::vector<Tensor> parts;
   for (int64_t gi = 0; gi < groups; ++gi) {
     Tensor cols_g = groups == 1 ? cols : slice(cols, 1, gi * cg * kk, (gi + 1) * cg * kk);
     Tensor w_g = groups == 1 ? weight : slice(weight, 0, gi * og, (gi + 1) * og);
-    Tensor y = matmul(transpose(cols_g, 1, 2), transpose(reshape(w_g, {og, cg * kk}), 0, 1));
-    parts.push_back(transpose(y, 1, 2));  // (N, og, L)
+    parts.push_back(matmul(reshape(w_g, {og, cg * kk}), cols_g));  // (N, og, L)
   }
   Tensor y = groups == 1 ? parts[0] : cat(parts, 1);
   y = reshape(y, {n, o, g.oh, g.ow});
   if (bias.defined()) y = add(y, bias.view({1, o, 1, 1}));
   return batched ? y : squeeze(y, 0);
+}
+
+void detail::set_conv_composed(bool composed) {
+  g_conv_composed.store(composed ? 1 : 0, std::memory_order_relaxed);
+}
+
+bool detail::conv_composed() {
+  return columns_composed();
 }
 
 Int2 detail::same_padding(const char* op, Int2 kernel, Int2 stride, Int2 dilation) {
@@ -369,6 +459,14 @@ Tensor adaptive_avg_pool2d(const Tensor& input, Int2 output_size) {
   const int64_t oh = output_size[0], ow = output_size[1];
   EMBER_CHECK(h > 0 && w > 0, "adaptive_avg_pool2d: the input plane is empty, shape ",
               shape_str(input.sizes()));
+  if (h % oh == 0 && w % ow == 0) {
+    // Equal cells (global pooling among them): the means of (h / oh) x (w / ow) blocks,
+    // one reduction of a view, with no host-built matrix to copy to the device (so a
+    // CUDA graph can capture it).
+    Tensor cells = reshape(x, {n, c, oh, h / oh, ow, w / ow});
+    Tensor y = mean(cells, std::vector<int64_t>{3, 5});
+    return batched ? y : squeeze(y, 0);
+  }
   // out (N, C, oh*ow) = x (N, C, h*w) @ P (h*w, oh*ow), P's column of cell (i, j)
   // holding 1/count over rows [floor(i h / oh), ceil((i+1) h / oh)) and likewise cols.
   std::vector<double> p(static_cast<size_t>(h * w * oh * ow), 0.0);

@@ -193,6 +193,17 @@ TEST_CASE("avg_pool2d and adaptive_avg_pool2d: divisors as PyTorch counts them")
   CHECK(a.sizes() == Shape{1, 1, 3, 3});
   check_close(a, {3, 4.5, 6, 10.5, 12, 13.5, 18, 19.5, 21});
   check_close(adaptive_avg_pool2d(y, {1, 1}), {12});
+  // Equal cells (4 x 6 -> 2 x 3: 2 x 2 blocks) reduce a view: the block means by hand,
+  // and avg_pool2d's with the block as kernel and stride.
+  Tensor e = arange(0, 24, 1, kFloat64).reshape({1, 1, 4, 6});
+  check_close(adaptive_avg_pool2d(e, {2, 3}), {3.5, 5.5, 7.5, 15.5, 17.5, 19.5});
+  Tensor r = randn64({2, 3, 8, 6}, 53);
+  CHECK(rel_error(adaptive_avg_pool2d(r, {4, 2}), avg_pool2d(r, {2, 3})) < 1e-15);
+  CHECK_GRADCHECK(
+      [](const Inputs& in) {
+        return adaptive_avg_pool2d(in[0], {2, 2});
+      },
+      {randn64({2, 1, 4, 6}, 54)});
   CHECK_GRADCHECK(
       [](const Inputs& in) {
         return avg_pool2d(in[0], {3, 3}, {2, 2}, {1, 1}, true);
@@ -331,4 +342,136 @@ TEST_CASE("conv ops on CUDA match the CPU reference" * doctest::test_suite("cuda
   auto [gx_cuda, gw_cuda] = grads_of(kCUDA);
   CHECK(rel_error(gx_cuda, gx_cpu) < 1e-5);
   CHECK(rel_error(gw_cuda, gw_cpu) < 1e-5);
+}
+
+// ---------------------------------------------------------------- the column kernels
+
+namespace {
+
+// The composed columns (index_select / index_add) for the scope, restored after.
+struct ComposedColumns {
+  explicit ComposedColumns(bool on) : before_(detail::conv_composed()) {
+    detail::set_conv_composed(on);
+  }
+  ~ComposedColumns() { detail::set_conv_composed(before_); }
+  bool before_;
+};
+
+struct ColumnCase {
+  int64_t n, c, h, w, kh, kw;
+  Int2 s, p, d;
+};
+const std::vector<ColumnCase> kColumnCases = {
+    {2, 3, 7, 6, 3, 3, {1, 1}, {1, 1}, {1, 1}}, {1, 4, 9, 8, 3, 2, {2, 3}, {1, 0}, {1, 2}},
+    {2, 2, 5, 5, 3, 3, {1, 1}, {2, 2}, {2, 2}}, {1, 2, 4, 11, 1, 5, {1, 2}, {0, 2}, {1, 1}},
+    {3, 1, 6, 6, 2, 2, {2, 2}, {0, 0}, {1, 1}},
+};
+
+// unfold, fold, conv2d's three gradients and max_pool2d's gradient (padding,
+// ceil_mode) on `device` in `dt`, by the kernels or composed: every output in float64.
+std::vector<Tensor> column_outputs(const ColumnCase& k, Device device, DType dt, bool composed,
+                                   uint64_t seed) {
+  ComposedColumns scope(composed);
+  std::vector<Tensor> out;
+  const Tensor x0 = randn64({k.n, k.c, k.h, k.w}, seed).to(device).to(dt);
+  const Tensor cols = unfold(x0, {k.kh, k.kw}, k.d, k.p, k.s);
+  out.push_back(cols);
+  out.push_back(fold(mul(cols, cols), {k.h, k.w}, {k.kh, k.kw}, k.d, k.p, k.s));
+  Tensor x = x0.detach(), w = randn64({4, k.c, k.kh, k.kw}, seed + 1).to(device).to(dt),
+         b = randn64({4}, seed + 2).to(device).to(dt);
+  x.set_requires_grad(true);
+  w.set_requires_grad(true);
+  b.set_requires_grad(true);
+  Tensor y = conv2d(x, w, b, k.s, k.p, k.d);
+  out.push_back(y);
+  sum(mul(y, y)).backward();
+  out.push_back(x.grad());
+  out.push_back(w.grad());
+  out.push_back(b.grad());
+  Tensor xp = x0.detach();
+  xp.set_requires_grad(true);
+  Tensor m = max_pool2d(xp, {3, 3}, {2, 2}, {1, 1}, {1, 1}, true);
+  out.push_back(m);
+  sum(mul(m, m)).backward();
+  out.push_back(xp.grad());
+  for (Tensor& t : out) t = t.to(kCPU).to(kFloat64);
+  return out;
+}
+
+void check_columns_match(Device device) {
+  const char* names[] = {"unfold",     "fold",       "conv2d",     "conv2d d_x",
+                         "conv2d d_w", "conv2d d_b", "max_pool2d", "max_pool2d d_x"};
+  uint64_t seed = 300;
+  for (const ColumnCase& k : kColumnCases) {
+    for (DType dt : {kFloat64, kFloat32, kBFloat16}) {
+      CAPTURE(dt);
+      CAPTURE(k.h);
+      CAPTURE(k.kw);
+      const auto ours = column_outputs(k, device, dt, false, seed);
+      const auto ref = column_outputs(k, device, dt, true, seed);
+      seed += 3;
+      for (size_t i = 0; i < ours.size(); ++i) {
+        CAPTURE(names[i]);
+        REQUIRE(ours[i].sizes() == ref[i].sizes());
+        // unfold and max_pool2d's values are gathers: equal bit for bit. The sums
+        // (fold, the gradients through col2im) differ by rounding in bfloat16 only
+        // (col2im sums in float32, index_add rounds each addition).
+        const bool gather = i == 0 || i == 6;
+        const double tol = gather ? 0.0 : dt == kFloat64 ? 1e-12 : dt == kFloat32 ? 1e-5 : 2e-2;
+        CHECK(rel_error(ours[i], ref[i]) <= tol);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+TEST_CASE("im2col/col2im kernels: equal to the composed columns (CPU), forward and backward") {
+  check_columns_match(kCPU);
+}
+
+TEST_CASE("im2col/col2im kernels: fold by col2im equals the composition bit for bit (CPU, float)") {
+  // In float32 and float64 col2im adds each pixel's columns in the order index_add
+  // does, in the dtype's own arithmetic: the same bits.
+  for (DType dt : {kFloat32, kFloat64}) {
+    CAPTURE(dt);
+    const Tensor cols = randn64({2, 3 * 3 * 3, 6 * 5}, 77).to(dt);
+    Tensor a, b;
+    {
+      ComposedColumns scope(false);
+      a = fold(cols, {6, 5}, {3, 3}, {1, 1}, {1, 1}, {1, 1});
+    }
+    {
+      ComposedColumns scope(true);
+      b = fold(cols, {6, 5}, {3, 3}, {1, 1}, {1, 1}, {1, 1});
+    }
+    CHECK(rel_error(a.to(kFloat64), b.to(kFloat64)) == 0.0);
+  }
+}
+
+TEST_CASE("im2col/col2im kernels: equal to the composed columns (CUDA), and to the CPU's" *
+          doctest::test_suite("cuda")) {
+  check_columns_match(kCUDA);
+  uint64_t seed = 500;
+  for (const ColumnCase& k : kColumnCases) {
+    const auto gpu = column_outputs(k, kCUDA, kFloat64, false, seed);
+    const auto cpu = column_outputs(k, kCPU, kFloat64, false, seed);
+    seed += 3;
+    for (size_t i = 0; i < gpu.size(); ++i) CHECK(rel_error(gpu[i], cpu[i]) < 1e-12);
+  }
+}
+
+TEST_CASE("im2col/col2im kernels: conv2d forward and backward run on the meta device") {
+  // The meta device registers the column kernels as computing nothing: conv2d's
+  // forward and backward run there through the kernels' path, with the CPU's shapes.
+  const Tensor mx = empty({2, 4, 9, 7}, TensorOptions(kFloat32).device(kMeta));
+  Tensor mw = empty({6, 4, 3, 3}, TensorOptions(kFloat32).device(kMeta));
+  Tensor x = mx.detach();
+  x.set_requires_grad(true);
+  mw.set_requires_grad(true);
+  Tensor y = conv2d(x, mw, Tensor(), {1, 1}, {1, 1});
+  CHECK(y.sizes() == Shape{2, 6, 9, 7});
+  sum(y).backward();
+  CHECK(x.grad().sizes() == mx.sizes());
+  CHECK(mw.grad().sizes() == mw.sizes());
 }
