@@ -1,5 +1,6 @@
-// bench_conv: the convolution workloads of issue 29 on ember's composed path (im2col
-// through index_select, then matmul; core/ops/conv.cpp): conv 3x3 64->64 on 32x32,
+// bench_conv: the convolution workloads of issue 29 on ember's column path (the im2col
+// kernel, then matmul; backward the col2im kernel; core/ops/conv.cpp; EMBER_CONV_COMPOSED=1
+// for the composition through index_select): conv 3x3 64->64 on 32x32,
 // batch 128, forward and forward+backward in TF32 and bf16; batch_norm2d
 // 128x64x32x32 forward+backward (the op: its fused kernels, cuda/kernels/batch_norm.cu,
 // by default and with --bn-fused; with --bn-composed, EMBER_BATCH_NORM_FUSED=0 for the
@@ -10,11 +11,13 @@
 // float64 (the conv also against a CPU float64 run on two images; batch norm's
 // float64 composes, so it checks the fused kernels); a failed check prints no row
 // and exits 1.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "benchmarks/check.h"
@@ -22,6 +25,7 @@
 #include "core/autograd.h"
 #include "core/ops.h"
 #include "cuda/blas.h"
+#include "cuda/graph.h"
 #include "nn/nn.h"
 #include "optim/optim.h"
 
@@ -107,7 +111,12 @@ int main(int argc, char** argv) {
   if (bn_fused) setenv("EMBER_BATCH_NORM_FUSED", "1", 1);
   const int iters = quick ? 5 : 20;
   cuda::set_allow_tf32(true);  // the peer's fp32 rows run TF32 too (cuDNN's default)
-  bench::Table table("conv: composed convolution (im2col + matmul), batch norm, ResNet-8 step");
+  const bool composed = detail::conv_composed();  // EMBER_CONV_COMPOSED=1
+  std::printf("conv2d: the %s path\n",
+              composed ? "composed (index_select, index_add)" : "column kernels (im2col, col2im)");
+  bench::Table table(
+      composed ? "conv: convolution composed (index_select + matmul), batch norm, ResNet-8 step"
+               : "conv: convolution (im2col kernel + matmul), batch norm, ResNet-8 step");
   Generator gen(29);
   const TensorOptions gpu = TensorOptions(kFloat32).device(kCUDA);
   const char* shape = "128x64x32x32 k3";
@@ -229,6 +238,62 @@ int main(int argc, char** argv) {
     bench::Spread s = bench::spread_ms([&] { step(); }, 3, iters);
     table.add({"resnet8 step", "tf32", "b128 3x32x32", "ember", s.median, 0, "", "SGD momentum",
                s.min, s.max});
+  }
+
+  // The same step captured in a cuda::Graph and replayed, checked first against an
+  // eager twin (same initial weights, same batch): the losses of 5 replayed steps and
+  // then every parameter.
+  {
+    manual_seed(8);
+    auto eager = std::make_shared<ResNet8>();
+    manual_seed(8);
+    auto graphed = std::make_shared<ResNet8>();
+    eager->to(kCUDA);
+    graphed->to(kCUDA);
+    optim::SGD opt_e(eager->parameters(), optim::SGDOptions(0.1).momentum(0.9));
+    optim::SGD opt_g(graphed->parameters(), optim::SGDOptions(0.1).momentum(0.9));
+    Tensor images = randn({kBatch, 3, kSide, kSide}, gpu, &gen);
+    Tensor labels = randint(10, {kBatch}, TensorOptions(kInt64).device(kCUDA), &gen);
+    auto step_of = [&](ResNet8& m, optim::SGD& o) {
+      o.zero_grad();
+      Tensor loss = cross_entropy(m.forward(images), labels);
+      loss.backward();
+      o.step();
+      return loss;
+    };
+    // Warm-up steps eagerly (momentum buffers and the allocator's blocks exist before
+    // the capture, as PyTorch's graph recipe does).
+    for (int i = 0; i < 3; ++i) {
+      step_of(*eager, opt_e);
+      step_of(*graphed, opt_g);
+    }
+    cuda::Graph graph;
+    Tensor static_loss;
+    std::string why;
+    try {
+      graph.capture([&] { static_loss = step_of(*graphed, opt_g); });
+    } catch (const std::exception& e) {
+      why = e.what();
+    }
+    if (!graph.captured()) {
+      std::printf("resnet8 graphed: the step could not be captured: %s\n", why.c_str());
+    } else {
+      double loss_err = 0, param_err = 0;
+      for (int i = 0; i < 5; ++i) {
+        graph.replay();
+        const double lg = static_loss.item(), le = step_of(*eager, opt_e).item();
+        loss_err = std::max(loss_err, std::fabs(lg - le) / std::max(std::fabs(le), 1e-12));
+      }
+      const std::vector<Tensor> pe = eager->parameters(), pg = graphed->parameters();
+      for (size_t i = 0; i < pe.size(); ++i)
+        param_err = std::max(param_err, bench::rel_err_on_device(pg[i], pe[i]));
+      if (!checked("resnet8 graphed loss vs eager", loss_err, 1e-5) ||
+          !checked("resnet8 graphed params vs eager", param_err, 1e-5))
+        return 1;
+      bench::Spread s = bench::spread_ms([&] { graph.replay(); }, 3, iters);
+      table.add({"resnet8 step graphed", "tf32", "b128 3x32x32", "ember", s.median, 0, "",
+                 "SGD momentum; cuda::Graph", s.min, s.max});
+    }
   }
   table.write_json(bench::json_path(argc, argv));
   return 0;

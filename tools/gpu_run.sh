@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
 # One call on the GPU machine: build (Release, or EMBER_GPU_BUILD_TYPE; sm_90), run every
 # test, the examples and the benchmarks, and leave logs in $OUT (or ./gpu-logs).
-# Usage: tools/gpu_run.sh [tests] [examples] [bench] [sanitize] [cpu]   (default: tests
+# Usage: tools/gpu_run.sh [tests] [examples] [bench] [sanitize] [cpu] [conv]   (default: tests
 #        examples bench)
 #   EMBER_CTEST_JOBS=8                    ctest -j (default 4)
 #   cpu: tools/pool_probe.cpp at 1, 2, 4, 8, 16 threads and benchmarks/bench_cpu.sh at
 #        1, 2 and 16 threads (EMBER_BENCH_CPU_THREADS, EMBER_BENCH_CPU_REPS), logs in $OUT
+#   conv: benchmarks/compare.sh's conv set (bench_conv against PyTorch with cuDNN,
+#        EMBER_COMPARE_REPS repetitions, default 5) into $OUT/conv, then bench_conv once
+#        with EMBER_CONV_COMPOSED=1 (the composed columns: the before), cut after
+#        EMBER_CONV_COMPOSED_TIMEOUT seconds (default 120)
 #   EMBER_GPU_PREBUILT=.device/bg.tar.xz  unpack a build made by tools/pack_gpu_build.sh
 #                                         instead of building (CTest tests that call this
 #                                         machine's cmake or python3 by their packed paths
@@ -76,6 +80,14 @@ if [[ "$what" == *cpu* ]]; then
   benchmarks/bench_cpu.sh build-gpu "${EMBER_BENCH_CPU_REPS:-5}" ${EMBER_BENCH_CPU_THREADS:-1 2 16} \
     2>&1 | tee "$out/bench_cpu.txt"
   [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+fi
+if [[ "$what" == *conv* ]]; then
+  EMBER_BENCH_BUILD=build-gpu EMBER_COMPARE_SET=conv benchmarks/compare.sh "$out/conv" \
+    >"$out/conv_compare.log" 2>&1 || status=1
+  tail -40 "$out/conv_compare.log"
+  [ -f "$out/conv/RESULTS.md" ] && cat "$out/conv/RESULTS.md"
+  EMBER_CONV_COMPOSED=1 timeout "${EMBER_CONV_COMPOSED_TIMEOUT:-120}" build-gpu/benchmarks/bench_conv \
+    2>&1 | tee "$out/bench_conv_composed.txt"
 fi
 echo "total: $(( $(date +%s) - start )) s, status $status"
 exit $status
