@@ -1,16 +1,16 @@
 // bench_conv: the convolution workloads of issue 29 on ember's column path (the im2col
 // kernel, then matmul; backward the col2im kernel; core/ops/conv.cpp; EMBER_CONV_COMPOSED=1
-// for the composition through index_select): conv 3x3 64->64 on 32x32,
-// batch 128, forward and forward+backward in TF32 and bf16; batch_norm2d
-// 128x64x32x32 forward+backward (the op: its fused kernels, cuda/kernels/batch_norm.cu,
-// by default and with --bn-fused; with --bn-composed, EMBER_BATCH_NORM_FUSED=0 for the
-// whole run, its composition);
-// a ResNet-8 training step (stem + basic blocks 64/128/256, batch 128, SGD with
-// momentum) in TF32. benchmarks/peer_conv.py times the same in PyTorch (cuDNN,
-// channels_last). Each workload is checked first on the GPU against the same ops in
-// float64 (the conv also against a CPU float64 run on two images; batch norm's
-// float64 composes, so it checks the fused kernels); a failed check prints no row
-// and exits 1.
+// for the composition through index_select): conv 3x3 64->64 on 32x32, batch 128,
+// forward and forward+backward in TF32 and bf16; batch_norm2d 128x64x32x32
+// forward+backward (the op: its fused kernels, cuda/kernels/batch_norm.cu, by default and
+// with --bn-fused; with --bn-composed, EMBER_BATCH_NORM_FUSED=0 for the whole run, its
+// composition); a ResNet-8 training step (stem + basic blocks 64/128/256, batch 128, SGD
+// with momentum) in TF32, eager and captured in a cuda::Graph. benchmarks/peer_conv.py
+// times the same in PyTorch (cuDNN, channels_last). Each workload is checked first on the
+// GPU against the same ops in float64 (the conv also against a CPU float64 run on two
+// images; batch norm's float64 composes, so it checks the fused kernels); a failed check
+// prints no row and exits 1. --profile prints ember's profiler table (core/profiler.h) for
+// five more conv and ResNet-8 steps after their timed rows.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -24,6 +24,7 @@
 #include "benchmarks/timing.h"
 #include "core/autograd.h"
 #include "core/ops.h"
+#include "core/profiler.h"
 #include "cuda/blas.h"
 #include "cuda/graph.h"
 #include "nn/nn.h"
@@ -92,13 +93,27 @@ struct ResNet8 : nn::Module {
   std::shared_ptr<nn::Linear> fc;
 };
 
+// --profile: five more calls of f under the profiler, its table by device time (after
+// the timed rows: the profile does not touch them).
+template <typename F>
+void print_profile(const char* what, F&& f, size_t rows) {
+  profiler::Profile prof;
+  for (int i = 0; i < 5; ++i) {
+    profiler::RecordFunction range(what);
+    f();
+  }
+  prof.stop();
+  std::printf("\nprofile: %s, 5 calls\n%s", what, prof.table("device", rows).c_str());
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   if (!bench::have_gpu("bench_conv")) return 0;
   const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
-  bool bn_composed = false, bn_fused = false;
+  bool bn_composed = false, bn_fused = false, profile = false;
   for (int i = 1; i < argc; ++i) {
+    profile |= std::strcmp(argv[i], "--profile") == 0;
     bn_composed |= std::strcmp(argv[i], "--bn-composed") == 0;
     bn_fused |= std::strcmp(argv[i], "--bn-fused") == 0;
   }
@@ -171,6 +186,7 @@ int main(int argc, char** argv) {
     bench::Spread fb = bench::spread_ms(fwd_bwd, 3, iters);
     table.add({"conv3x3 fwd+bwd", dn, shape, "ember", fb.median, 3 * conv_flops / fb.median / 1e9,
                "TFLOP/s", "", fb.min, fb.max});
+    if (profile) print_profile((std::string("conv3x3 fwd+bwd ") + dn).c_str(), fwd_bwd, 12);
   }
 
   // batch_norm2d forward + backward (training statistics), fp32.
@@ -238,6 +254,9 @@ int main(int argc, char** argv) {
     bench::Spread s = bench::spread_ms([&] { step(); }, 3, iters);
     table.add({"resnet8 step", "tf32", "b128 3x32x32", "ember", s.median, 0, "", "SGD momentum",
                s.min, s.max});
+    if (profile)
+      print_profile(
+          "resnet8 step tf32", [&] { step(); }, 20);
   }
 
   // The same step captured in a cuda::Graph and replayed, checked first against an

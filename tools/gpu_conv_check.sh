@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# The convolution's checks on the GPU machine in one call, on a build made there or
+# carried (issue 29): the conv, pooling, fold and op-table test cases of the core and
+# nn suites; bench_conv and benchmarks/peer_conv.py alternating (compare.sh's layout
+# and table, without its build step); bench_conv --profile once; then the column
+# kernels' CUDA test cases under compute-sanitizer's four tools.
+# Usage: tools/gpu_conv_check.sh [BUILD_DIR (default build-gpu)]
+#   EMBER_GPU_PREBUILT=FILE    unpack FILE (a tar.xz of BUILD_DIR's binaries) first
+#   EMBER_COMPARE_REPS=5       repetitions of the ours-then-peer pair
+#   EMBER_CONV_SANITIZE=0      skip the sanitizer runs
+# Logs and tables in $OUT (or ./gpu-logs).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+build="${1:-build-gpu}"
+out="$(realpath -m "${OUT:-gpu-logs}")"
+mkdir -p "$out"
+if [ -n "${EMBER_GPU_PREBUILT:-}" ]; then
+  tar -xJf "$EMBER_GPU_PREBUILT" || { echo "cannot unpack $EMBER_GPU_PREBUILT"; exit 1; }
+  echo "unpacked $EMBER_GPU_PREBUILT: $(cat "$build/ember_commit.txt" 2>/dev/null || echo '?')"
+fi
+status=0
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$out/gpu.txt"
+
+echo "== tests"
+"$build/tests/ember_tests_core" -tc='*conv*,*im2col*,*pool*,unfold*,*fold*,op_table*,*meta*,*predict*' \
+  >"$out/tests_core.txt" 2>&1 || status=1
+tail -4 "$out/tests_core.txt"
+"$build/tests/ember_tests_nn" -tc='*onv*,*atch*orm*,*ool*,*ropout2d*' >"$out/tests_nn.txt" 2>&1 || status=1
+tail -4 "$out/tests_nn.txt"
+
+echo "== bench_conv against peer_conv.py"
+reps="${EMBER_COMPARE_REPS:-5}"
+{ echo "    date: $(date -u '+%Y-%m-%d %H:%M UTC')"
+  echo "    build: $(cat "$build/ember_commit.txt" 2>/dev/null || git rev-parse --short HEAD)"
+  echo "    gpu: $(cat "$out/gpu.txt")"
+  echo "    torch: $(python3 -c 'import torch; print(torch.__version__)' 2>/dev/null)"
+  echo "    repetitions: $reps (ours then the peer, one process each)"; } >"$out/env.txt"
+for ((r = 1; r <= reps; ++r)); do
+  d="$out/conv/rep-$r"
+  mkdir -p "$d"
+  "$build/benchmarks/bench_conv" --json "$d/conv.json" >"$d/conv.txt" 2>&1 || {
+    echo "bench_conv failed (rep $r)"; tail -5 "$d/conv.txt"; status=1; }
+  python3 benchmarks/peer_conv.py --json "$d/peer_conv.json" >"$d/peer_conv.txt" 2>&1 || {
+    echo "peer_conv.py failed (rep $r)"; tail -5 "$d/peer_conv.txt"; status=1; }
+done
+{ cat "$out/env.txt"; echo; python3 benchmarks/results_table.py "$out/conv"; } | tee "$out/conv_table.md"
+
+echo "== bench_conv --profile"
+"$build/benchmarks/bench_conv" --profile >"$out/conv_profile.txt" 2>&1 || status=1
+sed -n '/^profile:/,$p' "$out/conv_profile.txt" | head -120
+
+if [ "${EMBER_CONV_SANITIZE:-1}" != 0 ]; then
+  echo "== compute-sanitizer on the column kernels' CUDA cases"
+  cases='im2col*,conv ops on CUDA*'
+  for tool in memcheck racecheck initcheck synccheck; do
+    env=()
+    # initcheck does not see cuBLAS(Lt)'s stores (docs/gpu_sanitize.md): zero their outputs first.
+    [ "$tool" = initcheck ] && env=(EMBER_SANITIZE_PREFILL_BLAS_OUTPUTS=1)
+    env "${env[@]}" compute-sanitizer --tool "$tool" --error-exitcode 1 \
+      "$build/tests/ember_tests_core" -ts=cuda -tc="$cases" >"$out/sanitize_$tool.txt" 2>&1
+    rc=$?
+    echo "$tool: exit $rc; $(grep -E '^========= (ERROR SUMMARY|RACECHECK SUMMARY)' "$out/sanitize_$tool.txt" | tr '\n' ' ')" \
+         "$(grep -E 'test cases:' "$out/sanitize_$tool.txt" | tail -1)"
+    # Where racecheck reports hazards, in which kernels.
+    grep -oE 'in [A-Za-z_0-9]+(nvjet|_kernel)[A-Za-z_0-9<>,: ]*' "$out/sanitize_$tool.txt" | sort | uniq -c | head -5
+    [ $rc -eq 0 ] || status=1
+  done
+fi
+echo "status $status"
+exit $status
