@@ -1,8 +1,7 @@
 // The convolution's column kernels (conv.h). Both are memory-bound gathers; the
 // grid's y and z name the kernel offset and the (n, c) plane, so a thread divides
-// once (its first column into (oi, oj), or its first pixel into (r, c)) and a warp
-// reads and writes consecutive elements along a row, 16 bytes' worth per thread. y
-// and z loop where the sizes pass the grid's 65,535 limit.
+// once (its column into (oi, oj), or its pixel into (r, c)) and a warp reads and writes
+// consecutive elements along a row. z loops where the planes pass the grid's 65,535.
 #include <cuda_bf16.h>
 
 #include <algorithm>
@@ -45,111 +44,94 @@ Geo narrow_geo(const ColumnGeometry& g) {
           g.n * g.c};
 }
 
-// Elements per thread: 16 bytes' worth. One element per thread left too few loads in
-// flight to cover the memory's latency (bench_conv on the H200: a bf16 forward of
-// 0.40 ms where the columns' bytes come to about 0.11).
-template <typename S>
-constexpr int kVec = static_cast<int>(16 / sizeof(S));
+// A thread owns one column (im2col) or one pixel (col2im) of a plane, so a warp's
+// loads and stores are consecutive elements (coalesced for stride 1), and loops over
+// the kernel offsets kChunk at a time: their loads are independent, all issued before
+// the stores (or the sums) use them, so each thread keeps kChunk loads in flight. The
+// first version, one element per thread, kept too few in flight (a bf16 forward of
+// 0.40 ms where the columns' bytes come to ~0.11 ms); the second, 16 bytes of
+// consecutive columns per thread, stored well but read 2-byte elements 16 bytes apart
+// across a warp (im2col still ~150 us of bench_conv's 0.20 ms bf16 forward in the
+// profiler's table).
+constexpr int kChunk = 9;  // a 3x3 kernel's offsets in one round
 
-// Stores v at p: one 16-byte store when `vec`, else element by element (the first
-// `count`: a row's tail).
-template <typename S>
-__device__ __forceinline__ void store_run(S* p, const S (&v)[kVec<S>], bool vec, int count) {
-  if (vec) {
-    *reinterpret_cast<uint4*>(p) = *reinterpret_cast<const uint4*>(v);
-    return;
-  }
-#pragma unroll
-  for (int j = 0; j < kVec<S>; ++j)
-    if (j < count) p[j] = v[j];
-}
-
-// cols[p, k, l0 .. l0 + kVec - 1] for plane p (z), kernel offset k = ki kw + kj (y),
-// the run of columns l0 (x). `vec`: rows of a whole number of runs and 16-byte
-// aligned columns, so each run is one aligned store.
+// cols[p, k, l] for plane p (z) and column l (the thread), every kernel offset k.
 template <typename S>
 __global__ void __launch_bounds__(kThreads)
-    im2col_kernel(const S* __restrict__ x, S* __restrict__ cols, Geo g, S pad, bool vec) {
-  constexpr int V = kVec<S>;
+    im2col_kernel(const S* __restrict__ x, S* __restrict__ cols, Geo g, S pad) {
   const int cols_per_plane = g.oh * g.ow;
-  const int l0 = (blockIdx.x * blockDim.x + threadIdx.x) * V;
-  if (l0 >= cols_per_plane) return;
-  const int count = min(V, cols_per_plane - l0);
-  const int oi0 = l0 / g.ow, oj0 = l0 - oi0 * g.ow;
+  const int l = blockIdx.x * blockDim.x + threadIdx.x;
+  if (l >= cols_per_plane) return;
+  const int oi = l / g.ow, oj = l - oi * g.ow;
+  const int r0 = oi * g.sh - g.ph, c0 = oj * g.sw - g.pw;
   const int kk = g.kh * g.kw;
-  for (int k = blockIdx.y; k < kk; k += gridDim.y) {
-    const int ki = k / g.kw, kj = k - ki * g.kw;
-    const int dr = ki * g.dh - g.ph, dc = kj * g.dw - g.pw;
-    for (int64_t p = blockIdx.z; p < g.planes; p += gridDim.z) {
-      const S* xp = x + p * static_cast<int64_t>(g.h) * g.w;
-      alignas(16) S v[V];
-      int oi = oi0, oj = oj0;
+  for (int64_t p = blockIdx.z; p < g.planes; p += gridDim.z) {
+    const S* xp = x + p * static_cast<int64_t>(g.h) * g.w;
+    S* out = cols + p * kk * static_cast<int64_t>(cols_per_plane) + l;
+    int ki = 0, kj = 0;
+    for (int k0 = 0; k0 < kk; k0 += kChunk) {
+      S v[kChunk];
 #pragma unroll
-      for (int j = 0; j < V; ++j) {
-        const int r = oi * g.sh + dr, c = oj * g.sw + dc;
-        v[j] = j < count && r >= 0 && r < g.h && c >= 0 && c < g.w ? xp[r * g.w + c] : pad;
-        if (++oj == g.ow) {
-          oj = 0;
-          ++oi;
+      for (int j = 0; j < kChunk; ++j) {
+        const int r = r0 + ki * g.dh, c = c0 + kj * g.dw;
+        v[j] = k0 + j < kk && r >= 0 && r < g.h && c >= 0 && c < g.w ? xp[r * g.w + c] : pad;
+        if (++kj == g.kw) {
+          kj = 0;
+          ++ki;
         }
       }
-      store_run(cols + (p * kk + k) * static_cast<int64_t>(cols_per_plane) + l0, v, vec, count);
+#pragma unroll
+      for (int j = 0; j < kChunk; ++j)
+        if (k0 + j < kk) out[static_cast<int64_t>(k0 + j) * cols_per_plane] = v[j];
     }
   }
 }
 
-// x[p, i0 .. i0 + kVec - 1] (the plane's pixels in row-major order): each the sum over
+// x[p, i] for plane p (z) and pixel i (the thread): the sum over the kernel offsets
 // (ki, kj), in that order, of the columns that read it. kUnit: stride 1 (no division
-// to find a pixel's column).
+// to find the column).
 template <typename S, bool kUnit>
 __global__ void __launch_bounds__(kThreads)
-    col2im_kernel(const S* __restrict__ cols, S* __restrict__ x, Geo g, bool vec) {
+    col2im_kernel(const S* __restrict__ cols, S* __restrict__ x, Geo g) {
   using C = typename CompOf<S>::type;
-  constexpr int V = kVec<S>;
   const int pixels = g.h * g.w;
-  const int i0 = (blockIdx.x * blockDim.x + threadIdx.x) * V;
-  if (i0 >= pixels) return;
-  const int count = min(V, pixels - i0);
-  int rr[V], cc[V];  // each pixel's row and column in the padded plane
-  {
-    int r = i0 / g.w, c = i0 - r * g.w;
-#pragma unroll
-    for (int j = 0; j < V; ++j) {
-      rr[j] = r + g.ph;
-      cc[j] = c + g.pw;
-      if (++c == g.w) {
-        c = 0;
-        ++r;
-      }
-    }
-  }
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= pixels) return;
+  const int r = i / g.w, rp = r + g.ph, cp = i - r * g.w + g.pw;  // padded row and column
   const int kk = g.kh * g.kw, cols_per_plane = g.oh * g.ow;
   for (int64_t p = blockIdx.z; p < g.planes; p += gridDim.z) {
-    const S* cp = cols + p * kk * static_cast<int64_t>(cols_per_plane);
-    C acc[V];
+    const S* plane = cols + p * kk * static_cast<int64_t>(cols_per_plane);
+    C acc = 0;
+    int ki = 0, kj = 0;
+    for (int k0 = 0; k0 < kk; k0 += kChunk) {
+      C v[kChunk];
 #pragma unroll
-    for (int j = 0; j < V; ++j) acc[j] = 0;
-    for (int ki = 0; ki < g.kh; ++ki)
-      for (int kj = 0; kj < g.kw; ++kj) {
-        const S* row = cp + (ki * g.kw + kj) * cols_per_plane;
-#pragma unroll
-        for (int j = 0; j < V; ++j) {
-          const int ti = rr[j] - ki * g.dh, tj = cc[j] - kj * g.dw;  // oi sh, oj sw
-          int oi = ti, oj = tj;
-          if constexpr (!kUnit) {
-            oi = ti / g.sh;
-            oj = tj / g.sw;
-          }
-          const bool hit = j < count && ti >= 0 && tj >= 0 && oi < g.oh && oj < g.ow &&
-                           (kUnit || (oi * g.sh == ti && oj * g.sw == tj));
-          if (hit) acc[j] += widen(row[oi * g.ow + oj]);
+      for (int j = 0; j < kChunk; ++j) {
+        const int ti = rp - ki * g.dh, tj = cp - kj * g.dw;  // oi sh, oj sw
+        int oi = ti, oj = tj;
+        if constexpr (!kUnit) {
+          oi = ti / g.sh;
+          oj = tj / g.sw;
+        }
+        const bool hit = k0 + j < kk && ti >= 0 && tj >= 0 && oi < g.oh && oj < g.ow &&
+                         (kUnit || (oi * g.sh == ti && oj * g.sw == tj));
+        v[j] = hit ? widen(plane[(k0 + j) * cols_per_plane + oi * g.ow + oj]) : C(0);
+        if (++kj == g.kw) {
+          kj = 0;
+          ++ki;
         }
       }
-    alignas(16) S v[V];
 #pragma unroll
-    for (int j = 0; j < V; ++j) v[j] = narrow<S>(acc[j]);
-    store_run(x + p * static_cast<int64_t>(pixels) + i0, v, vec, count);
+      for (int j = 0; j < kChunk; ++j) acc += v[j];  // misses add 0: the same sum
+    }
+    x[p * static_cast<int64_t>(pixels) + i] = narrow<S>(acc);
   }
+}
+
+// Threads per block: a plane's columns (or pixels) rounded up to a warp, at most kThreads
+// (small planes, as a ResNet's last stage's 8 x 8, leave no idle threads).
+int block_for(int64_t n) {
+  return static_cast<int>(std::min<int64_t>(kThreads, ceil_div(n, 32) * 32));
 }
 
 // One plane's pixels and columns, and the padded extents, in 30 bits.
@@ -175,7 +157,7 @@ unsigned grid_dim(int64_t n) {
 void launch_im2col(DType dtype, const void* x, void* cols, const ColumnGeometry& g,
                    double pad_value, cudaStream_t stream) {
   check_geometry("im2col", g);
-  const int64_t l = g.oh * g.ow, kk = g.kh * g.kw, planes = g.n * g.c;
+  const int64_t l = g.oh * g.ow, planes = g.n * g.c;
   if (l == 0 || planes == 0) return;
   dispatch_float(dtype, "im2col", [&](auto* tag) {
     using S = std::remove_pointer_t<decltype(tag)>;
@@ -184,11 +166,10 @@ void launch_im2col(DType dtype, const void* x, void* cols, const ColumnGeometry&
       pad = __float2bfloat16_rn(static_cast<float>(pad_value));
     else
       pad = static_cast<S>(pad_value);
-    const bool vec = l % kVec<S> == 0 && aligned16(cols);
-    const dim3 grid(static_cast<unsigned>(ceil_div(ceil_div(l, kVec<S>), kThreads)), grid_dim(kk),
-                    grid_dim(planes));
-    im2col_kernel<S><<<grid, kThreads, 0, stream>>>(static_cast<const S*>(x), static_cast<S*>(cols),
-                                                    narrow_geo(g), pad, vec);
+    const int block = block_for(l);
+    const dim3 grid(static_cast<unsigned>(ceil_div(l, block)), 1, grid_dim(planes));
+    im2col_kernel<S><<<grid, block, 0, stream>>>(static_cast<const S*>(x), static_cast<S*>(cols),
+                                                 narrow_geo(g), pad);
   });
   EMBER_CUDA_CHECK(cudaGetLastError());
 }
@@ -200,15 +181,14 @@ void launch_col2im(DType dtype, const void* cols, void* x, const ColumnGeometry&
   if (pixels == 0 || planes == 0) return;
   dispatch_float(dtype, "col2im", [&](auto* tag) {
     using S = std::remove_pointer_t<decltype(tag)>;
-    const bool vec = pixels % kVec<S> == 0 && aligned16(x);
-    const dim3 grid(static_cast<unsigned>(ceil_div(ceil_div(pixels, kVec<S>), kThreads)), 1,
-                    grid_dim(planes));
+    const int block = block_for(pixels);
+    const dim3 grid(static_cast<unsigned>(ceil_div(pixels, block)), 1, grid_dim(planes));
     const S* src = static_cast<const S*>(cols);
     S* dst = static_cast<S*>(x);
     if (g.sh == 1 && g.sw == 1)
-      col2im_kernel<S, true><<<grid, kThreads, 0, stream>>>(src, dst, narrow_geo(g), vec);
+      col2im_kernel<S, true><<<grid, block, 0, stream>>>(src, dst, narrow_geo(g));
     else
-      col2im_kernel<S, false><<<grid, kThreads, 0, stream>>>(src, dst, narrow_geo(g), vec);
+      col2im_kernel<S, false><<<grid, block, 0, stream>>>(src, dst, narrow_geo(g));
   });
   EMBER_CUDA_CHECK(cudaGetLastError());
 }
