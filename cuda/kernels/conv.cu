@@ -44,15 +44,16 @@ Geo narrow_geo(const ColumnGeometry& g) {
           g.n * g.c};
 }
 
-// A thread owns one column (im2col) or one pixel (col2im) of a plane, so a warp's
-// loads and stores are consecutive elements (coalesced for stride 1), and loops over
-// the kernel offsets kChunk at a time: their loads are independent, all issued before
-// the stores (or the sums) use them, so each thread keeps kChunk loads in flight. The
-// first version, one element per thread, kept too few in flight (a bf16 forward of
-// 0.40 ms where the columns' bytes come to ~0.11 ms); the second, 16 bytes of
-// consecutive columns per thread, stored well but read 2-byte elements 16 bytes apart
-// across a warp (im2col still ~150 us of bench_conv's 0.20 ms bf16 forward in the
-// profiler's table).
+// im2col: a thread owns one column of a plane, so a warp's loads and stores are
+// consecutive elements (coalesced for stride 1), and loops over the kernel offsets
+// kChunk at a time, their loads issued before the stores: kChunk loads in flight per
+// thread. The first version, one element per thread, kept too few in flight (a bf16
+// forward of 0.40 ms where the columns' bytes come to ~0.11 ms); the second, 16 bytes
+// of consecutive columns per thread, read 2-byte elements 16 bytes apart across a warp
+// (im2col ~150 us of the 0.20 ms bf16 forward in the profiler's table; ~130 us so).
+// col2im keeps the second version's shape, 16 bytes of consecutive pixels per thread
+// and one store: the one-pixel-per-thread form was slower there (the profiler's
+// Im2colBackward, ResNet-8 step: 0.90 ms against 0.61 per step).
 constexpr int kChunk = 9;  // a 3x3 kernel's offsets in one round
 
 // cols[p, k, l] for plane p (z) and column l (the thread), every kernel offset k.
@@ -87,48 +88,78 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// x[p, i] for plane p (z) and pixel i (the thread): the sum over the kernel offsets
+// col2im's pixels per thread: 16 bytes' worth.
+template <typename S>
+constexpr int kVec = static_cast<int>(16 / sizeof(S));
+
+// Stores v at p: one 16-byte store when `vec`, else element by element (the first
+// `count`: a row's tail).
+template <typename S>
+__device__ __forceinline__ void store_run(S* p, const S (&v)[kVec<S>], bool vec, int count) {
+  if (vec) {
+    *reinterpret_cast<uint4*>(p) = *reinterpret_cast<const uint4*>(v);
+    return;
+  }
+#pragma unroll
+  for (int j = 0; j < kVec<S>; ++j)
+    if (j < count) p[j] = v[j];
+}
+
+// x[p, i0 .. i0 + kVec - 1] (the plane's pixels in row-major order): each the sum over
 // (ki, kj), in that order, of the columns that read it. kUnit: stride 1 (no division
-// to find the column).
+// to find a pixel's column).
 template <typename S, bool kUnit>
 __global__ void __launch_bounds__(kThreads)
-    col2im_kernel(const S* __restrict__ cols, S* __restrict__ x, Geo g) {
+    col2im_kernel(const S* __restrict__ cols, S* __restrict__ x, Geo g, bool vec) {
   using C = typename CompOf<S>::type;
+  constexpr int V = kVec<S>;
   const int pixels = g.h * g.w;
-  const int i = blockIdx.x * blockDim.x + threadIdx.x;
-  if (i >= pixels) return;
-  const int r = i / g.w, rp = r + g.ph, cp = i - r * g.w + g.pw;  // padded row and column
+  const int i0 = (blockIdx.x * blockDim.x + threadIdx.x) * V;
+  if (i0 >= pixels) return;
+  const int count = min(V, pixels - i0);
+  int rr[V], cc[V];  // each pixel's row and column in the padded plane
+  {
+    int r = i0 / g.w, c = i0 - r * g.w;
+#pragma unroll
+    for (int j = 0; j < V; ++j) {
+      rr[j] = r + g.ph;
+      cc[j] = c + g.pw;
+      if (++c == g.w) {
+        c = 0;
+        ++r;
+      }
+    }
+  }
   const int kk = g.kh * g.kw, cols_per_plane = g.oh * g.ow;
   for (int64_t p = blockIdx.z; p < g.planes; p += gridDim.z) {
-    const S* plane = cols + p * kk * static_cast<int64_t>(cols_per_plane);
-    C acc = 0;
-    int ki = 0, kj = 0;
-    for (int k0 = 0; k0 < kk; k0 += kChunk) {
-      C v[kChunk];
+    const S* cp = cols + p * kk * static_cast<int64_t>(cols_per_plane);
+    C acc[V];
 #pragma unroll
-      for (int j = 0; j < kChunk; ++j) {
-        const int ti = rp - ki * g.dh, tj = cp - kj * g.dw;  // oi sh, oj sw
-        int oi = ti, oj = tj;
-        if constexpr (!kUnit) {
-          oi = ti / g.sh;
-          oj = tj / g.sw;
-        }
-        const bool hit = k0 + j < kk && ti >= 0 && tj >= 0 && oi < g.oh && oj < g.ow &&
-                         (kUnit || (oi * g.sh == ti && oj * g.sw == tj));
-        v[j] = hit ? widen(plane[(k0 + j) * cols_per_plane + oi * g.ow + oj]) : C(0);
-        if (++kj == g.kw) {
-          kj = 0;
-          ++ki;
+    for (int j = 0; j < V; ++j) acc[j] = 0;
+    for (int ki = 0; ki < g.kh; ++ki)
+      for (int kj = 0; kj < g.kw; ++kj) {
+        const S* row = cp + (ki * g.kw + kj) * cols_per_plane;
+#pragma unroll
+        for (int j = 0; j < V; ++j) {
+          const int ti = rr[j] - ki * g.dh, tj = cc[j] - kj * g.dw;  // oi sh, oj sw
+          int oi = ti, oj = tj;
+          if constexpr (!kUnit) {
+            oi = ti / g.sh;
+            oj = tj / g.sw;
+          }
+          const bool hit = j < count && ti >= 0 && tj >= 0 && oi < g.oh && oj < g.ow &&
+                           (kUnit || (oi * g.sh == ti && oj * g.sw == tj));
+          if (hit) acc[j] += widen(row[oi * g.ow + oj]);
         }
       }
+    alignas(16) S v[V];
 #pragma unroll
-      for (int j = 0; j < kChunk; ++j) acc += v[j];  // misses add 0: the same sum
-    }
-    x[p * static_cast<int64_t>(pixels) + i] = narrow<S>(acc);
+    for (int j = 0; j < V; ++j) v[j] = narrow<S>(acc[j]);
+    store_run(x + p * static_cast<int64_t>(pixels) + i0, v, vec, count);
   }
 }
 
-// Threads per block: a plane's columns (or pixels) rounded up to a warp, at most kThreads
+// im2col's threads per block: a plane's columns rounded up to a warp, at most kThreads
 // (small planes, as a ResNet's last stage's 8 x 8, leave no idle threads).
 int block_for(int64_t n) {
   return static_cast<int>(std::min<int64_t>(kThreads, ceil_div(n, 32) * 32));
@@ -181,14 +212,15 @@ void launch_col2im(DType dtype, const void* cols, void* x, const ColumnGeometry&
   if (pixels == 0 || planes == 0) return;
   dispatch_float(dtype, "col2im", [&](auto* tag) {
     using S = std::remove_pointer_t<decltype(tag)>;
-    const int block = block_for(pixels);
-    const dim3 grid(static_cast<unsigned>(ceil_div(pixels, block)), 1, grid_dim(planes));
+    const bool vec = pixels % kVec<S> == 0 && aligned16(x);
+    const dim3 grid(static_cast<unsigned>(ceil_div(ceil_div(pixels, kVec<S>), kThreads)), 1,
+                    grid_dim(planes));
     const S* src = static_cast<const S*>(cols);
     S* dst = static_cast<S*>(x);
     if (g.sh == 1 && g.sw == 1)
-      col2im_kernel<S, true><<<grid, block, 0, stream>>>(src, dst, narrow_geo(g));
+      col2im_kernel<S, true><<<grid, kThreads, 0, stream>>>(src, dst, narrow_geo(g), vec);
     else
-      col2im_kernel<S, false><<<grid, block, 0, stream>>>(src, dst, narrow_geo(g));
+      col2im_kernel<S, false><<<grid, kThreads, 0, stream>>>(src, dst, narrow_geo(g), vec);
   });
   EMBER_CUDA_CHECK(cudaGetLastError());
 }
