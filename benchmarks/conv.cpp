@@ -10,7 +10,8 @@
 // GPU against the same ops in float64 (the conv also against a CPU float64 run on two
 // images; batch norm's float64 composes, so it checks the fused kernels); a failed check
 // prints no row and exits 1. --profile prints ember's profiler table (core/profiler.h) for
-// five more conv and ResNet-8 steps after their timed rows.
+// five more conv and ResNet-8 steps after their timed rows. --memory compares
+// predict_memory with the GPU's own figures for the ResNet-8 step, and only that.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -24,9 +25,11 @@
 #include "benchmarks/timing.h"
 #include "core/autograd.h"
 #include "core/ops.h"
+#include "core/predict.h"
 #include "core/profiler.h"
 #include "cuda/blas.h"
 #include "cuda/graph.h"
+#include "examples/workloads.h"
 #include "nn/nn.h"
 #include "optim/optim.h"
 
@@ -43,56 +46,6 @@ bool checked(const char* what, double err, double tol) {
   return false;
 }
 
-// A ResNet basic block: conv-bn-relu-conv-bn plus the shortcut (a 1x1 conv + bn
-// when the shape changes), then relu.
-struct BasicBlock : nn::Module {
-  BasicBlock(int64_t in, int64_t out, int64_t stride) {
-    c1 = register_module("conv1",
-                         std::make_shared<nn::Conv2d>(
-                             nn::Conv2dOptions(in, out, 3).stride(stride).padding(1).bias(false)));
-    b1 = register_module("bn1", std::make_shared<nn::BatchNorm2d>(out));
-    c2 = register_module("conv2", std::make_shared<nn::Conv2d>(
-                                      nn::Conv2dOptions(out, out, 3).padding(1).bias(false)));
-    b2 = register_module("bn2", std::make_shared<nn::BatchNorm2d>(out));
-    if (stride != 1 || in != out) {
-      sc = register_module(
-          "shortcut",
-          std::make_shared<nn::Conv2d>(nn::Conv2dOptions(in, out, 1).stride(stride).bias(false)));
-      sb = register_module("shortcut_bn", std::make_shared<nn::BatchNorm2d>(out));
-    }
-  }
-  Tensor forward(const Tensor& x) {
-    Tensor y = relu(b1->forward(c1->forward(x)));
-    y = b2->forward(c2->forward(y));
-    Tensor s = sc ? sb->forward(sc->forward(x)) : x;
-    return relu(add(y, s));
-  }
-  std::shared_ptr<nn::Conv2d> c1, c2, sc;
-  std::shared_ptr<nn::BatchNorm2d> b1, b2, sb;
-};
-
-struct ResNet8 : nn::Module {
-  ResNet8() {
-    stem = register_module(
-        "stem", std::make_shared<nn::Conv2d>(nn::Conv2dOptions(3, 64, 3).padding(1).bias(false)));
-    bn = register_module("bn", std::make_shared<nn::BatchNorm2d>(64));
-    l1 = register_module("layer1", std::make_shared<BasicBlock>(64, 64, 1));
-    l2 = register_module("layer2", std::make_shared<BasicBlock>(64, 128, 2));
-    l3 = register_module("layer3", std::make_shared<BasicBlock>(128, 256, 2));
-    fc = register_module("fc", std::make_shared<nn::Linear>(256, 10));
-  }
-  Tensor forward(const Tensor& x) {
-    Tensor y = relu(bn->forward(stem->forward(x)));
-    y = l3->forward(l2->forward(l1->forward(y)));
-    y = flatten(adaptive_avg_pool2d(y, {1, 1}), 1);
-    return fc->forward(y);
-  }
-  std::shared_ptr<nn::Conv2d> stem;
-  std::shared_ptr<nn::BatchNorm2d> bn;
-  std::shared_ptr<BasicBlock> l1, l2, l3;
-  std::shared_ptr<nn::Linear> fc;
-};
-
 // --profile: five more calls of f under the profiler, its table by device time (after
 // the timed rows: the profile does not touch them).
 template <typename F>
@@ -106,10 +59,33 @@ void print_profile(const char* what, F&& f, size_t rows) {
   std::printf("\nprofile: %s, 5 calls\n%s", what, prof.table("device", rows).c_str());
 }
 
+// --memory: predict_memory (the meta device mirroring CUDA) against measure_memory (the
+// same step on the GPU, its allocator fresh) for the ResNet-8 step at batch 128, three
+// steps: peak allocated and reserved bytes, and each step's. Exits 1 when they differ.
+int memory_check() {
+  const StepFactory factory = [](Device d) { return workloads::resnet8(d, 128); };
+  const MemoryPrediction p = predict_memory(factory, PredictOptions().steps(3));
+  const MemoryPrediction m = measure_memory(factory, kCUDA, PredictOptions().steps(3));
+  bool same = p.peak_allocated == m.peak_allocated && p.peak_reserved == m.peak_reserved &&
+              p.steps.size() == m.steps.size();
+  for (size_t i = 0; same && i < p.steps.size(); ++i)
+    same = p.steps[i].peak_allocated == m.steps[i].peak_allocated &&
+           p.steps[i].peak_reserved == m.steps[i].peak_reserved;
+  std::printf(
+      "memory resnet8 b128 (3 steps): predicted peak allocated %lld B, reserved %lld B; "
+      "measured %lld B, %lld B: %s\n",
+      static_cast<long long>(p.peak_allocated), static_cast<long long>(p.peak_reserved),
+      static_cast<long long>(m.peak_allocated), static_cast<long long>(m.peak_reserved),
+      same ? "equal, every step" : "DIFFER");
+  return same ? 0 : 1;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   if (!bench::have_gpu("bench_conv")) return 0;
+  for (int i = 1; i < argc; ++i)
+    if (std::strcmp(argv[i], "--memory") == 0) return memory_check();
   const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
   bool bn_composed = false, bn_fused = false, profile = false;
   for (int i = 1; i < argc; ++i) {
@@ -229,7 +205,7 @@ int main(int argc, char** argv) {
   // ResNet-8 training step, TF32, batch 128 of 3x32x32, SGD(0.1, momentum 0.9).
   {
     manual_seed(8);
-    auto model = std::make_shared<ResNet8>();
+    auto model = std::make_shared<workloads::ResNet8>();
     model->to(kCUDA);
     optim::SGD opt(model->parameters(), optim::SGDOptions(0.1).momentum(0.9));
     Tensor images = randn({kBatch, 3, kSide, kSide}, gpu, &gen);
@@ -264,16 +240,16 @@ int main(int argc, char** argv) {
   // then every parameter.
   {
     manual_seed(8);
-    auto eager = std::make_shared<ResNet8>();
+    auto eager = std::make_shared<workloads::ResNet8>();
     manual_seed(8);
-    auto graphed = std::make_shared<ResNet8>();
+    auto graphed = std::make_shared<workloads::ResNet8>();
     eager->to(kCUDA);
     graphed->to(kCUDA);
     optim::SGD opt_e(eager->parameters(), optim::SGDOptions(0.1).momentum(0.9));
     optim::SGD opt_g(graphed->parameters(), optim::SGDOptions(0.1).momentum(0.9));
     Tensor images = randn({kBatch, 3, kSide, kSide}, gpu, &gen);
     Tensor labels = randint(10, {kBatch}, TensorOptions(kInt64).device(kCUDA), &gen);
-    auto step_of = [&](ResNet8& m, optim::SGD& o) {
+    auto step_of = [&](workloads::ResNet8& m, optim::SGD& o) {
       o.zero_grad();
       Tensor loss = cross_entropy(m.forward(images), labels);
       loss.backward();

@@ -10,6 +10,8 @@
 //   mlp               benchmarks/train_step.cpp's 4 x Linear(4096, 4096) (ReLU fused), Adam,
 //                     batch 8192: fp32, TF32 or bf16 autocast
 //   varying_batch     3 x Linear(1024, 1024), Adam, a different batch size every step
+//   resnet8           benchmarks/conv.cpp's ResNet-8 (conv, batch norm, pooling), SGD with
+//                     momentum, batch 128 of 3x32x32, TF32
 //   leak_*            the leak examples' patterns (examples/leak_*.cpp), leaking or fixed
 #pragma once
 
@@ -227,6 +229,85 @@ inline BatchStepFactory mlp_batched(Precision precision, int64_t width = 4096, i
   return [=](Device device, int64_t batch) { return mlp(device, batch, precision, width, layers); };
 }
 
+// ---------------------------------------------------------------- a small ResNet
+
+// A ResNet basic block: conv-bn-relu-conv-bn plus the shortcut (a 1x1 conv + bn when
+// the shape changes), then relu.
+struct BasicBlock : nn::Module {
+  BasicBlock(int64_t in, int64_t out, int64_t stride) {
+    c1 = register_module("conv1",
+                         std::make_shared<nn::Conv2d>(
+                             nn::Conv2dOptions(in, out, 3).stride(stride).padding(1).bias(false)));
+    b1 = register_module("bn1", std::make_shared<nn::BatchNorm2d>(out));
+    c2 = register_module("conv2", std::make_shared<nn::Conv2d>(
+                                      nn::Conv2dOptions(out, out, 3).padding(1).bias(false)));
+    b2 = register_module("bn2", std::make_shared<nn::BatchNorm2d>(out));
+    if (stride != 1 || in != out) {
+      sc = register_module(
+          "shortcut",
+          std::make_shared<nn::Conv2d>(nn::Conv2dOptions(in, out, 1).stride(stride).bias(false)));
+      sb = register_module("shortcut_bn", std::make_shared<nn::BatchNorm2d>(out));
+    }
+  }
+  Tensor forward(const Tensor& x) {
+    Tensor y = relu(b1->forward(c1->forward(x)));
+    y = b2->forward(c2->forward(y));
+    Tensor s = sc ? sb->forward(sc->forward(x)) : x;
+    return relu(add(y, s));
+  }
+  std::shared_ptr<nn::Conv2d> c1, c2, sc;
+  std::shared_ptr<nn::BatchNorm2d> b1, b2, sb;
+};
+
+// benchmarks/conv.cpp's ResNet-8: a 3x3 stem to 64 channels, three basic blocks (64,
+// 128 and 256 channels, the last two at stride 2), global average pooling, Linear to 10.
+struct ResNet8 : nn::Module {
+  ResNet8() {
+    stem = register_module(
+        "stem", std::make_shared<nn::Conv2d>(nn::Conv2dOptions(3, 64, 3).padding(1).bias(false)));
+    bn = register_module("bn", std::make_shared<nn::BatchNorm2d>(64));
+    l1 = register_module("layer1", std::make_shared<BasicBlock>(64, 64, 1));
+    l2 = register_module("layer2", std::make_shared<BasicBlock>(64, 128, 2));
+    l3 = register_module("layer3", std::make_shared<BasicBlock>(128, 256, 2));
+    fc = register_module("fc", std::make_shared<nn::Linear>(256, 10));
+  }
+  Tensor forward(const Tensor& x) {
+    Tensor y = relu(bn->forward(stem->forward(x)));
+    y = l3->forward(l2->forward(l1->forward(y)));
+    y = flatten(adaptive_avg_pool2d(y, {1, 1}), 1);
+    return fc->forward(y);
+  }
+  std::shared_ptr<nn::Conv2d> stem;
+  std::shared_ptr<nn::BatchNorm2d> bn;
+  std::shared_ptr<BasicBlock> l1, l2, l3;
+  std::shared_ptr<nn::Linear> fc;
+};
+
+// bench_conv's ResNet-8 training step: cross-entropy on a fixed batch of `batch`
+// random side x side images and labels, SGD with momentum 0.9; TF32 on CUDA.
+inline StepFunction resnet8(Device device, int64_t batch, int64_t side = 32) {
+  struct State {
+    std::shared_ptr<ResNet8> net;
+    std::unique_ptr<optim::SGD> optimizer;
+    Tensor images, labels;
+  };
+  auto s = std::make_shared<State>();
+  manual_seed(8);
+  cuda::set_allow_tf32(true);
+  s->net = std::make_shared<ResNet8>();
+  s->net->to(device);
+  s->optimizer =
+      std::make_unique<optim::SGD>(s->net->parameters(), optim::SGDOptions(0.1).momentum(0.9));
+  s->images = randn({batch, 3, side, side}, TensorOptions(kFloat32).device(device));
+  s->labels = randint(10, {batch}, TensorOptions(kInt64).device(device));
+  return [s](int) {
+    s->optimizer->zero_grad();
+    Tensor loss = cross_entropy(s->net->forward(s->images), s->labels);
+    loss.backward();
+    s->optimizer->step();
+  };
+}
+
 // ---------------------------------------------------------------- the leak patterns
 
 // examples/leak_demo.h's model: 64 -> 256 (ReLU) -> 1, batch 32.
@@ -401,6 +482,9 @@ inline std::vector<Workload> all() {
                  [p] { return StepFactory([p](Device d) { return mlp(d, 8192, p); }); }});
   w.push_back({"varying_batch", "3 x Linear(1024,1024), Adam, batch 96..2048 changing every step",
                [] { return StepFactory([](Device d) { return varying_batch(d); }); }});
+  w.push_back({"resnet8",
+               "benchmarks/conv.cpp's ResNet-8, SGD momentum, batch 128 of 3x32x32, TF32",
+               [] { return StepFactory([](Device d) { return resnet8(d, 128); }); }});
   const std::pair<const char*, Leak> leaks[] = {{"loss_accumulation", Leak::loss_accumulation},
                                                 {"outputs_list", Leak::outputs_list},
                                                 {"module_cache", Leak::module_cache},

@@ -2,8 +2,9 @@
 // step run on the CPU through a private caching allocator over a simulated device
 // of the same capacity (measure_memory), with the meta device mirroring the CPU's
 // kernel choices. Every figure, every step, byte for byte: the seed scenario, an
-// MLP with Adam, gradient accumulation, a varying batch, the leak examples, out of
-// memory, allocator policies and the batch-size search.
+// MLP with Adam, a small ResNet (convolution, batch norm, pooling), gradient
+// accumulation, a varying batch, the leak examples, out of memory, allocator
+// policies and the batch-size search.
 #include <doctest/doctest.h>
 
 #include <numeric>
@@ -114,6 +115,22 @@ TEST_CASE("predict/mlp: an MLP with Adam, predicted = measured, sites included")
   CHECK(p.steps[0].growth > 0);
   for (size_t i = 1; i < p.steps.size(); ++i) CHECK(p.steps[i].growth == 0);
   CHECK_FALSE(p.peak_sites.empty());
+}
+
+TEST_CASE("predict/resnet8: convolution, batch norm and pooling with SGD, predicted = measured") {
+  // bench_conv's ResNet-8, small for the CPU: batch 2 of 16 x 16 images. The columns
+  // (im2col), their gradient (col2im), the fused batch norm's statistics and the
+  // momentum buffers, byte for byte, every step.
+  // Sites by bytes only: the parameters, made on the host and moved, are "to" on the
+  // meta device and their factories' (empty, ones, zeros) on the CPU.
+  const StepFactory f = [](Device d) { return workloads::resnet8(d, 2, 16); };
+  const MemoryPrediction p = check_exact(f, cpu_options(4), /*same_sites=*/false);
+  // Momentum buffers appear in step 0; from step 1 on nothing grows.
+  CHECK(p.steps[0].growth > 0);
+  for (size_t i = 1; i < p.steps.size(); ++i) CHECK(p.steps[i].growth == 0);
+  // The largest columns, layer 1's 3x3 over 64 channels at 16 x 16 (2 x 576 x 256
+  // float32: 1.125 MiB), are live at the peak or below it.
+  CHECK(p.peak_allocated >= int64_t{2} * 576 * 256 * 4);
 }
 
 TEST_CASE("predict/grad_accum: gradient accumulation, predicted = measured") {

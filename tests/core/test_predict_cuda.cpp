@@ -1,6 +1,7 @@
 // predict_memory on the meta device mirroring CUDA against the same code measured
 // on cuda:0 (measure_memory): the seed model, the MLP benchmark in fp32, TF32 and
-// bf16 autocast, gradient accumulation, a varying batch and the leak examples.
+// bf16 autocast, the ResNet-8 step, gradient accumulation, a varying batch and the
+// leak examples.
 // The caching allocator's figures (allocated, reserved, their peaks, per step, and
 // every counter of memory_stats) must be equal byte for byte.
 //
@@ -123,6 +124,15 @@ TEST_CASE("predict/cuda: the MLP benchmark in TF32, predicted = measured" *
 TEST_CASE("predict/cuda: the MLP benchmark in bf16, predicted = measured" *
           doctest::test_suite("cuda")) {
   check_mlp(workloads::Precision::bf16);
+}
+
+TEST_CASE("predict/cuda: the ResNet-8 step (conv, batch norm, pooling), predicted = measured" *
+          doctest::test_suite("cuda")) {
+  // bench_conv's model and step at batch 16 (bench_conv --memory checks batch 128): the
+  // columns, the fused batch norm's workspaces and statistics, every step.
+  const MemoryPrediction p =
+      check_gpu([](Device d) { return workloads::resnet8(d, 16); }, /*steps=*/3);
+  CHECK(p.peak_allocated > 0);
 }
 
 TEST_CASE("predict/cuda: gradient accumulation and a varying batch, predicted = measured" *
