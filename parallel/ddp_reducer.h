@@ -61,6 +61,10 @@ class Reducer {
   std::vector<int64_t> slot_of;    // position inside its bucket
 
   bool shard_mode = false;  // ZeRO-1: reduce-scatter; .grad() keeps the local gradient
+  // ZeRO-1: each flat buffer's storage version when the last backward finished, so
+  // step() can refuse gradients changed in place since (they would not reach the
+  // shards, or race with the reduce-scatter reading them).
+  std::vector<uint64_t> finished_versions;
   bool require_sync = true;
   bool in_pass = false;
   std::vector<bool> ready;

@@ -298,6 +298,8 @@ void Reducer::finish() {
     if (!grad_is_slot(static_cast<int64_t>(p))) params[p].set_grad(slot(static_cast<int64_t>(p)));
   if (!shard_mode)
     for (Bucket& b : buckets) b.fresh.clear();
+  finished_versions.clear();
+  for (const Tensor& f : flats) finished_versions.push_back(f.version());
 }
 
 }  // namespace detail

@@ -1,6 +1,8 @@
 #include "parallel/zero.h"
 
+#include <cmath>
 #include <filesystem>
+#include <limits>
 #include <set>
 #include <sstream>
 
@@ -68,6 +70,21 @@ int shard_file_world(const std::string& name) {
   return world > 0 && name.substr(i) == tail ? world : 0;
 }
 
+// The module's gradients under ZeRO-1 are this rank's own, and the reduce-scatter of
+// each bucket starts from them during backward: changed in place afterwards (a
+// clip_grad_norm_ over the module's parameters, a scaling), they would not reach the
+// averaged shards the update reads, and on NCCL would race with the collective.
+void check_gradients_untouched(const detail::Reducer& r, const char* what) {
+  if (r.finished_versions.size() != r.flats.size()) return;
+  for (size_t f = 0; f < r.flats.size(); ++f)
+    EMBER_CHECK(r.flats[f].version() == r.finished_versions[f], "ZeroRedundancyOptimizer::", what,
+                ": the module's gradients were changed in place after backward (by "
+                "nn::utils::clip_grad_norm_ over the module's parameters, or a scaling). "
+                "Under ZeRO-1 .grad() holds this rank's own gradient and the update reads the "
+                "averaged shards: clip with ZeroRedundancyOptimizer::clip_grad_norm_, and "
+                "scale the loss rather than the gradients");
+}
+
 }  // namespace
 
 struct ZeroRedundancyOptimizer::Impl {
@@ -76,6 +93,7 @@ struct ZeroRedundancyOptimizer::Impl {
   std::vector<Tensor> shard_params;  // per bucket: this rank's block of its parameters
   std::unique_ptr<optim::Optimizer> inner;
   std::string kind;
+  bool shards_waited = false;  // clip_grad_norm_ waited for every bucket's shard
 
   Communicator& comm() const { return *reducer->comm; }
   int64_t block(const detail::Bucket& b) const { return b.padded / comm().size(); }
@@ -170,9 +188,12 @@ void ZeroRedundancyOptimizer::step() {
                 "optimizer was built)");
   }
   for (size_t i = 0; i < r.buckets.size(); ++i)
-    EMBER_CHECK(r.buckets[i].launched, "ZeroRedundancyOptimizer::step: bucket ", i,
+    EMBER_CHECK(r.buckets[i].launched || m.shards_waited, "ZeroRedundancyOptimizer::step: bucket ",
+                i,
                 " has no reduced gradient; run a synchronised backward (not under no_sync) "
                 "before each step()");
+  check_gradients_untouched(r, "step");
+  m.shards_waited = false;
   NoGradGuard no_grad;
   std::vector<std::shared_ptr<Work>> gathers;
   for (size_t i = 0; i < r.buckets.size(); ++i) {
@@ -195,8 +216,39 @@ void ZeroRedundancyOptimizer::step() {
   for (auto& w : gathers) w->wait();
 }
 
+Tensor ZeroRedundancyOptimizer::clip_grad_norm_(double max_norm, double norm_type) {
+  Impl& m = *impl_;
+  detail::Reducer& r = *m.reducer;
+  const char* who = "ZeroRedundancyOptimizer::clip_grad_norm_";
+  EMBER_CHECK(!std::isnan(max_norm), who, ": max_norm is NaN");
+  EMBER_CHECK(norm_type > 0 && !std::isnan(norm_type), who,
+              ": norm_type must be > 0 (or inf), got ", norm_type);
+  EMBER_CHECK(!r.in_pass, who, ": called during backward");
+  for (size_t i = 0; i < r.buckets.size(); ++i)
+    EMBER_CHECK(r.buckets[i].launched || m.shards_waited, who, ": bucket ", i,
+                " has no reduced gradient; run a synchronised backward before clipping");
+  check_gradients_untouched(r, "clip_grad_norm_");
+  // Every shard first (the norm needs all of them); step() then finds them waited.
+  for (detail::Bucket& b : r.buckets) r.wait_bucket(b);
+  m.shards_waited = true;
+  NoGradGuard no_grad;
+  std::vector<Tensor> shards;
+  for (const detail::Bucket& b : r.buckets) shards.push_back(b.shard);
+  // This rank's norm, every rank's gathered (on the device: no host sync), combined.
+  const Tensor local = reshape(multi_tensor_norm(shards, norm_type), {1});
+  const Tensor all = m.comm().all_gather(local);
+  const Tensor total =
+      std::isinf(norm_type) ? max(all) : pow(sum(pow(all, norm_type)), 1.0 / norm_type);
+  // clip_grad_norm_'s coefficient, min(max_norm / (total + 1e-6), 1), applied in place.
+  const Tensor coef = clamp(div(full({}, max_norm, total.options()), add(total, 1e-6)),
+                            -std::numeric_limits<double>::infinity(), 1.0);
+  multi_tensor_mul_(shards, reshape(coef, {1}));
+  return total;
+}
+
 void ZeroRedundancyOptimizer::zero_grad(bool set_to_none) {
   detail::Reducer& r = *impl_->reducer;
+  impl_->shards_waited = false;
   NoGradGuard no_grad;
   for (size_t p = 0; p < r.params.size(); ++p) {
     if (set_to_none) {

@@ -10,7 +10,8 @@
 // per dtype laid out as the gradients' (each parameter a view of it).
 //
 // After backward, .grad() holds this rank's local (not averaged) gradient; the
-// averaged one exists only as the shards. Parameters after N steps equal plain
+// averaged one exists only as the shards: clip with clip_grad_norm_ below (step()
+// refuses module gradients changed in place after backward). Parameters after N steps equal plain
 // DDP's with the same optimizer: bitwise where the sum's order is the same (two
 // ranks: one addition per element), to float32 rounding otherwise.
 //
@@ -50,6 +51,14 @@ class ZeroRedundancyOptimizer {
   void step();
   // The module's gradients (set_to_none: dropped, as Optimizer::zero_grad).
   void zero_grad(bool set_to_none = true);
+  // Collective, between backward and step(): clips the averaged gradient, as
+  // nn::utils::clip_grad_norm_ would the whole averaged gradient of plain DDP. The
+  // norm of order norm_type (> 0, or inf) over every rank's shards (each rank's norm
+  // all-gathered on the device: no host sync), every shard scaled by
+  // min(max_norm / (norm + 1e-6), 1). Returns the norm (a float64 0-dim tensor on the
+  // device). nn::utils::clip_grad_norm_ over the module's parameters would clip this
+  // rank's local gradients instead; step() refuses gradients changed after backward.
+  Tensor clip_grad_norm_(double max_norm, double norm_type = 2.0);
 
   // The wrapped optimizer (its parameters: this rank's blocks).
   optim::Optimizer& shard_optimizer();

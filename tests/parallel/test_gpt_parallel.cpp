@@ -4,13 +4,16 @@
 // each rank trains on its rows of a batch, and the parameters after a few AdamW
 // steps are those of one process training on the whole batch (to float32
 // rounding); a sharded ZeRO checkpoint of the GPT saved by N ranks resumes on one
-// rank, and one saved by one rank on N, continuing as the saver does.
+// rank, and one saved by one rank on N, continuing as the saver does; ZeRO's
+// clip_grad_norm_ clips as one process clips the whole batch's gradient, and clipping
+// the module's own gradients under ZeRO is refused.
 #include <doctest/doctest.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
@@ -106,6 +109,24 @@ std::vector<double> single_process(int world_size) {
   return flat(*m);
 }
 
+// The reference with clipping: one process, the whole batch, clip_grad_norm_ at
+// max_norm before each AdamW step; the first step's norm in *first_norm.
+std::vector<double> single_process_clipped(int world_size, double max_norm, double norm_type,
+                                           double* first_norm) {
+  auto m = make_gpt(21);
+  auto opt = adamw(m->parameters());
+  for (int step = 0; step < kSteps; ++step) {
+    const int64_t rows = kPerRank * world_size;
+    Tokens t = batch(500 + step, rows, 0, rows);
+    opt->zero_grad();
+    m->loss(t.idx, t.targets).backward();
+    const double norm = nn::utils::clip_grad_norm_(m->parameters(), max_norm, norm_type);
+    if (step == 0) *first_norm = norm;
+    opt->step();
+  }
+  return flat(*m);
+}
+
 std::string shared_dir(Communicator& comm, const std::string& name) {
   return ember::testing::shared_dir(comm, "ember_gpt", name);
 }
@@ -151,6 +172,60 @@ TEST_CASE("gpt/zero: ZeRO-1 on each rank's rows gives the parameters of one proc
   // Each rank holds the AdamW state of its block only (two float32 moments).
   CHECK(zero.state_bytes() == 2 * 4 * zero.shard_numel());
   if (n > 1) CHECK(zero.shard_numel() < zero.total_numel());
+}
+
+TEST_CASE("gpt/zero clip: ZeRO's clip_grad_norm_ clips the averaged gradient as one process does") {
+  // max_norm 0.05 is below the tiny GPT's gradient norm at every step (about 0.3-1):
+  // every step is clipped, so a clip of the wrong gradient (this rank's own) shows.
+  auto comm = world();
+  const int r = comm->rank(), n = comm->size();
+  for (double norm_type : {2.0, std::numeric_limits<double>::infinity()}) {
+    CAPTURE(norm_type);
+    auto m = make_gpt(21);
+    DistributedDataParallel ddp(m, comm, DdpOptions().bucket_bytes(16 * 1024));
+    ZeroRedundancyOptimizer zero(ddp, adamw);
+    double first = 0;
+    for (int step = 0; step < kSteps; ++step) {
+      Tokens t = batch(500 + step, kPerRank * n, r * kPerRank, kPerRank);
+      zero.zero_grad();
+      m->loss(t.idx, t.targets).backward();
+      const double norm = zero.clip_grad_norm_(0.05, norm_type).item();
+      if (step == 0) first = norm;
+      zero.step();
+    }
+    double want_first = 0;
+    const double err = rel_err(flat(*m), single_process_clipped(n, 0.05, norm_type, &want_first));
+    INFO("ranks=", n, " rel_err=", err, " first norm ", first, " (one process: ", want_first, ")");
+    CHECK(want_first > 0.05);  // the reference did clip
+    CHECK(std::fabs(first - want_first) <= 1e-5 * want_first);
+    CHECK(err < 1e-5);
+  }
+}
+
+TEST_CASE("gpt/zero clip: clipping the module's own gradients after backward is refused") {
+  auto comm = world();
+  const int r = comm->rank(), n = comm->size();
+  auto m = make_gpt(21);
+  DistributedDataParallel ddp(m, comm, DdpOptions().bucket_bytes(16 * 1024));
+  ZeroRedundancyOptimizer zero(ddp, adamw);
+  Tokens t = batch(500, kPerRank * n, r * kPerRank, kPerRank);
+  zero.zero_grad();
+  m->loss(t.idx, t.targets).backward();
+  nn::utils::clip_grad_norm_(m->parameters(), 0.05);  // this rank's local gradients
+  std::string error;
+  try {
+    zero.step();
+  } catch (const Error& e) {
+    error = e.what();
+  }
+  INFO(error);
+  CHECK(error.find("changed in place after backward") != std::string::npos);
+  CHECK(error.find("ZeroRedundancyOptimizer::clip_grad_norm_") != std::string::npos);
+  // Nothing was updated, and the next backward and step go through.
+  zero.zero_grad();
+  m->loss(t.idx, t.targets).backward();
+  zero.clip_grad_norm_(0.05);
+  zero.step();
 }
 
 TEST_CASE(
