@@ -23,6 +23,8 @@
 #                          all     every one of these
 #   EMBER_BENCH_QUICK=1    fewer rounds inside each process (a smoke run)
 #   EMBER_BENCH_BUILD=DIR  build directory (default build-release; an existing one is reused)
+#   EMBER_BENCH_PREBUILT=1 run the binaries already in DIR as they are (a build carried to
+#                          the GPU machine, tools/gpu_conv_check.sh): no configure, no build
 #   EMBER_LIBTORCH=PATH    the peer_libtorch binary; default: benchmarks/peer_libtorch.sh
 #                          builds it when python3 can import torch; "none" skips it
 # OUTDIR gets env.txt (GPU, driver, commit, time), each process's output (rep-K/*.txt)
@@ -57,7 +59,9 @@ else
   configure=(cmake -S . -B "$build" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release -DEMBER_BUILD_TESTS=OFF
              -DEMBER_BUILD_EXAMPLES=OFF ${EMBER_CMAKE_FLAGS:-})
 fi
-if ! "${configure[@]}" >"$out/configure.log" 2>&1 ||
+if [ "${EMBER_BENCH_PREBUILT:-0}" = 1 ]; then
+  echo "compare.sh: running the binaries in $build as they are (EMBER_BENCH_PREBUILT=1)"
+elif ! "${configure[@]}" >"$out/configure.log" 2>&1 ||
    ! cmake --build "$build" -j"$(nproc)" >"$out/build.log" 2>&1; then
   echo "compare.sh: build failed; see $out/configure.log and $out/build.log" >&2
   tail -20 "$out/build.log" >&2
@@ -78,6 +82,7 @@ fi
 {
   echo "date: $(date -u '+%Y-%m-%d %H:%M UTC')"
   echo "commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet 2>/dev/null || echo ' (working tree modified)')"
+  [ -f "$build/ember_commit.txt" ] && echo "build: packed at $(cat "$build/ember_commit.txt")"
   echo "gpu: $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | head -1)"
   echo "nvcc: $(nvcc --version 2>/dev/null | tail -1)"
   echo "torch: $(python3 -c 'import torch; print(torch.__version__)' 2>/dev/null || echo 'not installed')"

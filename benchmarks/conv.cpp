@@ -204,20 +204,10 @@ int main(int argc, char** argv) {
 
   // ResNet-8 training step, TF32, batch 128 of 3x32x32, SGD(0.1, momentum 0.9).
   {
-    manual_seed(8);
-    auto model = std::make_shared<workloads::ResNet8>();
-    model->to(kCUDA);
-    optim::SGD opt(model->parameters(), optim::SGDOptions(0.1).momentum(0.9));
-    Tensor images = randn({kBatch, 3, kSide, kSide}, gpu, &gen);
-    Tensor labels = randint(10, {kBatch}, TensorOptions(kInt64).device(kCUDA), &gen);
+    workloads::ResNet8Step step(kCUDA);
+    step.images = randn({kBatch, 3, kSide, kSide}, gpu, &gen);
+    step.labels = randint(10, {kBatch}, TensorOptions(kInt64).device(kCUDA), &gen);
     double first = 0, last = 0;
-    auto step = [&] {
-      opt.zero_grad();
-      Tensor loss = cross_entropy(model->forward(images), labels);
-      loss.backward();
-      opt.step();
-      return loss;
-    };
     // The step must learn: the loss on one fixed batch falls over 10 steps.
     first = step().item();
     for (int i = 0; i < 8; ++i) step();
@@ -239,34 +229,21 @@ int main(int argc, char** argv) {
   // eager twin (same initial weights, same batch): the losses of 5 replayed steps and
   // then every parameter.
   {
-    manual_seed(8);
-    auto eager = std::make_shared<workloads::ResNet8>();
-    manual_seed(8);
-    auto graphed = std::make_shared<workloads::ResNet8>();
-    eager->to(kCUDA);
-    graphed->to(kCUDA);
-    optim::SGD opt_e(eager->parameters(), optim::SGDOptions(0.1).momentum(0.9));
-    optim::SGD opt_g(graphed->parameters(), optim::SGDOptions(0.1).momentum(0.9));
-    Tensor images = randn({kBatch, 3, kSide, kSide}, gpu, &gen);
-    Tensor labels = randint(10, {kBatch}, TensorOptions(kInt64).device(kCUDA), &gen);
-    auto step_of = [&](workloads::ResNet8& m, optim::SGD& o) {
-      o.zero_grad();
-      Tensor loss = cross_entropy(m.forward(images), labels);
-      loss.backward();
-      o.step();
-      return loss;
-    };
+    workloads::ResNet8Step eager(kCUDA), graphed(kCUDA);
+    eager.images = graphed.images = randn({kBatch, 3, kSide, kSide}, gpu, &gen);
+    eager.labels = graphed.labels =
+        randint(10, {kBatch}, TensorOptions(kInt64).device(kCUDA), &gen);
     // Warm-up steps eagerly (momentum buffers and the allocator's blocks exist before
     // the capture, as PyTorch's graph recipe does).
     for (int i = 0; i < 3; ++i) {
-      step_of(*eager, opt_e);
-      step_of(*graphed, opt_g);
+      eager();
+      graphed();
     }
     cuda::Graph graph;
     Tensor static_loss;
     std::string why;
     try {
-      graph.capture([&] { static_loss = step_of(*graphed, opt_g); });
+      graph.capture([&] { static_loss = graphed(); });
     } catch (const std::exception& e) {
       why = e.what();
     }
@@ -276,10 +253,10 @@ int main(int argc, char** argv) {
       double loss_err = 0, param_err = 0;
       for (int i = 0; i < 5; ++i) {
         graph.replay();
-        const double lg = static_loss.item(), le = step_of(*eager, opt_e).item();
+        const double lg = static_loss.item(), le = eager().item();
         loss_err = std::max(loss_err, std::fabs(lg - le) / std::max(std::fabs(le), 1e-12));
       }
-      const std::vector<Tensor> pe = eager->parameters(), pg = graphed->parameters();
+      const std::vector<Tensor> pe = eager.net->parameters(), pg = graphed.net->parameters();
       for (size_t i = 0; i < pe.size(); ++i)
         param_err = std::max(param_err, bench::rel_err_on_device(pg[i], pe[i]));
       if (!checked("resnet8 graphed loss vs eager", loss_err, 1e-5) ||

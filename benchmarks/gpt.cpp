@@ -65,14 +65,7 @@ Workload char_workload() {
 }
 
 Workload gpt2_workload() {
-  Workload w{"gpt2-124M step", "12x768 T1024 b16", {}, 16};
-  w.cfg.vocab_size = 50304;
-  w.cfg.block_size = 1024;
-  w.cfg.n_layer = 12;
-  w.cfg.n_head = 12;
-  w.cfg.n_embd = 768;
-  w.cfg.dropout = 0.0;
-  return w;
+  return {"gpt2-124M step", "12x768 T1024 b16", gpt::gpt2_124m(), 16};
 }
 
 // One model, its optimizer and a fixed batch on `device`.

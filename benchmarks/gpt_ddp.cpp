@@ -37,6 +37,7 @@
 #include <vector>
 
 #include "../examples/gpt_model.h"
+#include "benchmarks/check.h"
 #include "core/memory.h"
 #include "cuda/blas.h"
 #include "ember.h"
@@ -57,20 +58,10 @@ struct Workload {
 };
 
 Workload make_workload(const std::string& which) {
-  Workload w;
-  if (which == "char") {
-    w = {"gpt char step", "6x384 T256 b64/rank", {}, 64};
-    w.cfg.vocab_size = 65;
-  } else if (which == "gpt2") {
-    w = {"gpt2-124M step", "12x768 T1024 b16/rank", {}, 16};
-    w.cfg.vocab_size = 50304;
-    w.cfg.block_size = 1024;
-    w.cfg.n_layer = 12;
-    w.cfg.n_head = 12;
-    w.cfg.n_embd = 768;
-  } else {  // tiny: CPU ranks in seconds
+  if (which == "gpt2") return {"gpt2-124M step", "12x768 T1024 b16/rank", gpt::gpt2_124m(), 16};
+  Workload w{"gpt char step", "6x384 T256 b64/rank", {}, 64};  // the default config's shape
+  if (which == "tiny") {                                       // CPU ranks in seconds
     w = {"gpt tiny step", "2x32 T16 b4/rank", {}, 4};
-    w.cfg.vocab_size = 65;
     w.cfg.block_size = 16;
     w.cfg.n_layer = 2;
     w.cfg.n_head = 2;
@@ -91,7 +82,8 @@ optim::AdamWOptions adamw_options() {
   return optim::AdamWOptions(1e-3).betas({0.9, 0.99}).weight_decay(0.1);
 }
 
-// A model on the process group's device, data-parallel, with its optimizer (or ZeRO's).
+// The model on `device` with AdamW, data-parallel over `pg` (DDP, or ZeRO-1 with
+// o.zero) or, with no process group, plain: the local reference.
 struct Replica {
   std::shared_ptr<gpt::GPT> model;
   std::unique_ptr<DistributedDataParallel> ddp;
@@ -99,14 +91,15 @@ struct Replica {
   std::unique_ptr<ZeroRedundancyOptimizer> zero;
   bool bf16;
 
-  Replica(const Workload& w, const ProcessGroup& pg, const Options& o) {
+  Replica(const Workload& w, Device device, const Options& o, const ProcessGroup* pg) {
     manual_seed(1337);
     model = std::make_shared<gpt::GPT>(w.cfg);
-    model->to(pg.device);
-    bf16 = pg.device.is_cuda();
-    ddp = std::make_unique<DistributedDataParallel>(model, pg.communicator,
-                                                    DdpOptions().reduce_dtype(o.reduce));
-    if (o.zero)
+    model->to(device);
+    bf16 = device.is_cuda();
+    if (pg != nullptr)
+      ddp = std::make_unique<DistributedDataParallel>(model, pg->communicator,
+                                                      DdpOptions().reduce_dtype(o.reduce));
+    if (ddp && o.zero)
       zero = std::make_unique<ZeroRedundancyOptimizer>(*ddp, [](std::vector<Tensor> p) {
         return std::make_unique<optim::AdamW>(std::move(p), adamw_options());
       });
@@ -137,31 +130,6 @@ struct Replica {
   }
 };
 
-// The same model and step without any data parallelism.
-struct Local {
-  std::shared_ptr<gpt::GPT> model;
-  std::unique_ptr<optim::AdamW> opt;
-  bool bf16;
-  Local(const Workload& w, Device device) {
-    manual_seed(1337);
-    model = std::make_shared<gpt::GPT>(w.cfg);
-    model->to(device);
-    bf16 = device.is_cuda();
-    opt = std::make_unique<optim::AdamW>(model->parameters(), adamw_options());
-  }
-  void step(const Tensor& x, const Tensor& y) {
-    opt->zero_grad();
-    Tensor l;
-    {
-      AutocastGuard autocast(kBFloat16, bf16);
-      l = model->loss(x, y);
-    }
-    l.backward();
-    nn::utils::clip_grad_norm_tensor_(model->parameters(), 1.0);
-    opt->step();
-  }
-};
-
 std::pair<Tensor, Tensor> tokens(const Workload& w, uint64_t seed, Device device) {
   Generator g(seed);
   Tensor x = randint(0, w.cfg.vocab_size, {w.batch, w.cfg.block_size}, TensorOptions(kInt64), &g);
@@ -169,17 +137,12 @@ std::pair<Tensor, Tensor> tokens(const Workload& w, uint64_t seed, Device device
   return {x.to(device), y.to(device)};
 }
 
-double rel_err(const nn::Module& a, const nn::Module& b) {
+// Every parameter of m, in float64, one after another.
+Tensor flat64(const nn::Module& m) {
   NoGradGuard no_grad;
-  double d = 0, r = 0;
-  const std::vector<Tensor> pa = a.parameters(), pb = b.parameters();
-  for (size_t i = 0; i < pa.size(); ++i) {
-    Tensor da = pa[i].to(kFloat64), db = pb[i].to(kFloat64);
-    Tensor diff = sub(da, db);
-    d += sum(mul(diff, diff)).item();
-    r += sum(mul(db, db)).item();
-  }
-  return std::sqrt(d / std::max(r, 1e-300));
+  std::vector<Tensor> parts;
+  for (const Tensor& p : m.parameters()) parts.push_back(reshape(p.to(kFloat64), {-1}));
+  return cat(parts, 0);
 }
 
 // This rank's value, gathered from every rank (rank order), as doubles.
@@ -205,12 +168,11 @@ bool report(const ProcessGroup& pg, const char* what, bool ok, const std::string
 bool validate(const Workload& w, const ProcessGroup& pg, const Options& o) {
   // (1) The same batch everywhere: one data-parallel step equals one local step.
   {
-    Replica dp(w, pg, o);
-    Local local(w, pg.device);
+    Replica dp(w, pg.device, o, &pg), local(w, pg.device, o, nullptr);
     auto [x, y] = tokens(w, 11, pg.device);
     dp.step(x, y);
     local.step(x, y);
-    const double err = rel_err(*dp.model, *local.model);
+    const double err = bench::rel_err_on_device(flat64(*dp.model), flat64(*local.model));
     const double tol = o.reduce == kBFloat16 ? 2e-2 : 1e-5;
     char detail[96];
     std::snprintf(detail, sizeof detail, "rel err %.2e (tolerance %.0e)", err, tol);
@@ -218,7 +180,7 @@ bool validate(const Workload& w, const ProcessGroup& pg, const Options& o) {
       return false;
   }
   // (2) Each rank its own batch: the ranks stay equal and the loss falls.
-  Replica dp(w, pg, o);
+  Replica dp(w, pg.device, o, &pg);
   auto [x, y] = tokens(w, 100 + static_cast<uint64_t>(pg.rank), pg.device);
   double first = 0, last = 0;
   for (int i = 0; i < 5; ++i) {
@@ -226,14 +188,8 @@ bool validate(const Workload& w, const ProcessGroup& pg, const Options& o) {
     if (i == 0) first = l;
     last = l;
   }
-  double checksum = 0;
-  {
-    NoGradGuard no_grad;
-    for (const Tensor& p : dp.model->parameters()) {
-      Tensor d = p.to(kFloat64);
-      checksum += sum(mul(d, d)).item();
-    }
-  }
+  const Tensor params = flat64(*dp.model);
+  const double checksum = sum(mul(params, params)).item();
   const std::vector<double> sums = gather(*pg.communicator, checksum);
   bool equal = true;
   for (double s : sums) equal = equal && s == sums[0];
@@ -313,7 +269,7 @@ int main(int argc, char** argv) {
       continue;
     }
     if (pg.device.is_cuda()) empty_cache(pg.device);
-    Replica dp(w, pg, o);
+    Replica dp(w, pg.device, o, &pg);
     auto [x, y] = tokens(w, 100 + static_cast<uint64_t>(pg.rank), pg.device);
     const int warmup = 3, rounds = o.quick ? 3 : 5;
     const int steps = o.quick ? 3 : (name == "gpt2" ? 10 : 20);

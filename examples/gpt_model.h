@@ -32,6 +32,19 @@ struct GPTConfig {
   bool bias = false;  // nanoGPT's default: no biases in Linear and LayerNorm
 };
 
+// GPT-2 124M's shape (12 layers, 12 heads, 768 dims, T 1024, the vocabulary padded to
+// 50304, no dropout), as the benchmarks train it.
+inline GPTConfig gpt2_124m() {
+  GPTConfig c;
+  c.vocab_size = 50304;
+  c.block_size = 1024;
+  c.n_layer = 12;
+  c.n_head = 12;
+  c.n_embd = 768;
+  c.dropout = 0.0;
+  return c;
+}
+
 struct CausalSelfAttention : nn::Module {
   explicit CausalSelfAttention(const GPTConfig& c) : cfg(c) {
     c_attn = register_module("c_attn", std::make_shared<nn::Linear>(

@@ -283,29 +283,35 @@ struct ResNet8 : nn::Module {
   std::shared_ptr<nn::Linear> fc;
 };
 
-// bench_conv's ResNet-8 training step: cross-entropy on a fixed batch of `batch`
-// random side x side images and labels, SGD with momentum 0.9; TF32 on CUDA.
+// bench_conv's ResNet-8 training step: ResNet8 (seeded: the same weights every time)
+// on `device`, SGD with momentum 0.9, cross-entropy on a fixed batch the caller sets.
+struct ResNet8Step {
+  std::shared_ptr<ResNet8> net;
+  std::unique_ptr<optim::SGD> optimizer;
+  Tensor images, labels;
+  explicit ResNet8Step(Device device) {
+    manual_seed(8);
+    net = std::make_shared<ResNet8>();
+    net->to(device);
+    optimizer =
+        std::make_unique<optim::SGD>(net->parameters(), optim::SGDOptions(0.1).momentum(0.9));
+  }
+  Tensor operator()() {
+    optimizer->zero_grad();
+    Tensor loss = cross_entropy(net->forward(images), labels);
+    loss.backward();
+    optimizer->step();
+    return loss;
+  }
+};
+
+// The step on `batch` random side x side images and labels, TF32 on CUDA.
 inline StepFunction resnet8(Device device, int64_t batch, int64_t side = 32) {
-  struct State {
-    std::shared_ptr<ResNet8> net;
-    std::unique_ptr<optim::SGD> optimizer;
-    Tensor images, labels;
-  };
-  auto s = std::make_shared<State>();
-  manual_seed(8);
   cuda::set_allow_tf32(true);
-  s->net = std::make_shared<ResNet8>();
-  s->net->to(device);
-  s->optimizer =
-      std::make_unique<optim::SGD>(s->net->parameters(), optim::SGDOptions(0.1).momentum(0.9));
+  auto s = std::make_shared<ResNet8Step>(device);
   s->images = randn({batch, 3, side, side}, TensorOptions(kFloat32).device(device));
   s->labels = randint(10, {batch}, TensorOptions(kInt64).device(device));
-  return [s](int) {
-    s->optimizer->zero_grad();
-    Tensor loss = cross_entropy(s->net->forward(s->images), s->labels);
-    loss.backward();
-    s->optimizer->step();
-  };
+  return [s](int) { (*s)(); };
 }
 
 // ---------------------------------------------------------------- the leak patterns

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The convolution's checks on the GPU machine in one call, on a build made there or
 # carried (issue 29): the conv, pooling, fold and op-table test cases of the core and
-# nn suites; bench_conv and benchmarks/peer_conv.py alternating (compare.sh's layout
-# and table, without its build step); bench_conv --profile once; then the column
-# kernels' CUDA test cases under compute-sanitizer's four tools.
+# nn suites; bench_conv and benchmarks/peer_conv.py alternating (compare.sh's conv set
+# with EMBER_BENCH_PREBUILT=1: these binaries, no build); bench_conv --profile once;
+# then the column kernels' CUDA test cases under compute-sanitizer's four tools.
 # Usage: tools/gpu_conv_check.sh [BUILD_DIR (default build-gpu)]
 #   EMBER_GPU_PREBUILT=FILE    unpack FILE (a tar.xz of BUILD_DIR's binaries) first
 #   EMBER_COMPARE_REPS=5       repetitions of the ours-then-peer pair
@@ -28,22 +28,11 @@ tail -4 "$out/tests_core.txt"
 "$build/tests/ember_tests_nn" -tc='*onv*,*atch*orm*,*ool*,*ropout2d*' >"$out/tests_nn.txt" 2>&1 || status=1
 tail -4 "$out/tests_nn.txt"
 
-echo "== bench_conv against peer_conv.py"
-reps="${EMBER_COMPARE_REPS:-5}"
-{ echo "    date: $(date -u '+%Y-%m-%d %H:%M UTC')"
-  echo "    build: $(cat "$build/ember_commit.txt" 2>/dev/null || git rev-parse --short HEAD)"
-  echo "    gpu: $(cat "$out/gpu.txt")"
-  echo "    torch: $(python3 -c 'import torch; print(torch.__version__)' 2>/dev/null)"
-  echo "    repetitions: $reps (ours then the peer, one process each)"; } >"$out/env.txt"
-for ((r = 1; r <= reps; ++r)); do
-  d="$out/conv/rep-$r"
-  mkdir -p "$d"
-  "$build/benchmarks/bench_conv" --json "$d/conv.json" >"$d/conv.txt" 2>&1 || {
-    echo "bench_conv failed (rep $r)"; tail -5 "$d/conv.txt"; status=1; }
-  python3 benchmarks/peer_conv.py --json "$d/peer_conv.json" >"$d/peer_conv.txt" 2>&1 || {
-    echo "peer_conv.py failed (rep $r)"; tail -5 "$d/peer_conv.txt"; status=1; }
-done
-{ cat "$out/env.txt"; echo; python3 benchmarks/results_table.py "$out/conv"; } | tee "$out/conv_table.md"
+echo "== bench_conv against peer_conv.py (compare.sh's conv set, on these binaries)"
+EMBER_BENCH_BUILD="$build" EMBER_BENCH_PREBUILT=1 EMBER_COMPARE_SET=conv \
+  benchmarks/compare.sh "$out/conv" >"$out/conv_compare.log" 2>&1 || status=1
+tail -3 "$out/conv_compare.log"
+[ -f "$out/conv/RESULTS.md" ] && cp "$out/conv/RESULTS.md" "$out/conv_table.md" && cat "$out/conv_table.md"
 
 echo "== bench_conv --profile"
 "$build/benchmarks/bench_conv" --profile >"$out/conv_profile.txt" 2>&1 || status=1

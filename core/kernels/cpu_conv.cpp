@@ -97,24 +97,28 @@ void over_planes(const Im2colArgs& a, int64_t per_plane, F&& f) {
   cpu::parallel_for(planes, grain, f);
 }
 
-void im2col(const Im2colArgs& a) {
-  check_args("im2col", a);
+// im2col (to_columns) or col2im over the planes, for the floating dtypes.
+void columns(const char* op, const Im2colArgs& a, bool to_columns) {
+  check_args(op, a);
+  const int64_t per_plane = a.kh * a.kw * (to_columns ? a.oh * a.ow : a.h * a.w);
   detail::dispatch_cpu(a.dtype, [&](auto tag) {
     using S = decltype(tag);
     if constexpr (std::is_floating_point_v<S> || std::is_same_v<S, BFloat16>)
-      over_planes(a, a.kh * a.kw * a.oh * a.ow,
-                  [&](int64_t lo, int64_t hi) { im2col_planes<S>(a, lo, hi); });
+      over_planes(a, per_plane, [&](int64_t lo, int64_t hi) {
+        if (to_columns)
+          im2col_planes<S>(a, lo, hi);
+        else
+          col2im_planes<S>(a, lo, hi);
+      });
   });
 }
 
+void im2col(const Im2colArgs& a) {
+  columns("im2col", a, true);
+}
+
 void col2im(const Im2colArgs& a) {
-  check_args("col2im", a);
-  detail::dispatch_cpu(a.dtype, [&](auto tag) {
-    using S = decltype(tag);
-    if constexpr (std::is_floating_point_v<S> || std::is_same_v<S, BFloat16>)
-      over_planes(a, a.kh * a.kw * a.h * a.w,
-                  [&](int64_t lo, int64_t hi) { col2im_planes<S>(a, lo, hi); });
-  });
+  columns("col2im", a, false);
 }
 
 }  // namespace

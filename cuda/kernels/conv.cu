@@ -1,7 +1,7 @@
 // The convolution's column kernels (conv.h). Both are memory-bound gathers; the
-// grid's y and z name the kernel offset and the (n, c) plane, so a thread divides
-// once (its column into (oi, oj), or its pixel into (r, c)) and a warp reads and writes
-// consecutive elements along a row. z loops where the planes pass the grid's 65,535.
+// grid's z names the (n, c) plane, so a thread divides once (its column into (oi, oj),
+// or its first pixel into (r, c)) and a warp reads and writes consecutive elements
+// along a row. z loops where the planes pass the grid's 65,535.
 #include <cuda_bf16.h>
 
 #include <algorithm>
@@ -19,7 +19,7 @@ namespace ember::cuda {
 namespace {
 
 constexpr int kThreads = 256;
-constexpr int64_t kMaxGridYZ = 65535;
+constexpr int64_t kMaxGridZ = 65535;
 
 // The geometry in 32-bit fields where every offset of one plane fits (checked by the
 // launchers), plane offsets in 64 bits.
@@ -180,7 +180,7 @@ void check_geometry(const char* op, const ColumnGeometry& g) {
 }
 
 unsigned grid_dim(int64_t n) {
-  return static_cast<unsigned>(std::max<int64_t>(1, std::min(n, kMaxGridYZ)));
+  return static_cast<unsigned>(std::max<int64_t>(1, std::min(n, kMaxGridZ)));
 }
 
 }  // namespace
