@@ -9,7 +9,6 @@
 #include <type_traits>
 
 #include "cuda/check.h"
-#include "cuda/kernels/conv.h"
 #include "cuda/kernels/kernel_helpers.cuh"
 #include "cuda/kernels/registration.h"
 #include "cuda/runtime.h"
@@ -17,6 +16,17 @@
 namespace ember::cuda {
 
 namespace {
+
+// im2col: cols = the columns of a contiguous (n, c, h, w) input, (n, c kh kw, oh ow),
+// pad_value where a window reads outside the plane; col2im: x = their adjoint, written
+// (not added), float32 and bfloat16 summed in float32 and rounded once, float64 in
+// float64. The layout is kernel_families.h's Im2colArgs; only this file's adapters call
+// the launchers (CONTRIBUTING.md: no header for them).
+struct ColumnGeometry {
+  int64_t n, c, h, w;
+  int64_t kh, kw, sh, sw, ph, pw, dh, dw;
+  int64_t oh, ow;
+};
 
 constexpr int kThreads = 256;
 constexpr int64_t kMaxGridZ = 65535;
@@ -183,8 +193,6 @@ unsigned grid_dim(int64_t n) {
   return static_cast<unsigned>(std::max<int64_t>(1, std::min(n, kMaxGridZ)));
 }
 
-}  // namespace
-
 void launch_im2col(DType dtype, const void* x, void* cols, const ColumnGeometry& g,
                    double pad_value, cudaStream_t stream) {
   check_geometry("im2col", g);
@@ -225,7 +233,6 @@ void launch_col2im(DType dtype, const void* cols, void* x, const ColumnGeometry&
   EMBER_CUDA_CHECK(cudaGetLastError());
 }
 
-namespace {
 namespace entry {
 
 ColumnGeometry geometry_of(const kernels::Im2colArgs& a) {
