@@ -174,6 +174,16 @@ Int2 same_padding(const char* op, Int2 kernel, Int2 stride, Int2 dilation);
 // EMBER_CONV_COMPOSED=1 in the environment, or set here (tests compare the two).
 bool conv_composed();
 void set_conv_composed(bool composed);
+// How conv2d lays out the columns the kernels gather. per_image: (N, C kh kw, L), the
+// weight's product broadcast over the batch (the output needs no copy; the weight's
+// gradient is N per-image products, summed). matrix: one (C kh kw, N L) matrix, one
+// product each way (the output and its gradient transposed by a copy). automatic: the
+// matrix where the weight needs its gradient and C kh kw / groups > L (the per-image
+// products would outweigh the output). EMBER_CONV_COLUMNS=auto|per_image|matrix in the
+// environment, or set here (tests and benchmarks compare them).
+enum class ConvColumns { automatic, per_image, matrix };
+ConvColumns conv_columns();
+void set_conv_columns(ConvColumns columns);
 }  // namespace detail
 // input (N, C, H, W), weight (C, O / groups, kh, kw): the gradient of conv2d with
 // respect to its input, as PyTorch's conv_transpose2d (argument order as F's).

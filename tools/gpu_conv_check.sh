@@ -2,12 +2,15 @@
 # The convolution's checks on the GPU machine in one call, on a build made there or
 # carried (issue 29): the conv, pooling, fold and op-table test cases of the core and
 # nn suites; bench_conv and benchmarks/peer_conv.py alternating (compare.sh's conv set
-# with EMBER_BENCH_PREBUILT=1: these binaries, no build); bench_conv --profile once;
-# then the column kernels' CUDA test cases under compute-sanitizer's four tools.
+# with EMBER_BENCH_PREBUILT=1: these binaries, no build); bench_conv with each of
+# conv2d's column layouts, alternating; bench_conv --memory (predict_memory against the
+# GPU); bench_conv --profile once; then the column kernels' CUDA test cases under
+# compute-sanitizer's four tools.
 # Usage: tools/gpu_conv_check.sh [BUILD_DIR (default build-gpu)]
 #   EMBER_GPU_PREBUILT=FILE    unpack FILE (a tar.xz of BUILD_DIR's binaries) first
 #   EMBER_COMPARE_REPS=5       repetitions of the ours-then-peer pair
 #   EMBER_CONV_SANITIZE=0      skip the sanitizer runs
+#   EMBER_CONV_LAYOUTS=0       skip the column layouts' comparison
 # Logs and tables in $OUT (or ./gpu-logs).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -33,6 +36,42 @@ EMBER_BENCH_BUILD="$build" EMBER_BENCH_PREBUILT=1 EMBER_COMPARE_SET=conv \
   benchmarks/compare.sh "$out/conv" >"$out/conv_compare.log" 2>&1 || status=1
 tail -3 "$out/conv_compare.log"
 [ -f "$out/conv/RESULTS.md" ] && cp "$out/conv/RESULTS.md" "$out/conv_table.md" && cat "$out/conv_table.md"
+
+if [ "${EMBER_CONV_LAYOUTS:-1}" != 0 ]; then
+  # conv2d's column layouts (docs/cnn.md): bench_conv with EMBER_CONV_COLUMNS=per_image
+  # and with the default (auto: one matrix where the weight's per-image products
+  # outweigh the output), alternating; per-repetition ratios auto / per_image.
+  echo "== bench_conv by column layout, alternating (${EMBER_COMPARE_REPS:-5} each)"
+  mkdir -p "$out/layouts"
+  for r in $(seq "${EMBER_COMPARE_REPS:-5}"); do
+    for layout in per_image auto; do
+      EMBER_CONV_COLUMNS=$layout "$build/benchmarks/bench_conv" \
+        --json "$out/layouts/$layout.$r.json" >"$out/layouts/$layout.$r.log" 2>&1 || status=1
+    done
+  done
+  python3 - "$out/layouts" <<'PY' | tee "$out/layouts.txt"
+import glob, json, os, statistics, sys
+d = sys.argv[1]
+runs = {}
+for f in sorted(glob.glob(os.path.join(d, "*.json"))):
+    layout, rep, _ = os.path.basename(f).split(".")
+    for row in json.load(open(f))["rows"]:
+        runs.setdefault((row["workload"], row["dtype"]), {}).setdefault(layout, {})[rep] = row["ms"]
+for (w, dt), by in runs.items():
+    reps = sorted(set(by.get("per_image", {})) & set(by.get("auto", {})))
+    if not reps:
+        continue
+    ratio = [by["auto"][r] / by["per_image"][r] for r in reps]
+    med = lambda v: statistics.median(v)
+    print(f"{w:24s} {dt:5s} per_image {med([by['per_image'][r] for r in reps]):.4f} ms  "
+          f"auto {med([by['auto'][r] for r in reps]):.4f} ms  auto/per_image "
+          f"{med(ratio):.3f} [{min(ratio):.3f}-{max(ratio):.3f}] ({len(reps)} reps)")
+PY
+fi
+
+echo "== bench_conv --memory (predict_memory against the GPU, ResNet-8 step)"
+"$build/benchmarks/bench_conv" --memory >"$out/conv_memory.txt" 2>&1 || status=1
+tail -12 "$out/conv_memory.txt"
 
 echo "== bench_conv --profile"
 "$build/benchmarks/bench_conv" --profile >"$out/conv_profile.txt" 2>&1 || status=1

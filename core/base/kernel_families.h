@@ -574,12 +574,15 @@ struct BatchNormQuery {
 // ------------------------------------------------------------------ convolution
 
 // The columns of a convolution (im2col) over a contiguous (n, c, h, w) input and their
-// adjoint (col2im). cols is (n, c * kh * kw, oh * ow) contiguous: row (ci kh + ki) kw + kj,
-// column oi ow + oj holds x[ni, ci, oi sh - ph + ki dh, oj sw - pw + kj dw], or
-// pad_value where that falls outside the plane. col2im writes (not adds) x from cols:
-// each pixel the sum, in (ki, kj) order, of the columns that read it (pad reads drop);
-// deterministic, no atomics. float32, float64 and bfloat16 (col2im sums in float32 for
-// bfloat16, rounding once).
+// adjoint (col2im). Column l = oi ow + oj of row (ci kh + ki) kw + kj of image ni holds
+// x[ni, ci, oi sh - ph + ki dh, oj sw - pw + kj dw], or pad_value where that falls
+// outside the plane; it lives at cols[ni col_image + ((ci kh + ki) kw + kj) col_row + l]
+// (columns contiguous). Two layouts use this: per image, (n, c kh kw, oh ow) contiguous
+// (col_image = c kh kw oh ow, col_row = oh ow), and one matrix (c kh kw, n oh ow) with the
+// batch inside the columns (col_image = oh ow, col_row = n oh ow). col2im writes (not
+// adds) x from cols: each pixel the sum, in (ki, kj) order, of the columns that read it
+// (pad reads drop); deterministic, no atomics. float32, float64 and bfloat16 (col2im
+// sums in float32 for bfloat16, rounding once).
 struct Im2colArgs {
   Device device;
   DType dtype;
@@ -588,7 +591,8 @@ struct Im2colArgs {
   int64_t n, c, h, w;
   int64_t kh, kw, sh, sw, ph, pw, dh, dw;
   int64_t oh, ow;
-  double pad_value;  // im2col only
+  int64_t col_image, col_row;  // cols' strides in elements (above)
+  double pad_value;            // im2col only
 };
 
 // ------------------------------------------------------------------ attention

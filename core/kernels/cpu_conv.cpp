@@ -23,6 +23,14 @@ void check_args(const char* op, const Im2colArgs& a) {
                   a.sw > 0 && a.dh > 0 && a.dw > 0 && a.ph >= 0 && a.pw >= 0 && a.oh >= 0 &&
                   a.ow >= 0,
               op, ": bad geometry");
+  EMBER_CHECK(a.col_image >= 0 && a.col_row >= 0, op, ": negative column strides (", a.col_image,
+              ", ", a.col_row, ")");
+}
+
+// Where plane p = ni c + ci's first row starts in cols.
+int64_t plane_offset(const Im2colArgs& a, int64_t p) {
+  const int64_t ni = p / a.c, ci = p - ni * a.c;
+  return ni * a.col_image + ci * a.kh * a.kw * a.col_row;
 }
 
 template <typename S>
@@ -31,13 +39,13 @@ void im2col_planes(const Im2colArgs& a, int64_t lo, int64_t hi) {
   S* cols = static_cast<S*>(a.dst);
   S pad{};
   detail::store_from_double(&pad, a.pad_value);
-  const int64_t plane = a.h * a.w, l = a.oh * a.ow, kk = a.kh * a.kw;
+  const int64_t plane = a.h * a.w;
   for (int64_t p = lo; p < hi; ++p) {
     const S* xp = x + p * plane;
-    S* cp = cols + p * kk * l;
+    S* cp = cols + plane_offset(a, p);
     for (int64_t ki = 0; ki < a.kh; ++ki)
       for (int64_t kj = 0; kj < a.kw; ++kj) {
-        S* row = cp + (ki * a.kw + kj) * l;
+        S* row = cp + (ki * a.kw + kj) * a.col_row;
         for (int64_t oi = 0; oi < a.oh; ++oi) {
           const int64_t r = oi * a.sh - a.ph + ki * a.dh;
           S* out = row + oi * a.ow;
@@ -61,9 +69,9 @@ void col2im_planes(const Im2colArgs& a, int64_t lo, int64_t hi) {
   using C = std::conditional_t<std::is_same_v<S, double>, double, float>;
   const S* cols = static_cast<const S*>(a.src);
   S* x = static_cast<S*>(a.dst);
-  const int64_t plane = a.h * a.w, l = a.oh * a.ow, kk = a.kh * a.kw;
+  const int64_t plane = a.h * a.w;
   for (int64_t p = lo; p < hi; ++p) {
-    const S* cp = cols + p * kk * l;
+    const S* cp = cols + plane_offset(a, p);
     S* xp = x + p * plane;
     for (int64_t r = 0; r < a.h; ++r)
       for (int64_t c = 0; c < a.w; ++c) {
@@ -76,7 +84,7 @@ void col2im_planes(const Im2colArgs& a, int64_t lo, int64_t hi) {
             const int64_t tj = c + a.pw - kj * a.dw;
             if (tj < 0 || tj % a.sw != 0 || tj / a.sw >= a.ow) continue;
             acc += static_cast<C>(
-                detail::load_as_double(cp + (ki * a.kw + kj) * l + oi * a.ow + tj / a.sw));
+                detail::load_as_double(cp + (ki * a.kw + kj) * a.col_row + oi * a.ow + tj / a.sw));
           }
         }
         detail::store_from_double(xp + r * a.w + c, static_cast<double>(acc));

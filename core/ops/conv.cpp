@@ -2,7 +2,8 @@
 // columns (im2col) by the device's im2col kernel (kernel families im2col and col2im:
 // CPU loops over the thread pool, CUDA kernels in cuda/kernels/conv.cu, nothing on
 // the meta device), whose backward is col2im, the deterministic gather of the
-// columns that read each pixel; then one matmul per group does the convolution.
+// columns that read each pixel; then one matmul per group does the convolution, over
+// columns laid out per image or as one matrix (detail::ConvColumns says when which).
 // fold is col2im, its backward im2col. Where the kernels do not take the dtype, or
 // with EMBER_CONV_COMPOSED=1 (detail::set_conv_composed for tests), the columns are
 // composed from the indexing ops instead: one index_select over a table of positions
@@ -107,8 +108,50 @@ bool column_kernels(DType t) {
   return (t == kFloat32 || t == kFloat64 || t == kBFloat16) && !columns_composed();
 }
 
+// -1: not yet read from EMBER_CONV_COLUMNS; else a detail::ConvColumns.
+std::atomic<int> g_conv_columns{-1};
+
+detail::ConvColumns columns_setting() {
+  int v = g_conv_columns.load(std::memory_order_relaxed);
+  if (v < 0) {
+    const char* e = std::getenv("EMBER_CONV_COLUMNS");
+    detail::ConvColumns c = detail::ConvColumns::automatic;
+    if (e != nullptr && *e != '\0') {
+      if (std::strcmp(e, "per_image") == 0)
+        c = detail::ConvColumns::per_image;
+      else if (std::strcmp(e, "matrix") == 0)
+        c = detail::ConvColumns::matrix;
+      else
+        EMBER_CHECK(std::strcmp(e, "auto") == 0,
+                    "EMBER_CONV_COLUMNS must be auto, per_image or matrix, got \"", e, "\"");
+    }
+    int expected = -1;
+    g_conv_columns.compare_exchange_strong(expected, static_cast<int>(c),
+                                           std::memory_order_relaxed);
+    v = g_conv_columns.load(std::memory_order_relaxed);
+  }
+  return static_cast<detail::ConvColumns>(v);
+}
+
+// Whether conv2d of n images, cg*kk rows of columns per group and l output positions
+// gathers one (C kk, N L) matrix: where forced, else where the weight needs its
+// gradient and its per-image products (N, O, C kk) would outweigh the output (N, O, L)
+// that the matrix layout copies once each way.
+bool columns_as_matrix(const Tensor& weight, int64_t n, int64_t cg_kk, int64_t l) {
+  if (n == 1) return false;  // the two layouts are the same
+  switch (columns_setting()) {
+    case detail::ConvColumns::per_image:
+      return false;
+    case detail::ConvColumns::matrix:
+      return true;
+    case detail::ConvColumns::automatic:
+      break;
+  }
+  return any_requires_grad({&weight}) && cg_kk > l;
+}
+
 kernels::Im2colArgs column_args(Device d, DType t, const void* src, void* dst, int64_t n, int64_t c,
-                                const Geometry& g, double pad_value) {
+                                const Geometry& g, double pad_value, bool matrix) {
   kernels::Im2colArgs a{};
   a.device = d;
   a.dtype = t;
@@ -120,48 +163,60 @@ kernels::Im2colArgs column_args(Device d, DType t, const void* src, void* dst, i
   a.ph = g.padding[0], a.pw = g.padding[1];
   a.dh = g.dilation[0], a.dw = g.dilation[1];
   a.oh = g.oh, a.ow = g.ow;
+  const int64_t l = g.oh * g.ow;
+  a.col_image = matrix ? l : c * g.kh * g.kw * l;
+  a.col_row = matrix ? n * l : l;
   a.pad_value = pad_value;
   return a;
 }
 
-// col2im of cols (N, C*kh*kw, L), any strides, into a new (N, C, H, W) tensor, and
-// im2col of x (N, C, H, W) into new (N, C, kh*kw, L) columns: by the kernels, each
-// with the other as its backward.
-Tensor col2im_kernel(const Tensor& cols, const Geometry& g, int64_t n, int64_t c);
+// The columns' shape: (N, C*kh*kw, L) per image, (C*kh*kw, N*L) as one matrix.
+Shape columns_shape(const Geometry& g, int64_t n, int64_t c, bool matrix) {
+  const int64_t rows = c * g.kh * g.kw, l = g.oh * g.ow;
+  return matrix ? Shape{rows, n * l} : Shape{n, rows, l};
+}
 
-Tensor im2col_kernel(const Tensor& x, const Geometry& g, double pad_value) {
+// col2im of cols (columns_shape's, any strides) into a new (N, C, H, W) tensor, and
+// im2col of x (N, C, H, W) into new columns: by the kernels, each with the other as
+// its backward.
+Tensor col2im_kernel(const Tensor& cols, const Geometry& g, int64_t n, int64_t c, bool matrix);
+
+Tensor im2col_kernel(const Tensor& x, const Geometry& g, double pad_value, bool matrix) {
   const int64_t n = x.size(0), c = x.size(1);
   const Tensor xs = contiguous(x.detach());
-  Tensor cols = empty({n, c, g.kh * g.kw, g.oh * g.ow}, x.options());
+  Tensor cols = empty(columns_shape(g, n, c, matrix), x.options());
   kernels::kernels_for(x.device())
-      .im2col(
-          column_args(x.device(), x.dtype(), xs.raw_data(), cols.raw_data(), n, c, g, pad_value));
+      .im2col(column_args(x.device(), x.dtype(), xs.raw_data(), cols.raw_data(), n, c, g, pad_value,
+                          matrix));
   if (any_requires_grad({&x}))
     attach_grad_fn(cols, "Im2colBackward", {&x},
-                   [g, n, c](const Tensor& grad, const SavedTensors&) {
-                     return std::vector<Tensor>{
-                         col2im_kernel(reshape(grad, {n, c * g.kh * g.kw, g.oh * g.ow}), g, n, c)};
+                   [g, n, c, matrix](const Tensor& grad, const SavedTensors&) {
+                     return std::vector<Tensor>{col2im_kernel(grad, g, n, c, matrix)};
                    });
   return cols;
 }
 
-Tensor col2im_kernel(const Tensor& cols, const Geometry& g, int64_t n, int64_t c) {
+Tensor col2im_kernel(const Tensor& cols, const Geometry& g, int64_t n, int64_t c, bool matrix) {
+  EMBER_CHECK(cols.sizes() == columns_shape(g, n, c, matrix), "col2im: columns of shape ",
+              shape_str(cols.sizes()), ", expected ", shape_str(columns_shape(g, n, c, matrix)));
   const Tensor cs = contiguous(cols.detach());
   Tensor x = empty({n, c, g.h, g.w}, cols.options());
   kernels::kernels_for(cols.device())
-      .col2im(column_args(cols.device(), cols.dtype(), cs.raw_data(), x.raw_data(), n, c, g, 0.0));
+      .col2im(column_args(cols.device(), cols.dtype(), cs.raw_data(), x.raw_data(), n, c, g, 0.0,
+                          matrix));
   if (any_requires_grad({&cols}))
     attach_grad_fn(x, "Col2imBackward", {&cols},
-                   [g, n, c](const Tensor& grad, const SavedTensors&) {
-                     return std::vector<Tensor>{
-                         im2col_kernel(grad, g, 0.0).view({n, c * g.kh * g.kw, g.oh * g.ow})};
+                   [g, n, c, matrix](const Tensor& grad, const SavedTensors&) {
+                     return std::vector<Tensor>{im2col_kernel(grad, g, 0.0, matrix)};
                    });
   return x;
 }
 
 // x (B, C, H, W) -> (B, C, kh*kw, L): the columns, padding reading `pad_value`.
 Tensor gather_columns(const Tensor& x, const Geometry& g, double pad_value) {
-  if (column_kernels(x.dtype())) return im2col_kernel(x, g, pad_value);
+  if (column_kernels(x.dtype()))
+    return im2col_kernel(x, g, pad_value, false)
+        .view({x.size(0), x.size(1), g.kh * g.kw, g.oh * g.ow});
   const int64_t b = x.size(0), c = x.size(1);
   Tensor plane = reshape(x, {b, c, g.h * g.w});
   Tensor slot = full({b, c, 1}, pad_value, x.options());
@@ -215,7 +270,7 @@ Tensor fold(const Tensor& input, Int2 output_size, Int2 kernel_size, Int2 dilati
               output_size[0], ", ", output_size[1], ") with these kernel, stride, padding and ",
               "dilation gives ", l);
   const int64_t c = input.size(1) / kk;
-  if (column_kernels(input.dtype())) return col2im_kernel(input, g, n, c);
+  if (column_kernels(input.dtype())) return col2im_kernel(input, g, n, c, false);
   Tensor src = reshape(input, {n, c, kk * l});
   Tensor acc = zeros({n, c, g.h * g.w + 1}, input.options());
   Tensor out = index_add(acc, 2, table_tensor(g, input.device()), src);
@@ -251,16 +306,23 @@ Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias, Int
   const Geometry g = geometry("conv2d", x.size(2), x.size(3), {weight.size(2), weight.size(3)},
                               stride, padding, dilation);
   const int64_t kk = g.kh * g.kw, l = g.oh * g.ow, cg = c / groups, og = o / groups;
-  // cols (N, C*kk, L); per group (og, cg*kk) @ (N, cg*kk, L) -> (N, og, L), the
-  // weight broadcast over the batch: the product lands in the output's layout.
-  Tensor cols = gather_columns(x, g, 0.0).view({n, c * kk, l});
+  // Per image: cols (N, C*kk, L); per group (og, cg*kk) @ (N, cg*kk, L) -> (N, og, L),
+  // the weight broadcast over the batch, so the product lands in the output's layout
+  // (and the weight's gradient is N products summed). As one matrix: cols (C*kk, N*L);
+  // per group (og, cg*kk) @ (cg*kk, N*L) -> (og, N*L), one product each way, the output
+  // (O, N, L) transposed into (N, O, L) by a copy.
+  const bool matrix = column_kernels(x.dtype()) && columns_as_matrix(weight, n, cg * kk, l);
+  const int64_t dim = matrix ? 0 : 1;  // the columns' row (and the products' channel) dim
+  Tensor cols =
+      matrix ? im2col_kernel(x, g, 0.0, true) : gather_columns(x, g, 0.0).view({n, c * kk, l});
   std::vector<Tensor> parts;
   for (int64_t gi = 0; gi < groups; ++gi) {
-    Tensor cols_g = groups == 1 ? cols : slice(cols, 1, gi * cg * kk, (gi + 1) * cg * kk);
+    Tensor cols_g = groups == 1 ? cols : slice(cols, dim, gi * cg * kk, (gi + 1) * cg * kk);
     Tensor w_g = groups == 1 ? weight : slice(weight, 0, gi * og, (gi + 1) * og);
-    parts.push_back(matmul(reshape(w_g, {og, cg * kk}), cols_g));  // (N, og, L)
+    parts.push_back(matmul(reshape(w_g, {og, cg * kk}), cols_g));
   }
-  Tensor y = groups == 1 ? parts[0] : cat(parts, 1);
+  Tensor y = groups == 1 ? parts[0] : cat(parts, dim);
+  if (matrix) y = contiguous(transpose(y.view({o, n, l}), 0, 1));
   y = reshape(y, {n, o, g.oh, g.ow});
   if (bias.defined()) y = add(y, bias.view({1, o, 1, 1}));
   return batched ? y : squeeze(y, 0);
@@ -272,6 +334,14 @@ void detail::set_conv_composed(bool composed) {
 
 bool detail::conv_composed() {
   return columns_composed();
+}
+
+void detail::set_conv_columns(ConvColumns columns) {
+  g_conv_columns.store(static_cast<int>(columns), std::memory_order_relaxed);
+}
+
+detail::ConvColumns detail::conv_columns() {
+  return columns_setting();
 }
 
 Int2 detail::same_padding(const char* op, Int2 kernel, Int2 stride, Int2 dilation) {

@@ -1,7 +1,8 @@
-// The convolution's column kernels (conv.h). Both are memory-bound gathers; the
-// grid's z names the (n, c) plane, so a thread divides once (its column into (oi, oj),
-// or its first pixel into (r, c)) and a warp reads and writes consecutive elements
-// along a row. z loops where the planes pass the grid's 65,535.
+// The convolution's column kernels (kernel families im2col and col2im). Both are
+// memory-bound gathers; the grid's z names the (n, c) plane, so a thread divides once
+// for its place (its column into (oi, oj), or its first pixel into (r, c)) and once per
+// plane (into (ni, ci), for the columns' strides), and a warp reads and writes
+// consecutive elements along a row. z loops where the planes pass the grid's 65,535.
 #include <cuda_bf16.h>
 
 #include <algorithm>
@@ -17,26 +18,34 @@ namespace ember::cuda {
 
 namespace {
 
-// im2col: cols = the columns of a contiguous (n, c, h, w) input, (n, c kh kw, oh ow),
-// pad_value where a window reads outside the plane; col2im: x = their adjoint, written
-// (not added), float32 and bfloat16 summed in float32 and rounded once, float64 in
-// float64. The layout is kernel_families.h's Im2colArgs; only this file's adapters call
-// the launchers (CONTRIBUTING.md: no header for them).
+// im2col: cols = the columns of a contiguous (n, c, h, w) input, pad_value where a
+// window reads outside the plane; col2im: x = their adjoint, written (not added),
+// float32 and bfloat16 summed in float32 and rounded once, float64 in float64. The
+// layout is kernel_families.h's Im2colArgs (image and row strides, so per image or as
+// one matrix with the batch inside the columns); only this file's adapters call the
+// launchers (CONTRIBUTING.md: no header for them).
 struct ColumnGeometry {
   int64_t n, c, h, w;
   int64_t kh, kw, sh, sw, ph, pw, dh, dw;
   int64_t oh, ow;
+  int64_t col_image, col_row;
 };
 
 constexpr int kThreads = 256;
 constexpr int64_t kMaxGridZ = 65535;
 
-// The geometry in 32-bit fields where every offset of one plane fits (checked by the
-// launchers), plane offsets in 64 bits.
+// The geometry in 32-bit fields where every offset inside one plane's pixels or one
+// row of columns fits (checked by the launchers); plane and row offsets in 64 bits.
 struct Geo {
   int h, w, kh, kw, sh, sw, ph, pw, dh, dw, oh, ow;
-  int64_t planes;
+  int64_t planes, c, col_image, col_row;
 };
+
+// Where plane p = ni c + ci's first row of columns starts.
+__device__ __forceinline__ int64_t plane_offset(const Geo& g, int64_t p) {
+  const int64_t ni = p / g.c, ci = p - ni * g.c;
+  return ni * g.col_image + ci * (g.kh * g.kw) * g.col_row;
+}
 
 Geo narrow_geo(const ColumnGeometry& g) {
   return {static_cast<int>(g.h),
@@ -51,7 +60,10 @@ Geo narrow_geo(const ColumnGeometry& g) {
           static_cast<int>(g.dw),
           static_cast<int>(g.oh),
           static_cast<int>(g.ow),
-          g.n * g.c};
+          g.n * g.c,
+          g.c,
+          g.col_image,
+          g.col_row};
 }
 
 // im2col: a thread owns one column of a plane, so a warp's loads and stores are
@@ -78,7 +90,7 @@ __global__ void __launch_bounds__(kThreads)
   const int kk = g.kh * g.kw;
   for (int64_t p = blockIdx.z; p < g.planes; p += gridDim.z) {
     const S* xp = x + p * static_cast<int64_t>(g.h) * g.w;
-    S* out = cols + p * kk * static_cast<int64_t>(cols_per_plane) + l;
+    S* out = cols + plane_offset(g, p) + l;
     int ki = 0, kj = 0;
     for (int k0 = 0; k0 < kk; k0 += kChunk) {
       S v[kChunk];
@@ -93,7 +105,7 @@ __global__ void __launch_bounds__(kThreads)
       }
 #pragma unroll
       for (int j = 0; j < kChunk; ++j)
-        if (k0 + j < kk) out[static_cast<int64_t>(k0 + j) * cols_per_plane] = v[j];
+        if (k0 + j < kk) out[static_cast<int64_t>(k0 + j) * g.col_row] = v[j];
     }
   }
 }
@@ -140,15 +152,14 @@ __global__ void __launch_bounds__(kThreads)
       }
     }
   }
-  const int kk = g.kh * g.kw, cols_per_plane = g.oh * g.ow;
   for (int64_t p = blockIdx.z; p < g.planes; p += gridDim.z) {
-    const S* cp = cols + p * kk * static_cast<int64_t>(cols_per_plane);
+    const S* cp = cols + plane_offset(g, p);
     C acc[V];
 #pragma unroll
     for (int j = 0; j < V; ++j) acc[j] = 0;
     for (int ki = 0; ki < g.kh; ++ki)
       for (int kj = 0; kj < g.kw; ++kj) {
-        const S* row = cp + (ki * g.kw + kj) * cols_per_plane;
+        const S* row = cp + (ki * g.kw + kj) * g.col_row;
 #pragma unroll
         for (int j = 0; j < V; ++j) {
           const int ti = rr[j] - ki * g.dh, tj = cc[j] - kj * g.dw;  // oi sh, oj sw
@@ -179,7 +190,7 @@ int block_for(int64_t n) {
 void check_geometry(const char* op, const ColumnGeometry& g) {
   EMBER_CHECK(g.n >= 0 && g.c >= 0 && g.h >= 0 && g.w >= 0 && g.kh > 0 && g.kw > 0 && g.sh > 0 &&
                   g.sw > 0 && g.dh > 0 && g.dw > 0 && g.ph >= 0 && g.pw >= 0 && g.oh >= 0 &&
-                  g.ow >= 0,
+                  g.ow >= 0 && g.col_image >= 0 && g.col_row >= 0,
               op, ": bad geometry");
   const int64_t limit = int64_t{1} << 30;
   EMBER_CHECK(g.h * g.w < limit && g.kh * g.kw * g.oh * g.ow < limit && g.h + 2 * g.ph < limit &&
@@ -236,7 +247,8 @@ void launch_col2im(DType dtype, const void* cols, void* x, const ColumnGeometry&
 namespace entry {
 
 ColumnGeometry geometry_of(const kernels::Im2colArgs& a) {
-  return {a.n, a.c, a.h, a.w, a.kh, a.kw, a.sh, a.sw, a.ph, a.pw, a.dh, a.dw, a.oh, a.ow};
+  return {a.n,  a.c,  a.h,  a.w,  a.kh, a.kw, a.sh,        a.sw,
+          a.ph, a.pw, a.dh, a.dw, a.oh, a.ow, a.col_image, a.col_row};
 }
 
 void im2col(const kernels::Im2colArgs& a) {

@@ -100,6 +100,69 @@ TEST_CASE("conv2d: equals the direct definition over strides, padding, dilation 
   }
 }
 
+namespace {
+
+// conv2d's column layout for the scope, restored after.
+struct ColumnLayout {
+  explicit ColumnLayout(detail::ConvColumns c) : before_(detail::conv_columns()) {
+    detail::set_conv_columns(c);
+  }
+  ~ColumnLayout() { detail::set_conv_columns(before_); }
+  detail::ConvColumns before_;
+};
+
+}  // namespace
+
+TEST_CASE("conv2d: both column layouts give the direct definition and the same gradients") {
+  // Per image (N, C kk, L) and as one (C kk, N L) matrix: the forward against the
+  // textbook loops, and every gradient against each other (float64: one product each
+  // way against N summed, so equal to rounding).
+  struct Case {
+    int64_t n, c, h, w, o, kh, kw;
+    Int2 s, p, d;
+    int64_t groups;
+  };
+  const std::vector<Case> cases = {
+      {2, 3, 7, 6, 4, 3, 3, {1, 1}, {1, 1}, {1, 1}, 1},
+      {3, 4, 9, 8, 6, 3, 2, {2, 3}, {1, 0}, {1, 2}, 2},
+      {2, 6, 5, 5, 6, 3, 3, {1, 1}, {2, 2}, {2, 2}, 6},  // depthwise
+      {4, 8, 4, 4, 4, 3, 3, {2, 2}, {1, 1}, {1, 1}, 1},  // C kk 72 > L 4: automatic picks matrix
+  };
+  uint64_t seed = 41;
+  for (const Case& k : cases) {
+    CAPTURE(k.groups);
+    CAPTURE(k.n);
+    const Tensor x0 = randn64({k.n, k.c, k.h, k.w}, seed++);
+    const Tensor w0 = randn64({k.o, k.c / k.groups, k.kh, k.kw}, seed++);
+    const Tensor b0 = randn64({k.o}, seed++);
+    const Tensor ref = naive_conv2d(x0, w0, b0, k.s, k.p, k.d, k.groups);
+    std::vector<std::vector<Tensor>> runs;
+    for (auto layout : {detail::ConvColumns::per_image, detail::ConvColumns::matrix,
+                        detail::ConvColumns::automatic}) {
+      ColumnLayout scope(layout);
+      Tensor x = x0.detach(), w = w0.detach(), b = b0.detach();
+      x.set_requires_grad(true);
+      w.set_requires_grad(true);
+      b.set_requires_grad(true);
+      Tensor y = conv2d(x, w, b, k.s, k.p, k.d, k.groups);
+      REQUIRE(y.sizes() == ref.sizes());
+      CHECK(rel_error(y, ref) < 1e-13);
+      sum(mul(y, y)).backward();
+      runs.push_back({x.grad(), w.grad(), b.grad()});
+    }
+    for (size_t r = 1; r < runs.size(); ++r)
+      for (size_t i = 0; i < 3; ++i) CHECK(rel_error(runs[r][i], runs[0][i]) < 1e-13);
+  }
+  // Gradients of the matrix layout against finite differences, groups and strides.
+  ColumnLayout scope(detail::ConvColumns::matrix);
+  Tensor x = randn64({3, 4, 5, 4}, 51), w = randn64({4, 2, 3, 2}, 52), b = randn64({4}, 53);
+  CHECK_GRADCHECK(
+      [](const Inputs& in) {
+        return conv2d(in[0], in[1], in[2], {2, 1}, {1, 1}, {1, 2}, 2);
+      },
+      {x, w, b});
+}
+
 TEST_CASE("conv2d: gradients of input, weight and bias against finite differences") {
   Tensor x = randn64({2, 4, 5, 4}, 11), w = randn64({4, 2, 3, 2}, 12), b = randn64({4}, 13);
   CHECK_GRADCHECK(
@@ -370,8 +433,10 @@ const std::vector<ColumnCase> kColumnCases = {
 // unfold, fold, conv2d's three gradients and max_pool2d's gradient (padding,
 // ceil_mode) on `device` in `dt`, by the kernels or composed: every output in float64.
 std::vector<Tensor> column_outputs(const ColumnCase& k, Device device, DType dt, bool composed,
-                                   uint64_t seed) {
+                                   uint64_t seed,
+                                   detail::ConvColumns layout = detail::ConvColumns::automatic) {
   ComposedColumns scope(composed);
+  ColumnLayout columns(layout);
   std::vector<Tensor> out;
   const Tensor x0 = randn64({k.n, k.c, k.h, k.w}, seed).to(device).to(dt);
   const Tensor cols = unfold(x0, {k.kh, k.kw}, k.d, k.p, k.s);
@@ -407,19 +472,23 @@ void check_columns_match(Device device) {
       CAPTURE(dt);
       CAPTURE(k.h);
       CAPTURE(k.kw);
-      const auto ours = column_outputs(k, device, dt, false, seed);
       const auto ref = column_outputs(k, device, dt, true, seed);
-      seed += 3;
-      for (size_t i = 0; i < ours.size(); ++i) {
-        CAPTURE(names[i]);
-        REQUIRE(ours[i].sizes() == ref[i].sizes());
-        // unfold and max_pool2d's values are gathers: equal bit for bit. The sums
-        // (fold, the gradients through col2im) differ by rounding in bfloat16 only
-        // (col2im sums in float32, index_add rounds each addition).
-        const bool gather = i == 0 || i == 6;
-        const double tol = gather ? 0.0 : dt == kFloat64 ? 1e-12 : dt == kFloat32 ? 1e-5 : 2e-2;
-        CHECK(rel_error(ours[i], ref[i]) <= tol);
+      for (auto layout : {detail::ConvColumns::per_image, detail::ConvColumns::matrix}) {
+        CAPTURE(static_cast<int>(layout));
+        const auto ours = column_outputs(k, device, dt, false, seed, layout);
+        for (size_t i = 0; i < ours.size(); ++i) {
+          CAPTURE(names[i]);
+          REQUIRE(ours[i].sizes() == ref[i].sizes());
+          // unfold and max_pool2d's values are gathers: equal bit for bit. The sums
+          // (fold, the gradients through col2im) differ by rounding in bfloat16 only
+          // (col2im sums in float32, index_add rounds each addition); the matrix
+          // layout's products sum over the batch in another order.
+          const bool gather = i == 0 || i == 6;
+          const double tol = gather ? 0.0 : dt == kFloat64 ? 1e-12 : dt == kFloat32 ? 1e-5 : 2e-2;
+          CHECK(rel_error(ours[i], ref[i]) <= tol);
+        }
       }
+      seed += 3;
     }
   }
 }
@@ -454,24 +523,29 @@ TEST_CASE("im2col/col2im kernels: equal to the composed columns (CUDA), and to t
   check_columns_match(kCUDA);
   uint64_t seed = 500;
   for (const ColumnCase& k : kColumnCases) {
-    const auto gpu = column_outputs(k, kCUDA, kFloat64, false, seed);
-    const auto cpu = column_outputs(k, kCPU, kFloat64, false, seed);
+    for (auto layout : {detail::ConvColumns::per_image, detail::ConvColumns::matrix}) {
+      const auto gpu = column_outputs(k, kCUDA, kFloat64, false, seed, layout);
+      const auto cpu = column_outputs(k, kCPU, kFloat64, false, seed, layout);
+      for (size_t i = 0; i < gpu.size(); ++i) CHECK(rel_error(gpu[i], cpu[i]) < 1e-12);
+    }
     seed += 3;
-    for (size_t i = 0; i < gpu.size(); ++i) CHECK(rel_error(gpu[i], cpu[i]) < 1e-12);
   }
 }
 
 TEST_CASE("im2col/col2im kernels: conv2d forward and backward run on the meta device") {
   // The meta device registers the column kernels as computing nothing: conv2d's
   // forward and backward run there through the kernels' path, with the CPU's shapes.
-  const Tensor mx = empty({2, 4, 9, 7}, TensorOptions(kFloat32).device(kMeta));
-  Tensor mw = empty({6, 4, 3, 3}, TensorOptions(kFloat32).device(kMeta));
-  Tensor x = mx.detach();
-  x.set_requires_grad(true);
-  mw.set_requires_grad(true);
-  Tensor y = conv2d(x, mw, Tensor(), {1, 1}, {1, 1});
-  CHECK(y.sizes() == Shape{2, 6, 9, 7});
-  sum(y).backward();
-  CHECK(x.grad().sizes() == mx.sizes());
-  CHECK(mw.grad().sizes() == mw.sizes());
+  for (auto layout : {detail::ConvColumns::per_image, detail::ConvColumns::matrix}) {
+    ColumnLayout scope(layout);
+    const Tensor mx = empty({2, 4, 9, 7}, TensorOptions(kFloat32).device(kMeta));
+    Tensor mw = empty({6, 4, 3, 3}, TensorOptions(kFloat32).device(kMeta));
+    Tensor x = mx.detach();
+    x.set_requires_grad(true);
+    mw.set_requires_grad(true);
+    Tensor y = conv2d(x, mw, Tensor(), {1, 1}, {1, 1});
+    CHECK(y.sizes() == Shape{2, 6, 9, 7});
+    sum(y).backward();
+    CHECK(x.grad().sizes() == mx.sizes());
+    CHECK(mw.grad().sizes() == mw.sizes());
+  }
 }
