@@ -68,39 +68,10 @@ Workload gpt2_workload() {
   return {"gpt2-124M step", "12x768 T1024 b16", gpt::gpt2_124m(), 16};
 }
 
-// One model, its optimizer and a fixed batch on `device`.
-struct Trainer {
-  std::shared_ptr<GPT> model;
-  std::shared_ptr<optim::AdamW> opt;
-  Tensor x, y;
-  bool bf16;
-
+// One model, its optimizer and a fixed batch on `device` (examples/gpt_model.h).
+struct Trainer : gpt::TrainStep {
   Trainer(const Workload& w, Device device, bool bf16_autocast, uint64_t seed = 1337)
-      : bf16(bf16_autocast) {
-    manual_seed(seed);
-    model = std::make_shared<GPT>(w.cfg);
-    model->to(device);
-    optim::AdamWOptions o = optim::AdamWOptions(1e-3).betas({0.9, 0.99});
-    opt = std::make_shared<optim::AdamW>(model->param_groups(o.weight_decay(0.1)), o);
-    Generator g(7);
-    x = randint(0, w.cfg.vocab_size, {w.batch, w.cfg.block_size}, TensorOptions(kInt64), &g)
-            .to(device);
-    y = randint(0, w.cfg.vocab_size, {w.batch, w.cfg.block_size}, TensorOptions(kInt64), &g)
-            .to(device);
-  }
-  Tensor loss() {
-    if (!bf16) return model->loss(x, y);
-    AutocastGuard autocast(kBFloat16);
-    return model->loss(x, y);
-  }
-  Tensor step() {
-    opt->zero_grad();
-    Tensor l = loss();
-    l.backward();
-    nn::utils::clip_grad_norm_tensor_(model->parameters(), 1.0);
-    opt->step();
-    return l.detach();
-  }
+      : gpt::TrainStep(w.cfg, w.batch, device, bf16_autocast, seed) {}
 };
 
 // Wall milliseconds per step: the median round of `rounds` x `steps`, one sync each.

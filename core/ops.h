@@ -256,6 +256,16 @@ Tensor matmul(const Tensor& a, const Tensor& b);
 // broadcasting, as torch.bmm).
 Tensor bmm(const Tensor& a, const Tensor& b);
 
+// --- dropout (core/ops/dropout.cpp), the kernel nn::functional::dropout and attention
+// run: x / (1 - p) where kept, 0 elsewhere, element i kept iff dropout_keeps(seed,
+// offset + i, dropout_threshold(p)) (core/base/random.h: probability 1 - p), offset =
+// gen->advance(numel) (the default generator if null), i row-major. The mask is drawn
+// inside the kernel and drawn again by the backward: nothing is saved. float32,
+// float64 and bfloat16 (scaled in float32, rounded once); p in [0, 1); p = 0 returns x
+// and draws nothing. Refused while a CUDA graph is captured (a replay would repeat
+// the mask).
+Tensor fused_dropout(const Tensor& x, double p, Generator* gen = nullptr);
+
 // --- attention (core/ops/attention.cpp), as torch.nn.functional.scaled_dot_product_attention:
 // softmax(q k^T * scale + mask) v with query (..., L, E), key (..., S, E), value
 // (..., S, Ev) -> (..., L, Ev); the batch dims (...) broadcast. attn_mask, broadcast
@@ -265,9 +275,9 @@ Tensor bmm(const Tensor& a, const Tensor& b);
 // unset (the default) means 1 / sqrt(E). A row whose keys are all masked out gives
 // zeros (PyTorch's math backend since 2.5), not NaN. dropout_p > 0 zeroes
 // attention weights as nn::functional::dropout does (always: PyTorch's function has
-// no training flag), the keep mask drawn from `gen` (the default generator if null):
-// weight i (row-major in the broadcast (..., L, S)) is kept iff
-// float(random_uniform(seed, offset + i)) >= float(dropout_p), offset being
+// no training flag), by fused_dropout over the weights: weight i (row-major in the
+// broadcast (..., L, S)) is kept iff dropout_keeps(seed, offset + i,
+// dropout_threshold(dropout_p)) (core/base/random.h), offset being
 // gen->advance((...) * L * S) at the call, so a fused kernel can reproduce it.
 // Differentiable in query, key, value and a float mask. EMBER_ATTENTION=composed
 // forces the composed path; =ours requires the fused kernel (an error where it

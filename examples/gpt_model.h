@@ -198,4 +198,41 @@ inline double flops_per_token(const GPT& m, int64_t T) {
          12.0 * static_cast<double>(c.n_layer * c.n_head * (c.n_embd / c.n_head) * T);
 }
 
+// One training step as the benchmarks time it (bench_gpt; ember-predict's gpt_char and
+// gpt2): AdamW (lr 1e-3, betas 0.9/0.99, weight decay 0.1 on the 2-D parameters), bf16
+// autocast when asked, the forward and backward, clipping at 1.0 without a host sync
+// (the tensor-returning form), the update; on a fixed batch of random token ids.
+struct TrainStep {
+  std::shared_ptr<GPT> model;
+  std::shared_ptr<optim::AdamW> opt;
+  Tensor x, y;
+  bool bf16;
+
+  TrainStep(const GPTConfig& cfg, int64_t batch, Device device, bool bf16_autocast,
+            uint64_t seed = 1337)
+      : bf16(bf16_autocast) {
+    manual_seed(seed);
+    model = std::make_shared<GPT>(cfg);
+    model->to(device);
+    optim::AdamWOptions o = optim::AdamWOptions(1e-3).betas({0.9, 0.99});
+    opt = std::make_shared<optim::AdamW>(model->param_groups(o.weight_decay(0.1)), o);
+    Generator g(7);
+    x = randint(0, cfg.vocab_size, {batch, cfg.block_size}, TensorOptions(kInt64), &g).to(device);
+    y = randint(0, cfg.vocab_size, {batch, cfg.block_size}, TensorOptions(kInt64), &g).to(device);
+  }
+  Tensor loss() {
+    if (!bf16) return model->loss(x, y);
+    AutocastGuard autocast(kBFloat16);
+    return model->loss(x, y);
+  }
+  Tensor step() {
+    opt->zero_grad();
+    Tensor l = loss();
+    l.backward();
+    nn::utils::clip_grad_norm_tensor_(model->parameters(), 1.0);
+    opt->step();
+    return l.detach();
+  }
+};
+
 }  // namespace gpt

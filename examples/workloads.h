@@ -12,6 +12,9 @@
 //   varying_batch     3 x Linear(1024, 1024), Adam, a different batch size every step
 //   resnet8           benchmarks/conv.cpp's ResNet-8 (conv, batch norm, pooling), SGD with
 //                     momentum, batch 128 of 3x32x32, TF32
+//   gpt_char, gpt2    bench_gpt's steps (examples/gpt_model.h): the character GPT (6x384,
+//                     T 256, batch 64, dropout 0.2) and GPT-2 124M (12x768, T 1024, batch
+//                     16), AdamW, bf16 autocast on CUDA (fp32 elsewhere), clipping
 //   leak_*            the leak examples' patterns (examples/leak_*.cpp), leaking or fixed
 #pragma once
 
@@ -27,6 +30,7 @@
 #include "core/predict.h"
 #include "cuda/blas.h"
 #include "ember.h"
+#include "examples/gpt_model.h"
 #include "nn/nn.h"
 #include "optim/optim.h"
 
@@ -491,6 +495,23 @@ inline std::vector<Workload> all() {
   w.push_back({"resnet8",
                "benchmarks/conv.cpp's ResNet-8, SGD momentum, batch 128 of 3x32x32, TF32",
                [] { return StepFactory([](Device d) { return resnet8(d, 128); }); }});
+  const std::pair<const char*, std::pair<gpt::GPTConfig, int64_t>> gpts[] = {
+      {"gpt_char", {gpt::GPTConfig{}, 64}}, {"gpt2", {gpt::gpt2_124m(), 16}}};
+  for (const auto& [name, shape] : gpts) {
+    const gpt::GPTConfig cfg = shape.first;
+    const int64_t batch = shape.second;
+    w.push_back({name,
+                 "bench_gpt's step: " + std::to_string(cfg.n_layer) + "x" +
+                     std::to_string(cfg.n_embd) + ", T " + std::to_string(cfg.block_size) +
+                     ", batch " + std::to_string(batch) + ", dropout " +
+                     (cfg.dropout > 0 ? "0.2" : "0") + ", AdamW, bf16 autocast",
+                 [cfg, batch] {
+                   return StepFactory([cfg, batch](Device d) {
+                     auto t = std::make_shared<gpt::TrainStep>(cfg, batch, d, true);
+                     return StepFunction([t](int) { t->step(); });
+                   });
+                 }});
+  }
   const std::pair<const char*, Leak> leaks[] = {{"loss_accumulation", Leak::loss_accumulation},
                                                 {"outputs_list", Leak::outputs_list},
                                                 {"module_cache", Leak::module_cache},

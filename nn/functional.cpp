@@ -8,10 +8,8 @@ Tensor dropout(const Tensor& x, double p, bool training, Generator* gen) {
   check_defined("dropout", x);
   if (!training || p == 0.0) return x;
   if (p == 1.0) return mul(x, 0.0);
-  // keep where u >= p: probability 1 - p. The mask (cast to x's dtype from the
-  // comparison's bool) holds the scale, so one mul.
-  Tensor keep = ge(rand(x.sizes(), TensorOptions().dtype(x.dtype()).device(x.device()), gen), p);
-  return mul(x, mul(cast(keep, x.dtype()), 1.0 / (1.0 - p)));
+  check_floating("dropout", x);
+  return fused_dropout(x, p, gen);  // the mask drawn in the kernel, and again in backward
 }
 
 Tensor dropout2d(const Tensor& x, double p, bool training, Generator* gen) {

@@ -136,6 +136,22 @@ struct FillArgs {
   double value;
 };
 
+// Dropout with its mask drawn inside: y[i] = x[i] * scale where dropout_keeps(seed,
+// offset + i, threshold) (core/base/random.h), else 0, computed in float32 (float64 for
+// float64) and rounded once; x and y contiguous, float32, float64 or bfloat16, y may be
+// x. Its backward is the same call on the gradient: the mask is drawn again, never kept.
+struct DropoutArgs {
+  Device device;
+  DType dtype;
+  const void* x;
+  void* y;
+  int64_t n;
+  uint64_t seed;
+  uint64_t offset;
+  uint32_t threshold;
+  double scale;
+};
+
 // y[i] = lo + (hi - lo) U(seed, offset + i), or mean + std N(seed, offset + i)
 // (core/base/random.h), or with `integer` lo + floor((hi - lo) U(seed, offset + i))
 // (randint: an integer in [lo, hi)); y contiguous.
@@ -707,6 +723,7 @@ enum class FamilyKind { compute, query, predicate, decision };
   X(cast, void, CastArgs, compute)                                      \
   X(fill, void, FillArgs, compute)                                      \
   X(random, void, RandomArgs, compute)                                  \
+  X(dropout, void, DropoutArgs, compute)                                \
   X(randperm, void, RandpermArgs, compute)                              \
   X(randperm_workspace_bytes, size_t, ScatterQuery, query)              \
   X(copy_bytes, void, CopyBytesArgs, compute)                           \

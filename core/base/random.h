@@ -24,6 +24,19 @@ EMBER_HD double random_uniform(uint64_t seed, uint64_t counter) {
   return static_cast<double>(random_bits(seed, counter) >> 11) * (1.0 / 9007199254740992.0);
 }
 
+// Dropout's keep test on counter `counter`: the high 32 bits of its random bits at or
+// above `threshold`, so an element is kept with probability 1 - threshold / 2^32.
+// Integer arithmetic only: both devices (and a fused kernel anywhere) draw the same mask.
+EMBER_HD bool dropout_keeps(uint64_t seed, uint64_t counter, uint32_t threshold) {
+  return static_cast<uint32_t>(random_bits(seed, counter) >> 32) >= threshold;
+}
+
+// The threshold for drop probability p in [0, 1): ceil(p 2^32), so p = 0 keeps all.
+inline uint32_t dropout_threshold(double p) {
+  const double t = std::ceil(p * 4294967296.0);
+  return t >= 4294967295.0 ? 0xFFFFFFFFu : t <= 0.0 ? 0u : static_cast<uint32_t>(t);
+}
+
 // Standard normal by Box-Muller on two independent uniforms derived from one counter.
 EMBER_HD double random_normal(uint64_t seed, uint64_t counter) {
   double u1 = random_uniform(seed, 2 * counter);

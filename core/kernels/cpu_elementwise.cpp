@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/base/error.h"
 #include "core/base/random.h"
 #include "core/kernels/cpu_elementwise.h"
 #include "core/kernels/cpu_loops.h"
@@ -223,6 +224,31 @@ void random(const RandomArgs& a) {
   });
 }
 
+// Element-wise, so split over the pool freely: the same values at any thread count.
+void dropout(const DropoutArgs& a) {
+  dispatch_cpu(a.dtype, [&](auto tag) {
+    using S = decltype(tag);
+    if constexpr (std::is_floating_point_v<S> || std::is_same_v<S, BFloat16>) {
+      using C = std::conditional_t<std::is_same_v<S, double>, double, float>;
+      const S* x = static_cast<const S*>(a.x);
+      S* y = static_cast<S*>(a.y);
+      const C scale = static_cast<C>(a.scale);
+      auto run = [&](int64_t lo, int64_t hi) {
+        for (int64_t i = lo; i < hi; ++i) {
+          const bool keep = dropout_keeps(a.seed, a.offset + static_cast<uint64_t>(i), a.threshold);
+          y[i] = S(keep ? static_cast<C>(x[i]) * scale : C(0));
+        }
+      };
+      if (cpu::fast_paths())
+        cpu::parallel_for(a.n, cpu::kElementwiseGrain, run);
+      else
+        run(0, a.n);
+    } else {
+      EMBER_CHECK(false, "dropout: takes float32, float64 or bfloat16, got ", a.dtype);
+    }
+  });
+}
+
 // Sorted by (key, index): the order a stable sort by key gives, which is what the
 // CUDA radix sort produces.
 void randperm(const RandpermArgs& a) {
@@ -248,6 +274,7 @@ void register_cpu_elementwise(KernelFamilies& t) {
   t.cast = &cast;
   t.fill = &fill;
   t.random = &random;
+  t.dropout = &dropout;
   t.randperm = &randperm;
   t.randperm_workspace_bytes = &no_workspace;
 }

@@ -140,10 +140,7 @@ Tensor attention_composed(const Tensor& q, const Tensor& k, const Tensor& v, con
   }
   Tensor weights = softmax(scores, -1);
   if (all_masked.defined()) weights = where(all_masked, full({}, 0.0, opts), weights);
-  if (dropout_p > 0.0) {
-    const Tensor u = rand(weights.sizes(), TensorOptions().dtype(kFloat32).device(q.device()), gen);
-    weights = mul(weights, mul(cast(ge(u, dropout_p), q.dtype()), 1.0 / (1.0 - dropout_p)));
-  }
+  if (dropout_p > 0.0) weights = fused_dropout(contiguous(weights), dropout_p, gen);
   Tensor out = matmul(reshape(weights, {s.n, s.L, s.S}), v3);
   return view(out, concat(s.batch, s.L, s.Ev));
 }

@@ -180,6 +180,18 @@ __global__ void random_kernel(S* y, int64_t n, uint64_t seed, uint64_t offset, b
   }
 }
 
+// Dropout, its mask drawn here (kernel_families.h's DropoutArgs); x may be y.
+template <typename S>
+__global__ void dropout_kernel(const S* x, S* y, int64_t n, uint64_t seed, uint64_t offset,
+                               uint32_t threshold, typename CompOf<S>::type scale) {
+  using C = typename CompOf<S>::type;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    const bool keep = dropout_keeps(seed, offset + static_cast<uint64_t>(i), threshold);
+    y[i] = narrow<S>(keep ? widen(x[i]) * scale : C(0));
+  }
+}
+
 // The runtime's handle of `kernel`, looked up once per kernel. Since CUDA 13,
 // <<<>>> launches by handle too; cudaLaunchKernel given the host stub instead
 // must first find its kernel.
@@ -349,6 +361,17 @@ void launch_random(DType dtype, void* y, int64_t n, uint64_t seed, uint64_t offs
   });
 }
 
+void launch_dropout(DType dtype, const void* x, void* y, int64_t n, uint64_t seed, uint64_t offset,
+                    uint32_t threshold, double scale, cudaStream_t stream) {
+  if (n == 0) return;
+  dispatch_float(dtype, "dropout", [&](auto* tag) {
+    using S = std::remove_pointer_t<decltype(tag)>;
+    using C = typename CompOf<S>::type;
+    launch<dropout_kernel<S>>(n, stream, static_cast<const S*>(x), static_cast<S*>(y), n, seed,
+                              offset, threshold, static_cast<C>(scale));
+  });
+}
+
 // ------------------------------------------------------------------ registration
 
 namespace {
@@ -410,6 +433,12 @@ void random(const kernels::RandomArgs& a) {
                 current_stream(a.device.index));
 }
 
+void dropout(const kernels::DropoutArgs& a) {
+  DeviceGuard guard(a.device.index);
+  launch_dropout(a.dtype, a.x, a.y, a.n, a.seed, a.offset, a.threshold, a.scale,
+                 current_stream(a.device.index));
+}
+
 }  // namespace entry
 }  // namespace
 
@@ -422,6 +451,7 @@ void register_elementwise(kernels::KernelFamilies& t) {
   t.cast = &entry::cast;
   t.fill = &entry::fill;
   t.random = &entry::random;
+  t.dropout = &entry::dropout;
 }
 
 }  // namespace ember::cuda

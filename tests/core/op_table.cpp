@@ -132,6 +132,20 @@ const std::vector<OpEntry>& op_table() {
          [](const Inputs& v, int64_t a) { return gelu(v[0], a == 1 ? "tanh" : "none"); },
          {{{x({3, 4})}, 0}, {{x({3, 4})}, 1}, {{x({4, 3}).T()}, 1}, {{x({0, 2})}, 0},
           {{x({1027})}, 0}, {{x({1027})}, 1}}},
+        // arg: p in percent; a fresh generator per call, so every call (CPU, CUDA, meta,
+        // the gradcheck's) draws the same mask
+        {"fused_dropout", "",
+         [](const Inputs& v, int64_t percent) {
+           Generator g(29);
+           g.set_offset(7);
+           return fused_dropout(v[0], static_cast<double>(percent) / 100.0, &g);
+         },
+         {{{x({3, 4})}, 30},
+          {{x({4, 3}).T()}, 50},
+          {{x({0, 2})}, 30},
+          {{x({1027})}, 10},
+          {{x({3, 4})}, 0},
+          {{x({2, 3, 4}).strided()}, 90}}},
         // --- end of the dtypes branch's block
 
         // arg: the target dtype (0 float64, 1 float32, 2 bfloat16, 3 int64)

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "core/autograd.h"
+#include "core/base/random.h"
 #include "core/ops.h"
 #include "error_text.h"
 #include "gradcheck.h"
@@ -151,14 +152,15 @@ TEST_CASE("attention/sdpa: dropout keeps weights by the documented counters") {
   const int64_t B = 2, L = 3, S = 5, E = 4;
   Tensor q = randn64({B, L, E}, 13), k = randn64({B, S, E}, 14), v = randn64({B, S, 2}, 15);
   const double p = 0.4;
-  Generator g1(77), g2(77);
+  Generator g1(77);
   g1.set_offset(1000);
-  g2.set_offset(1000);
   Tensor got = sdpa(q, k, v, Tensor(), p, true, std::nullopt, &g1);
   CHECK(g1.offset() == 1000 + static_cast<uint64_t>(B * L * S));
-  // The composition with the same keep mask: u from the same (seed, offset), float32.
-  Tensor u = rand({B, L, S}, kFloat32, &g2);
-  Tensor keep = cast(u.ge(p), kFloat64);
+  // The composition with the documented mask: dropout_keeps at (seed, offset + i).
+  std::vector<double> kept;
+  for (int64_t i = 0; i < B * L * S; ++i)
+    kept.push_back(dropout_keeps(77, 1000 + static_cast<uint64_t>(i), dropout_threshold(p)));
+  Tensor keep = from_vector(kept, {B, L, S}, kFloat64);
   Tensor causal = tensor({{1, 0, 0, 0, 0}, {1, 1, 0, 0, 0}, {1, 1, 1, 0, 0}}, kFloat64).gt(0.5);
   Tensor w = softmax(where(causal, matmul(q, transpose(k, 1, 2)) * (1.0 / std::sqrt(4.0)),
                            full({}, -kInf, kFloat64)),

@@ -1,0 +1,58 @@
+// Dropout in one kernel (kernel family dropout: core/kernels/cpu_elementwise.cpp,
+// cuda/kernels/elementwise.cu, nothing on the meta device). The mask comes from the
+// generator's counters (core/base/random.h's dropout_keeps) inside the kernel, and the
+// backward draws it again from the same (seed, offset): no mask is stored, so a dropout
+// keeps nothing alive for backward but its output's gradient.
+#include <cstdint>
+#include <vector>
+
+#include "core/alloc_site.h"
+#include "core/autograd.h"
+#include "core/base/random.h"
+#include "core/device_services.h"
+#include "core/kernel_table.h"
+#include "core/ops.h"
+
+namespace ember {
+
+namespace {
+
+struct Draw {
+  uint64_t seed, offset;
+  uint32_t threshold;
+  double scale;
+};
+
+// x with the draw's mask and scale, differentiable (its backward: the same draw).
+Tensor apply_draw(const Tensor& x, const Draw& d) {
+  const Tensor xs = contiguous(x.detach());
+  Tensor y = empty(xs.sizes(), xs.options());
+  if (xs.numel() > 0)
+    kernels::kernels_for(xs.device())
+        .dropout({xs.device(), xs.dtype(), xs.raw_data(), y.raw_data(), xs.numel(), d.seed,
+                  d.offset, d.threshold, d.scale});
+  if (any_requires_grad({&x}))
+    attach_grad_fn(y, "FusedDropoutBackward", {&x}, [d](const Tensor& grad, const SavedTensors&) {
+      return std::vector<Tensor>{apply_draw(grad, d)};
+    });
+  return y;
+}
+
+}  // namespace
+
+Tensor fused_dropout(const Tensor& x, double p, Generator* gen) {
+  OpSite site("dropout");
+  check_defined("fused_dropout", x);
+  EMBER_CHECK(x.dtype() == kFloat32 || x.dtype() == kFloat64 || x.dtype() == kBFloat16,
+              "fused_dropout: takes float32, float64 or bfloat16, got ", x.dtype());
+  EMBER_CHECK(p >= 0.0 && p < 1.0, "fused_dropout: p must be in [0, 1), got ", p);
+  if (p == 0.0) return x;
+  // The generator's offset advances on the host, once: a replay would repeat it.
+  check_not_capturing(x.device(), "dropout",
+                      "draw random numbers (every replay would repeat the captured ones)");
+  Generator& g = gen != nullptr ? *gen : default_generator();
+  const uint64_t offset = g.advance(static_cast<uint64_t>(x.numel()));
+  return apply_draw(x, {g.seed(), offset, dropout_threshold(p), 1.0 / (1.0 - p)});
+}
+
+}  // namespace ember

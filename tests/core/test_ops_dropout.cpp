@@ -1,0 +1,174 @@
+// fused_dropout (core/ops/dropout.cpp, kernel family dropout): the values against the
+// documented mask (core/base/random.h's dropout_keeps at the generator's counters), the
+// keep rate, the gradient, that nothing is saved for backward, the same bits at any
+// thread count, bad input, and CUDA against the CPU (suite "cuda": skipped, not passed,
+// without a GPU).
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "core/autograd.h"
+#include "core/base/random.h"
+#include "core/ops.h"
+#include "core/threads.h"
+#include "error_text.h"
+#include "gradcheck.h"
+
+using namespace ember;
+using ember::testing::contains;
+using ember::testing::error_of;
+using ember::testing::randn64;
+
+namespace {
+
+// The mask for n counters from (seed, offset), as 0 / 1.
+std::vector<double> mask_of(uint64_t seed, uint64_t offset, int64_t n, double p) {
+  std::vector<double> m;
+  for (int64_t i = 0; i < n; ++i)
+    m.push_back(dropout_keeps(seed, offset + static_cast<uint64_t>(i), dropout_threshold(p)) ? 1.0
+                                                                                             : 0.0);
+  return m;
+}
+
+struct Threads {
+  int saved = get_num_threads();
+  ~Threads() { set_num_threads(saved); }
+};
+
+}  // namespace
+
+TEST_CASE("fused_dropout: x / (1 - p) where the documented counters keep, 0 elsewhere") {
+  const double p = 0.3;
+  const Tensor x = randn64({5, 7}, 3);
+  Generator g(11);
+  g.set_offset(40);
+  const Tensor y = fused_dropout(x, p, &g);
+  CHECK(g.offset() == 40 + 35);
+  const std::vector<double> m = mask_of(11, 40, 35, p), xv = x.to_vector<double>(),
+                            yv = y.to_vector<double>();
+  int kept = 0;
+  for (size_t i = 0; i < m.size(); ++i) {
+    CHECK(yv[i] == (m[i] != 0.0 ? xv[i] * (1.0 / (1.0 - p)) : 0.0));
+    kept += m[i] != 0.0;
+  }
+  CHECK(kept > 0);  // both kinds occur: the comparison can fail either way
+  CHECK(kept < 35);
+  // A non-contiguous input: its elements in row-major order take the counters.
+  Generator g2(11);
+  g2.set_offset(40);
+  const Tensor xt = transpose(x, 0, 1);
+  const Tensor yt = fused_dropout(xt, p, &g2);
+  const std::vector<double> xtv = contiguous(xt).to_vector<double>(), ytv = yt.to_vector<double>();
+  for (size_t i = 0; i < m.size(); ++i)
+    CHECK(ytv[i] == (m[i] != 0.0 ? xtv[i] * (1.0 / (1.0 - p)) : 0.0));
+  // The next call draws the next counters: another mask.
+  CHECK(fused_dropout(x, p, &g).to_vector<double>() != yv);
+}
+
+TEST_CASE("fused_dropout: keeps 1 - p of a large tensor, float32 and bfloat16 scaled once") {
+  const int64_t n = 200000;
+  for (double p : {0.1, 0.5, 0.9}) {
+    CAPTURE(p);
+    Generator g(5);
+    const Tensor y = fused_dropout(ones({n}), p, &g);
+    const std::vector<double> v = y.to_vector<double>();
+    double kept = 0;
+    for (double e : v) kept += e != 0.0;
+    // Binomial: the standard deviation of the fraction is below 0.0012 here.
+    CHECK(std::fabs(kept / n - (1.0 - p)) < 0.006);
+  }
+  // bfloat16: float(x) * float(1 / (1 - p)), rounded once to bfloat16.
+  const Tensor x = randn64({4096}, 9).to(kBFloat16);
+  Generator g(6);
+  const Tensor y = fused_dropout(x, 0.1, &g);
+  CHECK(y.dtype() == kBFloat16);
+  const std::vector<double> m = mask_of(6, 0, 4096, 0.1), xv = x.to_vector<double>(),
+                            yv = y.to_vector<double>();
+  const float scale = static_cast<float>(1.0 / 0.9);
+  for (size_t i = 0; i < m.size(); ++i) {
+    const float want = m[i] != 0.0 ? static_cast<float>(xv[i]) * scale : 0.0f;
+    CHECK(yv[i] == static_cast<double>(static_cast<float>(BFloat16(want))));
+  }
+}
+
+TEST_CASE("fused_dropout: the gradient is the same mask and scale; nothing is saved") {
+  const double p = 0.4;
+  Tensor x = randn64({6, 9}, 21);
+  x.set_requires_grad(true);
+  const Tensor w = randn64({6, 9}, 22);
+  Generator g(13);
+  Tensor h = mul(x, 1.0);  // a non-leaf the test modifies in place before backward
+  Tensor y = fused_dropout(h, p, &g);
+  CHECK(y.grad_fn() != nullptr);
+  // The dropout saves no tensor, so changing its input in place leaves its backward
+  // valid (a saved input would make the backward refuse).
+  {
+    NoGradGuard no_grad;
+    h.add_(Scalar(1.0));
+  }
+  sum(mul(y, w)).backward();
+  const std::vector<double> m = mask_of(13, 0, 54, p), wv = w.to_vector<double>(),
+                            gv = x.grad().to_vector<double>();
+  for (size_t i = 0; i < m.size(); ++i) CHECK(gv[i] == m[i] * wv[i] * (1.0 / (1.0 - p)));
+  // Against finite differences (float64), a fresh generator per call: the same mask.
+  CHECK_GRADCHECK(
+      [](const std::vector<Tensor>& in) {
+        Generator gen(17);
+        return fused_dropout(in[0], 0.25, &gen);
+      },
+      {randn64({3, 5}, 23)});
+}
+
+TEST_CASE("fused_dropout: the same bits at 1, 2 and 3 threads") {
+  Threads restore;
+  const Tensor x = randn64({300000}, 31).to(kFloat32);
+  std::vector<double> first;
+  for (int t : {1, 2, 3}) {
+    set_num_threads(t);
+    Generator g(8);
+    const std::vector<double> v = fused_dropout(x, 0.2, &g).to_vector<double>();
+    if (first.empty())
+      first = v;
+    else
+      CHECK(v == first);
+  }
+}
+
+TEST_CASE("fused_dropout: p = 0 returns x and draws nothing; bad input names the problem") {
+  const Tensor x = randn64({4}, 1);
+  Generator g(3);
+  CHECK(fused_dropout(x, 0.0, &g).is_same(x));
+  CHECK(g.offset() == 0);
+  CHECK(contains(error_of([&] { (void)fused_dropout(x, 1.0, &g); }),
+                 "fused_dropout: p must be in [0, 1), got 1"));
+  CHECK(contains(error_of([&] { (void)fused_dropout(x, -0.1, &g); }),
+                 "fused_dropout: p must be in [0, 1), got -0.1"));
+  CHECK(contains(error_of([&] { (void)fused_dropout(ones({3}, kInt64), 0.5, &g); }),
+                 "fused_dropout: takes float32, float64 or bfloat16, got int64"));
+  CHECK(contains(error_of([&] { (void)fused_dropout(Tensor(), 0.5, &g); }), "fused_dropout"));
+  CHECK(g.offset() == 0);  // refused calls draw nothing
+}
+
+TEST_CASE("fused_dropout on CUDA: the CPU's values and gradients, bit for bit" *
+          doctest::test_suite("cuda")) {
+  for (DType dt : {kFloat32, kFloat64, kBFloat16}) {
+    CAPTURE(dt);
+    const Tensor x0 = randn64({1000, 37}, 41).to(dt);
+    const Tensor w = randn64({1000, 37}, 42).to(dt);
+    std::vector<std::vector<double>> out;
+    for (Device d : {kCPU, kCUDA}) {
+      Tensor x = x0.to(d).detach();
+      x.set_requires_grad(true);
+      Generator g(99);
+      g.set_offset(123);
+      Tensor y = fused_dropout(x, 0.35, &g);
+      sum(mul(y, w.to(d))).backward();
+      out.push_back(y.to(kCPU).to_vector<double>());
+      out.push_back(x.grad().to(kCPU).to_vector<double>());
+    }
+    CHECK(out[2] == out[0]);
+    CHECK(out[3] == out[1]);
+  }
+}
