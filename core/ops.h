@@ -621,10 +621,17 @@ namespace detail {
 bool fused_attention_supported(const Tensor& query, const Tensor& key, const Tensor& value);
 // softmax(scale query key^T) value, causal as PyTorch's is_causal (query i sees keys
 // 0..i), by the fused kernels, with a backward through the fused backward
-// (deterministic unless EMBER_ATTENTION=atomic). Throws where
-// fused_attention_supported is false. The result is (B, H, Tq, D) contiguous.
+// (deterministic unless EMBER_ATTENTION=atomic). dropout_p > 0: the weights dropped
+// inside the kernels by the mask scaled_dot_product_attention's composed path draws
+// (fused_dropout's over the (B, H, Tq, Tk) weights, offset = gen->advance(B H Tq Tk);
+// refused while a CUDA graph is captured). Throws where fused_attention_supported is
+// false. The result is (B, H, Tq, D) contiguous.
 Tensor fused_attention(const Tensor& query, const Tensor& key, const Tensor& value, bool is_causal,
-                       double scale);
+                       double scale, double dropout_p = 0.0, Generator* gen = nullptr);
+// Whether scaled_dot_product_attention's dropout runs inside the fused kernels:
+// EMBER_ATTENTION_DROPOUT=fused (read once); otherwise (the default until the kernels'
+// dropout has been checked on a GPU) a call with dropout takes the composed path.
+bool fused_attention_dropout();
 }  // namespace detail
 
 }  // namespace ember

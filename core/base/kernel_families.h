@@ -637,6 +637,11 @@ struct AttentionArgs {
   AttentionOperand q, k, v;
   void* o;    // (B, H, q_len, D) contiguous
   void* lse;  // (B, H, q_len) float32
+  // Attention dropout after the softmax (0: none): weight (b, h, i, j) kept iff
+  // dropout_keeps(dropout_seed, dropout_offset + ((b H + h) q_len + i) kv_len + j,
+  // dropout_threshold(dropout_p)) (core/base/random.h), kept ones scaled by 1 / (1 - p).
+  double dropout_p = 0.0;
+  uint64_t dropout_seed = 0, dropout_offset = 0;
 };
 // Its backward from the forward's o and lse: d_q, d_k, d_v contiguous (B, H, T, D);
 // deterministic: dQ in its own pass (no atomics), else added atomically.
@@ -654,6 +659,8 @@ struct AttentionBackwardArgs {
   bool deterministic;
   void* workspace;  // attention_workspace_bytes of it, 256-byte aligned
   size_t workspace_bytes;
+  double dropout_p = 0.0;  // the forward's dropout (AttentionArgs): the same mask
+  uint64_t dropout_seed = 0, dropout_offset = 0;
 };
 
 // ------------------------------------------------------------------ optimizers

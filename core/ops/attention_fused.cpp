@@ -12,6 +12,7 @@
 
 #include "core/alloc_site.h"
 #include "core/autograd.h"
+#include "core/device_services.h"
 #include "core/kernel_table.h"
 #include "core/ops.h"
 
@@ -73,8 +74,21 @@ bool fused_attention_supported(const Tensor& q, const Tensor& k, const Tensor& v
       .attention_fused_supported(query_of(q, k, mode != AttentionMode::atomic));
 }
 
+bool fused_attention_dropout() {
+  static const bool on = [] {
+    const char* e = std::getenv("EMBER_ATTENTION_DROPOUT");
+    if (e == nullptr || *e == '\0') return false;
+    const std::string_view v(e);
+    EMBER_CHECK(v == "fused" || v == "composed",
+                "scaled_dot_product_attention: EMBER_ATTENTION_DROPOUT=", v,
+                " (expected fused or composed)");
+    return v == "fused";
+  }();
+  return on;
+}
+
 Tensor fused_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool is_causal,
-                       double scale) {
+                       double scale, double dropout_p, Generator* gen) {
   OpSite site("scaled_dot_product_attention");
   constexpr const char* kOp = "fused_attention";
   check_defined(kOp, q, "query");
@@ -85,17 +99,34 @@ Tensor fused_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool i
               shape_str(v.sizes()), " of ", dtype_name(q.dtype()), " on ", q.device().str(),
               " (bfloat16 (B, H, T, D) with D 64 or 128 on CUDA; EMBER_ATTENTION not composed)");
   EMBER_CHECK(std::isfinite(scale), kOp, ": scale must be finite, got ", scale);
+  EMBER_CHECK(dropout_p >= 0.0 && dropout_p < 1.0, kOp, ": dropout_p must be in [0, 1), got ",
+              dropout_p);
   const bool deterministic = attention_mode() != AttentionMode::atomic;
   const Device device = q.device();
   const Tensor qa = kernel_operand(q.detach()), ka = kernel_operand(k.detach()),
                va = kernel_operand(v.detach());
   const int64_t batch = q.size(0), heads = q.size(1), q_len = q.size(2), kv_len = k.size(2),
                 head_dim = q.size(3);
+  // The dropout's counters, as the composed path draws them (fused_dropout over the
+  // (B, H, Tq, Tk) weights).
+  uint64_t seed = 0, offset = 0;
+  if (dropout_p > 0.0) {
+    check_not_capturing(device, "scaled_dot_product_attention",
+                        "draw random numbers (every replay would repeat the captured ones)");
+    Generator& g = gen != nullptr ? *gen : default_generator();
+    seed = g.seed();
+    offset = g.advance(static_cast<uint64_t>(batch * heads * q_len * kv_len));
+  }
   Tensor o = empty(q.sizes(), q.options());
   const Tensor lse = empty({batch, heads, q_len}, TensorOptions(kFloat32).device(device));
-  kernels::kernels_for(device).attention_fused(
-      {device, q.dtype(), batch, heads, q_len, kv_len, head_dim, scale, is_causal, operand_of(qa),
-       operand_of(ka), operand_of(va), o.raw_data(), lse.raw_data()});
+  kernels::AttentionArgs args{device,       q.dtype(),      batch,          heads,
+                              q_len,        kv_len,         head_dim,       scale,
+                              is_causal,    operand_of(qa), operand_of(ka), operand_of(va),
+                              o.raw_data(), lse.raw_data()};
+  args.dropout_p = dropout_p;
+  args.dropout_seed = seed;
+  args.dropout_offset = offset;
+  kernels::kernels_for(device).attention_fused(args);
   if (any_requires_grad({&q, &k, &v})) {
     attach_grad_fn(
         // SavedTensors holds at most 4: the log-sum-exp (no one else's tensor, never
@@ -114,27 +145,31 @@ Tensor fused_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool i
           // The caching allocator's blocks are 512-byte aligned (the kernels need 256).
           const Tensor ws =
               empty({static_cast<int64_t>((bytes + 7) / 8)}, TensorOptions(kFloat64).device(dev));
-          t.attention_backward_fused({dev,
-                                      sq.dtype(),
-                                      batch,
-                                      heads,
-                                      q_len,
-                                      kv_len,
-                                      head_dim,
-                                      scale,
-                                      is_causal,
-                                      operand_of(sq),
-                                      operand_of(sk),
-                                      operand_of(sv),
-                                      operand_of(so),
-                                      operand_of(ga),
-                                      slse.raw_data(),
-                                      d_q.raw_data(),
-                                      d_k.raw_data(),
-                                      d_v.raw_data(),
-                                      deterministic,
-                                      ws.raw_data(),
-                                      bytes});
+          kernels::AttentionBackwardArgs bargs{dev,
+                                               sq.dtype(),
+                                               batch,
+                                               heads,
+                                               q_len,
+                                               kv_len,
+                                               head_dim,
+                                               scale,
+                                               is_causal,
+                                               operand_of(sq),
+                                               operand_of(sk),
+                                               operand_of(sv),
+                                               operand_of(so),
+                                               operand_of(ga),
+                                               slse.raw_data(),
+                                               d_q.raw_data(),
+                                               d_k.raw_data(),
+                                               d_v.raw_data(),
+                                               deterministic,
+                                               ws.raw_data(),
+                                               bytes};
+          bargs.dropout_p = dropout_p;
+          bargs.dropout_seed = seed;
+          bargs.dropout_offset = offset;
+          t.attention_backward_fused(bargs);
           return Grads{d_q, d_k, d_v};
         });
   }

@@ -22,6 +22,7 @@
 #include <cstdint>
 
 #include "core/base/error.h"
+#include "core/base/random.h"
 #include "cuda/check.h"
 #include "cuda/kernels/attention.h"
 #include "cuda/kernels/registration.h"
@@ -43,6 +44,25 @@ struct Strides {
   int64_t b, h, t;
 };
 
+// Attention dropout (AttentionProblem::dropout_p): weight (bh, i, j) kept iff
+// dropout_keeps(seed, offset + (bh tq + i) tk + j, threshold), the numbering of the
+// composed path's (B, H, L, S) weights, so both drop the same ones; kept weights are
+// scaled by rscale = 1 / (1 - p). The kernels take it when their DROP parameter is set.
+struct Dropout {
+  uint64_t seed, offset;
+  uint32_t threshold;
+  float rscale;
+};
+
+__device__ __forceinline__ bool keeps(const Dropout& d, int64_t bh, int tq, int tk, int i, int j) {
+  const uint64_t counter =
+      d.offset +
+      (static_cast<uint64_t>(bh) * static_cast<uint64_t>(tq) + static_cast<uint64_t>(i)) *
+          static_cast<uint64_t>(tk) +
+      static_cast<uint64_t>(j);
+  return dropout_keeps(d.seed, counter, d.threshold);
+}
+
 struct FwdParams {
   const bf16* q;
   const bf16* k;
@@ -52,6 +72,7 @@ struct FwdParams {
   Strides sq, sk, sv, so;
   int heads, tq, tk;
   float scale_log2;  // scale * log2(e)
+  Dropout drop;
 };
 
 struct BwdParams {
@@ -69,6 +90,7 @@ struct BwdParams {
   Strides sq, sk, sv, so, sdo, sdq, sdk, sdv;
   int heads, tq, tk;
   float scale, scale_log2;
+  Dropout drop;
 };
 
 // ---- PTX wrappers --------------------------------------------------------------
@@ -218,15 +240,30 @@ __device__ __forceinline__ void mma_rows_by_rows(float (&acc)[NT][4], const bf16
   }
 }
 
+// acc_to_a of the kept entries of a dropout-signed P^T (dropped ones stored negated,
+// so P >= 0 kept and P <= 0 dropped), each times `rscale`; dropped ones as 0.
+template <int NT>
+__device__ __forceinline__ void kept_to_a(const float (&s)[NT][4], int kk, float rscale,
+                                          uint32_t (&a)[4]) {
+  auto k = [rscale](float x) { return fmaxf(x, 0.f) * rscale; };
+  a[0] = pack_bf16(k(s[2 * kk][0]), k(s[2 * kk][1]));
+  a[1] = pack_bf16(k(s[2 * kk][2]), k(s[2 * kk][3]));
+  a[2] = pack_bf16(k(s[2 * kk + 1][0]), k(s[2 * kk + 1][1]));
+  a[3] = pack_bf16(k(s[2 * kk + 1][2]), k(s[2 * kk + 1][3]));
+}
+
 // acc (16 x D) += P (16 x 16 KT, fp32 accumulators) times rows [0, 16 KT) of
-// `tile` (stored (k, D)).
-template <int D, int NT>
+// `tile` (stored (k, D)). KEPT: P dropout-signed (kept_to_a), its kept part scaled.
+template <int D, int NT, bool KEPT = false>
 __device__ __forceinline__ void mma_acc_by_tile(float (&acc)[D / 8][4], const float (&p)[NT][4],
-                                                const bf16* tile, int lane) {
+                                                const bf16* tile, int lane, float rscale = 1.f) {
 #pragma unroll
   for (int kk = 0; kk < NT / 2; ++kk) {
     uint32_t a[4];
-    acc_to_a(p, kk, a);
+    if constexpr (KEPT)
+      kept_to_a(p, kk, rscale, a);
+    else
+      acc_to_a(p, kk, a);
 #pragma unroll
     for (int dp = 0; dp < D / 16; ++dp) {
       uint32_t b[4];
@@ -275,7 +312,7 @@ __device__ __forceinline__ void store_rows(bf16* g, int64_t st, int row_lo, int 
 // ---- forward --------------------------------------------------------------------
 
 // grid (B H, query tiles); causal: tiles longest first.
-template <int D, int W, bool CAUSAL>
+template <int D, int W, bool CAUSAL, bool DROP>
 __global__ void __launch_bounds__(W * 32) attn_fwd_kernel(const FwdParams p) {
   constexpr int kM = 16 * W;
   constexpr int kThreads = W * 32;
@@ -385,6 +422,18 @@ __global__ void __launch_bounds__(W * 32) attn_fwd_kernel(const FwdParams p) {
         acc[dt][2 * r + 1] *= corr;
       }
     }
+    if constexpr (DROP) {
+      // The row sums above are of the undropped weights (softmax, then dropout).
+#pragma unroll
+      for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int key = k0 + nt * 8 + (lane & 3) * 2 + (e & 1);
+          const int row = row_lo + (e >> 1) * 8;
+          if (row < p.tq && key < p.tk)
+            s[nt][e] = keeps(p.drop, bh, p.tq, p.tk, row, key) ? s[nt][e] * p.drop.rscale : 0.f;
+        }
+    }
 
     mma_acc_by_tile<D, kNT>(acc, s, tv, lane);
     __syncthreads();
@@ -445,7 +494,7 @@ __device__ __forceinline__ void load_row_stats(float* s_lse, float* s_delta, con
 // M query rows per tile: 64, or 32 (deterministic only: the atomic dQ gives each
 // warp 16 of the tile's query rows); at D 128 the 64-row tile's P^T and dP^T
 // (2 x 32 floats) on top of dK and dV (2 x 64) exceed 255 registers.
-template <int D, int M, bool CAUSAL, bool ATOMIC_DQ>
+template <int D, int M, bool CAUSAL, bool ATOMIC_DQ, bool DROP>
 __global__ void __launch_bounds__(kBwdWarps * 32) attn_bwd_dkdv_kernel(const BwdParams p) {
   constexpr int kM = M;
   constexpr int kN = kBlockN;
@@ -525,24 +574,38 @@ __global__ void __launch_bounds__(kBwdWarps * 32) attn_bwd_dkdv_kernel(const Bwd
           const int key = key_lo + (e >> 1) * 8;
           if (key >= p.tk || (CAUSAL && key > q0 + qq)) x = 0.f;
         }
+        if constexpr (DROP) {
+          // Dropped weights negated (P >= 0): one draw serves dV and dS.
+          const int key = key_lo + (e >> 1) * 8, q = q0 + qq;
+          if (q < p.tq && key < p.tk && !keeps(p.drop, bh, p.tq, p.tk, q, key)) x = -x;
+        }
         pt[nt][e] = x;
       }
 
-    // dP^T = V dO^T.
+    // dP^T = V dO^T (with dropout: the gradient of the dropped weights Z P).
     float dpt[kMT][4];
     zero(dpt);
     mma_rows_by_rows<D, kMT>(dpt, s_v, warp * 16, tdo, 0, lane);
 
-    // dV += P^T dO.
-    mma_acc_by_tile<D, kMT>(dv, pt, tdo, lane);
+    // dV += P^T dO (with dropout: (Z P)^T dO).
+    if constexpr (DROP)
+      mma_acc_by_tile<D, kMT, true>(dv, pt, tdo, lane, p.drop.rscale);
+    else
+      mma_acc_by_tile<D, kMT>(dv, pt, tdo, lane);
 
-    // dS^T = P^T (dP^T - delta).
+      // dS^T = P^T (dP^T - delta); with dropout P^T (Z dP^T - delta), delta being
+      // rowsum(dO O) of the dropped output either way: a dropped weight (stored -P)
+      // gives -P delta = pt delta.
 #pragma unroll
     for (int nt = 0; nt < kMT; ++nt)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int qq = nt * 8 + (lane & 3) * 2 + (e & 1);
-        dpt[nt][e] = pt[nt][e] * (dpt[nt][e] - dl[qq]);
+        if constexpr (DROP)
+          dpt[nt][e] = pt[nt][e] > 0.f ? pt[nt][e] * (dpt[nt][e] * p.drop.rscale - dl[qq])
+                                       : pt[nt][e] * dl[qq];
+        else
+          dpt[nt][e] = pt[nt][e] * (dpt[nt][e] - dl[qq]);
       }
 
     // dK += dS^T Q.
@@ -598,7 +661,7 @@ __global__ void __launch_bounds__(kBwdWarps * 32) attn_bwd_dkdv_kernel(const Bwd
 
 // Deterministic dQ for 64 query rows: walks the key tiles as the forward does.
 // grid (B H, query tiles); causal: longest first.
-template <int D, bool CAUSAL>
+template <int D, bool CAUSAL, bool DROP>
 __global__ void __launch_bounds__(kBwdWarps * 32) attn_bwd_dq_kernel(const BwdParams p) {
   constexpr int kM = kBwdBlockM;
   constexpr int kThreads = kBwdWarps * 32;
@@ -680,7 +743,17 @@ __global__ void __launch_bounds__(kBwdWarps * 32) attn_bwd_dq_kernel(const BwdPa
 #pragma unroll
     for (int nt = 0; nt < kNT; ++nt)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) dp[nt][e] = s[nt][e] * (dp[nt][e] - dl[e >> 1]);
+      for (int e = 0; e < 4; ++e) {
+        if constexpr (DROP) {
+          // dS = P (Z dP - delta): a dropped weight gives -P delta.
+          const int key = k0 + nt * 8 + (lane & 3) * 2 + (e & 1), row = row_lo + (e >> 1) * 8;
+          const bool kept = row >= p.tq || key >= p.tk || keeps(p.drop, bh, p.tq, p.tk, row, key);
+          dp[nt][e] =
+              kept ? s[nt][e] * (dp[nt][e] * p.drop.rscale - dl[e >> 1]) : -s[nt][e] * dl[e >> 1];
+        } else {
+          dp[nt][e] = s[nt][e] * (dp[nt][e] - dl[e >> 1]);
+        }
+      }
     mma_acc_by_tile<D, kNT>(dq, dp, tk, lane);
     __syncthreads();
   }
@@ -779,23 +852,25 @@ void check_problem(const char* op, const AttentionProblem& p) {
   EMBER_CHECK(p.batch * p.heads < (1LL << 31), op, ": batch x heads ", p.batch * p.heads,
               " too large");
   EMBER_CHECK(std::isfinite(p.scale), op, ": scale must be finite");
+  EMBER_CHECK(p.dropout_p >= 0.0 && p.dropout_p < 1.0, op, ": dropout_p must be in [0, 1), got ",
+              p.dropout_p);
 }
 
-template <int D, int W, bool CAUSAL>
+template <int D, int W, bool CAUSAL, bool DROP>
 void forward_w(const FwdParams& fp, int64_t bh, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(bh), static_cast<unsigned>(ceil_div(fp.tq, 16 * W)));
-  launch(attn_fwd_kernel<D, W, CAUSAL>, grid, W * 32, fwd_smem(D, W), stream, fp);
+  launch(attn_fwd_kernel<D, W, CAUSAL, DROP>, grid, W * 32, fwd_smem(D, W), stream, fp);
 }
 
-template <int D, bool CAUSAL>
+template <int D, bool CAUSAL, bool DROP>
 void forward_d(const FwdParams& fp, int64_t bh, int warps, cudaStream_t stream) {
   if (warps == 8)
-    forward_w<D, 8, CAUSAL>(fp, bh, stream);
+    forward_w<D, 8, CAUSAL, DROP>(fp, bh, stream);
   else
-    forward_w<D, 4, CAUSAL>(fp, bh, stream);
+    forward_w<D, 4, CAUSAL, DROP>(fp, bh, stream);
 }
 
-template <int D, bool CAUSAL>
+template <int D, bool CAUSAL, bool DROP>
 void backward_d(const BwdParams& bp, int64_t bh, bool deterministic, int query_tile,
                 cudaStream_t stream) {
   const int64_t rows = bh * bp.tq;
@@ -804,23 +879,34 @@ void backward_d(const BwdParams& bp, int64_t bh, bool deterministic, int query_t
   const dim3 key_grid(static_cast<unsigned>(bh), static_cast<unsigned>(ceil_div(bp.tk, kBlockN)));
   if (deterministic) {
     if (query_tile == 32)
-      launch(attn_bwd_dkdv_kernel<D, 32, CAUSAL, false>, key_grid, kBwdWarps * 32,
+      launch(attn_bwd_dkdv_kernel<D, 32, CAUSAL, false, DROP>, key_grid, kBwdWarps * 32,
              dkdv_smem(D, 32, false), stream, bp);
     else
-      launch(attn_bwd_dkdv_kernel<D, 64, CAUSAL, false>, key_grid, kBwdWarps * 32,
+      launch(attn_bwd_dkdv_kernel<D, 64, CAUSAL, false, DROP>, key_grid, kBwdWarps * 32,
              dkdv_smem(D, 64, false), stream, bp);
     const dim3 q_grid(static_cast<unsigned>(bh),
                       static_cast<unsigned>(ceil_div(bp.tq, kBwdBlockM)));
-    launch(attn_bwd_dq_kernel<D, CAUSAL>, q_grid, kBwdWarps * 32, dq_smem(D), stream, bp);
+    launch(attn_bwd_dq_kernel<D, CAUSAL, DROP>, q_grid, kBwdWarps * 32, dq_smem(D), stream, bp);
   } else {
     EMBER_CUDA_CHECK(
         cudaMemsetAsync(bp.dq_acc, 0, static_cast<size_t>(rows) * D * sizeof(float), stream));
-    launch(attn_bwd_dkdv_kernel<D, kBwdBlockM, CAUSAL, true>, key_grid, kBwdWarps * 32,
+    launch(attn_bwd_dkdv_kernel<D, kBwdBlockM, CAUSAL, true, DROP>, key_grid, kBwdWarps * 32,
            dkdv_smem(D, kBwdBlockM, true), stream, bp);
     attn_bwd_dq_convert_kernel<D>
         <<<static_cast<unsigned>(ceil_div(rows * (D / 8), 256)), 256, 0, stream>>>(bp, rows);
     EMBER_CUDA_CHECK(cudaGetLastError());
   }
+}
+
+Dropout dropout_of(const AttentionProblem& p) {
+  Dropout d{};
+  if (p.dropout_p > 0.0) {
+    d.seed = p.dropout_seed;
+    d.offset = p.dropout_offset;
+    d.threshold = dropout_threshold(p.dropout_p);
+    d.rscale = static_cast<float>(1.0 / (1.0 - p.dropout_p));
+  }
+  return d;
 }
 
 size_t align256(size_t n) {
@@ -848,8 +934,12 @@ void launch_attention_forward(const AttentionProblem& p, AttentionInput q, Atten
               kOp, ": forward_warps ", tuning.forward_warps, " (0, 4 or 8)");
   EMBER_CHECK(tuning.forward_version >= 0 && tuning.forward_version <= 2, kOp, ": forward_version ",
               tuning.forward_version, " (0, 1 or 2)");
+  const bool drop = p.dropout_p > 0.0;
+  EMBER_CHECK(!(drop && tuning.forward_version == 2), kOp,
+              ": forward version 2 has no dropout (version 1 has)");
   int version = tuning.forward_version;
-  if (version == 0) version = tuning.forward_warps == 0 && compute_capability() == 90 ? 2 : 1;
+  if (version == 0)
+    version = tuning.forward_warps == 0 && !drop && compute_capability() == 90 ? 2 : 1;
   if (version == 2) {
     // The key tile that was faster at each head dim in the first H200 run.
     launch_attention_forward_sm90(p, q, k, v, o, lse, stream, p.head_dim == 64 ? 64 : 128);
@@ -879,12 +969,21 @@ void launch_attention_forward(const AttentionProblem& p, AttentionInput q, Atten
   fp.tq = static_cast<int>(p.q_len);
   fp.tk = static_cast<int>(p.kv_len);
   fp.scale_log2 = p.scale * kLog2e;
-  if (p.head_dim == 64)
-    p.causal ? forward_d<64, true>(fp, bh, warps, stream)
-             : forward_d<64, false>(fp, bh, warps, stream);
-  else
-    p.causal ? forward_d<128, true>(fp, bh, warps, stream)
-             : forward_d<128, false>(fp, bh, warps, stream);
+  fp.drop = dropout_of(p);
+  if (drop) {
+    if (p.head_dim == 64)
+      p.causal ? forward_d<64, true, true>(fp, bh, warps, stream)
+               : forward_d<64, false, true>(fp, bh, warps, stream);
+    else
+      p.causal ? forward_d<128, true, true>(fp, bh, warps, stream)
+               : forward_d<128, false, true>(fp, bh, warps, stream);
+  } else if (p.head_dim == 64) {
+    p.causal ? forward_d<64, true, false>(fp, bh, warps, stream)
+             : forward_d<64, false, false>(fp, bh, warps, stream);
+  } else {
+    p.causal ? forward_d<128, true, false>(fp, bh, warps, stream)
+             : forward_d<128, false, false>(fp, bh, warps, stream);
+  }
 }
 
 size_t attention_backward_workspace_bytes(const AttentionProblem& p, bool deterministic) {
@@ -955,12 +1054,21 @@ void launch_attention_backward(const AttentionProblem& p, AttentionInput q, Atte
   bp.tk = static_cast<int>(p.kv_len);
   bp.scale = p.scale;
   bp.scale_log2 = p.scale * kLog2e;
-  if (p.head_dim == 64)
-    p.causal ? backward_d<64, true>(bp, bh, deterministic, query_tile, stream)
-             : backward_d<64, false>(bp, bh, deterministic, query_tile, stream);
-  else
-    p.causal ? backward_d<128, true>(bp, bh, deterministic, query_tile, stream)
-             : backward_d<128, false>(bp, bh, deterministic, query_tile, stream);
+  bp.drop = dropout_of(p);
+  if (p.dropout_p > 0.0) {
+    if (p.head_dim == 64)
+      p.causal ? backward_d<64, true, true>(bp, bh, deterministic, query_tile, stream)
+               : backward_d<64, false, true>(bp, bh, deterministic, query_tile, stream);
+    else
+      p.causal ? backward_d<128, true, true>(bp, bh, deterministic, query_tile, stream)
+               : backward_d<128, false, true>(bp, bh, deterministic, query_tile, stream);
+  } else if (p.head_dim == 64) {
+    p.causal ? backward_d<64, true, false>(bp, bh, deterministic, query_tile, stream)
+             : backward_d<64, false, false>(bp, bh, deterministic, query_tile, stream);
+  } else {
+    p.causal ? backward_d<128, true, false>(bp, bh, deterministic, query_tile, stream)
+             : backward_d<128, false, false>(bp, bh, deterministic, query_tile, stream);
+  }
 }
 
 // ------------------------------------------------------------------ registration
@@ -980,6 +1088,11 @@ AttentionProblem problem_of(DType dtype, int64_t batch, int64_t heads, int64_t q
   p.scale = static_cast<float>(scale);
   p.causal = causal;
   return p;
+}
+void with_dropout(AttentionProblem& p, double dropout_p, uint64_t seed, uint64_t offset) {
+  p.dropout_p = dropout_p;
+  p.dropout_seed = seed;
+  p.dropout_offset = offset;
 }
 AttentionInput in(const kernels::AttentionOperand& a) {
   return {a.data, a.stride_b, a.stride_h, a.stride_t};
@@ -1015,16 +1128,18 @@ bool attention_fused_supported(const kernels::AttentionQuery& q) {
 
 void attention_fused(const kernels::AttentionArgs& a) {
   DeviceGuard guard(a.device.index);
-  const AttentionProblem p =
+  AttentionProblem p =
       problem_of(a.dtype, a.batch, a.heads, a.q_len, a.kv_len, a.head_dim, a.scale, a.causal);
+  with_dropout(p, a.dropout_p, a.dropout_seed, a.dropout_offset);
   launch_attention_forward(p, in(a.q), in(a.k), in(a.v), out(a.o, a.heads, a.q_len, a.head_dim),
                            static_cast<float*>(a.lse), current_stream(a.device.index));
 }
 
 void attention_backward_fused(const kernels::AttentionBackwardArgs& a) {
   DeviceGuard guard(a.device.index);
-  const AttentionProblem p =
+  AttentionProblem p =
       problem_of(a.dtype, a.batch, a.heads, a.q_len, a.kv_len, a.head_dim, a.scale, a.causal);
+  with_dropout(p, a.dropout_p, a.dropout_seed, a.dropout_offset);
   launch_attention_backward(
       p, in(a.q), in(a.k), in(a.v), in(a.o), in(a.d_o), static_cast<const float*>(a.lse),
       out(a.d_q, a.heads, a.q_len, a.head_dim), out(a.d_k, a.heads, a.kv_len, a.head_dim),

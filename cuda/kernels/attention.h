@@ -3,7 +3,8 @@
 // (T, T) score matrix. Forward keeps the row log-sum-exp for backward; backward
 // recomputes the probabilities from it and gives dQ, dK and dV, with a
 // deterministic mode (no atomics). Causal masking is top-left aligned, as
-// PyTorch's is_causal: query i sees keys 0..i. No dropout, no attention mask.
+// PyTorch's is_causal: query i sees keys 0..i. Dropout drawn in the kernels from
+// ember's counters (AttentionProblem::dropout_p); no attention mask.
 //
 // Tensors are (B, H, T, D) with any strides for B, H and T (in elements) and D
 // contiguous, so (B, T, H, D) storage viewed as (B, H, T, D) needs no copy.
@@ -46,6 +47,14 @@ struct AttentionProblem {
   int64_t head_dim = 0;  ///< D of query, key, value and output
   float scale = 0.f;     ///< the factor on Q K^T (usually 1/sqrt(D))
   bool causal = false;   ///< query i sees keys 0..i only
+  /// Attention dropout, after the softmax: weight (b, h, i, j) kept iff
+  /// dropout_keeps(dropout_seed, dropout_offset + ((b heads + h) q_len + i) kv_len + j,
+  /// dropout_threshold(dropout_p)) (core/base/random.h), the composed path's mask, and
+  /// scaled by 1 / (1 - dropout_p); the backward draws the same. 0: none. Forward
+  /// version 1 only (version 0 picks it when dropout_p > 0).
+  double dropout_p = 0.0;
+  uint64_t dropout_seed = 0;
+  uint64_t dropout_offset = 0;
 };
 
 /// Knobs for measuring; the defaults (zeros) are what the launchers choose.

@@ -57,3 +57,34 @@ TEST_CASE("meta/attention: the fused path's bytes mirror CUDA's, the CPU compose
     CHECK_FALSE(detail::fused_attention_supported(q, q, q));
   }
 }
+
+TEST_CASE("meta/attention: dropout in the fused path draws the composed path's counters") {
+  // The same allocations as without dropout (the mask is drawn inside the kernels, no
+  // tensor holds it), and the generator advanced by the (B, H, Tq, Tk) weights, as the
+  // composed path's fused_dropout advances it.
+  const int64_t b = 2, h = 3, tq = 50, tk = 70, d = 128;
+  MetaDeviceScope scope(MetaDeviceOptions().mirror_device(DeviceType::CUDA));
+  const TensorOptions opts = TensorOptions(kBFloat16).device(kMeta).requires_grad();
+  Tensor q = zeros({b, h, tq, d}, opts), k = zeros({b, h, tk, d}, opts),
+         v = zeros({b, h, tk, d}, opts);
+  REQUIRE(detail::fused_attention_supported(q, k, v));
+  Generator gen(5);
+  gen.set_offset(100);
+  const int64_t before = memory_allocated(kMeta);
+  Tensor o = detail::fused_attention(q, k, v, false, 0.1, 0.25, &gen);
+  CHECK(gen.offset() == 100 + static_cast<uint64_t>(b * h * tq * tk));
+  CHECK(memory_allocated(kMeta) - before == rounded(b * h * tq * d * 2) + rounded(b * h * tq * 4));
+  o.backward(zeros({b, h, tq, d}, TensorOptions(kBFloat16).device(kMeta)));
+  CHECK(k.grad().sizes() == Shape{b, h, tk, d});
+  // p = 0 draws nothing; p out of [0, 1) is refused before anything is drawn.
+  (void)detail::fused_attention(q, k, v, false, 0.1, 0.0, &gen);
+  CHECK(gen.offset() == 100 + static_cast<uint64_t>(b * h * tq * tk));
+  bool threw = false;
+  try {
+    (void)detail::fused_attention(q, k, v, false, 0.1, 1.0, &gen);
+  } catch (const Error& e) {
+    threw = std::string(e.what()).find("dropout_p must be in [0, 1), got 1") != std::string::npos;
+  }
+  CHECK(threw);
+  CHECK(gen.offset() == 100 + static_cast<uint64_t>(b * h * tq * tk));
+}

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "core/autograd.h"
+#include "core/base/random.h"
 #include "core/ops.h"
 #include "error_text.h"
 #include "gradcheck.h"
@@ -138,6 +139,75 @@ TEST_CASE("ops/fused_attention: forward and backward match the float64 composed 
       CHECK(e.dq <= 1e-2);
       CHECK(e.dk <= 1e-2);
       CHECK(e.dv <= 1e-2);
+    }
+  }
+}
+
+TEST_CASE("ops/fused_attention: dropout in the kernels drops the composed path's weights" *
+          doctest::test_suite("cuda")) {
+  // The reference: the float64 composed path on the CPU with the documented mask
+  // (dropout_keeps at offset + the weight's row-major index in (B, H, Tq, Tk)), kept
+  // weights scaled by 1 / (1 - p); O and every gradient at the bf16 tolerance. A wrong
+  // mask (another numbering, or the backward drawing other counters) moves O and the
+  // gradients far past it at p = 0.3.
+  struct Case {
+    int64_t b, h, tq, tk, d;
+    bool causal;
+  };
+  const Case cases[] = {{2, 3, 1, 1, 64, false},      {1, 2, 7, 7, 64, true},
+                        {2, 2, 127, 127, 64, true},   {1, 2, 300, 300, 64, false},
+                        {2, 2, 127, 300, 128, false}, {1, 3, 257, 257, 128, true}};
+  const double p = 0.3;
+  uint64_t seed = 5100;
+  for (const char* mode : {"fused", "atomic"}) {
+    EnvGuard env(mode);
+    for (const Case& c : cases) {
+      INFO("EMBER_ATTENTION=", mode, " B=", c.b, " H=", c.h, " Tq=", c.tq, " Tk=", c.tk, " D=", c.d,
+           " causal=", c.causal);
+      seed += 4;
+      const double scale = 1.0 / std::sqrt(static_cast<double>(c.d));
+      const Tensor q64 = make_input(c.b, c.h, c.tq, c.d, false, seed),
+                   k64 = make_input(c.b, c.h, c.tk, c.d, true, seed + 1),
+                   v64 = make_input(c.b, c.h, c.tk, c.d, false, seed + 2),
+                   g64 = make_input(c.b, c.h, c.tq, c.d, true, seed + 3);
+      const uint64_t gen_seed = 91, offset = 12345;
+      const int64_t n = c.b * c.h * c.tq * c.tk;
+      std::vector<double> keep;
+      for (int64_t i = 0; i < n; ++i)
+        keep.push_back(
+            dropout_keeps(gen_seed, offset + static_cast<uint64_t>(i), dropout_threshold(p))
+                ? 1.0 / (1.0 - p)
+                : 0.0);
+      const Tensor z = from_vector(keep, {c.b, c.h, c.tq, c.tk}, TensorOptions(kFloat64));
+
+      Tensor qc = q64.detach().set_requires_grad(true), kc = k64.detach().set_requires_grad(true),
+             vc = v64.detach().set_requires_grad(true);
+      Tensor s = bmm4(qc, transpose(kc, 2, 3)) * scale;
+      if (c.causal) {
+        std::vector<double> mask(static_cast<size_t>(c.tq * c.tk), 0.0);
+        for (int64_t i = 0; i < c.tq; ++i)
+          for (int64_t j = i + 1; j < c.tk; ++j)
+            mask[static_cast<size_t>(i * c.tk + j)] = -std::numeric_limits<double>::infinity();
+        s = s + from_vector(mask, {c.tq, c.tk}, TensorOptions(kFloat64));
+      }
+      Tensor oc = bmm4(softmax(s, 3) * z, vc);
+      oc.backward(g64);
+
+      Tensor q = q64.to(kCUDA, kBFloat16).detach().set_requires_grad(true),
+             k = k64.to(kCUDA, kBFloat16).detach().set_requires_grad(true),
+             v = v64.to(kCUDA, kBFloat16).detach().set_requires_grad(true);
+      Generator gen(gen_seed);
+      gen.set_offset(offset);
+      Tensor o = detail::fused_attention(q, k, v, c.causal, scale, p, &gen);
+      CHECK(gen.offset() == offset + static_cast<uint64_t>(n));
+      o.backward(g64.to(kCUDA, kBFloat16));
+      auto err = [](const Tensor& ours, const Tensor& ref) {
+        return rel_error(ours.to(kCPU).to(kFloat64), ref);
+      };
+      CHECK(err(o.detach(), oc.detach()) <= 1e-2);
+      CHECK(err(q.grad(), qc.grad()) <= 1e-2);
+      CHECK(err(k.grad(), kc.grad()) <= 1e-2);
+      CHECK(err(v.grad(), vc.grad()) <= 1e-2);
     }
   }
 }
