@@ -49,24 +49,7 @@ if [ "${EMBER_CONV_LAYOUTS:-1}" != 0 ]; then
         --json "$out/layouts/$layout.$r.json" >"$out/layouts/$layout.$r.log" 2>&1 || status=1
     done
   done
-  python3 - "$out/layouts" <<'PY' | tee "$out/layouts.txt"
-import glob, json, os, statistics, sys
-d = sys.argv[1]
-runs = {}
-for f in sorted(glob.glob(os.path.join(d, "*.json"))):
-    layout, rep, _ = os.path.basename(f).split(".")
-    for row in json.load(open(f))["rows"]:
-        runs.setdefault((row["workload"], row["dtype"]), {}).setdefault(layout, {})[rep] = row["ms"]
-for (w, dt), by in runs.items():
-    reps = sorted(set(by.get("per_image", {})) & set(by.get("auto", {})))
-    if not reps:
-        continue
-    ratio = [by["auto"][r] / by["per_image"][r] for r in reps]
-    med = lambda v: statistics.median(v)
-    print(f"{w:24s} {dt:5s} per_image {med([by['per_image'][r] for r in reps]):.4f} ms  "
-          f"auto {med([by['auto'][r] for r in reps]):.4f} ms  auto/per_image "
-          f"{med(ratio):.3f} [{min(ratio):.3f}-{max(ratio):.3f}] ({len(reps)} reps)")
-PY
+  python3 tools/ab_table.py "$out/layouts" per_image auto | tee "$out/layouts.txt"
 fi
 
 echo "== bench_conv --memory (predict_memory against the GPU, ResNet-8 step)"
