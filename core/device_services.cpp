@@ -5,6 +5,7 @@
 
 #include "core/base/error.h"
 #include "core/kernel_table.h"
+#include "core/tensor.h"
 
 namespace ember {
 
@@ -16,6 +17,17 @@ void check_not_capturing(Device device, const char* what, const char* action) {
 }
 bool is_capturing(Device device) {
   return kernels::kernels_for(device).hooks.is_capturing(device.index);
+}
+RandomCounters draw_counters(Device device, Generator& gen, uint64_t n, const char* what) {
+  const kernels::DeviceHooks& h = kernels::kernels_for(device).hooks;
+  if (!h.is_capturing(device.index)) return {gen.seed(), gen.advance(n), nullptr};
+  if (h.capture_random == nullptr)
+    h.check_not_capturing(device.index, what,
+                          "draw random numbers (this device cannot draw inside a graph)");
+  RandomCounters c;
+  c.seed = gen.seed();
+  c.base = h.capture_random(device.index, &gen, gen.offset_slot(), n, &c.offset);
+  return c;
 }
 void synchronize(Device device) {
   kernels::kernels_for(device).hooks.synchronize(device.index);

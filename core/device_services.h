@@ -22,6 +22,22 @@ void check_not_capturing(Device device, const char* what,
 // Whether `device`'s work is being captured into a CUDA graph.
 bool is_capturing(Device device);
 
+class Generator;
+
+// The counters of a random draw of `n` numbers from `gen` for work on `device`:
+// number i of the draw uses counter offset + i, plus *base when base is not null.
+// Eagerly: offset = gen.advance(n), no base. While a CUDA graph captures the device's
+// work (cuda/graph.h): offset within the captured step, and base the graph's word for
+// `gen`, which each replay sets to the generator's offset and then advances it, so
+// every replay draws fresh numbers, the ones an eager step at that offset would.
+// Throws, naming `what`, on a device that captures but cannot draw in a capture.
+struct RandomCounters {
+  uint64_t seed = 0;
+  uint64_t offset = 0;
+  const uint64_t* base = nullptr;
+};
+RandomCounters draw_counters(Device device, Generator& gen, uint64_t n, const char* what);
+
 // Waits until `device` has finished the work queued so far.
 void synchronize(Device device);
 

@@ -38,6 +38,15 @@ struct DeviceHooks {
   // and the action a capture forbids; never for devices without graphs.
   void (*check_not_capturing)(int index, const char* what, const char* action) = nullptr;
   bool (*is_capturing)(int index) = nullptr;
+  // A random draw of `n` counters from the generator `key` (whose offset is
+  // *host_offset) while work on `index` is captured into a CUDA graph; null where
+  // graphs do not exist. The graph keeps one device word per generator, written with
+  // the generator's offset before each replay: the draw gets that word's address and
+  // its counters' offset within the step (*offset_in_step), and *host_offset advances
+  // as an eager draw's would (restored when the capture ends; each replay advances
+  // it by all the step's draws).
+  const uint64_t* (*capture_random)(int index, const void* key, uint64_t* host_offset, uint64_t n,
+                                    uint64_t* offset_in_step) = nullptr;
   // Waits until the device has finished the work queued so far.
   void (*synchronize)(int index) = nullptr;
   // How many such devices there are (1 for the host).

@@ -8,6 +8,7 @@
 
 #include "core/alloc_site.h"
 #include "core/autograd.h"
+#include "core/device_services.h"
 #include "core/kernel_table.h"
 #include "core/kernels/cpu_loops.h"
 #include "core/ops.h"
@@ -251,17 +252,15 @@ static Tensor& fill_random(Tensor& t, bool normal, double p0, double p1, Generat
                            const char* op) {
   check_floating(op, t);
   check_inplace(op, t);
-  // The generator's offset advances on the host, once: a replay would repeat it.
-  check_not_capturing(t.device(), op,
-                      "draw random numbers (every replay would repeat the captured ones)");
+  // Inside a CUDA graph the counters come from a word each replay sets (draw_counters).
   Generator& g = gen ? *gen : default_generator();
   uint64_t n = static_cast<uint64_t>(t.numel());
-  uint64_t offset = g.advance(n);
+  const RandomCounters c = draw_counters(t.device(), g, n, op);
   Tensor dst = t.is_contiguous() ? t : empty_like(t);
   if (n > 0)
     kernels::kernels_for(dst.device())
-        .random({dst.device(), dst.dtype(), dst.raw_data(), dst.numel(), g.seed(), offset, normal,
-                 p0, p1});
+        .random({dst.device(), dst.dtype(), dst.raw_data(), dst.numel(), c.seed, c.offset, normal,
+                 p0, p1, false, c.base});
   if (!dst.is_same(t))
     copy_(t, dst);
   else
@@ -302,14 +301,13 @@ Tensor randint(int64_t low, int64_t high, const Shape& sizes, TensorOptions o, G
   EMBER_CHECK(o.dtype_ != kBool && !o.requires_grad_,
               "randint: the dtype must be numeric and the result cannot require grad");
   Tensor t = make_tensor(sizes, o.dtype_, o.device_, "randint");
-  check_not_capturing(t.device(), "randint",
-                      "draw random numbers (every replay would repeat the captured ones)");
   Generator& g = gen ? *gen : default_generator();
-  const uint64_t offset = g.advance(static_cast<uint64_t>(t.numel()));
+  const RandomCounters c =
+      draw_counters(t.device(), g, static_cast<uint64_t>(t.numel()), "randint");
   if (t.numel() > 0)
     kernels::kernels_for(t.device())
-        .random({t.device(), t.dtype(), t.raw_data(), t.numel(), g.seed(), offset, false,
-                 static_cast<double>(low), static_cast<double>(high), true});
+        .random({t.device(), t.dtype(), t.raw_data(), t.numel(), c.seed, c.offset, false,
+                 static_cast<double>(low), static_cast<double>(high), true, c.base});
   return t;
 }
 

@@ -333,6 +333,9 @@ class Generator {
   }
   uint64_t offset() const { return offset_; }
   void set_offset(uint64_t o) { offset_ = o; }
+  // The offset itself, for a CUDA graph that draws from this generator
+  // (core/device_services.h's draw_counters): each replay reads and advances it.
+  uint64_t* offset_slot() { return &offset_; }
 
  private:
   uint64_t seed_;

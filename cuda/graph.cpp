@@ -9,6 +9,7 @@
 #include "cuda/blas.h"
 #include "cuda/check.h"
 #include "cuda/device_allocator.h"
+#include "cuda/kernels/elementwise.h"
 
 namespace ember::cuda {
 
@@ -16,6 +17,23 @@ using memory::CachingAllocator;
 using memory::kAllocConfEnvVar;
 
 namespace {
+
+// The graph capturing each device on this thread (inside Graph::capture's step), for
+// the random-counter hook.
+constexpr int kMaxGraphDevices = 64;
+thread_local Graph* t_capturing_graph[kMaxGraphDevices] = {};
+
+// Sets the device's capturing graph for a scope.
+class ActiveGraph {
+ public:
+  ActiveGraph(int device, Graph* g) : device_(device) { t_capturing_graph[device_] = g; }
+  ~ActiveGraph() { t_capturing_graph[device_] = nullptr; }
+  ActiveGraph(const ActiveGraph&) = delete;
+  ActiveGraph& operator=(const ActiveGraph&) = delete;
+
+ private:
+  int device_;
+};
 
 // The span of one capture on this thread: the capture stream is the device's
 // current stream, is_capturing(device) is true and the stream allocates from the
@@ -95,6 +113,13 @@ Graph::Graph(int device) : device_(device) {
 
 Graph::~Graph() {
   release();
+  if (words_ != nullptr && !is_capturing(device_)) {
+    int previous = 0;
+    EMBER_CUDA_CHECK_NOTHROW(cudaGetDevice(&previous));
+    EMBER_CUDA_CHECK_NOTHROW(cudaSetDevice(device_));
+    EMBER_CUDA_CHECK_NOTHROW(cudaFree(words_));  // after the last replay (release waited)
+    EMBER_CUDA_CHECK_NOTHROW(cudaSetDevice(previous));
+  }
 }
 
 Graph::Graph(Graph&& other) noexcept
@@ -102,21 +127,48 @@ Graph::Graph(Graph&& other) noexcept
       stream_(std::move(other.stream_)),
       exec_(std::exchange(other.exec_, nullptr)),
       pool_(std::exchange(other.pool_, 0)),
-      replayed_(std::exchange(other.replayed_, false)) {
+      replayed_(std::exchange(other.replayed_, false)),
+      words_(std::exchange(other.words_, nullptr)),
+      random_(std::move(other.random_)) {
   other.stream_.reset();
+  other.random_.clear();
 }
 
 Graph& Graph::operator=(Graph&& other) noexcept {
   if (this != &other) {
-    release();
+    Graph old(std::move(*this));  // frees this graph's words and pool on the way out
     device_ = other.device_;
     stream_ = std::move(other.stream_);
     other.stream_.reset();
     exec_ = std::exchange(other.exec_, nullptr);
     pool_ = std::exchange(other.pool_, 0);
     replayed_ = std::exchange(other.replayed_, false);
+    words_ = std::exchange(other.words_, nullptr);
+    random_ = std::move(other.random_);
+    other.random_.clear();
   }
   return *this;
+}
+
+const uint64_t* Graph::capture_random(int device, const void* key, uint64_t* host_offset,
+                                      uint64_t n, uint64_t* offset_in_step) {
+  Graph* g = device >= 0 && device < kMaxGraphDevices ? t_capturing_graph[device] : nullptr;
+  EMBER_CHECK(g != nullptr, "random draw: device ", device,
+              " is being captured, but not by a cuda::Graph on this thread");
+  RandomSlot* slot = nullptr;
+  for (RandomSlot& r : g->random_)
+    if (r.key == key) slot = &r;
+  if (slot == nullptr) {
+    EMBER_CHECK(g->random_.size() < static_cast<size_t>(kMaxStoredWords),
+                "cuda::Graph::capture: the step draws random numbers from more than ",
+                kMaxStoredWords, " generators");
+    g->random_.push_back({key, host_offset, *host_offset, 0});
+    slot = &g->random_.back();
+  }
+  *offset_in_step = *host_offset - slot->start;
+  *host_offset += n;
+  slot->consumed = *host_offset - slot->start;
+  return g->words_ + (slot - g->random_.data());
 }
 
 void Graph::capture(const std::function<void()>& step) {
@@ -134,22 +186,37 @@ void Graph::capture(const std::function<void()>& step) {
   DeviceGuard device_guard(device_);
   create_handles(device_);  // creating them mid-capture would allocate and synchronise
   if (!stream_) stream_.emplace(device_);
+  if (words_ == nullptr)  // the random-counter words, outside the capture
+    EMBER_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&words_),
+                                sizeof(uint64_t) * static_cast<size_t>(kMaxStoredWords)));
+  EMBER_CHECK(device_ < kMaxGraphDevices, "cuda::Graph::capture: device ", device_, " is past the ",
+              kMaxGraphDevices, " devices graphs support");
   pool_ = allocator.create_pool();
   cudaGraph_t graph = nullptr;
+  // The capture ran nothing: the generators it drew from go back to where they were
+  // (each replay advances them instead).
+  auto restore_generators = [this] {
+    for (const RandomSlot& r : random_) *r.host_offset = r.start;
+  };
   try {
     CaptureScope scope(device_, stream_->get(), allocator, pool_);
+    ActiveGraph active(device_, this);
     scope.begin();
     step();
     graph = scope.end();
   } catch (...) {
+    restore_generators();
+    random_.clear();
     release();  // what the step allocated goes back to the general cache
     throw;
   }
+  restore_generators();
   cudaGraphExec_t exec = nullptr;
   const cudaError_t err = cudaGraphInstantiate(&exec, graph, 0);
   EMBER_CUDA_CHECK_NOTHROW(cudaGraphDestroy(graph));  // the executable graph is independent
   if (err != cudaSuccess) {
     (void)cudaGetLastError();
+    random_.clear();
     release();
     EMBER_FAIL("cuda::Graph::capture: instantiating the captured graph failed: ",
                cudaGetErrorString(err));
@@ -162,7 +229,15 @@ void Graph::replay() {
   EMBER_CHECK(!is_capturing(device_), "cuda::Graph::replay: device ", device_,
               " is being captured on this thread; replay after the capture");
   DeviceGuard guard(device_);
-  EMBER_CUDA_CHECK(cudaGraphLaunch(exec_, current_stream(device_)));
+  const cudaStream_t stream = current_stream(device_);
+  if (!random_.empty()) {
+    // Each generator's word := its offset now, set in the stream before the graph.
+    uint64_t values[kMaxStoredWords];
+    for (size_t i = 0; i < random_.size(); ++i) values[i] = *random_[i].host_offset;
+    launch_store_words(words_, values, static_cast<int>(random_.size()), stream);
+  }
+  EMBER_CUDA_CHECK(cudaGraphLaunch(exec_, stream));
+  for (const RandomSlot& r : random_) *r.host_offset += r.consumed;
   replayed_ = true;
 }
 
@@ -171,6 +246,7 @@ void Graph::reset() {
 }
 
 void Graph::release() noexcept {
+  random_.clear();
   if (exec_ == nullptr && pool_ == 0) return;
   int previous = 0;
   EMBER_CUDA_CHECK_NOTHROW(cudaGetDevice(&previous));

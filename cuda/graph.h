@@ -10,10 +10,15 @@
 //  * wait for the device: item(), to_vector(), to(kCPU), copies from host memory
 //    (to(kCUDA), from_vector on CUDA), cuda::synchronize, anomaly detection,
 //    empty_cache;
-//  * draw random numbers (randn, dropout): a replay would repeat them;
 //  * create optimizer state (moments, momentum buffers, step counts), which a
 //    replay would reset: run a few eager steps before capturing. They also create
 //    the cuBLAS/cuBLASLt handles and workspaces and load every kernel the step uses.
+// Random numbers (rand, randn, randint, dropout, attention dropout) drawn inside the
+// step are fresh at every replay: the graph keeps a device word per generator the
+// step drew from, sets it to the generator's offset before each replay and then
+// advances the generator by the step's draws, so replay k draws what the k-th eager
+// step from the same generator state would (randperm and multinomial are still
+// refused). The generators must outlive the graph's replays, as the tensors must.
 // And what it cannot see: host values are baked in when captured (scalars, shapes,
 // the optimizer's lr and options: re-capture after changing them), inputs must
 // be copied (copy_) into tensors made before the capture, and tensors the step
@@ -27,6 +32,7 @@
 #include <cstdint>
 #include <functional>
 #include <optional>
+#include <vector>
 
 #include <cuda_runtime_api.h>
 
@@ -63,14 +69,33 @@ class Graph {
   // Drops the captured graph and its pool, as the destructor does.
   void reset();
 
+  // The random-counter hook for draws inside a capture (kernels::DeviceHooks::
+  // capture_random, core/device_services.h's draw_counters): the word of generator
+  // `key` (whose offset is *host_offset) in the graph capturing `device` on this
+  // thread, *offset_in_step the draw's counters within the step; *host_offset advances
+  // by n. Throws when no graph captures the device on this thread, or the step draws
+  // from more generators than the graph has words.
+  static const uint64_t* capture_random(int device, const void* key, uint64_t* host_offset,
+                                        uint64_t n, uint64_t* offset_in_step);
+
  private:
   void release() noexcept;
+  // A generator the captured step drew from: its offset (host), the offset when the
+  // capture first drew from it, and how far the step's draws advance it.
+  struct RandomSlot {
+    const void* key;
+    uint64_t* host_offset;
+    uint64_t start;
+    uint64_t consumed;
+  };
 
   int device_ = 0;
   std::optional<Stream> stream_;  // the capture stream, made on first capture
   cudaGraphExec_t exec_ = nullptr;
-  uint64_t pool_ = 0;      // the allocator's private pool id; 0: none
-  bool replayed_ = false;  // since the last capture
+  uint64_t pool_ = 0;               // the allocator's private pool id; 0: none
+  bool replayed_ = false;           // since the last capture
+  uint64_t* words_ = nullptr;       // device words, one per slot (made at the first capture)
+  std::vector<RandomSlot> random_;  // the generators of the captured step
 };
 
 }  // namespace ember::cuda

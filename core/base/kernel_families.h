@@ -150,6 +150,9 @@ struct DropoutArgs {
   uint64_t offset;
   uint32_t threshold;
   double scale;
+  // Not null inside a CUDA graph (core/device_services.h's draw_counters): the counters
+  // start at *offset_base + offset, read when the kernel runs.
+  const uint64_t* offset_base = nullptr;
 };
 
 // y[i] = lo + (hi - lo) U(seed, offset + i), or mean + std N(seed, offset + i)
@@ -165,6 +168,9 @@ struct RandomArgs {
   bool normal;
   double p0, p1;  // lo, hi or mean, std
   bool integer = false;
+  // Not null inside a CUDA graph (core/device_services.h's draw_counters): the counters
+  // start at *offset_base + offset, read when the kernel runs.
+  const uint64_t* offset_base = nullptr;
 };
 
 // out (n) = a random permutation of 0..n-1: i ordered by random_bits(seed,
@@ -642,6 +648,7 @@ struct AttentionArgs {
   // dropout_threshold(dropout_p)) (core/base/random.h), kept ones scaled by 1 / (1 - p).
   double dropout_p = 0.0;
   uint64_t dropout_seed = 0, dropout_offset = 0;
+  const uint64_t* dropout_base = nullptr;  // as DropoutArgs::offset_base
 };
 // Its backward from the forward's o and lse: d_q, d_k, d_v contiguous (B, H, T, D);
 // deterministic: dQ in its own pass (no atomics), else added atomically.
@@ -661,6 +668,7 @@ struct AttentionBackwardArgs {
   size_t workspace_bytes;
   double dropout_p = 0.0;  // the forward's dropout (AttentionArgs): the same mask
   uint64_t dropout_seed = 0, dropout_offset = 0;
+  const uint64_t* dropout_base = nullptr;
 };
 
 // ------------------------------------------------------------------ optimizers

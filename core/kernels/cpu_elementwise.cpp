@@ -211,6 +211,7 @@ void where(const WhereArgs& a) {
 }
 
 void random(const RandomArgs& a) {
+  EMBER_CHECK(a.offset_base == nullptr, "random: the CPU draws no counters from device memory");
   dispatch_cpu(a.dtype, [&](auto tag) {
     using S = decltype(tag);
     S* p = static_cast<S*>(a.y);
@@ -226,6 +227,7 @@ void random(const RandomArgs& a) {
 
 // Element-wise, so split over the pool freely: the same values at any thread count.
 void dropout(const DropoutArgs& a) {
+  EMBER_CHECK(a.offset_base == nullptr, "dropout: the CPU draws no counters from device memory");
   dispatch_cpu(a.dtype, [&](auto tag) {
     using S = decltype(tag);
     if constexpr (std::is_floating_point_v<S> || std::is_same_v<S, BFloat16>) {

@@ -6,6 +6,7 @@
 #include "cuda/check.h"
 #include "cuda/device_allocator.h"
 #include "cuda/device_error.h"
+#include "cuda/graph.h"
 #include "cuda/kernels/registration.h"
 #include "cuda/pinned_buffer.h"
 #include "cuda/profiler_events.h"
@@ -111,6 +112,7 @@ void register_cuda(KernelTable& t) {
   t.hooks.current_stream = &current_stream;
   t.hooks.check_not_capturing = &check_not_capturing;
   t.hooks.is_capturing = &is_capturing;
+  t.hooks.capture_random = &cuda::Graph::capture_random;
   t.hooks.synchronize = &synchronize;
   t.hooks.count = &count;
   t.hooks.autocasts = &autocasts;

@@ -109,13 +109,11 @@ Tensor fused_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool i
                 head_dim = q.size(3);
   // The dropout's counters, as the composed path draws them (fused_dropout over the
   // (B, H, Tq, Tk) weights).
-  uint64_t seed = 0, offset = 0;
+  RandomCounters drop;
   if (dropout_p > 0.0) {
-    check_not_capturing(device, "scaled_dot_product_attention",
-                        "draw random numbers (every replay would repeat the captured ones)");
     Generator& g = gen != nullptr ? *gen : default_generator();
-    seed = g.seed();
-    offset = g.advance(static_cast<uint64_t>(batch * heads * q_len * kv_len));
+    drop = draw_counters(device, g, static_cast<uint64_t>(batch * heads * q_len * kv_len),
+                         "scaled_dot_product_attention");
   }
   Tensor o = empty(q.sizes(), q.options());
   const Tensor lse = empty({batch, heads, q_len}, TensorOptions(kFloat32).device(device));
@@ -124,8 +122,9 @@ Tensor fused_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool i
                               is_causal,    operand_of(qa), operand_of(ka), operand_of(va),
                               o.raw_data(), lse.raw_data()};
   args.dropout_p = dropout_p;
-  args.dropout_seed = seed;
-  args.dropout_offset = offset;
+  args.dropout_seed = drop.seed;
+  args.dropout_offset = drop.offset;
+  args.dropout_base = drop.base;
   kernels::kernels_for(device).attention_fused(args);
   if (any_requires_grad({&q, &k, &v})) {
     attach_grad_fn(
@@ -167,8 +166,9 @@ Tensor fused_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool i
                                                ws.raw_data(),
                                                bytes};
           bargs.dropout_p = dropout_p;
-          bargs.dropout_seed = seed;
-          bargs.dropout_offset = offset;
+          bargs.dropout_seed = drop.seed;
+          bargs.dropout_offset = drop.offset;
+          bargs.dropout_base = drop.base;
           t.attention_backward_fused(bargs);
           return Grads{d_q, d_k, d_v};
         });

@@ -21,6 +21,7 @@ struct Draw {
   uint64_t seed, offset;
   uint32_t threshold;
   double scale;
+  const uint64_t* base;  // inside a CUDA graph: the replay's word (draw_counters)
 };
 
 // x with the draw's mask and scale, differentiable (its backward: the same draw).
@@ -30,7 +31,7 @@ Tensor apply_draw(const Tensor& x, const Draw& d) {
   if (xs.numel() > 0)
     kernels::kernels_for(xs.device())
         .dropout({xs.device(), xs.dtype(), xs.raw_data(), y.raw_data(), xs.numel(), d.seed,
-                  d.offset, d.threshold, d.scale});
+                  d.offset, d.threshold, d.scale, d.base});
   if (any_requires_grad({&x}))
     attach_grad_fn(y, "FusedDropoutBackward", {&x}, [d](const Tensor& grad, const SavedTensors&) {
       return std::vector<Tensor>{apply_draw(grad, d)};
@@ -47,12 +48,11 @@ Tensor fused_dropout(const Tensor& x, double p, Generator* gen) {
               "fused_dropout: takes float32, float64 or bfloat16, got ", x.dtype());
   EMBER_CHECK(p >= 0.0 && p < 1.0, "fused_dropout: p must be in [0, 1), got ", p);
   if (p == 0.0) return x;
-  // The generator's offset advances on the host, once: a replay would repeat it.
-  check_not_capturing(x.device(), "dropout",
-                      "draw random numbers (every replay would repeat the captured ones)");
+  // Inside a CUDA graph the counters come from a word each replay sets (draw_counters).
   Generator& g = gen != nullptr ? *gen : default_generator();
-  const uint64_t offset = g.advance(static_cast<uint64_t>(x.numel()));
-  return apply_draw(x, {g.seed(), offset, dropout_threshold(p), 1.0 / (1.0 - p)});
+  const RandomCounters c =
+      draw_counters(x.device(), g, static_cast<uint64_t>(x.numel()), "dropout");
+  return apply_draw(x, {c.seed, c.offset, dropout_threshold(p), 1.0 / (1.0 - p), c.base});
 }
 
 }  // namespace ember

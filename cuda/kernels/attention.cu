@@ -48,15 +48,23 @@ struct Strides {
 // dropout_keeps(seed, offset + (bh tq + i) tk + j, threshold), the numbering of the
 // composed path's (B, H, L, S) weights, so both drop the same ones; kept weights are
 // scaled by rscale = 1 / (1 - p). The kernels take it when their DROP parameter is set.
+// Inside a CUDA graph `base` points at the word each replay sets (cuda/graph.h): the
+// counters start at *base + offset, read once at the kernel's start (start_of).
 struct Dropout {
   uint64_t seed, offset;
+  const uint64_t* base;
   uint32_t threshold;
   float rscale;
 };
 
-__device__ __forceinline__ bool keeps(const Dropout& d, int64_t bh, int tq, int tk, int i, int j) {
+__device__ __forceinline__ uint64_t start_of(const Dropout& d) {
+  return d.base != nullptr ? d.offset + *d.base : d.offset;
+}
+
+__device__ __forceinline__ bool keeps(const Dropout& d, uint64_t start, int64_t bh, int tq, int tk,
+                                      int i, int j) {
   const uint64_t counter =
-      d.offset +
+      start +
       (static_cast<uint64_t>(bh) * static_cast<uint64_t>(tq) + static_cast<uint64_t>(i)) *
           static_cast<uint64_t>(tk) +
       static_cast<uint64_t>(j);
@@ -327,6 +335,7 @@ __global__ void __launch_bounds__(W * 32) attn_fwd_kernel(const FwdParams p) {
   const int lane = static_cast<int>(threadIdx.x) % 32;
   const int bh = static_cast<int>(blockIdx.x);
   const int b = bh / p.heads, h = bh % p.heads;
+  [[maybe_unused]] const uint64_t drop_start = DROP ? start_of(p.drop) : 0;  // dropout: 1st counter
   const int n_qt = (p.tq + kM - 1) / kM;
   const int qt = CAUSAL ? n_qt - 1 - static_cast<int>(blockIdx.y) : static_cast<int>(blockIdx.y);
   const int q0 = qt * kM;
@@ -431,7 +440,9 @@ __global__ void __launch_bounds__(W * 32) attn_fwd_kernel(const FwdParams p) {
           const int key = k0 + nt * 8 + (lane & 3) * 2 + (e & 1);
           const int row = row_lo + (e >> 1) * 8;
           if (row < p.tq && key < p.tk)
-            s[nt][e] = keeps(p.drop, bh, p.tq, p.tk, row, key) ? s[nt][e] * p.drop.rscale : 0.f;
+            s[nt][e] = keeps(p.drop, drop_start, bh, p.tq, p.tk, row, key)
+                           ? s[nt][e] * p.drop.rscale
+                           : 0.f;
         }
     }
 
@@ -517,6 +528,7 @@ __global__ void __launch_bounds__(kBwdWarps * 32) attn_bwd_dkdv_kernel(const Bwd
   const int lane = static_cast<int>(threadIdx.x) % 32;
   const int bh = static_cast<int>(blockIdx.x);
   const int b = bh / p.heads, h = bh % p.heads;
+  [[maybe_unused]] const uint64_t drop_start = DROP ? start_of(p.drop) : 0;  // dropout: 1st counter
   const int k0 = static_cast<int>(blockIdx.y) * kN;
   const bf16* gq = p.q + b * p.sq.b + h * p.sq.h;
   const bf16* gk = p.k + b * p.sk.b + h * p.sk.h;
@@ -577,7 +589,7 @@ __global__ void __launch_bounds__(kBwdWarps * 32) attn_bwd_dkdv_kernel(const Bwd
         if constexpr (DROP) {
           // Dropped weights negated (P >= 0): one draw serves dV and dS.
           const int key = key_lo + (e >> 1) * 8, q = q0 + qq;
-          if (q < p.tq && key < p.tk && !keeps(p.drop, bh, p.tq, p.tk, q, key)) x = -x;
+          if (q < p.tq && key < p.tk && !keeps(p.drop, drop_start, bh, p.tq, p.tk, q, key)) x = -x;
         }
         pt[nt][e] = x;
       }
@@ -677,6 +689,7 @@ __global__ void __launch_bounds__(kBwdWarps * 32) attn_bwd_dq_kernel(const BwdPa
   const int lane = static_cast<int>(threadIdx.x) % 32;
   const int bh = static_cast<int>(blockIdx.x);
   const int b = bh / p.heads, h = bh % p.heads;
+  [[maybe_unused]] const uint64_t drop_start = DROP ? start_of(p.drop) : 0;  // dropout: 1st counter
   const int n_qt = (p.tq + kM - 1) / kM;
   const int qt = CAUSAL ? n_qt - 1 - static_cast<int>(blockIdx.y) : static_cast<int>(blockIdx.y);
   const int q0 = qt * kM;
@@ -747,7 +760,8 @@ __global__ void __launch_bounds__(kBwdWarps * 32) attn_bwd_dq_kernel(const BwdPa
         if constexpr (DROP) {
           // dS = P (Z dP - delta): a dropped weight gives -P delta.
           const int key = k0 + nt * 8 + (lane & 3) * 2 + (e & 1), row = row_lo + (e >> 1) * 8;
-          const bool kept = row >= p.tq || key >= p.tk || keeps(p.drop, bh, p.tq, p.tk, row, key);
+          const bool kept =
+              row >= p.tq || key >= p.tk || keeps(p.drop, drop_start, bh, p.tq, p.tk, row, key);
           dp[nt][e] =
               kept ? s[nt][e] * (dp[nt][e] * p.drop.rscale - dl[e >> 1]) : -s[nt][e] * dl[e >> 1];
         } else {
@@ -903,6 +917,7 @@ Dropout dropout_of(const AttentionProblem& p) {
   if (p.dropout_p > 0.0) {
     d.seed = p.dropout_seed;
     d.offset = p.dropout_offset;
+    d.base = p.dropout_base;
     d.threshold = dropout_threshold(p.dropout_p);
     d.rscale = static_cast<float>(1.0 / (1.0 - p.dropout_p));
   }
@@ -1089,10 +1104,12 @@ AttentionProblem problem_of(DType dtype, int64_t batch, int64_t heads, int64_t q
   p.causal = causal;
   return p;
 }
-void with_dropout(AttentionProblem& p, double dropout_p, uint64_t seed, uint64_t offset) {
+void with_dropout(AttentionProblem& p, double dropout_p, uint64_t seed, uint64_t offset,
+                  const uint64_t* base) {
   p.dropout_p = dropout_p;
   p.dropout_seed = seed;
   p.dropout_offset = offset;
+  p.dropout_base = base;
 }
 AttentionInput in(const kernels::AttentionOperand& a) {
   return {a.data, a.stride_b, a.stride_h, a.stride_t};
@@ -1130,7 +1147,7 @@ void attention_fused(const kernels::AttentionArgs& a) {
   DeviceGuard guard(a.device.index);
   AttentionProblem p =
       problem_of(a.dtype, a.batch, a.heads, a.q_len, a.kv_len, a.head_dim, a.scale, a.causal);
-  with_dropout(p, a.dropout_p, a.dropout_seed, a.dropout_offset);
+  with_dropout(p, a.dropout_p, a.dropout_seed, a.dropout_offset, a.dropout_base);
   launch_attention_forward(p, in(a.q), in(a.k), in(a.v), out(a.o, a.heads, a.q_len, a.head_dim),
                            static_cast<float*>(a.lse), current_stream(a.device.index));
 }
@@ -1139,7 +1156,7 @@ void attention_backward_fused(const kernels::AttentionBackwardArgs& a) {
   DeviceGuard guard(a.device.index);
   AttentionProblem p =
       problem_of(a.dtype, a.batch, a.heads, a.q_len, a.kv_len, a.head_dim, a.scale, a.causal);
-  with_dropout(p, a.dropout_p, a.dropout_seed, a.dropout_offset);
+  with_dropout(p, a.dropout_p, a.dropout_seed, a.dropout_offset, a.dropout_base);
   launch_attention_backward(
       p, in(a.q), in(a.k), in(a.v), in(a.o), in(a.d_o), static_cast<const float*>(a.lse),
       out(a.d_q, a.heads, a.q_len, a.head_dim), out(a.d_k, a.heads, a.kv_len, a.head_dim),

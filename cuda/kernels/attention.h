@@ -55,6 +55,9 @@ struct AttentionProblem {
   double dropout_p = 0.0;
   uint64_t dropout_seed = 0;
   uint64_t dropout_offset = 0;
+  /// Inside a CUDA graph (cuda/graph.h): the device word holding the replay's base,
+  /// added to dropout_offset when the kernels run; null otherwise.
+  const uint64_t* dropout_base = nullptr;
 };
 
 /// Knobs for measuring; the defaults (zeros) are what the launchers choose.

@@ -170,7 +170,8 @@ __global__ void fill_kernel(S* y, StridedLayout yl, int64_t n, double value) {
 
 template <typename S>
 __global__ void random_kernel(S* y, int64_t n, uint64_t seed, uint64_t offset, bool normal,
-                              bool integer, double p0, double p1) {
+                              bool integer, double p0, double p1, const uint64_t* offset_base) {
+  if (offset_base != nullptr) offset += *offset_base;  // inside a CUDA graph
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
        i += int64_t(gridDim.x) * blockDim.x) {
     double v = integer  ? p0 + floor((p1 - p0) * random_uniform(seed, offset + i))
@@ -183,8 +184,10 @@ __global__ void random_kernel(S* y, int64_t n, uint64_t seed, uint64_t offset, b
 // Dropout, its mask drawn here (kernel_families.h's DropoutArgs); x may be y.
 template <typename S>
 __global__ void dropout_kernel(const S* x, S* y, int64_t n, uint64_t seed, uint64_t offset,
-                               uint32_t threshold, typename CompOf<S>::type scale) {
+                               uint32_t threshold, typename CompOf<S>::type scale,
+                               const uint64_t* offset_base) {
   using C = typename CompOf<S>::type;
+  if (offset_base != nullptr) offset += *offset_base;  // inside a CUDA graph
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
        i += int64_t(gridDim.x) * blockDim.x) {
     const bool keep = dropout_keeps(seed, offset + static_cast<uint64_t>(i), threshold);
@@ -352,24 +355,49 @@ void launch_fill(DType dtype, void* y, const StridedLayout& yl, int64_t n, doubl
 }
 
 void launch_random(DType dtype, void* y, int64_t n, uint64_t seed, uint64_t offset, bool normal,
-                   bool integer, double p0, double p1, cudaStream_t stream) {
+                   bool integer, double p0, double p1, const uint64_t* offset_base,
+                   cudaStream_t stream) {
   if (n == 0) return;
   dispatch_numeric(dtype, "random", [&](auto* tag) {
     using S = std::remove_pointer_t<decltype(tag)>;
     launch<random_kernel<S>>(n, stream, static_cast<S*>(y), n, seed, offset, normal, integer, p0,
-                             p1);
+                             p1, offset_base);
   });
 }
 
+namespace {
+
 void launch_dropout(DType dtype, const void* x, void* y, int64_t n, uint64_t seed, uint64_t offset,
-                    uint32_t threshold, double scale, cudaStream_t stream) {
+                    uint32_t threshold, double scale, const uint64_t* offset_base,
+                    cudaStream_t stream) {
   if (n == 0) return;
   dispatch_float(dtype, "dropout", [&](auto* tag) {
     using S = std::remove_pointer_t<decltype(tag)>;
     using C = typename CompOf<S>::type;
     launch<dropout_kernel<S>>(n, stream, static_cast<const S*>(x), static_cast<S*>(y), n, seed,
-                              offset, threshold, static_cast<C>(scale));
+                              offset, threshold, static_cast<C>(scale), offset_base);
   });
+}
+
+}  // namespace
+
+struct Words {
+  uint64_t v[kMaxStoredWords];
+};
+
+__global__ void store_words_kernel(uint64_t* dst, Words w, int n) {
+  const int i = static_cast<int>(threadIdx.x);
+  if (i < n) dst[i] = w.v[i];
+}
+
+void launch_store_words(uint64_t* dst, const uint64_t* values, int n, cudaStream_t stream) {
+  EMBER_CHECK(n >= 0 && n <= kMaxStoredWords, "store_words: ", n, " words (at most ",
+              kMaxStoredWords, ")");
+  if (n == 0) return;
+  Words w{};
+  for (int i = 0; i < n; ++i) w.v[i] = values[i];
+  store_words_kernel<<<1, kMaxStoredWords, 0, stream>>>(dst, w, n);
+  EMBER_CUDA_CHECK(cudaGetLastError());
 }
 
 // ------------------------------------------------------------------ registration
@@ -429,13 +457,13 @@ void fill(const kernels::FillArgs& a) {
 
 void random(const kernels::RandomArgs& a) {
   DeviceGuard guard(a.device.index);
-  launch_random(a.dtype, a.y, a.n, a.seed, a.offset, a.normal, a.integer, a.p0, a.p1,
+  launch_random(a.dtype, a.y, a.n, a.seed, a.offset, a.normal, a.integer, a.p0, a.p1, a.offset_base,
                 current_stream(a.device.index));
 }
 
 void dropout(const kernels::DropoutArgs& a) {
   DeviceGuard guard(a.device.index);
-  launch_dropout(a.dtype, a.x, a.y, a.n, a.seed, a.offset, a.threshold, a.scale,
+  launch_dropout(a.dtype, a.x, a.y, a.n, a.seed, a.offset, a.threshold, a.scale, a.offset_base,
                  current_stream(a.device.index));
 }
 

@@ -64,7 +64,15 @@ void launch_fill(DType dtype, void* y, const StridedLayout& yl, int64_t n, doubl
                  cudaStream_t stream);
 // y[i] = lo + (hi - lo) * U(seed, offset + i), or mean + std * N(seed, offset + i),
 // or (integer) lo + floor((hi - lo) * U(seed, offset + i)); float types or int64.
+// offset_base not null (inside a CUDA graph): offset + *offset_base, read when it runs.
 void launch_random(DType dtype, void* y, int64_t n, uint64_t seed, uint64_t offset, bool normal,
-                   bool integer, double p0, double p1, cudaStream_t stream);
+                   bool integer, double p0, double p1, const uint64_t* offset_base,
+                   cudaStream_t stream);
+
+// dst[i] = values[i] for i < n <= kMaxStoredWords, the values passed in the launch
+// itself (nothing for the host to keep alive): cuda::Graph's random-counter words,
+// set before each replay.
+inline constexpr int kMaxStoredWords = 64;
+void launch_store_words(uint64_t* dst, const uint64_t* values, int n, cudaStream_t stream);
 
 }  // namespace ember::cuda

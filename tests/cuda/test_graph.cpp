@@ -351,8 +351,9 @@ TEST_CASE("cuda/graph: item() inside a capture throws, and eager steps go on" *
 
   // Other refusals name their op.
   cuda::Graph g2;
-  const std::string random = error_of([&] { g2.capture([] { (void)randn({4}, kCUDA); }); });
-  CHECK(contains(random, "randn: cannot draw random numbers"));
+  const std::string random =
+      error_of([&] { g2.capture([] { (void)randperm(4, TensorOptions(kInt64).device(kCUDA)); }); });
+  CHECK(contains(random, "randperm: cannot draw random numbers"));
   CHECK(contains(random, "while a CUDA graph is being captured"));
   CHECK(contains(error_of([&] { g2.capture([] { (void)tensor({1.0}, kCUDA); }); }),
                  "to(): cannot copy from host memory"));
@@ -360,6 +361,53 @@ TEST_CASE("cuda/graph: item() inside a capture throws, and eager steps go on" *
                  "empty_cache: cannot return cached memory"));
   CHECK_FALSE(cuda::is_capturing(0));
   CHECK(std::isfinite(run.step(x, y).item()));
+}
+
+TEST_CASE("cuda/graph: random draws in a captured step are fresh at each replay, as eager ones" *
+          doctest::test_suite("cuda")) {
+  // randn, randint, fused_dropout and the fused attention's dropout inside a capture:
+  // replay k equals the same ops run eagerly from the generator's state before it,
+  // bit for bit; the capture leaves the generator where it was, each replay advances
+  // it by the step's draws.
+  require_capturable_allocator();
+  const Tensor x = ones({1000}, TensorOptions(kFloat32).device(kCUDA));
+  const Tensor q = randn({1, 2, 64, 64}, TensorOptions(kFloat32).device(kCUDA)).to(kBFloat16),
+               k = randn({1, 2, 80, 64}, TensorOptions(kFloat32).device(kCUDA)).to(kBFloat16),
+               v = randn({1, 2, 80, 64}, TensorOptions(kFloat32).device(kCUDA)).to(kBFloat16);
+  const bool attention = detail::fused_attention_supported(q, k, v);
+  const uint64_t per_step = 300 + 50 + 1000 + (attention ? 2 * 64 * 80 : 0);
+  auto step = [&](Generator& g) {
+    std::vector<Tensor> out = {randn({300}, TensorOptions(kFloat32).device(kCUDA), &g),
+                               randint(0, 1000, {50}, TensorOptions(kInt64).device(kCUDA), &g),
+                               fused_dropout(x, 0.5, &g)};
+    if (attention) out.push_back(detail::fused_attention(q, k, v, true, 0.125, 0.3, &g));
+    return out;
+  };
+  Generator gen(42);
+  gen.set_offset(10);
+  (void)step(gen);  // eager warm-up: kernels loaded, handles made
+  const uint64_t start = gen.offset();
+  cuda::Graph graph;
+  std::vector<Tensor> captured;
+  graph.capture([&] { captured = step(gen); });
+  CHECK(gen.offset() == start);  // the capture drew nothing
+  std::vector<std::vector<double>> first;
+  for (uint64_t r = 0; r < 3; ++r) {
+    graph.replay();
+    CHECK(gen.offset() == start + (r + 1) * per_step);
+    Generator twin(42);
+    twin.set_offset(start + r * per_step);
+    const std::vector<Tensor> eager = step(twin);
+    for (size_t i = 0; i < eager.size(); ++i) {
+      CAPTURE(i);
+      const std::vector<double> got = captured[i].to(kFloat64).to(kCPU).to_vector<double>();
+      CHECK(got == eager[i].to(kFloat64).to(kCPU).to_vector<double>());
+      if (r == 0)
+        first.push_back(got);
+      else
+        CHECK(got != first[i]);  // fresh numbers each replay
+    }
+  }
 }
 
 TEST_CASE("cuda/graph: optimizer state cannot be created during a capture" *
