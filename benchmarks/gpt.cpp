@@ -6,7 +6,9 @@
 // of fp32's from the same weights and batch; five bf16 steps on one batch lower
 // the loss, all finite), then timed by wall clock: ms per step, tokens/s, model
 // TFLOP/s (6 N + 12 L H D T per token, nanoGPT's estimate) and the peak allocated
-// memory, with predict_memory's peak for the same step beside it.
+// memory, with predict_memory's peak for the same step beside it; then the same step
+// captured in a cuda::Graph ("... graphed" rows), checked bit for bit against an eager
+// twin drawing the same dropout masks, timed by replays.
 // benchmarks/peer_gpt.py runs the same steps in PyTorch (eager, torch.compile).
 //
 //   bench_gpt [--only char|gpt2] [--json FILE] [--quick]
@@ -30,19 +32,23 @@
 // by device time (CUDA events), and with --trace the Chrome trace of each shape
 // (DIR/gpt_<shape>.json, the allocator's history on the same axis). Where the
 // time of a GPT step goes: issue 28's first question.
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <string>
 #include <vector>
 
 #include "../examples/gpt_model.h"
+#include "check.h"
 #include "core/meta.h"
 #include "core/predict.h"
 #include "core/profiler.h"
 #include "cuda/blas.h"
+#include "cuda/graph.h"
 #include "ember.h"
 #include "timing.h"
 
@@ -106,6 +112,65 @@ bool validate(const Workload& w) {
       w.name.c_str(), l32, ln_v, l16, std::abs(l16 - l32) / l32, losses.front(), losses.back(),
       ok ? "" : "  FAILED");
   return ok;
+}
+
+// The step captured in a cuda::Graph and replayed (dropout draws fresh counters at
+// each replay), checked first against an eager twin with the same weights and batch,
+// the default generator rewound before each eager step so both draw the same masks:
+// the losses of 3 replays and then every parameter, bit for bit. Returns false when a
+// check fails; no row when the step cannot be captured (the reason is printed).
+bool graphed_row(const Workload& w, int rounds, int steps, bench::Table& table) {
+  Trainer eager(w, kCUDA, true), graphed(w, kCUDA, true);
+  Generator& gen = default_generator();
+  auto twin_steps = [&](const std::function<void()>& graphed_step) {
+    const uint64_t o = gen.offset();
+    graphed_step();
+    gen.set_offset(o);
+    return eager.step();
+  };
+  // Warm-up: the optimizer state, handles and kernels exist before the capture.
+  for (int i = 0; i < 3; ++i) twin_steps([&] { graphed.step(); });
+  cuda::Graph graph;
+  Tensor static_loss;
+  std::string why;
+  try {
+    graph.capture([&] { static_loss = graphed.step(); });
+  } catch (const std::exception& e) {
+    why = e.what();
+  }
+  if (!graph.captured()) {
+    std::printf("%s graphed: the step could not be captured: %s\n", w.name.c_str(), why.c_str());
+    return true;
+  }
+  double loss_err = 0, param_err = 0;
+  for (int i = 0; i < 3; ++i) {
+    const double le = twin_steps([&] { graph.replay(); }).item(), lg = static_loss.item();
+    loss_err = std::max(loss_err, std::fabs(lg - le) / std::max(std::fabs(le), 1e-12));
+  }
+  const std::vector<Tensor> pe = eager.model->parameters(), pg = graphed.model->parameters();
+  for (size_t i = 0; i < pe.size(); ++i)
+    param_err = std::max(param_err, bench::rel_err_on_device(pg[i], pe[i]));
+  std::printf("validate %s graphed: loss vs eager rel err %.2e, params %.2e (tolerance 0)\n",
+              w.name.c_str(), loss_err, param_err);
+  if (loss_err != 0 || param_err != 0) {
+    std::printf("VALIDATION FAILED\n");
+    return false;
+  }
+  std::vector<double> per;
+  for (int r = 0; r < rounds; ++r) {
+    cuda::synchronize(0);
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < steps; ++i) graph.replay();
+    cuda::synchronize(0);
+    per.push_back(
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() /
+        steps);
+  }
+  const bench::Spread ms = bench::spread_of(per);
+  const double tok_s = static_cast<double>(w.batch * w.cfg.block_size) / (ms.median / 1e3);
+  table.add({w.name + " graphed", "bf16", w.shape, "ember", ms.median, tok_s / 1e3, "ktok/s",
+             "cuda::Graph replays", ms.min, ms.max});
+  return true;
 }
 
 void predicted_vs_measured(const Workload& w, int64_t measured_alloc, int64_t measured_reserved) {
@@ -359,6 +424,7 @@ int main(int argc, char** argv) {
     table.add(
         {w.name, "bf16", w.shape, "ember", ms.median, tok_s / 1e3, "ktok/s", note, ms.min, ms.max});
     predicted_vs_measured(w, peak, reserved);
+    if (!graphed_row(w, rounds, steps, table)) ++failures;
   }
   table.write_json(bench::json_path(argc, argv));
   if (failures) std::printf("%d validation failure(s)\n", failures);

@@ -394,13 +394,15 @@ def gpt(reps):
         for r in load(rep, *names, *peer):
             notes[row_key(r)] = r.get("note", "")
     rows = []
-    for name, shape in (("gpt char step", "6x384 T256 b64"), ("gpt2-124M step", "12x768 T1024 b16")):
+    shapes = (("gpt char step", "6x384 T256 b64"), ("gpt2-124M step", "12x768 T1024 b16"))
+    # bench_gpt's "... graphed" rows (cuda::Graph replays) against the same eager peers.
+    for name, shape in [(n + g, s) for n, s in shapes for g in ("", " graphed")]:
         k = (name, "bf16", shape, "ember")
         if k not in ours:
             continue
         cells = [name, ours[k].fmt(), notes.get(k, "")]
         for impl in ("eager", "torch.compile"):
-            pk = (name, "bf16", shape, impl)
+            pk = (name.replace(" graphed", ""), "bf16", shape, impl)
             r = Series()
             for rep in reps:
                 o = {row_key(x): x for x in load(rep, *names)}
