@@ -262,8 +262,8 @@ Tensor bmm(const Tensor& a, const Tensor& b);
 // gen->advance(numel) (the default generator if null), i row-major. The mask is drawn
 // inside the kernel and drawn again by the backward: nothing is saved. float32,
 // float64 and bfloat16 (scaled in float32, rounded once); p in [0, 1); p = 0 returns x
-// and draws nothing. Refused while a CUDA graph is captured (a replay would repeat
-// the mask).
+// and draws nothing. Inside a CUDA graph each replay draws a fresh mask
+// (core/device_services.h's draw_counters).
 Tensor fused_dropout(const Tensor& x, double p, Generator* gen = nullptr);
 
 // --- attention (core/ops/attention.cpp), as torch.nn.functional.scaled_dot_product_attention:
@@ -624,7 +624,7 @@ bool fused_attention_supported(const Tensor& query, const Tensor& key, const Ten
 // (deterministic unless EMBER_ATTENTION=atomic). dropout_p > 0: the weights dropped
 // inside the kernels by the mask scaled_dot_product_attention's composed path draws
 // (fused_dropout's over the (B, H, Tq, Tk) weights, offset = gen->advance(B H Tq Tk);
-// refused while a CUDA graph is captured). Throws where fused_attention_supported is
+// fresh at each replay inside a CUDA graph). Throws where fused_attention_supported is
 // false. The result is (B, H, Tq, D) contiguous.
 Tensor fused_attention(const Tensor& query, const Tensor& key, const Tensor& value, bool is_causal,
                        double scale, double dropout_p = 0.0, Generator* gen = nullptr);
