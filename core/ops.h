@@ -626,8 +626,18 @@ bool fused_attention_supported(const Tensor& query, const Tensor& key, const Ten
 // (fused_dropout's over the (B, H, Tq, Tk) weights, offset = gen->advance(B H Tq Tk);
 // fresh at each replay inside a CUDA graph). Throws where fused_attention_supported is
 // false. The result is (B, H, Tq, D) contiguous.
+// mask (not with is_causal): bool (true = take part) or additive bfloat16 like the query
+// and without a gradient, broadcasting to (B, H, Tq, Tk), read by the kernels
+// (fused_attention_takes_mask says whether they can); rows with every key masked give
+// zeros, as the composed path.
 Tensor fused_attention(const Tensor& query, const Tensor& key, const Tensor& value, bool is_causal,
-                       double scale, double dropout_p = 0.0, Generator* gen = nullptr);
+                       double scale, double dropout_p = 0.0, Generator* gen = nullptr,
+                       const Tensor& mask = Tensor());
+bool fused_attention_takes_mask(const Tensor& query, const Tensor& key, const Tensor& mask);
+// Whether scaled_dot_product_attention's masks are read by the fused kernels:
+// EMBER_ATTENTION_MASK=fused (read once); otherwise (the default until the kernels'
+// masks have been checked on a GPU) a call with a mask takes the composed path.
+bool fused_attention_mask();
 // Whether scaled_dot_product_attention's dropout runs inside the fused kernels:
 // EMBER_ATTENTION_DROPOUT=fused (read once); otherwise (the default until the kernels'
 // dropout has been checked on a GPU) a call with dropout takes the composed path.

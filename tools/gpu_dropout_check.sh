@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The dropout work's checks on the GPU machine in one call, on a build made there or
 # carried (tools/pack_gpu_build.sh): fused_dropout's and the fused attention's CUDA test
-# cases (dropout inside the kernels against the float64 composed path with the same
-# mask); bench_gpt's char step with attention dropout composed and fused
+# cases (dropout and masks inside the kernels against the float64 composed path with
+# the same masks); bench_gpt's char step with attention dropout composed and fused
 # (EMBER_ATTENTION_DROPOUT), alternating, per-repetition ratios (tools/ab_table.py);
 # predict_memory against the GPU for the char step with each; then the dropout cases
 # under compute-sanitizer's four tools.
@@ -58,7 +58,7 @@ if [ "${EMBER_DROPOUT_SANITIZE:-1}" != 0 ]; then
     [ "$tool" = initcheck ] && env=(EMBER_SANITIZE_PREFILL_BLAS_OUTPUTS=1)
     {
       env "${env[@]}" compute-sanitizer --tool "$tool" --error-exitcode 1 \
-        "$build/tests/ember_tests_cuda" -tc='*dropout*'
+        "$build/tests/ember_tests_cuda" -tc='*dropout*,*masks read*'
       env "${env[@]}" compute-sanitizer --tool "$tool" --error-exitcode 1 \
         "$build/tests/ember_tests_core" -ts=cuda -tc='*dropout*'
     } >"$out/sanitize_$tool.txt" 2>&1

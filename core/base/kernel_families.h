@@ -649,6 +649,12 @@ struct AttentionArgs {
   double dropout_p = 0.0;
   uint64_t dropout_seed = 0, dropout_offset = 0;
   const uint64_t* dropout_base = nullptr;  // as DropoutArgs::offset_base
+  // An attention mask (not with causal): 0 none, 1 bool (nonzero = take part), 2
+  // additive bfloat16 (added to the scaled score); element (b, h, i, j) at
+  // mask[b mask_strides[0] + h mask_strides[1] + i mask_strides[2] + j mask_strides[3]].
+  int mask_kind = 0;
+  const void* mask = nullptr;
+  int64_t mask_strides[4] = {0, 0, 0, 0};
 };
 // Its backward from the forward's o and lse: d_q, d_k, d_v contiguous (B, H, T, D);
 // deterministic: dQ in its own pass (no atomics), else added atomically.
@@ -669,6 +675,9 @@ struct AttentionBackwardArgs {
   double dropout_p = 0.0;  // the forward's dropout (AttentionArgs): the same mask
   uint64_t dropout_seed = 0, dropout_offset = 0;
   const uint64_t* dropout_base = nullptr;
+  int mask_kind = 0;  // the forward's mask (AttentionArgs)
+  const void* mask = nullptr;
+  int64_t mask_strides[4] = {0, 0, 0, 0};
 };
 
 // ------------------------------------------------------------------ optimizers

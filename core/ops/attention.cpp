@@ -147,15 +147,19 @@ Tensor attention_composed(const Tensor& q, const Tensor& k, const Tensor& v, con
 
 // The fused path: the flash-attention kernels (core/ops/attention_fused.cpp) where
 // their predicate takes the operands (bfloat16 (B, H, T, D), D 64 or 128, on a CUDA
-// device that has them) and nothing the kernels do not read is asked for (a mask;
-// dropout unless EMBER_ATTENTION_DROPOUT=fused); an undefined tensor sends the call to
-// the composed path.
+// device that has them) and nothing the kernels do not read is asked for (a mask
+// unless EMBER_ATTENTION_MASK=fused and the kernels take it; dropout unless
+// EMBER_ATTENTION_DROPOUT=fused); an undefined tensor sends the call to the composed
+// path.
 Tensor attention_fused(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask,
                        double dropout_p, bool is_causal, double scale, Generator* gen,
                        const AttentionShapes& /*s*/) {
-  if (mask.defined() || (dropout_p > 0.0 && !detail::fused_attention_dropout())) return Tensor();
+  if (mask.defined() &&
+      !(detail::fused_attention_mask() && detail::fused_attention_takes_mask(q, k, mask)))
+    return Tensor();
+  if (dropout_p > 0.0 && !detail::fused_attention_dropout()) return Tensor();
   if (!detail::fused_attention_supported(q, k, v)) return Tensor();
-  return detail::fused_attention(q, k, v, is_causal, scale, dropout_p, gen);
+  return detail::fused_attention(q, k, v, is_causal, scale, dropout_p, gen, mask);
 }
 
 }  // namespace

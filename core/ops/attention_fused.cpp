@@ -64,7 +64,55 @@ bool fused_form(const Tensor& q, const Tensor& k, const Tensor& v) {
   return k.size(2) == v.size(2);
 }
 
+// The mask as the kernels read it: kind 1 (bool) or 2 (additive, bfloat16 like the
+// query), with strides broadcasting it to (B, H, Tq, Tk); kind 0 where they cannot (no
+// mask, another dtype or device, an additive mask that needs its gradient, a shape that
+// does not broadcast).
+struct KernelMask {
+  int kind = 0;
+  Tensor t;
+  int64_t strides[4] = {0, 0, 0, 0};
+};
+
+KernelMask kernel_mask(const Tensor& mask, const Tensor& q, const Tensor& k) {
+  KernelMask m;
+  if (!mask.defined() || mask.device() != q.device() || mask.dim() > 4 || q.dim() != 4 ||
+      k.dim() != 4)
+    return m;
+  const int kind = mask.dtype() == kBool                                 ? 1
+                   : mask.dtype() == kBFloat16 && q.dtype() == kBFloat16 ? 2
+                                                                         : 0;
+  if (kind == 0 || (kind == 2 && any_requires_grad({&mask}))) return m;
+  const int64_t target[4] = {q.size(0), q.size(1), q.size(2), k.size(2)};
+  for (int d = 0; d < 4; ++d) {
+    const int64_t md = d - (4 - mask.dim());
+    const int64_t size = md >= 0 ? mask.size(md) : 1;
+    if (size != target[d] && size != 1) return m;
+    m.strides[d] = md >= 0 && size != 1 ? mask.stride(md) : 0;
+  }
+  m.kind = kind;
+  m.t = mask.detach();
+  return m;
+}
+
 }  // namespace
+
+bool fused_attention_mask() {
+  static const bool on = [] {
+    const char* e = std::getenv("EMBER_ATTENTION_MASK");
+    if (e == nullptr || *e == '\0') return false;
+    const std::string_view v(e);
+    EMBER_CHECK(v == "fused" || v == "composed",
+                "scaled_dot_product_attention: EMBER_ATTENTION_MASK=", v,
+                " (expected fused or composed)");
+    return v == "fused";
+  }();
+  return on;
+}
+
+bool fused_attention_takes_mask(const Tensor& q, const Tensor& k, const Tensor& mask) {
+  return kernel_mask(mask, q, k).kind != 0;
+}
 
 bool fused_attention_supported(const Tensor& q, const Tensor& k, const Tensor& v) {
   if (!fused_form(q, k, v)) return false;
@@ -88,7 +136,7 @@ bool fused_attention_dropout() {
 }
 
 Tensor fused_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool is_causal,
-                       double scale, double dropout_p, Generator* gen) {
+                       double scale, double dropout_p, Generator* gen, const Tensor& mask) {
   OpSite site("scaled_dot_product_attention");
   constexpr const char* kOp = "fused_attention";
   check_defined(kOp, q, "query");
@@ -101,6 +149,13 @@ Tensor fused_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool i
   EMBER_CHECK(std::isfinite(scale), kOp, ": scale must be finite, got ", scale);
   EMBER_CHECK(dropout_p >= 0.0 && dropout_p < 1.0, kOp, ": dropout_p must be in [0, 1), got ",
               dropout_p);
+  const KernelMask km = kernel_mask(mask, q, k);
+  EMBER_CHECK(!mask.defined() || km.kind != 0, kOp, ": the kernels cannot read a mask of shape ",
+              shape_str(mask.sizes()), " and dtype ", dtype_name(mask.dtype()),
+              " (bool, or bfloat16 like the query without a gradient, broadcasting to (", q.size(0),
+              ", ", q.size(1), ", ", q.size(2), ", ", k.size(2), ") on ", q.device().str(), ")");
+  EMBER_CHECK(!(mask.defined() && is_causal), kOp,
+              ": a mask and is_causal together (give one, as PyTorch requires)");
   const bool deterministic = attention_mode() != AttentionMode::atomic;
   const Device device = q.device();
   const Tensor qa = kernel_operand(q.detach()), ka = kernel_operand(k.detach()),
@@ -125,6 +180,9 @@ Tensor fused_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool i
   args.dropout_seed = drop.seed;
   args.dropout_offset = drop.offset;
   args.dropout_base = drop.base;
+  args.mask_kind = km.kind;
+  args.mask = km.kind != 0 ? km.t.raw_data() : nullptr;
+  for (int d = 0; d < 4; ++d) args.mask_strides[d] = km.strides[d];
   kernels::kernels_for(device).attention_fused(args);
   if (any_requires_grad({&q, &k, &v})) {
     attach_grad_fn(
@@ -169,6 +227,9 @@ Tensor fused_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool i
           bargs.dropout_seed = drop.seed;
           bargs.dropout_offset = drop.offset;
           bargs.dropout_base = drop.base;
+          bargs.mask_kind = km.kind;  // km.t, held by this closure, keeps the mask alive
+          bargs.mask = km.kind != 0 ? km.t.raw_data() : nullptr;
+          for (int d = 0; d < 4; ++d) bargs.mask_strides[d] = km.strides[d];
           t.attention_backward_fused(bargs);
           return Grads{d_q, d_k, d_v};
         });

@@ -71,6 +71,38 @@ __device__ __forceinline__ bool keeps(const Dropout& d, uint64_t start, int64_t 
   return dropout_keeps(d.seed, counter, d.threshold);
 }
 
+// An attention mask read by the kernels (AttentionProblem::mask): element (b, h, i, j)
+// at data[b sb + h sh + i si + j sj] (strides in elements, 0 where it broadcasts);
+// kBoolMask: uint8, nonzero = take part (PyTorch's bool mask); kAddMask: bfloat16,
+// added to the scaled score. The kernels take it when their MK parameter says so.
+enum MaskKind : int { kNoMask = 0, kBoolMask = 1, kAddMask = 2 };
+struct Mask {
+  const void* data;
+  int64_t sb, sh, si, sj;
+};
+
+// The mask's (b, h) plane, found once per block.
+template <int MK>
+__device__ __forceinline__ const void* mask_plane(const Mask& m, int b, int h) {
+  if constexpr (MK == kNoMask) return nullptr;
+  const int64_t at = b * m.sb + h * m.sh;
+  if constexpr (MK == kBoolMask)
+    return static_cast<const uint8_t*>(m.data) + at;
+  else
+    return static_cast<const bf16*>(m.data) + at;
+}
+
+// The mask's term for score (i, j) of `plane` in the kernels' base-2 domain: 0 or -inf
+// (bool), the additive value times log2(e).
+template <int MK>
+__device__ __forceinline__ float mask_term(const void* plane, const Mask& m, int i, int j) {
+  const int64_t at = i * m.si + j * m.sj;
+  if constexpr (MK == kBoolMask)
+    return static_cast<const uint8_t*>(plane)[at] != 0 ? 0.f : -INFINITY;
+  else
+    return __bfloat162float(static_cast<const bf16*>(plane)[at]) * kLog2e;
+}
+
 struct FwdParams {
   const bf16* q;
   const bf16* k;
@@ -81,6 +113,7 @@ struct FwdParams {
   int heads, tq, tk;
   float scale_log2;  // scale * log2(e)
   Dropout drop;
+  Mask mask;
 };
 
 struct BwdParams {
@@ -99,6 +132,7 @@ struct BwdParams {
   int heads, tq, tk;
   float scale, scale_log2;
   Dropout drop;
+  Mask mask;
 };
 
 // ---- PTX wrappers --------------------------------------------------------------
@@ -320,7 +354,7 @@ __device__ __forceinline__ void store_rows(bf16* g, int64_t st, int row_lo, int 
 // ---- forward --------------------------------------------------------------------
 
 // grid (B H, query tiles); causal: tiles longest first.
-template <int D, int W, bool CAUSAL, bool DROP>
+template <int D, int W, bool CAUSAL, bool DROP, int MK>
 __global__ void __launch_bounds__(W * 32) attn_fwd_kernel(const FwdParams p) {
   constexpr int kM = 16 * W;
   constexpr int kThreads = W * 32;
@@ -336,6 +370,7 @@ __global__ void __launch_bounds__(W * 32) attn_fwd_kernel(const FwdParams p) {
   const int bh = static_cast<int>(blockIdx.x);
   const int b = bh / p.heads, h = bh % p.heads;
   [[maybe_unused]] const uint64_t drop_start = DROP ? start_of(p.drop) : 0;  // dropout: 1st counter
+  [[maybe_unused]] const void* mplane = mask_plane<MK>(p.mask, b, h);
   const int n_qt = (p.tq + kM - 1) / kM;
   const int qt = CAUSAL ? n_qt - 1 - static_cast<int>(blockIdx.y) : static_cast<int>(blockIdx.y);
   const int q0 = qt * kM;
@@ -399,6 +434,11 @@ __global__ void __launch_bounds__(W * 32) attn_fwd_kernel(const FwdParams p) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         float x = s[nt][e] * p.scale_log2;
+        if constexpr (MK != kNoMask) {
+          const int key = k0 + nt * 8 + (lane & 3) * 2 + (e & 1);
+          const int row = row_lo + (e >> 1) * 8;
+          if (row < p.tq && key < p.tk) x += mask_term<MK>(mplane, p.mask, row, key);
+        }
         if (masked) {
           const int key = k0 + nt * 8 + (lane & 3) * 2 + (e & 1);
           const int row = row_lo + (e >> 1) * 8;
@@ -495,7 +535,10 @@ __device__ __forceinline__ void load_row_stats(float* s_lse, float* s_delta, con
                                                int64_t base, int q0, int n) {
   for (int i = static_cast<int>(threadIdx.x); i < n; i += static_cast<int>(blockDim.x)) {
     const int q = q0 + i;
-    s_lse[i] = q < p.tq ? p.lse[base + q] * kLog2e : INFINITY;
+    // +inf past the end and for rows that saw no key (lse -inf: a mask took every
+    // key), so that P = 0 there.
+    const float l = q < p.tq ? p.lse[base + q] : -INFINITY;
+    s_lse[i] = l > -INFINITY ? l * kLog2e : INFINITY;
     s_delta[i] = q < p.tq ? p.delta[base + q] : 0.f;
   }
 }
@@ -505,7 +548,7 @@ __device__ __forceinline__ void load_row_stats(float* s_lse, float* s_delta, con
 // M query rows per tile: 64, or 32 (deterministic only: the atomic dQ gives each
 // warp 16 of the tile's query rows); at D 128 the 64-row tile's P^T and dP^T
 // (2 x 32 floats) on top of dK and dV (2 x 64) exceed 255 registers.
-template <int D, int M, bool CAUSAL, bool ATOMIC_DQ, bool DROP>
+template <int D, int M, bool CAUSAL, bool ATOMIC_DQ, bool DROP, int MK>
 __global__ void __launch_bounds__(kBwdWarps * 32) attn_bwd_dkdv_kernel(const BwdParams p) {
   constexpr int kM = M;
   constexpr int kN = kBlockN;
@@ -529,6 +572,7 @@ __global__ void __launch_bounds__(kBwdWarps * 32) attn_bwd_dkdv_kernel(const Bwd
   const int bh = static_cast<int>(blockIdx.x);
   const int b = bh / p.heads, h = bh % p.heads;
   [[maybe_unused]] const uint64_t drop_start = DROP ? start_of(p.drop) : 0;  // dropout: 1st counter
+  [[maybe_unused]] const void* mplane = mask_plane<MK>(p.mask, b, h);
   const int k0 = static_cast<int>(blockIdx.y) * kN;
   const bf16* gq = p.q + b * p.sq.b + h * p.sq.h;
   const bf16* gk = p.k + b * p.sk.b + h * p.sk.h;
@@ -581,7 +625,12 @@ __global__ void __launch_bounds__(kBwdWarps * 32) attn_bwd_dkdv_kernel(const Bwd
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int qq = nt * 8 + (lane & 3) * 2 + (e & 1);
-        float x = exp2_approx(pt[nt][e] * p.scale_log2 - lse2[qq]);
+        float t = pt[nt][e] * p.scale_log2;
+        if constexpr (MK != kNoMask) {
+          const int key = key_lo + (e >> 1) * 8, q = q0 + qq;
+          if (q < p.tq && key < p.tk) t += mask_term<MK>(mplane, p.mask, q, key);
+        }
+        float x = exp2_approx(t - lse2[qq]);
         if (masked) {
           const int key = key_lo + (e >> 1) * 8;
           if (key >= p.tk || (CAUSAL && key > q0 + qq)) x = 0.f;
@@ -673,7 +722,7 @@ __global__ void __launch_bounds__(kBwdWarps * 32) attn_bwd_dkdv_kernel(const Bwd
 
 // Deterministic dQ for 64 query rows: walks the key tiles as the forward does.
 // grid (B H, query tiles); causal: longest first.
-template <int D, bool CAUSAL, bool DROP>
+template <int D, bool CAUSAL, bool DROP, int MK>
 __global__ void __launch_bounds__(kBwdWarps * 32) attn_bwd_dq_kernel(const BwdParams p) {
   constexpr int kM = kBwdBlockM;
   constexpr int kThreads = kBwdWarps * 32;
@@ -690,6 +739,7 @@ __global__ void __launch_bounds__(kBwdWarps * 32) attn_bwd_dq_kernel(const BwdPa
   const int bh = static_cast<int>(blockIdx.x);
   const int b = bh / p.heads, h = bh % p.heads;
   [[maybe_unused]] const uint64_t drop_start = DROP ? start_of(p.drop) : 0;  // dropout: 1st counter
+  [[maybe_unused]] const void* mplane = mask_plane<MK>(p.mask, b, h);
   const int n_qt = (p.tq + kM - 1) / kM;
   const int qt = CAUSAL ? n_qt - 1 - static_cast<int>(blockIdx.y) : static_cast<int>(blockIdx.y);
   const int q0 = qt * kM;
@@ -712,7 +762,8 @@ __global__ void __launch_bounds__(kBwdWarps * 32) attn_bwd_dq_kernel(const BwdPa
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const int q = row_lo + 8 * r;
-    lse2[r] = q < p.tq ? p.lse[row_base + q] * kLog2e : INFINITY;
+    const float l = q < p.tq ? p.lse[row_base + q] : -INFINITY;
+    lse2[r] = l > -INFINITY ? l * kLog2e : INFINITY;  // P = 0 past the end and in keyless rows
     dl[r] = q < p.tq ? p.delta[row_base + q] : 0.f;
   }
   float dq[kDT][4];
@@ -743,7 +794,12 @@ __global__ void __launch_bounds__(kBwdWarps * 32) attn_bwd_dq_kernel(const BwdPa
     for (int nt = 0; nt < kNT; ++nt)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        float x = exp2_approx(s[nt][e] * p.scale_log2 - lse2[e >> 1]);
+        float t = s[nt][e] * p.scale_log2;
+        if constexpr (MK != kNoMask) {
+          const int key = k0 + nt * 8 + (lane & 3) * 2 + (e & 1), row = row_lo + (e >> 1) * 8;
+          if (row < p.tq && key < p.tk) t += mask_term<MK>(mplane, p.mask, row, key);
+        }
+        float x = exp2_approx(t - lse2[e >> 1]);
         if (masked) {
           const int key = k0 + nt * 8 + (lane & 3) * 2 + (e & 1);
           if (key >= p.tk || (CAUSAL && key > row_lo + (e >> 1) * 8)) x = 0.f;
@@ -868,23 +924,55 @@ void check_problem(const char* op, const AttentionProblem& p) {
   EMBER_CHECK(std::isfinite(p.scale), op, ": scale must be finite");
   EMBER_CHECK(p.dropout_p >= 0.0 && p.dropout_p < 1.0, op, ": dropout_p must be in [0, 1), got ",
               p.dropout_p);
+  EMBER_CHECK(p.mask_kind >= 0 && p.mask_kind <= 2, op, ": mask_kind ", p.mask_kind,
+              " (0 none, 1 bool, 2 additive bfloat16)");
+  EMBER_CHECK(p.mask_kind == 0 || p.mask != nullptr, op, ": mask_kind ", p.mask_kind,
+              " with a null mask");
+  EMBER_CHECK(p.mask_kind == 0 || !p.causal, op,
+              ": a mask and causal together (give one, as PyTorch requires)");
 }
 
-template <int D, int W, bool CAUSAL, bool DROP>
+template <int D, int W, bool CAUSAL, bool DROP, int MK>
 void forward_w(const FwdParams& fp, int64_t bh, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(bh), static_cast<unsigned>(ceil_div(fp.tq, 16 * W)));
-  launch(attn_fwd_kernel<D, W, CAUSAL, DROP>, grid, W * 32, fwd_smem(D, W), stream, fp);
+  launch(attn_fwd_kernel<D, W, CAUSAL, DROP, MK>, grid, W * 32, fwd_smem(D, W), stream, fp);
 }
 
-template <int D, bool CAUSAL, bool DROP>
+template <int D, bool CAUSAL, bool DROP, int MK>
 void forward_d(const FwdParams& fp, int64_t bh, int warps, cudaStream_t stream) {
   if (warps == 8)
-    forward_w<D, 8, CAUSAL, DROP>(fp, bh, stream);
+    forward_w<D, 8, CAUSAL, DROP, MK>(fp, bh, stream);
   else
-    forward_w<D, 4, CAUSAL, DROP>(fp, bh, stream);
+    forward_w<D, 4, CAUSAL, DROP, MK>(fp, bh, stream);
 }
 
-template <int D, bool CAUSAL, bool DROP>
+// Calls f.template operator()<D, CAUSAL, DROP, MK>() for the runtime choices; a mask
+// excludes causal (the op refuses both), so the masked kernels exist non-causal only.
+template <typename F>
+void dispatch_variant(int64_t head_dim, bool causal, bool drop, int mask_kind, F&& f) {
+  auto with_d = [&]<int D>() {
+    auto with_drop = [&]<bool DROP>() {
+      if (mask_kind == kBoolMask)
+        f.template operator()<D, false, DROP, kBoolMask>();
+      else if (mask_kind == kAddMask)
+        f.template operator()<D, false, DROP, kAddMask>();
+      else if (causal)
+        f.template operator()<D, true, DROP, kNoMask>();
+      else
+        f.template operator()<D, false, DROP, kNoMask>();
+    };
+    if (drop)
+      with_drop.template operator()<true>();
+    else
+      with_drop.template operator()<false>();
+  };
+  if (head_dim == 64)
+    with_d.template operator()<64>();
+  else
+    with_d.template operator()<128>();
+}
+
+template <int D, bool CAUSAL, bool DROP, int MK>
 void backward_d(const BwdParams& bp, int64_t bh, bool deterministic, int query_tile,
                 cudaStream_t stream) {
   const int64_t rows = bh * bp.tq;
@@ -893,23 +981,35 @@ void backward_d(const BwdParams& bp, int64_t bh, bool deterministic, int query_t
   const dim3 key_grid(static_cast<unsigned>(bh), static_cast<unsigned>(ceil_div(bp.tk, kBlockN)));
   if (deterministic) {
     if (query_tile == 32)
-      launch(attn_bwd_dkdv_kernel<D, 32, CAUSAL, false, DROP>, key_grid, kBwdWarps * 32,
+      launch(attn_bwd_dkdv_kernel<D, 32, CAUSAL, false, DROP, MK>, key_grid, kBwdWarps * 32,
              dkdv_smem(D, 32, false), stream, bp);
     else
-      launch(attn_bwd_dkdv_kernel<D, 64, CAUSAL, false, DROP>, key_grid, kBwdWarps * 32,
+      launch(attn_bwd_dkdv_kernel<D, 64, CAUSAL, false, DROP, MK>, key_grid, kBwdWarps * 32,
              dkdv_smem(D, 64, false), stream, bp);
     const dim3 q_grid(static_cast<unsigned>(bh),
                       static_cast<unsigned>(ceil_div(bp.tq, kBwdBlockM)));
-    launch(attn_bwd_dq_kernel<D, CAUSAL, DROP>, q_grid, kBwdWarps * 32, dq_smem(D), stream, bp);
+    launch(attn_bwd_dq_kernel<D, CAUSAL, DROP, MK>, q_grid, kBwdWarps * 32, dq_smem(D), stream, bp);
   } else {
     EMBER_CUDA_CHECK(
         cudaMemsetAsync(bp.dq_acc, 0, static_cast<size_t>(rows) * D * sizeof(float), stream));
-    launch(attn_bwd_dkdv_kernel<D, kBwdBlockM, CAUSAL, true, DROP>, key_grid, kBwdWarps * 32,
+    launch(attn_bwd_dkdv_kernel<D, kBwdBlockM, CAUSAL, true, DROP, MK>, key_grid, kBwdWarps * 32,
            dkdv_smem(D, kBwdBlockM, true), stream, bp);
     attn_bwd_dq_convert_kernel<D>
         <<<static_cast<unsigned>(ceil_div(rows * (D / 8), 256)), 256, 0, stream>>>(bp, rows);
     EMBER_CUDA_CHECK(cudaGetLastError());
   }
+}
+
+Mask mask_of(const AttentionProblem& p) {
+  Mask m{};
+  if (p.mask_kind != 0) {
+    m.data = p.mask;
+    m.sb = p.mask_stride_b;
+    m.sh = p.mask_stride_h;
+    m.si = p.mask_stride_q;
+    m.sj = p.mask_stride_k;
+  }
+  return m;
 }
 
 Dropout dropout_of(const AttentionProblem& p) {
@@ -950,17 +1050,22 @@ void launch_attention_forward(const AttentionProblem& p, AttentionInput q, Atten
   EMBER_CHECK(tuning.forward_version >= 0 && tuning.forward_version <= 2, kOp, ": forward_version ",
               tuning.forward_version, " (0, 1 or 2)");
   const bool drop = p.dropout_p > 0.0;
-  EMBER_CHECK(!(drop && tuning.forward_version == 2), kOp,
-              ": forward version 2 has no dropout (version 1 has)");
+  const bool v1_only = drop || p.mask_kind != 0;  // what version 2 does not read
+  EMBER_CHECK(!(v1_only && tuning.forward_version == 2), kOp,
+              ": forward version 2 has no dropout and no mask (version 1 has both)");
   int version = tuning.forward_version;
   if (version == 0)
-    version = tuning.forward_warps == 0 && !drop && compute_capability() == 90 ? 2 : 1;
+    version = tuning.forward_warps == 0 && !v1_only && compute_capability() == 90 ? 2 : 1;
   if (version == 2) {
     // The key tile that was faster at each head dim in the first H200 run.
     launch_attention_forward_sm90(p, q, k, v, o, lse, stream, p.head_dim == 64 ? 64 : 128);
     return;
   }
-  const int warps = tuning.forward_warps == 0 ? 4 : tuning.forward_warps;
+  // 8 warps by default where a mask is read at head dim 128: with 4, the masked kernels
+  // spill 170-400 bytes (ptxas, sm_90a), with 8 none (dropout too: ~100).
+  const int warps = tuning.forward_warps != 0               ? tuning.forward_warps
+                    : p.mask_kind != 0 && p.head_dim == 128 ? 8
+                                                            : 4;
   const int64_t bh = p.batch * p.heads;
   if (bh == 0 || p.q_len == 0) return;
   check_operand(kOp, "q", q.data, strides_of(q));
@@ -985,20 +1090,11 @@ void launch_attention_forward(const AttentionProblem& p, AttentionInput q, Atten
   fp.tk = static_cast<int>(p.kv_len);
   fp.scale_log2 = p.scale * kLog2e;
   fp.drop = dropout_of(p);
-  if (drop) {
-    if (p.head_dim == 64)
-      p.causal ? forward_d<64, true, true>(fp, bh, warps, stream)
-               : forward_d<64, false, true>(fp, bh, warps, stream);
-    else
-      p.causal ? forward_d<128, true, true>(fp, bh, warps, stream)
-               : forward_d<128, false, true>(fp, bh, warps, stream);
-  } else if (p.head_dim == 64) {
-    p.causal ? forward_d<64, true, false>(fp, bh, warps, stream)
-             : forward_d<64, false, false>(fp, bh, warps, stream);
-  } else {
-    p.causal ? forward_d<128, true, false>(fp, bh, warps, stream)
-             : forward_d<128, false, false>(fp, bh, warps, stream);
-  }
+  fp.mask = mask_of(p);
+  dispatch_variant(p.head_dim, p.causal, drop, p.mask_kind,
+                   [&]<int D, bool CAUSAL, bool DROP, int MK>() {
+                     forward_d<D, CAUSAL, DROP, MK>(fp, bh, warps, stream);
+                   });
 }
 
 size_t attention_backward_workspace_bytes(const AttentionProblem& p, bool deterministic) {
@@ -1070,20 +1166,11 @@ void launch_attention_backward(const AttentionProblem& p, AttentionInput q, Atte
   bp.scale = p.scale;
   bp.scale_log2 = p.scale * kLog2e;
   bp.drop = dropout_of(p);
-  if (p.dropout_p > 0.0) {
-    if (p.head_dim == 64)
-      p.causal ? backward_d<64, true, true>(bp, bh, deterministic, query_tile, stream)
-               : backward_d<64, false, true>(bp, bh, deterministic, query_tile, stream);
-    else
-      p.causal ? backward_d<128, true, true>(bp, bh, deterministic, query_tile, stream)
-               : backward_d<128, false, true>(bp, bh, deterministic, query_tile, stream);
-  } else if (p.head_dim == 64) {
-    p.causal ? backward_d<64, true, false>(bp, bh, deterministic, query_tile, stream)
-             : backward_d<64, false, false>(bp, bh, deterministic, query_tile, stream);
-  } else {
-    p.causal ? backward_d<128, true, false>(bp, bh, deterministic, query_tile, stream)
-             : backward_d<128, false, false>(bp, bh, deterministic, query_tile, stream);
-  }
+  bp.mask = mask_of(p);
+  dispatch_variant(p.head_dim, p.causal, p.dropout_p > 0.0, p.mask_kind,
+                   [&]<int D, bool CAUSAL, bool DROP, int MK>() {
+                     backward_d<D, CAUSAL, DROP, MK>(bp, bh, deterministic, query_tile, stream);
+                   });
 }
 
 // ------------------------------------------------------------------ registration
@@ -1110,6 +1197,14 @@ void with_dropout(AttentionProblem& p, double dropout_p, uint64_t seed, uint64_t
   p.dropout_seed = seed;
   p.dropout_offset = offset;
   p.dropout_base = base;
+}
+void with_mask(AttentionProblem& p, int kind, const void* mask, const int64_t (&strides)[4]) {
+  p.mask_kind = kind;
+  p.mask = mask;
+  p.mask_stride_b = strides[0];
+  p.mask_stride_h = strides[1];
+  p.mask_stride_q = strides[2];
+  p.mask_stride_k = strides[3];
 }
 AttentionInput in(const kernels::AttentionOperand& a) {
   return {a.data, a.stride_b, a.stride_h, a.stride_t};
@@ -1148,6 +1243,7 @@ void attention_fused(const kernels::AttentionArgs& a) {
   AttentionProblem p =
       problem_of(a.dtype, a.batch, a.heads, a.q_len, a.kv_len, a.head_dim, a.scale, a.causal);
   with_dropout(p, a.dropout_p, a.dropout_seed, a.dropout_offset, a.dropout_base);
+  with_mask(p, a.mask_kind, a.mask, a.mask_strides);
   launch_attention_forward(p, in(a.q), in(a.k), in(a.v), out(a.o, a.heads, a.q_len, a.head_dim),
                            static_cast<float*>(a.lse), current_stream(a.device.index));
 }
@@ -1157,6 +1253,7 @@ void attention_backward_fused(const kernels::AttentionBackwardArgs& a) {
   AttentionProblem p =
       problem_of(a.dtype, a.batch, a.heads, a.q_len, a.kv_len, a.head_dim, a.scale, a.causal);
   with_dropout(p, a.dropout_p, a.dropout_seed, a.dropout_offset, a.dropout_base);
+  with_mask(p, a.mask_kind, a.mask, a.mask_strides);
   launch_attention_backward(
       p, in(a.q), in(a.k), in(a.v), in(a.o), in(a.d_o), static_cast<const float*>(a.lse),
       out(a.d_q, a.heads, a.q_len, a.head_dim), out(a.d_k, a.heads, a.kv_len, a.head_dim),

@@ -4,7 +4,8 @@
 // recomputes the probabilities from it and gives dQ, dK and dV, with a
 // deterministic mode (no atomics). Causal masking is top-left aligned, as
 // PyTorch's is_causal: query i sees keys 0..i. Dropout drawn in the kernels from
-// ember's counters (AttentionProblem::dropout_p); no attention mask.
+// ember's counters (AttentionProblem::dropout_p); bool or additive masks read by them
+// (AttentionProblem::mask_kind).
 //
 // Tensors are (B, H, T, D) with any strides for B, H and T (in elements) and D
 // contiguous, so (B, T, H, D) storage viewed as (B, H, T, D) needs no copy.
@@ -58,6 +59,14 @@ struct AttentionProblem {
   /// Inside a CUDA graph (cuda/graph.h): the device word holding the replay's base,
   /// added to dropout_offset when the kernels run; null otherwise.
   const uint64_t* dropout_base = nullptr;
+  /// An attention mask (not with causal): 0 none; 1 bool (uint8 storage, nonzero = take
+  /// part, as PyTorch's bool mask); 2 additive bfloat16, added to the scaled score.
+  /// Element (b, h, i, j) at mask[b mask_stride_b + h mask_stride_h + i mask_stride_q +
+  /// j mask_stride_k] (strides in elements, 0 where it broadcasts). A row whose keys are
+  /// all masked gives zeros (and lse -inf), as the composed path. Forward version 1 only.
+  int mask_kind = 0;
+  const void* mask = nullptr;
+  int64_t mask_stride_b = 0, mask_stride_h = 0, mask_stride_q = 0, mask_stride_k = 0;
 };
 
 /// Knobs for measuring; the defaults (zeros) are what the launchers choose.

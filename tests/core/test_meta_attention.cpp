@@ -88,3 +88,42 @@ TEST_CASE("meta/attention: dropout in the fused path draws the composed path's c
   CHECK(threw);
   CHECK(gen.offset() == 100 + static_cast<uint64_t>(b * h * tq * tk));
 }
+
+TEST_CASE("meta/attention: which masks the fused kernels read") {
+  // Bool and bfloat16 additive masks that broadcast to (B, H, Tq, Tk); not float32
+  // (another dtype than the query's), not an additive mask that needs its gradient, not
+  // a shape that does not broadcast; and never with is_causal.
+  const int64_t b = 2, h = 3, tq = 5, tk = 7, d = 64;
+  MetaDeviceScope scope(MetaDeviceOptions().mirror_device(DeviceType::CUDA));
+  const TensorOptions opts = TensorOptions(kBFloat16).device(kMeta);
+  const Tensor q = zeros({b, h, tq, d}, opts), k = zeros({b, h, tk, d}, opts);
+  auto meta = [](Shape s, DType t) { return zeros(s, TensorOptions(t).device(kMeta)); };
+  CHECK(detail::fused_attention_takes_mask(q, k, meta({tq, tk}, kBool)));
+  CHECK(detail::fused_attention_takes_mask(q, k, meta({b, 1, 1, tk}, kBool)));
+  CHECK(detail::fused_attention_takes_mask(q, k, meta({b, h, tq, tk}, kBFloat16)));
+  CHECK(detail::fused_attention_takes_mask(q, k, meta({1, tk}, kBFloat16)));
+  CHECK_FALSE(detail::fused_attention_takes_mask(q, k, meta({tq, tk}, kFloat32)));
+  CHECK_FALSE(detail::fused_attention_takes_mask(q, k, meta({tq, tk + 1}, kBool)));
+  CHECK_FALSE(detail::fused_attention_takes_mask(q, k, meta({3, 1, tq, tk}, kBool)));
+  CHECK_FALSE(detail::fused_attention_takes_mask(q, k, meta({1, 1, 1, tq, tk}, kBool)));
+  Tensor needs_grad = meta({tq, tk}, kBFloat16);
+  needs_grad.set_requires_grad(true);
+  CHECK_FALSE(detail::fused_attention_takes_mask(q, k, needs_grad));
+  {
+    NoGradGuard no_grad;  // no gradient asked: the kernels read it
+    CHECK(detail::fused_attention_takes_mask(q, k, needs_grad));
+  }
+  bool threw = false;
+  try {
+    (void)detail::fused_attention(q, k, k, true, 0.1, 0.0, nullptr, meta({tq, tk}, kBool));
+  } catch (const Error& e) {
+    threw = std::string(e.what()).find("a mask and is_causal together") != std::string::npos;
+  }
+  CHECK(threw);
+  // A mask the kernels take: nothing kept but O (no gradient asked), as without one.
+  const Tensor padding = meta({b, 1, 1, tk}, kBool);
+  const int64_t before = memory_allocated(kMeta);
+  Tensor o = detail::fused_attention(q, k, k, false, 0.1, 0.0, nullptr, padding);
+  CHECK(o.sizes() == Shape{b, h, tq, d});
+  CHECK(memory_allocated(kMeta) - before == rounded(b * h * tq * d * 2));
+}

@@ -212,6 +212,107 @@ TEST_CASE("ops/fused_attention: dropout in the kernels drops the composed path's
   }
 }
 
+TEST_CASE("ops/fused_attention: bool and additive masks read by the kernels" *
+          doctest::test_suite("cuda")) {
+  // Against the float64 composed path on the CPU with the same mask (bool: -inf where
+  // false; additive: added to the scaled scores; a row with every key masked gives
+  // zeros), broadcast as given, with and without dropout, both backward modes; O and
+  // every gradient at the bf16 tolerance.
+  struct Case {
+    int64_t b, h, tq, tk, d;
+    Shape mask;  // the mask's shape, broadcasting to (b, h, tq, tk)
+    bool additive;
+    double p;
+  };
+  const Case cases[] = {{2, 3, 33, 40, 64, {33, 40}, false, 0.0},
+                        {2, 2, 127, 300, 64, {2, 1, 1, 300}, false, 0.0},
+                        {1, 2, 130, 130, 128, {1, 2, 130, 130}, true, 0.0},
+                        {2, 2, 77, 200, 128, {2, 1, 77, 200}, true, 0.2},
+                        {1, 3, 64, 64, 64, {64, 64}, false, 0.3}};
+  uint64_t seed = 7100;
+  for (const char* mode : {"fused", "atomic"}) {
+    EnvGuard env(mode);
+    for (const Case& c : cases) {
+      INFO("EMBER_ATTENTION=", mode, " B=", c.b, " H=", c.h, " Tq=", c.tq, " Tk=", c.tk, " D=", c.d,
+           " additive=", c.additive, " p=", c.p);
+      seed += 5;
+      const double scale = 1.0 / std::sqrt(static_cast<double>(c.d));
+      const Tensor q64 = make_input(c.b, c.h, c.tq, c.d, false, seed),
+                   k64 = make_input(c.b, c.h, c.tk, c.d, true, seed + 1),
+                   v64 = make_input(c.b, c.h, c.tk, c.d, false, seed + 2),
+                   g64 = make_input(c.b, c.h, c.tq, c.d, true, seed + 3);
+      // The mask: random, with query row 0 of every (b, h) plane masked out entirely
+      // (its output and gradients must be zero, as the composed path gives).
+      int64_t n = 1;
+      for (int64_t s : c.mask) n *= s;
+      const int64_t tk_m = c.mask.back(), tq_m = c.mask.size() >= 2 ? c.mask[c.mask.size() - 2] : 1;
+      const std::vector<double> u = randn64({n}, seed + 4).to_vector<double>();
+      std::vector<double> bits(static_cast<size_t>(n)), add(static_cast<size_t>(n));
+      for (int64_t i = 0; i < n; ++i) {
+        const bool row0 = tq_m > 1 && (i / tk_m) % tq_m == 0;
+        bits[static_cast<size_t>(i)] = row0 ? 0.0 : u[static_cast<size_t>(i)] > -0.8 ? 1.0 : 0.0;
+        add[static_cast<size_t>(i)] =
+            row0 ? -std::numeric_limits<double>::infinity() : u[static_cast<size_t>(i)];
+      }
+      const Tensor keep64 = from_vector(bits, c.mask, TensorOptions(kFloat64));
+      // The additive values rounded to bfloat16 first, as the kernels read them.
+      const Tensor add64 =
+          from_vector(add, c.mask, TensorOptions(kFloat64)).to(kBFloat16).to(kFloat64);
+      const Tensor additive64 =
+          c.additive ? add64
+                     : where(keep64.gt(0.5), full({}, 0.0, kFloat64),
+                             full({}, -std::numeric_limits<double>::infinity(), kFloat64));
+
+      const uint64_t gen_seed = 17, offset = 99;
+      Tensor z;  // the dropout's keep mask and scale, (B, H, Tq, Tk)
+      if (c.p > 0.0) {
+        std::vector<double> keep;
+        const int64_t nw = c.b * c.h * c.tq * c.tk;
+        for (int64_t i = 0; i < nw; ++i)
+          keep.push_back(
+              dropout_keeps(gen_seed, offset + static_cast<uint64_t>(i), dropout_threshold(c.p))
+                  ? 1.0 / (1.0 - c.p)
+                  : 0.0);
+        z = from_vector(keep, {c.b, c.h, c.tq, c.tk}, TensorOptions(kFloat64));
+      }
+      Tensor qc = q64.detach().set_requires_grad(true), kc = k64.detach().set_requires_grad(true),
+             vc = v64.detach().set_requires_grad(true);
+      Tensor sc = bmm4(qc, transpose(kc, 2, 3)) * scale + additive64;
+      // softmax of a row of -inf is NaN: such rows give zeros (the composed path's rule).
+      const Tensor dead = eq(max(sc, -1, true).values, -std::numeric_limits<double>::infinity());
+      Tensor w = where(dead, full({}, 0.0, kFloat64),
+                       softmax(where(dead, full({}, 0.0, kFloat64), sc), 3));
+      if (z.defined()) w = w * z;
+      Tensor oc = bmm4(w, vc);
+      oc.backward(g64);
+
+      Tensor q = q64.to(kCUDA, kBFloat16).detach().set_requires_grad(true),
+             k = k64.to(kCUDA, kBFloat16).detach().set_requires_grad(true),
+             v = v64.to(kCUDA, kBFloat16).detach().set_requires_grad(true);
+      const Tensor mask = c.additive ? add64.to(kCUDA, kBFloat16) : keep64.gt(0.5).to(kCUDA);
+      REQUIRE(detail::fused_attention_takes_mask(q, k, mask));
+      Generator gen(gen_seed);
+      gen.set_offset(offset);
+      Tensor o = detail::fused_attention(q, k, v, false, scale, c.p, &gen, mask);
+      o.backward(g64.to(kCUDA, kBFloat16));
+      auto err = [](const Tensor& ours, const Tensor& ref) {
+        return rel_error(ours.to(kCPU).to(kFloat64), ref);
+      };
+      CHECK(err(o.detach(), oc.detach()) <= 1e-2);
+      CHECK(err(q.grad(), qc.grad()) <= 1e-2);
+      CHECK(err(k.grad(), kc.grad()) <= 1e-2);
+      CHECK(err(v.grad(), vc.grad()) <= 1e-2);
+      // The fully masked rows (where the mask has its own query rows): zeros; and the
+      // gradients finite everywhere.
+      if (tq_m > 1) {
+        const Tensor row0 = slice(o.detach().to(kCPU).to(kFloat64), 2, 0, 1);
+        CHECK(sum(mul(row0, row0)).item() == 0.0);
+      }
+      for (double g : q.grad().to(kCPU).to(kFloat64).to_vector<double>()) CHECK(std::isfinite(g));
+    }
+  }
+}
+
 TEST_CASE("ops/fused_attention: the deterministic backward gives the same bits twice" *
           doctest::test_suite("cuda")) {
   EnvGuard env(nullptr);

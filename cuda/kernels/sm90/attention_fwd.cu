@@ -415,8 +415,8 @@ void launch_attention_forward_sm90(const AttentionProblem& p, AttentionInput q, 
   const char* why = attention_unsupported(p.dtype, p.head_dim);
   EMBER_CHECK(why == nullptr, kOp, ": ", why == nullptr ? "" : why);
   EMBER_CHECK(key_tile == 64 || key_tile == 128, kOp, ": key_tile ", key_tile, " (64 or 128)");
-  EMBER_CHECK(p.dropout_p == 0.0, kOp,
-              ": has no dropout (launch_attention_forward's version 1 has)");
+  EMBER_CHECK(p.dropout_p == 0.0 && p.mask_kind == 0, kOp,
+              ": has no dropout and no mask (launch_attention_forward's version 1 has both)");
   int device = 0, major = 0, minor = 0;
   EMBER_CUDA_CHECK(cudaGetDevice(&device));
   EMBER_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
