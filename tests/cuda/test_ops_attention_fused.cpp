@@ -124,10 +124,17 @@ TEST_CASE("ops/fused_attention: forward and backward match the float64 composed 
     int64_t b, h, tq, tk, d;
     bool causal, bthd;
   };
-  const Case cases[] = {{2, 3, 1, 1, 64, false, false},     {2, 3, 77, 77, 64, true, true},
-                        {1, 2, 300, 300, 64, false, true},  {2, 2, 127, 300, 64, true, false},
-                        {2, 2, 300, 127, 128, true, true},  {1, 3, 130, 130, 128, false, false},
-                        {1, 2, 257, 257, 128, true, false}, {2, 1, 64, 200, 128, false, true}};
+  const Case cases[] = {{2, 3, 1, 1, 64, false, false},
+                        {2, 3, 77, 77, 64, true, true},
+                        {1, 2, 300, 300, 64, false, true},
+                        {2, 2, 127, 300, 64, true, false},
+                        {2, 2, 300, 127, 128, true, true},
+                        {1, 3, 130, 130, 128, false, false},
+                        {1, 2, 257, 257, 128, true, false},
+                        {2, 1, 64, 200, 128, false, true},
+                        // issue 27's lengths 1000 and 4097 (ragged tails past 64-row tiles)
+                        {1, 1, 1000, 1000, 64, true, true},
+                        {1, 1, 4097, 4097, 128, false, false}};
   uint64_t seed = 3100;
   for (const char* mode : {"fused", "atomic"}) {
     EnvGuard env(mode);
@@ -156,7 +163,8 @@ TEST_CASE("ops/fused_attention: dropout in the kernels drops the composed path's
   };
   const Case cases[] = {{2, 3, 1, 1, 64, false},      {1, 2, 7, 7, 64, true},
                         {2, 2, 127, 127, 64, true},   {1, 2, 300, 300, 64, false},
-                        {2, 2, 127, 300, 128, false}, {1, 3, 257, 257, 128, true}};
+                        {2, 2, 127, 300, 128, false}, {1, 3, 257, 257, 128, true},
+                        {1, 1, 1000, 1000, 128, true}};
   const double p = 0.3;
   uint64_t seed = 5100;
   for (const char* mode : {"fused", "atomic"}) {
