@@ -18,7 +18,8 @@
 // step drew from, sets it to the generator's offset before each replay and then
 // advances the generator by the step's draws, so replay k draws what the k-th eager
 // step from the same generator state would (randperm and multinomial are still
-// refused). The generators must outlive the graph's replays, as the tensors must.
+// refused). The generators must outlive the graph's replays, as the tensors must; their
+// seeds are baked in at capture (capture again after manual_seed to change one).
 // And what it cannot see: host values are baked in when captured (scalars, shapes,
 // the optimizer's lr and options: re-capture after changing them), inputs must
 // be copied (copy_) into tensors made before the capture, and tensors the step
