@@ -256,15 +256,16 @@ Tensor matmul(const Tensor& a, const Tensor& b);
 // broadcasting, as torch.bmm).
 Tensor bmm(const Tensor& a, const Tensor& b);
 
-// --- dropout (core/ops/dropout.cpp), the kernel nn::functional::dropout and attention
-// run: x / (1 - p) where kept, 0 elsewhere, element i kept iff dropout_keeps(seed,
+// --- dropout (core/ops/dropout.cpp), as torch::dropout(input, p, train): p the drop
+// probability in [0, 1]; input itself when !train or p = 0 (nothing drawn), zeros when
+// p = 1. Otherwise one kernel (nn::functional::dropout and attention's dropout run it):
+// input / (1 - p) where kept, 0 elsewhere, element i kept iff dropout_keeps(seed,
 // offset + i, dropout_threshold(p)) (core/base/random.h: probability 1 - p), offset =
 // gen->advance(numel) (the default generator if null), i row-major. The mask is drawn
 // inside the kernel and drawn again by the backward: nothing is saved. float32,
-// float64 and bfloat16 (scaled in float32, rounded once); p in [0, 1); p = 0 returns x
-// and draws nothing. Inside a CUDA graph each replay draws a fresh mask
-// (core/device_services.h's draw_counters).
-Tensor fused_dropout(const Tensor& x, double p, Generator* gen = nullptr);
+// float64 and bfloat16 (scaled in float32, rounded once). Inside a CUDA graph each
+// replay draws a fresh mask (core/device_services.h's draw_counters).
+Tensor dropout(const Tensor& input, double p = 0.5, bool train = true, Generator* gen = nullptr);
 
 // --- attention (core/ops/attention.cpp), as torch.nn.functional.scaled_dot_product_attention:
 // softmax(q k^T * scale + mask) v with query (..., L, E), key (..., S, E), value
@@ -275,7 +276,7 @@ Tensor fused_dropout(const Tensor& x, double p, Generator* gen = nullptr);
 // unset (the default) means 1 / sqrt(E). A row whose keys are all masked out gives
 // zeros (PyTorch's math backend since 2.5), not NaN. dropout_p > 0 zeroes
 // attention weights as nn::functional::dropout does (always: PyTorch's function has
-// no training flag), by fused_dropout over the weights: weight i (row-major in the
+// no training flag), by dropout over the weights: weight i (row-major in the
 // broadcast (..., L, S)) is kept iff dropout_keeps(seed, offset + i,
 // dropout_threshold(dropout_p)) (core/base/random.h), offset being
 // gen->advance((...) * L * S) at the call, so a fused kernel can reproduce it.
@@ -623,7 +624,7 @@ bool fused_attention_supported(const Tensor& query, const Tensor& key, const Ten
 // 0..i), by the fused kernels, with a backward through the fused backward
 // (deterministic unless EMBER_ATTENTION=atomic). dropout_p > 0: the weights dropped
 // inside the kernels by the mask scaled_dot_product_attention's composed path draws
-// (fused_dropout's over the (B, H, Tq, Tk) weights, offset = gen->advance(B H Tq Tk);
+// (dropout's over the (B, H, Tq, Tk) weights, offset = gen->advance(B H Tq Tk);
 // fresh at each replay inside a CUDA graph). Throws where fused_attention_supported is
 // false. The result is (B, H, Tq, D) contiguous.
 // mask (not with is_causal): bool (true = take part) or additive bfloat16 like the query

@@ -4,12 +4,7 @@
 namespace ember::nn::functional {
 
 Tensor dropout(const Tensor& x, double p, bool training, Generator* gen) {
-  EMBER_CHECK(p >= 0.0 && p <= 1.0, "dropout: probability must be in [0, 1], got ", p);
-  check_defined("dropout", x);
-  if (!training || p == 0.0) return x;
-  if (p == 1.0) return mul(x, 0.0);
-  check_floating("dropout", x);
-  return fused_dropout(x, p, gen);  // the mask drawn in the kernel, and again in backward
+  return ember::dropout(x, p, training, gen);
 }
 
 Tensor dropout2d(const Tensor& x, double p, bool training, Generator* gen) {

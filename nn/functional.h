@@ -103,8 +103,8 @@ inline Tensor scaled_dot_product_attention(const Tensor& query, const Tensor& ke
 }
 
 // Zeroes each element with probability p and scales the rest by 1 / (1 - p)
-// ("inverted" dropout, so eval needs no rescaling). Identity when !training or p = 0;
-// zeros when p = 1; otherwise ember::fused_dropout (core/ops.h): one kernel, the mask
+// ("inverted" dropout, so eval needs no rescaling). ember::dropout (core/ops.h):
+// identity when !training or p = 0, zeros when p = 1, otherwise one kernel, the mask
 // drawn from the generator's counters inside it and again in backward, none stored.
 Tensor dropout(const Tensor& x, double p = 0.5, bool training = true, Generator* gen = nullptr);
 

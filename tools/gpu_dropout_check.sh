@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The dropout work's checks on the GPU machine in one call, on a build made there or
-# carried (tools/pack_gpu_build.sh): fused_dropout's and the fused attention's CUDA test
+# carried (tools/pack_gpu_build.sh): dropout's and the fused attention's CUDA test
 # cases (dropout and masks inside the kernels against the float64 composed path with
 # the same masks); bench_gpt's char step with attention dropout composed and fused
 # (EMBER_ATTENTION_DROPOUT), alternating, per-repetition ratios (tools/ab_table.py);

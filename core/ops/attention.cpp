@@ -140,7 +140,7 @@ Tensor attention_composed(const Tensor& q, const Tensor& k, const Tensor& v, con
   }
   Tensor weights = softmax(scores, -1);
   if (all_masked.defined()) weights = where(all_masked, full({}, 0.0, opts), weights);
-  if (dropout_p > 0.0) weights = fused_dropout(contiguous(weights), dropout_p, gen);
+  if (dropout_p > 0.0) weights = dropout(weights, dropout_p, true, gen);
   Tensor out = matmul(reshape(weights, {s.n, s.L, s.S}), v3);
   return view(out, concat(s.batch, s.L, s.Ev));
 }

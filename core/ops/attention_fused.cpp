@@ -162,7 +162,7 @@ Tensor fused_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool i
                va = kernel_operand(v.detach());
   const int64_t batch = q.size(0), heads = q.size(1), q_len = q.size(2), kv_len = k.size(2),
                 head_dim = q.size(3);
-  // The dropout's counters, as the composed path draws them (fused_dropout over the
+  // The dropout's counters, as the composed path draws them (dropout's over the
   // (B, H, Tq, Tk) weights).
   RandomCounters drop;
   if (dropout_p > 0.0) {

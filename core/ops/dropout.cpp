@@ -1,4 +1,4 @@
-// Dropout in one kernel (kernel family dropout: core/kernels/cpu_elementwise.cpp,
+// dropout, as torch::dropout: one kernel (kernel family dropout: core/kernels/cpu_elementwise.cpp,
 // cuda/kernels/elementwise.cu, nothing on the meta device). The mask comes from the
 // generator's counters (core/base/random.h's dropout_keeps) inside the kernel, and the
 // backward draws it again from the same (seed, offset): no mask is stored, so a dropout
@@ -41,13 +41,14 @@ Tensor apply_draw(const Tensor& x, const Draw& d) {
 
 }  // namespace
 
-Tensor fused_dropout(const Tensor& x, double p, Generator* gen) {
+Tensor dropout(const Tensor& x, double p, bool train, Generator* gen) {
   OpSite site("dropout");
-  check_defined("fused_dropout", x);
+  EMBER_CHECK(p >= 0.0 && p <= 1.0, "dropout: probability must be in [0, 1], got ", p);
+  check_defined("dropout", x);
+  if (!train || p == 0.0) return x;
+  if (p == 1.0) return mul(x, 0.0);
   EMBER_CHECK(x.dtype() == kFloat32 || x.dtype() == kFloat64 || x.dtype() == kBFloat16,
-              "fused_dropout: takes float32, float64 or bfloat16, got ", x.dtype());
-  EMBER_CHECK(p >= 0.0 && p < 1.0, "fused_dropout: p must be in [0, 1), got ", p);
-  if (p == 0.0) return x;
+              "dropout: takes float32, float64 or bfloat16, got ", x.dtype());
   // Inside a CUDA graph the counters come from a word each replay sets (draw_counters).
   Generator& g = gen != nullptr ? *gen : default_generator();
   const RandomCounters c =

@@ -134,11 +134,11 @@ const std::vector<OpEntry>& op_table() {
           {{x({1027})}, 0}, {{x({1027})}, 1}}},
         // arg: p in percent; a fresh generator per call, so every call (CPU, CUDA, meta,
         // the gradcheck's) draws the same mask
-        {"fused_dropout", "",
+        {"dropout", "",
          [](const Inputs& v, int64_t percent) {
            Generator g(29);
            g.set_offset(7);
-           return fused_dropout(v[0], static_cast<double>(percent) / 100.0, &g);
+           return dropout(v[0], static_cast<double>(percent) / 100.0, true, &g);
          },
          {{{x({3, 4})}, 30},
           {{x({4, 3}).T()}, 50},

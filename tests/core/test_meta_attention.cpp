@@ -61,7 +61,7 @@ TEST_CASE("meta/attention: the fused path's bytes mirror CUDA's, the CPU compose
 TEST_CASE("meta/attention: dropout in the fused path draws the composed path's counters") {
   // The same allocations as without dropout (the mask is drawn inside the kernels, no
   // tensor holds it), and the generator advanced by the (B, H, Tq, Tk) weights, as the
-  // composed path's fused_dropout advances it.
+  // composed path's dropout advances it.
   const int64_t b = 2, h = 3, tq = 50, tk = 70, d = 128;
   MetaDeviceScope scope(MetaDeviceOptions().mirror_device(DeviceType::CUDA));
   const TensorOptions opts = TensorOptions(kBFloat16).device(kMeta).requires_grad();

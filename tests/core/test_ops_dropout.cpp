@@ -1,4 +1,4 @@
-// fused_dropout (core/ops/dropout.cpp, kernel family dropout): the values against the
+// dropout (core/ops/dropout.cpp, kernel family dropout): the values against the
 // documented mask (core/base/random.h's dropout_keeps at the generator's counters), the
 // keep rate, the gradient, that nothing is saved for backward, the same bits at any
 // thread count, bad input, and CUDA against the CPU (suite "cuda": skipped, not passed,
@@ -39,12 +39,12 @@ struct Threads {
 
 }  // namespace
 
-TEST_CASE("fused_dropout: x / (1 - p) where the documented counters keep, 0 elsewhere") {
+TEST_CASE("dropout: x / (1 - p) where the documented counters keep, 0 elsewhere") {
   const double p = 0.3;
   const Tensor x = randn64({5, 7}, 3);
   Generator g(11);
   g.set_offset(40);
-  const Tensor y = fused_dropout(x, p, &g);
+  const Tensor y = dropout(x, p, true, &g);
   CHECK(g.offset() == 40 + 35);
   const std::vector<double> m = mask_of(11, 40, 35, p), xv = x.to_vector<double>(),
                             yv = y.to_vector<double>();
@@ -59,20 +59,20 @@ TEST_CASE("fused_dropout: x / (1 - p) where the documented counters keep, 0 else
   Generator g2(11);
   g2.set_offset(40);
   const Tensor xt = transpose(x, 0, 1);
-  const Tensor yt = fused_dropout(xt, p, &g2);
+  const Tensor yt = dropout(xt, p, true, &g2);
   const std::vector<double> xtv = contiguous(xt).to_vector<double>(), ytv = yt.to_vector<double>();
   for (size_t i = 0; i < m.size(); ++i)
     CHECK(ytv[i] == (m[i] != 0.0 ? xtv[i] * (1.0 / (1.0 - p)) : 0.0));
   // The next call draws the next counters: another mask.
-  CHECK(fused_dropout(x, p, &g).to_vector<double>() != yv);
+  CHECK(dropout(x, p, true, &g).to_vector<double>() != yv);
 }
 
-TEST_CASE("fused_dropout: keeps 1 - p of a large tensor, float32 and bfloat16 scaled once") {
+TEST_CASE("dropout: keeps 1 - p of a large tensor, float32 and bfloat16 scaled once") {
   const int64_t n = 200000;
   for (double p : {0.1, 0.5, 0.9}) {
     CAPTURE(p);
     Generator g(5);
-    const Tensor y = fused_dropout(ones({n}), p, &g);
+    const Tensor y = dropout(ones({n}), p, true, &g);
     const std::vector<double> v = y.to_vector<double>();
     double kept = 0;
     for (double e : v) kept += e != 0.0;
@@ -82,7 +82,7 @@ TEST_CASE("fused_dropout: keeps 1 - p of a large tensor, float32 and bfloat16 sc
   // bfloat16: float(x) * float(1 / (1 - p)), rounded once to bfloat16.
   const Tensor x = randn64({4096}, 9).to(kBFloat16);
   Generator g(6);
-  const Tensor y = fused_dropout(x, 0.1, &g);
+  const Tensor y = dropout(x, 0.1, true, &g);
   CHECK(y.dtype() == kBFloat16);
   const std::vector<double> m = mask_of(6, 0, 4096, 0.1), xv = x.to_vector<double>(),
                             yv = y.to_vector<double>();
@@ -93,14 +93,14 @@ TEST_CASE("fused_dropout: keeps 1 - p of a large tensor, float32 and bfloat16 sc
   }
 }
 
-TEST_CASE("fused_dropout: the gradient is the same mask and scale; nothing is saved") {
+TEST_CASE("dropout: the gradient is the same mask and scale; nothing is saved") {
   const double p = 0.4;
   Tensor x = randn64({6, 9}, 21);
   x.set_requires_grad(true);
   const Tensor w = randn64({6, 9}, 22);
   Generator g(13);
   Tensor h = mul(x, 1.0);  // a non-leaf the test modifies in place before backward
-  Tensor y = fused_dropout(h, p, &g);
+  Tensor y = dropout(h, p, true, &g);
   CHECK(y.grad_fn() != nullptr);
   // The dropout saves no tensor, so changing its input in place leaves its backward
   // valid (a saved input would make the backward refuse).
@@ -116,19 +116,19 @@ TEST_CASE("fused_dropout: the gradient is the same mask and scale; nothing is sa
   CHECK_GRADCHECK(
       [](const std::vector<Tensor>& in) {
         Generator gen(17);
-        return fused_dropout(in[0], 0.25, &gen);
+        return dropout(in[0], 0.25, true, &gen);
       },
       {randn64({3, 5}, 23)});
 }
 
-TEST_CASE("fused_dropout: the same bits at 1, 2 and 3 threads") {
+TEST_CASE("dropout: the same bits at 1, 2 and 3 threads") {
   Threads restore;
   const Tensor x = randn64({300000}, 31).to(kFloat32);
   std::vector<double> first;
   for (int t : {1, 2, 3}) {
     set_num_threads(t);
     Generator g(8);
-    const std::vector<double> v = fused_dropout(x, 0.2, &g).to_vector<double>();
+    const std::vector<double> v = dropout(x, 0.2, true, &g).to_vector<double>();
     if (first.empty())
       first = v;
     else
@@ -136,22 +136,24 @@ TEST_CASE("fused_dropout: the same bits at 1, 2 and 3 threads") {
   }
 }
 
-TEST_CASE("fused_dropout: p = 0 returns x and draws nothing; bad input names the problem") {
+TEST_CASE("dropout: p = 0 and eval return x, p = 1 zeros, none drawing; bad input named") {
   const Tensor x = randn64({4}, 1);
   Generator g(3);
-  CHECK(fused_dropout(x, 0.0, &g).is_same(x));
+  CHECK(dropout(x, 0.0, true, &g).is_same(x));
+  CHECK(dropout(x, 0.5, false, &g).is_same(x));
+  CHECK(dropout(x, 1.0, true, &g).to_vector<double>() == std::vector<double>(4, 0.0));
   CHECK(g.offset() == 0);
-  CHECK(contains(error_of([&] { (void)fused_dropout(x, 1.0, &g); }),
-                 "fused_dropout: p must be in [0, 1), got 1"));
-  CHECK(contains(error_of([&] { (void)fused_dropout(x, -0.1, &g); }),
-                 "fused_dropout: p must be in [0, 1), got -0.1"));
-  CHECK(contains(error_of([&] { (void)fused_dropout(ones({3}, kInt64), 0.5, &g); }),
-                 "fused_dropout: takes float32, float64 or bfloat16, got int64"));
-  CHECK(contains(error_of([&] { (void)fused_dropout(Tensor(), 0.5, &g); }), "fused_dropout"));
+  CHECK(contains(error_of([&] { (void)dropout(x, 1.5, true, &g); }),
+                 "dropout: probability must be in [0, 1], got 1.5"));
+  CHECK(contains(error_of([&] { (void)dropout(x, -0.1, true, &g); }),
+                 "dropout: probability must be in [0, 1], got -0.1"));
+  CHECK(contains(error_of([&] { (void)dropout(ones({3}, kInt64), 0.5, true, &g); }),
+                 "dropout: takes float32, float64 or bfloat16, got int64"));
+  CHECK(contains(error_of([&] { (void)dropout(Tensor(), 0.5, true, &g); }), "dropout"));
   CHECK(g.offset() == 0);  // refused calls draw nothing
 }
 
-TEST_CASE("fused_dropout on CUDA: the CPU's values and gradients, bit for bit" *
+TEST_CASE("dropout on CUDA: the CPU's values and gradients, bit for bit" *
           doctest::test_suite("cuda")) {
   for (DType dt : {kFloat32, kFloat64, kBFloat16}) {
     CAPTURE(dt);
@@ -163,7 +165,7 @@ TEST_CASE("fused_dropout on CUDA: the CPU's values and gradients, bit for bit" *
       x.set_requires_grad(true);
       Generator g(99);
       g.set_offset(123);
-      Tensor y = fused_dropout(x, 0.35, &g);
+      Tensor y = dropout(x, 0.35, true, &g);
       sum(mul(y, w.to(d))).backward();
       out.push_back(y.to(kCPU).to_vector<double>());
       out.push_back(x.grad().to(kCPU).to_vector<double>());

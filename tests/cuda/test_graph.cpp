@@ -365,7 +365,7 @@ TEST_CASE("cuda/graph: item() inside a capture throws, and eager steps go on" *
 
 TEST_CASE("cuda/graph: random draws in a captured step are fresh at each replay, as eager ones" *
           doctest::test_suite("cuda")) {
-  // randn, randint, fused_dropout and the fused attention's dropout inside a capture:
+  // randn, randint, dropout and the fused attention's dropout inside a capture:
   // replay k equals the same ops run eagerly from the generator's state before it,
   // bit for bit; the capture leaves the generator where it was, each replay advances
   // it by the step's draws.
@@ -379,7 +379,7 @@ TEST_CASE("cuda/graph: random draws in a captured step are fresh at each replay,
   auto step = [&](Generator& g) {
     std::vector<Tensor> out = {randn({300}, TensorOptions(kFloat32).device(kCUDA), &g),
                                randint(0, 1000, {50}, TensorOptions(kInt64).device(kCUDA), &g),
-                               fused_dropout(x, 0.5, &g)};
+                               dropout(x, 0.5, true, &g)};
     if (attention) out.push_back(detail::fused_attention(q, k, v, true, 0.125, 0.3, &g));
     return out;
   };
