@@ -1062,7 +1062,7 @@ void launch_attention_forward(const AttentionProblem& p, AttentionInput q, Atten
     return;
   }
   // 8 warps by default where a mask is read at head dim 128: with 4, the masked kernels
-  // spill 170-400 bytes (ptxas, sm_90a), with 8 none (dropout too: ~100).
+  // spill 80-344 bytes (ptxas, sm_90a), with 8 none (64 with dropout too).
   const int warps = tuning.forward_warps != 0               ? tuning.forward_warps
                     : p.mask_kind != 0 && p.head_dim == 128 ? 8
                                                             : 4;
