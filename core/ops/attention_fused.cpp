@@ -95,18 +95,34 @@ KernelMask kernel_mask(const Tensor& mask, const Tensor& q, const Tensor& k) {
   return m;
 }
 
+// An EMBER_ATTENTION_<what> switch: true for "fused", false unset or "composed",
+// anything else an error naming it.
+bool fused_switch(const char* name) {
+  const char* e = std::getenv(name);
+  if (e == nullptr || *e == '\0') return false;
+  const std::string_view v(e);
+  EMBER_CHECK(v == "fused" || v == "composed", "scaled_dot_product_attention: ", name, "=", v,
+              " (expected fused or composed)");
+  return v == "fused";
+}
+
+// The dropout and mask fields, the same in the forward's and the backward's arguments.
+template <typename Args>
+void set_dropout_and_mask(Args& a, double dropout_p, const RandomCounters& drop,
+                          const KernelMask& km) {
+  a.dropout_p = dropout_p;
+  a.dropout_seed = drop.seed;
+  a.dropout_offset = drop.offset;
+  a.dropout_base = drop.base;
+  a.mask_kind = km.kind;
+  a.mask = km.kind != 0 ? km.t.raw_data() : nullptr;
+  for (int d = 0; d < 4; ++d) a.mask_strides[d] = km.strides[d];
+}
+
 }  // namespace
 
 bool fused_attention_mask() {
-  static const bool on = [] {
-    const char* e = std::getenv("EMBER_ATTENTION_MASK");
-    if (e == nullptr || *e == '\0') return false;
-    const std::string_view v(e);
-    EMBER_CHECK(v == "fused" || v == "composed",
-                "scaled_dot_product_attention: EMBER_ATTENTION_MASK=", v,
-                " (expected fused or composed)");
-    return v == "fused";
-  }();
+  static const bool on = fused_switch("EMBER_ATTENTION_MASK");
   return on;
 }
 
@@ -123,15 +139,7 @@ bool fused_attention_supported(const Tensor& q, const Tensor& k, const Tensor& v
 }
 
 bool fused_attention_dropout() {
-  static const bool on = [] {
-    const char* e = std::getenv("EMBER_ATTENTION_DROPOUT");
-    if (e == nullptr || *e == '\0') return false;
-    const std::string_view v(e);
-    EMBER_CHECK(v == "fused" || v == "composed",
-                "scaled_dot_product_attention: EMBER_ATTENTION_DROPOUT=", v,
-                " (expected fused or composed)");
-    return v == "fused";
-  }();
+  static const bool on = fused_switch("EMBER_ATTENTION_DROPOUT");
   return on;
 }
 
@@ -176,13 +184,7 @@ Tensor fused_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool i
                               q_len,        kv_len,         head_dim,       scale,
                               is_causal,    operand_of(qa), operand_of(ka), operand_of(va),
                               o.raw_data(), lse.raw_data()};
-  args.dropout_p = dropout_p;
-  args.dropout_seed = drop.seed;
-  args.dropout_offset = drop.offset;
-  args.dropout_base = drop.base;
-  args.mask_kind = km.kind;
-  args.mask = km.kind != 0 ? km.t.raw_data() : nullptr;
-  for (int d = 0; d < 4; ++d) args.mask_strides[d] = km.strides[d];
+  set_dropout_and_mask(args, dropout_p, drop, km);
   kernels::kernels_for(device).attention_fused(args);
   if (any_requires_grad({&q, &k, &v})) {
     attach_grad_fn(
@@ -223,13 +225,8 @@ Tensor fused_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool i
                                                deterministic,
                                                ws.raw_data(),
                                                bytes};
-          bargs.dropout_p = dropout_p;
-          bargs.dropout_seed = drop.seed;
-          bargs.dropout_offset = drop.offset;
-          bargs.dropout_base = drop.base;
-          bargs.mask_kind = km.kind;  // km.t, held by this closure, keeps the mask alive
-          bargs.mask = km.kind != 0 ? km.t.raw_data() : nullptr;
-          for (int d = 0; d < 4; ++d) bargs.mask_strides[d] = km.strides[d];
+          // km.t, held by this closure, keeps the mask alive.
+          set_dropout_and_mask(bargs, dropout_p, drop, km);
           t.attention_backward_fused(bargs);
           return Grads{d_q, d_k, d_v};
         });

@@ -45,7 +45,9 @@ Tensor bmm4(const Tensor& a, const Tensor& b) {
   return reshape(y, {b0, h, y.size(1), y.size(2)});
 }
 
-Tensor composed(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, double scale) {
+// z (optional): the dropout's keep mask times 1 / (1 - p), on the weights.
+Tensor composed(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, double scale,
+                const Tensor& z = Tensor()) {
   Tensor s = bmm4(q, transpose(k, 2, 3)) * scale;
   if (causal) {
     const int64_t tq = q.size(2), tk = k.size(2);
@@ -55,7 +57,8 @@ Tensor composed(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, 
         mask[static_cast<size_t>(i * tk + j)] = -std::numeric_limits<double>::infinity();
     s = s + from_vector(mask, {tq, tk}, TensorOptions(kFloat64));
   }
-  return bmm4(softmax(s, 3), v);
+  const Tensor w = softmax(s, 3);
+  return bmm4(z.defined() ? w * z : w, v);
 }
 
 struct Errors {
@@ -190,15 +193,7 @@ TEST_CASE("ops/fused_attention: dropout in the kernels drops the composed path's
 
       Tensor qc = q64.detach().set_requires_grad(true), kc = k64.detach().set_requires_grad(true),
              vc = v64.detach().set_requires_grad(true);
-      Tensor s = bmm4(qc, transpose(kc, 2, 3)) * scale;
-      if (c.causal) {
-        std::vector<double> mask(static_cast<size_t>(c.tq * c.tk), 0.0);
-        for (int64_t i = 0; i < c.tq; ++i)
-          for (int64_t j = i + 1; j < c.tk; ++j)
-            mask[static_cast<size_t>(i * c.tk + j)] = -std::numeric_limits<double>::infinity();
-        s = s + from_vector(mask, {c.tq, c.tk}, TensorOptions(kFloat64));
-      }
-      Tensor oc = bmm4(softmax(s, 3) * z, vc);
+      Tensor oc = composed(qc, kc, vc, c.causal, scale, z);
       oc.backward(g64);
 
       Tensor q = q64.to(kCUDA, kBFloat16).detach().set_requires_grad(true),
