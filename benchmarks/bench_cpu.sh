@@ -7,6 +7,9 @@
 # min-max, ours / libtorch's, and the ratio per repetition (ours over the peer run
 # right after it): its median and min-max, the spread a target is read against.
 #   benchmarks/bench_cpu.sh [BUILD_DIR (default build-release)] [REPS (default 5)] [THREADS...]
+#   EMBER_BENCH_CPU_CASES="matmul1024 linear"  only those cases (default: every case)
+#   EMBER_BENCH_CPU_PIN=0,1                    run both sides under `taskset -c 0,1` (the
+#                                              same CPUs for ours and the peer)
 # Needs python3 with torch (the peer is built with g++ against the package's own
 # libtorch, CPU libraries only); without it, ember's side alone.
 set -uo pipefail
@@ -17,6 +20,14 @@ shift 2 2>/dev/null || shift $#
 threads=("$@")
 [ ${#threads[@]} -eq 0 ] && threads=(1 2 "$(nproc)")
 cases=(matmul256 matmul1024 linear gelu softmax layer_norm digits_mlp char_gpt)
+if [ -n "${EMBER_BENCH_CPU_CASES:-}" ]; then
+  read -r -a cases <<<"$EMBER_BENCH_CPU_CASES"
+fi
+pin=()
+if [ -n "${EMBER_BENCH_CPU_PIN:-}" ]; then
+  command -v taskset >/dev/null || { echo "bench_cpu.sh: EMBER_BENCH_CPU_PIN needs taskset" >&2; exit 1; }
+  pin=(taskset -c "$EMBER_BENCH_CPU_PIN")
+fi
 ours="$build/benchmarks/bench_cpu"
 [ -x "$ours" ] || { echo "bench_cpu.sh: no $ours (cmake --build $build --target bench_cpu)" >&2; exit 1; }
 
@@ -40,15 +51,16 @@ fi
 echo "# bench_cpu: $(lscpu 2>/dev/null | sed -n 's/^Model name: *//p' | head -1), $(nproc) cores," \
      "$(date -u +%Y-%m-%dT%H:%MZ), commit $(git rev-parse --short HEAD 2>/dev/null)" \
      "${EMBER_COMMIT:+(EMBER_COMMIT $EMBER_COMMIT)}" \
-     "$([ -f "$build/ember_commit.txt" ] && echo "(build packed at $(cat "$build/ember_commit.txt"))")"
+     "$([ -f "$build/ember_commit.txt" ] && echo "(build packed at $(cat "$build/ember_commit.txt"))")" \
+     "${EMBER_BENCH_CPU_PIN:+pinned to CPUs $EMBER_BENCH_CPU_PIN}"
 log="$(mktemp)"
 status=0
 for t in "${threads[@]}"; do
   for c in "${cases[@]}"; do
     for ((r = 0; r < reps; ++r)); do
-      "$ours" --case "$c" --threads "$t" >>"$log" || { echo "bench_cpu.sh: ours failed on $c" >&2; status=1; }
+      "${pin[@]}" "$ours" --case "$c" --threads "$t" >>"$log" || { echo "bench_cpu.sh: ours failed on $c" >&2; status=1; }
       if [ -n "$peer" ]; then
-        "$peer" --case "$c" --threads "$t" >>"$log" || { echo "bench_cpu.sh: peer failed on $c" >&2; status=1; }
+        "${pin[@]}" "$peer" --case "$c" --threads "$t" >>"$log" || { echo "bench_cpu.sh: peer failed on $c" >&2; status=1; }
       fi
     done
   done
