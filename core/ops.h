@@ -635,13 +635,13 @@ Tensor fused_attention(const Tensor& query, const Tensor& key, const Tensor& val
                        double scale, double dropout_p = 0.0, Generator* gen = nullptr,
                        const Tensor& mask = Tensor());
 bool fused_attention_takes_mask(const Tensor& query, const Tensor& key, const Tensor& mask);
-// Whether scaled_dot_product_attention's masks are read by the fused kernels:
-// EMBER_ATTENTION_MASK=fused (read once); otherwise (the default until the kernels'
-// masks have been checked on a GPU) a call with a mask takes the composed path.
+// Whether scaled_dot_product_attention's masks are read by the fused kernels: yes
+// unless EMBER_ATTENTION_MASK=composed (read once; "fused" is the default), which sends
+// every call with a mask to the composed path.
 bool fused_attention_mask();
-// Whether scaled_dot_product_attention's dropout runs inside the fused kernels:
-// EMBER_ATTENTION_DROPOUT=fused (read once); otherwise (the default until the kernels'
-// dropout has been checked on a GPU) a call with dropout takes the composed path.
+// Whether scaled_dot_product_attention's dropout runs inside the fused kernels: yes
+// unless EMBER_ATTENTION_DROPOUT=composed (read once; "fused" is the default), which
+// sends every call with dropout to the composed path.
 bool fused_attention_dropout();
 }  // namespace detail
 

@@ -147,10 +147,10 @@ Tensor attention_composed(const Tensor& q, const Tensor& k, const Tensor& v, con
 
 // The fused path: the flash-attention kernels (core/ops/attention_fused.cpp) where
 // their predicate takes the operands (bfloat16 (B, H, T, D), D 64 or 128, on a CUDA
-// device that has them) and nothing the kernels do not read is asked for (a mask
-// unless EMBER_ATTENTION_MASK=fused and the kernels take it; dropout unless
-// EMBER_ATTENTION_DROPOUT=fused); an undefined tensor sends the call to the composed
-// path.
+// device that has them) and nothing the kernels do not read is asked for (a mask the
+// kernels cannot read, or any mask with EMBER_ATTENTION_MASK=composed; dropout with
+// EMBER_ATTENTION_DROPOUT=composed); an undefined tensor sends the call to the
+// composed path.
 Tensor attention_fused(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask,
                        double dropout_p, bool is_causal, double scale, Generator* gen,
                        const AttentionShapes& /*s*/) {

@@ -95,11 +95,11 @@ KernelMask kernel_mask(const Tensor& mask, const Tensor& q, const Tensor& k) {
   return m;
 }
 
-// An EMBER_ATTENTION_<what> switch: true for "fused", false unset or "composed",
+// An EMBER_ATTENTION_<what> switch: true unset or "fused", false for "composed",
 // anything else an error naming it.
 bool fused_switch(const char* name) {
   const char* e = std::getenv(name);
-  if (e == nullptr || *e == '\0') return false;
+  if (e == nullptr || *e == '\0') return true;
   const std::string_view v(e);
   EMBER_CHECK(v == "fused" || v == "composed", "scaled_dot_product_attention: ", name, "=", v,
               " (expected fused or composed)");
