@@ -1,5 +1,6 @@
 #include "core/tensor.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <iomanip>
@@ -153,9 +154,20 @@ Tensor arange(double start, double end, double step, TensorOptions o) {
   EMBER_CHECK(count < 9.0e15, "arange: [", start, ", ", end, ") in steps of ", step, " has ", count,
               " elements, too many");
   int64_t n = count > 0 ? static_cast<int64_t>(count) : 0;
-  std::vector<double> v(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) v[i] = start + step * static_cast<double>(i);
-  return from_vector(v, {n}, o);
+  if (o.dtype_ == kInt64 && n > 0) {
+    const double last = std::fma(step, static_cast<double>(n - 1), start);
+    constexpr double kTwo63 = 9223372036854775808.0;
+    EMBER_CHECK(std::max(start, last) < kTwo63 && std::min(start, last) >= -kTwo63, "arange: [",
+                start, ", ", end, ") in steps of ", step, " leaves int64's range");
+  }
+  // Filled on the tensor's own device by the fill kernel (value i: fma(step, i, start),
+  // one rounding in double, then the dtype's), so that no host buffer is copied: a CUDA
+  // graph can hold it.
+  Tensor t = make_tensor({n}, o.dtype_, o.device_, "arange");
+  kernels::kernels_for(t.device())
+      .fill({t.device(), t.dtype(), t.raw_data(), flat_layout(n), n, start, step});
+  if (o.requires_grad_) t.set_requires_grad(true);
+  return t;
 }
 
 Tensor from_vector(const std::vector<double>& values, const Shape& sizes, TensorOptions o) {

@@ -127,6 +127,8 @@ struct CastArgs {  // y = (to) x, any two dtypes, strided
   int64_t n;
 };
 
+// y[i] = value, or with step != 0 y[i] = fma(step, i, value) (arange: one rounding in
+// double, then the store's into dtype, the same on every device), over n elements.
 struct FillArgs {
   Device device;
   DType dtype;
@@ -134,6 +136,7 @@ struct FillArgs {
   StridedLayout yl;
   int64_t n;
   double value;
+  double step = 0.0;
 };
 
 // Dropout with its mask drawn inside: y[i] = x[i] * scale where dropout_keeps(seed,

@@ -160,6 +160,11 @@ void fill_generic(const FillArgs& a) {
   dispatch_cpu(a.dtype, [&](auto tag) {
     using S = decltype(tag);
     S* y = static_cast<S*>(a.y);
+    if (a.step != 0.0) {
+      for (int64_t i = 0; i < a.n; ++i)
+        store_from_double(y + a.yl.offset_of(i), std::fma(a.step, static_cast<double>(i), a.value));
+      return;
+    }
     S v{};
     store_from_double(&v, a.value);
     for (int64_t i = 0; i < a.n; ++i) y[a.yl.offset_of(i)] = v;

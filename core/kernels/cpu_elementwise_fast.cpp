@@ -839,7 +839,7 @@ bool cast_fast(const CastArgs& a) {
 }
 
 bool fill_fast(const FillArgs& a) {
-  if (!a.yl.contiguous) return false;
+  if (!a.yl.contiguous || a.step != 0.0) return false;
   ember::detail::dispatch_cpu(a.dtype, [&](auto tag) {
     using S = decltype(tag);
     S v{};

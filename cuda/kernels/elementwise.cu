@@ -161,11 +161,12 @@ __global__ void cast_kernel(const From* x, StridedLayout xl, To* y, StridedLayou
   }
 }
 
+// step != 0: arange's fma(step, i, value), rounded once as the CPU's std::fma.
 template <typename S>
-__global__ void fill_kernel(S* y, StridedLayout yl, int64_t n, double value) {
+__global__ void fill_kernel(S* y, StridedLayout yl, int64_t n, double value, double step) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
        i += int64_t(gridDim.x) * blockDim.x)
-    store(y + yl.offset_of(i), value);
+    store(y + yl.offset_of(i), step != 0.0 ? fma(step, static_cast<double>(i), value) : value);
 }
 
 template <typename S>
@@ -346,11 +347,11 @@ void launch_cast(DType from, const void* x, const StridedLayout& xl, DType to, v
 }
 
 void launch_fill(DType dtype, void* y, const StridedLayout& yl, int64_t n, double value,
-                 cudaStream_t stream) {
+                 double step, cudaStream_t stream) {
   if (n == 0) return;
   dispatch_all(dtype, [&](auto* tag) {
     using S = std::remove_pointer_t<decltype(tag)>;
-    launch<fill_kernel<S>>(n, stream, static_cast<S*>(y), yl, n, value);
+    launch<fill_kernel<S>>(n, stream, static_cast<S*>(y), yl, n, value, step);
   });
 }
 
@@ -452,7 +453,7 @@ void cast(const kernels::CastArgs& a) {
 
 void fill(const kernels::FillArgs& a) {
   DeviceGuard guard(a.device.index);
-  launch_fill(a.dtype, a.y, a.yl, a.n, a.value, current_stream(a.device.index));
+  launch_fill(a.dtype, a.y, a.yl, a.n, a.value, a.step, current_stream(a.device.index));
 }
 
 void random(const kernels::RandomArgs& a) {

@@ -60,8 +60,9 @@ KernelLaunch binary_kernel_launch(DType dtype, int64_t n);
 // y = (to) x, any pair of dtypes.
 void launch_cast(DType from, const void* x, const StridedLayout& xl, DType to, void* y,
                  const StridedLayout& yl, int64_t n, cudaStream_t stream);
+// y[i] = value, or fma(step, i, value) where step != 0 (arange).
 void launch_fill(DType dtype, void* y, const StridedLayout& yl, int64_t n, double value,
-                 cudaStream_t stream);
+                 double step, cudaStream_t stream);
 // y[i] = lo + (hi - lo) * U(seed, offset + i), or mean + std * N(seed, offset + i),
 // or (integer) lo + floor((hi - lo) * U(seed, offset + i)); float types or int64.
 // offset_base not null (inside a CUDA graph): offset + *offset_base, read when it runs.

@@ -69,6 +69,31 @@ TEST_CASE("tensor/factories: arange counts like numpy") {
                        doctest::Contains("arange: step must be finite and non-zero"), Error);
 }
 
+TEST_CASE("tensor/factories: arange's value i is fma(step, i, start) rounded into the dtype") {
+  // One rounding in double (as the CUDA kernel's fma), then the dtype's: a fractional
+  // step whose products round differently from a running sum, and every dtype.
+  const double start = 0.1, step = 0.3;
+  const int64_t n = 50;
+  for (DType dt : {kFloat64, kFloat32, kBFloat16}) {
+    CAPTURE(dtype_name(dt));
+    const std::vector<double> got = arange(start, start + step * n, step, dt).to_vector<double>();
+    REQUIRE(got.size() == static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) {
+      const double want = std::fma(step, static_cast<double>(i), start);
+      const double rounded = dt == kFloat64   ? want
+                             : dt == kFloat32 ? static_cast<double>(static_cast<float>(want))
+                                              : full({}, want, dt).item();
+      CHECK(got[static_cast<size_t>(i)] == rounded);
+    }
+  }
+  CHECK(arange(-3, 4, 3, kInt64).to_vector<double>() == V{-3, 0, 3});
+  CHECK(arange(4, kBool).to_vector<double>() == V{0, 1, 1, 1});
+  // int64 values past its range are refused, not saturated.
+  CHECK_THROWS_WITH_AS(arange(9.2e18, 9.3e18, 5e16, kInt64),
+                       doctest::Contains("leaves int64's range"), Error);
+  CHECK(arange(2, TensorOptions(kFloat32).requires_grad(true)).requires_grad());
+}
+
 TEST_CASE("tensor/factories: from_vector and tensor keep row-major order") {
   Tensor t = from_vector(V{1, 2, 3, 4, 5, 6}, {2, 3}, kFloat64);
   CHECK(t.sizes() == Shape{2, 3});

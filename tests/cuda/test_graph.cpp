@@ -410,6 +410,30 @@ TEST_CASE("cuda/graph: random draws in a captured step are fresh at each replay,
   }
 }
 
+TEST_CASE("cuda/graph: arange runs on the device, equal to the CPU's, and a graph holds it" *
+          doctest::test_suite("cuda")) {
+  // arange fills on its tensor's device (no host buffer copied in), so a captured step
+  // that makes positions (the GPT's forward, a causal mask) can be recorded.
+  for (DType dt : {kFloat64, kFloat32, kBFloat16, kInt64}) {
+    CAPTURE(dtype_name(dt));
+    const double start = dt == kInt64 ? -7 : 0.1, step = dt == kInt64 ? 3 : 0.3;
+    const Tensor on_gpu = arange(start, start + 1000 * step, step, TensorOptions(dt).device(kCUDA));
+    CHECK(on_gpu.device() == Device::cuda(0));
+    CHECK(on_gpu.to(kCPU).to_vector<double>() ==
+          arange(start, start + 1000 * step, step, dt).to_vector<double>());
+  }
+  require_capturable_allocator();
+  const Tensor x = ones({64}, TensorOptions(kFloat32).device(kCUDA));
+  Tensor y;
+  cuda::Graph graph;
+  graph.capture([&] { y = x + arange(64, TensorOptions(kFloat32).device(kCUDA)); });
+  REQUIRE(graph.captured());
+  graph.replay();
+  std::vector<double> want(64);
+  for (size_t i = 0; i < want.size(); ++i) want[i] = 1.0 + static_cast<double>(i);
+  CHECK(y.to(kCPU).to_vector<double>() == want);
+}
+
 TEST_CASE("cuda/graph: optimizer state cannot be created during a capture" *
           doctest::test_suite("cuda")) {
   require_capturable_allocator();
