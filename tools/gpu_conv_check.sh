@@ -11,7 +11,7 @@
 #   EMBER_COMPARE_REPS=5       repetitions of the ours-then-peer pair
 #   EMBER_CONV_SANITIZE=0      skip the sanitizer runs
 #   EMBER_CONV_LAYOUTS=0       skip the column layouts' comparison
-# Logs and tables in $OUT (or ./gpu-logs).
+# Logs and tables in $OUT (or ./gpu-logs); with $OUT set, the logs in $OUT/logs.tgz.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 build="${1:-build-gpu}"
@@ -77,5 +77,7 @@ if [ "${EMBER_CONV_SANITIZE:-1}" != 0 ]; then
     [ $rc -eq 0 ] || status=1
   done
 fi
+# Under the device tool ($OUT set), every other log goes back in one logs.tgz.
+[ -n "${OUT:-}" ] && tools/gpu_logs_pack.sh "$out" gpu.txt conv_table.md layouts.txt conv_memory.txt conv_profile.txt
 echo "status $status"
 exit $status

@@ -10,7 +10,7 @@
 #   EMBER_GPU_PREBUILT=FILE    unpack FILE (a tar.xz of BUILD_DIR's binaries) first
 #   EMBER_COMPARE_REPS=5       repetitions of each variant
 #   EMBER_DROPOUT_SANITIZE=0   skip the sanitizer runs
-# Logs and tables in $OUT (or ./gpu-logs).
+# Logs and tables in $OUT (or ./gpu-logs); with $OUT set, the logs in $OUT/logs.tgz.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 build="${1:-build-gpu}"
@@ -41,7 +41,7 @@ for r in $(seq "${EMBER_COMPARE_REPS:-5}"); do
       --json "$out/dropout/$mode.$r.json" >"$out/dropout/$mode.$r.log" 2>&1 || status=1
   done
 done
-grep -h 'validate\|VALID' "$out"/dropout/*.1.log
+grep -h 'validate\|VALID\|could not be captured' "$out"/dropout/*.1.log
 python3 tools/ab_table.py "$out/dropout" composed fused | tee "$out/dropout.txt" || status=1
 
 echo "== bench_gpt --memory --only char (predict_memory against the GPU)"
@@ -68,5 +68,7 @@ if [ "${EMBER_DROPOUT_SANITIZE:-1}" != 0 ]; then
     [ $rc -eq 0 ] || status=1
   done
 fi
+# Under the device tool ($OUT set), every other log goes back in one logs.tgz.
+[ -n "${OUT:-}" ] && tools/gpu_logs_pack.sh "$out" gpu.txt dropout.txt
 echo "status $status"
 exit $status
