@@ -80,14 +80,16 @@ struct Trainer : gpt::TrainStep {
       : gpt::TrainStep(w.cfg, w.batch, device, bf16_autocast, seed) {}
 };
 
-// Wall milliseconds per step: the median round of `rounds` x `steps`, one sync each.
-bench::Spread wall_ms(Trainer& t, int warmup, int rounds, int steps) {
-  for (int i = 0; i < warmup; ++i) t.step();
+// Wall milliseconds per step() (an eager step or a graph's replay): the median round
+// of `rounds` x `steps` after `warmup` steps, one sync each.
+template <typename F>
+bench::Spread wall_ms(F&& step, int warmup, int rounds, int steps) {
+  for (int i = 0; i < warmup; ++i) step();
   cuda::synchronize(0);
   std::vector<double> per;
   for (int r = 0; r < rounds; ++r) {
     const auto t0 = std::chrono::steady_clock::now();
-    for (int i = 0; i < steps; ++i) t.step();
+    for (int i = 0; i < steps; ++i) step();
     cuda::synchronize(0);
     per.push_back(
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() /
@@ -156,17 +158,7 @@ bool graphed_row(const Workload& w, int rounds, int steps, bench::Table& table) 
     std::printf("VALIDATION FAILED\n");
     return false;
   }
-  std::vector<double> per;
-  for (int r = 0; r < rounds; ++r) {
-    cuda::synchronize(0);
-    const auto t0 = std::chrono::steady_clock::now();
-    for (int i = 0; i < steps; ++i) graph.replay();
-    cuda::synchronize(0);
-    per.push_back(
-        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() /
-        steps);
-  }
-  const bench::Spread ms = bench::spread_of(per);
+  const bench::Spread ms = wall_ms([&] { graph.replay(); }, 0, rounds, steps);
   const double tok_s = static_cast<double>(w.batch * w.cfg.block_size) / (ms.median / 1e3);
   table.add({w.name + " graphed", "bf16", w.shape, "ember", ms.median, tok_s / 1e3, "ktok/s",
              "cuda::Graph replays", ms.min, ms.max});
@@ -412,7 +404,7 @@ int main(int argc, char** argv) {
     const int warmup = 3, rounds = quick ? 3 : 5, steps = quick ? 3 : (w.batch == 64 ? 20 : 10);
     t.step();
     reset_peak_memory_stats(kCUDA);
-    const bench::Spread ms = wall_ms(t, warmup, rounds, steps);
+    const bench::Spread ms = wall_ms([&] { t.step(); }, warmup, rounds, steps);
     const int64_t peak = max_memory_allocated(kCUDA), reserved = max_memory_reserved(kCUDA);
     const double tokens = static_cast<double>(w.batch * w.cfg.block_size);
     const double tok_s = tokens / (ms.median / 1e3);

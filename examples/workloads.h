@@ -20,6 +20,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdio>
 #include <functional>
 #include <map>
 #include <memory>
@@ -500,12 +501,14 @@ inline std::vector<Workload> all() {
   for (const auto& [name, shape] : gpts) {
     const gpt::GPTConfig cfg = shape.first;
     const int64_t batch = shape.second;
-    w.push_back({name,
-                 "bench_gpt's step: " + std::to_string(cfg.n_layer) + "x" +
-                     std::to_string(cfg.n_embd) + ", T " + std::to_string(cfg.block_size) +
-                     ", batch " + std::to_string(batch) + ", dropout " +
-                     (cfg.dropout > 0 ? "0.2" : "0") + ", AdamW, bf16 autocast",
-                 [cfg, batch] {
+    char what[160];
+    std::snprintf(what, sizeof what,
+                  "bench_gpt's step: %lldx%lld, T %lld, batch %lld, dropout %g, AdamW, bf16 "
+                  "autocast",
+                  static_cast<long long>(cfg.n_layer), static_cast<long long>(cfg.n_embd),
+                  static_cast<long long>(cfg.block_size), static_cast<long long>(batch),
+                  cfg.dropout);
+    w.push_back({name, what, [cfg, batch] {
                    return StepFactory([cfg, batch](Device d) {
                      auto t = std::make_shared<gpt::TrainStep>(cfg, batch, d, true);
                      return StepFunction([t](int) { t->step(); });

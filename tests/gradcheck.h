@@ -4,7 +4,8 @@
 //  - rel_error: ||out - ref|| / ||ref|| in double, +inf for any NaN;
 //  - cuda_vs_cpu, grad_cuda_vs_cpu: an op (and its gradients) on CUDA against the
 //    CPU reference on the same values;
-//  - check_close: a tensor's elements against hand-computed values, each to `tol`.
+//  - check_close: a tensor's elements against hand-computed values, each to `tol`;
+//  - dropout_mask: the documented dropout mask, the reference of every dropout test.
 #pragma once
 
 #include <doctest/doctest.h>
@@ -20,6 +21,7 @@
 #include <vector>
 
 #include "core/autograd.h"
+#include "core/base/random.h"
 #include "core/ops.h"
 #include "core/tensor.h"
 
@@ -152,6 +154,19 @@ inline Tensor randn64(const Shape& sizes, uint64_t seed) {
   Generator gen(seed);
   return randn(sizes, kFloat64, &gen);
 }
+// Dropout's documented mask (core/base/random.h) over n elements: element i is kept
+// iff dropout_keeps(seed, offset + i, dropout_threshold(p)), and holds `kept` (1, or the
+// 1 / (1 - p) scale), else 0.
+inline std::vector<double> dropout_mask(uint64_t seed, uint64_t offset, int64_t n, double p,
+                                        double kept = 1.0) {
+  std::vector<double> m;
+  m.reserve(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i)
+    m.push_back(dropout_keeps(seed, offset + static_cast<uint64_t>(i), dropout_threshold(p)) ? kept
+                                                                                             : 0.0);
+  return m;
+}
+
 inline Tensor rand64(const Shape& sizes, uint64_t seed, double lo = 0.0, double hi = 1.0) {
   Generator gen(seed);
   Tensor t = empty(sizes, kFloat64);

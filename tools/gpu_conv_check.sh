@@ -13,16 +13,9 @@
 #   EMBER_CONV_LAYOUTS=0       skip the column layouts' comparison
 # Logs and tables in $OUT (or ./gpu-logs); with $OUT set, the logs in $OUT/logs.tgz.
 set -uo pipefail
-cd "$(dirname "$0")/.."
-build="${1:-build-gpu}"
-out="$(realpath -m "${OUT:-gpu-logs}")"
-mkdir -p "$out"
-if [ -n "${EMBER_GPU_PREBUILT:-}" ]; then
-  tar -xJf "$EMBER_GPU_PREBUILT" || { echo "cannot unpack $EMBER_GPU_PREBUILT"; exit 1; }
-  echo "unpacked $EMBER_GPU_PREBUILT: $(cat "$build/ember_commit.txt" 2>/dev/null || echo '?')"
-fi
-status=0
-nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$out/gpu.txt"
+cd "$(dirname "$0")/.." || exit 1
+# shellcheck source=tools/gpu_check_common.sh
+. tools/gpu_check_common.sh
 
 echo "== tests"
 "$build/tests/ember_tests_core" -tc='*conv*,*im2col*,*pool*,unfold*,*fold*,op_table*,*meta*,*predict*' \
@@ -64,20 +57,9 @@ if [ "${EMBER_CONV_SANITIZE:-1}" != 0 ]; then
   echo "== compute-sanitizer on the column kernels' CUDA cases"
   cases='im2col*,conv ops on CUDA*'
   for tool in memcheck racecheck initcheck synccheck; do
-    env=()
-    # initcheck does not see cuBLAS(Lt)'s stores (docs/gpu_sanitize.md): zero their outputs first.
-    [ "$tool" = initcheck ] && env=(EMBER_SANITIZE_PREFILL_BLAS_OUTPUTS=1)
-    env "${env[@]}" compute-sanitizer --tool "$tool" --error-exitcode 1 \
-      "$build/tests/ember_tests_core" -ts=cuda -tc="$cases" >"$out/sanitize_$tool.txt" 2>&1
-    rc=$?
-    echo "$tool: exit $rc; $(grep -E '^========= (ERROR SUMMARY|RACECHECK SUMMARY)' "$out/sanitize_$tool.txt" | tr '\n' ' ')" \
-         "$(grep -E 'test cases:' "$out/sanitize_$tool.txt" | tail -1)"
-    # Where racecheck reports hazards, in which kernels.
-    grep -oE 'in [A-Za-z_0-9]+(nvjet|_kernel)[A-Za-z_0-9<>,: ]*' "$out/sanitize_$tool.txt" | sort | uniq -c | head -5
-    [ $rc -eq 0 ] || status=1
+    under_sanitizer "$tool" "$build/tests/ember_tests_core" -ts=cuda -tc="$cases" \
+      >"$out/sanitize_$tool.txt" 2>&1
+    sanitizer_summary "$tool" $? "$out/sanitize_$tool.txt"
   done
 fi
-# Under the device tool ($OUT set), every other log goes back in one logs.tgz.
-[ -n "${OUT:-}" ] && tools/gpu_logs_pack.sh "$out" gpu.txt conv_table.md layouts.txt conv_memory.txt conv_profile.txt
-echo "status $status"
-exit $status
+finish gpu.txt conv_table.md layouts.txt conv_memory.txt conv_profile.txt

@@ -1191,20 +1191,23 @@ AttentionProblem problem_of(DType dtype, int64_t batch, int64_t heads, int64_t q
   p.causal = causal;
   return p;
 }
-void with_dropout(AttentionProblem& p, double dropout_p, uint64_t seed, uint64_t offset,
-                  const uint64_t* base) {
-  p.dropout_p = dropout_p;
-  p.dropout_seed = seed;
-  p.dropout_offset = offset;
-  p.dropout_base = base;
-}
-void with_mask(AttentionProblem& p, int kind, const void* mask, const int64_t (&strides)[4]) {
-  p.mask_kind = kind;
-  p.mask = mask;
-  p.mask_stride_b = strides[0];
-  p.mask_stride_h = strides[1];
-  p.mask_stride_q = strides[2];
-  p.mask_stride_k = strides[3];
+// The problem of the forward's or the backward's arguments (kernel_families.h's
+// AttentionArgs, AttentionBackwardArgs: the same sizes, dropout and mask fields).
+template <typename Args>
+AttentionProblem problem_of(const Args& a) {
+  AttentionProblem p =
+      problem_of(a.dtype, a.batch, a.heads, a.q_len, a.kv_len, a.head_dim, a.scale, a.causal);
+  p.dropout_p = a.dropout_p;
+  p.dropout_seed = a.dropout_seed;
+  p.dropout_offset = a.dropout_offset;
+  p.dropout_base = a.dropout_base;
+  p.mask_kind = a.mask_kind;
+  p.mask = a.mask;
+  p.mask_stride_b = a.mask_strides[0];
+  p.mask_stride_h = a.mask_strides[1];
+  p.mask_stride_q = a.mask_strides[2];
+  p.mask_stride_k = a.mask_strides[3];
+  return p;
 }
 AttentionInput in(const kernels::AttentionOperand& a) {
   return {a.data, a.stride_b, a.stride_h, a.stride_t};
@@ -1240,20 +1243,14 @@ bool attention_fused_supported(const kernels::AttentionQuery& q) {
 
 void attention_fused(const kernels::AttentionArgs& a) {
   DeviceGuard guard(a.device.index);
-  AttentionProblem p =
-      problem_of(a.dtype, a.batch, a.heads, a.q_len, a.kv_len, a.head_dim, a.scale, a.causal);
-  with_dropout(p, a.dropout_p, a.dropout_seed, a.dropout_offset, a.dropout_base);
-  with_mask(p, a.mask_kind, a.mask, a.mask_strides);
+  const AttentionProblem p = problem_of(a);
   launch_attention_forward(p, in(a.q), in(a.k), in(a.v), out(a.o, a.heads, a.q_len, a.head_dim),
                            static_cast<float*>(a.lse), current_stream(a.device.index));
 }
 
 void attention_backward_fused(const kernels::AttentionBackwardArgs& a) {
   DeviceGuard guard(a.device.index);
-  AttentionProblem p =
-      problem_of(a.dtype, a.batch, a.heads, a.q_len, a.kv_len, a.head_dim, a.scale, a.causal);
-  with_dropout(p, a.dropout_p, a.dropout_seed, a.dropout_offset, a.dropout_base);
-  with_mask(p, a.mask_kind, a.mask, a.mask_strides);
+  const AttentionProblem p = problem_of(a);
   launch_attention_backward(
       p, in(a.q), in(a.k), in(a.v), in(a.o), in(a.d_o), static_cast<const float*>(a.lse),
       out(a.d_q, a.heads, a.q_len, a.head_dim), out(a.d_k, a.heads, a.kv_len, a.head_dim),

@@ -10,7 +10,6 @@
 #include <string>
 
 #include "core/autograd.h"
-#include "core/base/random.h"
 #include "core/ops.h"
 #include "error_text.h"
 #include "gradcheck.h"
@@ -157,10 +156,8 @@ TEST_CASE("attention/sdpa: dropout keeps weights by the documented counters") {
   Tensor got = sdpa(q, k, v, Tensor(), p, true, std::nullopt, &g1);
   CHECK(g1.offset() == 1000 + static_cast<uint64_t>(B * L * S));
   // The composition with the documented mask: dropout_keeps at (seed, offset + i).
-  std::vector<double> kept;
-  for (int64_t i = 0; i < B * L * S; ++i)
-    kept.push_back(dropout_keeps(77, 1000 + static_cast<uint64_t>(i), dropout_threshold(p)));
-  Tensor keep = from_vector(kept, {B, L, S}, kFloat64);
+  Tensor keep =
+      from_vector(ember::testing::dropout_mask(77, 1000, B * L * S, p), {B, L, S}, kFloat64);
   Tensor causal = tensor({{1, 0, 0, 0, 0}, {1, 1, 0, 0, 0}, {1, 1, 1, 0, 0}}, kFloat64).gt(0.5);
   Tensor w = softmax(where(causal, matmul(q, transpose(k, 1, 2)) * (1.0 / std::sqrt(4.0)),
                            full({}, -kInf, kFloat64)),

@@ -22,6 +22,13 @@ using ember::testing::randn64;
 using ember::testing::rel_error;
 
 namespace {
+
+// One conv2d: input (n, c, h, w), o kernels of (kh, kw), stride, padding, dilation.
+struct ConvCase {
+  int64_t n, c, h, w, o, kh, kw;
+  Int2 s, p, d;
+  int64_t groups;
+};
 using V = std::vector<double>;
 using Inputs = std::vector<Tensor>;
 
@@ -76,19 +83,14 @@ TEST_CASE("conv2d: hand-computed 3x3 image and 2x2 kernel, with padding and stri
 }
 
 TEST_CASE("conv2d: equals the direct definition over strides, padding, dilation and groups") {
-  struct Case {
-    int64_t n, c, h, w, o, kh, kw;
-    Int2 s, p, d;
-    int64_t groups;
-  };
-  const std::vector<Case> cases = {
+  const std::vector<ConvCase> cases = {
       {2, 3, 7, 6, 4, 3, 3, {1, 1}, {1, 1}, {1, 1}, 1},
       {1, 4, 9, 8, 6, 3, 2, {2, 3}, {1, 0}, {1, 2}, 2},
       {2, 6, 5, 5, 6, 3, 3, {1, 1}, {2, 2}, {2, 2}, 6},  // depthwise
       {1, 2, 4, 11, 3, 1, 5, {1, 2}, {0, 2}, {1, 1}, 1},
   };
   uint64_t seed = 1;
-  for (const Case& k : cases) {
+  for (const ConvCase& k : cases) {
     CAPTURE(k.groups);
     Tensor x = randn64({k.n, k.c, k.h, k.w}, seed++);
     Tensor w = randn64({k.o, k.c / k.groups, k.kh, k.kw}, seed++);
@@ -117,19 +119,14 @@ TEST_CASE("conv2d: both column layouts give the direct definition and the same g
   // Per image (N, C kk, L) and as one (C kk, N L) matrix: the forward against the
   // textbook loops, and every gradient against each other (float64: one product each
   // way against N summed, so equal to rounding).
-  struct Case {
-    int64_t n, c, h, w, o, kh, kw;
-    Int2 s, p, d;
-    int64_t groups;
-  };
-  const std::vector<Case> cases = {
+  const std::vector<ConvCase> cases = {
       {2, 3, 7, 6, 4, 3, 3, {1, 1}, {1, 1}, {1, 1}, 1},
       {3, 4, 9, 8, 6, 3, 2, {2, 3}, {1, 0}, {1, 2}, 2},
       {2, 6, 5, 5, 6, 3, 3, {1, 1}, {2, 2}, {2, 2}, 6},  // depthwise
       {4, 8, 4, 4, 4, 3, 3, {2, 2}, {1, 1}, {1, 1}, 1},  // C kk 72 > L 4: automatic picks matrix
   };
   uint64_t seed = 41;
-  for (const Case& k : cases) {
+  for (const ConvCase& k : cases) {
     CAPTURE(k.groups);
     CAPTURE(k.n);
     const Tensor x0 = randn64({k.n, k.c, k.h, k.w}, seed++);

@@ -10,7 +10,6 @@
 #include <vector>
 
 #include "core/autograd.h"
-#include "core/base/random.h"
 #include "core/ops.h"
 #include "core/threads.h"
 #include "error_text.h"
@@ -18,19 +17,11 @@
 
 using namespace ember;
 using ember::testing::contains;
+using ember::testing::dropout_mask;
 using ember::testing::error_of;
 using ember::testing::randn64;
 
 namespace {
-
-// The mask for n counters from (seed, offset), as 0 / 1.
-std::vector<double> mask_of(uint64_t seed, uint64_t offset, int64_t n, double p) {
-  std::vector<double> m;
-  for (int64_t i = 0; i < n; ++i)
-    m.push_back(dropout_keeps(seed, offset + static_cast<uint64_t>(i), dropout_threshold(p)) ? 1.0
-                                                                                             : 0.0);
-  return m;
-}
 
 struct Threads {
   int saved = get_num_threads();
@@ -46,7 +37,7 @@ TEST_CASE("dropout: x / (1 - p) where the documented counters keep, 0 elsewhere"
   g.set_offset(40);
   const Tensor y = dropout(x, p, true, &g);
   CHECK(g.offset() == 40 + 35);
-  const std::vector<double> m = mask_of(11, 40, 35, p), xv = x.to_vector<double>(),
+  const std::vector<double> m = dropout_mask(11, 40, 35, p), xv = x.to_vector<double>(),
                             yv = y.to_vector<double>();
   int kept = 0;
   for (size_t i = 0; i < m.size(); ++i) {
@@ -84,7 +75,7 @@ TEST_CASE("dropout: keeps 1 - p of a large tensor, float32 and bfloat16 scaled o
   Generator g(6);
   const Tensor y = dropout(x, 0.1, true, &g);
   CHECK(y.dtype() == kBFloat16);
-  const std::vector<double> m = mask_of(6, 0, 4096, 0.1), xv = x.to_vector<double>(),
+  const std::vector<double> m = dropout_mask(6, 0, 4096, 0.1), xv = x.to_vector<double>(),
                             yv = y.to_vector<double>();
   const float scale = static_cast<float>(1.0 / 0.9);
   for (size_t i = 0; i < m.size(); ++i) {
@@ -109,7 +100,7 @@ TEST_CASE("dropout: the gradient is the same mask and scale; nothing is saved") 
     h.add_(Scalar(1.0));
   }
   sum(mul(y, w)).backward();
-  const std::vector<double> m = mask_of(13, 0, 54, p), wv = w.to_vector<double>(),
+  const std::vector<double> m = dropout_mask(13, 0, 54, p), wv = w.to_vector<double>(),
                             gv = x.grad().to_vector<double>();
   for (size_t i = 0; i < m.size(); ++i) CHECK(gv[i] == m[i] * wv[i] * (1.0 / (1.0 - p)));
   // Against finite differences (float64), a fresh generator per call: the same mask.

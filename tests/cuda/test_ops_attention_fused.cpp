@@ -16,13 +16,13 @@
 #include <vector>
 
 #include "core/autograd.h"
-#include "core/base/random.h"
 #include "core/ops.h"
 #include "error_text.h"
 #include "gradcheck.h"
 
 using namespace ember;
 using ember::testing::contains;
+using ember::testing::dropout_mask;
 using ember::testing::error_of;
 using ember::testing::randn64;
 using ember::testing::rel_error;
@@ -34,6 +34,34 @@ Tensor make_input(int64_t b, int64_t h, int64_t t, int64_t d, bool bthd, uint64_
   const Shape s = bthd ? Shape{b, t, h, d} : Shape{b, h, t, d};
   const Tensor x = randn64(s, seed).to(kBFloat16).to(kFloat64);
   return bthd ? transpose(x, 1, 2) : x;
+}
+
+// The dropout and mask cases' inputs: query and value stored (B, H, T, D), key and the
+// incoming gradient (B, T, H, D) viewed as (B, H, T, D), from seeds seed .. seed + 3.
+struct Inputs64 {
+  Tensor q, k, v, g;
+};
+Inputs64 make_inputs(int64_t b, int64_t h, int64_t tq, int64_t tk, int64_t d, uint64_t seed) {
+  return {make_input(b, h, tq, d, false, seed), make_input(b, h, tk, d, true, seed + 1),
+          make_input(b, h, tk, d, false, seed + 2), make_input(b, h, tq, d, true, seed + 3)};
+}
+
+// A bfloat16 copy on the GPU that requires grad.
+Tensor gpu_leaf(const Tensor& t) {
+  return t.to(kCUDA, kBFloat16).detach().set_requires_grad(true);
+}
+
+// A GPU result against its float64 CPU reference.
+double gpu_error(const Tensor& ours, const Tensor& ref) {
+  return rel_error(ours.to(kCPU).to(kFloat64), ref);
+}
+
+// Dropout's keep mask times 1 / (1 - p) over the (B, H, Tq, Tk) weights, drawn as the
+// kernels draw it from (seed, offset).
+Tensor dropout_scale(int64_t b, int64_t h, int64_t tq, int64_t tk, double p, uint64_t seed,
+                     uint64_t offset) {
+  return from_vector(dropout_mask(seed, offset, b * h * tq * tk, p, 1.0 / (1.0 - p)),
+                     {b, h, tq, tk}, TensorOptions(kFloat64));
 }
 
 // The composed reference in float64 on the CPU.
@@ -79,20 +107,14 @@ Errors run(int64_t b, int64_t h, int64_t tq, int64_t tk, int64_t d, bool causal,
   Tensor oc = composed(qc, kc, vc, causal, scale);
   oc.backward(g64);
 
-  auto gpu = [](const Tensor& t) {
-    return t.to(kCUDA, kBFloat16).detach().set_requires_grad(true);
-  };
-  Tensor q = gpu(q64), k = gpu(k64), v = gpu(v64);
+  Tensor q = gpu_leaf(q64), k = gpu_leaf(k64), v = gpu_leaf(v64);
   REQUIRE(detail::fused_attention_supported(q, k, v));
   Tensor o = detail::fused_attention(q, k, v, causal, scale);
   CHECK(o.sizes() == Shape{b, h, tq, d});
   CHECK(o.dtype() == kBFloat16);
   o.backward(g64.to(kCUDA, kBFloat16));
-  auto err = [](const Tensor& ours, const Tensor& ref) {
-    return rel_error(ours.to(kCPU).to(kFloat64), ref);
-  };
-  return {err(o.detach(), oc.detach()), err(q.grad(), qc.grad()), err(k.grad(), kc.grad()),
-          err(v.grad(), vc.grad())};
+  return {gpu_error(o.detach(), oc.detach()), gpu_error(q.grad(), qc.grad()),
+          gpu_error(k.grad(), kc.grad()), gpu_error(v.grad(), vc.grad())};
 }
 
 // Sets EMBER_ATTENTION for a scope, restoring it after.
@@ -178,41 +200,27 @@ TEST_CASE("ops/fused_attention: dropout in the kernels drops the composed path's
            " causal=", c.causal);
       seed += 4;
       const double scale = 1.0 / std::sqrt(static_cast<double>(c.d));
-      const Tensor q64 = make_input(c.b, c.h, c.tq, c.d, false, seed),
-                   k64 = make_input(c.b, c.h, c.tk, c.d, true, seed + 1),
-                   v64 = make_input(c.b, c.h, c.tk, c.d, false, seed + 2),
-                   g64 = make_input(c.b, c.h, c.tq, c.d, true, seed + 3);
+      const auto [q64, k64, v64, g64] = make_inputs(c.b, c.h, c.tq, c.tk, c.d, seed);
       const uint64_t gen_seed = 91, offset = 12345;
       const int64_t n = c.b * c.h * c.tq * c.tk;
-      std::vector<double> keep;
-      for (int64_t i = 0; i < n; ++i)
-        keep.push_back(
-            dropout_keeps(gen_seed, offset + static_cast<uint64_t>(i), dropout_threshold(p))
-                ? 1.0 / (1.0 - p)
-                : 0.0);
-      const Tensor z = from_vector(keep, {c.b, c.h, c.tq, c.tk}, TensorOptions(kFloat64));
+      const Tensor z = dropout_scale(c.b, c.h, c.tq, c.tk, p, gen_seed, offset);
 
       Tensor qc = q64.detach().set_requires_grad(true), kc = k64.detach().set_requires_grad(true),
              vc = v64.detach().set_requires_grad(true);
       Tensor oc = composed(qc, kc, vc, c.causal, scale, z);
       oc.backward(g64);
 
-      Tensor q = q64.to(kCUDA, kBFloat16).detach().set_requires_grad(true),
-             k = k64.to(kCUDA, kBFloat16).detach().set_requires_grad(true),
-             v = v64.to(kCUDA, kBFloat16).detach().set_requires_grad(true);
+      Tensor q = gpu_leaf(q64), k = gpu_leaf(k64), v = gpu_leaf(v64);
       Generator gen(gen_seed);
       gen.set_offset(offset);
       Tensor o = detail::fused_attention(q, k, v, c.causal, scale, p, &gen);
       CHECK(gen.offset() == offset + static_cast<uint64_t>(n));
       o.backward(g64.to(kCUDA, kBFloat16));
-      auto err = [](const Tensor& ours, const Tensor& ref) {
-        return rel_error(ours.to(kCPU).to(kFloat64), ref);
-      };
-      CHECK(err(o.detach(), oc.detach()) <= 1e-2);
-      CHECK(err(v.grad(), vc.grad()) <= 1e-2);
+      CHECK(gpu_error(o.detach(), oc.detach()) <= 1e-2);
+      CHECK(gpu_error(v.grad(), vc.grad()) <= 1e-2);
       if (c.tk > 1) {
-        CHECK(err(q.grad(), qc.grad()) <= 1e-2);
-        CHECK(err(k.grad(), kc.grad()) <= 1e-2);
+        CHECK(gpu_error(q.grad(), qc.grad()) <= 1e-2);
+        CHECK(gpu_error(k.grad(), kc.grad()) <= 1e-2);
       } else {
         // One key: the weight is 1, so dS = P (Z dP - delta) is zero exactly and so
         // are the reference's dQ and dK; a relative error means nothing there. The
@@ -271,10 +279,7 @@ TEST_CASE("ops/fused_attention: bool and additive masks read by the kernels" *
            " additive=", c.additive, " p=", c.p);
       seed += 5;
       const double scale = 1.0 / std::sqrt(static_cast<double>(c.d));
-      const Tensor q64 = make_input(c.b, c.h, c.tq, c.d, false, seed),
-                   k64 = make_input(c.b, c.h, c.tk, c.d, true, seed + 1),
-                   v64 = make_input(c.b, c.h, c.tk, c.d, false, seed + 2),
-                   g64 = make_input(c.b, c.h, c.tq, c.d, true, seed + 3);
+      const auto [q64, k64, v64, g64] = make_inputs(c.b, c.h, c.tq, c.tk, c.d, seed);
       // The mask: random, with query row 0 of every (b, h) plane masked out entirely
       // (its output and gradients must be zero, as the composed path gives).
       int64_t n = 1;
@@ -298,17 +303,9 @@ TEST_CASE("ops/fused_attention: bool and additive masks read by the kernels" *
                              full({}, -std::numeric_limits<double>::infinity(), kFloat64));
 
       const uint64_t gen_seed = 17, offset = 99;
-      Tensor z;  // the dropout's keep mask and scale, (B, H, Tq, Tk)
-      if (c.p > 0.0) {
-        std::vector<double> keep;
-        const int64_t nw = c.b * c.h * c.tq * c.tk;
-        for (int64_t i = 0; i < nw; ++i)
-          keep.push_back(
-              dropout_keeps(gen_seed, offset + static_cast<uint64_t>(i), dropout_threshold(c.p))
-                  ? 1.0 / (1.0 - c.p)
-                  : 0.0);
-        z = from_vector(keep, {c.b, c.h, c.tq, c.tk}, TensorOptions(kFloat64));
-      }
+      // The dropout's keep mask and scale, (B, H, Tq, Tk).
+      const Tensor z =
+          c.p > 0.0 ? dropout_scale(c.b, c.h, c.tq, c.tk, c.p, gen_seed, offset) : Tensor();
       Tensor qc = q64.detach().set_requires_grad(true), kc = k64.detach().set_requires_grad(true),
              vc = v64.detach().set_requires_grad(true);
       Tensor sc = bmm4(qc, transpose(kc, 2, 3)) * scale + additive64;
@@ -320,22 +317,17 @@ TEST_CASE("ops/fused_attention: bool and additive masks read by the kernels" *
       Tensor oc = bmm4(w, vc);
       oc.backward(g64);
 
-      Tensor q = q64.to(kCUDA, kBFloat16).detach().set_requires_grad(true),
-             k = k64.to(kCUDA, kBFloat16).detach().set_requires_grad(true),
-             v = v64.to(kCUDA, kBFloat16).detach().set_requires_grad(true);
+      Tensor q = gpu_leaf(q64), k = gpu_leaf(k64), v = gpu_leaf(v64);
       const Tensor mask = c.additive ? add64.to(kCUDA, kBFloat16) : keep64.gt(0.5).to(kCUDA);
       REQUIRE(detail::fused_attention_takes_mask(q, k, mask));
       Generator gen(gen_seed);
       gen.set_offset(offset);
       Tensor o = detail::fused_attention(q, k, v, false, scale, c.p, &gen, mask);
       o.backward(g64.to(kCUDA, kBFloat16));
-      auto err = [](const Tensor& ours, const Tensor& ref) {
-        return rel_error(ours.to(kCPU).to(kFloat64), ref);
-      };
-      CHECK(err(o.detach(), oc.detach()) <= 1e-2);
-      CHECK(err(q.grad(), qc.grad()) <= 1e-2);
-      CHECK(err(k.grad(), kc.grad()) <= 1e-2);
-      CHECK(err(v.grad(), vc.grad()) <= 1e-2);
+      CHECK(gpu_error(o.detach(), oc.detach()) <= 1e-2);
+      CHECK(gpu_error(q.grad(), qc.grad()) <= 1e-2);
+      CHECK(gpu_error(k.grad(), kc.grad()) <= 1e-2);
+      CHECK(gpu_error(v.grad(), vc.grad()) <= 1e-2);
       // The fully masked rows (where the mask has its own query rows): zeros; and the
       // gradients finite everywhere.
       if (tq_m > 1) {
