@@ -576,6 +576,23 @@ class CrossEntropyOptions {
 Tensor cross_entropy(const Tensor& logits, const Tensor& target,
                      const CrossEntropyOptions& options = {});
 
+// cross_entropy(linear(input, weight), target, options) without the logits: input
+// (..., C), weight (classes, C) (a Linear's, without bias: a language model's head),
+// target (...) of int64 class indices. Where the device has the fused cross-entropy
+// kernel for the compute dtype (CUDA float32 and bfloat16, the CPU's float32) and the
+// reduction is Mean or Sum, the rows run in chunks (chunk_rows each; 0 picks them so
+// one chunk's logits take at most 256 MiB): per chunk the logits, the kernel's losses
+// and logit gradient, then that chunk's input gradient and share of the weight
+// gradient, so no (rows, classes) tensor outlives its chunk. The gradients are thus
+// computed in the forward (3 GEMMs, as linear's forward and backward) and scaled by
+// the incoming gradient in backward. Under autocast the products run in the autocast
+// dtype and the loss and gradients keep the operands' float32; the weight gradient
+// sums the chunks' shares in the weight's dtype. Reduction None, other dtypes, and
+// EMBER_LINEAR_CROSS_ENTROPY=composed (read once) compose linear and cross_entropy.
+// As Liger-Kernel's FusedLinearCrossEntropy; PyTorch has no such op.
+Tensor linear_cross_entropy(const Tensor& input, const Tensor& weight, const Tensor& target,
+                            const CrossEntropyOptions& options = {}, int64_t chunk_rows = 0);
+
 // Options of nll_loss, as libtorch's NLLLossFuncOptions.
 class NLLLossOptions {
  public:

@@ -146,7 +146,9 @@ struct GPT : nn::Module {
   }
 
   // idx: (B, T) int64 -> logits (B, T, vocab)
-  Tensor forward(const Tensor& idx) {
+  Tensor forward(const Tensor& idx) { return lm_head->forward(hidden(idx)); }
+  // idx: (B, T) int64 -> the final layer norm's output (B, T, n_embd), the head's input
+  Tensor hidden(const Tensor& idx) {
     nn::ForwardScope scope(*this);
     const int64_t T = idx.size(1);
     EMBER_CHECK(T <= cfg.block_size, "GPT: sequence of ", T, " tokens, block_size is ",
@@ -155,13 +157,14 @@ struct GPT : nn::Module {
     Tensor x =
         nn::functional::dropout(wte->forward(idx) + wpe->forward(pos), cfg.dropout, is_training());
     for (auto& b : blocks) x = b->forward(x);
-    return lm_head->forward(ln_f->forward(x));
+    return ln_f->forward(x);
   }
-  // Mean cross-entropy of the next-token predictions: targets (B, T) int64.
+  // Mean cross-entropy of the next-token predictions: targets (B, T) int64. The head
+  // and the loss in one op (linear_cross_entropy), so the (B T, vocab) logits exist
+  // one chunk of rows at a time: GPT-2's would take 1.54 GiB in bfloat16, twice over
+  // with their gradient.
   Tensor loss(const Tensor& idx, const Tensor& targets) {
-    Tensor logits = forward(idx);
-    return nn::functional::cross_entropy(reshape(logits, {-1, cfg.vocab_size}),
-                                         reshape(targets, {-1}));
+    return nn::functional::linear_cross_entropy(hidden(idx), lm_head->weight, targets);
   }
 
   // Parameters that decay (2-D and up: matmul weights, embeddings) and those that

@@ -59,6 +59,13 @@ inline Tensor cross_entropy(const Tensor& input, const Tensor& target,
                             const CrossEntropyOptions& options = {}) {
   return ember::cross_entropy(input, target, options);
 }
+// ember's own (no libtorch counterpart): cross_entropy of a bias-free Linear's
+// output without its logits, in chunks of rows (core/ops.h).
+inline Tensor linear_cross_entropy(const Tensor& input, const Tensor& weight, const Tensor& target,
+                                   const CrossEntropyOptions& options = {},
+                                   int64_t chunk_rows = 0) {
+  return ember::linear_cross_entropy(input, weight, target, options, chunk_rows);
+}
 inline Tensor nll_loss(const Tensor& input, const Tensor& target,
                        const NLLLossOptions& options = {}) {
   return ember::nll_loss(input, target, options);

@@ -11,9 +11,13 @@
 // at all when it is 1, the usual loss.backward()). Elsewhere (CPU, float64,
 // (N, C, d...) logits) it is log_softmax followed by nll_loss, whose gradient
 // autograd derives.
+#include <algorithm>
+#include <cstdlib>
 #include <memory>
+#include <string_view>
 
 #include "core/alloc_site.h"
+#include "core/autocast.h"
 #include "core/autograd.h"
 #include "core/kernel_table.h"
 #include "core/ops.h"
@@ -76,6 +80,24 @@ Tensor picked_nll(const Tensor& log_probs, const Tensor& target, const Tensor& v
   return where(valid, neg(picked), zeros({}, picked.options()));
 }
 
+// The fused kernel on contiguous logits x (rows, classes) and targets t (rows),
+// reduced by r, writing the gradient of the reduced loss into d when it is defined;
+// returns the loss ((rows) for None, 0-dim otherwise), of x's dtype.
+Tensor run_fused_kernel(const char* op, const Tensor& x, const Tensor& t, const Tensor& d,
+                        const CrossEntropyOptions& o, Reduction r) {
+  const Device device = x.device();
+  const int64_t rows = x.size(0), classes = x.size(1);
+  const kernels::KernelTable& kt = kernels::kernels_for(device);
+  Tensor loss = r == Reduction::None ? empty({rows}, x.options()) : empty({}, x.options());
+  const size_t ws_bytes = kt.cross_entropy_workspace_bytes({device, x.dtype(), rows, classes});
+  const Tensor ws =
+      empty({static_cast<int64_t>((ws_bytes + 7) / 8)}, TensorOptions(kFloat64).device(device));
+  kt.cross_entropy_fused({device, x.dtype(), op, x.raw_data(), t.data_ptr<int64_t>(),
+                          d.defined() ? d.raw_data() : nullptr, loss.raw_data(), rows, classes,
+                          o.ignore_index(), o.label_smoothing(), r, ws.raw_data()});
+  return loss;
+}
+
 // The stashed gradient of the fused kernel, handed to the engine on the first
 // backward; a second backward through a retained graph recomputes it.
 struct CrossEntropyStash {
@@ -84,21 +106,11 @@ struct CrossEntropyStash {
 
 Tensor cross_entropy_fused(const Tensor& logits, const Tensor& target, const CrossEntropyOptions& o,
                            bool want_grad) {
-  const Device device = logits.device();
   const int64_t rows = logits.size(0), classes = logits.size(1);
   const TensorOptions opts = logits.options();
   // Runs the kernel on (x, t), writing d (when defined) and returning the loss.
-  auto run = [rows, classes, o, device](const Tensor& x, const Tensor& t, const Tensor& d) {
-    const kernels::KernelTable& kt = kernels::kernels_for(device);
-    Tensor loss =
-        o.reduction() == Reduction::None ? empty({rows}, x.options()) : empty({}, x.options());
-    const size_t ws_bytes = kt.cross_entropy_workspace_bytes({device, x.dtype(), rows, classes});
-    const Tensor ws =
-        empty({static_cast<int64_t>((ws_bytes + 7) / 8)}, TensorOptions(kFloat64).device(device));
-    kt.cross_entropy_fused({device, x.dtype(), "cross_entropy", x.raw_data(), t.data_ptr<int64_t>(),
-                            d.defined() ? d.raw_data() : nullptr, loss.raw_data(), rows, classes,
-                            o.ignore_index(), o.label_smoothing(), o.reduction(), ws.raw_data()});
-    return loss;
+  auto run = [o](const Tensor& x, const Tensor& t, const Tensor& d) {
+    return run_fused_kernel("cross_entropy", x, t, d, o, o.reduction());
   };
   Tensor x, t, d, loss;
   {
@@ -168,6 +180,172 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, const CrossEntr
     per = add(mul(per, 1.0 - ls), mul(smooth, ls / classes));
   }
   return reduce_over(per, valid, o.reduction());
+}
+
+// ---------------------------------------------------------------- linear_cross_entropy
+
+namespace {
+
+// The logits one chunk may hold: 256 MiB, so GPT-2's (16 x 1024 rows, 50,304 classes,
+// bfloat16: 1.54 GiB of logits) runs in 7 chunks of 2,341 rows. Fewer chunks add fewer
+// passes over the weight gradient's accumulator (V x C float32 each); more hold less.
+constexpr int64_t kChunkLogitsBytes = int64_t{256} << 20;
+
+int64_t rows_per_chunk(int64_t rows, int64_t classes, DType dtype, int64_t asked) {
+  if (asked > 0) return std::min(asked, std::max<int64_t>(rows, 1));
+  const int64_t row_bytes =
+      std::max<int64_t>(classes * static_cast<int64_t>(element_size(dtype)), 1);
+  const int64_t total = rows * row_bytes;
+  const int64_t chunks = std::max<int64_t>(1, (total + kChunkLogitsBytes - 1) / kChunkLogitsBytes);
+  return std::max<int64_t>(1, (rows + chunks - 1) / chunks);
+}
+
+// EMBER_LINEAR_CROSS_ENTROPY=composed sends every call to the composed path (read once).
+bool chunked_switch() {
+  static const bool on = [] {
+    const char* e = std::getenv("EMBER_LINEAR_CROSS_ENTROPY");
+    if (e == nullptr || *e == '\0') return true;
+    const std::string_view v(e);
+    EMBER_CHECK(v == "chunked" || v == "composed",
+                "linear_cross_entropy: EMBER_LINEAR_CROSS_ENTROPY=", v,
+                " (expected chunked or composed)");
+    return v == "chunked";
+  }();
+  return on;
+}
+
+Tensor as_dtype(const Tensor& t, DType d) {
+  return t.dtype() == d ? t : cast(t, d);
+}
+
+// What the chunked forward leaves for backward: the gradients for an incoming
+// gradient of 1 and a Sum reduction (Mean divides by `count` in backward).
+struct LinearCrossEntropyGrads {
+  Tensor d_input, d_weight;
+};
+
+// The chunked forward, no autograd: x (N, C) and w (V, C) in their own dtypes
+// (float32 under autocast), computed in `compute`. Per chunk of rows: the logits,
+// the kernel's per-row losses and gradient of the logits, the logits freed, then
+// the chunk's d_input rows (written in place) and its share of d_weight (summed in
+// d_weight's dtype, w's). Returns the per-row losses (N) in x's dtype.
+Tensor chunked_forward(const Tensor& x_in, const Tensor& w_in, const Tensor& t,
+                       const CrossEntropyOptions& o, DType compute, int64_t chunk, bool gx, bool gw,
+                       LinearCrossEntropyGrads* grads) {
+  NoGradGuard no_grad;
+  AutocastGuard no_autocast(DType::BFloat16, false);
+  const Tensor x = contiguous(as_dtype(x_in, compute));
+  const Tensor w = contiguous(as_dtype(w_in, compute));
+  const int64_t rows = x.size(0);
+  Tensor per = empty({rows}, x_in.options());
+  if (gx) grads->d_input = empty(x_in.sizes(), x_in.options());
+  grads->d_weight = Tensor();
+  for (int64_t r0 = 0; r0 < rows; r0 += chunk) {
+    const int64_t r1 = std::min(rows, r0 + chunk);
+    const Tensor xc = slice(x, 0, r0, r1);
+    Tensor logits = linear(xc, w);
+    const Tensor d = gx || gw ? empty(logits.sizes(), logits.options()) : Tensor();
+    Tensor per_c = slice(per, 0, r0, r1);
+    copy_(per_c, run_fused_kernel("linear_cross_entropy", logits, slice(t, 0, r0, r1), d, o,
+                                  Reduction::None));
+    logits = Tensor();  // freed before the products: at most one chunk's logits and d live
+    if (gx) {
+      Tensor dx_c = slice(grads->d_input, 0, r0, r1);
+      copy_(dx_c, matmul(d, w));
+    }
+    if (gw) {
+      const Tensor dw_c = matmul(d.t(), xc);  // (V, C), compute dtype
+      if (!grads->d_weight.defined())
+        grads->d_weight = dw_c.dtype() == w_in.dtype() ? dw_c : cast(dw_c, w_in.dtype());
+      else
+        add_(grads->d_weight, dw_c);
+    }
+  }
+  return per;
+}
+
+}  // namespace
+
+Tensor linear_cross_entropy(const Tensor& input, const Tensor& weight, const Tensor& target,
+                            const CrossEntropyOptions& o, int64_t chunk_rows) {
+  OpSite site("linear_cross_entropy");
+  const char* op = "linear_cross_entropy";
+  check_defined(op, input, "input");
+  check_defined(op, weight, "weight");
+  check_defined(op, target, "target");
+  check_floating(op, input);
+  check_floating(op, weight);
+  check_same_device(op, input, weight);
+  EMBER_CHECK(input.dim() >= 1, op, ": input must have a feature dim, got a 0-dim tensor");
+  EMBER_CHECK(weight.dim() == 2, op, ": weight must be 2-D (classes, in_features), got shape ",
+              shape_str(weight.sizes()));
+  EMBER_CHECK(input.size(-1) == weight.size(1), op, ": input has ", input.size(-1),
+              " features (shape ", shape_str(input.sizes()), "), weight expects ", weight.size(1),
+              " (shape ", shape_str(weight.sizes()), ")");
+  Shape want = input.sizes();
+  want.pop_back();
+  EMBER_CHECK(target.sizes() == want, op, ": target of shape ", shape_str(target.sizes()),
+              " does not match input of shape ", shape_str(input.sizes()), " (expected ",
+              shape_str(want), ")");
+  EMBER_CHECK(chunk_rows >= 0, op, ": chunk_rows must be >= 0 (0: automatic), got ", chunk_rows);
+  const double ls = o.label_smoothing();
+  EMBER_CHECK(ls >= 0.0 && ls <= 1.0, op, ": label_smoothing must be in [0, 1], got ", ls);
+  const bool lowers = autocast_lowers({&input, &weight});
+  EMBER_CHECK(lowers || input.dtype() == weight.dtype(), op,
+              ": input and weight have different dtypes (", input.dtype(), " and ", weight.dtype(),
+              ")");
+  const DType compute = lowers ? autocast_dtype() : input.dtype();
+  const int64_t in = weight.size(1), classes = weight.size(0);
+  const Tensor x2 = input.dim() == 2 ? input : reshape(input, {-1, in});
+  const Tensor t1 = target.dim() == 1 ? target : reshape(target, {-1});
+  const int64_t rows = x2.size(0);
+  const bool chunked = o.reduction() != Reduction::None && rows > 0 && classes > 0 && in > 0 &&
+                       chunked_switch() &&
+                       kernels::kernels_for(input.device())
+                           .cross_entropy_fused_supported({input.device(), compute, rows, classes});
+  if (!chunked) {  // linear then cross_entropy; linear autocasts as it would alone
+    Tensor loss = cross_entropy(linear(x2, weight), t1, o);
+    return o.reduction() == Reduction::None ? reshape(loss, target.sizes()) : loss;
+  }
+  check_class_targets(op, x2.detach(), t1, "input");  // dtype, device, shapes (the logits' rows)
+  const bool gx = input.requires_grad(), gw = weight.requires_grad();
+  const bool want_grad = any_requires_grad({&input, &weight});
+  const int64_t chunk = rows_per_chunk(rows, classes, compute, chunk_rows);
+  auto stash = std::make_shared<LinearCrossEntropyGrads>();
+  Tensor loss, count;
+  {
+    NoGradGuard no_grad;
+    const Tensor t = contiguous(t1);
+    const Tensor per = chunked_forward(x2.detach(), weight.detach(), t, o, compute, chunk,
+                                       want_grad && gx, want_grad && gw, stash.get());
+    // Summed, counted and divided in float32 at least (a bfloat16 count is exact only
+    // to 256), then returned in the losses' dtype.
+    const DType acc = promote_types(per.dtype(), kFloat32);
+    loss = sum(as_dtype(per, acc));
+    if (o.reduction() == Reduction::Mean) {
+      count = sum(as_dtype(ne(t, o.ignore_index()), acc));
+      loss = div(loss, count);  // 0 / 0: NaN, as PyTorch
+    }
+    loss = as_dtype(loss, per.dtype());
+  }
+  if (want_grad) {
+    const Tensor xs = x2.detach(), ws = weight.detach(), ts = contiguous(t1);
+    attach_grad_fn(
+        loss, "LinearCrossEntropyBackward", {&x2, &weight}, {xs, ws, ts, count},
+        [stash, o, compute, chunk, gx, gw](const Tensor& g, const SavedTensors& s) {
+          LinearCrossEntropyGrads grads = std::move(*stash);
+          *stash = LinearCrossEntropyGrads{};
+          if (!grads.d_input.defined() && !grads.d_weight.defined())  // a second backward
+            chunked_forward(s[0], s[1], s[2], o, compute, chunk, gx, gw, &grads);
+          // The kernel's gradients are those of a Sum for an incoming 1: scale by
+          // g (/ count for Mean), in place (they are ours alone).
+          const Tensor scale = s[3].defined() ? div(g, s[3]) : g;
+          if (gx) mul_(grads.d_input, as_dtype(scale, grads.d_input.dtype()));
+          if (gw) mul_(grads.d_weight, as_dtype(scale, grads.d_weight.dtype()));
+          return Grads{grads.d_input, grads.d_weight};
+        });
+  }
+  return loss;
 }
 
 // ---------------------------------------------------------------- binary and l1

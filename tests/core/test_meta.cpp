@@ -153,6 +153,36 @@ TEST_CASE("meta/mirror: the fused MSE of CUDA or the composed one of the CPU, by
   }
 }
 
+TEST_CASE("meta/mirror: linear_cross_entropy holds one chunk of logits, not all of them") {
+  // A language model's head as CUDA would run it under bf16 autocast: 4096 rows, 8000
+  // classes (65.5 MB of bfloat16 logits, twice that with their gradient).
+  const int64_t rows = 4096, classes = 8000, in = 64, chunk = 512;
+  const int64_t logits_bytes = rows * classes * 2;
+  auto peak_of = [&](bool chunked) {
+    MetaDeviceScope scope(mirroring(DeviceType::CUDA));
+    Tensor x = zeros({rows, in}, TensorOptions().device(kMeta).requires_grad());
+    Tensor w = zeros({classes, in}, TensorOptions().device(kMeta).requires_grad());
+    Tensor t = zeros({rows}, TensorOptions(kInt64).device(kMeta));
+    scope.allocator().reset_peak_memory_stats();
+    const int64_t before = memory_allocated(kMeta);
+    AutocastGuard bf16;
+    Tensor loss =
+        chunked ? linear_cross_entropy(x, w, t, {}, chunk) : cross_entropy(linear(x, w), t);
+    loss.backward();
+    CHECK(x.grad().dtype() == kFloat32);
+    CHECK(w.grad().dtype() == kFloat32);
+    return max_memory_allocated(kMeta) - before;
+  };
+  const int64_t chunked = peak_of(true), composed = peak_of(false);
+  CAPTURE(chunked);
+  CAPTURE(composed);
+  // Composed: the logits and their gradient live together at the loss.
+  CHECK(composed >= 2 * logits_bytes);
+  // Chunked: one chunk's logits and gradient (2 x 8.2 MB), the float32 weight
+  // gradient (2 MB) with a chunk's share, the input's (1 MB) and bf16 copies.
+  CHECK(chunked < 2 * logits_bytes * chunk / rows + 8 * classes * in + 12 * rows * in);
+}
+
 TEST_CASE("meta/mirror: autocast applies when the meta device mirrors CUDA") {
   for (DeviceType mirror : {DeviceType::CUDA, DeviceType::CPU}) {
     MetaDeviceScope scope(mirroring(mirror));

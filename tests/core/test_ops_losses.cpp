@@ -124,6 +124,108 @@ TEST_CASE("nll_loss: picks -log_probs at the targets") {
   CHECK(nll_loss(lp, targets({0, 7}), NLLLossOptions(Reduction::Sum, 7)).item() == 1.0);
 }
 
+// The chunked path (float32 on the CPU, with its fused cross-entropy kernel) against
+// linear then cross_entropy in float64, for chunks of 1 row up to more than all.
+struct LinearCeCase {
+  CrossEntropyOptions o;
+  int64_t chunk_rows;
+};
+
+// loss and the gradients of x and w: linear_cross_entropy in float32, or (reference)
+// cross_entropy(linear(.)) in float64, for an incoming gradient g.
+struct LinearCeResult {
+  double loss;
+  Tensor dx, dw;
+};
+LinearCeResult linear_ce_run(const Tensor& x64, const Tensor& w64, const Tensor& t,
+                             const LinearCeCase& c, bool reference, double g = 1.0) {
+  const DType dt = reference ? kFloat64 : kFloat32;
+  Tensor x = x64.to(dt).detach().requires_grad_(), w = w64.to(dt).detach().requires_grad_();
+  Tensor loss = reference ? cross_entropy(linear(x, w), t, c.o)
+                          : linear_cross_entropy(x, w, t, c.o, c.chunk_rows);
+  mul(loss, g).backward();
+  return {loss.item(), x.grad().to(kFloat64), w.grad().to(kFloat64)};
+}
+
+TEST_CASE("linear_cross_entropy: equals linear then cross_entropy, loss and both gradients") {
+  const Tensor x64 = randn64({7, 5}, 61), w64 = randn64({6, 5}, 62);
+  const Tensor t = targets({0, 2, 5, 1, 2, 3, 4});
+  for (const LinearCeCase& c :
+       {LinearCeCase{{}, 0}, LinearCeCase{{}, 1}, LinearCeCase{{Reduction::Sum, -100, 0.1}, 3},
+        LinearCeCase{{Reduction::Mean, 2}, 2}, LinearCeCase{{Reduction::Mean, 2, 0.2}, 7},
+        LinearCeCase{{Reduction::Sum}, 40}}) {
+    CAPTURE(c.chunk_rows);
+    CAPTURE(static_cast<int>(c.o.reduction()));
+    CAPTURE(c.o.ignore_index());
+    const LinearCeResult ref = linear_ce_run(x64, w64, t, c, true, 0.5);
+    const LinearCeResult ours = linear_ce_run(x64, w64, t, c, false, 0.5);
+    CHECK(ours.loss == doctest::Approx(ref.loss).epsilon(1e-5));
+    CHECK(rel_error(ours.dx, ref.dx) < 1e-5);
+    CHECK(rel_error(ours.dw, ref.dw) < 1e-5);
+  }
+  // (B, T, C) input with (B, T) targets, as a language model's head sees them.
+  const Tensor x3 = randn64({2, 3, 5}, 63);
+  const Tensor t3 = targets({0, 5, 1, 1, 4, 2}).reshape({2, 3});
+  const Tensor got = linear_cross_entropy(x3.to(kFloat32), w64.to(kFloat32), t3, {}, 4);
+  CHECK(got.item() ==
+        doctest::Approx(cross_entropy(linear(x3, w64).reshape({6, 6}), t3.reshape({6})).item())
+            .epsilon(1e-5));
+  // None composes: per-row losses of the targets' shape.
+  const Tensor none = linear_cross_entropy(x3, w64, t3, CrossEntropyOptions(Reduction::None));
+  CHECK(none.sizes() == Shape{2, 3});
+  CHECK(rel_error(none, cross_entropy(linear(x3, w64).reshape({6, 6}), t3.reshape({6}),
+                                      CrossEntropyOptions(Reduction::None))
+                            .reshape({2, 3})) < 1e-14);
+  // Every target ignored: Mean of nothing is NaN, as cross_entropy's.
+  CHECK(std::isnan(
+      linear_cross_entropy(x64.to(kFloat32), w64.to(kFloat32), full({7}, -100, kInt64)).item()));
+}
+
+TEST_CASE("linear_cross_entropy: a retained graph's second backward recomputes the gradients") {
+  const Tensor x64 = randn64({9, 4}, 64), w64 = randn64({11, 4}, 65);
+  const Tensor t = targets({0, 10, 3, 3, 7, 1, 2, 9, 5});
+  const LinearCeCase c{{}, 4};
+  const LinearCeResult ref = linear_ce_run(x64, w64, t, c, true);
+  Tensor x = x64.to(kFloat32).detach().requires_grad_(),
+         w = w64.to(kFloat32).detach().requires_grad_();
+  Tensor loss = linear_cross_entropy(x, w, t, c.o, c.chunk_rows);
+  loss.backward(Tensor(), /*retain_graph=*/true);
+  CHECK(rel_error(x.grad().to(kFloat64), ref.dx) < 1e-5);
+  loss.backward();  // the stash is spent: the node runs the chunks again
+  CHECK(rel_error(x.grad().to(kFloat64), mul(ref.dx, 2.0)) < 1e-5);
+  CHECK(rel_error(w.grad().to(kFloat64), mul(ref.dw, 2.0)) < 1e-5);
+  // Only the weight needs a gradient: the input gets none.
+  Tensor w2 = w64.to(kFloat32).requires_grad_();
+  linear_cross_entropy(x64.to(kFloat32), w2, t, c.o, c.chunk_rows).backward();
+  CHECK(rel_error(w2.grad().to(kFloat64), ref.dw) < 1e-5);
+}
+
+TEST_CASE("linear_cross_entropy: bad input throws naming the op and the argument") {
+  const Tensor x = randn64({3, 4}, 66).to(kFloat32), w = randn64({5, 4}, 67).to(kFloat32);
+  const Tensor t = targets({0, 4, 1});
+  CHECK_THROWS_WITH_AS(linear_cross_entropy(x, w.reshape({20}), t),
+                       doctest::Contains("linear_cross_entropy: weight must be 2-D"), Error);
+  CHECK_THROWS_WITH_AS(linear_cross_entropy(x, randn64({5, 3}, 1).to(kFloat32), t),
+                       doctest::Contains("linear_cross_entropy: input has 4 features"), Error);
+  CHECK_THROWS_WITH_AS(linear_cross_entropy(x, w, targets({0, 1})),
+                       doctest::Contains("linear_cross_entropy: target of shape [2] does not "
+                                         "match input of shape [3, 4] (expected [3])"),
+                       Error);
+  CHECK_THROWS_WITH_AS(linear_cross_entropy(x, w, t, {}, -1),
+                       doctest::Contains("linear_cross_entropy: chunk_rows must be >= 0"), Error);
+  CHECK_THROWS_WITH_AS(linear_cross_entropy(x, w.to(kFloat64), t),
+                       doctest::Contains("linear_cross_entropy: input and weight have different "
+                                         "dtypes (float32 and float64)"),
+                       Error);
+  CHECK_THROWS_WITH_AS(linear_cross_entropy(x, w, targets({0, 5, 1})),
+                       doctest::Contains("target 5 is out of range [0, 5)"), Error);
+  CHECK_THROWS_WITH_AS(linear_cross_entropy(x, w, tensor({0.0, 1.0, 2.0})),
+                       doctest::Contains("target must be an int64 tensor"), Error);
+  CHECK_THROWS_WITH_AS(
+      linear_cross_entropy(x, w, t, CrossEntropyOptions().label_smoothing(1.5)),
+      doctest::Contains("linear_cross_entropy: label_smoothing must be in [0, 1], got 1.5"), Error);
+}
+
 TEST_CASE("cross_entropy, nll_loss: bad targets and shapes throw naming the op") {
   Tensor x = logits23();
   CHECK_THROWS_WITH_AS(cross_entropy(x, targets({2, 3})),

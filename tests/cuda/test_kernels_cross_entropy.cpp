@@ -4,17 +4,19 @@
 // from one small block to rows split over a cluster of 8 blocks (131072
 // classes), float32 and bfloat16, every reduction, ignore_index and label
 // smoothing; every block shape of the row kernel; misaligned rows; identical
-// bits from run to run; a retained graph; the composed path on CUDA; and a bad
-// target raised at the next synchronisation.
+// bits from run to run; a retained graph; the composed path on CUDA; a bad
+// target raised at the next synchronisation; and linear_cross_entropy's chunks.
 //
 // Tolerances (DESIGN.md): float32 1e-5, as GEMM's, since each value comes out of a
 // float reduction over the row (up to 131072 terms); bfloat16 1e-2.
 #include <doctest/doctest.h>
 
 #include <cstring>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "core/autocast.h"
 #include "core/autograd.h"
 #include "core/ops.h"
 #include "cuda/kernels/cross_entropy.h"
@@ -224,4 +226,46 @@ TEST_CASE("kernels/cross_entropy: a target out of range is raised at the next sy
                  "cross_entropy: target must be an int64 tensor"));
   CHECK(contains(error_of([&] { cross_entropy(x, bad.slice(0, 0, 3)); }),
                  "different batch sizes (4 and 3)"));
+}
+
+// linear_cross_entropy's chunked path on CUDA (the fused kernel per chunk of rows,
+// core/ops/cross_entropy.cpp) against linear then cross_entropy in float64 on the CPU,
+// on the same rounded operands: in float32, and under bfloat16 autocast (float32
+// operands, bfloat16 products, float32 loss and gradients), for one chunk, ragged
+// chunks and a class count off the kernel's vector width.
+TEST_CASE("kernels/cross_entropy: linear_cross_entropy's chunks against the CPU float64 path" *
+          doctest::test_suite("cuda")) {
+  const int64_t rows = 1000, in = 64, classes = 5003;
+  uint64_t seed = 70;
+  for (bool autocast : {false, true})
+    for (int64_t chunk : {int64_t{0}, int64_t{300}, int64_t{1000}})
+      for (const CrossEntropyOptions& o :
+           {CrossEntropyOptions(), CrossEntropyOptions(Reduction::Sum, 3, 0.1)}) {
+        INFO("autocast=", autocast, " chunk_rows=", chunk,
+             " reduction=", static_cast<int>(o.reduction()));
+        const DType rounding = autocast ? kBFloat16 : kFloat32;
+        // Rounded to what the products read, so both sides start from the same values.
+        const Tensor x64 = randn64({rows, in}, seed++).to(rounding).to(kFloat64);
+        const Tensor w64 = randn64({classes, in}, seed++).mul(0.2).to(rounding).to(kFloat64);
+        const Tensor t = random_targets(rows, classes, o.ignore_index(), seed++);
+        Tensor xr = x64.detach().set_requires_grad(true), wr = w64.detach().set_requires_grad(true);
+        Tensor ref = cross_entropy(linear(xr, wr), t, o);
+        ref.backward(full({}, 0.75, kFloat64));
+        Tensor x = x64.to(kCUDA, kFloat32).detach().set_requires_grad(true);
+        Tensor w = w64.to(kCUDA, kFloat32).detach().set_requires_grad(true);
+        Tensor loss;
+        {
+          std::optional<AutocastGuard> guard;
+          if (autocast) guard.emplace(kBFloat16);
+          loss = linear_cross_entropy(x, w, t.to(kCUDA), o, chunk);
+        }
+        CHECK(loss.dtype() == kFloat32);
+        loss.backward(full({}, 0.75, TensorOptions(kFloat32).device(kCUDA)));
+        REQUIRE(x.grad().dtype() == kFloat32);
+        REQUIRE(w.grad().dtype() == kFloat32);
+        const double t_loss = autocast ? 1e-2 : 1e-5, t_grad = autocast ? 2e-2 : 1e-5;
+        CHECK(rel_error(loss.to(kCPU).to(kFloat64), ref) <= t_loss);
+        CHECK(rel_error(x.grad().to(kCPU).to(kFloat64), xr.grad()) <= t_grad);
+        CHECK(rel_error(w.grad().to(kCPU).to(kFloat64), wr.grad()) <= t_grad);
+      }
 }
