@@ -10,6 +10,9 @@
 // captured in a cuda::Graph ("... graphed" rows), checked bit for bit against an eager
 // twin drawing the same dropout masks, timed by replays.
 // benchmarks/peer_gpt.py runs the same steps in PyTorch (eager, torch.compile).
+// The variants are the switches read at start-up: EMBER_GEMM, EMBER_ATTENTION,
+// EMBER_ATTENTION_DROPOUT, EMBER_ATTENTION_MASK and EMBER_LINEAR_CROSS_ENTROPY (the
+// head and loss in chunks of rows, or composed; docs/transformers.md).
 //
 //   bench_gpt [--only char|gpt2] [--json FILE] [--quick]
 //   bench_gpt --parity FILE [--device cpu|cuda] [--steps 20] [--batch B] [--block T]
