@@ -623,7 +623,8 @@ Tensor nll_loss(const Tensor& log_probs, const Tensor& target, const NLLLossOpti
 Tensor binary_cross_entropy(const Tensor& probs, const Tensor& target,
                             Reduction r = Reduction::Mean);
 // The same from logits, stable for any logit: (1 - t) x + (1 + (pw - 1) t)
-// softplus(-x), pw = pos_weight (broadcast along the last dim; undefined: 1).
+// softplus(-x), pw = pos_weight (broadcast along the last dim; undefined: 1). A
+// bfloat16 result is computed in float32 and rounded once, as PyTorch does.
 Tensor binary_cross_entropy_with_logits(const Tensor& logits, const Tensor& target,
                                         const Tensor& pos_weight = Tensor(),
                                         Reduction r = Reduction::Mean);

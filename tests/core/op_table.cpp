@@ -1047,12 +1047,12 @@ const std::vector<OpEntry>& op_table() {
           {{x({4097}), x({4097})}, 1}},
          Grad::Yes, kReduction},
         // Last, out of its family: an entry's inputs are seeded by its index (seed_of),
-        // and one inserted among the losses moved every later entry's inputs (with them,
-        // binary_cross_entropy_with_logits' bfloat16 gradient error measured 1.15% on
-        // the H200, past its 1% budget; benchmarks/NOTES.md). input (..., C), weight
-        // (classes, C), target; arg: 0 Mean, 1 Sum with label smoothing 0.1 in chunks
-        // of 2 rows, 2 None (composed), 3 ignore_index 1 in chunks of 3 rows (the
-        // chunked path where the device has the fused kernel)
+        // and one inserted among the losses moves every later entry's inputs (with them,
+        // binary_cross_entropy_with_logits' bf16 gradient measured 1.15% on the H200; it
+        // computes in float32 since, test_op_table.cpp). input (..., C), weight (classes, C),
+        // target; arg: 0 Mean, 1 Sum with label smoothing 0.1 in chunks of 2 rows, 2 None
+        // (composed), 3 ignore_index 1 in chunks of 3 rows (the chunked path where the
+        // device has the fused kernel)
         {"linear_cross_entropy", "",
          [](const Inputs& v, int64_t a) {
            const CrossEntropyOptions o[] = {{}, {Reduction::Sum, -100, 0.1}, {Reduction::None},

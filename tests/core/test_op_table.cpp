@@ -509,3 +509,38 @@ EMBER_OP_TABLE_CUDA_SHARD(5)
 EMBER_OP_TABLE_CUDA_SHARD(6)
 EMBER_OP_TABLE_CUDA_SHARD(7)
 static_assert(kCudaShards == 8, "one EMBER_OP_TABLE_CUDA_SHARD line per shard");
+
+// binary_cross_entropy_with_logits on bfloat16 computes in float32 (core/ops/
+// cross_entropy.cpp). Op by op in bfloat16 its gradient came out 1.15% from the float64
+// result at its entry's samples seeded one index later (where it sat while
+// linear_cross_entropy's entry stood among the losses): on the H200 and, the same
+// figures, on the CPU. Both seedings, on the CPU, within half the 1% budget now.
+TEST_CASE(
+    "op_table: binary_cross_entropy_with_logits in bfloat16 keeps its gradient's error "
+    "under 0.5%") {
+  const std::vector<OpEntry>& table = op_table();
+  size_t found = 0;
+  for (size_t ei = 0; ei < table.size(); ++ei) {
+    const OpEntry& e = table[ei];
+    if (e.name() != "binary_cross_entropy_with_logits") continue;
+    ++found;
+    for (size_t shift : {size_t{0}, size_t{1}})
+      for (size_t si = 0; si < e.samples.size(); ++si) {
+        const Sample& s = e.samples[si];
+        INFO(describe(s), ", seeded as entry ", ei + shift);
+        const uint64_t seed = seed_of(ei + shift, si);
+        const Inputs stored = make_stored(s, seed);
+        const Run ref = run_op(e, s, stored, kCPU, kBFloat16, kFloat64, true, seed);
+        const Run got = run_op(e, s, stored, kCPU, kBFloat16, kBFloat16, true, seed);
+        CHECK(got.out.dtype() == kBFloat16);
+        CHECK(rel_error(got.out.to(kFloat64), ref.out.to(kFloat64)) <= 5e-3);
+        REQUIRE(got.grads.size() == ref.grads.size());
+        for (size_t i = 0; i < got.grads.size(); ++i) {
+          CAPTURE(i);
+          CHECK(got.grads[i].dtype() == kBFloat16);
+          CHECK(rel_error(got.grads[i].to(kFloat64), ref.grads[i]) <= 5e-3);
+        }
+      }
+  }
+  CHECK(found == 1);
+}
