@@ -263,6 +263,8 @@ TEST_CASE("kernels/cross_entropy: linear_cross_entropy's chunks against the CPU 
         loss.backward(full({}, 0.75, TensorOptions(kFloat32).device(kCUDA)));
         REQUIRE(x.grad().dtype() == kFloat32);
         REQUIRE(w.grad().dtype() == kFloat32);
+        // bf16: the loss reads bf16 logits (1e-2, as above); each gradient passes two
+        // bf16 roundings (the logits' gradient, then its product's output): 2e-2.
         const double t_loss = autocast ? 1e-2 : 1e-5, t_grad = autocast ? 2e-2 : 1e-5;
         CHECK(rel_error(loss.to(kCPU).to(kFloat64), ref) <= t_loss);
         CHECK(rel_error(x.grad().to(kCPU).to(kFloat64), xr.grad()) <= t_grad);
