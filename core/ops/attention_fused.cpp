@@ -15,6 +15,7 @@
 #include "core/device_services.h"
 #include "core/kernel_table.h"
 #include "core/ops.h"
+#include "core/ops/switches.h"
 
 namespace ember::detail {
 
@@ -95,17 +96,6 @@ KernelMask kernel_mask(const Tensor& mask, const Tensor& q, const Tensor& k) {
   return m;
 }
 
-// An EMBER_ATTENTION_<what> switch: true unset or "fused", false for "composed",
-// anything else an error naming it.
-bool fused_switch(const char* name) {
-  const char* e = std::getenv(name);
-  if (e == nullptr || *e == '\0') return true;
-  const std::string_view v(e);
-  EMBER_CHECK(v == "fused" || v == "composed", "scaled_dot_product_attention: ", name, "=", v,
-              " (expected fused or composed)");
-  return v == "fused";
-}
-
 // The dropout and mask fields, the same in the forward's and the backward's arguments.
 template <typename Args>
 void set_dropout_and_mask(Args& a, double dropout_p, const RandomCounters& drop,
@@ -122,7 +112,8 @@ void set_dropout_and_mask(Args& a, double dropout_p, const RandomCounters& drop,
 }  // namespace
 
 bool fused_attention_mask() {
-  static const bool on = fused_switch("EMBER_ATTENTION_MASK");
+  static const bool on =
+      own_path_unless_composed("scaled_dot_product_attention", "EMBER_ATTENTION_MASK", "fused");
   return on;
 }
 
@@ -139,7 +130,8 @@ bool fused_attention_supported(const Tensor& q, const Tensor& k, const Tensor& v
 }
 
 bool fused_attention_dropout() {
-  static const bool on = fused_switch("EMBER_ATTENTION_DROPOUT");
+  static const bool on =
+      own_path_unless_composed("scaled_dot_product_attention", "EMBER_ATTENTION_DROPOUT", "fused");
   return on;
 }
 

@@ -12,15 +12,14 @@
 // (N, C, d...) logits) it is log_softmax followed by nll_loss, whose gradient
 // autograd derives.
 #include <algorithm>
-#include <cstdlib>
 #include <memory>
-#include <string_view>
 
 #include "core/alloc_site.h"
 #include "core/autocast.h"
 #include "core/autograd.h"
 #include "core/kernel_table.h"
 #include "core/ops.h"
+#include "core/ops/switches.h"
 
 namespace ember {
 
@@ -202,15 +201,8 @@ int64_t rows_per_chunk(int64_t rows, int64_t classes, DType dtype, int64_t asked
 
 // EMBER_LINEAR_CROSS_ENTROPY=composed sends every call to the composed path (read once).
 bool chunked_switch() {
-  static const bool on = [] {
-    const char* e = std::getenv("EMBER_LINEAR_CROSS_ENTROPY");
-    if (e == nullptr || *e == '\0') return true;
-    const std::string_view v(e);
-    EMBER_CHECK(v == "chunked" || v == "composed",
-                "linear_cross_entropy: EMBER_LINEAR_CROSS_ENTROPY=", v,
-                " (expected chunked or composed)");
-    return v == "chunked";
-  }();
+  static const bool on = detail::own_path_unless_composed("linear_cross_entropy",
+                                                          "EMBER_LINEAR_CROSS_ENTROPY", "chunked");
   return on;
 }
 
@@ -276,6 +268,10 @@ Tensor linear_cross_entropy(const Tensor& input, const Tensor& weight, const Ten
   check_floating(op, input);
   check_floating(op, weight);
   check_same_device(op, input, weight);
+  check_same_device(op, input, target);
+  EMBER_CHECK(target.dtype() == kInt64, op,
+              ": target must be an int64 tensor of class indices, got ", target.dtype(),
+              " of shape ", shape_str(target.sizes()));
   EMBER_CHECK(input.dim() >= 1, op, ": input must have a feature dim, got a 0-dim tensor");
   EMBER_CHECK(weight.dim() == 2, op, ": weight must be 2-D (classes, in_features), got shape ",
               shape_str(weight.sizes()));
@@ -307,17 +303,16 @@ Tensor linear_cross_entropy(const Tensor& input, const Tensor& weight, const Ten
     Tensor loss = cross_entropy(linear(x2, weight), t1, o);
     return o.reduction() == Reduction::None ? reshape(loss, target.sizes()) : loss;
   }
-  check_class_targets(op, x2.detach(), t1, "input");  // dtype, device, shapes (the logits' rows)
-  const bool gx = input.requires_grad(), gw = weight.requires_grad();
   const bool want_grad = any_requires_grad({&input, &weight});
+  const bool gx = want_grad && input.requires_grad(), gw = want_grad && weight.requires_grad();
   const int64_t chunk = rows_per_chunk(rows, classes, compute, chunk_rows);
   auto stash = std::make_shared<LinearCrossEntropyGrads>();
   Tensor loss, count;
   {
     NoGradGuard no_grad;
     const Tensor t = contiguous(t1);
-    const Tensor per = chunked_forward(x2.detach(), weight.detach(), t, o, compute, chunk,
-                                       want_grad && gx, want_grad && gw, stash.get());
+    const Tensor per =
+        chunked_forward(x2.detach(), weight.detach(), t, o, compute, chunk, gx, gw, stash.get());
     // Summed, counted and divided in float32 at least (a bfloat16 count is exact only
     // to 256), then returned in the losses' dtype.
     const DType acc = promote_types(per.dtype(), kFloat32);
