@@ -1,6 +1,8 @@
 // Shape ops. view, transpose, slice, select, unsqueeze, squeeze and expand return
 // views sharing storage; reshape views when it can and copies otherwise; cat and
 // contiguous copy. Backward of each undoes its geometry.
+#include <optional>
+
 #include "core/alloc_site.h"
 #include "core/autograd.h"
 #include "core/ops.h"
@@ -69,6 +71,46 @@ Shape infer_size(Shape sizes, int64_t numel, const char* op, const Shape& from) 
   return sizes;
 }
 
+// The strides that address a tensor of (sizes, strides) as `target` (the same
+// element count) without moving an element, or nothing when the layout does not
+// allow it (as PyTorch's view). The input's dims fall into runs that are
+// contiguous among themselves (each dim's stride its inner neighbour's stride times
+// that neighbour's size; dims of size 1 take no part); a view exists when every
+// run boundary is also a boundary between target dims, and a target dim inside a
+// run then steps by the run's innermost stride times the sizes inside it.
+std::optional<Shape> view_strides(const Shape& sizes, const Shape& strides, const Shape& target) {
+  if (numel_of(sizes) == 0) return contiguous_strides(target);  // nothing to address
+  struct Run {
+    int64_t numel, step;  // elements, the innermost dim's stride
+  };
+  std::vector<Run> runs;  // innermost first
+  for (size_t d = sizes.size(); d-- > 0;) {
+    if (sizes[d] == 1) continue;
+    if (!runs.empty() && strides[d] == runs.back().step * runs.back().numel)
+      runs.back().numel *= sizes[d];
+    else
+      runs.push_back({sizes[d], strides[d]});
+  }
+  Shape out(target.size());
+  size_t run = 0;     // the run the next target dim (from the innermost) falls in
+  int64_t inner = 1;  // elements of that run below it
+  for (size_t d = target.size(); d-- > 0;) {
+    const int64_t step = run < runs.size() ? runs[run].step : 1;
+    out[d] = inner * step;
+    if (target[d] == 1) continue;
+    if (run == runs.size()) return std::nullopt;
+    inner *= target[d];
+    if (inner == runs[run].numel) {
+      ++run;
+      inner = 1;
+    } else if (inner > runs[run].numel) {
+      return std::nullopt;  // this target dim would straddle two runs
+    }
+  }
+  if (run != runs.size()) return std::nullopt;
+  return out;
+}
+
 Tensor reshape_backward_attach(Tensor out, const Tensor& a, const char* name) {
   if (any_requires_grad({&a}))
     attach_grad_fn(out, name, {&a},
@@ -81,10 +123,13 @@ Tensor reshape_backward_attach(Tensor out, const Tensor& a, const char* name) {
 Tensor view(const Tensor& a, Shape sizes) {
   check_defined("view", a);
   sizes = infer_size(std::move(sizes), a.numel(), "view", a.sizes());
-  EMBER_CHECK(a.is_contiguous(), "view: input of shape ", shape_str(a.sizes()), " and strides ",
-              shape_str(a.strides()), " is not contiguous; use reshape() (which copies)");
-  Shape strides = contiguous_strides(sizes);
-  return reshape_backward_attach(make_view(a, sizes, strides, a.storage_offset()), a,
+  std::optional<Shape> strides = a.is_contiguous() ? std::optional<Shape>(contiguous_strides(sizes))
+                                                   : view_strides(a.sizes(), a.strides(), sizes);
+  EMBER_CHECK(strides.has_value(), "view: input of shape ", shape_str(a.sizes()), " and strides ",
+              shape_str(a.strides()), " is not contiguous and cannot be viewed as ",
+              shape_str(sizes), " (a dim would span elements that are not evenly spaced); ",
+              "use reshape() (which copies)");
+  return reshape_backward_attach(make_view(a, sizes, std::move(*strides), a.storage_offset()), a,
                                  "ViewBackward");
 }
 
@@ -92,7 +137,11 @@ Tensor reshape(const Tensor& a, Shape sizes) {
   check_defined("reshape", a);
   // Checked here, under reshape's name, before delegating to view.
   sizes = infer_size(std::move(sizes), a.numel(), "reshape", a.sizes());
-  return view(a.is_contiguous() ? a : contiguous(a), std::move(sizes));
+  // A view whenever the layout allows one (as torch.reshape), so the result may be
+  // non-contiguous; a copy otherwise.
+  const bool viewable =
+      a.is_contiguous() || view_strides(a.sizes(), a.strides(), sizes).has_value();
+  return view(viewable ? a : contiguous(a), std::move(sizes));
 }
 
 Tensor flatten(const Tensor& a, int64_t start_dim, int64_t end_dim) {

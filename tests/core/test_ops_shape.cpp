@@ -56,6 +56,73 @@ TEST_CASE("ops/reshape: views contiguous inputs and copies the rest") {
                        Error);
 }
 
+TEST_CASE("ops/view: non-contiguous inputs view where their layout allows, as torch.view") {
+  // (2, 3, 12) sliced to its middle 4 of the last dim: strides (36, 12, 1), not
+  // contiguous; the last dim splits (2 x 2) and the first two merge nowhere.
+  Tensor a = arange(72, kFloat64).view({2, 3, 12});
+  Tensor s = a.slice(2, 4, 8);
+  REQUIRE_FALSE(s.is_contiguous());
+  Tensor v = s.view({2, 3, 2, 2});
+  CHECK(v.storage() == a.storage());
+  CHECK(v.strides() == Shape{36, 12, 2, 1});
+  CHECK(v.to_vector<double>() == s.contiguous().view({2, 3, 2, 2}).to_vector<double>());
+  // Size-1 dims anywhere take no part.
+  Tensor v1 = s.view({1, 2, 1, 3, 4, 1});
+  CHECK(v1.storage() == a.storage());
+  CHECK(v1.to_vector<double>() == s.contiguous().to_vector<double>());
+  // Merging dims 0 and 1 would need stride 36 == 3 * 12: it is, so (6, 4) views.
+  Tensor m = s.view({6, 4});
+  CHECK(m.storage() == a.storage());
+  CHECK(m.strides() == Shape{12, 1});
+  CHECK(m.to_vector<double>() == s.contiguous().view({6, 4}).to_vector<double>());
+  // But the last dim cannot merge with the one before it (4 of 12 per row).
+  CHECK_THROWS_WITH_AS(s.view({2, 12}),
+                       doctest::Contains("view: input of shape [2, 3, 4] and strides [36, 12, 1] "
+                                         "is not contiguous and cannot be viewed as [2, 12]"),
+                       Error);
+  // A transposed matrix splits either dim but merges neither.
+  Tensor t = arange(24, kFloat64).view({4, 6}).t();  // (6, 4), strides (1, 6)
+  Tensor ts = t.view({2, 3, 2, 2});
+  CHECK(ts.strides() == Shape{3, 1, 12, 6});
+  CHECK(ts.to_vector<double>() == t.contiguous().view({2, 3, 2, 2}).to_vector<double>());
+  CHECK_THROWS_AS(t.view({24}), Error);
+  CHECK_THROWS_AS(t.view({3, 8}), Error);
+  // An expanded dim (stride 0) splits but does not merge with its neighbour.
+  Tensor e = arange(4, kFloat64).view({1, 4}).expand({6, 4});
+  Tensor es = e.view({2, 3, 4});
+  CHECK(es.strides() == Shape{0, 0, 1});
+  CHECK(es.to_vector<double>() == e.contiguous().view({2, 3, 4}).to_vector<double>());
+  CHECK_THROWS_AS(e.view({24}), Error);
+  // No elements: any shape of the same count.
+  CHECK(zeros({4, 0}).t().view({0, 2, 2}).sizes() == Shape{0, 2, 2});
+}
+
+TEST_CASE("ops/reshape: a strided input views when it can (q, k and v of one projection)") {
+  // The GPT's heads: (B, T, 3C) -> slice of C -> (B, T, H, D) shares storage.
+  const int64_t B = 2, T = 3, H = 2, D = 4, C = H * D;
+  Tensor qkv = randn64({B, T, 3 * C}, 11);
+  for (int64_t i = 0; i < 3; ++i) {
+    Tensor part = qkv.slice(2, i * C, (i + 1) * C);
+    Tensor heads = part.reshape({B, T, H, D});
+    CHECK(heads.storage() == qkv.storage());
+    CHECK(heads.to_vector<double>() == part.contiguous().reshape({B, T, H, D}).to_vector<double>());
+  }
+  // Writes through the view reach the source, as torch.reshape's view does.
+  Tensor z = zeros({2, 6}, kFloat64);
+  z.slice(1, 0, 4).reshape({2, 2, 2}).select(2, 1).fill_(1.0);
+  CHECK(z.to_vector<double>() == V{0, 1, 0, 1, 0, 0, 0, 1, 0, 1, 0, 0});
+  // Where no view exists it still copies.
+  Tensor t = arange(6, kFloat64).view({2, 3}).t();
+  CHECK(t.reshape({6}).storage() != t.storage());
+  // Gradients through a strided view, against finite differences.
+  auto r = ember::testing::gradcheck(
+      [&](const std::vector<Tensor>& v) {
+        return mul(v[0].slice(2, C, 2 * C).reshape({B, T, H, D}).transpose(1, 2), 2.0);
+      },
+      {randn64({B, T, 3 * C}, 12)});
+  CHECK_MESSAGE(r.ok, r.message);
+}
+
 TEST_CASE("ops/transpose: swaps sizes and strides, sharing storage") {
   Tensor a = arange(24, kFloat64).view({2, 3, 4});
   Tensor t = a.transpose(0, 2);
