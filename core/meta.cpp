@@ -17,7 +17,8 @@ namespace ember {
 namespace detail {
 
 struct MetaContext {
-  explicit MetaContext(const MetaDeviceOptions& o) : mirror(o.mirror), capacity(o.capacity) {
+  explicit MetaContext(const MetaDeviceOptions& o)
+      : mirror(o.mirror), capacity(o.capacity), observer(o.observer) {
     EMBER_CHECK(o.mirror == DeviceType::CUDA || o.mirror == DeviceType::CPU,
                 "MetaDeviceOptions: the meta device mirrors cpu or cuda, not ", Device(o.mirror));
     EMBER_CHECK(o.capacity > 0, "MetaDeviceOptions: capacity must be positive");
@@ -31,6 +32,7 @@ struct MetaContext {
 
   DeviceType mirror;
   size_t capacity;
+  MetaKernelObserver* observer;
   memory::SimulatedBackend* backend;  // owned by the allocator
   std::unique_ptr<memory::CachingAllocator> allocator;
   std::atomic<bool> library_used[2] = {false, false};
@@ -120,6 +122,10 @@ DeviceType meta_mirror() {
 }
 
 namespace detail {
+
+MetaKernelObserver* meta_observer() {
+  return current().observer;
+}
 
 void meta_uses_library(MetaLibrary library) {
   MetaContext& c = current();

@@ -19,12 +19,28 @@
 #include <memory>
 
 #include "core/base/device.h"
+#include "core/base/kernel_families.h"
 #include "core/memory/alloc_config.h"
 #include "core/memory/caching_allocator.h"
 
 namespace ember {
 
 inline constexpr size_t kNoCapacityLimit = size_t{1} << 62;
+
+// Told of every kernel the meta device would run, with the arguments the mirrored
+// device's kernel would get (one virtual per kernel family of
+// core/base/kernel_families.h, named after it; each does nothing unless
+// overridden): the compute families, and the decision families
+// (linear_weight_grad_fused, linear_input_grad) when the mirrored device would take
+// them. Queries and predicates are not reported. examples/kernel_census.cpp counts a
+// step's bytes and FLOPs with one.
+struct MetaKernelObserver {
+  virtual ~MetaKernelObserver() = default;
+#define EMBER_META_OBSERVE(name, R, Args, kind) \
+  virtual void name(const kernels::Args&) {}
+  EMBER_KERNEL_FAMILIES(EMBER_META_OBSERVE)
+#undef EMBER_META_OBSERVE
+};
 
 // What the meta device imitates.
 struct MetaDeviceOptions {
@@ -40,6 +56,9 @@ struct MetaDeviceOptions {
   // CUDA devices do). sanitize is ignored: its guard bytes need memory to write
   // (and would change the sizes).
   memory::AllocatorOptions allocator;
+  // Told of each kernel this thread's meta device runs while the scope lives (not
+  // owned; it must outlive the scope). Null: nobody.
+  MetaKernelObserver* observer = nullptr;
 
   MetaDeviceOptions& mirror_device(DeviceType t) {
     mirror = t;
@@ -51,6 +70,10 @@ struct MetaDeviceOptions {
   }
   MetaDeviceOptions& allocator_options(const memory::AllocatorOptions& o) {
     allocator = o;
+    return *this;
+  }
+  MetaDeviceOptions& observe(MetaKernelObserver* o) {
+    observer = o;
     return *this;
   }
 };
@@ -100,6 +123,8 @@ namespace detail {
 // workspace: the first call per meta device takes its bytes from the capacity,
 // and throws OutOfMemoryError when they do not fit.
 void meta_uses_library(MetaLibrary library);
+// The observer of this thread's meta device (MetaDeviceOptions::observer), or null.
+MetaKernelObserver* meta_observer();
 }  // namespace detail
 
 }  // namespace ember

@@ -55,9 +55,28 @@ bool autocasts(int) {
   return mirrors_cuda();
 }
 
-// --- kernels that compute nothing
-template <typename Args>
-void nothing(const Args&) {}
+// --- kernels that compute nothing, but tell the scope's observer (core/meta.h)
+template <auto method, typename Args>
+void tell(const Args& a) {
+  if (MetaKernelObserver* o = ember::detail::meta_observer()) (o->*method)(a);
+}
+template <auto method, typename Args>
+void nothing(const Args& a) {
+  tell<method>(a);
+}
+// A hand-written compute kernel (below), then the observer.
+template <auto method, auto kernel, typename Args>
+void run_then_tell(const Args& a) {
+  kernel(a);
+  tell<method>(a);
+}
+// A hand-written decision (below); the observer hears of the kernels taken.
+template <auto method, auto decide, typename Args>
+bool decide_then_tell(const Args& a) {
+  const bool taken = decide(a);
+  if (taken) tell<method>(a);
+  return taken;
+}
 
 // Host -> meta copies nothing (there is nowhere to put it); reading a meta
 // tensor's bytes out is refused before it gets here (Tensor::to).
@@ -127,10 +146,10 @@ R as_mirror(const Args& a) {
   return (mirror_table().*family)(on_mirror(a));
 }
 
-template <FamilyKind kind, auto family, typename R, typename Args>
+template <FamilyKind kind, auto family, auto method, typename R, typename Args>
 void generate(R (*&slot)(const Args&)) {
   if constexpr (kind == FamilyKind::compute)
-    slot = &nothing<Args>;
+    slot = &nothing<method, Args>;
   else if constexpr (kind == FamilyKind::query || kind == FamilyKind::predicate)
     slot = &as_mirror<family, R, Args>;
 }
@@ -151,15 +170,17 @@ void register_meta(KernelTable& t) {
   t.hooks.holds_data = false;
 
 #define EMBER_META_FAMILY(name, R, Args, kind) \
-  generate<FamilyKind::kind, &KernelTable::name>(t.name);
+  generate<FamilyKind::kind, &KernelTable::name, &MetaKernelObserver::name>(t.name);
   EMBER_KERNEL_FAMILIES(EMBER_META_FAMILY)
 #undef EMBER_META_FAMILY
   // The families whose meta kernel differs from the generated one.
-  t.copy_bytes = &copy_bytes;
-  t.gemm = &gemm;
-  t.linear_fused = &linear_fused;
-  t.linear_weight_grad_fused = &linear_weight_grad_fused;
-  t.linear_input_grad = &linear_input_grad;
+  t.copy_bytes = &run_then_tell<&MetaKernelObserver::copy_bytes, &copy_bytes, CopyBytesArgs>;
+  t.gemm = &run_then_tell<&MetaKernelObserver::gemm, &gemm, GemmArgs>;
+  t.linear_fused = &run_then_tell<&MetaKernelObserver::linear_fused, &linear_fused, LinearArgs>;
+  t.linear_weight_grad_fused = &decide_then_tell<&MetaKernelObserver::linear_weight_grad_fused,
+                                                 &linear_weight_grad_fused, LinearWeightGradArgs>;
+  t.linear_input_grad = &decide_then_tell<&MetaKernelObserver::linear_input_grad,
+                                          &linear_input_grad, LinearInputGradArgs>;
 }
 
 }  // namespace ember::kernels

@@ -183,6 +183,46 @@ TEST_CASE("meta/mirror: linear_cross_entropy holds one chunk of logits, not all 
   CHECK(chunked < 2 * logits_bytes * chunk / rows + 8 * classes * in + 12 * rows * in);
 }
 
+TEST_CASE("meta/observer: hears each kernel with the mirrored device's arguments") {
+  struct Heard final : MetaKernelObserver {
+    std::vector<std::string> names;
+    kernels::BinaryArgs binary_args{};
+    kernels::LinearArgs linear_args{};
+    void binary(const kernels::BinaryArgs& a) override {
+      names.push_back("binary");
+      binary_args = a;
+    }
+    void linear_fused(const kernels::LinearArgs& a) override {
+      names.push_back("linear_fused");
+      linear_args = a;
+    }
+    void sum(const kernels::SumArgs&) override { names.push_back("sum"); }
+    void sum_workspace_bytes(const kernels::ReduceShape&) override {
+      names.push_back("sum_workspace_bytes");  // a query: never reported
+    }
+  } heard;
+  {
+    MetaDeviceScope scope(mirroring(DeviceType::CUDA).observe(&heard));
+    Tensor x = ones({64, 128}, kMeta), w = ones({32, 128}, kMeta);
+    Tensor y = linear(x, w);               // (64, 32), the fused Linear on CUDA
+    Tensor z = add(y, ones({32}, kMeta));  // broadcast over rows
+    (void)sum(z);
+    CHECK(heard.names == std::vector<std::string>{"linear_fused", "binary", "sum"});
+    CHECK(heard.linear_args.m == 64);
+    CHECK(heard.linear_args.n == 32);
+    CHECK(heard.linear_args.k == 128);
+    CHECK(heard.linear_args.dtype == kFloat32);
+    CHECK(heard.binary_args.op == BinaryOp::Add);
+    CHECK(heard.binary_args.n == 64 * 32);
+    CHECK(heard.binary_args.xl.contiguous);
+    CHECK_FALSE(heard.binary_args.yl.contiguous);  // the (32) operand broadcast
+  }
+  // Its scope gone, the observer hears nothing more.
+  const size_t before = heard.names.size();
+  (void)add(ones({4}, kMeta), ones({4}, kMeta));
+  CHECK(heard.names.size() == before);
+}
+
 TEST_CASE("meta/mirror: autocast applies when the meta device mirrors CUDA") {
   for (DeviceType mirror : {DeviceType::CUDA, DeviceType::CPU}) {
     MetaDeviceScope scope(mirroring(mirror));

@@ -1,0 +1,225 @@
+// kernel_census: what one training step of a workload (examples/workloads.h) asks
+// the device to do, counted on the meta device mirroring CUDA: every kernel family's
+// calls, and for the element-wise ones (unary, binary, where, cast, fill and their
+// backwards) the bytes each moves and whether its operands are contiguous or go
+// through the strided index path, grouped by the op that launched them (the
+// allocation-site tag) -- the byte floor of each kernel class at copy bandwidth,
+// before any GPU time is spent. GEMM families are counted in FLOPs.
+//
+//   kernel_census gpt2 [--steps 2] [--top 40]
+//
+// The last step is counted (the first ones warm the optimizer's state up).
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "core/alloc_site.h"
+#include "core/meta.h"
+#include "examples/workloads.h"
+
+using namespace ember;
+
+namespace {
+
+struct Row {
+  int64_t calls = 0;
+  double bytes = 0;
+  double flops = 0;
+};
+
+using Key = std::tuple<std::string, std::string, std::string, std::string, std::string>;
+
+const char* path_of(std::initializer_list<const StridedLayout*> ls) {
+  bool broadcast = false, strided = false;
+  for (const StridedLayout* l : ls) {
+    if (l->contiguous) continue;
+    strided = true;
+    for (int d = 0; d < l->ndim; ++d)
+      if (l->strides[d] == 0 && l->sizes[d] > 1) broadcast = true;
+  }
+  if (!strided) return "contiguous";
+  return broadcast ? "strided+broadcast" : "strided";
+}
+
+// Bytes an operand moves: n elements, or its distinct ones where it broadcasts.
+double operand_bytes(const StridedLayout& l, int64_t n, DType t) {
+  double distinct = static_cast<double>(n);
+  if (!l.contiguous) {
+    distinct = 1;
+    for (int d = 0; d < l.ndim; ++d)
+      if (l.strides[d] != 0) distinct *= static_cast<double>(l.sizes[d]);
+  }
+  return distinct * static_cast<double>(element_size(t));
+}
+
+double gemm_bytes(DType t, int64_t batch, int64_t m, int64_t n, int64_t k, size_t out_size) {
+  const double b = static_cast<double>(batch);
+  return b * (static_cast<double>(element_size(t)) * static_cast<double>(m * k + k * n) +
+              static_cast<double>(out_size) * static_cast<double>(m * n));
+}
+double gemm_flops(int64_t batch, int64_t m, int64_t n, int64_t k) {
+  return 2.0 * static_cast<double>(batch) * static_cast<double>(m) * static_cast<double>(n) *
+         static_cast<double>(k);
+}
+
+// Every kernel the meta device runs while `on`: calls per family, and bytes (and
+// FLOPs) per (family, op, allocation-site tag, dtype, path) for the families it
+// knows the traffic of.
+class Census final : public MetaKernelObserver {
+ public:
+  bool on = false;
+  std::map<std::string, Row> by_family;
+  std::map<Key, Row> by_op;
+
+#define EMBER_CENSUS_FAMILY(name, R, Args, kind) \
+  void name(const kernels::Args& a) override {   \
+    if (!on) return;                             \
+    by_family[#name].calls++;                    \
+    measure(a);                                  \
+  }
+  EMBER_KERNEL_FAMILIES(EMBER_CENSUS_FAMILY)
+#undef EMBER_CENSUS_FAMILY
+
+ private:
+  void note(const char* family, const std::string& op, DType t, const char* path, double bytes,
+            double flops = 0) {
+    Row& f = by_family[family];
+    f.bytes += bytes;
+    f.flops += flops;
+    const char* tag = AllocationTag::current();
+    Row& r =
+        by_op[{family, op, tag != nullptr ? tag : "(no op)", std::string(dtype_name(t)), path}];
+    r.calls++;
+    r.bytes += bytes;
+    r.flops += flops;
+  }
+
+  template <typename Args>
+  void measure(const Args&) {}  // a family whose traffic the census does not model
+  void measure(const kernels::UnaryArgs& a) {
+    note("unary", unary_name(a.op), a.dtype, path_of({&a.xl, &a.yl}),
+         operand_bytes(a.xl, a.n, a.dtype) + operand_bytes(a.yl, a.n, a.out_dtype));
+  }
+  void measure(const kernels::BinaryArgs& a) {
+    note("binary", binary_name(a.op), a.dtype, path_of({&a.xl, &a.yl, &a.ol}),
+         operand_bytes(a.xl, a.n, a.dtype) + operand_bytes(a.yl, a.n, a.dtype) +
+             operand_bytes(a.ol, a.n, a.out_dtype));
+  }
+  void measure(const kernels::UnaryBackwardArgs& a) {
+    note("unary_backward", unary_name(a.op), a.dtype, path_of({&a.gl, &a.sl, &a.ol}),
+         operand_bytes(a.gl, a.n, a.dtype) + operand_bytes(a.sl, a.n, a.dtype) +
+             operand_bytes(a.ol, a.n, a.dtype));
+  }
+  void measure(const kernels::BinaryBackwardArgs& a) {
+    note("binary_backward", binary_name(a.op), a.dtype, path_of({&a.gl, &a.xl, &a.yl, &a.ol}),
+         operand_bytes(a.gl, a.n, a.dtype) + operand_bytes(a.xl, a.n, a.dtype) +
+             operand_bytes(a.yl, a.n, a.dtype) + operand_bytes(a.ol, a.n, a.dtype));
+  }
+  void measure(const kernels::WhereArgs& a) {
+    note("where", "where", a.dtype, path_of({&a.cl, &a.al, &a.bl, &a.ol}),
+         operand_bytes(a.cl, a.n, DType::Bool) + operand_bytes(a.al, a.n, a.dtype) +
+             operand_bytes(a.bl, a.n, a.dtype) + operand_bytes(a.ol, a.n, a.dtype));
+  }
+  void measure(const kernels::CastArgs& a) {
+    note("cast", std::string(dtype_name(a.from)) + "->" + std::string(dtype_name(a.to)), a.from,
+         path_of({&a.xl, &a.yl}),
+         operand_bytes(a.xl, a.n, a.from) + operand_bytes(a.yl, a.n, a.to));
+  }
+  void measure(const kernels::FillArgs& a) {
+    note("fill", "fill", a.dtype, path_of({&a.yl}), operand_bytes(a.yl, a.n, a.dtype));
+  }
+  void measure(const kernels::GemmArgs& a) {
+    note("gemm", "gemm", a.dtype, "-",
+         gemm_bytes(a.dtype, a.batch, a.m, a.n, a.k, element_size(a.dtype)),
+         gemm_flops(a.batch, a.m, a.n, a.k));
+  }
+  void measure(const kernels::LinearArgs& a) {
+    note("linear_fused", "gemm", a.dtype, "-",
+         gemm_bytes(a.dtype, 1, a.m, a.n, a.k, element_size(a.dtype)),
+         gemm_flops(1, a.m, a.n, a.k));
+  }
+  void measure(const kernels::LinearInputGradArgs& a) {
+    note("linear_input_grad", "gemm", a.dtype, "-",
+         gemm_bytes(a.dtype, 1, a.m, a.k, a.n, element_size(a.dtype)),
+         gemm_flops(1, a.m, a.k, a.n));
+  }
+  void measure(const kernels::LinearWeightGradArgs& a) {
+    note("linear_weight_grad_fused", "gemm", a.dtype, "-",
+         gemm_bytes(a.dtype, 1, a.n, a.k, a.m, element_size(a.dtype)),
+         gemm_flops(1, a.n, a.k, a.m));
+  }
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2 || argv[1][0] == '-') {
+    std::fprintf(stderr, "usage: kernel_census WORKLOAD [--steps N] [--top K]\n");
+    return 2;
+  }
+  const std::string name = argv[1];
+  int steps = 2, top = 40;
+  for (int i = 2; i < argc; i += 2) {
+    const bool has_value = i + 1 < argc;
+    const int value = has_value ? std::atoi(argv[i + 1]) : 0;
+    if (std::strcmp(argv[i], "--steps") == 0 && has_value && value >= 1) {
+      steps = value;
+    } else if (std::strcmp(argv[i], "--top") == 0 && has_value && value >= 0) {
+      top = value;
+    } else {
+      std::fprintf(stderr, "kernel_census: bad argument %s (--steps N >= 1, --top K >= 0)\n",
+                   argv[i]);
+      return 2;
+    }
+  }
+  const auto all = workloads::all();
+  const workloads::Workload* w = nullptr;
+  for (const auto& x : all)
+    if (x.name == name) w = &x;
+  if (w == nullptr) {
+    std::fprintf(stderr, "kernel_census: no workload %s; one of:", name.c_str());
+    for (const auto& x : all) std::fprintf(stderr, " %s", x.name.c_str());
+    std::fprintf(stderr, "\n");
+    return 2;
+  }
+  Census census;
+  MetaDeviceScope meta(MetaDeviceOptions().observe(&census));
+  auto step = w->factory()(Device(DeviceType::Meta));
+  for (int s = 0; s < steps; ++s) {
+    census.on = s == steps - 1;
+    step(s);
+  }
+  census.on = false;
+  std::printf("== %s (%s): step %d on the meta device mirroring CUDA\n", name.c_str(),
+              w->about.c_str(), steps);
+  std::printf("%-26s %8s %10s %10s\n", "family", "calls", "GB moved", "GFLOP");
+  Row total;
+  for (const auto& [f, r] : census.by_family) {  // by name
+    std::printf("%-26s %8lld %10.3f %10.1f\n", f.c_str(), static_cast<long long>(r.calls),
+                r.bytes / 1e9, r.flops / 1e9);
+    total.calls += r.calls;
+    total.bytes += r.bytes;
+    total.flops += r.flops;
+  }
+  std::printf("%-26s %8lld %10.3f %10.1f\n", "total (modelled families)",
+              static_cast<long long>(total.calls), total.bytes / 1e9, total.flops / 1e9);
+  std::vector<std::pair<Key, Row>> rows(census.by_op.begin(), census.by_op.end());
+  std::stable_sort(rows.begin(), rows.end(),
+                   [](const auto& a, const auto& b) { return a.second.bytes > b.second.bytes; });
+  std::printf("\n%-24s %-18s %-28s %-9s %-17s %6s %9s %9s\n", "family", "op", "tag", "dtype",
+              "path", "calls", "GB", "GFLOP");
+  int shown = 0;
+  for (const auto& [k, r] : rows) {
+    if (shown++ >= top) break;
+    const auto& [fam, op, tag, dt, path] = k;
+    std::printf("%-24s %-18s %-28s %-9s %-17s %6lld %9.3f %9.1f\n", fam.c_str(), op.c_str(),
+                tag.c_str(), dt.c_str(), path.c_str(), static_cast<long long>(r.calls),
+                r.bytes / 1e9, r.flops / 1e9);
+  }
+  return 0;
+}
