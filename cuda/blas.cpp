@@ -359,6 +359,8 @@ struct LtProblem {
   const void* bias = nullptr;  // BIAS_POINTER (bias in, or bias gradient out)
   void* aux = nullptr;
   int64_t aux_ld = 0;
+  bool d_float32 = false;   // D (and C) float32 whatever dtype is
+  bool accumulate = false;  // D = A B + D (beta 1; C is D)
 };
 
 // What lt_run checks before it asks cuBLASLt anything.
@@ -374,6 +376,7 @@ bool lt_run(const LtProblem& p, int device, cudaStream_t stream) {
   const bool tf32 = p.dtype == DType::Float32 && allow_tf32();
   const cublasComputeType_t compute = tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
   const cudaDataType_t type = lt_type(p.dtype);
+  const cudaDataType_t d_type = p.d_float32 ? CUDA_R_32F : type;
 
   DeviceGuard guard(device);
   LtHandle& h = lt_handle_for(device);
@@ -392,7 +395,7 @@ bool lt_run(const LtProblem& p, int device, cudaStream_t stream) {
                                                 static_cast<uint64_t>(p.a_cols), p.lda));
   EMBER_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&ld.b, type, static_cast<uint64_t>(p.b_rows),
                                                 static_cast<uint64_t>(p.b_cols), p.ldb));
-  EMBER_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&ld.d, type, static_cast<uint64_t>(p.rows),
+  EMBER_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&ld.d, d_type, static_cast<uint64_t>(p.rows),
                                                 static_cast<uint64_t>(p.cols), p.ldd));
 
   // Alignment (of pointers, in 16-byte steps) changes which kernels qualify.
@@ -403,9 +406,9 @@ bool lt_run(const LtProblem& p, int device, cudaStream_t stream) {
   char key_buf[256];
   std::snprintf(
       key_buf, sizeof(key_buf),
-      "%d %d %d %d %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %d %d",
-      static_cast<int>(p.dtype), tf32 ? 1 : 0, static_cast<int>(p.op_a), static_cast<int>(p.op_b),
-      static_cast<long long>(p.rows), static_cast<long long>(p.cols),
+      "%d %d %d %d %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %d %d %d",
+      static_cast<int>(p.dtype) + (p.d_float32 ? 16 : 0), tf32 ? 1 : 0, static_cast<int>(p.op_a),
+      static_cast<int>(p.op_b), static_cast<long long>(p.rows), static_cast<long long>(p.cols),
       static_cast<long long>(p.inner), static_cast<long long>(p.a_rows),
       static_cast<long long>(p.a_cols), static_cast<long long>(p.lda),
       static_cast<long long>(p.b_rows), static_cast<long long>(p.b_cols),
@@ -413,7 +416,8 @@ bool lt_run(const LtProblem& p, int device, cudaStream_t stream) {
       static_cast<long long>(align_of(p.a)),
       static_cast<long long>(align_of(p.b) * 1000 + align_of(p.d)),
       static_cast<long long>(p.aux != nullptr ? p.aux_ld * 1000 + align_of(p.aux) : 0),
-      static_cast<int>(p.epi), p.bias != nullptr ? static_cast<int>(align_of(p.bias)) : 0);
+      static_cast<int>(p.epi), p.bias != nullptr ? static_cast<int>(align_of(p.bias)) : 0,
+      p.accumulate ? 1 : 0);
   const std::string key(key_buf);
   auto it = h.algos.find(key);
   if (it == h.algos.end()) {
@@ -431,33 +435,36 @@ bool lt_run(const LtProblem& p, int device, cudaStream_t stream) {
   if (!it->second.first) return false;
   if (BlasTrace& trace = BlasTrace::get(); trace.on()) {
     char line[400];
-    std::snprintf(line, sizeof(line),
-                  "lt %s %s %s %s %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %d %lld %lld "
-                  "%lld %lld %lld %lld %lld",
-                  p.dtype == DType::BFloat16 ? "bf16" : "fp32", tf32 ? "tf32" : "default",
-                  op_name(p.op_a), op_name(p.op_b), static_cast<long long>(p.rows),
-                  static_cast<long long>(p.cols), static_cast<long long>(p.inner),
-                  static_cast<long long>(p.a_rows), static_cast<long long>(p.a_cols),
-                  static_cast<long long>(p.lda), static_cast<long long>(p.b_rows),
-                  static_cast<long long>(p.b_cols), static_cast<long long>(p.ldb),
-                  static_cast<long long>(p.ldd), static_cast<int>(p.epi),
-                  p.bias != nullptr ? 1LL : 0LL, static_cast<long long>(p.aux_ld), misalign(p.a),
-                  misalign(p.b), misalign(p.d), p.bias != nullptr ? misalign(p.bias) : 0LL,
-                  p.aux != nullptr ? misalign(p.aux) : 0LL);
+    std::snprintf(
+        line, sizeof(line),
+        "lt %s%s %s %s %s %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %d %lld %lld "
+        "%lld %lld %lld %lld %lld",
+        p.dtype == DType::BFloat16 ? "bf16" : "fp32",
+        p.d_float32 && p.dtype != DType::Float32 ? "->fp32" : "", tf32 ? "tf32" : "default",
+        op_name(p.op_a), op_name(p.op_b), static_cast<long long>(p.rows),
+        static_cast<long long>(p.cols), static_cast<long long>(p.inner),
+        static_cast<long long>(p.a_rows), static_cast<long long>(p.a_cols),
+        static_cast<long long>(p.lda), static_cast<long long>(p.b_rows),
+        static_cast<long long>(p.b_cols), static_cast<long long>(p.ldb),
+        static_cast<long long>(p.ldd), static_cast<int>(p.epi), p.bias != nullptr ? 1LL : 0LL,
+        static_cast<long long>(p.aux_ld), misalign(p.a), misalign(p.b), misalign(p.d),
+        p.bias != nullptr ? misalign(p.bias) : 0LL, p.aux != nullptr ? misalign(p.aux) : 0LL);
     trace.write(line);
   }
   if (BlasPrefill& fill = BlasPrefill::get(); fill.on()) {
     const size_t elt = element_size(p.dtype);
-    fill.fill(p.d, p.rows, p.cols, p.ldd, elt, stream);
+    // An accumulating D holds the sum so far: never prefilled.
+    if (!p.accumulate)
+      fill.fill(p.d, p.rows, p.cols, p.ldd, p.d_float32 ? sizeof(float) : elt, stream);
     if (p.epi == CUBLASLT_EPILOGUE_GELU_AUX || p.epi == CUBLASLT_EPILOGUE_GELU_AUX_BIAS)
       fill.fill(p.aux, p.rows, p.cols, p.aux_ld, elt, stream);
     if (p.epi == CUBLASLT_EPILOGUE_BGRADB)  // one bias gradient per column of D
       fill.fill(const_cast<void*>(p.bias), p.cols, 1, p.cols, elt, stream);
   }
   const float one = 1.f, zero = 0.f;
-  EMBER_CUBLAS_CHECK(cublasLtMatmul(h.get(), ld.desc, &one, p.a, ld.a, p.b, ld.b, &zero, p.d, ld.d,
-                                    p.d, ld.d, &it->second.second.algo, h.workspace(),
-                                    kLtWorkspaceBytes, stream));
+  EMBER_CUBLAS_CHECK(cublasLtMatmul(
+      h.get(), ld.desc, &one, p.a, ld.a, p.b, ld.b, p.accumulate ? &one : &zero, p.d, ld.d, p.d,
+      ld.d, &it->second.second.algo, h.workspace(), kLtWorkspaceBytes, stream));
   return true;
 }
 
@@ -526,6 +533,23 @@ bool lt_linear_backward_weight(DType dtype, int64_t m, int64_t n, int64_t k, con
   p.d = d_w, p.ldd = k;
   p.epi = d_b != nullptr ? CUBLASLT_EPILOGUE_BGRADB : CUBLASLT_EPILOGUE_DEFAULT;
   p.bias = d_b;
+  return lt_run(p, device, stream);
+}
+
+bool lt_linear_backward_weight_into(DType dtype, int64_t m, int64_t n, int64_t k, const void* x,
+                                    int64_t ldx, const void* d_y, int64_t ldd, void* d_w,
+                                    bool d_w_float32, bool accumulate, int device,
+                                    cudaStream_t stream) {
+  LtProblem p{};
+  p.dtype = dtype;
+  p.op_a = CUBLAS_OP_N;
+  p.op_b = CUBLAS_OP_T;
+  p.rows = k, p.cols = n, p.inner = m;
+  p.a = x, p.a_rows = k, p.a_cols = m, p.lda = ldx;
+  p.b = d_y, p.b_rows = n, p.b_cols = m, p.ldb = ldd;
+  p.d = d_w, p.ldd = k;
+  p.d_float32 = d_w_float32;
+  p.accumulate = accumulate;
   return lt_run(p, device, stream);
 }
 

@@ -69,4 +69,13 @@ bool lt_linear_backward_weight(DType dtype, int64_t m, int64_t n, int64_t k, con
                                int64_t ldx, const void* d_y, int64_t ldd, void* d_w, void* d_b,
                                int device, cudaStream_t stream);
 
+// d_w (n, k) = d_y^T x, or d_w += d_y^T x when accumulate (beta 1), with d_w
+// float32 when d_w_float32 (bfloat16 operands summed in float32 and stored so:
+// a sum over chunks of rows keeps float32 accuracy with no cast or add pass), else
+// of dtype. No bias gradient. Attempted as lt_linear_backward_weight_attempts says.
+bool lt_linear_backward_weight_into(DType dtype, int64_t m, int64_t n, int64_t k, const void* x,
+                                    int64_t ldx, const void* d_y, int64_t ldd, void* d_w,
+                                    bool d_w_float32, bool accumulate, int device,
+                                    cudaStream_t stream);
+
 }  // namespace ember::cuda

@@ -262,6 +262,14 @@ bool linear_input_grad(const kernels::LinearInputGradArgs& a) {
 
 bool linear_weight_grad_fused(const kernels::LinearWeightGradArgs& a) {
   DeviceGuard guard(a.device.index);
+  // A float32 d_w from bfloat16 operands, or a sum into d_w: cuBLASLt alone (its
+  // output type and beta), without a bias gradient.
+  if (weight_grad_into(a)) {
+    if (a.d_b != nullptr) return false;
+    return lt_linear_backward_weight_into(a.dtype, a.m, a.n, a.k, a.x, a.ldx, a.d_y, a.n, a.d_w,
+                                          a.d_w_float32, a.accumulate, a.device.index,
+                                          current_stream(a.device.index));
+  }
   LinearGemm g;
   g.product = LinearProduct::WeightGrad;
   g.dtype = a.dtype;

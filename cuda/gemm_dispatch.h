@@ -15,6 +15,7 @@
 
 #include "core/base/dtype.h"
 #include "core/base/elementwise_ops.h"  // Activation
+#include "core/base/kernel_families.h"
 #include "cuda/gemm_rule.h"
 
 namespace ember::cuda {
@@ -62,6 +63,13 @@ GemmKernel plan_linear(const LinearGemm& g, int device);
 // that a cuBLASLt call that finds no algorithm falls back to ours (or to None
 // for WeightGrad when ours cannot take it: the caller then composes).
 GemmKernel run_linear(const LinearGemm& g, int device, cudaStream_t stream);
+
+// Whether a weight-gradient call asks for what only cuBLASLt's output type and
+// beta give (lt_linear_backward_weight_into): a float32 d_w from other operands, or
+// a sum into d_w. The CUDA and meta devices route it alike.
+inline bool weight_grad_into(const kernels::LinearWeightGradArgs& a) {
+  return a.accumulate || (a.d_w_float32 && a.dtype != DType::Float32);
+}
 
 // Whether Linear's backward sums d_b inside the d_w GEMM (our kernel's row sums,
 // cuBLASLt's BGRADB) rather than in a separate reduction; measured per dtype.

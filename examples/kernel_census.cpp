@@ -149,8 +149,10 @@ class Census final : public MetaKernelObserver {
          gemm_flops(1, a.m, a.k, a.n));
   }
   void measure(const kernels::LinearWeightGradArgs& a) {
-    note("linear_weight_grad_fused", "gemm", a.dtype, "-",
-         gemm_bytes(a.dtype, 1, a.n, a.k, a.m, element_size(a.dtype)),
+    // d_w (n, k) over m rows; a sum into d_w reads it too.
+    const size_t out = a.d_w_float32 ? 4 : element_size(a.dtype);
+    note("linear_weight_grad_fused", a.accumulate ? "gemm+=" : "gemm", a.dtype, "-",
+         gemm_bytes(a.dtype, 1, a.n, a.k, a.m, a.accumulate ? 2 * out : out),
          gemm_flops(1, a.n, a.k, a.m));
   }
 };

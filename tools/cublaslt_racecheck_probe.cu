@@ -206,8 +206,9 @@ struct Lt {
 std::string lt_matmul(Lt& lt, DT dt, cublasOperation_t op_a, cublasOperation_t op_b, long rows,
                       long cols, const void* a, long a_rows, long a_cols, long lda, const void* b,
                       long b_rows, long b_cols, long ldb, void* d, long ldd, cublasLtEpilogue_t epi,
-                      const void* bias, void* aux, long aux_ld) {
+                      const void* bias, void* aux, long aux_ld, bool d_float32 = false) {
   const cudaDataType_t type = dt == DT::bf16 ? CUDA_R_16BF : CUDA_R_32F;
+  const cudaDataType_t d_type = d_float32 ? CUDA_R_32F : type;
   const cublasComputeType_t compute =
       dt == DT::tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
   cublasLtMatmulDesc_t desc;
@@ -228,7 +229,7 @@ std::string lt_matmul(Lt& lt, DT dt, cublasOperation_t op_a, cublasOperation_t o
   cublasLtMatrixLayout_t la, lb, ldesc;
   CK_BLAS(cublasLtMatrixLayoutCreate(&la, type, a_rows, a_cols, lda));
   CK_BLAS(cublasLtMatrixLayoutCreate(&lb, type, b_rows, b_cols, ldb));
-  CK_BLAS(cublasLtMatrixLayoutCreate(&ldesc, type, rows, cols, ldd));
+  CK_BLAS(cublasLtMatrixLayoutCreate(&ldesc, d_type, rows, cols, ldd));
   cublasLtMatmulPreference_t pref;
   CK_BLAS(cublasLtMatmulPreferenceCreate(&pref));
   const uint64_t ws = kWorkspace;
@@ -341,11 +342,14 @@ bool replay_lt(Lt& lt, std::istringstream& in, const std::string& line) {
         off_bias >> off_aux))
     die("--replay", ("malformed lt line: " + line).c_str());
   (void)inner;
-  const DT d = dt == "bf16" ? DT::bf16 : math == "tf32" ? DT::tf32 : DT::fp32;
+  // "bf16->fp32": bfloat16 operands, a float32 D (lt_linear_backward_weight_into).
+  const bool d_float32 = dt == "bf16->fp32";
+  const DT d = dt == "bf16" || d_float32 ? DT::bf16 : math == "tf32" ? DT::tf32 : DT::fp32;
   const size_t es = d == DT::bf16 ? 2 : 4;
+  const size_t d_es = d_float32 ? 4 : es;
   Buf a(es * size_t(lda * a_cols), off_a);
   Buf b(es * size_t(ldb * b_cols), off_b);
-  Buf out(es * size_t(ldd * cols), off_d, true);
+  Buf out(d_es * size_t(ldd * cols), off_d, true);
   // The bias (in, or the bias gradient out) runs along D's rows or columns: room
   // for either, in float32.
   Buf bias(4 * size_t(rows > cols ? rows : cols), off_bias);
@@ -353,9 +357,9 @@ bool replay_lt(Lt& lt, std::istringstream& in, const std::string& line) {
   const bool ran =
       !lt_matmul(lt, d, op_of(sa), op_of(sb), rows, cols, a.at, a_rows, a_cols, lda, b.at, b_rows,
                  b_cols, ldb, out.at, ldd, static_cast<cublasLtEpilogue_t>(epi),
-                 has_bias ? bias.at : nullptr, aux_ld > 0 ? aux.at : nullptr, aux_ld)
+                 has_bias ? bias.at : nullptr, aux_ld > 0 ? aux.at : nullptr, aux_ld, d_float32)
            .empty();
-  if (ran && g_uninit_output) read_all(out.at, es * size_t(ldd * (cols - 1) + rows));
+  if (ran && g_uninit_output) read_all(out.at, d_es * size_t(ldd * (cols - 1) + rows));
   return ran;
 }
 

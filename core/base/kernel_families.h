@@ -394,7 +394,9 @@ struct LinearArgs {
 };
 // d_w (n, k) = d_y^T x and, when d_b is not null, d_b (n) = column sums of d_y in
 // the same pass. Returns false, having done nothing, when it cannot (the op then
-// composes). d_y (m, n) contiguous.
+// composes). d_y (m, n) contiguous. With d_w_float32, d_w is float32 whatever
+// dtype is (bfloat16 products summed and stored in float32); with accumulate,
+// d_w += d_y^T x (d_b must then be null). Devices that lack either return false.
 struct LinearWeightGradArgs {
   Device device;
   DType dtype;
@@ -404,6 +406,8 @@ struct LinearWeightGradArgs {
   const void* d_y;
   void* d_w;
   void* d_b;  // may be null
+  bool d_w_float32 = false;
+  bool accumulate = false;
 };
 // d_x (m, k) = d_y (m, n) w (n, k), Linear's input gradient: rows K-contiguous
 // (row strides ldd, ldw), d_x contiguous. Returns false, having done nothing,

@@ -345,8 +345,10 @@ bool linear_input_grad_takes(const LinearInputGradArgs& a) {
          fits_cblas_int({a.m, a.n, a.k, a.ldd, a.ldw});
 }
 
+// Not a sum into d_w, nor a float32 d_w from other operands: the op composes those.
 bool linear_weight_grad_takes(const LinearWeightGradArgs& a) {
-  return linear_fused_supported(a.dtype) && a.d_b == nullptr && a.m > 0 && a.n > 0 && a.k > 0 &&
+  return linear_fused_supported(a.dtype) && a.d_b == nullptr && !a.accumulate &&
+         (!a.d_w_float32 || a.dtype == DType::Float32) && a.m > 0 && a.n > 0 && a.k > 0 &&
          fits_cblas_int({a.m, a.n, a.k, a.ldx});
 }
 

@@ -123,6 +123,13 @@ bool linear_input_grad(const LinearInputGradArgs& a) {
 
 bool linear_weight_grad_fused(const LinearWeightGradArgs& a) {
   if (!mirrors_cuda()) return cpu::linear_weight_grad_takes(a);
+  if (cuda::weight_grad_into(a)) {  // cuBLASLt alone, as the CUDA device
+    if (a.d_b != nullptr ||
+        !cuda::lt_linear_backward_weight_attempts(a.dtype, a.m, a.n, a.k, a.ldx))
+      return false;
+    ember::detail::meta_uses_library(MetaLibrary::cublaslt);
+    return true;
+  }
   cuda::LinearGemm g;
   g.product = cuda::LinearProduct::WeightGrad;
   g.dtype = a.dtype;

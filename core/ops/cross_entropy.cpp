@@ -210,6 +210,27 @@ Tensor as_dtype(const Tensor& t, DType d) {
   return t.dtype() == d ? t : cast(t, d);
 }
 
+// d_w (V, C) in w's dtype gets one chunk's share d^T x (d (rows, V), x (rows, C), both
+// contiguous in the compute dtype): the device's weight-gradient GEMM summing into
+// d_w in its own dtype when it can (CUDA: cuBLASLt with a float32 output and beta 1,
+// so bfloat16 shares are summed in float32 with no cast or add pass); otherwise a
+// product in the compute dtype added (cast) into d_w. The first share makes d_w.
+void add_weight_share(Tensor& d_w, const Tensor& d, const Tensor& x, const Tensor& w) {
+  const bool first = !d_w.defined();
+  const int64_t rows = x.size(0), classes = d.size(1), in = x.size(1);
+  if (first) d_w = empty({classes, in}, w.options());
+  kernels::LinearWeightGradArgs a{x.device(),   x.dtype(), rows,         classes,        in,
+                                  x.raw_data(), in,        d.raw_data(), d_w.raw_data(), nullptr};
+  a.d_w_float32 = d_w.dtype() == DType::Float32;
+  a.accumulate = !first;
+  if (rows > 0 && kernels::kernels_for(x.device()).linear_weight_grad_fused(a)) return;
+  const Tensor share = matmul(d.t(), x);  // (V, C), compute dtype
+  if (first)
+    copy_(d_w, share);
+  else
+    add_(d_w, share);
+}
+
 // What the chunked forward leaves for backward: the gradients for an incoming
 // gradient of 1 and a Sum reduction (Mean divides by `count` in backward).
 struct LinearCrossEntropyGrads {
@@ -245,13 +266,7 @@ Tensor chunked_forward(const Tensor& x_in, const Tensor& w_in, const Tensor& t,
       Tensor dx_c = slice(grads->d_input, 0, r0, r1);
       copy_(dx_c, matmul(d, w));
     }
-    if (gw) {
-      const Tensor dw_c = matmul(d.t(), xc);  // (V, C), compute dtype
-      if (!grads->d_weight.defined())
-        grads->d_weight = dw_c.dtype() == w_in.dtype() ? dw_c : cast(dw_c, w_in.dtype());
-      else
-        add_(grads->d_weight, dw_c);
-    }
+    if (gw) add_weight_share(grads->d_weight, d, xc, w_in);
   }
   return per;
 }

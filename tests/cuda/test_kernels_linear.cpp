@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "core/autograd.h"
+#include "core/kernel_table.h"
 #include "core/ops.h"
 #include "cuda/blas.h"
 #include "cuda/gemm_dispatch.h"
@@ -274,4 +275,47 @@ TEST_CASE("kernels/linear: empty batch, no outputs and no features" * doctest::t
     CHECK(b.grad().sizes() == b.sizes());
     (void)o;
   }
+}
+
+// The weight-gradient family's float32 output and sum (linear_cross_entropy's
+// chunks, core/ops/cross_entropy.cpp): d_w = s + d_y0^T x0 + d_y1^T x1 with
+// bfloat16 operands and a float32 d_w, and with float32 operands (TF32 off),
+// against the CPU float64 sum of the same rounded operands. The products of bf16
+// values are exact in float32, so only the float32 sums round: 1e-5 for both.
+// A bias gradient with either option is declined, leaving d_w untouched.
+TEST_CASE("kernels/linear: the weight gradient summed into a float32 d_w (cuBLASLt beta 1)" *
+          doctest::test_suite("cuda")) {
+  const bool tf32 = cuda::allow_tf32();
+  cuda::set_allow_tf32(false);
+  const int64_t m = 333, n = 517, k = 72;  // d_y (m, n), x (m, k), d_w (n, k)
+  const kernels::KernelTable& table = kernels::kernels_for(Device(kCUDA));
+  for (DType dtype : {kBFloat16, kFloat32}) {
+    INFO("dtype=", dtype);
+    const Tensor s64 = randn64({n, k}, 41);
+    Tensor want = s64;
+    Tensor d_w = s64.to(kCUDA, kFloat32);
+    for (uint64_t part = 0; part < 2; ++part) {
+      const Tensor x64 = randn64({m, k}, 42 + 2 * part).to(dtype).to(kFloat64);
+      const Tensor d64 = randn64({m, n}, 43 + 2 * part).to(dtype).to(kFloat64);
+      want = add(want, matmul(d64.t(), x64));
+      const Tensor x = x64.to(kCUDA, dtype), d = d64.to(kCUDA, dtype);
+      kernels::LinearWeightGradArgs a{Device(kCUDA), dtype,          m,      n, k, x.raw_data(), k,
+                                      d.raw_data(),  d_w.raw_data(), nullptr};
+      a.d_w_float32 = true;
+      a.accumulate = true;
+      REQUIRE(table.linear_weight_grad_fused(a));
+    }
+    CHECK(rel_error(d_w.to(kCPU).to(kFloat64), want) < 1e-5);
+    // No bias gradient with a sum: declined, d_w as it was.
+    const Tensor before = d_w.to(kCPU);
+    Tensor d_b = zeros({n}, TensorOptions(kFloat32).device(kCUDA));
+    const Tensor x = randn64({m, k}, 50).to(kCUDA, dtype), d = randn64({m, n}, 51).to(kCUDA, dtype);
+    kernels::LinearWeightGradArgs a{
+        Device(kCUDA),  dtype,         m, n, k, x.raw_data(), k, d.raw_data(),
+        d_w.raw_data(), d_b.raw_data()};
+    a.accumulate = true;
+    CHECK_FALSE(table.linear_weight_grad_fused(a));
+    CHECK(rel_error(d_w.to(kCPU).to(kFloat64), before.to(kFloat64)) == 0.0);
+  }
+  cuda::set_allow_tf32(tf32);
 }
