@@ -106,8 +106,10 @@ class Census final : public MetaKernelObserver {
          operand_bytes(a.xl, a.n, a.dtype) + operand_bytes(a.yl, a.n, a.out_dtype));
   }
   void measure(const kernels::BinaryArgs& a) {
-    note("binary", binary_name(a.op), a.dtype, path_of({&a.xl, &a.yl, &a.ol}),
-         operand_bytes(a.xl, a.n, a.dtype) + operand_bytes(a.yl, a.n, a.dtype) +
+    const DType x = a.x_bf16 ? DType::BFloat16 : a.dtype, y = a.y_bf16 ? DType::BFloat16 : a.dtype;
+    note("binary", std::string(binary_name(a.op)) + (a.x_bf16 || a.y_bf16 ? " (bf16 read)" : ""),
+         a.dtype, path_of({&a.xl, &a.yl, &a.ol}),
+         operand_bytes(a.xl, a.n, x) + operand_bytes(a.yl, a.n, y) +
              operand_bytes(a.ol, a.n, a.out_dtype));
   }
   void measure(const kernels::UnaryBackwardArgs& a) {

@@ -68,7 +68,9 @@ struct UnaryBackwardArgs {  // out = unary_backward(op, g, s, a)
 };
 
 // out = binary_forward(op, x, y, a); x and y of dtype, out of out_dtype (dtype,
-// or Bool for the comparisons).
+// or Bool for the comparisons). With dtype float32, x_bf16 (y_bf16) says x (y) is
+// stored as bfloat16 and widened as it is read: a float32 op on a bfloat16 operand
+// without a cast pass first (the same values, so the same results).
 struct BinaryArgs {
   Device device;
   BinaryOp op;
@@ -82,6 +84,8 @@ struct BinaryArgs {
   int64_t n;
   double a;
   DType out_dtype;
+  bool x_bf16 = false;
+  bool y_bf16 = false;
 };
 
 // out = cond ? a : b; cond bool, a, b and out of dtype, layouts over out's shape.

@@ -111,6 +111,29 @@ void binary_generic(const BinaryArgs& a) {
   });
 }
 
+// One operand float32 and the other bfloat16 (BinaryArgs::x_bf16, y_bf16): each
+// read as its own type, computed in double as binary_generic, out float32 or bool.
+void binary_mixed_generic(const BinaryArgs& a) {
+  EMBER_CHECK(a.dtype == DType::Float32 && a.x_bf16 != a.y_bf16, binary_name(a.op),
+              ": a bfloat16 operand is read as float32 beside one float32 operand only");
+  auto run = [&](const auto* x, const auto* y) {
+    auto body = [&](auto* o) {
+      for (int64_t i = 0; i < a.n; ++i)
+        store_from_double(o + a.ol.offset_of(i),
+                          binary_forward<double>(a.op, load_as_double(x + a.xl.offset_of(i)),
+                                                 load_as_double(y + a.yl.offset_of(i)), a.a));
+    };
+    if (a.out_dtype == DType::Bool)
+      body(static_cast<bool*>(a.out));
+    else
+      body(static_cast<float*>(a.out));
+  };
+  if (a.x_bf16)
+    run(static_cast<const BFloat16*>(a.x), static_cast<const float*>(a.y));
+  else
+    run(static_cast<const float*>(a.x), static_cast<const BFloat16*>(a.y));
+}
+
 void binary_backward_generic(const BinaryBackwardArgs& a) {
   dispatch_cpu(a.dtype, [&](auto tag) {
     using S = decltype(tag);
@@ -199,6 +222,8 @@ void unary_backward(const UnaryBackwardArgs& a) {
   if (!cpu::unary_backward_fast(a)) cpu::unary_backward_generic(a);
 }
 void binary(const BinaryArgs& a) {
+  if (a.x_bf16 || a.y_bf16) [[unlikely]]
+    return cpu::binary_mixed_generic(a);
   if (!cpu::binary_fast(a)) cpu::binary_generic(a);
 }
 void binary_backward(const BinaryBackwardArgs& a) {

@@ -12,6 +12,7 @@ namespace ember::kernels::cpu {
 void unary_generic(const UnaryArgs& a);
 void unary_backward_generic(const UnaryBackwardArgs& a);
 void binary_generic(const BinaryArgs& a);
+void binary_mixed_generic(const BinaryArgs& a);  // x_bf16 or y_bf16 set
 void binary_backward_generic(const BinaryBackwardArgs& a);
 void cast_generic(const CastArgs& a);
 void fill_generic(const FillArgs& a);

@@ -105,13 +105,39 @@ void run_unary(UnaryOp op, const Tensor& a, const Tensor& out, double s, const c
               out.dtype()});
 }
 
+// a and b of the dtype the op computes in, or (computing in float32) one of them
+// bfloat16, which the kernel widens as it reads (BinaryArgs::x_bf16, y_bf16).
 void run_binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out, double s,
                 const char* name) {
   const Shape& shape = out.sizes();
-  kernels::kernels_for(out.device())
-      .binary({out.device(), op, a.dtype(), a.storage()->data(), detail::layout_of(a, shape, name),
-               b.storage()->data(), detail::layout_of(b, shape, name), out.storage()->data(),
-               detail::layout_of(out, shape, name), out.numel(), s, out.dtype()});
+  const bool a_narrow = a.dtype() == kBFloat16 && b.dtype() == kFloat32;
+  const bool b_narrow = b.dtype() == kBFloat16 && a.dtype() == kFloat32;
+  kernels::BinaryArgs args{out.device(),
+                           op,
+                           a_narrow ? kFloat32 : a.dtype(),
+                           a.storage()->data(),
+                           detail::layout_of(a, shape, name),
+                           b.storage()->data(),
+                           detail::layout_of(b, shape, name),
+                           out.storage()->data(),
+                           detail::layout_of(out, shape, name),
+                           out.numel(),
+                           s,
+                           out.dtype()};
+  args.x_bf16 = a_narrow;
+  args.y_bf16 = b_narrow;
+  kernels::kernels_for(out.device()).binary(args);
+}
+
+// Whether a float32 op reads a bfloat16 operand as it is (the kernel widening it)
+// instead of through a cast: for ops whose backward reads neither operand (add,
+// sub), so no bfloat16 operand is saved, and for the comparisons.
+bool reads_bf16_in_place(BinaryOp op, DType compute, DType x, DType y) {
+  if (compute != kFloat32) return false;
+  if (!((x == kBFloat16 && y == kFloat32) || (x == kFloat32 && y == kBFloat16))) return false;
+  if (gives_bool(op)) return true;
+  auto reads_operand = [](Reads r) { return r != Reads::G && r != Reads::GA && r != Reads::None; };
+  return !reads_operand(binary_reads(op, 0)) && !reads_operand(binary_reads(op, 1));
 }
 
 // The in-place binary ops: `other` is cast to t's dtype when the promoted type of
@@ -263,9 +289,13 @@ Tensor binary_op(BinaryOp op, const Tensor& x, const Tensor& y, double alpha) {
       compute = kFloat32;
     }
   }
-  Tensor xc, yc;  // only for operands not already of the compute dtype
-  const Tensor& a = x.dtype() == compute ? x : (xc = cast(x, compute));
-  const Tensor& b = y.dtype() == compute ? y : (yc = cast(y, compute));
+  // Operands not of the compute dtype are cast to it, except a bfloat16 one that
+  // the kernel reads as it is (reads_bf16_in_place); its gradient is then cast
+  // back to bfloat16 below, as CastBackward would have.
+  const bool in_place = reads_bf16_in_place(op, compute, x.dtype(), y.dtype());
+  Tensor xc, yc;
+  const Tensor& a = x.dtype() == compute || in_place ? x : (xc = cast(x, compute));
+  const Tensor& b = y.dtype() == compute || in_place ? y : (yc = cast(y, compute));
   const TensorOptions opts = TensorOptions(gives_bool(op) ? kBool : compute).device(a.device());
   Tensor out = a.sizes() == b.sizes() ? empty(a.sizes(), opts)
                                       : empty(broadcast_shapes(a.sizes(), b.sizes(), name), opts);
@@ -279,15 +309,17 @@ Tensor binary_op(BinaryOp op, const Tensor& x, const Tensor& y, double alpha) {
     SavedTensors saved = save_x || save_y
                              ? SavedTensors{save_x ? a : Tensor(), save_y ? b : Tensor()}
                              : SavedTensors{};
-    attach_grad_fn(out, kBinaryBackwardNames[static_cast<int>(op)], {&a, &b}, std::move(saved),
-                   [op, alpha, sa = a.sizes(), sb = b.sizes(), ga, gb](const Tensor& g,
-                                                                       const SavedTensors& s) {
-                     const Tensor none;
-                     const Tensor& x = s.size() > 0 ? s[0] : none;
-                     const Tensor& y = s.size() > 1 ? s[1] : none;
-                     return Grads{ga ? sum_to(binary_grad(op, 0, g, x, y, alpha), sa) : Tensor(),
-                                  gb ? sum_to(binary_grad(op, 1, g, x, y, alpha), sb) : Tensor()};
-                   });
+    attach_grad_fn(
+        out, kBinaryBackwardNames[static_cast<int>(op)], {&a, &b}, std::move(saved),
+        [op, alpha, sa = a.sizes(), sb = b.sizes(), ga, gb, ta = a.dtype(), tb = b.dtype()](
+            const Tensor& g, const SavedTensors& s) {
+          const Tensor none;
+          const Tensor& x = s.size() > 0 ? s[0] : none;
+          const Tensor& y = s.size() > 1 ? s[1] : none;
+          return Grads{
+              ga ? as_dtype(sum_to(binary_grad(op, 0, g, x, y, alpha), sa), ta) : Tensor(),
+              gb ? as_dtype(sum_to(binary_grad(op, 1, g, x, y, alpha), sb), tb) : Tensor()};
+        });
   }
   return out;
 }
@@ -370,7 +402,11 @@ Tensor& fill_(Tensor& t, double value) {
 // ---------------------------------------------------------------- in place
 
 Tensor& add_(Tensor& t, const Tensor& other, double alpha) {
-  const Tensor o = operand_for_inplace("add_", t, other);
+  // float32 += bfloat16 reads the bfloat16 operand as it is (no cast pass).
+  const Tensor o = t.defined() && other.defined() && t.dtype() == kFloat32 &&
+                           other.dtype() == kBFloat16 && other.device() == t.device()
+                       ? other
+                       : operand_for_inplace("add_", t, other);
   check_inplace("add_", t);
   EMBER_CHECK(
       other.sizes() == t.sizes() || broadcast_shapes(t.sizes(), other.sizes(), "add_") == t.sizes(),

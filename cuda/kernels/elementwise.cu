@@ -102,8 +102,9 @@ __global__ void unary_backward_kernel(UnaryOp op, const S* g, StridedLayout gl, 
   }
 }
 
-template <typename S, typename O>
-__global__ void binary_kernel(BinaryOp op, const S* x, StridedLayout xl, const S* y,
+// SY: y's storage type, S's or (S float32) bfloat16, widened as it is read.
+template <typename S, typename O, typename SY = S>
+__global__ void binary_kernel(BinaryOp op, const S* x, StridedLayout xl, const SY* y,
                               StridedLayout yl, O* out, StridedLayout ol, int64_t n, double a) {
   using C = typename ComputeOf<S>::type;
   if constexpr (std::is_same_v<S, int64_t>) {
@@ -322,6 +323,28 @@ void launch_binary_backward(BinaryOp op, int side, DType dtype, const void* g,
   });
 }
 
+// out (float32, or bool) = op(x, y, a) computed in float32, one of x and y stored
+// as bfloat16 (x_bf16 says which): binary_kernel with a second storage type.
+void launch_binary_mixed(BinaryOp op, bool x_bf16, const void* x, const StridedLayout& xl,
+                         const void* y, const StridedLayout& yl, void* out, const StridedLayout& ol,
+                         int64_t n, double a, DType out_dtype, cudaStream_t stream) {
+  if (n == 0) return;
+  using B = __nv_bfloat16;
+  auto run = [&](auto* o) {
+    using O = std::remove_pointer_t<decltype(o)>;
+    if (!x_bf16)
+      launch<binary_kernel<float, O, B>>(n, stream, op, static_cast<const float*>(x), xl,
+                                         static_cast<const B*>(y), yl, o, ol, n, a);
+    else
+      launch<binary_kernel<B, O, float>>(n, stream, op, static_cast<const B*>(x), xl,
+                                         static_cast<const float*>(y), yl, o, ol, n, a);
+  };
+  if (out_dtype == DType::Bool)
+    run(static_cast<bool*>(out));
+  else
+    run(static_cast<float*>(out));
+}
+
 KernelLaunch binary_kernel_launch(DType dtype, int64_t n) {
   KernelLaunch l;
   dispatch_float(dtype, "binary", [&](auto* tag) {
@@ -420,6 +443,13 @@ void unary_backward(const kernels::UnaryBackwardArgs& a) {
 
 void binary(const kernels::BinaryArgs& a) {
   DeviceGuard guard(a.device.index);
+  if (a.x_bf16 || a.y_bf16) [[unlikely]] {
+    EMBER_CHECK(a.dtype == DType::Float32 && a.x_bf16 != a.y_bf16, binary_name(a.op),
+                ": a bfloat16 operand is read as float32 beside one float32 operand only");
+    launch_binary_mixed(a.op, a.x_bf16, a.x, a.xl, a.y, a.yl, a.out, a.ol, a.n, a.a, a.out_dtype,
+                        current_stream(a.device.index));
+    return;
+  }
   launch_binary(a.op, a.dtype, a.x, a.xl, a.y, a.yl, a.out, a.ol, a.n, a.a, a.out_dtype,
                 current_stream(a.device.index));
 }

@@ -34,6 +34,11 @@ inline void launch_binary(BinaryOp op, DType dtype, const void* x, const Strided
                           const StridedLayout& ol, int64_t n, double a, cudaStream_t stream) {
   launch_binary(op, dtype, x, xl, y, yl, out, ol, n, a, dtype, stream);
 }
+// out (float32, or Bool) = op(x, y, a) in float32, where one of x and y is float32
+// and the other bfloat16 (x_bf16: x is), widened as it is read.
+void launch_binary_mixed(BinaryOp op, bool x_bf16, const void* x, const StridedLayout& xl,
+                         const void* y, const StridedLayout& yl, void* out, const StridedLayout& ol,
+                         int64_t n, double a, DType out_dtype, cudaStream_t stream);
 // out = cond ? a : b; cond bool; a, b, out of dtype (any).
 void launch_where(DType dtype, const void* cond, const StridedLayout& cl, const void* a,
                   const StridedLayout& al, const void* b, const StridedLayout& bl, void* out,

@@ -170,6 +170,57 @@ TEST_CASE("promotion: mixed-dtype backward returns each input's own dtype") {
   CHECK(c.grad().to_vector<double>() == V{2, 3});
 }
 
+TEST_CASE("promotion: float32 with a bfloat16 operand reads it as it is, with the cast's bits") {
+  // add and sub (whose backward reads no operand) and the comparisons read the bfloat16
+  // operand in the kernel, widened, instead of through a cast op: the same values, so the
+  // same bits as casting first, in either order, broadcasting, with alpha.
+  Generator gen(5);
+  const Tensor f = randn({3, 4, 5}, kFloat32, &gen);
+  const Tensor h = randn({4, 5}, kFloat32, &gen).to(kBFloat16);
+  const Tensor hw = h.to(kFloat32);
+  CHECK(add(f, h).to_vector<float>() == add(f, hw).to_vector<float>());
+  CHECK(add(h, f).to_vector<float>() == add(hw, f).to_vector<float>());
+  CHECK(add(f, h, -0.375).to_vector<float>() == add(f, hw, -0.375).to_vector<float>());
+  CHECK(add(h, f, 3.0).to_vector<float>() == add(hw, f, 3.0).to_vector<float>());
+  CHECK(sub(h, f).to_vector<float>() == sub(hw, f).to_vector<float>());
+  CHECK(lt(f, h).to_vector<bool>() == lt(f, hw).to_vector<bool>());
+  CHECK(ge(h, f).to_vector<bool>() == ge(hw, f).to_vector<bool>());
+  CHECK(add(f, h).dtype() == kFloat32);
+  CHECK(add(f.slice(2, 1, 4), h.slice(1, 1, 4)).to_vector<float>() ==
+        add(f.slice(2, 1, 4), hw.slice(1, 1, 4)).to_vector<float>());
+  // mul reads its operands in backward: still through a cast, same values.
+  CHECK(mul(f, h).to_vector<float>() == mul(f, hw).to_vector<float>());
+
+  // Gradients: each input's own dtype, the bfloat16 one the float32 gradient summed
+  // to its shape and rounded once (as CastBackward did), with no cast node between.
+  Tensor x = f.detach().set_requires_grad(true);
+  Tensor y = h.detach().set_requires_grad(true);
+  Tensor z = add(x, y, 0.5);
+  REQUIRE(z.grad_fn() != nullptr);
+  CHECK(z.grad_fn()->name() == std::string("AddBackward"));
+  // Both inputs' edges lead straight to their leaves: no CastBackward in between.
+  REQUIRE(z.grad_fn()->next_edges.size() == 2);
+  CHECK(z.grad_fn()->next_edges[1].node->name() == std::string("AccumulateGrad"));
+  // mul still casts (its backward reads the operands).
+  CHECK(mul(x, y).grad_fn()->next_edges[1].node->name() == std::string("CastBackward"));
+  const Tensor w = randn({3, 4, 5}, kFloat32, &gen);
+  (z * w).sum().backward();
+  CHECK(x.grad().dtype() == kFloat32);
+  CHECK(x.grad().to_vector<float>() == w.to_vector<float>());
+  CHECK(y.grad().dtype() == kBFloat16);
+  CHECK(y.grad().to_vector<float>() == mul(sum(w, 0), 0.5).to(kBFloat16).to_vector<float>());
+  Tensor y2 = h.detach().set_requires_grad(true);
+  sub(f, y2).sum().backward();
+  CHECK(y2.grad().dtype() == kBFloat16);
+  CHECK(y2.grad().to_vector<double>() == V(20, -3.0));
+
+  // In place: float32 += bfloat16 reads it as it is; the bits of adding the cast.
+  Tensor t = f.clone(), t2 = f.clone();
+  t.add_(h, 2.0);
+  t2.add_(hw, 2.0);
+  CHECK(t.to_vector<float>() == t2.to_vector<float>());
+}
+
 TEST_CASE("promotion: in-place ops accept other dtypes whose result fits") {
   Tensor t = tensor({1.0, 2.0}, kFloat32);
   t.add_(tensor({1, 1}, kInt64));
