@@ -19,6 +19,9 @@
 #                          attention  bench_attention (fused attention, bf16, issue 27's shapes
 #                                  and T 4096, 8192; forward, forward+backward) against PyTorch's
 #                                  sdpa, its faster of flash and cuDNN (peer_attention.py)
+#                          elementwise  bench_elementwise (GPT-2's element-wise work, strided and
+#                                  vector kernels) against PyTorch (peer_pytorch.py --only
+#                                  elementwise)
 #                          once    allocator, alloc_site, parallel: run in rep-1 only (no peer)
 #                          all     every one of these
 #   EMBER_BENCH_QUICK=1    fewer rounds inside each process (a smoke run)
@@ -149,6 +152,11 @@ for ((k = 1; k <= reps; ++k)); do
   if has attention; then
     run "$d" attention 300 "$b/bench_attention" --json "$d/attention.json" "${quick[@]}"
     run "$d" peer_attention 300 python3 benchmarks/peer_attention.py --json "$d/peer_attention.json" "${quick[@]}"
+  fi
+  if has elementwise; then
+    run "$d" elementwise 300 "$b/bench_elementwise" --json "$d/elementwise.json"
+    run "$d" peer_elementwise 300 python3 benchmarks/peer_pytorch.py --only elementwise \
+      --json "$d/peer_elementwise.json"
   fi
   if has once && [ "$k" = 1 ]; then
     run "$d" allocator 300 "$b/bench_allocator" --json "$d/allocator.json"

@@ -5,6 +5,7 @@ warm-up, median), printed in the same table format, so one call on the GPU machi
 runs both sides.
 
     python3 benchmarks/peer_pytorch.py [--json FILE] [--only linear,mse,adam,cross_entropy,layer_norm]
+    python3 benchmarks/peer_pytorch.py --only elementwise    (bench_elementwise's peer)
 """
 import json
 import sys
@@ -208,14 +209,66 @@ def bench_layer_norm():
     return ok
 
 
+def bench_elementwise():
+    """bench_elementwise's cases (benchmarks/elementwise.cpp): GPT-2's element-wise work."""
+    header("element-wise: GPT-2's step, B 16 x T 1024 x C 768 (PyTorch)")
+    B, T, C, H, D = 16, 1024, 768, 12, 64
+    n = B * T * C
+    a = torch.randn(n, device="cuda")
+    b = torch.empty_like(a)
+    ms = median_ms(lambda: b.copy_(a), 5, 100)
+    copy = 2.0 * a.numel() * 4 / ms / 1e6
+    add("d2d copy", "f32", "16x1024x768", "pytorch", ms, copy, "GB/s", "read + write")
+    x = torch.randn(B, T, C, device="cuda")
+    y = torch.randn(B, T, C, device="cuda")
+    h = torch.randn(B, T, C, device="cuda").bfloat16()
+    g4 = torch.randn(B, T, 4 * C, device="cuda").bfloat16()
+    pre4 = torch.randn(B, T, 4 * C, device="cuda").bfloat16()
+    heads = torch.randn(B, H, T, D, device="cuda").bfloat16()
+    qkv = torch.randn(B, T, 3 * C, device="cuda").bfloat16()
+    part = qkv[..., C:2 * C]
+    cases = [
+        ("add", "f32", 12, lambda: x + y, lambda: x.double() + y.double(), 1e-6),
+        ("add f32+bf16 (residual)", "mixed", 10, lambda: x + h, lambda: x.double() + h.double(),
+         1e-6),
+        ("cast f32->bf16", "f32", 6, lambda: x.bfloat16(), lambda: x.double(), 1e-2),
+        ("cast bf16->f32", "bf16", 6, lambda: h.float(), lambda: h.double(), 0.0),
+        ("gelu backward (B,T,4C)", "bf16", 24, lambda: torch.ops.aten.gelu_backward(g4, pre4),
+         lambda: torch.ops.aten.gelu_backward(g4.double(), pre4.double()), 1e-2),
+        ("heads (B,H,T,D)->(B,T,H,D)", "bf16", 4, lambda: heads.transpose(1, 2).contiguous(),
+         lambda: heads.double().transpose(1, 2), 0.0),
+    ]
+    ok = True
+    with torch.no_grad():
+        for name, dtype, per, f, ref, tol in cases:
+            if not check(f"{name} ({dtype})", rel_err(f(), ref()), tol):
+                ok = False
+                continue
+            ms = median_ms(f, 5, 50)
+            rate = per * n / ms / 1e6
+            add(name, dtype, "16x1024x768", "pytorch", ms, rate, "GB/s", f"{rate / copy:.2f} of copy")
+        start = part.double().clone()
+        part.add_(h)
+        if check("grad into a slice of (B,T,3C) (bf16)",
+                 rel_err(part, start + h.double()), 1e-2):
+            ms = median_ms(lambda: part.add_(h), 5, 50)
+            rate = 6 * n / ms / 1e6
+            add("grad into a slice of (B,T,3C)", "bf16", "16x1024x768", "pytorch", ms, rate, "GB/s",
+                f"{rate / copy:.2f} of copy")
+        else:
+            ok = False
+    return ok
+
+
 def main():
     if not torch.cuda.is_available():
         print("peer_pytorch: no CUDA device, nothing to measure")
         return 0
     print(f"peer_pytorch: torch {torch.__version__} on {torch.cuda.get_device_name(0)}")
     benches = {"linear": bench_linear, "mse": bench_mse, "adam": bench_adam,
-               "cross_entropy": bench_cross_entropy, "layer_norm": bench_layer_norm}
-    only = list(benches)
+               "cross_entropy": bench_cross_entropy, "layer_norm": bench_layer_norm,
+               "elementwise": bench_elementwise}
+    only = [b for b in benches if b != "elementwise"]  # that one with --only (compare.sh's set)
     if "--only" in sys.argv:
         only = sys.argv[sys.argv.index("--only") + 1].split(",")
         unknown = [b for b in only if b not in benches]

@@ -368,6 +368,31 @@ def paired(reps, ours_file, peer_file, title, targets=()):
         table(["workload", "dtype", "shape", "ember ms", "peer ms", "ember / peer"], rows)
 
 
+def elementwise(reps):
+    """bench_elementwise: each case with the strided kernels (impl ours) and the vector
+    kernels (ours-vec) against PyTorch's same work, per repetition."""
+    key = lambda r: (r["workload"], r["dtype"], r["shape"], r["impl"])  # noqa: E731
+    peer_key = lambda r: (r["workload"], r["dtype"], r["shape"])  # noqa: E731
+    ours = collect(reps, ("elementwise.json",), key)
+    if not ours:
+        return
+    peer = collect(reps, ("peer_elementwise.json",), peer_key)
+    rows = []
+    for k, s in ours.items():
+        r = Series()
+        for rep in reps:
+            o = {key(q): q for q in load(rep, "elementwise.json")}
+            p = {peer_key(q): q for q in load(rep, "peer_elementwise.json")}
+            if k in o and k[:3] in p and p[k[:3]]["ms"] > 0:
+                r.add(o[k]["ms"] / p[k[:3]]["ms"])
+        note = next((q.get("note", "") for q in load(reps[-1], "elementwise.json")
+                     if key(q) == k), "")
+        rows.append([k[0], k[1], k[3], s.fmt(), note, peer.get(k[:3], Series()).fmt(), rfmt(r)])
+    print(f"### Element-wise work of GPT-2's step (16x1024x768), {len(reps)} repetition(s)\n")
+    table(["workload", "dtype", "impl", "ms", "note (last run)", "PyTorch ms", "ours / PyTorch"],
+          rows)
+
+
 def against_best(reps, ours_file, peer_file, ours_want, peer_wants, issue, what, target):
     """A target read against the peer's best: per repetition, ours_want's time over the
     least of the peer's peer_wants rows (e.g. PyTorch's TF32 and bf16 ResNet steps)."""
@@ -443,6 +468,7 @@ def main():
                  ("resnet8 step graphed", "tf32", "b128 3x32x32"), resnet, "29",
                  "resnet8 step graphed <= 0.7x PyTorch's best eager", 0.7)
     gpt(reps)
+    elementwise(reps)
     paired(reps, "attention.json", "peer_attention.json",
            "Fused attention (bf16): ember against PyTorch's sdpa (the faster of flash and cuDNN)",
            [("27", "attention fwd", "bf16", 0.85, "B8 H16 T2048 D128 causal"),

@@ -4,8 +4,12 @@
 // Forward kernels take float32, float64, bfloat16 and int64 input (int64 computed
 // in int64 for the ops that keep integers and the comparisons, in double for the
 // rest) and write the input's type or, for comparisons, bool.
+#include <algorithm>
 #include <atomic>
+#include <cstdlib>
+#include <string>
 #include <tuple>
+#include <type_traits>
 
 #include <cuda_bf16.h>
 
@@ -162,6 +166,98 @@ __global__ void cast_kernel(const From* x, StridedLayout xl, To* y, StridedLayou
   }
 }
 
+// ------------------------------------------------------------------ vectors
+// The same formulas over contiguous operands, V elements per thread moved as one
+// aligned load or store per operand (V: 16 bytes of the widest operand), for
+// float32 and bfloat16 storage. Each element is computed exactly as the strided
+// kernels above compute it, so the bits are the same; what changes is the bytes in
+// flight per thread (one 2-byte load per operand per iteration leaves the scalar
+// bfloat16 kernels short of what the memory system needs to stay busy).
+// Elements past the last whole vector (fewer than V) are taken by block 0.
+template <typename T, int V>
+struct alignas(sizeof(T) * V) Pack {
+  T v[V];
+};
+
+template <int V>
+__device__ __forceinline__ void vector_range(int64_t n, int64_t& packs, int64_t& tail) {
+  packs = n / V;
+  tail = blockIdx.x == 0 && threadIdx.x < n - packs * V ? packs * V + threadIdx.x : -1;
+}
+
+template <typename S, typename O, int V>
+__global__ void unary_vec_kernel(UnaryOp op, const S* x, O* y, int64_t n, double a) {
+  using C = typename ComputeOf<S>::type;
+  int64_t packs, tail;
+  vector_range<V>(n, packs, tail);
+  for (int64_t p = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; p < packs;
+       p += int64_t(gridDim.x) * blockDim.x) {
+    const Pack<S, V> xv = reinterpret_cast<const Pack<S, V>*>(x)[p];
+    Pack<O, V> yv;
+#pragma unroll
+    for (int j = 0; j < V; ++j)
+      store(&yv.v[j], unary_forward<C>(op, load(&xv.v[j]), static_cast<C>(a)));
+    reinterpret_cast<Pack<O, V>*>(y)[p] = yv;
+  }
+  if (tail >= 0) store(y + tail, unary_forward<C>(op, load(x + tail), static_cast<C>(a)));
+}
+
+template <typename S, typename O, typename SY, int V>
+__global__ void binary_vec_kernel(BinaryOp op, const S* x, const SY* y, O* out, int64_t n,
+                                  double a) {
+  using C = typename ComputeOf<S>::type;
+  int64_t packs, tail;
+  vector_range<V>(n, packs, tail);
+  for (int64_t p = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; p < packs;
+       p += int64_t(gridDim.x) * blockDim.x) {
+    const Pack<S, V> xv = reinterpret_cast<const Pack<S, V>*>(x)[p];
+    const Pack<SY, V> yv = reinterpret_cast<const Pack<SY, V>*>(y)[p];
+    Pack<O, V> ov;
+#pragma unroll
+    for (int j = 0; j < V; ++j)
+      store(&ov.v[j], binary_forward<C>(op, load(&xv.v[j]), load(&yv.v[j]), static_cast<C>(a)));
+    reinterpret_cast<Pack<O, V>*>(out)[p] = ov;
+  }
+  if (tail >= 0)
+    store(out + tail, binary_forward<C>(op, load(x + tail), load(y + tail), static_cast<C>(a)));
+}
+
+template <typename S, int V>
+__global__ void unary_backward_vec_kernel(UnaryOp op, const S* g, const S* s, S* out, int64_t n,
+                                          double a) {
+  using C = typename ComputeOf<S>::type;
+  int64_t packs, tail;
+  vector_range<V>(n, packs, tail);
+  for (int64_t p = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; p < packs;
+       p += int64_t(gridDim.x) * blockDim.x) {
+    const Pack<S, V> gv = reinterpret_cast<const Pack<S, V>*>(g)[p];
+    const Pack<S, V> sv = reinterpret_cast<const Pack<S, V>*>(s)[p];
+    Pack<S, V> ov;
+#pragma unroll
+    for (int j = 0; j < V; ++j)
+      store(&ov.v[j], unary_backward<C>(op, load(&gv.v[j]), load(&sv.v[j]), static_cast<C>(a)));
+    reinterpret_cast<Pack<S, V>*>(out)[p] = ov;
+  }
+  if (tail >= 0)
+    store(out + tail, unary_backward<C>(op, load(g + tail), load(s + tail), static_cast<C>(a)));
+}
+
+// float32 <-> bfloat16 (a same-type cast is a copy, taken before here).
+template <typename From, typename To, int V>
+__global__ void cast_vec_kernel(const From* x, To* y, int64_t n) {
+  int64_t packs, tail;
+  vector_range<V>(n, packs, tail);
+  for (int64_t p = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; p < packs;
+       p += int64_t(gridDim.x) * blockDim.x) {
+    const Pack<From, V> xv = reinterpret_cast<const Pack<From, V>*>(x)[p];
+    Pack<To, V> yv;
+#pragma unroll
+    for (int j = 0; j < V; ++j) store(&yv.v[j], load(&xv.v[j]));
+    reinterpret_cast<Pack<To, V>*>(y)[p] = yv;
+  }
+  if (tail >= 0) store(y + tail, load(x + tail));
+}
+
 // step != 0: arange's fma(step, i, value), rounded once as the CPU's std::fma.
 template <typename S>
 __global__ void fill_kernel(S* y, StridedLayout yl, int64_t n, double value, double step) {
@@ -254,7 +350,66 @@ void dispatch_numeric(DType t, const char* op, F&& f) {
     dispatch_float(t, op, std::forward<F>(f));
 }
 
+// ------------------------------------------------------------------ vector path choice
+
+std::atomic<int> g_vectors{-1};  // -1: EMBER_ELEMENTWISE_VECTORS not read yet
+
+// One operand of a vector launch: where it starts and how it is laid out.
+struct VecOperand {
+  const void* base;
+  const StridedLayout* layout;
+  size_t element;
+};
+
+// The operand's first element, when the vector kernels may take it: contiguous,
+// and aligned to its own pack (V elements).
+const void* vector_start(const VecOperand& o, int v) {
+  if (!o.layout->contiguous) return nullptr;
+  const char* p = static_cast<const char*>(o.base) + o.layout->offset * int64_t(o.element);
+  return reinterpret_cast<uintptr_t>(p) % (o.element * size_t(v)) == 0 ? p : nullptr;
+}
+
+// Whether every operand qualifies for packs of v elements (and the switch is on).
+bool vectors_for(int64_t n, int v, std::initializer_list<VecOperand> ops) {
+  if (!elementwise_vectors() || n < v) return false;
+  for (const VecOperand& o : ops)
+    if (vector_start(o, v) == nullptr) return false;
+  return true;
+}
+
+template <typename T>
+T* start_of(const void* base, const StridedLayout& l) {
+  return const_cast<T*>(static_cast<const T*>(base)) + l.offset;
+}
+
+// Elements per thread: 16 bytes of the widest of the types.
+template <typename... T>
+constexpr int pack_of() {
+  constexpr size_t widest = std::max({sizeof(T)...});
+  return static_cast<int>(16 / widest);
+}
+
+template <typename S>
+constexpr bool vector_type = std::is_same_v<S, float> || std::is_same_v<S, __nv_bfloat16>;
+
 }  // namespace
+
+void set_elementwise_vectors(bool on) {
+  g_vectors.store(on ? 1 : 0, std::memory_order_relaxed);
+}
+
+bool elementwise_vectors() {
+  int v = g_vectors.load(std::memory_order_relaxed);
+  if (v < 0) [[unlikely]] {
+    const char* e = std::getenv("EMBER_ELEMENTWISE_VECTORS");
+    const std::string s = e != nullptr ? e : "";
+    EMBER_CHECK(s.empty() || s == "0" || s == "1",
+                "EMBER_ELEMENTWISE_VECTORS must be 0 or 1, got '", s, "'");
+    v = s == "1" ? 1 : 0;
+    g_vectors.store(v, std::memory_order_relaxed);
+  }
+  return v == 1;
+}
 
 void launch_unary(UnaryOp op, DType dtype, const void* x, const StridedLayout& xl, void* y,
                   const StridedLayout& yl, int64_t n, double a, DType out_dtype,
@@ -262,6 +417,19 @@ void launch_unary(UnaryOp op, DType dtype, const void* x, const StridedLayout& x
   if (n == 0) return;
   dispatch_numeric(dtype, unary_name(op), [&](auto* tag) {
     using S = std::remove_pointer_t<decltype(tag)>;
+    if constexpr (vector_type<S>) {
+      constexpr int v = pack_of<S>();
+      if (vectors_for(n, v,
+                      {{x, &xl, sizeof(S)}, {y, &yl, out_dtype == DType::Bool ? 1 : sizeof(S)}})) {
+        if (out_dtype == DType::Bool)
+          launch<unary_vec_kernel<S, bool, v>>(n / v, stream, op, start_of<S>(x, xl),
+                                               start_of<bool>(y, yl), n, a);
+        else
+          launch<unary_vec_kernel<S, S, v>>(n / v, stream, op, start_of<S>(x, xl),
+                                            start_of<S>(y, yl), n, a);
+        return;
+      }
+    }
     if (out_dtype == DType::Bool)
       launch<unary_kernel<S, bool>>(n, stream, op, static_cast<const S*>(x), xl,
                                     static_cast<bool*>(y), yl, n, a);
@@ -277,6 +445,20 @@ void launch_binary(BinaryOp op, DType dtype, const void* x, const StridedLayout&
   if (n == 0) return;
   dispatch_numeric(dtype, binary_name(op), [&](auto* tag) {
     using S = std::remove_pointer_t<decltype(tag)>;
+    if constexpr (vector_type<S>) {
+      constexpr int v = pack_of<S>();
+      const size_t oe = out_dtype == DType::Bool ? 1 : sizeof(S);
+      if (vectors_for(n, v, {{x, &xl, sizeof(S)}, {y, &yl, sizeof(S)}, {out, &ol, oe}})) {
+        if (out_dtype == DType::Bool)
+          launch<binary_vec_kernel<S, bool, S, v>>(n / v, stream, op, start_of<S>(x, xl),
+                                                   start_of<S>(y, yl), start_of<bool>(out, ol), n,
+                                                   a);
+        else
+          launch<binary_vec_kernel<S, S, S, v>>(n / v, stream, op, start_of<S>(x, xl),
+                                                start_of<S>(y, yl), start_of<S>(out, ol), n, a);
+        return;
+      }
+    }
     if (out_dtype == DType::Bool)
       launch<binary_kernel<S, bool>>(n, stream, op, static_cast<const S*>(x), xl,
                                      static_cast<const S*>(y), yl, static_cast<bool*>(out), ol, n,
@@ -304,6 +486,15 @@ void launch_unary_backward(UnaryOp op, DType dtype, const void* g, const Strided
   if (n == 0) return;
   dispatch_float(dtype, "unary backward", [&](auto* tag) {
     using S = std::remove_pointer_t<decltype(tag)>;
+    if constexpr (vector_type<S>) {
+      constexpr int v = pack_of<S>();
+      if (vectors_for(n, v,
+                      {{g, &gl, sizeof(S)}, {saved, &sl, sizeof(S)}, {out, &ol, sizeof(S)}})) {
+        launch<unary_backward_vec_kernel<S, v>>(n / v, stream, op, start_of<S>(g, gl),
+                                                start_of<S>(saved, sl), start_of<S>(out, ol), n, a);
+        return;
+      }
+    }
     launch<unary_backward_kernel<S>>(n, stream, op, static_cast<const S*>(g), gl,
                                      static_cast<const S*>(saved), sl, static_cast<S*>(out), ol, n,
                                      a);
@@ -330,6 +521,28 @@ void launch_binary_mixed(BinaryOp op, bool x_bf16, const void* x, const StridedL
                          int64_t n, double a, DType out_dtype, cudaStream_t stream) {
   if (n == 0) return;
   using B = __nv_bfloat16;
+  constexpr int v = pack_of<float>();
+  const size_t oe = out_dtype == DType::Bool ? 1 : sizeof(float);
+  if (vectors_for(n, v,
+                  {{x, &xl, x_bf16 ? sizeof(B) : sizeof(float)},
+                   {y, &yl, x_bf16 ? sizeof(float) : sizeof(B)},
+                   {out, &ol, oe}})) {
+    auto run = [&](auto* o) {
+      using O = std::remove_pointer_t<decltype(o)>;
+      if (!x_bf16)
+        launch<binary_vec_kernel<float, O, B, v>>(n / v, stream, op, start_of<float>(x, xl),
+                                                  start_of<B>(y, yl), start_of<O>(out, ol), n, a);
+      else
+        launch<binary_vec_kernel<B, O, float, v>>(n / v, stream, op, start_of<B>(x, xl),
+                                                  start_of<float>(y, yl), start_of<O>(out, ol), n,
+                                                  a);
+    };
+    if (out_dtype == DType::Bool)
+      run(static_cast<bool*>(nullptr));
+    else
+      run(static_cast<float*>(nullptr));
+    return;
+  }
   auto run = [&](auto* o) {
     using O = std::remove_pointer_t<decltype(o)>;
     if (!x_bf16)
@@ -364,6 +577,14 @@ void launch_cast(DType from, const void* x, const StridedLayout& xl, DType to, v
     using F = std::remove_pointer_t<decltype(ftag)>;
     dispatch_all(to, [&](auto* ttag) {
       using T = std::remove_pointer_t<decltype(ttag)>;
+      if constexpr (vector_type<F> && vector_type<T> && !std::is_same_v<F, T>) {
+        constexpr int v = pack_of<F, T>();
+        if (vectors_for(n, v, {{x, &xl, sizeof(F)}, {y, &yl, sizeof(T)}})) {
+          launch<cast_vec_kernel<F, T, v>>(n / v, stream, start_of<F>(x, xl), start_of<T>(y, yl),
+                                           n);
+          return;
+        }
+      }
       launch<cast_kernel<F, T>>(n, stream, static_cast<const F*>(x), xl, static_cast<T*>(y), yl, n);
     });
   });

@@ -34,6 +34,13 @@ inline void launch_binary(BinaryOp op, DType dtype, const void* x, const Strided
                           const StridedLayout& ol, int64_t n, double a, cudaStream_t stream) {
   launch_binary(op, dtype, x, xl, y, yl, out, ol, n, a, dtype, stream);
 }
+// Whether unary, binary, their backwards and float32 <-> bfloat16 casts run their
+// vector kernels (16 bytes per operand per thread; the same bits as the strided
+// ones) where every operand is contiguous and aligned to its vector: off until the
+// H200 has measured it, EMBER_ELEMENTWISE_VECTORS=1 (or set_elementwise_vectors)
+// turns it on. bench_elementwise times both.
+void set_elementwise_vectors(bool on);
+bool elementwise_vectors();
 // out (float32, or Bool) = op(x, y, a) in float32, where one of x and y is float32
 // and the other bfloat16 (x_bf16: x is), widened as it is read.
 void launch_binary_mixed(BinaryOp op, bool x_bf16, const void* x, const StridedLayout& xl,
