@@ -652,7 +652,7 @@ struct AttentionArgs {
   double scale;
   bool causal;
   AttentionOperand q, k, v;
-  void* o;    // (B, H, q_len, D) contiguous
+  void* o;    // (B, H, q_len, D): contiguous, or at o_strides
   void* lse;  // (B, H, q_len) float32
   // Attention dropout after the softmax (0: none): weight (b, h, i, j) kept iff
   // dropout_keeps(dropout_seed, dropout_offset + ((b H + h) q_len + i) kv_len + j,
@@ -666,9 +666,13 @@ struct AttentionArgs {
   int mask_kind = 0;
   const void* mask = nullptr;
   int64_t mask_strides[4] = {0, 0, 0, 0};
+  // o's strides over (B, H, q_len) in elements (D contiguous; multiples of 8), as
+  // AttentionOperand's; all 0: contiguous.
+  int64_t o_strides[3] = {0, 0, 0};
 };
-// Its backward from the forward's o and lse: d_q, d_k, d_v contiguous (B, H, T, D);
-// deterministic: dQ in its own pass (no atomics), else added atomically.
+// Its backward from the forward's o and lse: d_q, d_k, d_v (B, H, T, D), contiguous
+// or at their strides (below); deterministic: dQ in its own pass (no atomics), else
+// added atomically.
 struct AttentionBackwardArgs {
   Device device;
   DType dtype;
@@ -689,6 +693,9 @@ struct AttentionBackwardArgs {
   int mask_kind = 0;  // the forward's mask (AttentionArgs)
   const void* mask = nullptr;
   int64_t mask_strides[4] = {0, 0, 0, 0};
+  // d_q's, d_k's and d_v's strides over (B, H, T) as AttentionArgs::o_strides (all 0:
+  // contiguous).
+  int64_t d_q_strides[3] = {0, 0, 0}, d_k_strides[3] = {0, 0, 0}, d_v_strides[3] = {0, 0, 0};
 };
 
 // ------------------------------------------------------------------ optimizers

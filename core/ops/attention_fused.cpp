@@ -47,6 +47,21 @@ Tensor kernel_operand(const Tensor& t) {
 kernels::AttentionOperand operand_of(const Tensor& t) {
   return {t.raw_data(), t.stride(0), t.stride(1), t.stride(2)};
 }
+void set_strides(int64_t (&to)[3], const Tensor& t) {
+  for (int d = 0; d < 3; ++d) to[d] = t.stride(d);
+}
+
+// An uninitialised (B, H, T, D) tensor like `like`, its storage in like's order of
+// H and T: (B, T, H, D) when like steps over heads faster than over positions (a
+// view of a (B, T, 3C) projection split into heads, as a GPT makes q, k and v),
+// else contiguous. Written in that order, the kernels' outputs become contiguous
+// (B, T, C) through transpose(1, 2) and reshape as views, with no copy forward (the
+// output) or backward (the gradients of q, k and v), as PyTorch's flash attention.
+Tensor empty_heads_like(const Tensor& like, const Shape& sizes) {
+  if (like.stride(1) >= like.stride(2)) return empty(sizes, like.options());
+  Tensor t = empty({sizes[0], sizes[2], sizes[1], sizes[3]}, like.options());
+  return transpose(t, 1, 2);
+}
 
 kernels::AttentionQuery query_of(const Tensor& q, const Tensor& k, bool deterministic) {
   return {q.device(), q.dtype(), q.size(0), q.size(1),
@@ -170,13 +185,14 @@ Tensor fused_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool i
     drop = draw_counters(device, g, static_cast<uint64_t>(batch * heads * q_len * kv_len),
                          "scaled_dot_product_attention");
   }
-  Tensor o = empty(q.sizes(), q.options());
+  Tensor o = empty_heads_like(qa, q.sizes());
   const Tensor lse = empty({batch, heads, q_len}, TensorOptions(kFloat32).device(device));
   kernels::AttentionArgs args{device,       q.dtype(),      batch,          heads,
                               q_len,        kv_len,         head_dim,       scale,
                               is_causal,    operand_of(qa), operand_of(ka), operand_of(va),
                               o.raw_data(), lse.raw_data()};
   set_dropout_and_mask(args, dropout_p, drop, km);
+  set_strides(args.o_strides, o);
   kernels::kernels_for(device).attention_fused(args);
   if (any_requires_grad({&q, &k, &v})) {
     attach_grad_fn(
@@ -187,9 +203,9 @@ Tensor fused_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool i
           const Tensor &sq = s[0], &sk = s[1], &sv = s[2], &so = s[3], &slse = lse;
           const Device dev = sq.device();
           const Tensor ga = kernel_operand(g);
-          Tensor d_q = empty(sq.sizes(), sq.options());
-          Tensor d_k = empty(sk.sizes(), sk.options());
-          Tensor d_v = empty(sv.sizes(), sv.options());
+          Tensor d_q = empty_heads_like(sq, sq.sizes());
+          Tensor d_k = empty_heads_like(sk, sk.sizes());
+          Tensor d_v = empty_heads_like(sv, sv.sizes());
           const kernels::KernelTable& t = kernels::kernels_for(dev);
           const size_t bytes = t.attention_workspace_bytes(
               {dev, sq.dtype(), batch, heads, q_len, kv_len, head_dim, deterministic});
@@ -219,6 +235,9 @@ Tensor fused_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool i
                                                bytes};
           // km.t, held by this closure, keeps the mask alive.
           set_dropout_and_mask(bargs, dropout_p, drop, km);
+          set_strides(bargs.d_q_strides, d_q);
+          set_strides(bargs.d_k_strides, d_k);
+          set_strides(bargs.d_v_strides, d_v);
           t.attention_backward_fused(bargs);
           return Grads{d_q, d_k, d_v};
         });

@@ -1212,9 +1212,10 @@ AttentionProblem problem_of(const Args& a) {
 AttentionInput in(const kernels::AttentionOperand& a) {
   return {a.data, a.stride_b, a.stride_h, a.stride_t};
 }
-// A contiguous (B, H, T, D) output.
-AttentionOutput out(void* data, int64_t heads, int64_t t, int64_t d) {
-  return {data, heads * t * d, t * d, d};
+// A (B, H, T, D) output at `strides` (b, h, t), or contiguous where they are all 0.
+AttentionOutput out(void* data, int64_t heads, int64_t t, int64_t d, const int64_t* strides) {
+  if (strides[0] == 0 && strides[1] == 0 && strides[2] == 0) return {data, heads * t * d, t * d, d};
+  return {data, strides[0], strides[1], strides[2]};
 }
 
 // Whether `device` runs the kernels (compute capability 8.0 or later), asked once
@@ -1244,7 +1245,8 @@ bool attention_fused_supported(const kernels::AttentionQuery& q) {
 void attention_fused(const kernels::AttentionArgs& a) {
   DeviceGuard guard(a.device.index);
   const AttentionProblem p = problem_of(a);
-  launch_attention_forward(p, in(a.q), in(a.k), in(a.v), out(a.o, a.heads, a.q_len, a.head_dim),
+  launch_attention_forward(p, in(a.q), in(a.k), in(a.v),
+                           out(a.o, a.heads, a.q_len, a.head_dim, a.o_strides),
                            static_cast<float*>(a.lse), current_stream(a.device.index));
 }
 
@@ -1253,9 +1255,10 @@ void attention_backward_fused(const kernels::AttentionBackwardArgs& a) {
   const AttentionProblem p = problem_of(a);
   launch_attention_backward(
       p, in(a.q), in(a.k), in(a.v), in(a.o), in(a.d_o), static_cast<const float*>(a.lse),
-      out(a.d_q, a.heads, a.q_len, a.head_dim), out(a.d_k, a.heads, a.kv_len, a.head_dim),
-      out(a.d_v, a.heads, a.kv_len, a.head_dim), a.deterministic, a.workspace, a.workspace_bytes,
-      current_stream(a.device.index));
+      out(a.d_q, a.heads, a.q_len, a.head_dim, a.d_q_strides),
+      out(a.d_k, a.heads, a.kv_len, a.head_dim, a.d_k_strides),
+      out(a.d_v, a.heads, a.kv_len, a.head_dim, a.d_v_strides), a.deterministic, a.workspace,
+      a.workspace_bytes, current_stream(a.device.index));
 }
 
 // Sizes alone (no device call): the meta device asks it as CUDA would.

@@ -123,3 +123,35 @@ TEST_CASE("meta/attention: which masks the fused kernels read") {
   CHECK(o.sizes() == Shape{b, h, tq, d});
   CHECK(memory_allocated(kMeta) - before == rounded(b * h * tq * d * 2));
 }
+
+// q, k and v as a GPT makes them (heads of a (B, T, 3C) projection, strides over H finer
+// than over T): the output and the gradients of q, k and v are laid out (B, T, H, D), so
+// transpose(1, 2) and reshape to (B, T, C) are views forward and backward. Counted with
+// the meta device's observer: the forward and backward copy nothing (no cast kernel),
+// against the 4 strided copies per layer a contiguous (B, H, T, D) layout needs.
+TEST_CASE("meta/attention: a GPT's head split and merge copy nothing, forward or backward") {
+  struct Copies final : MetaKernelObserver {
+    int casts = 0;
+    void cast(const kernels::CastArgs&) override { ++casts; }
+  } copies;
+  const int64_t B = 2, T = 24, H = 3, D = 64, C = H * D;
+  MetaDeviceScope scope(MetaDeviceOptions().mirror_device(DeviceType::CUDA).observe(&copies));
+  Tensor qkv = zeros({B, T, 3 * C}, TensorOptions(kBFloat16).device(kMeta).requires_grad());
+  auto heads = [&](int64_t i) {
+    return transpose(reshape(slice(qkv, 2, i * C, (i + 1) * C), {B, T, H, D}), 1, 2);
+  };
+  Tensor q = heads(0), k = heads(1), v = heads(2);
+  REQUIRE(detail::fused_attention_supported(q, k, v));
+  Tensor o = scaled_dot_product_attention(q, k, v, Tensor(), 0.0, true);
+  CHECK(o.sizes() == Shape{B, H, T, D});
+  CHECK(o.strides() == Shape{T * H * D, D, H * D, 1});  // (B, T, H, D) storage
+  Tensor y = reshape(transpose(o, 1, 2), {B, T, C});
+  CHECK(y.is_contiguous());
+  CHECK(y.storage() == o.storage());
+  y.backward(zeros({B, T, C}, TensorOptions(kBFloat16).device(kMeta)));
+  CHECK(qkv.grad().sizes() == qkv.sizes());
+  CHECK(copies.casts == 1);  // SliceBackward's first piece copied into the (B, T, 3C) sum
+  // A contiguous (B, H, T, D) query keeps the contiguous layout.
+  Tensor qc = zeros({B, H, T, D}, TensorOptions(kBFloat16).device(kMeta));
+  CHECK(scaled_dot_product_attention(qc, qc, qc, Tensor(), 0.0, true).is_contiguous());
+}
