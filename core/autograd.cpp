@@ -168,6 +168,11 @@ struct LaterFirst {
   bool operator()(const Node* a, const Node* b) const { return a->sequence_nr < b->sequence_nr; }
 };
 
+// The node whose backward runs on this thread and the engine's sums (for
+// detail::backward_input_sum); null outside a node's backward and in anomaly mode.
+thread_local Node* t_running_node = nullptr;
+thread_local std::unordered_map<Node*, Tensor>* t_running_sums = nullptr;
+
 // Callbacks queued during the backward pass running on this thread.
 thread_local std::vector<std::function<void()>>* t_backward_callbacks = nullptr;
 
@@ -299,6 +304,18 @@ void execute(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads,
       AllocationScope scope(node->scope);
       AllocationTag tag(node->name());
       profiler::detail::SpanGuard span(node->name());
+      // The node may fold a gradient into its inputs' sums (backward_input_sum).
+      struct Running {
+        Node* node;
+        std::unordered_map<Node*, Tensor>* sums;
+        ~Running() {
+          t_running_node = node;
+          t_running_sums = sums;
+        }
+      } restore{t_running_node, t_running_sums};
+      const bool offer = !is_anomaly_enabled();
+      t_running_node = offer ? node : nullptr;
+      t_running_sums = offer ? &buffers : nullptr;
       input_grads = node->apply(g);
     }
     g = Tensor();
@@ -326,6 +343,18 @@ void execute(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads,
 }
 
 }  // namespace
+
+Tensor* detail::backward_input_sum(size_t i) {
+  Node* node = t_running_node;
+  if (node == nullptr || t_running_sums == nullptr || i >= node->next_edges.size()) return nullptr;
+  Node* next = node->next_edges[i].node.get();
+  if (next == nullptr) return nullptr;
+  return &(*t_running_sums)[next];
+}
+
+bool detail::engine_holds_alone(const Tensor& t) {
+  return t.defined() && engine_owns(t);
+}
 
 void queue_backward_callback(std::function<void()> fn) {
   EMBER_CHECK(t_backward_callbacks != nullptr,

@@ -93,6 +93,20 @@ using BackwardFn = std::function<std::vector<Tensor>(const Tensor& grad_output)>
 namespace detail {
 [[noreturn]] void throw_backward_twice(const char* node);
 [[noreturn]] void throw_modified_in_place(const char* node, uint64_t saved, uint64_t now);
+
+// While the engine runs a node's backward on this thread (not in anomaly mode): the
+// gradient the engine is summing for that node's input i, so a backward can fold its
+// own gradient for input i into the sum in the same pass (layer norm's fused backward
+// adds d_x to the residual stream's gradient) and return an undefined gradient for i.
+// The folding backward sets *sum to a tensor holding the sum plus its gradient, of the
+// input's shape, dtype and device, written in place only when
+// engine_holds_alone(*sum). The sum is undefined when nothing has arrived yet (then
+// return the gradient as usual); null when the engine offers none (no engine running,
+// anomaly mode, or an input without gradient).
+Tensor* backward_input_sum(size_t i);
+// True when `t`, a sum the engine keeps, is held by nobody else and contiguous, so
+// writing it in place changes no other tensor.
+bool engine_holds_alone(const Tensor& t);
 }  // namespace detail
 
 // The tensors an op's backward reads, given to the node explicitly when the op

@@ -507,7 +507,9 @@ struct LayerNormArgs {
   double eps;
 };
 // Its backward from the kept statistics: d_x (may be null), d_w and d_b (cols;
-// null when not wanted), the column sums deterministic.
+// null when not wanted), the column sums deterministic. d_x_add, when not null (and
+// d_x not null), is added to d_x as it is written: d_x = d_x_add + the gradient,
+// rounded once (d_x_add may be d_x itself; contiguous, of dtype).
 struct LayerNormBackwardArgs {
   Device device;
   DType dtype;
@@ -521,6 +523,7 @@ struct LayerNormBackwardArgs {
   void* d_b;
   int64_t rows, cols;
   void* workspace;  // layer_norm_workspace_bytes of it
+  const void* d_x_add = nullptr;
 };
 struct LayerNormQuery {  // the norms' sizes (layer norm and RMS norm)
   Device device;

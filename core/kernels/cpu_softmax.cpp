@@ -194,8 +194,9 @@ void layer_norm_forward(const LayerNormArgs& a) {
                     [&](int64_t lo, int64_t hi) { layer_norm_rows(a, lo, hi); });
 }
 
-// Rows [lo, hi) of the layer norm's backward: d_x, and the column sums of d_y xhat
-// and d_y added into cw and cb (either may be null).
+// Rows [lo, hi) of the layer norm's backward: d_x (plus d_x_add's row, when given:
+// it may be d_x itself, each element read before it is written), and the column sums
+// of d_y xhat and d_y added into cw and cb (either may be null).
 EMBER_CPU_CLONES void layer_norm_backward_rows(const LayerNormBackwardArgs& a, double* cw,
                                                double* cb, int64_t lo, int64_t hi) {
   const float* dy = static_cast<const float*>(a.d_y);
@@ -204,6 +205,7 @@ EMBER_CPU_CLONES void layer_norm_backward_rows(const LayerNormBackwardArgs& a, d
   const float* mean = static_cast<const float*>(a.mean);
   const float* rstd = static_cast<const float*>(a.rstd);
   float* dx = static_cast<float*>(a.d_x);
+  const float* dx_add = static_cast<const float*>(a.d_x_add);
   const int64_t n = a.cols;
   std::vector<float> xhat(static_cast<size_t>(n)), wdy(static_cast<size_t>(n));
   for (int64_t r = lo; r < hi; ++r) {
@@ -223,7 +225,12 @@ EMBER_CPU_CLONES void layer_norm_backward_rows(const LayerNormBackwardArgs& a, d
     const float c2 =
         static_cast<float>(cpu::vec::dot(wdy.data(), xhat.data(), n) / static_cast<double>(n));
     float* out = dx + r * n;
-    for (int64_t k = 0; k < n; ++k) out[k] = rs * (wdy[k] - c1 - xhat[k] * c2);
+    if (dx_add != nullptr) {
+      const float* add = dx_add + r * n;
+      for (int64_t k = 0; k < n; ++k) out[k] = add[k] + rs * (wdy[k] - c1 - xhat[k] * c2);
+    } else {
+      for (int64_t k = 0; k < n; ++k) out[k] = rs * (wdy[k] - c1 - xhat[k] * c2);
+    }
   }
 }
 

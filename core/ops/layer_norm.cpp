@@ -114,7 +114,16 @@ Tensor layer_norm_fused(const Tensor& x, const Shape& shape, int64_t rows, int64
           const Tensor& ws = s[1];
           const Device dev = xs.device();
           const Tensor gc = contiguous(g);
-          Tensor d_x = gx ? empty(xs.sizes(), xs.options()) : Tensor();
+          // d_x folded into the gradient the engine is summing for x (the residual
+          // stream's, in a transformer) when one has arrived: the kernel writes their
+          // sum, in place when the engine alone holds it, instead of d_x and then an
+          // add pass.
+          Tensor* sum = gx ? detail::backward_input_sum(0) : nullptr;
+          const bool fold = sum != nullptr && sum->defined() && sum->dtype() == xs.dtype() &&
+                            sum->device() == dev && sum->sizes() == xs.sizes() &&
+                            sum->is_contiguous();
+          const bool in_place = fold && detail::engine_holds_alone(*sum);
+          Tensor d_x = !gx ? Tensor() : in_place ? *sum : empty(xs.sizes(), xs.options());
           Tensor d_w = gw ? empty(shape, xs.options()) : Tensor();
           Tensor d_b = gb ? empty(shape, xs.options()) : Tensor();
           const kernels::KernelTable& k = kernels::kernels_for(dev);
@@ -124,10 +133,24 @@ Tensor layer_norm_fused(const Tensor& x, const Shape& shape, int64_t rows, int64
                                                : empty({static_cast<int64_t>((ws_bytes + 7) / 8)},
                                                        TensorOptions(kFloat64).device(dev));
           auto ptr = [](const Tensor& t) { return t.defined() ? t.raw_data() : nullptr; };
-          k.layer_norm_backward_fused({dev, xs.dtype(), gc.raw_data(), xs.raw_data(), ptr(ws),
-                                       s[2].raw_data(), s[3].raw_data(), ptr(d_x), ptr(d_w),
-                                       ptr(d_b), rows, cols, ptr(scratch)});
-          return Grads{d_x, d_w, d_b};
+          kernels::LayerNormBackwardArgs args{dev,
+                                              xs.dtype(),
+                                              gc.raw_data(),
+                                              xs.raw_data(),
+                                              ptr(ws),
+                                              s[2].raw_data(),
+                                              s[3].raw_data(),
+                                              ptr(d_x),
+                                              ptr(d_w),
+                                              ptr(d_b),
+                                              rows,
+                                              cols,
+                                              ptr(scratch)};
+          if (fold) args.d_x_add = sum->raw_data();
+          k.layer_norm_backward_fused(args);
+          if (!fold) return Grads{d_x, d_w, d_b};
+          *sum = std::move(d_x);
+          return Grads{Tensor(), d_w, d_b};
         });
   }
   return y;

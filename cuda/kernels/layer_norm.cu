@@ -141,12 +141,14 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 // part_w, part_b: (gridDim.x, cols) partial column sums, or null (kRms: mean and
-// part_b are null, mu = 0, and d_x = rstd (g - xhat mean(g xhat))).
+// part_b are null, mu = 0, and d_x = rstd (g - xhat mean(g xhat))). dx_add, when not
+// null, is added to d_x (it may be dx itself: each thread reads its elements before
+// writing them, so neither pointer is restrict).
 template <typename S, int kThreads, int kItems, bool kVec, bool kRms>
 __global__ void __launch_bounds__(kThreads)
     layer_norm_backward_kernel(const S* __restrict__ dy, const S* __restrict__ x,
                                const S* __restrict__ w, const float* __restrict__ mean,
-                               const float* __restrict__ rstd, S* __restrict__ dx,
+                               const float* __restrict__ rstd, S* dx, const S* dx_add,
                                float* __restrict__ part_w, float* __restrict__ part_b, int64_t rows,
                                int64_t cols) {
   using IO = RowIO<S, kThreads, kItems, kVec>;
@@ -181,6 +183,12 @@ __global__ void __launch_bounds__(kThreads)
     if (dx != nullptr) {
 #pragma unroll
       for (int i = 0; i < kItems; ++i) g[i] = r * (g[i] - c1 - xh[i] * c2);
+      if (dx_add != nullptr) {
+        float add[kItems];
+        IO::load(dx_add + row * cols, cols, add, 0.f);
+#pragma unroll
+        for (int i = 0; i < kItems; ++i) g[i] += add[i];
+      }
       IO::store(dx + row * cols, cols, g);
     }
     __syncthreads();  // sh_sums is written again for the next row
@@ -318,7 +326,7 @@ size_t workspace_bytes(DType dtype, int64_t rows, int64_t cols) {
 template <bool kRms>
 void launch_backward(DType dtype, const void* d_y, const void* x, const void* w, const void* mean,
                      const void* rstd, void* d_x, void* d_w, void* d_b, int64_t rows, int64_t cols,
-                     void* workspace, cudaStream_t stream) {
+                     void* workspace, cudaStream_t stream, const void* d_x_add = nullptr) {
   const char* op = kRms ? "rms_norm backward" : "layer_norm backward";
   EMBER_CHECK(layer_norm_supported(dtype, cols), op, ": the fused kernel does not take ", cols,
               " columns of ", dtype);
@@ -333,7 +341,8 @@ void launch_backward(DType dtype, const void* d_y, const void* x, const void* w,
   dispatch_float32_bf16(dtype, op, [&](auto* tag) {
     using S = std::remove_pointer_t<decltype(tag)>;
     const bool vec = cols % (16 / sizeof(S)) == 0 && aligned16(d_y) && aligned16(x) &&
-                     (w == nullptr || aligned16(w)) && (d_x == nullptr || aligned16(d_x));
+                     (w == nullptr || aligned16(w)) && (d_x == nullptr || aligned16(d_x)) &&
+                     (d_x_add == nullptr || aligned16(d_x_add));
     // The grid is the vectorised kernel's in both cases, clamped to the bound
     // workspace_bytes sized the partials for.
     const int64_t grid =
@@ -346,7 +355,7 @@ void launch_backward(DType dtype, const void* d_y, const void* x, const void* w,
         kernel<<<static_cast<unsigned>(grid), C::kThreads, 0, stream>>>(
             static_cast<const S*>(d_y), static_cast<const S*>(x), static_cast<const S*>(w),
             static_cast<const float*>(mean), static_cast<const float*>(rstd), static_cast<S*>(d_x),
-            part_w, part_b, rows, cols);
+            d_x != nullptr ? static_cast<const S*>(d_x_add) : nullptr, part_w, part_b, rows, cols);
       };
       if (vec)
         run(layer_norm_backward_kernel<S, C::kThreads, C::kItems, true, kRms>);
@@ -405,7 +414,7 @@ void layer_norm_fused(const kernels::LayerNormArgs& a) {
 void layer_norm_backward_fused(const kernels::LayerNormBackwardArgs& a) {
   DeviceGuard guard(a.device.index);
   launch_backward<false>(a.dtype, a.d_y, a.x, a.w, a.mean, a.rstd, a.d_x, a.d_w, a.d_b, a.rows,
-                         a.cols, a.workspace, current_stream(a.device.index));
+                         a.cols, a.workspace, current_stream(a.device.index), a.d_x_add);
 }
 
 // Sizes alone (workspace_bytes): no device call, so the meta device asks it too.

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "core/anomaly.h"
 #include "core/autograd.h"
 #include "core/ops.h"
 
@@ -221,6 +222,82 @@ TEST_CASE("autograd/engine: an in-place sum never changes a gradient someone els
       grad({w2, s2}, {x2}, {g_w, tensor({3.0, 4.0}, TensorOptions().dtype(kFloat64))});
   CHECK(vals(gx[0]) == std::vector<double>{4, 5, 1});
   CHECK(vals(g_w) == std::vector<double>{1, 1, 1});
+}
+
+namespace {
+// y = 2 x with a backward that folds its gradient into the sum the engine keeps for x
+// when one has arrived (detail::backward_input_sum), as layer norm's fused backward
+// does; `folds` counts the folds, `in_place` those written into the engine's own sum.
+struct FoldCount {
+  int folds = 0, in_place = 0;
+};
+Tensor doubled_folding(const Tensor& x, FoldCount& count) {
+  Tensor out;
+  {
+    NoGradGuard ng;
+    out = mul(x, 2.0);
+  }
+  if (any_requires_grad({&x}))
+    attach_grad_fn(out, "FoldingBackward", {&x}, [&count](const Tensor& g) {
+      Tensor mine = mul(g, 2.0);
+      Tensor* sum = detail::backward_input_sum(0);
+      if (sum == nullptr || !sum->defined()) return std::vector<Tensor>{mine};
+      ++count.folds;
+      if (detail::engine_holds_alone(*sum)) {
+        ++count.in_place;
+        sum->add_(mine);
+      } else {
+        *sum = add(*sum, mine);
+      }
+      return std::vector<Tensor>{Tensor()};
+    });
+  return out;
+}
+}  // namespace
+
+TEST_CASE("autograd/engine: a backward folds its gradient into the engine's sum") {
+  // Made first, the folding node runs last (later nodes run first), after x's other
+  // gradients have arrived, and folds into their sum.
+  FoldCount c;
+  Tensor x = leaf({1, 2, 3});
+  Tensor a = doubled_folding(x, c);  // made first: runs last
+  Tensor b = x * 3.0;                // MulBackward's gradient: a tensor the engine alone holds
+  Tensor y = sum(a * tensor({1.0, 10.0, 100.0}, kFloat64)) + sum(b);
+  y.backward(ones_like(y));
+  CHECK(vals(x.grad()) == std::vector<double>{5, 23, 203});
+  CHECK(c.folds == 1);
+  CHECK(c.in_place == 1);
+  // A sum someone else holds (the caller's own gradient, passed on by a view) is not
+  // written in place: the fold makes a new tensor and the caller's stays as it was.
+  FoldCount c2;
+  Tensor x2 = leaf({1, 2});
+  Tensor f = doubled_folding(x2, c2);
+  Tensor v = x2.view({2});
+  Tensor g_v = tensor({7.0, 8.0}, kFloat64);
+  run_backward({v, f}, {g_v, tensor({1.0, 1.0}, kFloat64)}, false);
+  CHECK(vals(x2.grad()) == std::vector<double>{9, 10});
+  CHECK(vals(g_v) == std::vector<double>{7, 8});
+  CHECK(c2.folds == 1);
+  CHECK(c2.in_place == 0);
+  // Made last, it runs first: nothing to fold into yet, so it returns its gradient.
+  FoldCount c3;
+  Tensor x3 = leaf({1, 2});
+  Tensor b3 = x3 * 3.0;
+  Tensor a3 = doubled_folding(x3, c3);
+  (sum(a3) + sum(b3)).backward();
+  CHECK(vals(x3.grad()) == std::vector<double>{5, 5});
+  CHECK(c3.folds == 0);
+  // Anomaly mode offers no sums (each gradient is checked on its own); outside a
+  // backward there is none either.
+  FoldCount c4;
+  Tensor x4 = leaf({1, 2});
+  {
+    DetectAnomalyGuard anomaly;
+    (sum(doubled_folding(x4, c4)) + sum(x4 * 3.0)).backward();
+  }
+  CHECK(vals(x4.grad()) == std::vector<double>{5, 5});
+  CHECK(c4.folds == 0);
+  CHECK(detail::backward_input_sum(0) == nullptr);
 }
 
 TEST_CASE("tensor/contiguous: empty tensors count as contiguous and can be viewed") {

@@ -223,6 +223,32 @@ TEST_CASE("meta/observer: hears each kernel with the mirrored device's arguments
   CHECK(heard.names.size() == before);
 }
 
+TEST_CASE("meta/layer_norm: the fused backward folds d_x into the residual stream's gradient") {
+  // h = x + 3 layer_norm(x), a transformer block's residual: x's gradient is h's
+  // (passed on by the add) plus layer norm's d_x. The fused backward writes their sum
+  // itself: no add kernel runs in backward, and the kernel is given the sum to add.
+  struct Seen final : MetaKernelObserver {
+    int adds = 0, folded = 0, unfolded = 0;
+    void binary(const kernels::BinaryArgs& a) override { adds += a.op == BinaryOp::Add; }
+    void layer_norm_backward_fused(const kernels::LayerNormBackwardArgs& a) override {
+      (a.d_x_add != nullptr ? folded : unfolded)++;
+    }
+  } seen;
+  MetaDeviceScope scope(mirroring(DeviceType::CUDA).observe(&seen));
+  Tensor x = zeros({8, 64}, TensorOptions().device(kMeta).requires_grad());
+  Tensor h = add(x, mul(layer_norm(x, {64}), 3.0));
+  seen.adds = 0;
+  h.backward(ones({8, 64}, kMeta));
+  CHECK(seen.adds == 0);
+  CHECK(seen.folded == 1);
+  CHECK(seen.unfolded == 0);
+  CHECK(x.grad().sizes() == x.sizes());
+  // Alone (nothing to fold into) it writes d_x as before.
+  Tensor x1 = zeros({8, 64}, TensorOptions().device(kMeta).requires_grad());
+  layer_norm(x1, {64}).backward(ones({8, 64}, kMeta));
+  CHECK(seen.unfolded == 1);
+}
+
 TEST_CASE("meta/mirror: autocast applies when the meta device mirrors CUDA") {
   for (DeviceType mirror : {DeviceType::CUDA, DeviceType::CPU}) {
     MetaDeviceScope scope(mirroring(mirror));

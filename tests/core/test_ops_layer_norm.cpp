@@ -70,3 +70,25 @@ TEST_CASE("layer_norm: a shape that does not match the input throws naming both"
   CHECK_THROWS_WITH_AS(layer_norm(zeros({2}, kInt64), {2}),
                        doctest::Contains("layer_norm: expects a floating-point tensor"), Error);
 }
+
+// The CPU's fused float32 kernel folding d_x into the gradient the engine sums for x
+// (a residual stream: x feeds the norm and an add), against float64 (composed, no
+// fold): in place (x * 2's gradient, the engine's alone, arrives first) and into a
+// new tensor (the add's pass-through gradient, shared, is the sum). A fold that
+// dropped the sum, or added it twice, is off by O(1).
+TEST_CASE("layer_norm: d_x folded into the residual stream's gradient (float32, fused)") {
+  for (bool shared : {false, true}) {
+    INFO("shared=", shared);
+    const int64_t rows = 9, cols = 40;
+    const Tensor x64 = randn64({rows, cols}, 71), w64 = randn64({cols}, 72);
+    const Tensor gy = randn64({rows, cols}, 73);
+    auto x_grad = [&](DType dt) {
+      Tensor x = x64.to(dt).detach().set_requires_grad(true);
+      Tensor n = layer_norm(x, {cols}, w64.to(dt));
+      Tensor other = shared ? x : mul(x, 2.0);  // made after the norm: its backward runs first
+      add(other, n).backward(gy.to(dt));
+      return x.grad().to(kFloat64);
+    };
+    CHECK(rel_error(x_grad(kFloat32), x_grad(kFloat64)) <= 1e-5);
+  }
+}

@@ -150,3 +150,37 @@ TEST_CASE("kernels/norm: the same input gives the same bits" * doctest::test_sui
   same_bits(Norm::Layer, 130);
   same_bits(Norm::Rms, 330);
 }
+
+// The fused backward folding d_x into the gradient the engine sums for x (a
+// residual stream: x feeds both the norm and an add, core/ops/layer_norm.cpp): x's
+// gradient against the CPU's composed path, with the sum held by the engine alone
+// (written in place: x * 2's gradient arrives first) and shared (the add passes its
+// own gradient on: a new tensor), in float32 and bfloat16, at a row length the vector
+// loads take (256) and one they do not (250).
+TEST_CASE("kernels/layer_norm: d_x folded into the residual stream's gradient matches the CPU" *
+          doctest::test_suite("cuda")) {
+  for (DType dtype : {kFloat32, kBFloat16})
+    for (int64_t cols : {int64_t{256}, int64_t{250}})
+      for (bool shared : {false, true}) {
+        INFO("dtype=", dtype, " cols=", cols, " shared=", shared);
+        const int64_t rows = 37;
+        const Tensor x64 = randn64({rows, cols}, 60 + cols).to(dtype).to(kFloat64);
+        const Tensor w64 = randn64({cols}, 61).to(dtype).to(kFloat64);
+        const Tensor gy = randn64({rows, cols}, 62).to(dtype).to(kFloat64);
+        auto x_grad = [&](Device dev, DType dt) {
+          Tensor x = x64.to(dev, dt).detach().set_requires_grad(true);
+          const Tensor w = w64.to(dev, dt);
+          // Made after the norm, x * 2's backward runs before it (later nodes first),
+          // so its gradient (the engine's alone) is the sum the norm folds into in
+          // place; shared, the add's pass-through gradient is, and the fold writes a
+          // new tensor.
+          Tensor n = layer_norm(x, {cols}, w);
+          Tensor other = shared ? x : mul(x, 2.0);
+          Tensor h = add(other, n);
+          h.backward(gy.to(dev, dt));
+          return x.grad().to(kCPU).to(kFloat64);
+        };
+        const Tensor want = x_grad(Device(kCPU), kFloat64);
+        CHECK(rel_error(x_grad(Device(kCUDA), dtype), want) <= tol(dtype));
+      }
+}

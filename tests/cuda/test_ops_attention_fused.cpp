@@ -388,3 +388,39 @@ TEST_CASE("ops/fused_attention: the predicate's refusals and the op's error" *
                    "EMBER_ATTENTION=fast"));
   }
 }
+
+// q, k and v as a GPT makes them, views of one (B, T, 3C) projection split into heads:
+// the output and the gradients of q, k and v come out in (B, T, H, D) storage (so
+// the head merge and the split's backward are views), with the values of the float64
+// composed path: the output, and the projection's gradient, in both backward modes,
+// at head dims 64 and 128 and a ragged length.
+TEST_CASE("ops/fused_attention: a GPT's head split is read and written in place" *
+          doctest::test_suite("cuda")) {
+  for (const char* mode : {"fused", "atomic"})
+    for (int64_t d : {int64_t{64}, int64_t{128}}) {
+      EnvGuard env(mode);
+      const int64_t b = 2, t = 77, h = 3, c = h * d;
+      INFO("EMBER_ATTENTION=", mode, " D=", d);
+      const Tensor qkv64 = randn64({b, t, 3 * c}, 3300 + d).to(kBFloat16).to(kFloat64);
+      const Tensor g64 = randn64({b, t, c}, 3301 + d).to(kBFloat16).to(kFloat64);
+      auto heads = [&](const Tensor& qkv, int64_t i) {
+        return transpose(reshape(slice(qkv, 2, i * c, (i + 1) * c), {b, t, h, d}), 1, 2);
+      };
+      Tensor ref_qkv = qkv64.detach().set_requires_grad(true);
+      Tensor ref = reshape(transpose(composed(heads(ref_qkv, 0), heads(ref_qkv, 1),
+                                              heads(ref_qkv, 2), true, 1.0 / std::sqrt(double(d))),
+                                     1, 2),
+                           {b, t, c});
+      ref.backward(g64);
+
+      Tensor qkv = gpu_leaf(qkv64);
+      Tensor o = detail::fused_attention(heads(qkv, 0), heads(qkv, 1), heads(qkv, 2), true,
+                                         1.0 / std::sqrt(double(d)));
+      CHECK(o.strides() == Shape{t * h * d, d, h * d, 1});
+      Tensor y = reshape(transpose(o, 1, 2), {b, t, c});
+      CHECK(y.storage() == o.storage());
+      y.backward(g64.to(kCUDA, kBFloat16));
+      CHECK(gpu_error(y.detach(), ref.detach()) <= 1e-2);
+      CHECK(gpu_error(qkv.grad(), ref_qkv.grad()) <= 1e-2);
+    }
+}
