@@ -24,8 +24,8 @@ EMBER_ELEMENTWISE_VECTORS=1 "$build/tests/ember_tests_cuda" >"$out/tests_cuda_ve
   status=1
 tail -3 "$out/tests_cuda_vectors.txt"
 
-echo "== compute-sanitizer on the vector and mixed-dtype cases, the four tools at once"
-cases='kernels/elementwise*,kernels/linear: the weight gradient summed*'
+echo "== compute-sanitizer on this round's CUDA cases (vectors, lce sums, layer-norm fold, head split), the four tools at once"
+cases='kernels/elementwise*,kernels/linear: the weight gradient summed*,kernels/layer_norm: d_x folded*,ops/fused_attention: a GPT*'
 pids=()
 for tool in memcheck racecheck initcheck synccheck; do
   under_sanitizer "$tool" "$build/tests/ember_tests_cuda" -tc="$cases" >"$out/sanitize_$tool.txt" 2>&1 &
