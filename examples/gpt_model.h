@@ -56,9 +56,11 @@ struct CausalSelfAttention : nn::Module {
   Tensor forward(const Tensor& x) {
     nn::ForwardScope scope(*this);
     const int64_t B = x.size(0), T = x.size(1), C = cfg.n_embd, H = cfg.n_head, D = C / H;
-    Tensor qkv = c_attn->forward(x);  // (B, T, 3C)
-    auto heads = [&](int64_t i) {     // (B, H, T, D)
-      return transpose(reshape(slice(qkv, 2, i * C, (i + 1) * C), {B, T, H, D}), 1, 2);
+    // q, k, v: (B, T, C) views of c_attn's (B, T, 3C) output, as nanoGPT's split;
+    // their gradients are assembled into one (B, T, 3C) tensor as a cat would.
+    const std::vector<Tensor> qkv = split(c_attn->forward(x), C, 2);
+    auto heads = [&](int64_t i) {  // (B, H, T, D)
+      return transpose(reshape(qkv[static_cast<size_t>(i)], {B, T, H, D}), 1, 2);
     };
     const double p = is_training() ? cfg.dropout : 0.0;
     Tensor y = scaled_dot_product_attention(heads(0), heads(1), heads(2), Tensor(), p, true);

@@ -1,5 +1,7 @@
 // tril and triu (a where on an index mask, so every device and autograd come from
-// where), and split, chunk and unbind, which return slices (views) of their input.
+// where), and split, chunk and unbind, which return slices (views) of their input;
+// split's and chunk's pieces share one backward that assembles their gradients as a
+// cat does (SplitBackward, below).
 #include <algorithm>
 
 #include "core/alloc_site.h"
@@ -32,6 +34,118 @@ void check_split_input(const char* op, const Tensor& x) {
   EMBER_CHECK(x.dim() >= 1, op, ": expects a tensor of at least 1 dim, got a 0-dim tensor");
 }
 
+// The backward of split and chunk: one SplitBackward node per piece, each adding its
+// gradient into one (input-shaped) sum kept for a join node, which passes the sum on
+// to the input. The pieces are disjoint, so the first to arrive allocates the sum
+// without filling it and each piece copies its gradient into its own region; the
+// join, which runs after every piece that received a gradient, zero-fills only the
+// regions no piece wrote (pieces the loss did not use). A GPT's q, k and v so cost
+// the copies of a cat (as PyTorch's SplitBackward), where slices cost a zero-filled
+// sum and an add per piece. Under anomaly mode the engine calls the pieces' apply(),
+// which returns the zero-padded gradient, and the join passes the sum on untouched.
+struct SplitState {
+  Shape sizes;  // the input's
+  int64_t dim = 0;
+  std::vector<std::pair<int64_t, int64_t>> at;  // each piece's [start, end) along dim
+  std::vector<bool> written;                    // by add_into, since the sum was made
+  bool assembled = false;                       // the sum is add_into's (unfilled)
+};
+
+class SplitPieceBackward final : public Node {
+ public:
+  SplitPieceBackward(std::shared_ptr<SplitState> state, size_t piece)
+      : state_(std::move(state)), piece_(piece) {}
+  const char* name() const override { return "SplitBackward"; }
+  std::vector<Tensor> apply(const Tensor& g) override {
+    if (released_) [[unlikely]]
+      detail::throw_backward_twice(name());
+    state_->assembled = false;  // the engine sums zero-padded gradients (anomaly mode)
+    Tensor whole = zeros(state_->sizes, TensorOptions().dtype(g.dtype()).device(g.device()));
+    Tensor part = region(whole);
+    copy_(part, g);
+    return {whole};
+  }
+  bool adds_into_sum() const override { return true; }
+  void add_into(const Tensor& g, Tensor& sum) override {
+    if (released_) [[unlikely]]
+      detail::throw_backward_twice(name());
+    SplitState& s = *state_;
+    if (!sum.defined()) {
+      sum = empty(s.sizes, TensorOptions().dtype(g.dtype()).device(g.device()));
+      s.written.assign(s.at.size(), false);
+      s.assembled = true;
+    }
+    Tensor part = region(sum);
+    if (s.assembled && !s.written[piece_]) {
+      copy_(part, g);
+      s.written[piece_] = true;
+    } else {
+      part.add_(g);
+    }
+  }
+  void release() override { released_ = true; }
+
+ private:
+  Tensor region(const Tensor& whole) const {
+    return slice(whole, state_->dim, state_->at[piece_].first, state_->at[piece_].second);
+  }
+  std::shared_ptr<SplitState> state_;
+  size_t piece_;
+  bool released_ = false;
+};
+
+class SplitJoinBackward final : public Node {
+ public:
+  explicit SplitJoinBackward(std::shared_ptr<SplitState> state) : state_(std::move(state)) {}
+  const char* name() const override { return "SplitBackwardJoin"; }
+  std::vector<Tensor> apply(const Tensor& sum) override {
+    SplitState& s = *state_;
+    if (s.assembled && sum.defined()) {
+      Tensor whole = sum;
+      for (size_t i = 0; i < s.at.size(); ++i)
+        if (!s.written[i]) {
+          Tensor part = slice(whole, s.dim, s.at[i].first, s.at[i].second);
+          part.fill_(0.0);
+        }
+    }
+    s.assembled = false;
+    return {sum};
+  }
+
+ private:
+  std::shared_ptr<SplitState> state_;
+};
+
+// Views of x along dim at `bounds` ([start, end) each), wired to one SplitBackward
+// join when x requires grad (slices otherwise: no gradient to route).
+std::vector<Tensor> split_at(const Tensor& x, int64_t dim,
+                             const std::vector<std::pair<int64_t, int64_t>>& bounds) {
+  std::vector<Tensor> pieces;
+  pieces.reserve(bounds.size());
+  {
+    NoGradGuard no_grad;  // the views, without SliceBackward nodes
+    for (const auto& [start, end] : bounds) pieces.push_back(slice(x, dim, start, end));
+  }
+  if (!any_requires_grad({&x})) return pieces;
+  auto state = std::make_shared<SplitState>();
+  state->sizes = x.sizes();
+  state->dim = dim;
+  state->at = bounds;
+  state->written.assign(bounds.size(), false);
+  auto join = std::make_shared<SplitJoinBackward>(state);
+  NextEdge& to_x = join->next_edges.emplace_back();
+  to_x.node = gradient_edge(x).node;
+  to_x.input = InputMeta{x.sizes(), x.dtype(), x.device()};
+  const Tensor* in = &x;
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    auto node = std::make_shared<SplitPieceBackward>(state, i);
+    Node* raw = node.get();
+    detail::attach_node(pieces[i], std::move(node), &in, 1);
+    raw->next_edges[0].node = join;  // into the join's sum, not x's
+  }
+  return pieces;
+}
+
 }  // namespace
 
 Tensor tril(const Tensor& x, int64_t diagonal) {
@@ -51,10 +165,10 @@ std::vector<Tensor> split(const Tensor& x, int64_t split_size, int64_t dim) {
               n, " (input of shape ", shape_str(x.sizes()), ")");
   // As torch: a dim of size 0 gives one empty piece.
   if (n == 0) return {slice(x, dim, 0, 0)};
-  std::vector<Tensor> pieces;
+  std::vector<std::pair<int64_t, int64_t>> bounds;
   for (int64_t at = 0; at < n; at += split_size)
-    pieces.push_back(slice(x, dim, at, std::min(n, at + split_size)));
-  return pieces;
+    bounds.emplace_back(at, std::min(n, at + split_size));
+  return split_at(x, dim, bounds);
 }
 
 std::vector<Tensor> split(const Tensor& x, const std::vector<int64_t>& split_sizes, int64_t dim) {
@@ -68,13 +182,13 @@ std::vector<Tensor> split(const Tensor& x, const std::vector<int64_t>& split_siz
   EMBER_CHECK(total == x.size(dim), "split: split sizes ", shape_str(split_sizes), " sum to ",
               total, ", but dim ", dim, " of the input of shape ", shape_str(x.sizes()),
               " has size ", x.size(dim));
-  std::vector<Tensor> pieces;
+  std::vector<std::pair<int64_t, int64_t>> bounds;
   int64_t at = 0;
   for (int64_t s : split_sizes) {
-    pieces.push_back(slice(x, dim, at, at + s));
+    bounds.emplace_back(at, at + s);
     at += s;
   }
-  return pieces;
+  return split_at(x, dim, bounds);
 }
 
 std::vector<Tensor> chunk(const Tensor& x, int64_t chunks, int64_t dim) {

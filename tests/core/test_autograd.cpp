@@ -201,6 +201,41 @@ TEST_CASE("autograd/engine: slices add their gradients into one sum, by hand") {
   CHECK_THROWS_WITH(z.backward(ones_like(z)), doctest::Contains("a second time"));
 }
 
+TEST_CASE("autograd/engine: split's pieces assemble their gradients as a cat, by hand") {
+  // Pieces 0 and 2 used (piece 2 twice), piece 1 not, x also used whole: x's gradient
+  // is each used piece's gradient in its region, zeros in the unused one, plus 2x.
+  auto run = [](bool anomaly) {
+    Tensor x = leaf({1, 2, 3, 4, 5, 6, 7});
+    std::vector<Tensor> p = split(x, 3);  // [0, 3), [3, 6), [6, 7)
+    REQUIRE(p.size() == 3);
+    CHECK(std::string(p[0].grad_fn()->name()) == "SplitBackward");
+    DetectAnomalyGuard guard(anomaly);
+    Tensor y = sum(p[0] * tensor({1.0, 10.0, 100.0}, kFloat64)) + sum(p[2] * 3.0) +
+               sum(p[2] * 4.0) + sum(x * x);
+    y.backward(ones_like(y));
+    return vals(x.grad());
+  };
+  const std::vector<double> want{3, 14, 106, 8, 10, 12, 21};
+  CHECK(run(false) == want);
+  CHECK(run(true) == want);  // the engine sums zero-padded gradients instead
+  // Every piece used, through chunk along dim 1, and a retained graph run twice
+  // (the second backward assembles afresh and accumulates into .grad).
+  Tensor m = tensor({{1.0, 2.0, 3.0, 4.0, 5.0}, {6.0, 7.0, 8.0, 9.0, 10.0}},
+                    TensorOptions().dtype(kFloat64).requires_grad());
+  std::vector<Tensor> c = m.chunk(2, 1);  // (2, 3) and (2, 2)
+  Tensor z = sum(c[0] * 2.0) + sum(c[1] * c[1]);
+  z.backward(ones_like(z), true);
+  CHECK(vals(m.grad()) == std::vector<double>{2, 2, 2, 8, 10, 2, 2, 2, 18, 20});
+  z.backward(ones_like(z));
+  CHECK(vals(m.grad()) == std::vector<double>{4, 4, 4, 16, 20, 4, 4, 4, 36, 40});
+  // No piece used at all: no gradient flows (the pieces' nodes never run).
+  Tensor u = leaf({1, 2});
+  std::vector<Tensor> up = split(u, 1);
+  Tensor w = sum(u * 5.0);
+  w.backward(ones_like(w));
+  CHECK(vals(u.grad()) == std::vector<double>{5, 5});
+}
+
 TEST_CASE("autograd/engine: an in-place sum never changes a gradient someone else holds") {
   // x's first gradient is the caller's own tensor, seen through a view (ViewBackward
   // passes it on); the slice's part must go into a copy, not into g_view.

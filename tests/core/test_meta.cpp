@@ -249,6 +249,36 @@ TEST_CASE("meta/layer_norm: the fused backward folds d_x into the residual strea
   CHECK(seen.unfolded == 1);
 }
 
+TEST_CASE("meta/split: the pieces' gradients are copied into an unfilled sum, as a cat") {
+  // q, k and v of a (B, T, 3C) projection, all used: backward writes each piece's
+  // gradient once (3 copies) and fills nothing; with one piece unused, its region
+  // alone is zero-filled.
+  struct Seen final : MetaKernelObserver {
+    int fills = 0, copies = 0;
+    int64_t filled = 0;
+    void fill(const kernels::FillArgs& a) override {
+      ++fills;
+      filled += a.n;
+    }
+    void cast(const kernels::CastArgs&) override { ++copies; }
+  };
+  for (bool all_used : {true, false}) {
+    Seen seen;
+    MetaDeviceScope scope(mirroring(DeviceType::CUDA).observe(&seen));
+    Tensor qkv = zeros({2, 5, 12}, TensorOptions(kBFloat16).device(kMeta).requires_grad());
+    const std::vector<Tensor> p = split(qkv, 4, 2);
+    Tensor y = all_used ? p[0] * p[1] * p[2] : p[0] * p[2];
+    const Tensor g = zeros({2, 5, 4}, TensorOptions(kBFloat16).device(kMeta));
+    seen = Seen();
+    y.backward(g);
+    INFO("all_used=", all_used);
+    CHECK(qkv.grad().sizes() == Shape{2, 5, 12});
+    CHECK(seen.fills == (all_used ? 0 : 1));
+    CHECK(seen.filled == (all_used ? 0 : 2 * 5 * 4));
+    CHECK(seen.copies == (all_used ? 3 : 2));  // one per used piece
+  }
+}
+
 TEST_CASE("meta/mirror: autocast applies when the meta device mirrors CUDA") {
   for (DeviceType mirror : {DeviceType::CUDA, DeviceType::CPU}) {
     MetaDeviceScope scope(mirroring(mirror));
