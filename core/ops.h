@@ -233,6 +233,15 @@ Tensor pad(const Tensor& input, const std::vector<int64_t>& padding,
 // kept for backward; composed elsewhere.
 Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight = Tensor(),
                   const Tensor& bias = Tensor(), double eps = 1e-5);
+namespace detail {
+// layer_norm computed as above (in the inputs' promoted dtype), its result stored in
+// `output` (its gradient then arrives in `output` too): the same values as
+// cast(layer_norm(...), output). The fused kernels write a bfloat16 result from
+// float32 input, and read the bfloat16 gradient, themselves (no cast pass either
+// way); elsewhere it is that cast. nn::LayerNormOptions::autocast_output uses it.
+Tensor layer_norm_into_dtype(const Tensor& x, const Shape& normalized_shape, const Tensor& weight,
+                             const Tensor& bias, double eps, DType output);
+}  // namespace detail
 // y = x / sqrt(mean(x^2) + eps) * weight over the trailing dims normalized_shape, as
 // torch.nn.functional.rms_norm; weight (shape normalized_shape) may be undefined,
 // and eps defaults (nullopt) to the machine epsilon of the type the op computes in

@@ -7,7 +7,9 @@
 // examples/gpt_char.cpp and benchmarks/bench_gpt.cpp.
 //
 // GELU is exact (Activation::Gelu, x Phi(x)), as nanoGPT's nn.GELU() and the
-// PyTorch peer's F.gelu.
+// PyTorch peer's F.gelu. Under autocast the layer norms return bfloat16
+// (LayerNormOptions::autocast_output): the values the next Linear (or the head) would
+// cast them to, with no cast pass forward or back.
 #pragma once
 
 #include <cmath>
@@ -91,10 +93,12 @@ struct MLP : nn::Module {
 struct Block : nn::Module {
   explicit Block(const GPTConfig& c) {
     ln_1 = register_module(
-        "ln_1", std::make_shared<nn::LayerNorm>(nn::LayerNormOptions({c.n_embd}).bias(c.bias)));
+        "ln_1", std::make_shared<nn::LayerNorm>(
+                    nn::LayerNormOptions({c.n_embd}).bias(c.bias).autocast_output(true)));
     attn = register_module("attn", std::make_shared<CausalSelfAttention>(c));
     ln_2 = register_module(
-        "ln_2", std::make_shared<nn::LayerNorm>(nn::LayerNormOptions({c.n_embd}).bias(c.bias)));
+        "ln_2", std::make_shared<nn::LayerNorm>(
+                    nn::LayerNormOptions({c.n_embd}).bias(c.bias).autocast_output(true)));
     mlp = register_module("mlp", std::make_shared<MLP>(c));
   }
   Tensor forward(const Tensor& x) {
@@ -117,7 +121,8 @@ struct GPT : nn::Module {
       h->push_back(blocks.back());
     }
     ln_f = register_module(
-        "ln_f", std::make_shared<nn::LayerNorm>(nn::LayerNormOptions({c.n_embd}).bias(c.bias)));
+        "ln_f", std::make_shared<nn::LayerNorm>(
+                    nn::LayerNormOptions({c.n_embd}).bias(c.bias).autocast_output(true)));
     lm_head = register_module(
         "lm_head",
         std::make_shared<nn::Linear>(nn::LinearOptions(c.n_embd, c.vocab_size).bias(false)));

@@ -2,6 +2,7 @@
 
 #include <sstream>
 
+#include "core/autocast.h"
 #include "nn/init.h"
 
 namespace ember::nn {
@@ -42,6 +43,9 @@ void LayerNorm::reset_parameters() {
 
 Tensor LayerNorm::forward(const Tensor& x) const {
   ForwardScope scope(*this);
+  if (options.autocast_output() && autocast_lowers({&x}))
+    return ember::detail::layer_norm_into_dtype(x, options.normalized_shape(), weight, bias,
+                                                options.eps(), autocast_dtype());
   return layer_norm(x, options.normalized_shape(), weight, bias, options.eps());
 }
 

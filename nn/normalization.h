@@ -31,16 +31,27 @@ class LayerNormOptions {
     bias_ = on;
     return *this;
   }
+  // Under autocast (where it applies), return the result in the autocast dtype
+  // rather than float32 (PyTorch's autocast keeps layer_norm in float32). It is still
+  // computed in float32 and rounded once, so a following Linear, which would cast it
+  // to the autocast dtype, reads the same values. The fused kernels write it that way
+  // and read its bfloat16 gradient, with no cast pass either way. Off by default.
+  LayerNormOptions& autocast_output(bool on) {
+    autocast_output_ = on;
+    return *this;
+  }
   const Shape& normalized_shape() const { return normalized_shape_; }
   double eps() const { return eps_; }
   bool elementwise_affine() const { return elementwise_affine_; }
   bool bias() const { return bias_; }
+  bool autocast_output() const { return autocast_output_; }
 
  private:
   Shape normalized_shape_;
   double eps_ = 1e-5;
   bool elementwise_affine_ = true;
   bool bias_ = true;
+  bool autocast_output_ = false;
 };
 
 class LayerNorm : public Module {

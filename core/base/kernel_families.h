@@ -493,7 +493,8 @@ struct CrossEntropyQuery {
 // The fused layer norm over rows of `cols` elements: y = (x - mean) rstd w + b,
 // rstd = 1 / sqrt(var + eps) (biased variance), keeping mean and rstd (rows, float32)
 // for backward. float32 and bfloat16 (statistics in float32; float64 composes). w, b
-// (cols) may be null. All contiguous.
+// (cols) may be null. All contiguous. y_bf16 (dtype float32): y is stored as
+// bfloat16, each value rounded once (what a cast of the float32 result would give).
 struct LayerNormArgs {
   Device device;
   DType dtype;
@@ -505,6 +506,7 @@ struct LayerNormArgs {
   void* rstd;
   int64_t rows, cols;
   double eps;
+  bool y_bf16 = false;
 };
 // Its backward from the kept statistics: d_x (may be null), d_w and d_b (cols;
 // null when not wanted), the column sums deterministic. d_x_add, when not null (and
@@ -524,6 +526,7 @@ struct LayerNormBackwardArgs {
   int64_t rows, cols;
   void* workspace;  // layer_norm_workspace_bytes of it
   const void* d_x_add = nullptr;
+  bool d_y_bf16 = false;  // (dtype float32) d_y is stored as bfloat16, widened as read
 };
 struct LayerNormQuery {  // the norms' sizes (layer norm and RMS norm)
   Device device;

@@ -161,14 +161,17 @@ EMBER_CPU_CLONES void layer_norm_rows(const LayerNormArgs& a, int64_t lo, int64_
   const float* x = static_cast<const float*>(a.x);
   const float* w = static_cast<const float*>(a.w);
   const float* b = static_cast<const float*>(a.b);
-  float* y = static_cast<float*>(a.y);
+  // y_bf16: each row computed into a float32 scratch row, then rounded once.
+  float* y = a.y_bf16 ? nullptr : static_cast<float*>(a.y);
+  BFloat16* y16 = a.y_bf16 ? static_cast<BFloat16*>(a.y) : nullptr;
   float* mean = static_cast<float*>(a.mean);
   float* rstd = static_cast<float*>(a.rstd);
   const int64_t n = a.cols;
+  std::vector<float> scratch(a.y_bf16 ? static_cast<size_t>(n) : 0);
   {
     for (int64_t r = lo; r < hi; ++r) {
       const float* xr = x + r * n;
-      float* yr = y + r * n;
+      float* yr = a.y_bf16 ? scratch.data() : y + r * n;
       const double mu = cpu::vec::sum(xr, n) / static_cast<double>(n);
       const float c = static_cast<float>(mu);
       double var = cpu::vec::sum_sq_dev(xr, n, c) / static_cast<double>(n) -
@@ -185,6 +188,8 @@ EMBER_CPU_CLONES void layer_norm_rows(const LayerNormArgs& a, int64_t lo, int64_
         for (int64_t k = 0; k < n; ++k) yr[k] = (xr[k] - c) * rs + b[k];
       else
         for (int64_t k = 0; k < n; ++k) yr[k] = (xr[k] - c) * rs;
+      if (y16 != nullptr)
+        for (int64_t k = 0; k < n; ++k) y16[r * n + k] = BFloat16(yr[k]);
     }
   }
 }
@@ -199,7 +204,10 @@ void layer_norm_forward(const LayerNormArgs& a) {
 // of d_y xhat and d_y added into cw and cb (either may be null).
 EMBER_CPU_CLONES void layer_norm_backward_rows(const LayerNormBackwardArgs& a, double* cw,
                                                double* cb, int64_t lo, int64_t hi) {
-  const float* dy = static_cast<const float*>(a.d_y);
+  // d_y_bf16: each row widened into a float32 scratch row first.
+  const float* dy = a.d_y_bf16 ? nullptr : static_cast<const float*>(a.d_y);
+  const BFloat16* dy16 = a.d_y_bf16 ? static_cast<const BFloat16*>(a.d_y) : nullptr;
+  std::vector<float> dy_row(a.d_y_bf16 ? static_cast<size_t>(a.cols) : 0);
   const float* x = static_cast<const float*>(a.x);
   const float* w = static_cast<const float*>(a.w);
   const float* mean = static_cast<const float*>(a.mean);
@@ -209,7 +217,10 @@ EMBER_CPU_CLONES void layer_norm_backward_rows(const LayerNormBackwardArgs& a, d
   const int64_t n = a.cols;
   std::vector<float> xhat(static_cast<size_t>(n)), wdy(static_cast<size_t>(n));
   for (int64_t r = lo; r < hi; ++r) {
-    const float *xr = x + r * n, *gr = dy + r * n;
+    const float* xr = x + r * n;
+    const float* gr = dy16 == nullptr ? dy + r * n : dy_row.data();
+    if (dy16 != nullptr)
+      for (int64_t k = 0; k < n; ++k) dy_row[static_cast<size_t>(k)] = float(dy16[r * n + k]);
     const float mu = mean[r], rs = rstd[r];
     for (int64_t k = 0; k < n; ++k) xhat[k] = (xr[k] - mu) * rs;
     if (cw)

@@ -91,19 +91,29 @@ Tensor layer_norm_composed(const Tensor& input, int64_t rows, int64_t cols, cons
   return reshape(y, x.sizes());
 }
 
+// out: the result's dtype, x's or (x float32) bfloat16, written so by the kernel.
 Tensor layer_norm_fused(const Tensor& x, const Shape& shape, int64_t rows, int64_t cols,
-                        const Tensor& w, const Tensor& b, double eps) {
+                        const Tensor& w, const Tensor& b, double eps, DType out) {
   const Device device = x.device();
   const Tensor xc = contiguous(x.detach());
   const Tensor wc = w.defined() ? contiguous(w.detach()) : Tensor();
   const Tensor bc = b.defined() ? contiguous(b.detach()) : Tensor();
-  Tensor y = empty(x.sizes(), x.options());
+  Tensor y = empty(x.sizes(), TensorOptions(out).device(device));
   const TensorOptions stat = TensorOptions(kFloat32).device(device);
   const Tensor mu = empty({rows}, stat), rstd = empty({rows}, stat);
-  kernels::kernels_for(device).layer_norm_fused(
-      {device, x.dtype(), xc.raw_data(), wc.defined() ? wc.raw_data() : nullptr,
-       bc.defined() ? bc.raw_data() : nullptr, y.raw_data(), mu.raw_data(), rstd.raw_data(), rows,
-       cols, eps});
+  kernels::LayerNormArgs fwd{device,
+                             x.dtype(),
+                             xc.raw_data(),
+                             wc.defined() ? wc.raw_data() : nullptr,
+                             bc.defined() ? bc.raw_data() : nullptr,
+                             y.raw_data(),
+                             mu.raw_data(),
+                             rstd.raw_data(),
+                             rows,
+                             cols,
+                             eps};
+  fwd.y_bf16 = out != x.dtype();
+  kernels::kernels_for(device).layer_norm_fused(fwd);
   if (any_requires_grad({&x, &w, &b})) {
     const bool gx = x.requires_grad(), gw = w.defined() && w.requires_grad(),
                gb = b.defined() && b.requires_grad();
@@ -147,6 +157,7 @@ Tensor layer_norm_fused(const Tensor& x, const Shape& shape, int64_t rows, int64
                                               cols,
                                               ptr(scratch)};
           if (fold) args.d_x_add = sum->raw_data();
+          args.d_y_bf16 = gc.dtype() != xs.dtype();  // the result's dtype: bfloat16
           k.layer_norm_backward_fused(args);
           if (!fold) return Grads{d_x, d_w, d_b};
           *sum = std::move(d_x);
@@ -208,8 +219,25 @@ Tensor layer_norm(const Tensor& input, const Shape& normalized_shape, const Tens
   const int64_t cols = numel_of(normalized_shape);
   const int64_t rows = x.numel() / cols;
   if (kernels::kernels_for(x.device()).layer_norm_fused_supported({x.device(), dtype, rows, cols}))
-    return layer_norm_fused(x, normalized_shape, rows, cols, w, b, eps);
+    return layer_norm_fused(x, normalized_shape, rows, cols, w, b, eps, dtype);
   return layer_norm_composed(x, rows, cols, w, b, eps);
+}
+
+Tensor detail::layer_norm_into_dtype(const Tensor& input, const Shape& normalized_shape,
+                                     const Tensor& weight, const Tensor& bias, double eps,
+                                     DType output) {
+  OpSite site("layer_norm");
+  check_norm("layer_norm", input, normalized_shape, weight, bias, eps);
+  EMBER_CHECK(is_floating(output), "layer_norm: the result's dtype must be floating, got ", output);
+  const DType dtype = norm_dtype(input, weight, bias);
+  const Tensor x = as_dtype(input, dtype), w = as_dtype(weight, dtype), b = as_dtype(bias, dtype);
+  const int64_t cols = numel_of(normalized_shape);
+  const int64_t rows = x.numel() / cols;
+  const bool fused =
+      kernels::kernels_for(x.device()).layer_norm_fused_supported({x.device(), dtype, rows, cols});
+  if (fused && (output == dtype || (dtype == kFloat32 && output == kBFloat16)))
+    return layer_norm_fused(x, normalized_shape, rows, cols, w, b, eps, output);
+  return as_dtype(layer_norm(x, normalized_shape, w, b, eps), output);
 }
 
 Tensor rms_norm(const Tensor& input, const Shape& normalized_shape, const Tensor& weight,

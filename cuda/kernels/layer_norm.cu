@@ -9,6 +9,8 @@
 // keeps each thread's columns of sum(d_y xhat) and sum(d_y) in registers across
 // its block's rows, writes them once per block, and a second kernel adds the
 // blocks' partials in block order: deterministic, no atomics.
+#include <type_traits>
+
 #include <cuda_bf16.h>
 
 #include <cub/block/block_reduce.cuh>
@@ -70,6 +72,37 @@ struct RowIO {
       }
     }
   }
+  // The same layout in another storage type T (a bfloat16 y or d_y beside float32 x):
+  // V consecutive elements per vector, read or written one by one.
+  template <typename T>
+  __device__ static void load_as(const T* __restrict__ row, int64_t cols, float (&out)[kItems],
+                                 float fill) {
+    if constexpr (std::is_same_v<T, S>) {
+      load(row, cols, out, fill);
+    } else {
+#pragma unroll
+      for (int j = 0; j < NV; ++j) {
+        const int64_t c = col(j, 0);
+#pragma unroll
+        for (int v = 0; v < V; ++v) out[j * V + v] = c < cols ? widen(row[c + v]) : fill;
+      }
+    }
+  }
+  template <typename T>
+  __device__ static void store_as(T* __restrict__ row, int64_t cols, const float (&in)[kItems]) {
+    if constexpr (std::is_same_v<T, S>) {
+      store(row, cols, in);
+    } else {
+#pragma unroll
+      for (int j = 0; j < NV; ++j) {
+        const int64_t c = col(j, 0);
+        if (c < cols) {
+#pragma unroll
+          for (int v = 0; v < V; ++v) row[c + v] = narrow<T>(in[j * V + v]);
+        }
+      }
+    }
+  }
   __device__ static bool valid(int item, int64_t cols) {
     return col(item / V, item % V) < cols;
   }
@@ -90,11 +123,12 @@ struct PairSum {
   }
 };
 
-// kRms: mean is null, mu = 0 and there is no bias.
-template <typename S, int kThreads, int kItems, bool kVec, bool kRms>
+// kRms: mean is null, mu = 0 and there is no bias. SY: y's storage type (S, or
+// bfloat16 beside float32 S).
+template <typename S, int kThreads, int kItems, bool kVec, bool kRms, typename SY = S>
 __global__ void __launch_bounds__(kThreads)
     layer_norm_kernel(const S* __restrict__ x, const S* __restrict__ w, const S* __restrict__ b,
-                      S* __restrict__ y, float* __restrict__ mean, float* __restrict__ rstd,
+                      SY* __restrict__ y, float* __restrict__ mean, float* __restrict__ rstd,
                       int64_t rows, int64_t cols, float eps) {
   using IO = RowIO<S, kThreads, kItems, kVec>;
   using BlockReduce = cub::BlockReduce<float, kThreads>;
@@ -136,7 +170,7 @@ __global__ void __launch_bounds__(kThreads)
     const float r = sh_rstd;
 #pragma unroll
     for (int i = 0; i < kItems; ++i) v[i] = (v[i] - mu) * r * wv[i] + bv[i];
-    IO::store(y + row * cols, cols, v);
+    IO::template store_as<SY>(y + row * cols, cols, v);
   }
 }
 
@@ -144,9 +178,9 @@ __global__ void __launch_bounds__(kThreads)
 // part_b are null, mu = 0, and d_x = rstd (g - xhat mean(g xhat))). dx_add, when not
 // null, is added to d_x (it may be dx itself: each thread reads its elements before
 // writing them, so neither pointer is restrict).
-template <typename S, int kThreads, int kItems, bool kVec, bool kRms>
+template <typename S, int kThreads, int kItems, bool kVec, bool kRms, typename SD = S>
 __global__ void __launch_bounds__(kThreads)
-    layer_norm_backward_kernel(const S* __restrict__ dy, const S* __restrict__ x,
+    layer_norm_backward_kernel(const SD* __restrict__ dy, const S* __restrict__ x,
                                const S* __restrict__ w, const float* __restrict__ mean,
                                const float* __restrict__ rstd, S* dx, const S* dx_add,
                                float* __restrict__ part_w, float* __restrict__ part_b, int64_t rows,
@@ -163,7 +197,7 @@ __global__ void __launch_bounds__(kThreads)
   const float inv_cols = 1.f / static_cast<float>(cols);
   for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
     float g[kItems], xh[kItems];
-    IO::load(dy + row * cols, cols, g, 0.f);
+    IO::template load_as<SD>(dy + row * cols, cols, g, 0.f);
     IO::load(x + row * cols, cols, xh, 0.f);
     const float mu = kRms ? 0.f : mean[row], r = rstd[row];
     Pair p{0.f, 0.f};
@@ -270,29 +304,39 @@ int64_t backward_grid(DType dtype, int64_t rows, int64_t cols) {
 
 template <bool kRms>
 void launch_forward(DType dtype, const void* x, const void* w, const void* b, void* y, void* mean,
-                    void* rstd, int64_t rows, int64_t cols, double eps, cudaStream_t stream) {
+                    void* rstd, int64_t rows, int64_t cols, double eps, cudaStream_t stream,
+                    bool y_bf16 = false) {
   if (rows == 0) return;
   const char* op = kRms ? "rms_norm" : "layer_norm";
   EMBER_CHECK(layer_norm_supported(dtype, cols), op, ": the fused kernel does not take ", cols,
               " columns of ", dtype);
+  EMBER_CHECK(!y_bf16 || dtype == DType::Float32, op,
+              ": a bfloat16 output is written from float32 input only, got ", dtype);
   dispatch_float32_bf16(dtype, op, [&](auto* tag) {
     using S = std::remove_pointer_t<decltype(tag)>;
     const bool vec = cols % (16 / sizeof(S)) == 0 && aligned16(x) && aligned16(y) &&
                      (w == nullptr || aligned16(w)) && (b == nullptr || aligned16(b));
     dispatch_cfg(cols, [&](auto cfg) {
       using C = decltype(cfg);
-      auto run = [&](auto kernel, int64_t grid) {
-        kernel<<<static_cast<unsigned>(grid), C::kThreads, 0, stream>>>(
-            static_cast<const S*>(x), static_cast<const S*>(w), static_cast<const S*>(b),
-            static_cast<S*>(y), static_cast<float*>(mean), static_cast<float*>(rstd), rows, cols,
-            static_cast<float>(eps));
+      auto go = [&](auto* y_tag) {
+        using SY = std::remove_pointer_t<decltype(y_tag)>;
+        auto run = [&](auto kernel, int64_t grid) {
+          kernel<<<static_cast<unsigned>(grid), C::kThreads, 0, stream>>>(
+              static_cast<const S*>(x), static_cast<const S*>(w), static_cast<const S*>(b),
+              static_cast<SY*>(y), static_cast<float*>(mean), static_cast<float*>(rstd), rows, cols,
+              static_cast<float>(eps));
+        };
+        constexpr auto vec_kernel = layer_norm_kernel<S, C::kThreads, C::kItems, true, kRms, SY>;
+        constexpr auto row_kernel = layer_norm_kernel<S, C::kThreads, C::kItems, false, kRms, SY>;
+        if (vec)
+          run(vec_kernel, resident_grid<vec_kernel>(C::kThreads, rows));
+        else
+          run(row_kernel, resident_grid<row_kernel>(C::kThreads, rows));
       };
-      constexpr auto vec_kernel = layer_norm_kernel<S, C::kThreads, C::kItems, true, kRms>;
-      constexpr auto row_kernel = layer_norm_kernel<S, C::kThreads, C::kItems, false, kRms>;
-      if (vec)
-        run(vec_kernel, resident_grid<vec_kernel>(C::kThreads, rows));
-      else
-        run(row_kernel, resident_grid<row_kernel>(C::kThreads, rows));
+      if constexpr (std::is_same_v<S, float>) {
+        if (y_bf16) return go(static_cast<__nv_bfloat16*>(nullptr));
+      }
+      go(static_cast<S*>(nullptr));
     });
   });
   EMBER_CUDA_CHECK(cudaGetLastError());
@@ -326,10 +370,13 @@ size_t workspace_bytes(DType dtype, int64_t rows, int64_t cols) {
 template <bool kRms>
 void launch_backward(DType dtype, const void* d_y, const void* x, const void* w, const void* mean,
                      const void* rstd, void* d_x, void* d_w, void* d_b, int64_t rows, int64_t cols,
-                     void* workspace, cudaStream_t stream, const void* d_x_add = nullptr) {
+                     void* workspace, cudaStream_t stream, const void* d_x_add = nullptr,
+                     bool dy_bf16 = false) {
   const char* op = kRms ? "rms_norm backward" : "layer_norm backward";
   EMBER_CHECK(layer_norm_supported(dtype, cols), op, ": the fused kernel does not take ", cols,
               " columns of ", dtype);
+  EMBER_CHECK(!dy_bf16 || dtype == DType::Float32, op,
+              ": a bfloat16 d_y is read beside float32 input only, got ", dtype);
   const bool want_params = d_w != nullptr || d_b != nullptr;
   if (rows == 0) {
     // No rows: the parameter gradients are zeros.
@@ -351,16 +398,24 @@ void launch_backward(DType dtype, const void* d_y, const void* x, const void* w,
     float* part_b = want_params && !kRms ? part_w + grid * cols : nullptr;
     dispatch_cfg(cols, [&](auto cfg) {
       using C = decltype(cfg);
-      auto run = [&](auto kernel) {
-        kernel<<<static_cast<unsigned>(grid), C::kThreads, 0, stream>>>(
-            static_cast<const S*>(d_y), static_cast<const S*>(x), static_cast<const S*>(w),
-            static_cast<const float*>(mean), static_cast<const float*>(rstd), static_cast<S*>(d_x),
-            d_x != nullptr ? static_cast<const S*>(d_x_add) : nullptr, part_w, part_b, rows, cols);
+      auto go = [&](auto* dy_tag) {
+        using SD = std::remove_pointer_t<decltype(dy_tag)>;
+        auto run = [&](auto kernel) {
+          kernel<<<static_cast<unsigned>(grid), C::kThreads, 0, stream>>>(
+              static_cast<const SD*>(d_y), static_cast<const S*>(x), static_cast<const S*>(w),
+              static_cast<const float*>(mean), static_cast<const float*>(rstd),
+              static_cast<S*>(d_x), d_x != nullptr ? static_cast<const S*>(d_x_add) : nullptr,
+              part_w, part_b, rows, cols);
+        };
+        if (vec)
+          run(layer_norm_backward_kernel<S, C::kThreads, C::kItems, true, kRms, SD>);
+        else
+          run(layer_norm_backward_kernel<S, C::kThreads, C::kItems, false, kRms, SD>);
       };
-      if (vec)
-        run(layer_norm_backward_kernel<S, C::kThreads, C::kItems, true, kRms>);
-      else
-        run(layer_norm_backward_kernel<S, C::kThreads, C::kItems, false, kRms>);
+      if constexpr (std::is_same_v<S, float>) {
+        if (dy_bf16) return go(static_cast<__nv_bfloat16*>(nullptr));
+      }
+      go(static_cast<S*>(nullptr));
     });
     EMBER_CUDA_CHECK(cudaGetLastError());
     if (want_params) {
@@ -408,13 +463,14 @@ bool layer_norm_fused_supported(const kernels::LayerNormQuery& q) {
 void layer_norm_fused(const kernels::LayerNormArgs& a) {
   DeviceGuard guard(a.device.index);
   launch_forward<false>(a.dtype, a.x, a.w, a.b, a.y, a.mean, a.rstd, a.rows, a.cols, a.eps,
-                        current_stream(a.device.index));
+                        current_stream(a.device.index), a.y_bf16);
 }
 
 void layer_norm_backward_fused(const kernels::LayerNormBackwardArgs& a) {
   DeviceGuard guard(a.device.index);
   launch_backward<false>(a.dtype, a.d_y, a.x, a.w, a.mean, a.rstd, a.d_x, a.d_w, a.d_b, a.rows,
-                         a.cols, a.workspace, current_stream(a.device.index), a.d_x_add);
+                         a.cols, a.workspace, current_stream(a.device.index), a.d_x_add,
+                         a.d_y_bf16);
 }
 
 // Sizes alone (workspace_bytes): no device call, so the meta device asks it too.

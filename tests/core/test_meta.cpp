@@ -279,6 +279,39 @@ TEST_CASE("meta/split: the pieces' gradients are copied into an unfilled sum, as
   }
 }
 
+TEST_CASE("meta/layer_norm: autocast_output returns the autocast dtype with no cast kernel") {
+  struct Casts final : MetaKernelObserver {
+    int casts = 0, bf16_out = 0, bf16_grad = 0;
+    void cast(const kernels::CastArgs&) override { ++casts; }
+    void layer_norm_fused(const kernels::LayerNormArgs& a) override { bf16_out += a.y_bf16; }
+    void layer_norm_backward_fused(const kernels::LayerNormBackwardArgs& a) override {
+      bf16_grad += a.d_y_bf16;
+    }
+  } seen;
+  MetaDeviceScope scope(mirroring(DeviceType::CUDA).observe(&seen));
+  nn::LayerNorm ln(nn::LayerNormOptions({64}).autocast_output(true));
+  ln.to(kMeta);
+  Tensor x = zeros({8, 64}, TensorOptions().device(kMeta).requires_grad());
+  CHECK(ln.forward(x).dtype() == kFloat32);  // autocast off: as PyTorch
+  {
+    AutocastGuard bf16;
+    const Tensor y = ln.forward(x);
+    CHECK(y.dtype() == kBFloat16);
+    const Tensor g = zeros({8, 64}, TensorOptions(kBFloat16).device(kMeta));
+    seen.casts = 0;
+    y.backward(g);
+  }
+  CHECK(seen.bf16_out == 1);
+  CHECK(seen.bf16_grad == 1);
+  CHECK(seen.casts == 0);
+  CHECK(x.grad().dtype() == kFloat32);
+  // Without the option autocast keeps layer_norm in float32, as PyTorch.
+  nn::LayerNorm plain(nn::LayerNormOptions({64}));
+  plain.to(kMeta);
+  AutocastGuard bf16;
+  CHECK(plain.forward(x).dtype() == kFloat32);
+}
+
 TEST_CASE("meta/mirror: autocast applies when the meta device mirrors CUDA") {
   for (DeviceType mirror : {DeviceType::CUDA, DeviceType::CPU}) {
     MetaDeviceScope scope(mirroring(mirror));

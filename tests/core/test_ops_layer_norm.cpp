@@ -92,3 +92,39 @@ TEST_CASE("layer_norm: d_x folded into the residual stream's gradient (float32, 
     CHECK(rel_error(x_grad(kFloat32), x_grad(kFloat64)) <= 1e-5);
   }
 }
+
+// A bfloat16 result from float32 input (detail::layer_norm_into_dtype, the CPU's fused
+// kernel writing it and reading its bfloat16 gradient): the same bits as casting the
+// float32 result, forward and x's, w's and b's gradients, with and without a fold into
+// a residual sum; elsewhere (float64) the cast itself.
+TEST_CASE("layer_norm: a bfloat16 result from float32 input equals casting the float32 one") {
+  const int64_t rows = 7, cols = 24;
+  Generator gen(91);
+  const Tensor x0 = randn({rows, cols}, kFloat32, &gen), w0 = randn({cols}, kFloat32, &gen),
+               b0 = randn({cols}, kFloat32, &gen);
+  const Tensor gy = randn({rows, cols}, kFloat32, &gen).to(kBFloat16);
+  for (bool residual : {false, true}) {
+    INFO("residual=", residual);
+    auto run = [&](bool direct) {
+      Tensor x = x0.detach().set_requires_grad(true), w = w0.detach().set_requires_grad(true),
+             b = b0.detach().set_requires_grad(true);
+      Tensor y = direct ? detail::layer_norm_into_dtype(x, {cols}, w, b, 1e-5, kBFloat16)
+                        : layer_norm(x, {cols}, w, b).to(kBFloat16);
+      CHECK(y.dtype() == kBFloat16);
+      Tensor out = residual ? add(x, y) : y;  // float32 + bfloat16: a sum to fold into
+      out.backward(residual ? gy.to(kFloat32) : gy);
+      return std::vector<Tensor>{y.detach(), x.grad(), w.grad(), b.grad()};
+    };
+    const std::vector<Tensor> direct = run(true), cast = run(false);
+    for (size_t i = 0; i < direct.size(); ++i) {
+      CAPTURE(i);
+      CHECK(direct[i].to_vector<float>() == cast[i].to_vector<float>());
+    }
+  }
+  // float64 composes: the cast of the float64 result.
+  const Tensor x64 = x0.to(kFloat64);
+  CHECK(detail::layer_norm_into_dtype(x64, {cols}, Tensor(), Tensor(), 1e-5, kBFloat16)
+            .to_vector<float>() == layer_norm(x64, {cols}).to(kBFloat16).to_vector<float>());
+  CHECK_THROWS_WITH_AS(detail::layer_norm_into_dtype(x0, {cols}, Tensor(), Tensor(), 1e-5, kInt64),
+                       doctest::Contains("layer_norm: the result's dtype must be floating"), Error);
+}
