@@ -517,12 +517,12 @@ bool lt_linear_forward(DType dtype, int64_t m, int64_t n, int64_t k, const void*
   return true;
 }
 
+namespace {
+
 // Row-major d_w (n, k) is column-major d_w^T (k, n) = x (stored (k, m), op N) times
-// d_y (stored (n, m), op T). BGRADB sums op(B) = d_y over the GEMM's inner m: the
-// bias gradient, one per column of D (our n).
-bool lt_linear_backward_weight(DType dtype, int64_t m, int64_t n, int64_t k, const void* x,
-                               int64_t ldx, const void* d_y, int64_t ldd, void* d_w, void* d_b,
-                               int device, cudaStream_t stream) {
+// d_y (stored (n, m), op T).
+LtProblem weight_grad_problem(DType dtype, int64_t m, int64_t n, int64_t k, const void* x,
+                              int64_t ldx, const void* d_y, int64_t ldd, void* d_w) {
   LtProblem p{};
   p.dtype = dtype;
   p.op_a = CUBLAS_OP_N;
@@ -531,6 +531,17 @@ bool lt_linear_backward_weight(DType dtype, int64_t m, int64_t n, int64_t k, con
   p.a = x, p.a_rows = k, p.a_cols = m, p.lda = ldx;
   p.b = d_y, p.b_rows = n, p.b_cols = m, p.ldb = ldd;
   p.d = d_w, p.ldd = k;
+  return p;
+}
+
+}  // namespace
+
+// BGRADB sums op(B) = d_y over the GEMM's inner m: the bias gradient, one per column
+// of D (our n).
+bool lt_linear_backward_weight(DType dtype, int64_t m, int64_t n, int64_t k, const void* x,
+                               int64_t ldx, const void* d_y, int64_t ldd, void* d_w, void* d_b,
+                               int device, cudaStream_t stream) {
+  LtProblem p = weight_grad_problem(dtype, m, n, k, x, ldx, d_y, ldd, d_w);
   p.epi = d_b != nullptr ? CUBLASLT_EPILOGUE_BGRADB : CUBLASLT_EPILOGUE_DEFAULT;
   p.bias = d_b;
   return lt_run(p, device, stream);
@@ -540,14 +551,7 @@ bool lt_linear_backward_weight_into(DType dtype, int64_t m, int64_t n, int64_t k
                                     int64_t ldx, const void* d_y, int64_t ldd, void* d_w,
                                     bool d_w_float32, bool accumulate, int device,
                                     cudaStream_t stream) {
-  LtProblem p{};
-  p.dtype = dtype;
-  p.op_a = CUBLAS_OP_N;
-  p.op_b = CUBLAS_OP_T;
-  p.rows = k, p.cols = n, p.inner = m;
-  p.a = x, p.a_rows = k, p.a_cols = m, p.lda = ldx;
-  p.b = d_y, p.b_rows = n, p.b_cols = m, p.ldb = ldd;
-  p.d = d_w, p.ldd = k;
+  LtProblem p = weight_grad_problem(dtype, m, n, k, x, ldx, d_y, ldd, d_w);
   p.d_float32 = d_w_float32;
   p.accumulate = accumulate;
   return lt_run(p, device, stream);

@@ -35,6 +35,23 @@ sanitizer_summary() {
   [ "$rc" -eq 0 ] || status=1
 }
 
+# sanitize_four LOG_PREFIX COMMAND...: COMMAND under the four tools at once, each
+# tool's log at LOG_PREFIX_TOOL.txt, then each one's sanitizer_summary.
+sanitize_four() {
+  local prefix="$1"
+  shift
+  local pids=() tool i=0
+  for tool in memcheck racecheck initcheck synccheck; do
+    under_sanitizer "$tool" "$@" >"${prefix}_$tool.txt" 2>&1 &
+    pids+=($!)
+  done
+  for tool in memcheck racecheck initcheck synccheck; do
+    wait "${pids[$i]}"
+    sanitizer_summary "$tool" $? "${prefix}_$tool.txt"
+    i=$((i + 1))
+  done
+}
+
 # finish KEEP...: under the device tool ($OUT set), every log but KEEP goes back in one
 # logs.tgz (tools/gpu_logs_pack.sh); then the status line and exit.
 finish() {

@@ -26,17 +26,7 @@ tail -3 "$out/tests_cuda_vectors.txt"
 
 echo "== compute-sanitizer on this round's CUDA cases (vectors, lce sums, layer-norm fold, head split), the four tools at once"
 cases='kernels/elementwise*,kernels/linear: the weight gradient summed*,kernels/layer_norm: d_x folded*,ops/fused_attention: a GPT*'
-pids=()
-for tool in memcheck racecheck initcheck synccheck; do
-  under_sanitizer "$tool" "$build/tests/ember_tests_cuda" -tc="$cases" >"$out/sanitize_$tool.txt" 2>&1 &
-  pids+=($!)
-done
-i=0
-for tool in memcheck racecheck initcheck synccheck; do
-  wait "${pids[$i]}"
-  sanitizer_summary "$tool" $? "$out/sanitize_$tool.txt"
-  i=$((i + 1))
-done
+sanitize_four "$out/sanitize" "$build/tests/ember_tests_cuda" -tc="$cases"
 
 echo "== bench_elementwise and PyTorch, alternating processes ($reps each)"
 mkdir -p "$out/ew"

@@ -42,17 +42,7 @@ python3 tools/ab_table.py "$out/lce" composed chunked | tee "$out/lce.txt" || st
 
 if [ "${EMBER_LCE_SANITIZE:-1}" != 0 ]; then
   echo "== compute-sanitizer on the cross-entropy cases, the four tools at once"
-  pids=()
-  for tool in memcheck racecheck initcheck synccheck; do
-    under_sanitizer "$tool" "$build/tests/ember_tests_cuda" -tc='kernels/cross_entropy*,kernels/linear: the weight gradient summed*' \
-      >"$out/sanitize_$tool.txt" 2>&1 &
-    pids+=($!)
-  done
-  i=0
-  for tool in memcheck racecheck initcheck synccheck; do
-    wait "${pids[$i]}"
-    sanitizer_summary "$tool" $? "$out/sanitize_$tool.txt"
-    i=$((i + 1))
-  done
+  sanitize_four "$out/sanitize" "$build/tests/ember_tests_cuda" \
+    -tc='kernels/cross_entropy*,kernels/linear: the weight gradient summed*'
 fi
 finish gpu.txt lce.txt
