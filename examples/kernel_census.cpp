@@ -4,11 +4,16 @@
 // backwards) the bytes each moves and whether its operands are contiguous or go
 // through the strided index path, grouped by the op that launched them (the
 // allocation-site tag) -- the byte floor of each kernel class at copy bandwidth,
-// before any GPU time is spent. GEMM families are counted in FLOPs.
+// before any GPU time is spent. GEMM and attention families are counted in FLOPs
+// too; layer norm, cross-entropy, dropout, the fused Adam and the multi-tensor norm
+// and scale in bytes at their floors (each operand once).
 //
-//   kernel_census gpt2 [--steps 2] [--top 40]
+//   kernel_census gpt2 [--steps 2] [--top 40] [--tflops 790] [--gbps 4209]
 //
-// The last step is counted (the first ones warm the optimizer's state up).
+// The last step is counted (the first ones warm the optimizer's state up). Each
+// family's floor is the larger of its FLOPs at --tflops and its bytes at --gbps (by
+// default the H200's dense bf16 ceiling and its measured copy bandwidth,
+// benchmarks/NOTES.md); the step's floor is their sum.
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -150,6 +155,69 @@ class Census final : public MetaKernelObserver {
          gemm_bytes(a.dtype, 1, a.m, a.k, a.n, element_size(a.dtype)),
          gemm_flops(1, a.m, a.k, a.n));
   }
+  // The fused families, at their floors: each operand read or written once.
+  void measure(const kernels::LayerNormArgs& a) {
+    const double n = static_cast<double>(a.rows * a.cols), es = element_size(a.dtype);
+    const double out = a.y_bf16 ? 2 : es;
+    note("layer_norm_fused", a.y_bf16 ? "fwd (bf16 out)" : "fwd", a.dtype, "-",
+         n * (es + out) + static_cast<double>(a.cols) * es * 2 + static_cast<double>(a.rows) * 8);
+  }
+  void measure(const kernels::LayerNormBackwardArgs& a) {
+    const double n = static_cast<double>(a.rows * a.cols), es = element_size(a.dtype);
+    const double dy = a.d_y_bf16 ? 2 : es;
+    const double dx = a.d_x == nullptr ? 0 : a.d_x_add != nullptr ? 2 * es : es;
+    note("layer_norm_backward_fused", a.d_x_add != nullptr ? "bwd (folds d_x)" : "bwd", a.dtype,
+         "-", n * (dy + es + dx) + static_cast<double>(a.rows) * 8);
+  }
+  void measure(const kernels::CrossEntropyArgs& a) {
+    const double n = static_cast<double>(a.rows * a.classes), es = element_size(a.dtype);
+    note("cross_entropy_fused", a.op, a.dtype, "-", n * es * (a.d_logits != nullptr ? 2 : 1));
+  }
+  void measure(const kernels::DropoutArgs& a) {
+    note("dropout", "dropout", a.dtype, "-",
+         static_cast<double>(a.n) * static_cast<double>(element_size(a.dtype)) * 2);
+  }
+  void measure(const kernels::FusedAdamArgs& a) {
+    // param, grad, exp_avg, exp_avg_sq read; param, exp_avg, exp_avg_sq written (float32).
+    double elems = 0;
+    for (int64_t i = 0; i < a.count; ++i) elems += static_cast<double>(a.tensors[i].numel);
+    note("fused_adam", a.config.decoupled_weight_decay ? "AdamW" : "Adam", DType::Float32, "-",
+         elems * 4 * 7);
+  }
+  void measure(const kernels::MultiTensorNormArgs& a) {
+    double bytes = 0;
+    for (int64_t i = 0; i < a.count; ++i)
+      bytes += static_cast<double>(a.tensors[i].numel) * element_size(a.tensors[i].dtype);
+    note("multi_tensor_norm", "norm", DType::Float32, "-", bytes);
+  }
+  void measure(const kernels::MultiTensorScaleArgs& a) {
+    double bytes = 0;
+    for (int64_t i = 0; i < a.count; ++i)
+      bytes += static_cast<double>(a.tensors[i].numel) * element_size(a.tensors[i].dtype) * 2;
+    note("multi_tensor_scale", "scale", DType::Float32, "-", bytes);
+  }
+  // Attention: FLOPs 4 B H Tq Tk D forward (halved when causal and square), the
+  // backward 2.5 times that; bytes q, k, v, o (and d_o, dq, dk, dv backward).
+  static double attention_flops(int64_t b, int64_t h, int64_t tq, int64_t tk, int64_t d,
+                                bool causal) {
+    const double f = 4.0 * static_cast<double>(b * h) * static_cast<double>(tq) *
+                     static_cast<double>(tk) * static_cast<double>(d);
+    return causal && tq == tk ? f / 2 : f;
+  }
+  void measure(const kernels::AttentionArgs& a) {
+    const double es = element_size(a.dtype), bh = static_cast<double>(a.batch * a.heads);
+    note(
+        "attention_fused", a.causal ? "causal" : "full", a.dtype, "-",
+        bh * es * static_cast<double>(a.head_dim) * static_cast<double>(2 * a.q_len + 2 * a.kv_len),
+        attention_flops(a.batch, a.heads, a.q_len, a.kv_len, a.head_dim, a.causal));
+  }
+  void measure(const kernels::AttentionBackwardArgs& a) {
+    const double es = element_size(a.dtype), bh = static_cast<double>(a.batch * a.heads);
+    note(
+        "attention_backward_fused", a.causal ? "causal" : "full", a.dtype, "-",
+        bh * es * static_cast<double>(a.head_dim) * static_cast<double>(4 * a.q_len + 4 * a.kv_len),
+        2.5 * attention_flops(a.batch, a.heads, a.q_len, a.kv_len, a.head_dim, a.causal));
+  }
   void measure(const kernels::LinearWeightGradArgs& a) {
     // d_w (n, k) over m rows; a sum into d_w reads it too.
     const size_t out = a.d_w_float32 ? 4 : element_size(a.dtype);
@@ -168,15 +236,23 @@ int main(int argc, char** argv) {
   }
   const std::string name = argv[1];
   int steps = 2, top = 40;
+  double tflops = 790, gbps = 4209;
   for (int i = 2; i < argc; i += 2) {
     const bool has_value = i + 1 < argc;
     const int value = has_value ? std::atoi(argv[i + 1]) : 0;
+    const double real = has_value ? std::atof(argv[i + 1]) : 0;
     if (std::strcmp(argv[i], "--steps") == 0 && has_value && value >= 1) {
       steps = value;
     } else if (std::strcmp(argv[i], "--top") == 0 && has_value && value >= 0) {
       top = value;
+    } else if (std::strcmp(argv[i], "--tflops") == 0 && has_value && real > 0) {
+      tflops = real;
+    } else if (std::strcmp(argv[i], "--gbps") == 0 && has_value && real > 0) {
+      gbps = real;
     } else {
-      std::fprintf(stderr, "kernel_census: bad argument %s (--steps N >= 1, --top K >= 0)\n",
+      std::fprintf(stderr,
+                   "kernel_census: bad argument %s (--steps N >= 1, --top K >= 0, --tflops X > 0, "
+                   "--gbps Y > 0)\n",
                    argv[i]);
       return 2;
     }
@@ -201,17 +277,22 @@ int main(int argc, char** argv) {
   census.on = false;
   std::printf("== %s (%s): step %d on the meta device mirroring CUDA\n", name.c_str(),
               w->about.c_str(), steps);
-  std::printf("%-26s %8s %10s %10s\n", "family", "calls", "GB moved", "GFLOP");
+  std::printf("%-26s %8s %10s %10s %10s\n", "family", "calls", "GB moved", "GFLOP", "floor ms");
   Row total;
+  double floor_ms = 0;
   for (const auto& [f, r] : census.by_family) {  // by name
-    std::printf("%-26s %8lld %10.3f %10.1f\n", f.c_str(), static_cast<long long>(r.calls),
-                r.bytes / 1e9, r.flops / 1e9);
+    const double ms = std::max(r.flops / (tflops * 1e9), r.bytes / (gbps * 1e6));
+    std::printf("%-26s %8lld %10.3f %10.1f %10.3f\n", f.c_str(), static_cast<long long>(r.calls),
+                r.bytes / 1e9, r.flops / 1e9, ms);
     total.calls += r.calls;
     total.bytes += r.bytes;
     total.flops += r.flops;
+    floor_ms += ms;
   }
-  std::printf("%-26s %8lld %10.3f %10.1f\n", "total (modelled families)",
-              static_cast<long long>(total.calls), total.bytes / 1e9, total.flops / 1e9);
+  std::printf("%-26s %8lld %10.3f %10.1f %10.3f\n", "total (modelled families)",
+              static_cast<long long>(total.calls), total.bytes / 1e9, total.flops / 1e9, floor_ms);
+  std::printf("floor: %.2f ms at %.0f TFLOP/s and %.0f GB/s (each family the larger of its two)\n",
+              floor_ms, tflops, gbps);
   std::vector<std::pair<Key, Row>> rows(census.by_op.begin(), census.by_op.end());
   std::stable_sort(rows.begin(), rows.end(),
                    [](const auto& a, const auto& b) { return a.second.bytes > b.second.bytes; });
