@@ -11,6 +11,7 @@ if [ -n "${EMBER_GPU_PREBUILT:-}" ]; then
   echo "unpacked $EMBER_GPU_PREBUILT: $(cat "$build/ember_commit.txt" 2>/dev/null || echo '?')"
 fi
 status=0
+t0=$(date +%s)  # for deadlines (ab_runs)
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$out/gpu.txt"
 
 # under_sanitizer TOOL COMMAND...: COMMAND under compute-sanitizer's TOOL, exit 1 on any
@@ -50,6 +51,28 @@ sanitize_four() {
     sanitizer_summary "$tool" $? "${prefix}_$tool.txt"
     i=$((i + 1))
   done
+}
+
+# ab_runs DIR DEADLINE VAR A B COMMAND...: COMMAND run EMBER_COMPARE_REPS times (default 5)
+# with VAR=A and VAR=B in turn, alternating processes, each run's rows in DIR/V.REP.json
+# (COMMAND gets --json) and its output in DIR/V.REP.log; none starts once DEADLINE seconds
+# have passed since t0. Prints the first runs' memory lines and failures, then the
+# per-repetition ratios of B to A (tools/ab_table.py). A failed run sets status to 1.
+ab_runs() {
+  local dir="$1" deadline="$2" var="$3" a="$4" b="$5" r v
+  shift 5
+  mkdir -p "$dir"
+  for r in $(seq "${EMBER_COMPARE_REPS:-5}"); do
+    for v in "$a" "$b"; do
+      if [ $(($(date +%s) - t0)) -ge "$deadline" ]; then
+        echo "deadline: stopped before $v.$r"
+        break 2
+      fi
+      env "$var=$v" "$@" --json "$dir/$v.$r.json" >"$dir/$v.$r.log" 2>&1 || status=1
+    done
+  done
+  grep -h '^memory\|FAILED' "$dir"/*.1.log
+  python3 tools/ab_table.py "$dir" "$a" "$b" || status=1
 }
 
 # finish KEEP...: under the device tool ($OUT set), every log but KEEP goes back in one

@@ -15,7 +15,6 @@ set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 # shellcheck source=tools/gpu_check_common.sh
 . tools/gpu_check_common.sh
-t0=$(date +%s)
 reps=${EMBER_COMPARE_REPS:-5}
 late() { [ $(( $(date +%s) - t0 )) -ge "${EMBER_EW_DEADLINE:-480}" ]; }
 
@@ -42,14 +41,7 @@ grep -h 'VALIDATION FAILED' "$out"/ew/rep-*/*.txt
 python3 benchmarks/results_table.py "$out/ew" | tee "$out/elementwise.txt"
 
 echo "== bench_gpt --only gpt2 --eager, vector kernels off and on, alternating ($reps each)"
-mkdir -p "$out/gpt"
-for r in $(seq "$reps"); do
-  for mode in 0 1; do
-    late && { echo "deadline: stopped before $mode.$r"; break 2; }
-    EMBER_ELEMENTWISE_VECTORS=$mode "$build/benchmarks/bench_gpt" --only gpt2 --eager \
-      --json "$out/gpt/v$mode.$r.json" >"$out/gpt/v$mode.$r.log" 2>&1 || status=1
-  done
-done
-grep -h '^memory\|FAILED' "$out"/gpt/*.1.log
-python3 tools/ab_table.py "$out/gpt" v0 v1 | tee "$out/gpt.txt" || status=1
+ab_runs "$out/gpt" "${EMBER_EW_DEADLINE:-480}" EMBER_ELEMENTWISE_VECTORS 0 1 \
+  "$build/benchmarks/bench_gpt" --only gpt2 --eager >"$out/gpt.txt"
+cat "$out/gpt.txt"
 finish gpu.txt elementwise.txt gpt.txt

@@ -16,7 +16,6 @@ set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 # shellcheck source=tools/gpu_check_common.sh
 . tools/gpu_check_common.sh
-t0=$(date +%s)
 
 echo "== tests"
 "$build/tests/ember_tests_cuda" -tc='kernels/cross_entropy*,kernels/linear: the weight gradient summed*' >"$out/tests_cuda.txt" 2>&1 || status=1
@@ -26,19 +25,9 @@ tail -3 "$out/tests_cuda.txt"
 tail -3 "$out/tests_core.txt"
 
 echo "== bench_gpt --only gpt2 --eager, head chunked and composed, alternating (${EMBER_COMPARE_REPS:-5} each)"
-mkdir -p "$out/lce"
-for r in $(seq "${EMBER_COMPARE_REPS:-5}"); do
-  for mode in composed chunked; do
-    if [ $(( $(date +%s) - t0 )) -ge "${EMBER_LCE_DEADLINE:-420}" ]; then
-      echo "deadline: stopped before $mode.$r"
-      break 2
-    fi
-    EMBER_LINEAR_CROSS_ENTROPY=$mode "$build/benchmarks/bench_gpt" --only gpt2 --eager \
-      --json "$out/lce/$mode.$r.json" >"$out/lce/$mode.$r.log" 2>&1 || status=1
-  done
-done
-grep -h '^memory\|FAILED' "$out"/lce/*.1.log
-python3 tools/ab_table.py "$out/lce" composed chunked | tee "$out/lce.txt" || status=1
+ab_runs "$out/lce" "${EMBER_LCE_DEADLINE:-420}" EMBER_LINEAR_CROSS_ENTROPY composed chunked \
+  "$build/benchmarks/bench_gpt" --only gpt2 --eager >"$out/lce.txt"
+cat "$out/lce.txt"
 
 if [ "${EMBER_LCE_SANITIZE:-1}" != 0 ]; then
   echo "== compute-sanitizer on the cross-entropy cases, the four tools at once"

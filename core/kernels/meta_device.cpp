@@ -60,10 +60,6 @@ template <auto method, typename Args>
 void tell(const Args& a) {
   if (MetaKernelObserver* o = ember::detail::meta_observer()) (o->*method)(a);
 }
-template <auto method, typename Args>
-void nothing(const Args& a) {
-  tell<method>(a);
-}
 // A hand-written compute kernel (below), then the observer.
 template <auto method, auto kernel, typename Args>
 void run_then_tell(const Args& a) {
@@ -156,7 +152,7 @@ R as_mirror(const Args& a) {
 template <FamilyKind kind, auto family, auto method, typename R, typename Args>
 void generate(R (*&slot)(const Args&)) {
   if constexpr (kind == FamilyKind::compute)
-    slot = &nothing<method, Args>;
+    slot = &tell<method, Args>;
   else if constexpr (kind == FamilyKind::query || kind == FamilyKind::predicate)
     slot = &as_mirror<family, R, Args>;
 }

@@ -11,6 +11,7 @@
 // sub, mul and pow, and autograd derives the gradient. rms_norm is the same with
 // its own predicate and kernels (the same CUDA kernel without the mean and bias).
 #include <limits>
+#include <optional>
 
 #include "core/alloc_site.h"
 #include "core/autograd.h"
@@ -210,34 +211,42 @@ Tensor rms_norm_fused(const Tensor& x, const Shape& shape, int64_t rows, int64_t
 
 }  // namespace
 
-Tensor layer_norm(const Tensor& input, const Shape& normalized_shape, const Tensor& weight,
-                  const Tensor& bias, double eps) {
+namespace {
+
+// layer_norm, its result in `output` (nullopt: the dtype it computes in). The fused
+// kernels write float32's result as bfloat16 themselves; any other output dtype is a
+// cast of the result.
+Tensor layer_norm_to(const Tensor& input, const Shape& normalized_shape, const Tensor& weight,
+                     const Tensor& bias, double eps, std::optional<DType> output) {
   OpSite site("layer_norm");
   check_norm("layer_norm", input, normalized_shape, weight, bias, eps);
+  EMBER_CHECK(!output || is_floating(*output),
+              "layer_norm: the result's dtype must be floating, got ", *output);
   const DType dtype = norm_dtype(input, weight, bias);
+  const DType out = output.value_or(dtype);
   const Tensor x = as_dtype(input, dtype), w = as_dtype(weight, dtype), b = as_dtype(bias, dtype);
   const int64_t cols = numel_of(normalized_shape);
   const int64_t rows = x.numel() / cols;
-  if (kernels::kernels_for(x.device()).layer_norm_fused_supported({x.device(), dtype, rows, cols}))
-    return layer_norm_fused(x, normalized_shape, rows, cols, w, b, eps, dtype);
-  return layer_norm_composed(x, rows, cols, w, b, eps);
+  if (kernels::kernels_for(x.device())
+          .layer_norm_fused_supported({x.device(), dtype, rows, cols})) {
+    const bool direct = out == dtype || (dtype == kFloat32 && out == kBFloat16);
+    return as_dtype(
+        layer_norm_fused(x, normalized_shape, rows, cols, w, b, eps, direct ? out : dtype), out);
+  }
+  return as_dtype(layer_norm_composed(x, rows, cols, w, b, eps), out);
+}
+
+}  // namespace
+
+Tensor layer_norm(const Tensor& input, const Shape& normalized_shape, const Tensor& weight,
+                  const Tensor& bias, double eps) {
+  return layer_norm_to(input, normalized_shape, weight, bias, eps, std::nullopt);
 }
 
 Tensor detail::layer_norm_into_dtype(const Tensor& input, const Shape& normalized_shape,
                                      const Tensor& weight, const Tensor& bias, double eps,
                                      DType output) {
-  OpSite site("layer_norm");
-  check_norm("layer_norm", input, normalized_shape, weight, bias, eps);
-  EMBER_CHECK(is_floating(output), "layer_norm: the result's dtype must be floating, got ", output);
-  const DType dtype = norm_dtype(input, weight, bias);
-  const Tensor x = as_dtype(input, dtype), w = as_dtype(weight, dtype), b = as_dtype(bias, dtype);
-  const int64_t cols = numel_of(normalized_shape);
-  const int64_t rows = x.numel() / cols;
-  const bool fused =
-      kernels::kernels_for(x.device()).layer_norm_fused_supported({x.device(), dtype, rows, cols});
-  if (fused && (output == dtype || (dtype == kFloat32 && output == kBFloat16)))
-    return layer_norm_fused(x, normalized_shape, rows, cols, w, b, eps, output);
-  return as_dtype(layer_norm(x, normalized_shape, w, b, eps), output);
+  return layer_norm_to(input, normalized_shape, weight, bias, eps, output);
 }
 
 Tensor rms_norm(const Tensor& input, const Shape& normalized_shape, const Tensor& weight,

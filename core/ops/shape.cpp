@@ -118,30 +118,40 @@ Tensor reshape_backward_attach(Tensor out, const Tensor& a, const char* name) {
   return out;
 }
 
+// The strides of a's view as `sizes` (inferred already), or nothing where none exists.
+std::optional<Shape> strides_as(const Tensor& a, const Shape& sizes) {
+  return a.is_contiguous() ? std::optional<Shape>(contiguous_strides(sizes))
+                           : view_strides(a.sizes(), a.strides(), sizes);
+}
+
+Tensor view_with(const Tensor& a, Shape sizes, Shape strides) {
+  return reshape_backward_attach(
+      make_view(a, std::move(sizes), std::move(strides), a.storage_offset()), a, "ViewBackward");
+}
+
 }  // namespace
 
 Tensor view(const Tensor& a, Shape sizes) {
   check_defined("view", a);
   sizes = infer_size(std::move(sizes), a.numel(), "view", a.sizes());
-  std::optional<Shape> strides = a.is_contiguous() ? std::optional<Shape>(contiguous_strides(sizes))
-                                                   : view_strides(a.sizes(), a.strides(), sizes);
+  std::optional<Shape> strides = strides_as(a, sizes);
   EMBER_CHECK(strides.has_value(), "view: input of shape ", shape_str(a.sizes()), " and strides ",
               shape_str(a.strides()), " is not contiguous and cannot be viewed as ",
               shape_str(sizes), " (a dim would span elements that are not evenly spaced); ",
               "use reshape() (which copies)");
-  return reshape_backward_attach(make_view(a, sizes, std::move(*strides), a.storage_offset()), a,
-                                 "ViewBackward");
+  return view_with(a, std::move(sizes), std::move(*strides));
 }
 
 Tensor reshape(const Tensor& a, Shape sizes) {
   check_defined("reshape", a);
-  // Checked here, under reshape's name, before delegating to view.
   sizes = infer_size(std::move(sizes), a.numel(), "reshape", a.sizes());
   // A view whenever the layout allows one (as torch.reshape), so the result may be
   // non-contiguous; a copy otherwise.
-  const bool viewable =
-      a.is_contiguous() || view_strides(a.sizes(), a.strides(), sizes).has_value();
-  return view(viewable ? a : contiguous(a), std::move(sizes));
+  if (std::optional<Shape> strides = strides_as(a, sizes))
+    return view_with(a, std::move(sizes), std::move(*strides));
+  const Tensor c = contiguous(a);
+  Shape strides = contiguous_strides(sizes);
+  return view_with(c, std::move(sizes), std::move(strides));
 }
 
 Tensor flatten(const Tensor& a, int64_t start_dim, int64_t end_dim) {

@@ -130,8 +130,7 @@ std::vector<Tensor> split_at(const Tensor& x, int64_t dim,
   auto state = std::make_shared<SplitState>();
   state->sizes = x.sizes();
   state->dim = dim;
-  state->at = bounds;
-  state->written.assign(bounds.size(), false);
+  state->at = bounds;  // `written` is sized when a sum is made (add_into)
   auto join = std::make_shared<SplitJoinBackward>(state);
   NextEdge& to_x = join->next_edges.emplace_back();
   to_x.node = gradient_edge(x).node;

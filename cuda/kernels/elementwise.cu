@@ -179,84 +179,62 @@ struct alignas(sizeof(T) * V) Pack {
   T v[V];
 };
 
-template <int V>
-__device__ __forceinline__ void vector_range(int64_t n, int64_t& packs, int64_t& tail) {
-  packs = n / V;
-  tail = blockIdx.x == 0 && threadIdx.x < n - packs * V ? packs * V + threadIdx.x : -1;
-}
-
-template <typename S, typename O, int V>
-__global__ void unary_vec_kernel(UnaryOp op, const S* x, O* y, int64_t n, double a) {
-  using C = typename ComputeOf<S>::type;
-  int64_t packs, tail;
-  vector_range<V>(n, packs, tail);
+// out[i] = f(x[i]) (map1) or f(x[i], y[i]) (map2), f computing in float: whole packs of
+// V per thread over a grid-stride loop, then the tail.
+template <int V, typename F, typename X, typename O>
+__global__ void map1_vec_kernel(F f, const X* x, O* out, int64_t n) {
+  const int64_t packs = n / V;
   for (int64_t p = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; p < packs;
        p += int64_t(gridDim.x) * blockDim.x) {
-    const Pack<S, V> xv = reinterpret_cast<const Pack<S, V>*>(x)[p];
-    Pack<O, V> yv;
-#pragma unroll
-    for (int j = 0; j < V; ++j)
-      store(&yv.v[j], unary_forward<C>(op, load(&xv.v[j]), static_cast<C>(a)));
-    reinterpret_cast<Pack<O, V>*>(y)[p] = yv;
-  }
-  if (tail >= 0) store(y + tail, unary_forward<C>(op, load(x + tail), static_cast<C>(a)));
-}
-
-template <typename S, typename O, typename SY, int V>
-__global__ void binary_vec_kernel(BinaryOp op, const S* x, const SY* y, O* out, int64_t n,
-                                  double a) {
-  using C = typename ComputeOf<S>::type;
-  int64_t packs, tail;
-  vector_range<V>(n, packs, tail);
-  for (int64_t p = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; p < packs;
-       p += int64_t(gridDim.x) * blockDim.x) {
-    const Pack<S, V> xv = reinterpret_cast<const Pack<S, V>*>(x)[p];
-    const Pack<SY, V> yv = reinterpret_cast<const Pack<SY, V>*>(y)[p];
+    const Pack<X, V> xv = reinterpret_cast<const Pack<X, V>*>(x)[p];
     Pack<O, V> ov;
 #pragma unroll
-    for (int j = 0; j < V; ++j)
-      store(&ov.v[j], binary_forward<C>(op, load(&xv.v[j]), load(&yv.v[j]), static_cast<C>(a)));
+    for (int j = 0; j < V; ++j) store(&ov.v[j], f(load(&xv.v[j])));
     reinterpret_cast<Pack<O, V>*>(out)[p] = ov;
   }
-  if (tail >= 0)
-    store(out + tail, binary_forward<C>(op, load(x + tail), load(y + tail), static_cast<C>(a)));
+  const int64_t i = packs * V + threadIdx.x;
+  if (blockIdx.x == 0 && i < n) store(out + i, f(load(x + i)));
 }
 
-template <typename S, int V>
-__global__ void unary_backward_vec_kernel(UnaryOp op, const S* g, const S* s, S* out, int64_t n,
-                                          double a) {
-  using C = typename ComputeOf<S>::type;
-  int64_t packs, tail;
-  vector_range<V>(n, packs, tail);
+template <int V, typename F, typename X, typename Y, typename O>
+__global__ void map2_vec_kernel(F f, const X* x, const Y* y, O* out, int64_t n) {
+  const int64_t packs = n / V;
   for (int64_t p = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; p < packs;
        p += int64_t(gridDim.x) * blockDim.x) {
-    const Pack<S, V> gv = reinterpret_cast<const Pack<S, V>*>(g)[p];
-    const Pack<S, V> sv = reinterpret_cast<const Pack<S, V>*>(s)[p];
-    Pack<S, V> ov;
+    const Pack<X, V> xv = reinterpret_cast<const Pack<X, V>*>(x)[p];
+    const Pack<Y, V> yv = reinterpret_cast<const Pack<Y, V>*>(y)[p];
+    Pack<O, V> ov;
 #pragma unroll
-    for (int j = 0; j < V; ++j)
-      store(&ov.v[j], unary_backward<C>(op, load(&gv.v[j]), load(&sv.v[j]), static_cast<C>(a)));
-    reinterpret_cast<Pack<S, V>*>(out)[p] = ov;
+    for (int j = 0; j < V; ++j) store(&ov.v[j], f(load(&xv.v[j]), load(&yv.v[j])));
+    reinterpret_cast<Pack<O, V>*>(out)[p] = ov;
   }
-  if (tail >= 0)
-    store(out + tail, unary_backward<C>(op, load(g + tail), load(s + tail), static_cast<C>(a)));
+  const int64_t i = packs * V + threadIdx.x;
+  if (blockIdx.x == 0 && i < n) store(out + i, f(load(x + i), load(y + i)));
 }
 
-// float32 <-> bfloat16 (a same-type cast is a copy, taken before here).
-template <typename From, typename To, int V>
-__global__ void cast_vec_kernel(const From* x, To* y, int64_t n) {
-  int64_t packs, tail;
-  vector_range<V>(n, packs, tail);
-  for (int64_t p = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; p < packs;
-       p += int64_t(gridDim.x) * blockDim.x) {
-    const Pack<From, V> xv = reinterpret_cast<const Pack<From, V>*>(x)[p];
-    Pack<To, V> yv;
-#pragma unroll
-    for (int j = 0; j < V; ++j) store(&yv.v[j], load(&xv.v[j]));
-    reinterpret_cast<Pack<To, V>*>(y)[p] = yv;
-  }
-  if (tail >= 0) store(y + tail, load(x + tail));
-}
+// The formulas the strided kernels apply, as functors for the map kernels (C: the
+// type they compute in, float for float32 and bfloat16 storage).
+template <typename C>
+struct UnaryF {
+  UnaryOp op;
+  double a;
+  __device__ C operator()(C x) const { return unary_forward<C>(op, x, static_cast<C>(a)); }
+};
+template <typename C>
+struct BinaryF {
+  BinaryOp op;
+  double a;
+  __device__ C operator()(C x, C y) const { return binary_forward<C>(op, x, y, static_cast<C>(a)); }
+};
+template <typename C>
+struct UnaryBackwardF {
+  UnaryOp op;
+  double a;
+  __device__ C operator()(C g, C s) const { return unary_backward<C>(op, g, s, static_cast<C>(a)); }
+};
+struct CastF {  // float32 <-> bfloat16 through float (a same-type cast is a copy)
+  __device__ float operator()(float x) const { return x; }
+};
 
 // step != 0: arange's fma(step, i, value), rounded once as the CPU's std::fma.
 template <typename S>
@@ -422,11 +400,11 @@ void launch_unary(UnaryOp op, DType dtype, const void* x, const StridedLayout& x
       if (vectors_for(n, v,
                       {{x, &xl, sizeof(S)}, {y, &yl, out_dtype == DType::Bool ? 1 : sizeof(S)}})) {
         if (out_dtype == DType::Bool)
-          launch<unary_vec_kernel<S, bool, v>>(n / v, stream, op, start_of<S>(x, xl),
-                                               start_of<bool>(y, yl), n, a);
+          launch<map1_vec_kernel<v, UnaryF<float>, S, bool>>(
+              n / v, stream, UnaryF<float>{op, a}, start_of<S>(x, xl), start_of<bool>(y, yl), n);
         else
-          launch<unary_vec_kernel<S, S, v>>(n / v, stream, op, start_of<S>(x, xl),
-                                            start_of<S>(y, yl), n, a);
+          launch<map1_vec_kernel<v, UnaryF<float>, S, S>>(
+              n / v, stream, UnaryF<float>{op, a}, start_of<S>(x, xl), start_of<S>(y, yl), n);
         return;
       }
     }
@@ -450,12 +428,13 @@ void launch_binary(BinaryOp op, DType dtype, const void* x, const StridedLayout&
       const size_t oe = out_dtype == DType::Bool ? 1 : sizeof(S);
       if (vectors_for(n, v, {{x, &xl, sizeof(S)}, {y, &yl, sizeof(S)}, {out, &ol, oe}})) {
         if (out_dtype == DType::Bool)
-          launch<binary_vec_kernel<S, bool, S, v>>(n / v, stream, op, start_of<S>(x, xl),
-                                                   start_of<S>(y, yl), start_of<bool>(out, ol), n,
-                                                   a);
+          launch<map2_vec_kernel<v, BinaryF<float>, S, S, bool>>(
+              n / v, stream, BinaryF<float>{op, a}, start_of<S>(x, xl), start_of<S>(y, yl),
+              start_of<bool>(out, ol), n);
         else
-          launch<binary_vec_kernel<S, S, S, v>>(n / v, stream, op, start_of<S>(x, xl),
-                                                start_of<S>(y, yl), start_of<S>(out, ol), n, a);
+          launch<map2_vec_kernel<v, BinaryF<float>, S, S, S>>(
+              n / v, stream, BinaryF<float>{op, a}, start_of<S>(x, xl), start_of<S>(y, yl),
+              start_of<S>(out, ol), n);
         return;
       }
     }
@@ -490,8 +469,9 @@ void launch_unary_backward(UnaryOp op, DType dtype, const void* g, const Strided
       constexpr int v = pack_of<S>();
       if (vectors_for(n, v,
                       {{g, &gl, sizeof(S)}, {saved, &sl, sizeof(S)}, {out, &ol, sizeof(S)}})) {
-        launch<unary_backward_vec_kernel<S, v>>(n / v, stream, op, start_of<S>(g, gl),
-                                                start_of<S>(saved, sl), start_of<S>(out, ol), n, a);
+        launch<map2_vec_kernel<v, UnaryBackwardF<float>, S, S, S>>(
+            n / v, stream, UnaryBackwardF<float>{op, a}, start_of<S>(g, gl), start_of<S>(saved, sl),
+            start_of<S>(out, ol), n);
         return;
       }
     }
@@ -530,12 +510,13 @@ void launch_binary_mixed(BinaryOp op, bool x_bf16, const void* x, const StridedL
     auto run = [&](auto* o) {
       using O = std::remove_pointer_t<decltype(o)>;
       if (!x_bf16)
-        launch<binary_vec_kernel<float, O, B, v>>(n / v, stream, op, start_of<float>(x, xl),
-                                                  start_of<B>(y, yl), start_of<O>(out, ol), n, a);
+        launch<map2_vec_kernel<v, BinaryF<float>, float, B, O>>(
+            n / v, stream, BinaryF<float>{op, a}, start_of<float>(x, xl), start_of<B>(y, yl),
+            start_of<O>(out, ol), n);
       else
-        launch<binary_vec_kernel<B, O, float, v>>(n / v, stream, op, start_of<B>(x, xl),
-                                                  start_of<float>(y, yl), start_of<O>(out, ol), n,
-                                                  a);
+        launch<map2_vec_kernel<v, BinaryF<float>, B, float, O>>(
+            n / v, stream, BinaryF<float>{op, a}, start_of<B>(x, xl), start_of<float>(y, yl),
+            start_of<O>(out, ol), n);
     };
     if (out_dtype == DType::Bool)
       run(static_cast<bool*>(nullptr));
@@ -580,8 +561,8 @@ void launch_cast(DType from, const void* x, const StridedLayout& xl, DType to, v
       if constexpr (vector_type<F> && vector_type<T> && !std::is_same_v<F, T>) {
         constexpr int v = pack_of<F, T>();
         if (vectors_for(n, v, {{x, &xl, sizeof(F)}, {y, &yl, sizeof(T)}})) {
-          launch<cast_vec_kernel<F, T, v>>(n / v, stream, start_of<F>(x, xl), start_of<T>(y, yl),
-                                           n);
+          launch<map1_vec_kernel<v, CastF, F, T>>(n / v, stream, CastF{}, start_of<F>(x, xl),
+                                                  start_of<T>(y, yl), n);
           return;
         }
       }
