@@ -184,6 +184,13 @@ void set_conv_composed(bool composed);
 enum class ConvColumns { automatic, per_image, matrix };
 ConvColumns conv_columns();
 void set_conv_columns(ConvColumns columns);
+// Whether conv2d runs as an implicit GEMM where the device has one (CUDA on compute
+// capability 9.0: bfloat16, groups 1, channels multiples of 64, stride 1 where the
+// input needs its gradient, pixel grids the kernel's boxes tile): the columns are
+// never written. Off until measured against the columns on the GPU;
+// EMBER_CONV_IMPLICIT=1 in the environment, or set here (tests compare the two).
+bool conv_implicit();
+void set_conv_implicit(bool on);
 }  // namespace detail
 // input (N, C, H, W), weight (C, O / groups, kh, kw): the gradient of conv2d with
 // respect to its input, as PyTorch's conv_transpose2d (argument order as F's).

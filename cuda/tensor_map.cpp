@@ -73,4 +73,48 @@ CUtensorMap make_tensor_map_2d(DType dtype, const void* base, int64_t inner, int
   return map;
 }
 
+CUtensorMap make_tensor_map_4d(DType dtype, const void* base, const int64_t (&dims)[4],
+                               const int64_t (&strides)[3], const unsigned (&box)[4],
+                               const unsigned (&elem_strides)[4]) {
+  EMBER_CHECK(dtype == DType::BFloat16 || dtype == DType::Float32,
+              "tensor map: dtype is not bf16 or fp32 (", dtype, ")");
+  EMBER_CHECK(base != nullptr && reinterpret_cast<uintptr_t>(base) % 16 == 0,
+              "tensor map: the base is null or not 16-byte aligned");
+  const auto esize = static_cast<int64_t>(element_size(dtype));
+  CUtensorMap map{};
+  cuuint64_t gdims[4];
+  cuuint64_t gstrides[3];
+  cuuint32_t gbox[4], gelem[4];
+  for (int i = 0; i < 4; ++i) {
+    EMBER_CHECK(dims[i] >= 1 && dims[i] <= (int64_t{1} << 32), "tensor map: dim ", i, " size ",
+                dims[i], " outside [1, 2^32]");
+    EMBER_CHECK(box[i] >= 1 && box[i] <= 256 && elem_strides[i] >= 1 && elem_strides[i] <= 8,
+                "tensor map: box ", box[i], " or element stride ", elem_strides[i], " of dim ", i,
+                " outside TMA's limits (1-256, 1-8)");
+    gdims[i] = static_cast<cuuint64_t>(dims[i]);
+    gbox[i] = box[i];
+    gelem[i] = elem_strides[i];
+  }
+  EMBER_CHECK(box[0] * esize <= 128, "tensor map: an inner box of ", box[0],
+              " elements does not fit the 128-byte swizzle");
+  for (int i = 0; i < 3; ++i) {
+    const int64_t bytes = strides[i] * esize;
+    EMBER_CHECK(bytes > 0 && bytes % 16 == 0 && bytes < (int64_t{1} << 40), "tensor map: stride ",
+                strides[i], " of dim ", i + 1,
+                " is not a positive multiple of 16 bytes below 2^40 bytes");
+    gstrides[i] = static_cast<cuuint64_t>(bytes);
+  }
+  const CUtensorMapDataType type =
+      dtype == DType::BFloat16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT32;
+  const CUresult r =
+      encoder()(&map, type, 4, const_cast<void*>(base), gdims, gstrides, gbox, gelem,
+                CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  EMBER_CHECK(r == CUDA_SUCCESS, "tensor map: cuTensorMapEncodeTiled failed with CUresult ",
+              static_cast<int>(r), " (4-D ", dtype, ", dims ", dims[0], " x ", dims[1], " x ",
+              dims[2], " x ", dims[3], ", box ", box[0], " x ", box[1], " x ", box[2], " x ",
+              box[3], ")");
+  return map;
+}
+
 }  // namespace ember::cuda

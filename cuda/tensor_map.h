@@ -26,4 +26,13 @@ const char* tensor_map_unsupported(DType dtype, const void* base, int64_t inner,
 CUtensorMap make_tensor_map_2d(DType dtype, const void* base, int64_t inner, int64_t outer,
                                int64_t ld, int box_inner, int box_outer);
 
+// A 4-D array (dims[0] innermost and contiguous; strides in elements for dims 1-3)
+// read in boxes of box[i] elements traversed with element strides elem_strides[i]
+// (TMA copies ceil(box[i] / elem_strides[i]) of them), the 128-byte swizzle, zeros
+// outside: the convolutions' NHWC images (cuda/kernels/sm90/conv_gemm_plan.h).
+// Throws ember::Error naming what TMA refuses.
+CUtensorMap make_tensor_map_4d(DType dtype, const void* base, const int64_t (&dims)[4],
+                               const int64_t (&strides)[3], const unsigned (&box)[4],
+                               const unsigned (&elem_strides)[4]);
+
 }  // namespace ember::cuda

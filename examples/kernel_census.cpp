@@ -5,8 +5,9 @@
 // through the strided index path, grouped by the op that launched them (the
 // allocation-site tag) -- the byte floor of each kernel class at copy bandwidth,
 // before any GPU time is spent. GEMM and attention families are counted in FLOPs
-// too; layer norm, cross-entropy, dropout, the fused Adam and the multi-tensor norm
-// and scale in bytes at their floors (each operand once).
+// too; layer norm, batch norm, cross-entropy, dropout, the fused Adam and the
+// multi-tensor norm and scale in bytes at their floors (each operand once); the
+// convolution's columns (im2col, col2im) in bytes, its implicit GEMM in FLOPs.
 //
 //   kernel_census gpt2 [--steps 2] [--top 40] [--tflops 790] [--gbps 4209]
 //
@@ -169,6 +170,17 @@ class Census final : public MetaKernelObserver {
     note("layer_norm_backward_fused", a.d_x_add != nullptr ? "bwd (folds d_x)" : "bwd", a.dtype,
          "-", n * (dy + es + dx) + static_cast<double>(a.rows) * 8);
   }
+  // Batch norm at its floor: forward x read, y written; backward d_y and x read, d_x
+  // written (the per-channel statistics are small).
+  void measure(const kernels::BatchNormArgs& a) {
+    note("batch_norm_fused", a.training ? "fwd (train)" : "fwd (eval)", a.dtype, "-",
+         2.0 * static_cast<double>(a.n * a.c * a.m) * element_size(a.dtype));
+  }
+  void measure(const kernels::BatchNormBackwardArgs& a) {
+    const double per = a.d_x != nullptr ? 3.0 : 2.0;
+    note("batch_norm_backward_fused", "bwd", a.dtype, "-",
+         per * static_cast<double>(a.n * a.c * a.m) * element_size(a.dtype));
+  }
   void measure(const kernels::CrossEntropyArgs& a) {
     const double n = static_cast<double>(a.rows * a.classes), es = element_size(a.dtype);
     note("cross_entropy_fused", a.op, a.dtype, "-", n * es * (a.d_logits != nullptr ? 2 : 1));
@@ -217,6 +229,31 @@ class Census final : public MetaKernelObserver {
         "attention_backward_fused", a.causal ? "causal" : "full", a.dtype, "-",
         bh * es * static_cast<double>(a.head_dim) * static_cast<double>(4 * a.q_len + 4 * a.kv_len),
         2.5 * attention_flops(a.batch, a.heads, a.q_len, a.kv_len, a.head_dim, a.causal));
+  }
+  // Convolution: the columns (im2col writes them from x, col2im reads them into x:
+  // the same bytes, counted together), and the implicit GEMM (FLOPs 2 m n k of its pass; bytes its
+  // image, other operand and output once).
+  void measure(const kernels::Im2colArgs& a) {
+    const double es = element_size(a.dtype);
+    const double x = static_cast<double>(a.n * a.c * a.h * a.w) * es;
+    const double cols = static_cast<double>(a.n * a.c * a.kh * a.kw * a.oh * a.ow) * es;
+    note("im2col+col2im", "columns", a.dtype, "-", x + cols);
+  }
+  void measure(const kernels::ConvGemmArgs& a) {
+    const kernels::ConvGemmShape& s = a.shape;
+    const double x = static_cast<double>(s.n * s.c * s.h * s.w);
+    const double y = static_cast<double>(s.n * s.o * s.oh * s.ow);
+    const double w = static_cast<double>(s.o * s.c * s.kh * s.kw);
+    static const char* const kPass[] = {"forward", "input grad", "weight grad"};
+    // forward: x, w read, y written; input grad: d_y, w read, d_x written; weight
+    // grad: x, d_y read, float32 parts written.
+    const double bytes =
+        a.pass == 2 ? 2 * (x + y) + 4 * w * static_cast<double>(a.splits) : 2 * (x + y + w);
+    const double m =
+        a.pass == 1 ? static_cast<double>(s.n * s.h * s.w) : static_cast<double>(s.n * s.oh * s.ow);
+    note("conv_gemm", kPass[a.pass], a.dtype, "-", bytes,
+         2.0 * m * static_cast<double>(a.pass == 1 ? s.c : s.o) *
+             static_cast<double>(s.kh * s.kw * (a.pass == 1 ? s.o : s.c)));
   }
   void measure(const kernels::LinearWeightGradArgs& a) {
     // d_w (n, k) over m rows; a sum into d_w reads it too.

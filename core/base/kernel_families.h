@@ -634,6 +634,39 @@ struct Im2colArgs {
   double pad_value;            // im2col only
 };
 
+// The implicit GEMM of a convolution (CUDA on compute capability 9.0,
+// cuda/kernels/conv_gemm.cu): x (n, c, h, w) by w (o, c, kh, kw), groups 1, into
+// y (n, o, oh, ow), bfloat16, c and o multiples of 64, without the columns. Its
+// operands are channels-last copies the caller makes:
+//   pass 0, forward:     image = x as (n, h, w, c); other = w as (o, kh, kw, c);
+//                        out = y as (n, oh, ow, o), bfloat16.
+//   pass 1, input grad:  image = d_y as (n, oh, ow, o); other = w as (c, kh, kw, o);
+//                        out = d_x as (n, h, w, c), bfloat16. Stride 1 only.
+//   pass 2, weight grad: image = x as (n, h, w, c); other = d_y as (n oh ow, o);
+//                        out = float32 (splits, o, kh kw c), part s the sum over its
+//                        share of the pixels: conv_gemm_splits parts, which the
+//                        caller sums (the order fixed by the sizes: deterministic).
+// All contiguous, 16-byte aligned.
+struct ConvGemmShape {
+  int64_t n, c, h, w, o, kh, kw, sh, sw, ph, pw, dh, dw, oh, ow;
+};
+struct ConvGemmQuery {
+  Device device;
+  DType dtype;
+  int pass;
+  ConvGemmShape shape;
+};
+struct ConvGemmArgs {
+  Device device;
+  DType dtype;
+  int pass;
+  ConvGemmShape shape;
+  const void* image;
+  const void* other;
+  void* out;
+  int64_t splits;  // pass 2: conv_gemm_splits of the same query
+};
+
 // ------------------------------------------------------------------ attention
 
 // The fused attention (cuda/kernels/attention.h): O = softmax(scale Q K^T) V over
@@ -818,6 +851,9 @@ enum class FamilyKind { compute, query, predicate, decision };
   X(batch_norm_workspace_bytes, size_t, BatchNormQuery, query)          \
   X(im2col, void, Im2colArgs, compute)                                  \
   X(col2im, void, Im2colArgs, compute)                                  \
+  X(conv_gemm_supported, bool, ConvGemmQuery, predicate)                \
+  X(conv_gemm_splits, size_t, ConvGemmQuery, query)                     \
+  X(conv_gemm, void, ConvGemmArgs, compute)                             \
   X(attention_fused_supported, bool, AttentionQuery, predicate)         \
   X(attention_fused, void, AttentionArgs, compute)                      \
   X(attention_backward_fused, void, AttentionBackwardArgs, compute)     \

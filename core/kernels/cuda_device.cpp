@@ -139,6 +139,7 @@ void register_cuda(KernelTable& t) {
   cuda::register_layer_norm(t);
   cuda::register_batch_norm(t);
   cuda::register_conv(t);
+  cuda::register_conv_gemm(t);
   cuda::register_attention(t);
   cuda::register_fused_optim(t);
   cuda::register_multi_tensor(t);

@@ -225,6 +225,122 @@ Tensor gather_columns(const Tensor& x, const Geometry& g, double pad_value) {
   return cols.view({b, c, g.kh * g.kw, g.oh * g.ow});
 }
 
+// ---------------------------------------------------------------- implicit GEMM
+
+// -1: not yet read from EMBER_CONV_IMPLICIT; 0 or 1 after (or as set by a test).
+std::atomic<int> g_conv_implicit{-1};
+
+bool implicit_setting() {
+  int v = g_conv_implicit.load(std::memory_order_relaxed);
+  if (v < 0) {
+    const char* e = std::getenv("EMBER_CONV_IMPLICIT");
+    v = 0;
+    if (e != nullptr && *e != '\0') {
+      EMBER_CHECK(std::strcmp(e, "0") == 0 || std::strcmp(e, "1") == 0,
+                  "EMBER_CONV_IMPLICIT must be 0 or 1, got \"", e, "\"");
+      v = e[0] == '1' ? 1 : 0;
+    }
+    int expected = -1;
+    g_conv_implicit.compare_exchange_strong(expected, v, std::memory_order_relaxed);
+    v = g_conv_implicit.load(std::memory_order_relaxed);
+  }
+  return v == 1;
+}
+
+// The kernel-table query of one pass of the implicit GEMM (kernel_families.h).
+kernels::ConvGemmQuery conv_gemm_query(Device d, DType t, int pass,
+                                       const kernels::ConvGemmShape& s) {
+  return {d, t, pass, s};
+}
+
+kernels::ConvGemmShape conv_gemm_shape(const Geometry& g, int64_t n, int64_t c, int64_t o) {
+  return {n,
+          c,
+          g.h,
+          g.w,
+          o,
+          g.kh,
+          g.kw,
+          g.stride[0],
+          g.stride[1],
+          g.padding[0],
+          g.padding[1],
+          g.dilation[0],
+          g.dilation[1],
+          g.oh,
+          g.ow};
+}
+
+// Whether conv2d (groups 1) runs as the implicit GEMM: switched on, and the device
+// takes every pass this call needs (the forward; the input grad where x needs its
+// gradient, the weight grad where the weight does).
+bool implicit_gemm(const Tensor& x, const Tensor& weight, const kernels::ConvGemmShape& s) {
+  if (!implicit_setting() || x.dtype() != kBFloat16) return false;
+  const kernels::KernelTable& k = kernels::kernels_for(x.device());
+  const Device d = x.device();
+  if (!k.conv_gemm_supported(conv_gemm_query(d, kBFloat16, 0, s))) return false;
+  if (any_requires_grad({&x}) && !k.conv_gemm_supported(conv_gemm_query(d, kBFloat16, 1, s)))
+    return false;
+  return !any_requires_grad({&weight}) ||
+         k.conv_gemm_supported(conv_gemm_query(d, kBFloat16, 2, s));
+}
+
+// (A, B, C, D) -> (A, C, D, B), contiguous: NCHW to channels-last (and a weight
+// (O, C, kh, kw) to (O, kh, kw, C)); its inverse. One strided copy each.
+Tensor channels_last(const Tensor& t) {
+  return contiguous(transpose(transpose(t, 1, 2), 2, 3));
+}
+Tensor channels_first(const Tensor& t) {
+  return contiguous(transpose(transpose(t, 2, 3), 1, 2));
+}
+
+// conv2d of x (n, c, h, w) by w (o, c, kh, kw) through the implicit GEMM (no bias):
+// x and w copied channels-last, one kernel, y copied back; backward the same for d_y,
+// then the input grad's and the weight grad's kernels (the weight grad's float32
+// split parts summed by sum()).
+Tensor conv2d_implicit(const Tensor& x, const Tensor& weight, const kernels::ConvGemmShape& s) {
+  const Device dev = x.device();
+  const kernels::KernelTable& k = kernels::kernels_for(dev);
+  const bool gx = any_requires_grad({&x}), gw = any_requires_grad({&weight});
+  Tensor xh, yh;
+  {
+    NoGradGuard no_grad;
+    xh = channels_last(x.detach());
+    const Tensor wh = channels_last(weight.detach());  // (o, kh, kw, c)
+    yh = empty({s.n, s.oh, s.ow, s.o}, x.options());
+    k.conv_gemm({dev, kBFloat16, 0, s, xh.raw_data(), wh.raw_data(), yh.raw_data(), 1});
+  }
+  Tensor y = channels_first(yh);
+  if (!gx && !gw) return y;
+  attach_grad_fn(
+      y, "ConvGemmBackward", {&x, &weight}, {gw ? xh : Tensor(), gx ? weight.detach() : Tensor()},
+      [s, gx, gw](const Tensor& g, const SavedTensors& saved) {
+        const Device d = g.device();
+        const kernels::KernelTable& kt = kernels::kernels_for(d);
+        const Tensor d_yh = channels_last(g);  // (n, oh, ow, o)
+        Tensor d_x, d_w;
+        if (gx) {
+          // w (o, c, kh, kw) as (c, kh, kw, o)
+          const Tensor wt = contiguous(transpose(transpose(transpose(saved[1], 0, 1), 1, 2), 2, 3));
+          const Tensor d_xh = empty({s.n, s.h, s.w, s.c}, g.options());
+          kt.conv_gemm({d, kBFloat16, 1, s, d_yh.raw_data(), wt.raw_data(), d_xh.raw_data(), 1});
+          d_x = channels_first(d_xh);
+        }
+        if (gw) {
+          const kernels::ConvGemmQuery q = conv_gemm_query(d, kBFloat16, 2, s);
+          const auto splits = static_cast<int64_t>(kt.conv_gemm_splits(q));
+          const Tensor parts =
+              empty({splits, s.o, s.kh * s.kw * s.c}, TensorOptions(kFloat32).device(d));
+          kt.conv_gemm(
+              {d, kBFloat16, 2, s, saved[0].raw_data(), d_yh.raw_data(), parts.raw_data(), splits});
+          const Tensor summed = sum(parts, 0).view({s.o, s.kh, s.kw, s.c});
+          d_w = cast(channels_first(summed), kBFloat16);
+        }
+        return std::vector<Tensor>{d_x, d_w};
+      });
+  return y;
+}
+
 void check_4d(const char* op, const Tensor& x) {
   check_defined(op, x);
   EMBER_CHECK(x.dim() == 4, op, ": expected a 4-D (N, C, H, W) input, got shape ",
@@ -311,6 +427,14 @@ Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias, Int
   // (and the weight's gradient is N products summed). As one matrix: cols (C*kk, N*L);
   // per group (og, cg*kk) @ (cg*kk, N*L) -> (og, N*L), one product each way, the output
   // (O, N, L) transposed into (N, O, L) by a copy.
+  if (groups == 1) {
+    const kernels::ConvGemmShape shape = conv_gemm_shape(g, n, c, o);
+    if (implicit_gemm(x, weight, shape)) {
+      Tensor y = conv2d_implicit(x, weight, shape);
+      if (bias.defined()) y = add(y, bias.view({1, o, 1, 1}));
+      return batched ? y : squeeze(y, 0);
+    }
+  }
   const bool matrix = column_kernels(x.dtype()) && columns_as_matrix(weight, n, cg * kk, l);
   const int64_t dim = matrix ? 0 : 1;  // the columns' row (and the products' channel) dim
   Tensor cols =
@@ -342,6 +466,14 @@ void detail::set_conv_columns(ConvColumns columns) {
 
 detail::ConvColumns detail::conv_columns() {
   return columns_setting();
+}
+
+void detail::set_conv_implicit(bool on) {
+  g_conv_implicit.store(on ? 1 : 0, std::memory_order_relaxed);
+}
+
+bool detail::conv_implicit() {
+  return implicit_setting();
 }
 
 Int2 detail::same_padding(const char* op, Int2 kernel, Int2 stride, Int2 dilation) {

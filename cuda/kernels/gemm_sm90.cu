@@ -118,6 +118,7 @@ void launch_sm90_gemm(DType dtype, int64_t m, int64_t n, int64_t k, const Sm90Op
     tile = schedule == Sm90Schedule::Pingpong ? Sm90Tile::k128x128 : choose_tile(m, n, sms);
   EMBER_CHECK(tile == Sm90Tile::k128x128 || schedule != Sm90Schedule::Pingpong,
               "sm90 gemm: the ping-pong schedule runs 128x128 tiles only");
+  EMBER_CHECK(tile != Sm90Tile::k128x64, "sm90 gemm: 128x64 tiles run convolutions only");
   const int bm = 128, bn = tile == Sm90Tile::k128x256 ? 256 : 128;
   const int bk = 128 / static_cast<int>(element_size(dtype));
   // Boxes: K-major {bk, rows of the tile}; M/N-major {64 rows, bk} (gemm_kernel.cuh).

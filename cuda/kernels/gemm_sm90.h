@@ -41,8 +41,9 @@ struct GemmEpilogue {
 };
 
 // Block tiles (rows of D x columns of D). 128x256 is the default for large
-// problems, 128x128 where that would leave multiprocessors idle.
-enum class Sm90Tile { Auto, k128x256, k128x128 };
+// problems, 128x128 where that would leave multiprocessors idle. 128x64: the
+// convolutions' implicit GEMMs alone (launch_sm90_conv), for 64 output channels.
+enum class Sm90Tile { Auto, k128x256, k128x128, k128x64 };
 
 // How the two consumer warpgroups share the work (gemm_kernel.cuh):
 // cooperative (both on each tile, half its rows each) or ping-pong (each on whole

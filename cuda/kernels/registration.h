@@ -20,6 +20,7 @@ void register_cross_entropy(kernels::KernelFamilies& t);  // kernels/cross_entro
 void register_layer_norm(kernels::KernelFamilies& t);     // kernels/layer_norm.cu, RMS norm too
 void register_batch_norm(kernels::KernelFamilies& t);     // kernels/batch_norm.cu
 void register_conv(kernels::KernelFamilies& t);           // kernels/conv.cu: im2col, col2im
+void register_conv_gemm(kernels::KernelFamilies& t);      // kernels/conv_gemm.cu: implicit GEMM
 void register_attention(kernels::KernelFamilies& t);      // kernels/attention.cu
 void register_fused_optim(kernels::KernelFamilies& t);    // kernels/fused_optim.cu
 void register_multi_tensor(kernels::KernelFamilies& t);   // kernels/multi_tensor.cu

@@ -79,12 +79,17 @@ constexpr int kScratchBytes = kConsumerWarps * kScratchWarpBytes;
 // Compile-time shape of one kernel. kPing_: the ping-pong schedule (each
 // consumer warpgroup owns whole tiles, the two taking turns; see the kernel)
 // rather than the cooperative one (both share each tile, BM / 2 rows each).
-template <typename T_, int BM_, int BN_, int kStages_, bool kAK_, bool kBK_, bool kPing_ = false>
+// kConv_: a convolution's implicit GEMM (conv_gemm_plan.h): 1, operand A read as
+// 4-D boxes of an NHWC image (the forward and the input grad); 2, operand B so (the
+// weight grad), with the K steps split across blocks (Params::splits).
+template <typename T_, int BM_, int BN_, int kStages_, bool kAK_, bool kBK_, bool kPing_ = false,
+          int kConv_ = 0>
 struct Config {
   using T = T_;
   static constexpr int BM = BM_, BN = BN_, kStages = kStages_;
   static constexpr bool kAK = kAK_, kBK = kBK_;  // operand is K-major
   static constexpr bool kPing = kPing_;
+  static constexpr int kConv = kConv_;
   static constexpr int kEsize = sizeof(T);
   static constexpr int BK = 128 / kEsize;                 // one 128-byte swizzle row of k
   static constexpr int kMmaK = 32 / kEsize;               // k per wgmma: 16 bf16, 8 tf32
@@ -100,6 +105,10 @@ struct Config {
   static_assert(BM % 128 == 0 && (BN == 64 || BN == 128 || BN == 256), "tile");
   static_assert(kWM * BN / 2 <= 128, "at most 128 accumulators per consumer thread");
   static_assert(sizeof(T) == 2 || (kAK && kBK), "TF32 operands are K-major only");
+  static_assert(kConv == 0 || (sizeof(T) == 2 && !kPing && BM == kConvTilePixels),
+                "the implicit GEMM: bf16, cooperative, 128-pixel row tiles");
+  static_assert(kConv != 1 || (kAK && kBK), "conv A boxes: both operands K-major");
+  static_assert(kConv != 2 || (!kAK && !kBK), "conv B boxes: both operands M/N-major");
 };
 
 __host__ __device__ constexpr int ceil_div_i(int a, int b) {
@@ -117,6 +126,18 @@ __host__ __device__ inline void tile_coords(int t, int num_m, int num_n, int gro
   const int in = t % per_group;
   mb = first + in % rows;
   nb = in / rows;
+}
+
+// Work unit t of the persistent loop -> its tile (mb, nb) and K steps [kb0, kb1):
+// the whole K of tile t, or with the weight grad's split (kConv 2) split t % splits
+// of tile t / splits.
+// The plain GEMM's (kConv 0) code is left as it was: only the weight grad decodes.
+__host__ __device__ __forceinline__ void split_coords(int t, int splits, int kper, int kblocks,
+                                                      int& tile, int& split, int& kb0, int& kb1) {
+  tile = t / splits;
+  split = t - tile * splits;
+  kb0 = split * kper;
+  kb1 = kb0 + kper < kblocks ? kb0 + kper : kblocks;
 }
 
 #if EMBER_SM90A
@@ -194,6 +215,15 @@ __device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap* map
       "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
       " [%0], [%1, {%3, %4}], [%2];\n" ::"r"(dst),
       "l"(reinterpret_cast<uint64_t>(map)), "r"(bar), "r"(c0), "r"(c1)
+      : "memory");
+}
+// One 4-D TMA copy (c0 innermost), as tma_load_2d: the implicit GEMM's image boxes.
+__device__ __forceinline__ void tma_load_4d(uint32_t dst, const CUtensorMap* map, uint32_t bar,
+                                            BoxStart c) {
+  asm volatile(
+      "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes"
+      " [%0], [%1, {%3, %4, %5, %6}], [%2];\n" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(bar), "r"(c.c), "r"(c.w), "r"(c.h), "r"(c.n)
       : "memory");
 }
 __device__ __forceinline__ void prefetch_tensor_map(const CUtensorMap* map) {
@@ -320,9 +350,11 @@ __device__ __forceinline__ void park_chunk(const float (&acc)[kBN / 2], int c, f
 
 // Stores one parked chunk: rows row0 .. row0 + 15, columns col0 .. col0 + 31;
 // lane l covers row 2 i + l / 16, columns col0 + 2 (l % 16) and + 1.
+// d_offset: elements past p.d where this tile's output starts (the weight grad's
+// split partials; 0 elsewhere).
 template <typename T, typename O, Activation kAct>
 __device__ __forceinline__ void store_chunk(const float* scratch, const Params& p, int row0,
-                                            int col0, bool paired) {
+                                            int col0, bool paired, int64_t d_offset) {
   const int lane = threadIdx.x % 32;
   const int cl = 2 * (lane % 16), col = col0 + cl;
   if (col >= p.n) return;
@@ -333,7 +365,7 @@ __device__ __forceinline__ void store_chunk(const float* scratch, const Params& 
     b0 = load_f(bias + col);
     if (both) b1 = load_f(bias + col + 1);
   }
-  O* d = static_cast<O*>(p.d);
+  O* d = static_cast<O*>(p.d) + d_offset;
   O* pre = static_cast<O*>(p.pre);
 #pragma unroll 1
   for (int i = 0; i < 8; ++i) {
@@ -365,7 +397,8 @@ __device__ __forceinline__ void with_activation(Activation act, F&& f) {
 template <typename C>
 __global__ void __launch_bounds__(kThreads, 1)
     sm90_gemm_kernel(const __grid_constant__ CUtensorMap map_a,
-                     const __grid_constant__ CUtensorMap map_b, const Params p) {
+                     const __grid_constant__ CUtensorMap map_b, const Params p,
+                     const __grid_constant__ ConvParams cp) {
 #if EMBER_SM90A
   using T = typename C::T;
   constexpr int BM = C::BM, BN = C::BN, BK = C::BK, S = C::kStages;
@@ -407,21 +440,30 @@ __global__ void __launch_bounds__(kThreads, 1)
       int stage = 0;
       uint32_t phase = 0;
       for (int ti = 0, t = blockIdx.x; t < p.num_tiles; ++ti, t += gridDim.x) {
-        int mb, nb;
-        tile_coords(t, num_m, num_n, p.group_m, mb, nb);
+        int mb, nb, tile = t, split = 0, kb0 = 0, kb1 = kblocks;
+        if constexpr (C::kConv == 2)
+          split_coords(t, cp.splits, cp.kper, kblocks, tile, split, kb0, kb1);
+        tile_coords(tile, num_m, num_n, p.group_m, mb, nb);
         const int owner = C::kPing ? ti & 1 : 0;  // whose full barriers this tile's stages arm
-        for (int kb = 0; kb < kblocks; ++kb) {
+        for (int kb = kb0; kb < kb1; ++kb) {
           mbar_wait(empty_bar(stage), phase ^ 1u, p.watchdog, 1, t, kb);
           const uint32_t fb = full_bar(owner, stage);
           mbar_arrive_expect_tx(fb, C::kStageBytes);
-          if constexpr (C::kAK) {
+          if constexpr (C::kConv == 1) {
+            tma_load_4d(a_tile(stage), &map_a, fb, conv_a_box(cp.boxes, mb, BM, kb));
+          } else if constexpr (C::kAK) {
             tma_load_2d(a_tile(stage), &map_a, fb, kb * BK, mb * BM);
           } else {
 #pragma unroll
             for (int i = 0; i < BM / 64; ++i)
               tma_load_2d(a_tile(stage) + i * BK * 128, &map_a, fb, mb * BM + 64 * i, kb * BK);
           }
-          if constexpr (C::kBK) {
+          if constexpr (C::kConv == 2) {
+#pragma unroll
+            for (int i = 0; i < BN / 64; ++i)
+              tma_load_4d(b_tile(stage) + i * BK * 128, &map_b, fb,
+                          conv_b_box(cp.boxes, nb * BN + 64 * i, kb));
+          } else if constexpr (C::kBK) {
             tma_load_2d(b_tile(stage), &map_b, fb, kb * BK, nb * BN);
           } else {
 #pragma unroll
@@ -521,18 +563,29 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int first = C::kPing ? cw : 0, every = C::kPing ? 2 : 1;
     uint32_t phases = 0;  // bit s: the parity of this warpgroup's next wait on stage s
     static_assert(S <= 32, "one phase bit per stage");
+    long long steps = 0;  // K steps of the block's earlier units (cooperative: all of them)
     for (int i = first, t = blockIdx.x + first * gridDim.x; t < p.num_tiles;
          i += every, t += every * gridDim.x) {
-      int mb, nb;
-      tile_coords(t, num_m, num_n, p.group_m, mb, nb);
-      int stage = static_cast<int>(static_cast<long long>(i) * kblocks % S);
+      int mb, nb, tile = t, split = 0, kb0 = 0, kb1 = kblocks;
+      if constexpr (C::kConv == 2)
+        split_coords(t, cp.splits, cp.kper, kblocks, tile, split, kb0, kb1);
+      tile_coords(tile, num_m, num_n, p.group_m, mb, nb);
+      // The stage of the unit's first K step: units of unequal K (the weight grad's
+      // last split) need the running count; elsewhere every tile has kblocks steps.
+      int stage;
+      if constexpr (C::kConv != 0) {
+        stage = static_cast<int>(steps % S);
+        steps += kb1 - kb0;
+      } else {
+        stage = static_cast<int>(static_cast<long long>(i) * kblocks % S);
+      }
       float acc[C::kWM][BN / 2];
 #pragma unroll
       for (int w = 0; w < C::kWM; ++w)
 #pragma unroll
         for (int j = 0; j < BN / 2; ++j) acc[w][j] = 0.f;
       int prev_stage = -1;
-      for (int kb = 0; kb < kblocks; ++kb) {
+      for (int kb = kb0; kb < kb1; ++kb) {
         mbar_wait(full_bar(C::kPing ? cw : 0, stage), (phases >> stage) & 1u, p.watchdog, 3, t, kb);
         phases ^= 1u << stage;
 #pragma unroll
@@ -570,6 +623,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       const size_t pair_bytes = p.out_f32 ? 8 : 4;
       const bool paired = (p.ldc % 2) == 0 && reinterpret_cast<uintptr_t>(p.d) % pair_bytes == 0 &&
                           reinterpret_cast<uintptr_t>(p.pre) % pair_bytes == 0;
+      const int64_t d_offset = C::kConv == 2 ? split * cp.split_stride : 0;
 #pragma unroll
       for (int w = 0; w < C::kWM; ++w) {
         const int row0 = mb * BM + wg_row0 + 64 * w + 16 * (warp % 4);
@@ -580,10 +634,10 @@ __global__ void __launch_bounds__(kThreads, 1)
           with_activation(p.act, [&](auto act) {
             if (p.out_f32)
               store_chunk<T, float, decltype(act)::value>(scratch, p, row0, nb * BN + c * kChunk,
-                                                          paired);
+                                                          paired, d_offset);
             else
-              store_chunk<T, __nv_bfloat16, decltype(act)::value>(scratch, p, row0,
-                                                                  nb * BN + c * kChunk, paired);
+              store_chunk<T, __nv_bfloat16, decltype(act)::value>(
+                  scratch, p, row0, nb * BN + c * kChunk, paired, d_offset);
           });
           __syncwarp();
         }
@@ -591,7 +645,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
   }
 #else
-  (void)map_a, (void)map_b, (void)p;
+  (void)map_a, (void)map_b, (void)p, (void)cp;
 #endif
 }
 
@@ -612,9 +666,10 @@ inline int choose_group_m(int num_m, int ctas, int bm, int bn) {
 
 template <typename C>
 void launch_config(const CUtensorMap& map_a, const CUtensorMap& map_b, Params p, int sms,
-                   const Sm90Tuning& tuning, cudaStream_t stream) {
+                   const Sm90Tuning& tuning, cudaStream_t stream, const ConvParams& cp = {}) {
   const int num_m = ceil_div_i(p.m, C::BM), num_n = ceil_div_i(p.n, C::BN);
-  const int total = num_m * num_n;
+  // Work units: tiles, times the K splits of the weight grad's implicit GEMM.
+  const int total = num_m * num_n * (C::kConv == 2 ? cp.splits : 1);
   p.num_tiles = tuning.max_tiles > 0 ? std::min(total, tuning.max_tiles) : total;
   int ctas = tuning.max_ctas > 0 ? tuning.max_ctas : sms;
   ctas = std::max(1, std::min(ctas, p.num_tiles));
@@ -622,7 +677,7 @@ void launch_config(const CUtensorMap& map_a, const CUtensorMap& map_b, Params p,
   auto kernel = sm90_gemm_kernel<C>;
   EMBER_CUDA_CHECK(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmemBytes));
-  kernel<<<ctas, kThreads, C::kSmemBytes, stream>>>(map_a, map_b, p);
+  kernel<<<ctas, kThreads, C::kSmemBytes, stream>>>(map_a, map_b, p, cp);
   EMBER_CUDA_CHECK(cudaGetLastError());
 }
 

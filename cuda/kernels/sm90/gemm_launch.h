@@ -11,6 +11,7 @@
 #include <cuda_runtime_api.h>
 
 #include "cuda/kernels/gemm_sm90.h"
+#include "cuda/kernels/sm90/conv_gemm_plan.h"
 
 namespace ember::cuda::sm90 {
 
@@ -30,6 +31,18 @@ struct Params {
   int no_epilogue;  // 1: skip the epilogue (Sm90Tuning::no_epilogue)
 };
 
+// What the implicit GEMM of a convolution adds (Config::kConv != 0;
+// conv_gemm_plan.h), a kernel parameter of its own so that the plain GEMMs' Params
+// (and their code) stay as they were: the image's boxes, and for the weight grad the
+// K split, `splits` parts of `kper` K steps, part s writing D at d + s * split_stride
+// elements.
+struct ConvParams {
+  ConvBoxes boxes;
+  int splits;
+  int kper;
+  int64_t split_stride;
+};
+
 // Launches the persistent kernel of one dtype (__nv_bfloat16 or float = TF32)
 // and operand layout (kAK / kBK: A / B K-major) with tile `tile` and schedule
 // `schedule` (neither Auto) on `sms` multiprocessors.
@@ -37,6 +50,13 @@ template <typename T, bool kAK, bool kBK>
 void launch(Sm90Tile tile, Sm90Schedule schedule, const CUtensorMap& map_a,
             const CUtensorMap& map_b, Params p, int sms, const Sm90Tuning& tuning,
             cudaStream_t stream);
+
+// The implicit GEMM of a convolution (conv_gemm_plan.h), bf16: kConv 1 with map_a
+// 4-D over the image and map_b 2-D K-major; kConv 2 with map_a 2-D M-major and map_b
+// 4-D. tile: k128x128 or k128x64 (cooperative).
+template <int kConv>
+void launch_conv(Sm90Tile tile, const CUtensorMap& map_a, const CUtensorMap& map_b, Params p,
+                 const ConvParams& conv, int sms, cudaStream_t stream);
 
 // Whether the kernels' sm_90a image loads on the current device.
 bool kernels_loadable();
@@ -50,6 +70,10 @@ extern template void launch<__nv_bfloat16, true, false>(Sm90Tile, Sm90Schedule, 
 extern template void launch<__nv_bfloat16, false, false>(Sm90Tile, Sm90Schedule, const CUtensorMap&,
                                                          const CUtensorMap&, Params, int,
                                                          const Sm90Tuning&, cudaStream_t);
+extern template void launch_conv<1>(Sm90Tile, const CUtensorMap&, const CUtensorMap&, Params,
+                                    const ConvParams&, int, cudaStream_t);
+extern template void launch_conv<2>(Sm90Tile, const CUtensorMap&, const CUtensorMap&, Params,
+                                    const ConvParams&, int, cudaStream_t);
 extern template void launch<float, true, true>(Sm90Tile, Sm90Schedule, const CUtensorMap&,
                                                const CUtensorMap&, Params, int, const Sm90Tuning&,
                                                cudaStream_t);

@@ -1,0 +1,186 @@
+// conv2d through the implicit GEMM (detail::set_conv_implicit; cuda/kernels/conv_gemm.cu,
+// the box arithmetic replayed on the CPU in tests/cuda/test_conv_gemm_plan.cpp): on the
+// meta device, which passes run and what falls back to the columns; on a compute
+// capability 9.0 GPU (suite cuda_sm90: skipped, not passed, elsewhere), the output
+// and both gradients against the CPU in float64 from the same bfloat16 values.
+#include <doctest/doctest.h>
+
+#include <string>
+#include <vector>
+
+#include "core/autograd.h"
+#include "core/kernel_table.h"
+#include "core/meta.h"
+#include "core/ops.h"
+#include "gradcheck.h"
+
+using namespace ember;
+using ember::testing::grad_cuda_vs_cpu;
+using ember::testing::randn64;
+using ember::testing::rel_error;
+
+namespace {
+
+// The implicit GEMM switched on (or off) for a scope.
+struct ImplicitScope {
+  explicit ImplicitScope(bool on) : before_(detail::conv_implicit()) {
+    detail::set_conv_implicit(on);
+  }
+  ~ImplicitScope() { detail::set_conv_implicit(before_); }
+  bool before_;
+};
+
+// Counts the meta device's conv_gemm calls by pass, and its im2col calls.
+struct ConvCalls : MetaKernelObserver {
+  int passes[3] = {0, 0, 0};
+  int64_t splits = 0;
+  int im2col_calls = 0;
+  void conv_gemm(const kernels::ConvGemmArgs& a) override {
+    ++passes[a.pass];
+    if (a.pass == 2) splits = a.splits;
+  }
+  void im2col(const kernels::Im2colArgs&) override { ++im2col_calls; }
+};
+
+struct Case {
+  int64_t n, c, h, w, o, k, s, p, d;
+};
+
+// One conv2d forward and backward on the meta device (mirroring CUDA) in bfloat16.
+ConvCalls meta_run(const Case& k, bool x_grad) {
+  ConvCalls calls;
+  MetaDeviceScope scope(MetaDeviceOptions().observe(&calls));
+  const TensorOptions o = TensorOptions(kBFloat16).device(kMeta);
+  Tensor x = empty({k.n, k.c, k.h, k.w}, o);
+  Tensor w = empty({k.o, k.c, k.k, k.k}, o);
+  x.set_requires_grad(x_grad);
+  w.set_requires_grad(true);
+  Tensor y = conv2d(x, w, Tensor(), {k.s, k.s}, {k.p, k.p}, {k.d, k.d});
+  const int64_t oh = (k.h + 2 * k.p - k.d * (k.k - 1) - 1) / k.s + 1;
+  CHECK(y.sizes() == Shape{k.n, k.o, oh, oh});
+  CHECK(y.dtype() == kBFloat16);
+  sum(y).backward();
+  CHECK(w.grad().sizes() == w.sizes());
+  CHECK(w.grad().dtype() == kBFloat16);
+  if (x_grad) CHECK(x.grad().sizes() == x.sizes());
+  return calls;
+}
+
+bool device_takes(const Case& k, int pass) {
+  const int64_t oh = (k.h + 2 * k.p - k.d * (k.k - 1) - 1) / k.s + 1;
+  const kernels::ConvGemmShape s{k.n, k.c, k.h, k.w, k.o, k.k, k.k, k.s,
+                                 k.s, k.p, k.p, k.d, k.d, oh,  oh};
+  return kernels::kernels_for(kCUDA).conv_gemm_supported({Device::cuda(0), kBFloat16, pass, s});
+}
+
+}  // namespace
+
+TEST_CASE("conv2d implicit GEMM: the meta device runs its three passes, the columns elsewhere") {
+  const Case ok{2, 64, 16, 16, 64, 3, 1, 1, 1};
+  if (!device_takes(ok, 0)) {
+    // A GPU that is not compute capability 9.0: the meta device mirrors its answers.
+    MESSAGE("CUDA device 0 has no implicit GEMM; the meta device mirrors it, nothing to count");
+    return;
+  }
+  {
+    ImplicitScope on(true);
+    const ConvCalls c = meta_run(ok, true);
+    CHECK(c.passes[0] == 1);
+    CHECK(c.passes[1] == 1);
+    CHECK(c.passes[2] == 1);
+    CHECK(c.im2col_calls == 0);
+    CHECK(c.splits >= 1);
+    CHECK(
+        static_cast<size_t>(c.splits) ==
+        kernels::kernels_for(kCUDA).conv_gemm_splits(
+            {Device::cuda(0), kBFloat16, 2, {2, 64, 16, 16, 64, 3, 3, 1, 1, 1, 1, 1, 1, 16, 16}}));
+    // The input needs no gradient: no input-grad pass.
+    const ConvCalls f = meta_run(ok, false);
+    CHECK(f.passes[0] == 1);
+    CHECK(f.passes[1] == 0);
+    CHECK(f.passes[2] == 1);
+    // Stride 2 with the input's gradient: the input grad has no implicit GEMM, so
+    // the whole convolution takes the columns; without it, the implicit GEMM.
+    const Case strided{2, 64, 32, 32, 64, 3, 2, 1, 1};
+    const ConvCalls s = meta_run(strided, true);
+    CHECK(s.passes[0] + s.passes[1] + s.passes[2] == 0);
+    CHECK(s.im2col_calls >= 1);
+    const ConvCalls s2 = meta_run(strided, false);
+    CHECK(s2.passes[0] == 1);
+    CHECK(s2.passes[2] == 1);
+    CHECK(s2.im2col_calls == 0);
+    // 32 channels: not a multiple of 64, the columns.
+    const ConvCalls narrow = meta_run({2, 32, 16, 16, 64, 3, 1, 1, 1}, true);
+    CHECK(narrow.passes[0] == 0);
+    CHECK(narrow.im2col_calls >= 1);
+  }
+  ImplicitScope off(false);
+  const ConvCalls c = meta_run(ok, true);
+  CHECK(c.passes[0] + c.passes[1] + c.passes[2] == 0);
+  CHECK(c.im2col_calls >= 1);
+}
+
+TEST_CASE("conv2d implicit GEMM: EMBER_CONV_IMPLICIT's setting is read and can be set") {
+  ImplicitScope on(true);
+  CHECK(detail::conv_implicit());
+  detail::set_conv_implicit(false);
+  CHECK_FALSE(detail::conv_implicit());
+}
+
+TEST_CASE("conv2d implicit GEMM: output and gradients against the CPU in float64 (bf16)" *
+          doctest::test_suite("cuda_sm90")) {
+  ImplicitScope on(true);
+  const Case cases[] = {
+      {2, 64, 16, 16, 64, 3, 1, 1, 1},   // 8 rows a tile
+      {3, 128, 8, 8, 64, 3, 1, 1, 1},    // tiles across images, a partial last one
+      {1, 64, 32, 32, 128, 1, 1, 0, 1},  // 1x1, 128 output channels (128x128 tiles)
+      {1, 64, 16, 16, 64, 3, 1, 2, 2},   // dilation 2
+      {2, 64, 8, 8, 64, 5, 1, 0, 1},     // 5x5 without padding: a 4x4 grid, 8 images a box
+      {1, 64, 2, 256, 64, 3, 1, 1, 1},   // a grid wider than a tile
+      {8, 64, 32, 32, 64, 3, 1, 1, 1},   // the weight grad split over many blocks
+  };
+  uint64_t seed = 900;
+  for (const Case& k : cases) {
+    const std::string what = "n " + std::to_string(k.n) + ", c " + std::to_string(k.c) + ", " +
+                             std::to_string(k.h) + "x" + std::to_string(k.w) + ", o " +
+                             std::to_string(k.o) + ", k " + std::to_string(k.k) + ", dilation " +
+                             std::to_string(k.d);
+    CAPTURE(what);
+    REQUIRE(device_takes(k, 0));
+    REQUIRE(device_takes(k, 1));
+    REQUIRE(device_takes(k, 2));
+    const Tensor x = randn64({k.n, k.c, k.h, k.w}, seed++);
+    const Tensor w = randn64({k.o, k.c, k.k, k.k}, seed++);
+    auto f = [&](const std::vector<Tensor>& in) {
+      Tensor y = conv2d(in[0], in[1], Tensor(), {k.s, k.s}, {k.p, k.p}, {k.d, k.d});
+      // On the GPU the implicit GEMM, not the columns, made it.
+      if (y.is_cuda()) CHECK(std::string(y.grad_fn()->name()) == "ConvGemmBackward");
+      return y;
+    };
+    // bf16 products of c kh kw terms summed in float32, rounded once to bf16.
+    CHECK(grad_cuda_vs_cpu(f, {x, w}, kBFloat16, seed++) < 1e-2);
+  }
+}
+
+TEST_CASE("conv2d implicit GEMM: stride 2 forward and weight grad (the input needs none)" *
+          doctest::test_suite("cuda_sm90")) {
+  ImplicitScope on(true);
+  const Case k{2, 64, 32, 32, 128, 3, 2, 1, 1};
+  REQUIRE(device_takes(k, 0));
+  REQUIRE(device_takes(k, 2));
+  const Tensor x = randn64({k.n, k.c, k.h, k.w}, 950).to(kBFloat16);
+  const Tensor w = randn64({k.o, k.c, k.k, k.k}, 951).to(kBFloat16);
+  auto run = [&](Device d, DType t) {
+    Tensor xd = x.to(d).to(t);
+    Tensor wd = w.to(d).to(t).detach();
+    wd.set_requires_grad(true);
+    Tensor y = conv2d(xd, wd, Tensor(), {2, 2}, {1, 1});
+    if (d.is_cuda()) CHECK(std::string(y.grad_fn()->name()) == "ConvGemmBackward");
+    sum(mul(y, y.detach())).backward();
+    return std::pair<Tensor, Tensor>{y.to(kCPU).to(kFloat64), wd.grad().to(kCPU).to(kFloat64)};
+  };
+  const auto gpu = run(kCUDA, kBFloat16);
+  const auto cpu = run(kCPU, kFloat64);
+  CHECK(rel_error(gpu.first, cpu.first) < 1e-2);
+  CHECK(rel_error(gpu.second, cpu.second) < 2e-2);
+}
