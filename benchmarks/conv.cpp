@@ -5,13 +5,16 @@
 // forward+backward (the op: its fused kernels, cuda/kernels/batch_norm.cu, by default and
 // with --bn-fused; with --bn-composed, EMBER_BATCH_NORM_FUSED=0 for the whole run, its
 // composition); a ResNet-8 training step (stem + basic blocks 64/128/256, batch 128, SGD
-// with momentum) in TF32, eager and captured in a cuda::Graph. benchmarks/peer_conv.py
+// with momentum) in TF32 and under bf16 autocast, each eager and captured in a
+// cuda::Graph. EMBER_CONV_IMPLICIT=1 runs the convolutions it can (bf16, 64-multiple
+// channels, stride 1 where the input needs its gradient) as the implicit GEMM
+// (cuda/kernels/conv_gemm.cu) instead of the columns. benchmarks/peer_conv.py
 // times the same in PyTorch (cuDNN, channels_last). Each workload is checked first on the
 // GPU against the same ops in float64 (the conv also against a CPU float64 run on two
 // images; batch norm's float64 composes, so it checks the fused kernels); a failed check
 // prints no row and exits 1. --profile prints ember's profiler table (core/profiler.h) for
 // five more conv and ResNet-8 steps after their timed rows. --memory compares
-// predict_memory with the GPU's own figures for the ResNet-8 step, and only that.
+// predict_memory with the GPU's own figures for the ResNet-8 steps, and only that.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -60,24 +63,116 @@ void print_profile(const char* what, F&& f, size_t rows) {
 }
 
 // --memory: predict_memory (the meta device mirroring CUDA) against measure_memory (the
-// same step on the GPU, its allocator fresh) for the ResNet-8 step at batch 128, three
-// steps: peak allocated and reserved bytes, and each step's. Exits 1 when they differ.
+// same step on the GPU, its allocator fresh) for the ResNet-8 step at batch 128, TF32
+// and bf16 autocast, three steps each: peak allocated and reserved bytes, and each
+// step's. Exits 1 when they differ.
 int memory_check() {
-  const StepFactory factory = [](Device d) { return workloads::resnet8(d, 128); };
-  const MemoryPrediction p = predict_memory(factory, PredictOptions().steps(3));
-  const MemoryPrediction m = measure_memory(factory, kCUDA, PredictOptions().steps(3));
-  bool same = p.peak_allocated == m.peak_allocated && p.peak_reserved == m.peak_reserved &&
-              p.steps.size() == m.steps.size();
-  for (size_t i = 0; same && i < p.steps.size(); ++i)
-    same = p.steps[i].peak_allocated == m.steps[i].peak_allocated &&
-           p.steps[i].peak_reserved == m.steps[i].peak_reserved;
-  std::printf(
-      "memory resnet8 b128 (3 steps): predicted peak allocated %lld B, reserved %lld B; "
-      "measured %lld B, %lld B: %s\n",
-      static_cast<long long>(p.peak_allocated), static_cast<long long>(p.peak_reserved),
-      static_cast<long long>(m.peak_allocated), static_cast<long long>(m.peak_reserved),
-      same ? "equal, every step" : "DIFFER");
-  return same ? 0 : 1;
+  bool all_same = true;
+  for (const bool bf16 : {false, true}) {
+    const StepFactory factory = [bf16](Device d) { return workloads::resnet8(d, 128, 32, bf16); };
+    const MemoryPrediction p = predict_memory(factory, PredictOptions().steps(3));
+    const MemoryPrediction m = measure_memory(factory, kCUDA, PredictOptions().steps(3));
+    bool same = p.peak_allocated == m.peak_allocated && p.peak_reserved == m.peak_reserved &&
+                p.steps.size() == m.steps.size();
+    for (size_t i = 0; same && i < p.steps.size(); ++i)
+      same = p.steps[i].peak_allocated == m.steps[i].peak_allocated &&
+             p.steps[i].peak_reserved == m.steps[i].peak_reserved;
+    std::printf(
+        "memory resnet8 %s b128 (3 steps): predicted peak allocated %lld B, reserved %lld B; "
+        "measured %lld B, %lld B: %s\n",
+        bf16 ? "bf16" : "tf32", static_cast<long long>(p.peak_allocated),
+        static_cast<long long>(p.peak_reserved), static_cast<long long>(m.peak_allocated),
+        static_cast<long long>(m.peak_reserved), same ? "equal, every step" : "DIFFER");
+    all_same = all_same && same;
+  }
+  return all_same ? 0 : 1;
+}
+
+}  // namespace
+
+namespace {
+
+// The ResNet-8 rows of one precision (TF32, or bf16 autocast): the eager step, checked
+// to learn (its loss on one batch falls over 10 steps; under autocast, its first loss
+// within 2% of the TF32 twin's from the same weights and batch); then the same step
+// captured in a cuda::Graph and replayed, checked against an eager twin (the losses of
+// 5 replayed steps, then every parameter). Returns 1 when a check fails.
+int resnet_rows(bench::Table& table, Generator& gen, bool bf16, int iters, bool profile) {
+  const TensorOptions gpu = TensorOptions(kFloat32).device(kCUDA);
+  const char* dt = bf16 ? "bf16" : "tf32";
+  const char* what = bf16 ? "SGD momentum; bf16 autocast" : "SGD momentum";
+  {
+    workloads::ResNet8Step step(kCUDA, bf16);
+    step.images = randn({kBatch, 3, kSide, kSide}, gpu, &gen);
+    step.labels = randint(10, {kBatch}, TensorOptions(kInt64).device(kCUDA), &gen);
+    if (bf16) {
+      workloads::ResNet8Step twin(kCUDA, false);
+      twin.images = step.images;
+      twin.labels = step.labels;
+      const double ref = twin().item();
+      Tensor first_loss;
+      {
+        AutocastGuard autocast(kBFloat16);
+        first_loss = cross_entropy(step.net->forward(step.images), step.labels);
+      }
+      const double err = std::fabs(first_loss.item() - ref) / std::max(std::fabs(ref), 1e-12);
+      if (!checked("resnet8 bf16 first loss vs tf32", err, 2e-2)) return 1;
+    }
+    const double first = step().item();
+    for (int i = 0; i < 8; ++i) step();
+    const double last = step().item();
+    std::printf("validate resnet8 %s: loss %.4f -> %.4f over 10 steps on one batch\n", dt, first,
+                last);
+    if (!(std::isfinite(last) && last < first)) {
+      std::printf("VALIDATION FAILED\n");
+      return 1;
+    }
+    bench::Spread s = bench::spread_ms([&] { step(); }, 3, iters);
+    table.add({"resnet8 step", dt, "b128 3x32x32", "ember", s.median, 0, "", what, s.min, s.max});
+    if (profile)
+      print_profile(
+          bf16 ? "resnet8 step bf16" : "resnet8 step tf32", [&] { step(); }, 20);
+  }
+  workloads::ResNet8Step eager(kCUDA, bf16), graphed(kCUDA, bf16);
+  eager.images = graphed.images = randn({kBatch, 3, kSide, kSide}, gpu, &gen);
+  eager.labels = graphed.labels = randint(10, {kBatch}, TensorOptions(kInt64).device(kCUDA), &gen);
+  // Warm-up steps eagerly (momentum buffers and the allocator's blocks exist before
+  // the capture, as PyTorch's graph recipe does).
+  for (int i = 0; i < 3; ++i) {
+    eager();
+    graphed();
+  }
+  cuda::Graph graph;
+  Tensor static_loss;
+  std::string why;
+  try {
+    graph.capture([&] { static_loss = graphed(); });
+  } catch (const std::exception& e) {
+    why = e.what();
+  }
+  if (!graph.captured()) {
+    std::printf("resnet8 %s graphed: the step could not be captured: %s\n", dt, why.c_str());
+    return 0;
+  }
+  double loss_err = 0, param_err = 0;
+  for (int i = 0; i < 5; ++i) {
+    graph.replay();
+    const double lg = static_loss.item(), le = eager().item();
+    loss_err = std::max(loss_err, std::fabs(lg - le) / std::max(std::fabs(le), 1e-12));
+  }
+  const std::vector<Tensor> pe = eager.net->parameters(), pg = graphed.net->parameters();
+  for (size_t i = 0; i < pe.size(); ++i)
+    param_err = std::max(param_err, bench::rel_err_on_device(pg[i], pe[i]));
+  if (!checked(bf16 ? "resnet8 bf16 graphed loss vs eager" : "resnet8 graphed loss vs eager",
+               loss_err, 1e-5) ||
+      !checked(bf16 ? "resnet8 bf16 graphed params vs eager" : "resnet8 graphed params vs eager",
+               param_err, 1e-5))
+    return 1;
+  bench::Spread s = bench::spread_ms([&] { graph.replay(); }, 3, iters);
+  table.add({"resnet8 step graphed", dt, "b128 3x32x32", "ember", s.median, 0, "",
+             bf16 ? "SGD momentum; bf16 autocast; cuda::Graph" : "SGD momentum; cuda::Graph", s.min,
+             s.max});
+  return 0;
 }
 
 }  // namespace
@@ -103,8 +198,11 @@ int main(int argc, char** argv) {
   const int iters = quick ? 5 : 20;
   cuda::set_allow_tf32(true);  // the peer's fp32 rows run TF32 too (cuDNN's default)
   const bool composed = detail::conv_composed();  // EMBER_CONV_COMPOSED=1
-  std::printf("conv2d: the %s path\n",
-              composed ? "composed (index_select, index_add)" : "column kernels (im2col, col2im)");
+  std::printf("conv2d: the %s path%s\n",
+              composed ? "composed (index_select, index_add)" : "column kernels (im2col, col2im)",
+              detail::conv_implicit()
+                  ? "; the implicit GEMM where it applies (EMBER_CONV_IMPLICIT=1)"
+                  : "");
   bench::Table table(
       composed ? "conv: convolution composed (index_select + matmul), batch norm, ResNet-8 step"
                : "conv: convolution (im2col kernel + matmul), batch norm, ResNet-8 step");
@@ -202,70 +300,10 @@ int main(int argc, char** argv) {
                fused ? "fused; 5 accesses/elem" : "composed; 5 accesses/elem", s.min, s.max});
   }
 
-  // ResNet-8 training step, TF32, batch 128 of 3x32x32, SGD(0.1, momentum 0.9).
-  {
-    workloads::ResNet8Step step(kCUDA);
-    step.images = randn({kBatch, 3, kSide, kSide}, gpu, &gen);
-    step.labels = randint(10, {kBatch}, TensorOptions(kInt64).device(kCUDA), &gen);
-    double first = 0, last = 0;
-    // The step must learn: the loss on one fixed batch falls over 10 steps.
-    first = step().item();
-    for (int i = 0; i < 8; ++i) step();
-    last = step().item();
-    std::printf("validate resnet8: loss %.4f -> %.4f over 10 steps on one batch\n", first, last);
-    if (!(std::isfinite(last) && last < first)) {
-      std::printf("VALIDATION FAILED\n");
-      return 1;
-    }
-    bench::Spread s = bench::spread_ms([&] { step(); }, 3, iters);
-    table.add({"resnet8 step", "tf32", "b128 3x32x32", "ember", s.median, 0, "", "SGD momentum",
-               s.min, s.max});
-    if (profile)
-      print_profile(
-          "resnet8 step tf32", [&] { step(); }, 20);
-  }
-
-  // The same step captured in a cuda::Graph and replayed, checked first against an
-  // eager twin (same initial weights, same batch): the losses of 5 replayed steps and
-  // then every parameter.
-  {
-    workloads::ResNet8Step eager(kCUDA), graphed(kCUDA);
-    eager.images = graphed.images = randn({kBatch, 3, kSide, kSide}, gpu, &gen);
-    eager.labels = graphed.labels =
-        randint(10, {kBatch}, TensorOptions(kInt64).device(kCUDA), &gen);
-    // Warm-up steps eagerly (momentum buffers and the allocator's blocks exist before
-    // the capture, as PyTorch's graph recipe does).
-    for (int i = 0; i < 3; ++i) {
-      eager();
-      graphed();
-    }
-    cuda::Graph graph;
-    Tensor static_loss;
-    std::string why;
-    try {
-      graph.capture([&] { static_loss = graphed(); });
-    } catch (const std::exception& e) {
-      why = e.what();
-    }
-    if (!graph.captured()) {
-      std::printf("resnet8 graphed: the step could not be captured: %s\n", why.c_str());
-    } else {
-      double loss_err = 0, param_err = 0;
-      for (int i = 0; i < 5; ++i) {
-        graph.replay();
-        const double lg = static_loss.item(), le = eager().item();
-        loss_err = std::max(loss_err, std::fabs(lg - le) / std::max(std::fabs(le), 1e-12));
-      }
-      const std::vector<Tensor> pe = eager.net->parameters(), pg = graphed.net->parameters();
-      for (size_t i = 0; i < pe.size(); ++i)
-        param_err = std::max(param_err, bench::rel_err_on_device(pg[i], pe[i]));
-      if (!checked("resnet8 graphed loss vs eager", loss_err, 1e-5) ||
-          !checked("resnet8 graphed params vs eager", param_err, 1e-5))
-        return 1;
-      bench::Spread s = bench::spread_ms([&] { graph.replay(); }, 3, iters);
-      table.add({"resnet8 step graphed", "tf32", "b128 3x32x32", "ember", s.median, 0, "",
-                 "SGD momentum; cuda::Graph", s.min, s.max});
-    }
+  // ResNet-8 training step, batch 128 of 3x32x32, SGD(0.1, momentum 0.9), in TF32 and
+  // under bf16 autocast; each eager, then captured in a cuda::Graph.
+  for (const bool bf16 : {false, true}) {
+    if (resnet_rows(table, gen, bf16, iters, profile) != 0) return 1;
   }
   table.write_json(bench::json_path(argc, argv));
   return 0;

@@ -467,6 +467,12 @@ def main():
     against_best(reps, "conv.json", "peer_conv.json",
                  ("resnet8 step graphed", "tf32", "b128 3x32x32"), resnet, "29",
                  "resnet8 step graphed <= 0.7x PyTorch's best eager", 0.7)
+    # Ours under bf16 autocast, against the same best of PyTorch's two.
+    against_best(reps, "conv.json", "peer_conv.json", resnet[1], resnet, "29",
+                 "resnet8 step bf16 eager <= 1.0x PyTorch's best (TF32 or bf16)", 1.0)
+    against_best(reps, "conv.json", "peer_conv.json",
+                 ("resnet8 step graphed", "bf16", "b128 3x32x32"), resnet, "29",
+                 "resnet8 step bf16 graphed <= 0.7x PyTorch's best eager", 0.7)
     gpt(reps)
     elementwise(reps)
     paired(reps, "attention.json", "peer_attention.json",

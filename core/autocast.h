@@ -1,7 +1,10 @@
 // Autocast: mixed precision for CUDA Linear layers, as torch.autocast(dtype=bf16)
 // does for them. While an AutocastGuard is active on this thread:
 //   * linear() casts its float32 CUDA operands (input, weight, bias) to the
-//     autocast dtype and runs the GEMM in it; the output has that dtype;
+//     autocast dtype and runs the GEMM in it; the output has that dtype; so do
+//     scaled_dot_product_attention, conv2d (conv1d) and conv_transpose2d;
+//   * batch_norm takes the bfloat16 result with its float32 weight, bias and
+//     running statistics as they are, returning bfloat16 (as PyTorch's);
 //   * mse_loss() computes in float32 when its operands' dtypes differ (PyTorch's
 //     autocast runs mse_loss in float32 too).
 // The casts are recorded by autograd, so gradients flow back to the float32
@@ -22,7 +25,8 @@ DType autocast_dtype();  // meaningful only when enabled
 
 class Tensor;
 
-// --- the policy, one place for the ops that autocast (linear, mse_loss)
+// --- the policy, one place for the ops that autocast (linear, attention, the
+// convolutions, mse_loss)
 // Whether autocast (when on) applies on `device`: CUDA devices, as
 // torch.autocast("cuda"), and the meta device when it mirrors CUDA (core/meta.h).
 bool autocast_applies(Device device);

@@ -289,12 +289,15 @@ struct ResNet8 : nn::Module {
 };
 
 // bench_conv's ResNet-8 training step: ResNet8 (seeded: the same weights every time)
-// on `device`, SGD with momentum 0.9, cross-entropy on a fixed batch the caller sets.
+// on `device`, SGD with momentum 0.9, cross-entropy on a fixed batch the caller sets;
+// bf16: the forward under bf16 autocast (convolutions and the Linear in bf16, batch
+// norm on the bf16 activations with its float32 parameters), as PyTorch's recipe.
 struct ResNet8Step {
   std::shared_ptr<ResNet8> net;
   std::unique_ptr<optim::SGD> optimizer;
   Tensor images, labels;
-  explicit ResNet8Step(Device device) {
+  bool bf16 = false;
+  explicit ResNet8Step(Device device, bool bf16_autocast = false) : bf16(bf16_autocast) {
     manual_seed(8);
     net = std::make_shared<ResNet8>();
     net->to(device);
@@ -303,17 +306,22 @@ struct ResNet8Step {
   }
   Tensor operator()() {
     optimizer->zero_grad();
-    Tensor loss = cross_entropy(net->forward(images), labels);
+    Tensor loss;
+    {
+      AutocastGuard autocast(kBFloat16, bf16);
+      loss = cross_entropy(net->forward(images), labels);
+    }
     loss.backward();
     optimizer->step();
     return loss;
   }
 };
 
-// The step on `batch` random side x side images and labels, TF32 on CUDA.
-inline StepFunction resnet8(Device device, int64_t batch, int64_t side = 32) {
+// The step on `batch` random side x side images and labels, TF32 on CUDA (or under
+// bf16 autocast).
+inline StepFunction resnet8(Device device, int64_t batch, int64_t side = 32, bool bf16 = false) {
   cuda::set_allow_tf32(true);
-  auto s = std::make_shared<ResNet8Step>(device);
+  auto s = std::make_shared<ResNet8Step>(device, bf16);
   s->images = randn({batch, 3, side, side}, TensorOptions(kFloat32).device(device));
   s->labels = randint(10, {batch}, TensorOptions(kInt64).device(device));
   return [s](int) { (*s)(); };
@@ -496,6 +504,9 @@ inline std::vector<Workload> all() {
   w.push_back({"resnet8",
                "benchmarks/conv.cpp's ResNet-8, SGD momentum, batch 128 of 3x32x32, TF32",
                [] { return StepFactory([](Device d) { return resnet8(d, 128); }); }});
+  w.push_back({"resnet8_bf16",
+               "benchmarks/conv.cpp's ResNet-8, SGD momentum, batch 128 of 3x32x32, bf16 autocast",
+               [] { return StepFactory([](Device d) { return resnet8(d, 128, 32, true); }); }});
   const std::pair<const char*, std::pair<gpt::GPTConfig, int64_t>> gpts[] = {
       {"gpt_char", {gpt::GPTConfig{}, 64}}, {"gpt2", {gpt::gpt2_124m(), 16}}};
   for (const auto& [name, shape] : gpts) {

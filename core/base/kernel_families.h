@@ -569,7 +569,8 @@ struct RmsNormBackwardArgs {
 // towards the batch mean and the unbiased variance. Eval: mean and invstd are
 // computed from running_mean/running_var (read only) and written all the same.
 // float32 and bfloat16, w, b and the running statistics (c, each may be null) in
-// the input's dtype. All contiguous.
+// the input's dtype, or float32 with a bfloat16 input where params_f32 (autocast's
+// mix, as PyTorch's batch norm takes it: y in the input's dtype). All contiguous.
 struct BatchNormArgs {
   Device device;
   DType dtype;
@@ -584,11 +585,12 @@ struct BatchNormArgs {
   int64_t n, c, m;
   bool training;
   double momentum, eps;
-  void* workspace;  // batch_norm_workspace_bytes of it (training)
+  void* workspace;          // batch_norm_workspace_bytes of it (training)
+  bool params_f32 = false;  // w, b, running statistics float32 (a bfloat16 input)
 };
 // Its backward from the forward's mean and invstd: d_x (training: through the batch
-// statistics; eval: d_y w invstd), d_w, d_b (c); each may be null. The per-channel
-// sums are deterministic.
+// statistics; eval: d_y w invstd), d_w, d_b (c, in w's dtype); each may be null. The
+// per-channel sums are deterministic.
 struct BatchNormBackwardArgs {
   Device device;
   DType dtype;
@@ -602,12 +604,14 @@ struct BatchNormBackwardArgs {
   void* d_b;
   int64_t n, c, m;
   bool training;
-  void* workspace;  // batch_norm_workspace_bytes of it
+  void* workspace;          // batch_norm_workspace_bytes of it
+  bool params_f32 = false;  // as BatchNormArgs: w, d_w, d_b float32
 };
 struct BatchNormQuery {
   Device device;
   DType dtype;
   int64_t n, c, m;
+  bool params_f32 = false;  // as BatchNormArgs
 };
 
 // ------------------------------------------------------------------ convolution

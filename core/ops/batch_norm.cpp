@@ -55,14 +55,29 @@ Tensor scratch_of(size_t bytes, Device dev) {
              : empty({static_cast<int64_t>((bytes + 7) / 8)}, TensorOptions(kFloat64).device(dev));
 }
 
+// Autocast's mix, as PyTorch's batch norm takes it: a bfloat16 input with float32
+// weight, bias and running statistics (every defined one; at least one defined). The
+// result is bfloat16, the statistics float32 (both paths).
+bool mixed_params(const Tensor& input, std::initializer_list<const Tensor*> params) {
+  if (input.dtype() != kBFloat16) return false;
+  bool any = false;
+  for (const Tensor* p : params) {
+    if (!p->defined()) continue;
+    if (p->dtype() != kFloat32) return false;
+    any = true;
+  }
+  return any;
+}
+
 // The op's side of "may the fused kernels take this call": what the kernels assume
-// beyond the device's predicate (sizes and dtype). Mixed dtypes promote in the
+// beyond the device's predicate (sizes and dtype). Other mixed dtypes promote in the
 // composed path; eval's running statistics are constants to the fused backward.
 bool fusable(const Tensor& input, const Tensor& running_mean, const Tensor& running_var,
-             const Tensor& weight, const Tensor& bias, bool training) {
+             const Tensor& weight, const Tensor& bias, bool training, bool params_f32) {
   if (!input.is_contiguous()) return false;
+  const DType want = params_f32 ? kFloat32 : input.dtype();
   for (const Tensor* p : {&running_mean, &running_var, &weight, &bias})
-    if (p->defined() && (p->dtype() != input.dtype() || !p->is_contiguous())) return false;
+    if (p->defined() && (p->dtype() != want || !p->is_contiguous())) return false;
   return training || !(running_mean.requires_grad() || running_var.requires_grad());
 }
 
@@ -70,7 +85,7 @@ using Grads = std::vector<Tensor>;
 
 Tensor batch_norm_fused(const Tensor& input, const Tensor& running_mean, const Tensor& running_var,
                         const Tensor& weight, const Tensor& bias, bool training, double momentum,
-                        double eps, int64_t n, int64_t c, int64_t m) {
+                        double eps, int64_t n, int64_t c, int64_t m, bool params_f32) {
   const Device dev = input.device();
   const DType dtype = input.dtype();
   const Tensor xs = input.detach();
@@ -80,11 +95,12 @@ Tensor batch_norm_fused(const Tensor& input, const Tensor& running_mean, const T
   const Tensor mean = empty({c}, stat), invstd = empty({c}, stat);
   const kernels::KernelTable& k = kernels::kernels_for(dev);
   const Tensor scratch =
-      training ? scratch_of(k.batch_norm_workspace_bytes({dev, dtype, n, c, m}), dev) : Tensor();
+      training ? scratch_of(k.batch_norm_workspace_bytes({dev, dtype, n, c, m, params_f32}), dev)
+               : Tensor();
   k.batch_norm_fused({dev, dtype, xs.raw_data(), ptr_of(weight), ptr_of(bias),
                       mut_ptr_of(running_mean), mut_ptr_of(running_var), y.raw_data(),
                       mean.raw_data(), invstd.raw_data(), n, c, m, training, momentum, eps,
-                      mut_ptr_of(scratch)});
+                      mut_ptr_of(scratch), params_f32});
   if (training && running_mean.defined()) {  // updated in place, as mul_ and add_ would
     running_mean.bump_version();
     running_var.bump_version();
@@ -92,24 +108,26 @@ Tensor batch_norm_fused(const Tensor& input, const Tensor& running_mean, const T
   if (any_requires_grad({&input, &weight, &bias})) {
     const bool gx = input.requires_grad(), gw = weight.defined() && weight.requires_grad(),
                gb = bias.defined() && bias.requires_grad();
-    attach_grad_fn(y, "BatchNormBackward", {&input, &weight, &bias}, {xs, ws, mean, invstd},
-                   [gx, gw, gb, training, n, c, m](const Tensor& g, const SavedTensors& s) {
-                     const Tensor& x = s[0];
-                     const Device d = x.device();
-                     const Tensor gc = contiguous(g);
-                     Tensor d_x = gx ? empty(x.sizes(), x.options()) : Tensor();
-                     Tensor d_w = gw ? empty({c}, x.options()) : Tensor();
-                     Tensor d_b = gb ? empty({c}, x.options()) : Tensor();
-                     const kernels::KernelTable& kt = kernels::kernels_for(d);
-                     const bool sums = gw || gb || (training && gx);  // eval's d_x needs none
-                     const Tensor work = scratch_of(
-                         sums ? kt.batch_norm_workspace_bytes({d, x.dtype(), n, c, m}) : 0, d);
-                     kt.batch_norm_backward_fused(
-                         {d, x.dtype(), gc.raw_data(), x.raw_data(), ptr_of(s[1]), s[2].raw_data(),
-                          s[3].raw_data(), mut_ptr_of(d_x), mut_ptr_of(d_w), mut_ptr_of(d_b), n, c,
-                          m, training, mut_ptr_of(work)});
-                     return Grads{d_x, d_w, d_b};
-                   });
+    attach_grad_fn(
+        y, "BatchNormBackward", {&input, &weight, &bias}, {xs, ws, mean, invstd},
+        [gx, gw, gb, training, n, c, m, params_f32](const Tensor& g, const SavedTensors& s) {
+          const Tensor& x = s[0];
+          const Device d = x.device();
+          const Tensor gc = contiguous(g);
+          const TensorOptions po = params_f32 ? TensorOptions(kFloat32).device(d) : x.options();
+          Tensor d_x = gx ? empty(x.sizes(), x.options()) : Tensor();
+          Tensor d_w = gw ? empty({c}, po) : Tensor();
+          Tensor d_b = gb ? empty({c}, po) : Tensor();
+          const kernels::KernelTable& kt = kernels::kernels_for(d);
+          const bool sums = gw || gb || (training && gx);  // eval's d_x needs none
+          const Tensor work = scratch_of(
+              sums ? kt.batch_norm_workspace_bytes({d, x.dtype(), n, c, m, params_f32}) : 0, d);
+          kt.batch_norm_backward_fused({d, x.dtype(), gc.raw_data(), x.raw_data(), ptr_of(s[1]),
+                                        s[2].raw_data(), s[3].raw_data(), mut_ptr_of(d_x),
+                                        mut_ptr_of(d_w), mut_ptr_of(d_b), n, c, m, training,
+                                        mut_ptr_of(work), params_f32});
+          return Grads{d_x, d_w, d_b};
+        });
   }
   return y;
 }
@@ -138,11 +156,16 @@ Tensor batch_norm(const Tensor& input, const Tensor& running_mean, const Tensor&
   if (training)
     EMBER_CHECK(n * m > 1, "batch_norm: expected more than 1 value per channel when training, ",
                 "got input of shape ", shape_str(input.sizes()));
-  if (fusable(input, running_mean, running_var, weight, bias, training) &&
+  const bool params_f32 = mixed_params(input, {&running_mean, &running_var, &weight, &bias});
+  if (fusable(input, running_mean, running_var, weight, bias, training, params_f32) &&
       kernels::kernels_for(input.device())
-          .batch_norm_fused_supported({input.device(), input.dtype(), n, c, m}))
+          .batch_norm_fused_supported({input.device(), input.dtype(), n, c, m, params_f32}))
     return batch_norm_fused(input, running_mean, running_var, weight, bias, training, momentum, eps,
-                            n, c, m);
+                            n, c, m, params_f32);
+  if (params_f32)  // composed in float32, the result in the input's dtype (bfloat16)
+    return cast(batch_norm(cast(input, kFloat32), running_mean, running_var, weight, bias, training,
+                           momentum, eps),
+                kBFloat16);
   const Tensor x3 = reshape(input, {n, c, m});
   Tensor mean, var;
   if (training) {

@@ -20,6 +20,7 @@
 #include <cstring>
 
 #include "core/alloc_site.h"
+#include "core/autocast.h"
 #include "core/autograd.h"
 #include "core/kernel_table.h"
 #include "core/ops.h"
@@ -397,6 +398,13 @@ Tensor fold(const Tensor& input, Int2 output_size, Int2 kernel_size, Int2 dilati
 
 Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias, Int2 stride,
               Int2 padding, Int2 dilation, int64_t groups) {
+  // Autocast (core/autocast.h): float32 operands run in the autocast dtype, as
+  // PyTorch's autocast lists the convolutions; the casts are recorded.
+  if (autocast_lowers({&input, &weight, &bias})) [[unlikely]] {
+    AutocastGuard off(autocast_dtype(), false);
+    return conv2d(autocast_lower(input), autocast_lower(weight), autocast_lower(bias), stride,
+                  padding, dilation, groups);
+  }
   OpSite site("conv2d");
   bool batched = true;
   const Tensor x = as_batch("conv2d", input, batched);
@@ -508,6 +516,11 @@ Tensor conv1d(const Tensor& input, const Tensor& weight, const Tensor& bias, int
 
 Tensor conv_transpose2d(const Tensor& input, const Tensor& weight, const Tensor& bias, Int2 stride,
                         Int2 padding, Int2 output_padding, int64_t groups, Int2 dilation) {
+  if (autocast_lowers({&input, &weight, &bias})) [[unlikely]] {  // as conv2d
+    AutocastGuard off(autocast_dtype(), false);
+    return conv_transpose2d(autocast_lower(input), autocast_lower(weight), autocast_lower(bias),
+                            stride, padding, output_padding, groups, dilation);
+  }
   OpSite site("conv_transpose2d");
   bool batched = true;
   const Tensor x = as_batch("conv_transpose2d", input, batched);

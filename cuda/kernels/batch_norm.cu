@@ -120,11 +120,11 @@ __global__ void __launch_bounds__(kThreads)
 // One thread per channel: the S triples merged in split order, the batch's mean and
 // invstd written, the running statistics (or null) moved by momentum (running_var
 // towards the unbiased variance, M2 / (count - 1)).
-template <typename S>
+template <typename P>
 __global__ void batch_norm_finalize_kernel(const float* __restrict__ part, int64_t channels,
                                            int64_t splits, float inv_count, float inv_count_m1,
-                                           S* __restrict__ running_mean,
-                                           S* __restrict__ running_var, float momentum, float eps,
+                                           P* __restrict__ running_mean,
+                                           P* __restrict__ running_var, float momentum, float eps,
                                            float* __restrict__ mean, float* __restrict__ invstd) {
   const int64_t c = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
   if (c >= channels) return;
@@ -136,16 +136,16 @@ __global__ void batch_norm_finalize_kernel(const float* __restrict__ part, int64
   mean[c] = acc.mean;
   invstd[c] = 1.f / sqrtf(acc.m2 * inv_count + eps);
   if (running_mean != nullptr) {
-    running_mean[c] = narrow<S>((1.f - momentum) * widen(running_mean[c]) + momentum * acc.mean);
+    running_mean[c] = narrow<P>((1.f - momentum) * widen(running_mean[c]) + momentum * acc.mean);
     running_var[c] =
-        narrow<S>((1.f - momentum) * widen(running_var[c]) + momentum * acc.m2 * inv_count_m1);
+        narrow<P>((1.f - momentum) * widen(running_var[c]) + momentum * acc.m2 * inv_count_m1);
   }
 }
 
 // Eval: the running statistics as the float32 mean and invstd the passes read.
-template <typename S>
-__global__ void batch_norm_eval_stats_kernel(const S* __restrict__ running_mean,
-                                             const S* __restrict__ running_var, int64_t channels,
+template <typename P>
+__global__ void batch_norm_eval_stats_kernel(const P* __restrict__ running_mean,
+                                             const P* __restrict__ running_var, int64_t channels,
                                              float eps, float* __restrict__ mean,
                                              float* __restrict__ invstd) {
   const int64_t c = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
@@ -155,11 +155,12 @@ __global__ void batch_norm_eval_stats_kernel(const S* __restrict__ running_mean,
 }
 
 // y = (x - mean) invstd w + b over the whole tensor: vecs vectors, mv per run of M.
-template <typename S, bool kVec, typename I>
+// P: the per-channel parameters' type (S, or float under autocast's mix).
+template <typename S, typename P, bool kVec, typename I>
 __global__ void __launch_bounds__(kThreads)
     batch_norm_apply_kernel(const S* __restrict__ x, const float* __restrict__ mean,
-                            const float* __restrict__ invstd, const S* __restrict__ w,
-                            const S* __restrict__ b, S* __restrict__ y, I vecs, I mv, I channels) {
+                            const float* __restrict__ invstd, const P* __restrict__ w,
+                            const P* __restrict__ b, S* __restrict__ y, I vecs, I mv, I channels) {
   constexpr int V = kV<S, kVec>;
   const I stride = static_cast<I>(gridDim.x) * kThreads;
   for (I k = static_cast<I>(blockIdx.x) * kThreads + threadIdx.x; k < vecs; k += stride) {
@@ -211,11 +212,11 @@ __global__ void __launch_bounds__(kThreads)
 // One thread per channel: the S pairs summed in split order; d_w = sum(d_y xhat),
 // d_b = sum(d_y) (either may be null); coef[c] = mean(d_y), coef[C + c] =
 // mean(d_y xhat) for the d_x pass.
-template <typename S>
+template <typename P>
 __global__ void batch_norm_backward_finalize_kernel(const float* __restrict__ part,
                                                     int64_t channels, int64_t splits,
-                                                    float inv_count, S* __restrict__ d_w,
-                                                    S* __restrict__ d_b, float* __restrict__ coef) {
+                                                    float inv_count, P* __restrict__ d_w,
+                                                    P* __restrict__ d_b, float* __restrict__ coef) {
   const int64_t c = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
   if (c >= channels) return;
   float sdy = 0.f, sdyx = 0.f;
@@ -223,18 +224,18 @@ __global__ void batch_norm_backward_finalize_kernel(const float* __restrict__ pa
     sdy += part[2 * (c * splits + s)];
     sdyx += part[2 * (c * splits + s) + 1];
   }
-  if (d_w != nullptr) d_w[c] = narrow<S>(sdyx);
-  if (d_b != nullptr) d_b[c] = narrow<S>(sdy);
+  if (d_w != nullptr) d_w[c] = narrow<P>(sdyx);
+  if (d_b != nullptr) d_b[c] = narrow<P>(sdy);
   coef[c] = sdy * inv_count;
   coef[channels + c] = sdyx * inv_count;
 }
 
 // d_x = w invstd (d_y - mean(d_y) - xhat mean(d_y xhat)) (training; coef from the
 // finalize kernel), or w invstd d_y (eval: x and coef are not read).
-template <typename S, bool kVec, bool kTraining, typename I>
+template <typename S, typename P, bool kVec, bool kTraining, typename I>
 __global__ void __launch_bounds__(kThreads)
     batch_norm_backward_dx_kernel(const S* __restrict__ dy, const S* __restrict__ x,
-                                  const S* __restrict__ w, const float* __restrict__ mean,
+                                  const P* __restrict__ w, const float* __restrict__ mean,
                                   const float* __restrict__ invstd, const float* __restrict__ coef,
                                   S* __restrict__ dx, I vecs, I mv, I channels) {
   constexpr int V = kV<S, kVec>;
@@ -301,6 +302,19 @@ unsigned channel_grid(int64_t c) {
   return static_cast<unsigned>(ceil_div(c, 256));
 }
 
+// f(S*, P*) as null tags: the input's type S (float32 or bfloat16) and the
+// per-channel parameters' P (S, or float for a bfloat16 input with params_f32).
+template <typename F>
+void dispatch_types(DType dtype, bool params_f32, const char* what, F&& f) {
+  EMBER_CHECK(!params_f32 || dtype == DType::BFloat16, what,
+              ": float32 parameters go with a bfloat16 input only, got ", dtype);
+  if (params_f32) {
+    f(static_cast<__nv_bfloat16*>(nullptr), static_cast<float*>(nullptr));
+    return;
+  }
+  dispatch_float32_bf16(dtype, what, [&](auto* tag) { f(tag, tag); });
+}
+
 }  // namespace
 
 bool batch_norm_supported(DType dtype, int64_t n, int64_t c, int64_t m) {
@@ -320,13 +334,14 @@ size_t batch_norm_workspace_bytes(DType dtype, int64_t n, int64_t c, int64_t m) 
 void launch_batch_norm(DType dtype, const void* x, const void* w, const void* b, void* running_mean,
                        void* running_var, void* y, void* mean, void* invstd, int64_t n, int64_t c,
                        int64_t m, bool training, double momentum, double eps, void* workspace,
-                       cudaStream_t stream) {
+                       cudaStream_t stream, bool params_f32) {
   EMBER_CHECK(batch_norm_supported(dtype, n, c, m), "batch_norm: the fused kernel does not take (",
               n, ", ", c, ", ", m, ") of ", dtype);
   EMBER_CHECK(training || (running_mean != nullptr && running_var != nullptr),
               "batch_norm: eval needs the running statistics");
-  dispatch_float32_bf16(dtype, "batch_norm", [&](auto* tag) {
+  dispatch_types(dtype, params_f32, "batch_norm", [&](auto* tag, auto* ptag) {
     using S = std::remove_pointer_t<decltype(tag)>;
+    using P = std::remove_pointer_t<decltype(ptag)>;
     constexpr int kVec16 = Vec16<S>::N;
     const S* xs = static_cast<const S*>(x);
     float* mu = static_cast<float*>(mean);
@@ -347,13 +362,13 @@ void launch_batch_norm(DType dtype, const void* x, const void* w, const void* b,
       const float inv_count_m1 = count > 1
                                      ? static_cast<float>(1.0 / static_cast<double>(count - 1))
                                      : std::numeric_limits<float>::quiet_NaN();
-      batch_norm_finalize_kernel<S><<<channel_grid(c), 256, 0, stream>>>(
+      batch_norm_finalize_kernel<P><<<channel_grid(c), 256, 0, stream>>>(
           part, c, s, static_cast<float>(1.0 / static_cast<double>(count)), inv_count_m1,
-          static_cast<S*>(running_mean), static_cast<S*>(running_var), static_cast<float>(momentum),
+          static_cast<P*>(running_mean), static_cast<P*>(running_var), static_cast<float>(momentum),
           static_cast<float>(eps), mu, rstd);
     } else {
-      batch_norm_eval_stats_kernel<S><<<channel_grid(c), 256, 0, stream>>>(
-          static_cast<const S*>(running_mean), static_cast<const S*>(running_var), c,
+      batch_norm_eval_stats_kernel<P><<<channel_grid(c), 256, 0, stream>>>(
+          static_cast<const P*>(running_mean), static_cast<const P*>(running_var), c,
           static_cast<float>(eps), mu, rstd);
     }
     EMBER_CUDA_CHECK(cudaGetLastError());
@@ -363,8 +378,8 @@ void launch_batch_norm(DType dtype, const void* x, const void* w, const void* b,
       const int64_t vecs = n * c * m / V;
       dispatch_index(vecs, [&](auto index) {
         using I = decltype(index);
-        batch_norm_apply_kernel<S, kVec, I><<<elementwise_grid(vecs), kThreads, 0, stream>>>(
-            xs, mu, rstd, static_cast<const S*>(w), static_cast<const S*>(b), static_cast<S*>(y),
+        batch_norm_apply_kernel<S, P, kVec, I><<<elementwise_grid(vecs), kThreads, 0, stream>>>(
+            xs, mu, rstd, static_cast<const P*>(w), static_cast<const P*>(b), static_cast<S*>(y),
             static_cast<I>(vecs), static_cast<I>(m / V), static_cast<I>(c));
       });
     });
@@ -375,12 +390,13 @@ void launch_batch_norm(DType dtype, const void* x, const void* w, const void* b,
 void launch_batch_norm_backward(DType dtype, const void* d_y, const void* x, const void* w,
                                 const void* mean, const void* invstd, void* d_x, void* d_w,
                                 void* d_b, int64_t n, int64_t c, int64_t m, bool training,
-                                void* workspace, cudaStream_t stream) {
+                                void* workspace, cudaStream_t stream, bool params_f32) {
   EMBER_CHECK(batch_norm_supported(dtype, n, c, m),
               "batch_norm backward: the fused kernel does not take (", n, ", ", c, ", ", m, ") of ",
               dtype);
-  dispatch_float32_bf16(dtype, "batch_norm backward", [&](auto* tag) {
+  dispatch_types(dtype, params_f32, "batch_norm backward", [&](auto* tag, auto* ptag) {
     using S = std::remove_pointer_t<decltype(tag)>;
+    using P = std::remove_pointer_t<decltype(ptag)>;
     constexpr int kVec16 = Vec16<S>::N;
     const S* dys = static_cast<const S*>(d_y);
     const S* xs = static_cast<const S*>(x);
@@ -403,9 +419,9 @@ void launch_batch_norm_backward(DType dtype, const void* d_y, const void* x, con
                 static_cast<uint32_t>(m / V), part);
       });
       EMBER_CUDA_CHECK(cudaGetLastError());
-      batch_norm_backward_finalize_kernel<S><<<channel_grid(c), 256, 0, stream>>>(
-          part, c, s, static_cast<float>(1.0 / static_cast<double>(count)), static_cast<S*>(d_w),
-          static_cast<S*>(d_b), coef);
+      batch_norm_backward_finalize_kernel<P><<<channel_grid(c), 256, 0, stream>>>(
+          part, c, s, static_cast<float>(1.0 / static_cast<double>(count)), static_cast<P*>(d_w),
+          static_cast<P*>(d_b), coef);
       EMBER_CUDA_CHECK(cudaGetLastError());
     }
     if (d_x == nullptr) return;
@@ -418,13 +434,13 @@ void launch_batch_norm_backward(DType dtype, const void* d_y, const void* x, con
         using I = decltype(index);
         auto run = [&](auto kernel) {
           kernel<<<elementwise_grid(vecs), kThreads, 0, stream>>>(
-              dys, xs, static_cast<const S*>(w), mu, rstd, coef, static_cast<S*>(d_x),
+              dys, xs, static_cast<const P*>(w), mu, rstd, coef, static_cast<S*>(d_x),
               static_cast<I>(vecs), static_cast<I>(m / V), static_cast<I>(c));
         };
         if (training)
-          run(batch_norm_backward_dx_kernel<S, kVec, true, I>);
+          run(batch_norm_backward_dx_kernel<S, P, kVec, true, I>);
         else
-          run(batch_norm_backward_dx_kernel<S, kVec, false, I>);
+          run(batch_norm_backward_dx_kernel<S, P, kVec, false, I>);
       });
     });
   });
@@ -444,20 +460,22 @@ bool batch_norm_fused_supported(const kernels::BatchNormQuery& q) {
     const char* e = std::getenv("EMBER_BATCH_NORM_FUSED");
     return e == nullptr || std::string(e) != "0";
   }();
-  return on && batch_norm_supported(q.dtype, q.n, q.c, q.m);
+  return on && batch_norm_supported(q.dtype, q.n, q.c, q.m) &&
+         (!q.params_f32 || q.dtype == DType::BFloat16);
 }
 
 void batch_norm_fused(const kernels::BatchNormArgs& a) {
   DeviceGuard guard(a.device.index);
   launch_batch_norm(a.dtype, a.x, a.w, a.b, a.running_mean, a.running_var, a.y, a.mean, a.invstd,
                     a.n, a.c, a.m, a.training, a.momentum, a.eps, a.workspace,
-                    current_stream(a.device.index));
+                    current_stream(a.device.index), a.params_f32);
 }
 
 void batch_norm_backward_fused(const kernels::BatchNormBackwardArgs& a) {
   DeviceGuard guard(a.device.index);
   launch_batch_norm_backward(a.dtype, a.d_y, a.x, a.w, a.mean, a.invstd, a.d_x, a.d_w, a.d_b, a.n,
-                             a.c, a.m, a.training, a.workspace, current_stream(a.device.index));
+                             a.c, a.m, a.training, a.workspace, current_stream(a.device.index),
+                             a.params_f32);
 }
 
 // The sizes decide it (no device call): the meta device asks it without a GPU.

@@ -4,8 +4,9 @@
 // biased variance, then one pass reading x and writing y; in eval: one pass with the
 // running statistics. Backward: one pass reading d_y and x for sum(d_y) and
 // sum(d_y xhat) per channel, one reading them again and writing d_x. float32 and
-// bfloat16 (every per-channel tensor in the input's dtype), statistics in float32;
-// every per-channel sum in a fixed order (deterministic, no atomics).
+// bfloat16 (every per-channel tensor in the input's dtype, or float32 with a
+// bfloat16 input where params_f32: autocast's mix), statistics in float32; every
+// per-channel sum in a fixed order (deterministic, no atomics).
 #pragma once
 
 #include <cstddef>
@@ -33,7 +34,7 @@ size_t batch_norm_workspace_bytes(DType dtype, int64_t n, int64_t c, int64_t m);
 void launch_batch_norm(DType dtype, const void* x, const void* w, const void* b, void* running_mean,
                        void* running_var, void* y, void* mean, void* invstd, int64_t n, int64_t c,
                        int64_t m, bool training, double momentum, double eps, void* workspace,
-                       cudaStream_t stream);
+                       cudaStream_t stream, bool params_f32 = false);
 
 // From the forward's mean and invstd: d_b = sum(d_y), d_w = sum(d_y xhat) per
 // channel, xhat = (x - mean) invstd, and d_x = w invstd (d_y - mean(d_y) - xhat
@@ -42,6 +43,6 @@ void launch_batch_norm(DType dtype, const void* x, const void* w, const void* b,
 void launch_batch_norm_backward(DType dtype, const void* d_y, const void* x, const void* w,
                                 const void* mean, const void* invstd, void* d_x, void* d_w,
                                 void* d_b, int64_t n, int64_t c, int64_t m, bool training,
-                                void* workspace, cudaStream_t stream);
+                                void* workspace, cudaStream_t stream, bool params_f32 = false);
 
 }  // namespace ember::cuda

@@ -2,12 +2,16 @@
 // the box arithmetic replayed on the CPU in tests/cuda/test_conv_gemm_plan.cpp): on the
 // meta device, which passes run and what falls back to the columns; on a compute
 // capability 9.0 GPU (suite cuda_sm90: skipped, not passed, elsewhere), the output
-// and both gradients against the CPU in float64 from the same bfloat16 values.
+// and both gradients against the CPU in float64 from the same bfloat16 values. And
+// what a bf16 CNN under autocast needs beside it: conv2d lowered by autocast, batch
+// norm taking a bfloat16 input with float32 parameters (CUDA's fused case in
+// tests/cuda/test_kernels_batch_norm.cpp).
 #include <doctest/doctest.h>
 
 #include <string>
 #include <vector>
 
+#include "core/autocast.h"
 #include "core/autograd.h"
 #include "core/kernel_table.h"
 #include "core/meta.h"
@@ -183,4 +187,81 @@ TEST_CASE("conv2d implicit GEMM: stride 2 forward and weight grad (the input nee
   const auto cpu = run(kCPU, kFloat64);
   CHECK(rel_error(gpu.first, cpu.first) < 1e-2);
   CHECK(rel_error(gpu.second, cpu.second) < 2e-2);
+}
+
+// ------------------------------------------------------------- autocast's mix
+
+namespace {
+struct BatchNormCalls : MetaKernelObserver {
+  int forward = 0, backward = 0, mixed = 0;
+  void batch_norm_fused(const kernels::BatchNormArgs& a) override {
+    ++forward;
+    if (a.params_f32 && a.dtype == kBFloat16) ++mixed;
+  }
+  void batch_norm_backward_fused(const kernels::BatchNormBackwardArgs& a) override {
+    ++backward;
+    if (a.params_f32 && a.dtype == kBFloat16) ++mixed;
+  }
+};
+}  // namespace
+
+TEST_CASE(
+    "batch_norm: a bfloat16 input with float32 parameters returns bfloat16 (CPU, composed "
+    "in float32)") {
+  const Tensor x64 = randn64({4, 3, 5, 5}, 31).to(kBFloat16).to(kFloat64);
+  const Tensor w64 = randn64({3}, 32), b64 = randn64({3}, 33);
+  // The reference: float64 throughout from the same values.
+  Tensor xr = x64.detach().set_requires_grad(true), wr = w64.detach().set_requires_grad(true);
+  Tensor rm_r = zeros({3}, kFloat64), rv_r = ones({3}, kFloat64);
+  Tensor yr = batch_norm(xr, rm_r, rv_r, wr, b64, true, 0.1, 1e-5);
+  // A random upstream gradient (sum(y^2)'s d_x is zero up to rounding: no test of it).
+  const Tensor g64 = randn64({4, 3, 5, 5}, 34).to(kBFloat16).to(kFloat64);
+  sum(mul(yr, g64)).backward();
+  // The mix: x bfloat16, weight, bias and running statistics float32.
+  Tensor x = x64.to(kBFloat16).detach().set_requires_grad(true);
+  Tensor w = w64.to(kFloat32).detach().set_requires_grad(true);
+  Tensor rm = zeros({3}), rv = ones({3});
+  Tensor y = batch_norm(x, rm, rv, w, b64.to(kFloat32), true, 0.1, 1e-5);
+  CHECK(y.dtype() == kBFloat16);
+  CHECK(rm.dtype() == kFloat32);
+  sum(mul(y, g64.to(kBFloat16))).backward();
+  CHECK(x.grad().dtype() == kBFloat16);
+  CHECK(w.grad().dtype() == kFloat32);
+  CHECK(rel_error(y.to(kFloat64), yr) < 1e-2);
+  CHECK(rel_error(rm.to(kFloat64), rm_r) < 1e-5);
+  CHECK(rel_error(rv.to(kFloat64), rv_r) < 1e-5);
+  CHECK(rel_error(x.grad().to(kFloat64), xr.grad()) < 2e-2);
+  CHECK(rel_error(w.grad().to(kFloat64), wr.grad()) < 2e-2);
+}
+
+TEST_CASE(
+    "autocast: conv2d runs in bfloat16 and batch norm takes the mix fused (meta device "
+    "mirroring CUDA)") {
+  BatchNormCalls calls;
+  MetaDeviceScope scope(MetaDeviceOptions().observe(&calls));
+  const TensorOptions o = TensorOptions(kFloat32).device(kMeta);
+  Tensor x = empty({8, 16, 12, 12}, o);
+  Tensor w = empty({32, 16, 3, 3}, o).set_requires_grad(true);
+  Tensor gamma = empty({32}, o).set_requires_grad(true), beta = empty({32}, o);
+  Tensor rm = empty({32}, o), rv = empty({32}, o);
+  Tensor y;
+  {
+    AutocastGuard autocast(kBFloat16);
+    const Tensor c = conv2d(x, w, Tensor(), {1, 1}, {1, 1});
+    CHECK(c.dtype() == kBFloat16);
+    y = batch_norm(c, rm, rv, gamma, beta, true, 0.1, 1e-5);
+    CHECK(y.dtype() == kBFloat16);
+    CHECK(std::string(y.grad_fn()->name()) == "BatchNormBackward");
+  }
+  sum(y).backward();
+  CHECK(w.grad().dtype() == kFloat32);  // through the recorded cast
+  CHECK(gamma.grad().dtype() == kFloat32);
+  CHECK(calls.forward == 1);
+  CHECK(calls.backward == 1);
+  CHECK(calls.mixed == 2);
+  // On the CPU autocast does not apply: float32 throughout.
+  AutocastGuard autocast(kBFloat16);
+  const Tensor cpu =
+      conv2d(randn64({1, 2, 4, 4}, 5).to(kFloat32), randn64({3, 2, 3, 3}, 6).to(kFloat32));
+  CHECK(cpu.dtype() == kFloat32);
 }

@@ -151,8 +151,9 @@ struct Case {
   bool running = true;
   bool training = true;
   double momentum = 0.1, eps = 1e-5;
-  double offset = 0.5;   // the values are offset + 2 N(0, 1)
-  int64_t misalign = 0;  // elements the input starts past a 16-byte boundary
+  double offset = 0.5;      // the values are offset + 2 N(0, 1)
+  int64_t misalign = 0;     // elements the input starts past a 16-byte boundary
+  bool params_f32 = false;  // weight, bias, running statistics float32 (bf16 x: autocast's mix)
 };
 
 std::string describe(const Case& k) {
@@ -160,7 +161,8 @@ std::string describe(const Case& k) {
                   (k.affine ? " affine" : "") + (k.running ? " running" : "") +
                   (k.training ? " training" : " eval") + " momentum=" + std::to_string(k.momentum) +
                   " eps=" + std::to_string(k.eps) + " offset=" + std::to_string(k.offset) +
-                  " misalign=" + std::to_string(k.misalign);
+                  " misalign=" + std::to_string(k.misalign) +
+                  (k.params_f32 ? " float32 parameters" : "");
   return s;
 }
 
@@ -170,10 +172,13 @@ struct Inputs {
 };
 Inputs make_inputs(const Case& k, uint64_t seed) {
   const int64_t c = k.shape[1];
-  auto round = [&](const Tensor& t) { return t.to(k.dtype).to(kFloat64); };
+  auto round_x = [&](const Tensor& t) { return t.to(k.dtype).to(kFloat64); };
+  auto round = [&](const Tensor& t) {
+    return t.to(k.params_f32 ? kFloat32 : k.dtype).to(kFloat64);
+  };
   Inputs in;
-  in.x = round(randn64(k.shape, seed) * 2.0 + k.offset);
-  in.g = round(randn64(k.shape, seed + 1));
+  in.x = round_x(randn64(k.shape, seed) * 2.0 + k.offset);
+  in.g = round_x(randn64(k.shape, seed + 1));
   if (k.affine) {
     in.w = round(randn64({c}, seed + 2) * 0.5 + 1.0);
     in.b = round(randn64({c}, seed + 3));
@@ -195,19 +200,22 @@ struct Run {
   Tensor y, rm, rv, dx, dw, db;
   std::string node;
 };
-Run run(const Case& k, const Inputs& in, Device device, DType dtype, bool view = false) {
+Run run(const Case& k, const Inputs& in, Device device, DType dtype, bool view = false,
+        DType param_dtype = DType::Float64) {
+  if (param_dtype == DType::Float64) param_dtype = dtype;  // the parameters in x's dtype
   // A copy always: to() returns the tensor itself when it is already on `device` in
   // `dtype` (the CPU float64 run), and batch_norm updates the running statistics in
   // place, which would hand the next run updated statistics.
-  auto on = [&](const Tensor& t, bool grad) {
+  auto on = [&](const Tensor& t, bool grad, DType dt) {
     if (!t.defined()) return Tensor();
-    Tensor d = t.to(device, dtype).detach().clone();
+    Tensor d = t.to(device, dt).detach().clone();
     return grad ? d.set_requires_grad(true) : d;
   };
   Run r;
-  Tensor x = on(in.x, true), w = on(in.w, true), b = on(in.b, true);
-  r.rm = on(in.rm, false);
-  r.rv = on(in.rv, false);
+  Tensor x = on(in.x, true, dtype), w = on(in.w, true, param_dtype),
+         b = on(in.b, true, param_dtype);
+  r.rm = on(in.rm, false, param_dtype);
+  r.rv = on(in.rv, false, param_dtype);
   Tensor xin = x;
   if (k.misalign > 0) {  // the same values starting misalign elements into a buffer
     const int64_t total = numel_of(k.shape);
@@ -218,7 +226,7 @@ Run run(const Case& k, const Inputs& in, Device device, DType dtype, bool view =
   if (view) xin = xin.transpose(0, 1).contiguous().transpose(0, 1);
   r.y = batch_norm(xin, r.rm, r.rv, w, b, k.training, k.momentum, k.eps);
   r.node = r.y.grad_fn() ? r.y.grad_fn()->name() : "";
-  r.y.backward(on(in.g, false));
+  r.y.backward(on(in.g, false, dtype));
   r.dx = x.grad();
   r.dw = w.defined() ? w.grad() : Tensor();
   r.db = b.defined() ? b.grad() : Tensor();
@@ -250,11 +258,20 @@ void check_case(const Case& k, uint64_t seed) {
                             c, m, k.training, k.momentum, k.eps);
   const Run cpu = run(k, in, kCPU, kFloat64);
   check_vs("cpu float64 composed", cpu, ref, 1e-10);  // the reference means the op
-  const Run gpu = run(k, in, kCUDA, k.dtype);
+  const DType pdt = k.params_f32 ? kFloat32 : k.dtype;
+  const Run gpu = run(k, in, kCUDA, k.dtype, false, pdt);
   if (fused_enabled()) CHECK(gpu.node == "BatchNormBackward");
   CHECK(gpu.y.dtype() == k.dtype);
   CHECK(gpu.dx.dtype() == k.dtype);
+  if (gpu.dw.defined()) CHECK(gpu.dw.dtype() == pdt);
+  if (gpu.rm.defined()) CHECK(gpu.rm.dtype() == pdt);
   check_vs("cuda", gpu, ref, tol(k.dtype));
+  if (k.params_f32) {  // the CPU composes the mix in float32, returning bf16
+    const Run mixed = run(k, in, kCPU, k.dtype, false, pdt);
+    CHECK(mixed.y.dtype() == k.dtype);
+    if (mixed.dw.defined()) CHECK(mixed.dw.dtype() == pdt);
+    check_vs("cpu composed mix", mixed, ref, tol(k.dtype));
+  }
   // (Not at the far mean: the composition's float32 sums of values near 100 are
   // its own error, not the kernels'.)
   if (k.dtype == kFloat32 && n > 1 && c > 1 && k.misalign == 0 && k.offset < 10) {
@@ -318,6 +335,18 @@ TEST_CASE("kernels/batch_norm: momentum, eps, a misaligned input and a mean far 
   Case far{{16, 4, 32, 32}, kFloat32};
   far.offset = 100.0;
   check_case(far, seed += 8);
+}
+
+TEST_CASE("kernels/batch_norm: a bfloat16 input with float32 parameters (autocast's mix)" *
+          doctest::test_suite("cuda")) {
+  uint64_t seed = 1700;
+  for (const Shape& s : std::vector<Shape>{{2, 3, 5, 7}, {4, 5}, {3, 4, 8, 8}, {8, 64, 16, 16}})
+    for (bool training : {true, false})
+      for (bool affine : {true, false}) {
+        Case k{s, kBFloat16, affine, true, training};
+        k.params_f32 = true;
+        check_case(k, seed += 8);
+      }
 }
 
 TEST_CASE("kernels/batch_norm: the benchmark's 128x64x32x32 in float32 and bfloat16" *
