@@ -641,11 +641,11 @@ struct Im2colArgs {
 // The implicit GEMM of a convolution (CUDA on compute capability 9.0,
 // cuda/kernels/conv_gemm.cu): x (n, c, h, w) by w (o, c, kh, kw), groups 1, into
 // y (n, o, oh, ow), bfloat16, c and o multiples of 64, without the columns. Its
-// operands are channels-last copies the caller makes:
+// operands are channels-last copies the caller makes; its outputs are not:
 //   pass 0, forward:     image = x as (n, h, w, c); other = w as (o, kh, kw, c);
-//                        out = y as (n, oh, ow, o), bfloat16.
+//                        out = y (n, o, oh, ow), bfloat16.
 //   pass 1, input grad:  image = d_y as (n, oh, ow, o); other = w as (c, kh, kw, o);
-//                        out = d_x as (n, h, w, c), bfloat16. Stride 1 only.
+//                        out = d_x (n, c, h, w), bfloat16. Stride 1 only.
 //   pass 2, weight grad: image = x as (n, h, w, c); other = d_y as (n oh ow, o);
 //                        out = float32 (splits, o, kh kw c), part s the sum over its
 //                        share of the pixels: conv_gemm_splits parts, which the

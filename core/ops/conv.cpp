@@ -296,22 +296,21 @@ Tensor channels_first(const Tensor& t) {
 }
 
 // conv2d of x (n, c, h, w) by w (o, c, kh, kw) through the implicit GEMM (no bias):
-// x and w copied channels-last, one kernel, y copied back; backward the same for d_y,
-// then the input grad's and the weight grad's kernels (the weight grad's float32
-// split parts summed by sum()).
+// x and w copied channels-last, one kernel writing y (channels-first); backward d_y
+// copied channels-last, then the input grad's kernel (writing d_x channels-first) and
+// the weight grad's (its float32 split parts summed by sum()).
 Tensor conv2d_implicit(const Tensor& x, const Tensor& weight, const kernels::ConvGemmShape& s) {
   const Device dev = x.device();
   const kernels::KernelTable& k = kernels::kernels_for(dev);
   const bool gx = any_requires_grad({&x}), gw = any_requires_grad({&weight});
-  Tensor xh, yh;
+  Tensor xh;
+  Tensor y = empty({s.n, s.o, s.oh, s.ow}, x.options());
   {
     NoGradGuard no_grad;
     xh = channels_last(x.detach());
     const Tensor wh = channels_last(weight.detach());  // (o, kh, kw, c)
-    yh = empty({s.n, s.oh, s.ow, s.o}, x.options());
-    k.conv_gemm({dev, kBFloat16, 0, s, xh.raw_data(), wh.raw_data(), yh.raw_data(), 1});
+    k.conv_gemm({dev, kBFloat16, 0, s, xh.raw_data(), wh.raw_data(), y.raw_data(), 1});
   }
-  Tensor y = channels_first(yh);
   if (!gx && !gw) return y;
   attach_grad_fn(
       y, "ConvGemmBackward", {&x, &weight}, {gw ? xh : Tensor(), gx ? weight.detach() : Tensor()},
@@ -323,9 +322,8 @@ Tensor conv2d_implicit(const Tensor& x, const Tensor& weight, const kernels::Con
         if (gx) {
           // w (o, c, kh, kw) as (c, kh, kw, o)
           const Tensor wt = contiguous(transpose(transpose(transpose(saved[1], 0, 1), 1, 2), 2, 3));
-          const Tensor d_xh = empty({s.n, s.h, s.w, s.c}, g.options());
-          kt.conv_gemm({d, kBFloat16, 1, s, d_yh.raw_data(), wt.raw_data(), d_xh.raw_data(), 1});
-          d_x = channels_first(d_xh);
+          d_x = empty({s.n, s.c, s.h, s.w}, g.options());
+          kt.conv_gemm({d, kBFloat16, 1, s, d_yh.raw_data(), wt.raw_data(), d_x.raw_data(), 1});
         }
         if (gw) {
           const kernels::ConvGemmQuery q = conv_gemm_query(d, kBFloat16, 2, s);

@@ -100,7 +100,8 @@ double w_at(const Problem& p, int64_t o, int64_t c, int64_t ki, int64_t kj) {
   return p.w[((o * s.c + c) * s.kh + ki) * s.kw + kj];
 }
 
-// The definitions: y (n, oh, ow, o), d_x (n, h, w, c), d_w (o, kh, kw, c).
+// The definitions: y (n, o, oh, ow), d_x (n, c, h, w) (channels-first, as the kernel
+// writes them), d_w (o, kh, kw, c).
 V reference_y(const Problem& p) {
   const ConvShape& s = p.s;
   V y(static_cast<size_t>(s.n * s.oh * s.ow * s.o), 0.0);
@@ -116,7 +117,7 @@ V reference_y(const Problem& p) {
               for (int64_t c = 0; c < s.c; ++c)
                 acc += p.x[((ni * s.h + hi) * s.w + wi) * s.c + c] * w_at(p, o, c, ki, kj);
             }
-          y[((ni * s.oh + i) * s.ow + j) * s.o + o] = acc;
+          y[((ni * s.o + o) * s.oh + i) * s.ow + j] = acc;
         }
   return y;
 }
@@ -133,7 +134,7 @@ V reference_dx(const Problem& p) {
             if (hi < 0 || hi >= s.h || wi < 0 || wi >= s.w) continue;
             for (int64_t o = 0; o < s.o; ++o)
               for (int64_t c = 0; c < s.c; ++c)
-                dx[((ni * s.h + hi) * s.w + wi) * s.c + c] +=
+                dx[((ni * s.c + c) * s.h + hi) * s.w + wi] +=
                     p.dy[((ni * s.oh + i) * s.ow + j) * s.o + o] * w_at(p, o, c, ki, kj);
           }
   return dx;
@@ -179,7 +180,8 @@ V weight_chwo(const Problem& p) {
 }
 
 // The forward or the input grad as the kernel runs it: A from the boxes (conv_a_box),
-// B a 2-D matrix (rows, K) read in K steps; D (m, n) row-major.
+// B a 2-D matrix (rows, K) read in K steps; D (m, n) stored where the epilogue
+// stores it (conv_out_offset: channels-first).
 V run_a_boxes(const ConvShape& s, ConvPass pass, const V& image, const V& b_matrix) {
   ConvBoxes b{};
   REQUIRE(std::string(plan_conv_pass(s, pass, b)) == "");
@@ -198,7 +200,9 @@ V run_a_boxes(const ConvShape& s, ConvPass pass, const V& image, const V& b_matr
         for (int64_t col = 0; col < g.n; ++col) {
           double acc = 0;
           for (int k = 0; k < kBK; ++k) acc += a[r * kBK + k] * bt[col * kBK + k];
-          d[row * g.n + col] += acc;
+          d[static_cast<size_t>(conv_out_offset(static_cast<int>(row), static_cast<int>(col),
+                                                static_cast<int>(g.n), b.grid_h * b.grid_w))] +=
+              acc;
         }
       }
     }

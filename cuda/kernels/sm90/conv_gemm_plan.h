@@ -17,10 +17,12 @@
 // The three passes (x: the convolution's input; y: its output; w: its weight):
 //   forward      y(pixel, o) = sum_{tap, c} x-box(pixel, tap, c) w(o, tap, c)
 //                grid = (oh, ow), strides (sh, sw), off = -padding, tap = +dilation;
-//                A = the boxes (K-major, 128 pixels a tile), B = w as (o, kh, kw, c).
+//                A = the boxes (K-major, 128 pixels a tile), B = w as (o, kh, kw, c);
+//                y written channels-first (conv_out_offset).
 //   input grad   d_x(pixel, c) = sum_{tap, o} d_y-box(pixel, tap, o) w(c, tap, o)
 //                (stride 1 only) grid = (h, w), strides 1, off = +padding,
-//                tap = -dilation; A = the boxes of d_y, B = w as (c, kh, kw, o).
+//                tap = -dilation; A = the boxes of d_y, B = w as (c, kh, kw, o);
+//                d_x written channels-first.
 //   weight grad  d_w(o, tap, c) = sum_pixel d_y(pixel, o) x-box(pixel, tap, c)
 //                grid = (oh, ow) as forward; A = d_y (M-major), B = the boxes
 //                (N-major, 64 pixels a K step), the K steps split across blocks
@@ -87,6 +89,13 @@ EMBER_CONV_HD BoxStart conv_b_box(const ConvBoxes& b, int col0, int kb) {
   if (col0 >= cols) return conv_box_outside(b);
   const int tap = col0 / b.c, c0 = col0 - tap * b.c;
   return conv_box_start(b, kb * kConvChannelBlock, tap, c0);
+}
+
+// Where the forward's and the input grad's D (pixel row, channel col) lands: the
+// channels-first output (images, cols, pixels per image), so no copy turns it back.
+EMBER_CONV_HD int64_t conv_out_offset(int row, int col, int cols, int pixels) {
+  const int img = row / pixels, pix = row - img * pixels;
+  return (static_cast<int64_t>(img) * cols + col) * pixels + pix;
 }
 
 // Fills box_w, box_h, box_n so a box covers `pixels` consecutive grid pixels

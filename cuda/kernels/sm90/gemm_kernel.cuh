@@ -380,6 +380,30 @@ __device__ __forceinline__ void store_chunk(const float* scratch, const Params& 
   }
 }
 
+// The implicit GEMM's forward and input grad (kConv 1): the parked chunk stored
+// channels-first (conv_out_offset; `pixels` per image), no bias or activation. Lane l
+// covers row l % 16 and every other column from col0 + l / 16, so each store writes
+// two runs of 16 consecutive pixels (32 bytes in bf16) of two channels.
+template <typename O>
+__device__ __forceinline__ void store_chunk_nchw(const float* scratch, const Params& p, int row0,
+                                                 int col0, int pixels) {
+  const int lane = threadIdx.x % 32;
+  const int r = lane % 16, row = row0 + r;
+  if (row >= p.m) return;
+  O* d = static_cast<O*>(p.d);
+  const int64_t base = conv_out_offset(row, 0, p.n, pixels);
+#pragma unroll 4
+  for (int j = 0; j < kChunk / 2; ++j) {
+    const int cl = 2 * j + lane / 16, col = col0 + cl;
+    if (col >= p.n) break;
+    const float v = scratch[r * kScratchLd + cl];
+    if constexpr (sizeof(O) == 2)
+      d[base + static_cast<int64_t>(col) * pixels] = __float2bfloat16_rn(v);
+    else
+      d[base + static_cast<int64_t>(col) * pixels] = v;
+  }
+}
+
 // Calls f(std::integral_constant<Activation, act>) with `act` as a compile-time
 // value, so each epilogue is compiled for one activation (its formula folds to
 // straight-line code) and every Activation of the list has one.
@@ -631,14 +655,22 @@ __global__ void __launch_bounds__(kThreads, 1)
         for (int c = 0; c < BN / kChunk; ++c) {
           park_chunk<BN>(acc[w], c, scratch);
           __syncwarp();
-          with_activation(p.act, [&](auto act) {
+          if constexpr (C::kConv == 1) {
+            const int pixels = cp.boxes.grid_h * cp.boxes.grid_w;
             if (p.out_f32)
-              store_chunk<T, float, decltype(act)::value>(scratch, p, row0, nb * BN + c * kChunk,
-                                                          paired, d_offset);
+              store_chunk_nchw<float>(scratch, p, row0, nb * BN + c * kChunk, pixels);
             else
-              store_chunk<T, __nv_bfloat16, decltype(act)::value>(
-                  scratch, p, row0, nb * BN + c * kChunk, paired, d_offset);
-          });
+              store_chunk_nchw<__nv_bfloat16>(scratch, p, row0, nb * BN + c * kChunk, pixels);
+          } else {
+            with_activation(p.act, [&](auto act) {
+              if (p.out_f32)
+                store_chunk<T, float, decltype(act)::value>(scratch, p, row0, nb * BN + c * kChunk,
+                                                            paired, d_offset);
+              else
+                store_chunk<T, __nv_bfloat16, decltype(act)::value>(
+                    scratch, p, row0, nb * BN + c * kChunk, paired, d_offset);
+            });
+          }
           __syncwarp();
         }
       }
