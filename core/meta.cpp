@@ -33,6 +33,7 @@ struct MetaContext {
   DeviceType mirror;
   size_t capacity;
   MetaKernelObserver* observer;
+  bool capturing = false;             // a MetaCaptureScope is alive
   memory::SimulatedBackend* backend;  // owned by the allocator
   std::unique_ptr<memory::CachingAllocator> allocator;
   std::atomic<bool> library_used[2] = {false, false};
@@ -114,6 +115,13 @@ bool MetaDeviceScope::uses(MetaLibrary library) const {
   return context_->library_used[static_cast<size_t>(library)].load();
 }
 
+MetaCaptureScope::MetaCaptureScope() : previous_(current().capturing) {
+  current().capturing = true;
+}
+MetaCaptureScope::~MetaCaptureScope() {
+  current().capturing = previous_;
+}
+
 memory::CachingAllocator& meta_allocator() {
   return *current().allocator;
 }
@@ -125,6 +133,10 @@ namespace detail {
 
 MetaKernelObserver* meta_observer() {
   return current().observer;
+}
+
+bool meta_capturing() {
+  return current().capturing;
 }
 
 void meta_uses_library(MetaLibrary library) {

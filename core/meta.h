@@ -78,6 +78,25 @@ struct MetaDeviceOptions {
   }
 };
 
+// While alive, this thread's meta device behaves as a CUDA device inside
+// cuda::Graph::capture: is_capturing() answers true, what a capture refuses (a copy
+// from the host, item(), to_vector(), synchronising, creating optimizer state,
+// anomaly mode) throws the error CUDA's would, and random draws take graph counters
+// (core/device_services.h's draw_counters). So whether a step can be captured is
+// known without a GPU (ember-predict --capture). What only the CUDA runtime refuses
+// inside a kernel's launcher (a library call that synchronises) is not seen. Scopes
+// nest; each restores what it found.
+class MetaCaptureScope {
+ public:
+  MetaCaptureScope();
+  ~MetaCaptureScope();
+  MetaCaptureScope(const MetaCaptureScope&) = delete;
+  MetaCaptureScope& operator=(const MetaCaptureScope&) = delete;
+
+ private:
+  bool previous_;
+};
+
 // Libraries whose device workspaces the mirrored CUDA device cudaMallocs outside
 // its caching allocator, once per device (cuda/blas.cpp): the meta device takes
 // them out of its capacity when the first kernel that needs them runs, so that a
@@ -125,6 +144,8 @@ namespace detail {
 void meta_uses_library(MetaLibrary library);
 // The observer of this thread's meta device (MetaDeviceOptions::observer), or null.
 MetaKernelObserver* meta_observer();
+// Whether a MetaCaptureScope is alive on this thread's meta device.
+bool meta_capturing();
 }  // namespace detail
 
 }  // namespace ember

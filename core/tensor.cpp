@@ -406,10 +406,12 @@ Tensor& Tensor::detach_() {
 }
 
 double Tensor::item() const {
+  // A capture's refusal first: the meta device's simulated capture (core/meta.h) has
+  // no values either, and the capture is the thing to report there.
+  check_not_capturing(device(), "item()");
   check_holds_data(device(), "item()");
   EMBER_CHECK(numel() == 1, "item: tensor has ", numel(), " elements (shape ", shape_str(sizes()),
               "), expected exactly one");
-  check_not_capturing(device(), "item()");
   Tensor host = detach().to(kCPU);
   return detail::dispatch_cpu(dtype(), [&](auto tag) {
     using S = decltype(tag);
@@ -419,8 +421,8 @@ double Tensor::item() const {
 
 template <typename T>
 std::vector<T> Tensor::to_vector() const {
+  check_not_capturing(device(), "to_vector()");  // first, as item()
   check_holds_data(device(), "to_vector()");
-  check_not_capturing(device(), "to_vector()");
   Tensor host = ember::contiguous(detach().to(kCPU));
   std::vector<T> out(static_cast<size_t>(numel()));
   detail::dispatch_cpu(dtype(), [&](auto tag) {

@@ -9,6 +9,7 @@
 //   ember-predict mlp_bf16 --capacity 80GiB --policy max_split_size_mb:128
 //   ember-predict mlp_fp32 --capacity 40GiB --batch-search 256:65536
 //   ember-predict leak_outputs_list --steps 20
+//   ember-predict gpt_char --capture   (would cuda::Graph capture the step?)
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -28,12 +29,37 @@ namespace {
   std::fprintf(stderr,
                "usage: ember-predict WORKLOAD|list [--steps N] [--capacity SIZE] "
                "[--mirror cuda|cpu] [--policy CONF]... [--top N] [--measure] "
-               "[--batch-search LO:HI]\n"
+               "[--batch-search LO:HI] [--capture]\n"
                "  SIZE: bytes, or a number with KiB, MiB, GiB (or KB, MB, GB)\n"
                "  --policy: EMBER_CUDA_ALLOC_CONF text, compared on the same run\n"
                "  --measure: also run it for real (cuda:0, else the CPU) and compare\n"
-               "  --batch-search: the largest batch of an mlp_* workload that fits\n");
+               "  --batch-search: the largest batch of an mlp_* workload that fits\n"
+               "  --capture: after --steps eager steps (default 3) on the meta device, one\n"
+               "    step as cuda::Graph::capture would see it: what it refuses, if anything\n");
   std::exit(2);
+}
+
+// --capture: `warmup` eager steps on the meta device mirroring CUDA (the optimizer's
+// state and the allocator's blocks made, as a capture needs), then one step inside a
+// simulated capture (core/meta.h's MetaCaptureScope). 0 when nothing refused it.
+int capture_check(const std::string& name, const StepFactory& factory, int warmup) {
+  MetaDeviceScope scope;
+  const StepFunction step = factory(kMeta);
+  for (int i = 0; i < warmup; ++i) step(i);
+  try {
+    MetaCaptureScope capture;
+    step(warmup);
+  } catch (const std::exception& e) {
+    std::printf("ember-predict: %s: the step would not be captured by cuda::Graph: %s\n",
+                name.c_str(), e.what());
+    return 1;
+  }
+  std::printf(
+      "ember-predict: %s: the step would be captured by cuda::Graph (after %d eager steps, "
+      "nothing it runs refuses a capture; checked on the meta device, so not what only the "
+      "CUDA runtime refuses inside a launcher)\n",
+      name.c_str(), warmup);
+  return 0;
 }
 
 size_t parse_size(const std::string& text) {
@@ -91,7 +117,8 @@ int main(int argc, char** argv) {
     return 0;
   }
   PredictOptions options;
-  bool measure = false;
+  bool measure = false, capture = false;
+  int steps = 3;
   int64_t search_lo = 0, search_hi = 0;
   for (int i = 2; i < argc; ++i) {
     const std::string a = argv[i];
@@ -99,8 +126,11 @@ int main(int argc, char** argv) {
       if (i + 1 >= argc) usage((a + " needs a value").c_str());
       return argv[++i];
     };
-    if (a == "--steps")
-      options.steps(std::atoi(value().c_str()));
+    if (a == "--steps") {
+      steps = std::atoi(value().c_str());
+      options.steps(steps);
+    } else if (a == "--capture")
+      capture = true;
     else if (a == "--capacity")
       options.capacity(parse_size(value()));
     else if (a == "--mirror") {
@@ -119,8 +149,9 @@ int main(int argc, char** argv) {
       if (colon == std::string::npos) usage("--batch-search takes LO:HI");
       search_lo = std::atoll(r.substr(0, colon).c_str());
       search_hi = std::atoll(r.substr(colon + 1).c_str());
-    } else
+    } else {
       usage(("unknown option " + a).c_str());
+    }
   }
   const workloads::Workload* w = nullptr;
   for (const workloads::Workload& c : all)
@@ -160,6 +191,7 @@ int main(int argc, char** argv) {
       return 0;
     }
     const StepFactory factory = w->factory();
+    if (capture) return capture_check(name, factory, steps);
     std::printf("ember-predict: %s (%s)\n", name.c_str(), w->about.c_str());
     const auto t0 = std::chrono::steady_clock::now();
     const MemoryPrediction p = predict_memory(factory, options);

@@ -43,11 +43,27 @@ memory::Allocator& tensor_allocator(int) {
 void* current_stream(int) {
   return nullptr;
 }
-void check_not_capturing(int, const char*, const char*) {}
+// A MetaCaptureScope's simulated capture: CUDA's refusals (cuda/runtime.cpp's words).
 bool is_capturing(int) {
-  return false;
+  return ember::detail::meta_capturing();
 }
-void synchronize(int) {}
+void check_not_capturing(int, const char* what, const char* action) {
+  EMBER_CHECK(!ember::detail::meta_capturing(), what, ": cannot ", action,
+              " while a CUDA graph is being captured (cuda::Graph::capture; simulated on the "
+              "meta device); move it outside the captured step");
+}
+// A draw inside the simulated capture: the generator advances as a replay's would; the
+// counters' word is one the meta device's kernels never read.
+const uint64_t* capture_random(int, const void*, uint64_t* host_offset, uint64_t n,
+                               uint64_t* offset_in_step) {
+  static const uint64_t word = 0;
+  *offset_in_step = 0;
+  *host_offset += n;
+  return &word;
+}
+void synchronize(int index) {  // nothing to wait for; refused in a capture, as on CUDA
+  check_not_capturing(index, "synchronize()", "synchronise with the host");
+}
 int count() {
   return 1;
 }
@@ -166,6 +182,7 @@ void register_meta(KernelTable& t) {
   t.hooks.current_stream = &current_stream;
   t.hooks.check_not_capturing = &check_not_capturing;
   t.hooks.is_capturing = &is_capturing;
+  t.hooks.capture_random = &capture_random;
   t.hooks.synchronize = &synchronize;
   t.hooks.count = &count;
   t.hooks.autocasts = &autocasts;

@@ -424,3 +424,34 @@ TEST_CASE("memory/simulated: SimulatedMemory::none hands out addresses and no me
       contains(error_of([&] { b.read(&byte, q, 1, nullptr); }), "simulated device without memory"));
   b.raw_free(q);
 }
+
+TEST_CASE("meta/capture: MetaCaptureScope refuses what a CUDA graph capture refuses") {
+  MetaDeviceScope scope;
+  const TensorOptions o = TensorOptions(kFloat32).device(kMeta);
+  Tensor w = empty({4, 3}, o).set_requires_grad(true);
+  const Tensor x = empty({2, 3}, o);
+  {
+    MetaCaptureScope capture;
+    CHECK(is_capturing(kMeta));
+    // Kernels and autograd run as usual.
+    Tensor y = sum(linear(x, w, Tensor()));
+    y.backward();
+    CHECK(w.grad().sizes() == w.sizes());
+    // A copy from the host, a read of a value, and a synchronisation are refused with
+    // CUDA's words.
+    const std::string copy = error_of([&] { (void)tensor({1.0, 2.0}).to(kMeta); });
+    CHECK(contains(copy, "to(): cannot copy from host memory"));
+    CHECK(contains(copy, "while a CUDA graph is being captured"));
+    CHECK(contains(error_of([&] { (void)y.item(); }), "item(): cannot"));
+    CHECK(contains(error_of([&] { synchronize(kMeta); }), "cannot"));
+    // Random draws take graph counters (dropout inside a captured step).
+    CHECK_NOTHROW((void)dropout(x, 0.5, true));
+    {
+      MetaCaptureScope nested;
+      CHECK(is_capturing(kMeta));
+    }
+    CHECK(is_capturing(kMeta));
+  }
+  CHECK_FALSE(is_capturing(kMeta));
+  CHECK_NOTHROW((void)tensor({1.0, 2.0}).to(kMeta));
+}
