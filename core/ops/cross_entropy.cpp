@@ -223,7 +223,11 @@ void add_weight_share(Tensor& d_w, const Tensor& d, const Tensor& x, const Tenso
                                   x.raw_data(), in,        d.raw_data(), d_w.raw_data(), nullptr};
   a.d_w_float32 = d_w.dtype() == DType::Float32;
   a.accumulate = !first;
-  if (rows > 0 && kernels::kernels_for(x.device()).linear_weight_grad_fused(a)) return;
+  // The GEMM writes d_w in the compute dtype or in float32, nothing else (a float64
+  // weight beside a float32 input under autocast takes the product and the cast).
+  const bool gemm_writes = d_w.dtype() == x.dtype() || a.d_w_float32;
+  if (rows > 0 && gemm_writes && kernels::kernels_for(x.device()).linear_weight_grad_fused(a))
+    return;
   const Tensor share = matmul(d.t(), x);  // (V, C), compute dtype
   if (first)
     copy_(d_w, share);

@@ -183,6 +183,33 @@ TEST_CASE("meta/mirror: linear_cross_entropy holds one chunk of logits, not all 
   CHECK(chunked < 2 * logits_bytes * chunk / rows + 8 * classes * in + 12 * rows * in);
 }
 
+TEST_CASE("meta/mirror: linear_cross_entropy sums a float64 weight's shares itself, not in the "
+          "GEMM") {
+  // Under autocast a float32 input with a float64 weight computes in bfloat16, the
+  // weight's gradient float64. The weight-gradient GEMM writes float32 or the compute
+  // dtype only, so it takes the chunks' shares of a float32 weight's gradient and none
+  // of a float64 one's (those are products cast and added).
+  struct Shares final : MetaKernelObserver {
+    int gemm_shares = 0;
+    void linear_weight_grad_fused(const kernels::LinearWeightGradArgs&) override {
+      ++gemm_shares;
+    }
+  };
+  auto shares_of = [](DType weight_dtype) {
+    Shares heard;
+    MetaDeviceScope scope(mirroring(DeviceType::CUDA).observe(&heard));
+    Tensor x = zeros({64, 32}, TensorOptions().device(kMeta).requires_grad());
+    Tensor w = zeros({40, 32}, TensorOptions(weight_dtype).device(kMeta).requires_grad());
+    Tensor t = zeros({64}, TensorOptions(kInt64).device(kMeta));
+    AutocastGuard bf16;
+    linear_cross_entropy(x, w, t, {}, 16).backward();
+    CHECK(w.grad().dtype() == weight_dtype);
+    return heard.gemm_shares;
+  };
+  CHECK(shares_of(kFloat32) == 4);  // one per chunk of 16 rows
+  CHECK(shares_of(kFloat64) == 0);
+}
+
 TEST_CASE("meta/observer: hears each kernel with the mirrored device's arguments") {
   struct Heard final : MetaKernelObserver {
     std::vector<std::string> names;
