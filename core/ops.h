@@ -219,9 +219,16 @@ Tensor adaptive_avg_pool2d(const Tensor& input, Int2 output_size);
 // per channel and, when running_mean/running_var are given, updates them in place
 // (running = (1 - momentum) running + momentum batch, the variance unbiased), as
 // PyTorch; eval: normalises by the running statistics. weight, bias: (C) or undefined.
+// A bfloat16 input with float32 weight, bias and running statistics (autocast's mix)
+// returns bfloat16, computed in float32.
 Tensor batch_norm(const Tensor& input, const Tensor& running_mean, const Tensor& running_var,
                   const Tensor& weight = Tensor(), const Tensor& bias = Tensor(),
                   bool training = true, double momentum = 0.1, double eps = 1e-5);
+// relu(batch_norm(...)) in one op: on CUDA one pass each way (the ReLU's mask
+// recomputed in backward from the input, nothing more saved); elsewhere composed.
+Tensor batch_norm_relu(const Tensor& input, const Tensor& running_mean, const Tensor& running_var,
+                       const Tensor& weight = Tensor(), const Tensor& bias = Tensor(),
+                       bool training = true, double momentum = 0.1, double eps = 1e-5);
 // input (N, C, ...) normalised over each group of C / num_groups channels and the
 // trailing dims; weight, bias (C) per channel.
 Tensor group_norm(const Tensor& input, int64_t num_groups, const Tensor& weight = Tensor(),

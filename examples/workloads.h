@@ -255,7 +255,7 @@ struct BasicBlock : nn::Module {
     }
   }
   Tensor forward(const Tensor& x) {
-    Tensor y = relu(b1->forward(c1->forward(x)));
+    Tensor y = b1->forward_relu(c1->forward(x));  // relu(b1(.)) in one op
     y = b2->forward(c2->forward(y));
     Tensor s = sc ? sb->forward(sc->forward(x)) : x;
     return relu(add(y, s));
@@ -277,7 +277,7 @@ struct ResNet8 : nn::Module {
     fc = register_module("fc", std::make_shared<nn::Linear>(256, 10));
   }
   Tensor forward(const Tensor& x) {
-    Tensor y = relu(bn->forward(stem->forward(x)));
+    Tensor y = bn->forward_relu(stem->forward(x));
     y = l3->forward(l2->forward(l1->forward(y)));
     y = flatten(adaptive_avg_pool2d(y, {1, 1}), 1);
     return fc->forward(y);

@@ -48,6 +48,14 @@ void BatchNormImplBase::reset_parameters() {
 }
 
 Tensor BatchNormImplBase::forward(const Tensor& x) {
+  return run(x, false);
+}
+
+Tensor BatchNormImplBase::forward_relu(const Tensor& x) {
+  return run(x, true);
+}
+
+Tensor BatchNormImplBase::run(const Tensor& x, bool relu) {
   ForwardScope scope(*this);
   check_defined(name_, x);
   EMBER_CHECK(x.dim() >= min_dim_ && x.dim() <= max_dim_, name_, ": expected a ", min_dim_,
@@ -63,6 +71,9 @@ Tensor BatchNormImplBase::forward(const Tensor& x) {
     if (!options.momentum())  // cumulative average: 1 / batches seen
       momentum = 1.0 / static_cast<double>(num_batches_tracked.item<int64_t>());
   }
+  if (relu)
+    return batch_norm_relu(x, running_mean, running_var, weight, bias, use_batch, momentum,
+                           options.eps());
   return batch_norm(x, running_mean, running_var, weight, bias, use_batch, momentum, options.eps());
 }
 

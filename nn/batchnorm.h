@@ -58,6 +58,8 @@ class BatchNormImplBase : public Module {
  public:
   BatchNormImplBase(const BatchNormOptions& options, const char* name, int min_dim, int max_dim);
   Tensor forward(const Tensor& x);
+  // relu(forward(x)) as one op (batch_norm_relu: on CUDA one kernel each way).
+  Tensor forward_relu(const Tensor& x);
   // Running statistics back to zeros and ones, the count to 0.
   void reset_running_stats();
   void reset_parameters();
@@ -68,6 +70,7 @@ class BatchNormImplBase : public Module {
   Tensor running_mean, running_var, num_batches_tracked;  // with track_running_stats
 
  private:
+  Tensor run(const Tensor& x, bool relu);
   const char* name_;
   int min_dim_, max_dim_;
 };

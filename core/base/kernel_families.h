@@ -587,6 +587,7 @@ struct BatchNormArgs {
   double momentum, eps;
   void* workspace;          // batch_norm_workspace_bytes of it (training)
   bool params_f32 = false;  // w, b, running statistics float32 (a bfloat16 input)
+  bool relu = false;        // y = max(0, the above): batch norm and a ReLU in one pass
 };
 // Its backward from the forward's mean and invstd: d_x (training: through the batch
 // statistics; eval: d_y w invstd), d_w, d_b (c, in w's dtype); each may be null. The
@@ -606,12 +607,17 @@ struct BatchNormBackwardArgs {
   bool training;
   void* workspace;          // batch_norm_workspace_bytes of it
   bool params_f32 = false;  // as BatchNormArgs: w, d_w, d_b float32
+  // The forward had relu: d_y is the gradient of its output, masked where the value
+  // before the ReLU (recomputed from x, w and b) was not positive.
+  bool relu = false;
+  const void* b = nullptr;  // the forward's bias (with relu; may be null)
 };
 struct BatchNormQuery {
   Device device;
   DType dtype;
   int64_t n, c, m;
   bool params_f32 = false;  // as BatchNormArgs
+  bool relu = false;        // as BatchNormArgs
 };
 
 // ------------------------------------------------------------------ convolution

@@ -21,8 +21,9 @@ namespace ember::kernels {
 namespace {
 
 bool batch_norm_supported(const BatchNormQuery& q) {
-  return cpu::fast_paths() && q.dtype == DType::Float32 && !q.params_f32 && q.n >= 1 && q.c >= 1 &&
-         q.m >= 1;
+  // (A fused ReLU composes on the CPU: batch_norm_relu's fallback.)
+  return cpu::fast_paths() && q.dtype == DType::Float32 && !q.params_f32 && !q.relu && q.n >= 1 &&
+         q.c >= 1 && q.m >= 1;
 }
 
 size_t batch_norm_workspace(const BatchNormQuery&) {

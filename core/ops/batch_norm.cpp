@@ -1,4 +1,5 @@
-// Batch norm and group norm, and pad (constant, reflect, replicate).
+// Batch norm (and batch norm + ReLU in one op), group norm, and pad (constant,
+// reflect, replicate).
 //
 // batch_norm is a fused op with a composed fallback, chosen by one predicate (the
 // device's batch_norm_fused_supported for the dtype and sizes) after the op's own
@@ -83,24 +84,46 @@ bool fusable(const Tensor& input, const Tensor& running_mean, const Tensor& runn
 
 using Grads = std::vector<Tensor>;
 
+// relu: y = max(0, batch norm), its backward masking d_y where the value before the
+// ReLU (recomputed from x, w and b) was not positive. Its mean and invstd then share
+// one (2, c) tensor, so that the bias fits the node's four saved tensors.
 Tensor batch_norm_fused(const Tensor& input, const Tensor& running_mean, const Tensor& running_var,
                         const Tensor& weight, const Tensor& bias, bool training, double momentum,
-                        double eps, int64_t n, int64_t c, int64_t m, bool params_f32) {
+                        double eps, int64_t n, int64_t c, int64_t m, bool params_f32, bool relu) {
   const Device dev = input.device();
   const DType dtype = input.dtype();
   const Tensor xs = input.detach();
   const Tensor ws = weight.defined() ? weight.detach() : Tensor();
   Tensor y = empty(input.sizes(), input.options());
   const TensorOptions stat = TensorOptions(kFloat32).device(dev);
-  const Tensor mean = empty({c}, stat), invstd = empty({c}, stat);
+  const Tensor stats = relu ? empty({2, c}, stat) : Tensor();
+  const Tensor mean = relu ? stats.select(0, 0) : empty({c}, stat);
+  const Tensor invstd = relu ? stats.select(0, 1) : empty({c}, stat);
   const kernels::KernelTable& k = kernels::kernels_for(dev);
   const Tensor scratch =
-      training ? scratch_of(k.batch_norm_workspace_bytes({dev, dtype, n, c, m, params_f32}), dev)
-               : Tensor();
-  k.batch_norm_fused({dev, dtype, xs.raw_data(), ptr_of(weight), ptr_of(bias),
-                      mut_ptr_of(running_mean), mut_ptr_of(running_var), y.raw_data(),
-                      mean.raw_data(), invstd.raw_data(), n, c, m, training, momentum, eps,
-                      mut_ptr_of(scratch), params_f32});
+      training
+          ? scratch_of(k.batch_norm_workspace_bytes({dev, dtype, n, c, m, params_f32, relu}), dev)
+          : Tensor();
+  kernels::BatchNormArgs args{dev,
+                              dtype,
+                              xs.raw_data(),
+                              ptr_of(weight),
+                              ptr_of(bias),
+                              mut_ptr_of(running_mean),
+                              mut_ptr_of(running_var),
+                              y.raw_data(),
+                              mean.raw_data(),
+                              invstd.raw_data(),
+                              n,
+                              c,
+                              m,
+                              training,
+                              momentum,
+                              eps,
+                              mut_ptr_of(scratch),
+                              params_f32};
+  args.relu = relu;
+  k.batch_norm_fused(args);
   if (training && running_mean.defined()) {  // updated in place, as mul_ and add_ would
     running_mean.bump_version();
     running_var.bump_version();
@@ -108,9 +131,13 @@ Tensor batch_norm_fused(const Tensor& input, const Tensor& running_mean, const T
   if (any_requires_grad({&input, &weight, &bias})) {
     const bool gx = input.requires_grad(), gw = weight.defined() && weight.requires_grad(),
                gb = bias.defined() && bias.requires_grad();
+    SavedTensors saved =
+        relu ? SavedTensors{xs, ws, stats, bias.defined() ? bias.detach() : Tensor()}
+             : SavedTensors{xs, ws, mean, invstd};
     attach_grad_fn(
-        y, "BatchNormBackward", {&input, &weight, &bias}, {xs, ws, mean, invstd},
-        [gx, gw, gb, training, n, c, m, params_f32](const Tensor& g, const SavedTensors& s) {
+        y, relu ? "BatchNormReluBackward" : "BatchNormBackward", {&input, &weight, &bias},
+        std::move(saved),
+        [gx, gw, gb, training, n, c, m, params_f32, relu](const Tensor& g, const SavedTensors& s) {
           const Tensor& x = s[0];
           const Device d = x.device();
           const Tensor gc = contiguous(g);
@@ -121,16 +148,41 @@ Tensor batch_norm_fused(const Tensor& input, const Tensor& running_mean, const T
           const kernels::KernelTable& kt = kernels::kernels_for(d);
           const bool sums = gw || gb || (training && gx);  // eval's d_x needs none
           const Tensor work = scratch_of(
-              sums ? kt.batch_norm_workspace_bytes({d, x.dtype(), n, c, m, params_f32}) : 0, d);
-          kt.batch_norm_backward_fused({d, x.dtype(), gc.raw_data(), x.raw_data(), ptr_of(s[1]),
-                                        s[2].raw_data(), s[3].raw_data(), mut_ptr_of(d_x),
-                                        mut_ptr_of(d_w), mut_ptr_of(d_b), n, c, m, training,
-                                        mut_ptr_of(work), params_f32});
+              sums ? kt.batch_norm_workspace_bytes({d, x.dtype(), n, c, m, params_f32, relu}) : 0,
+              d);
+          // With relu, s[2] holds mean and invstd as rows, s[3] the bias.
+          const void* mean_p = s[2].raw_data();
+          const void* invstd_p =
+              relu ? static_cast<const void*>(static_cast<const float*>(mean_p) + c)
+                   : s[3].raw_data();
+          kernels::BatchNormBackwardArgs a{d,
+                                           x.dtype(),
+                                           gc.raw_data(),
+                                           x.raw_data(),
+                                           ptr_of(s[1]),
+                                           mean_p,
+                                           invstd_p,
+                                           mut_ptr_of(d_x),
+                                           mut_ptr_of(d_w),
+                                           mut_ptr_of(d_b),
+                                           n,
+                                           c,
+                                           m,
+                                           training,
+                                           mut_ptr_of(work),
+                                           params_f32};
+          a.relu = relu;
+          a.b = relu ? ptr_of(s[3]) : nullptr;
+          kt.batch_norm_backward_fused(a);
           return Grads{d_x, d_w, d_b};
         });
   }
   return y;
 }
+
+Tensor batch_norm_impl(const Tensor& input, const Tensor& running_mean, const Tensor& running_var,
+                       const Tensor& weight, const Tensor& bias, bool training, double momentum,
+                       double eps, bool relu);
 
 }  // namespace
 
@@ -138,6 +190,23 @@ Tensor batch_norm(const Tensor& input, const Tensor& running_mean, const Tensor&
                   const Tensor& weight, const Tensor& bias, bool training, double momentum,
                   double eps) {
   OpSite site("batch_norm");
+  return batch_norm_impl(input, running_mean, running_var, weight, bias, training, momentum, eps,
+                         false);
+}
+
+Tensor batch_norm_relu(const Tensor& input, const Tensor& running_mean, const Tensor& running_var,
+                       const Tensor& weight, const Tensor& bias, bool training, double momentum,
+                       double eps) {
+  OpSite site("batch_norm_relu");
+  return batch_norm_impl(input, running_mean, running_var, weight, bias, training, momentum, eps,
+                         true);
+}
+
+namespace {
+
+Tensor batch_norm_impl(const Tensor& input, const Tensor& running_mean, const Tensor& running_var,
+                       const Tensor& weight, const Tensor& bias, bool training, double momentum,
+                       double eps, bool relu) {
   check_defined("batch_norm", input);
   check_floating("batch_norm", input);
   EMBER_CHECK(input.dim() >= 2, "batch_norm: expected an input of at least 2 dims (N, C, ...), ",
@@ -159,9 +228,12 @@ Tensor batch_norm(const Tensor& input, const Tensor& running_mean, const Tensor&
   const bool params_f32 = mixed_params(input, {&running_mean, &running_var, &weight, &bias});
   if (fusable(input, running_mean, running_var, weight, bias, training, params_f32) &&
       kernels::kernels_for(input.device())
-          .batch_norm_fused_supported({input.device(), input.dtype(), n, c, m, params_f32}))
+          .batch_norm_fused_supported({input.device(), input.dtype(), n, c, m, params_f32, relu}))
     return batch_norm_fused(input, running_mean, running_var, weight, bias, training, momentum, eps,
-                            n, c, m, params_f32);
+                            n, c, m, params_f32, relu);
+  if (relu)  // composed: the batch norm (fused where it can be), then the ReLU
+    return ember::relu(batch_norm_impl(input, running_mean, running_var, weight, bias, training,
+                                       momentum, eps, false));
   if (params_f32)  // composed in float32, the result in the input's dtype (bfloat16)
     return cast(batch_norm(cast(input, kFloat32), running_mean, running_var, weight, bias, training,
                            momentum, eps),
@@ -189,6 +261,8 @@ Tensor batch_norm(const Tensor& input, const Tensor& running_mean, const Tensor&
   if (bias.defined()) y = add(y, bias.view({1, c, 1}));
   return reshape(y, input.sizes());
 }
+
+}  // namespace
 
 Tensor group_norm(const Tensor& input, int64_t num_groups, const Tensor& weight, const Tensor& bias,
                   double eps) {

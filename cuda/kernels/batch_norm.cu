@@ -154,9 +154,25 @@ __global__ void batch_norm_eval_stats_kernel(const P* __restrict__ running_mean,
   invstd[c] = 1.f / sqrtf(widen(running_var[c]) + eps);
 }
 
-// y = (x - mean) invstd w + b over the whole tensor: vecs vectors, mv per run of M.
-// P: the per-channel parameters' type (S, or float under autocast's mix).
-template <typename S, typename P, bool kVec, typename I>
+// Channel c's affine: scale = invstd w, shift = b (w, b may be null).
+template <typename P>
+__device__ __forceinline__ void channel_affine(const float* __restrict__ invstd,
+                                               const P* __restrict__ w, const P* __restrict__ b,
+                                               int64_t c, float& scale, float& shift) {
+  scale = invstd[c] * (w != nullptr ? widen(w[c]) : 1.f);
+  shift = b != nullptr ? widen(b[c]) : 0.f;
+}
+// The normalised, scaled and shifted value: the forward's output before any ReLU. The
+// backward of the fused ReLU recomputes it with this same function (same operations,
+// same rounding) for the mask, so the mask is the forward's exactly.
+__device__ __forceinline__ float affine_value(float v, float mu, float scale, float shift) {
+  return (v - mu) * scale + shift;
+}
+
+// y = (x - mean) invstd w + b over the whole tensor (kRelu: then max(0, .)): vecs
+// vectors, mv per run of M. P: the per-channel parameters' type (S, or float under
+// autocast's mix).
+template <typename S, typename P, bool kVec, bool kRelu, typename I>
 __global__ void __launch_bounds__(kThreads)
     batch_norm_apply_kernel(const S* __restrict__ x, const float* __restrict__ mean,
                             const float* __restrict__ invstd, const P* __restrict__ w,
@@ -166,22 +182,28 @@ __global__ void __launch_bounds__(kThreads)
   for (I k = static_cast<I>(blockIdx.x) * kThreads + threadIdx.x; k < vecs; k += stride) {
     const I c = (k / mv) % channels;
     const float mu = mean[c];
-    const float scale = invstd[c] * (w != nullptr ? widen(w[c]) : 1.f);
-    const float shift = b != nullptr ? widen(b[c]) : 0.f;
+    float scale, shift;
+    channel_affine(invstd, w, b, c, scale, shift);
     float v[V];
     load<S, V>(x + static_cast<int64_t>(k) * V, v);
 #pragma unroll
-    for (int i = 0; i < V; ++i) v[i] = (v[i] - mu) * scale + shift;
+    for (int i = 0; i < V; ++i) {
+      v[i] = affine_value(v[i], mu, scale, shift);
+      if constexpr (kRelu) v[i] = v[i] > 0.f ? v[i] : 0.f;
+    }
     store<S, V>(y + static_cast<int64_t>(k) * V, v);
   }
 }
 
-// part[2 (c S + s) + {0, 1}] = block (c, s)'s sum(d_y) and sum(d_y xhat).
-template <typename S, bool kVec>
+// part[2 (c S + s) + {0, 1}] = block (c, s)'s sum(d_y) and sum(d_y xhat). kRelu: d_y
+// is the gradient of max(0, y), so it counts only where the forward's y was positive
+// (recomputed from x: affine_value).
+template <typename S, typename P, bool kVec, bool kRelu>
 __global__ void __launch_bounds__(kThreads)
     batch_norm_backward_reduce_kernel(const S* __restrict__ dy, const S* __restrict__ x,
                                       const float* __restrict__ mean,
-                                      const float* __restrict__ invstd, int64_t channels, int64_t m,
+                                      const float* __restrict__ invstd, const P* __restrict__ w,
+                                      const P* __restrict__ b, int64_t channels, int64_t m,
                                       uint32_t vecs, uint32_t mv, float* __restrict__ part) {
   constexpr int V = kV<S, kVec>;
   using BlockReduce = cub::BlockReduce<Pair, kThreads>;
@@ -189,6 +211,8 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t c = blockIdx.x;
   const uint32_t splits = gridDim.y;
   const float mu = mean[c];
+  float scale = 0.f, shift = 0.f;
+  if constexpr (kRelu) channel_affine(invstd, w, b, c, scale, shift);
   Pair acc{0.f, 0.f};
   for (uint32_t k = blockIdx.y * kThreads + threadIdx.x; k < vecs; k += splits * kThreads) {
     const int64_t off = channel_offset<V>(k, mv, c, channels, m);
@@ -197,6 +221,8 @@ __global__ void __launch_bounds__(kThreads)
     load<S, V>(x + off, v);
 #pragma unroll
     for (int i = 0; i < V; ++i) {
+      if constexpr (kRelu)
+        if (!(affine_value(v[i], mu, scale, shift) > 0.f)) g[i] = 0.f;
       acc.a += g[i];
       acc.b += g[i] * (v[i] - mu);
     }
@@ -231,13 +257,15 @@ __global__ void batch_norm_backward_finalize_kernel(const float* __restrict__ pa
 }
 
 // d_x = w invstd (d_y - mean(d_y) - xhat mean(d_y xhat)) (training; coef from the
-// finalize kernel), or w invstd d_y (eval: x and coef are not read).
-template <typename S, typename P, bool kVec, bool kTraining, typename I>
+// finalize kernel), or w invstd d_y (eval: coef is not read, nor x without kRelu).
+// kRelu: d_y masked as in the reduce kernel.
+template <typename S, typename P, bool kVec, bool kTraining, bool kRelu, typename I>
 __global__ void __launch_bounds__(kThreads)
     batch_norm_backward_dx_kernel(const S* __restrict__ dy, const S* __restrict__ x,
-                                  const P* __restrict__ w, const float* __restrict__ mean,
-                                  const float* __restrict__ invstd, const float* __restrict__ coef,
-                                  S* __restrict__ dx, I vecs, I mv, I channels) {
+                                  const P* __restrict__ w, const P* __restrict__ b,
+                                  const float* __restrict__ mean, const float* __restrict__ invstd,
+                                  const float* __restrict__ coef, S* __restrict__ dx, I vecs, I mv,
+                                  I channels) {
   constexpr int V = kV<S, kVec>;
   const I stride = static_cast<I>(gridDim.x) * kThreads;
   for (I k = static_cast<I>(blockIdx.x) * kThreads + threadIdx.x; k < vecs; k += stride) {
@@ -246,6 +274,16 @@ __global__ void __launch_bounds__(kThreads)
     const float a = r * (w != nullptr ? widen(w[c]) : 1.f);
     float g[V];
     load<S, V>(dy + static_cast<int64_t>(k) * V, g);
+    if constexpr (kRelu) {
+      const float mu = mean[c];
+      float scale, shift;
+      channel_affine(invstd, w, b, c, scale, shift);
+      float v[V];
+      load<S, V>(x + static_cast<int64_t>(k) * V, v);
+#pragma unroll
+      for (int i = 0; i < V; ++i)
+        if (!(affine_value(v[i], mu, scale, shift) > 0.f)) g[i] = 0.f;
+    }
     if constexpr (kTraining) {
       const float mu = mean[c], mean_dy = coef[c], mean_dyx = coef[channels + c];
       float v[V];
@@ -334,7 +372,7 @@ size_t batch_norm_workspace_bytes(DType dtype, int64_t n, int64_t c, int64_t m) 
 void launch_batch_norm(DType dtype, const void* x, const void* w, const void* b, void* running_mean,
                        void* running_var, void* y, void* mean, void* invstd, int64_t n, int64_t c,
                        int64_t m, bool training, double momentum, double eps, void* workspace,
-                       cudaStream_t stream, bool params_f32) {
+                       cudaStream_t stream, bool params_f32, bool relu) {
   EMBER_CHECK(batch_norm_supported(dtype, n, c, m), "batch_norm: the fused kernel does not take (",
               n, ", ", c, ", ", m, ") of ", dtype);
   EMBER_CHECK(training || (running_mean != nullptr && running_var != nullptr),
@@ -378,9 +416,15 @@ void launch_batch_norm(DType dtype, const void* x, const void* w, const void* b,
       const int64_t vecs = n * c * m / V;
       dispatch_index(vecs, [&](auto index) {
         using I = decltype(index);
-        batch_norm_apply_kernel<S, P, kVec, I><<<elementwise_grid(vecs), kThreads, 0, stream>>>(
-            xs, mu, rstd, static_cast<const P*>(w), static_cast<const P*>(b), static_cast<S*>(y),
-            static_cast<I>(vecs), static_cast<I>(m / V), static_cast<I>(c));
+        auto run = [&](auto kernel) {
+          kernel<<<elementwise_grid(vecs), kThreads, 0, stream>>>(
+              xs, mu, rstd, static_cast<const P*>(w), static_cast<const P*>(b), static_cast<S*>(y),
+              static_cast<I>(vecs), static_cast<I>(m / V), static_cast<I>(c));
+        };
+        if (relu)
+          run(batch_norm_apply_kernel<S, P, kVec, true, I>);
+        else
+          run(batch_norm_apply_kernel<S, P, kVec, false, I>);
       });
     });
   });
@@ -390,7 +434,8 @@ void launch_batch_norm(DType dtype, const void* x, const void* w, const void* b,
 void launch_batch_norm_backward(DType dtype, const void* d_y, const void* x, const void* w,
                                 const void* mean, const void* invstd, void* d_x, void* d_w,
                                 void* d_b, int64_t n, int64_t c, int64_t m, bool training,
-                                void* workspace, cudaStream_t stream, bool params_f32) {
+                                void* workspace, cudaStream_t stream, bool params_f32, bool relu,
+                                const void* b) {
   EMBER_CHECK(batch_norm_supported(dtype, n, c, m),
               "batch_norm backward: the fused kernel does not take (", n, ", ", c, ", ", m, ") of ",
               dtype);
@@ -413,10 +458,15 @@ void launch_batch_norm_backward(DType dtype, const void* d_y, const void* x, con
       dispatch_vec(m % kVec16 == 0 && aligned16(d_y) && aligned16(x), [&](auto vec) {
         constexpr bool kVec = decltype(vec)::value;
         constexpr int V = kV<S, kVec>;
-        batch_norm_backward_reduce_kernel<S, kVec>
-            <<<dim3(static_cast<unsigned>(c), static_cast<unsigned>(s)), kThreads, 0, stream>>>(
-                dys, xs, mu, rstd, c, m, static_cast<uint32_t>(count / V),
-                static_cast<uint32_t>(m / V), part);
+        auto run = [&](auto kernel) {
+          kernel<<<dim3(static_cast<unsigned>(c), static_cast<unsigned>(s)), kThreads, 0, stream>>>(
+              dys, xs, mu, rstd, static_cast<const P*>(w), static_cast<const P*>(b), c, m,
+              static_cast<uint32_t>(count / V), static_cast<uint32_t>(m / V), part);
+        };
+        if (relu)
+          run(batch_norm_backward_reduce_kernel<S, P, kVec, true>);
+        else
+          run(batch_norm_backward_reduce_kernel<S, P, kVec, false>);
       });
       EMBER_CUDA_CHECK(cudaGetLastError());
       batch_norm_backward_finalize_kernel<P><<<channel_grid(c), 256, 0, stream>>>(
@@ -434,13 +484,17 @@ void launch_batch_norm_backward(DType dtype, const void* d_y, const void* x, con
         using I = decltype(index);
         auto run = [&](auto kernel) {
           kernel<<<elementwise_grid(vecs), kThreads, 0, stream>>>(
-              dys, xs, static_cast<const P*>(w), mu, rstd, coef, static_cast<S*>(d_x),
-              static_cast<I>(vecs), static_cast<I>(m / V), static_cast<I>(c));
+              dys, xs, static_cast<const P*>(w), static_cast<const P*>(b), mu, rstd, coef,
+              static_cast<S*>(d_x), static_cast<I>(vecs), static_cast<I>(m / V), static_cast<I>(c));
         };
-        if (training)
-          run(batch_norm_backward_dx_kernel<S, P, kVec, true, I>);
+        if (training && relu)
+          run(batch_norm_backward_dx_kernel<S, P, kVec, true, true, I>);
+        else if (training)
+          run(batch_norm_backward_dx_kernel<S, P, kVec, true, false, I>);
+        else if (relu)
+          run(batch_norm_backward_dx_kernel<S, P, kVec, false, true, I>);
         else
-          run(batch_norm_backward_dx_kernel<S, P, kVec, false, I>);
+          run(batch_norm_backward_dx_kernel<S, P, kVec, false, false, I>);
       });
     });
   });
@@ -468,14 +522,14 @@ void batch_norm_fused(const kernels::BatchNormArgs& a) {
   DeviceGuard guard(a.device.index);
   launch_batch_norm(a.dtype, a.x, a.w, a.b, a.running_mean, a.running_var, a.y, a.mean, a.invstd,
                     a.n, a.c, a.m, a.training, a.momentum, a.eps, a.workspace,
-                    current_stream(a.device.index), a.params_f32);
+                    current_stream(a.device.index), a.params_f32, a.relu);
 }
 
 void batch_norm_backward_fused(const kernels::BatchNormBackwardArgs& a) {
   DeviceGuard guard(a.device.index);
   launch_batch_norm_backward(a.dtype, a.d_y, a.x, a.w, a.mean, a.invstd, a.d_x, a.d_w, a.d_b, a.n,
                              a.c, a.m, a.training, a.workspace, current_stream(a.device.index),
-                             a.params_f32);
+                             a.params_f32, a.relu, a.b);
 }
 
 // The sizes decide it (no device call): the meta device asks it without a GPU.

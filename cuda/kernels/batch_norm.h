@@ -26,7 +26,8 @@ bool batch_norm_supported(DType dtype, int64_t n, int64_t c, int64_t m);
 // function of the sizes alone (no device is asked).
 size_t batch_norm_workspace_bytes(DType dtype, int64_t n, int64_t c, int64_t m);
 
-// y = (x - mean) invstd w + b per channel (w, b of c, either may be null).
+// y = (x - mean) invstd w + b per channel (w, b of c, either may be null); relu:
+// max(0, y) instead.
 // training: mean and invstd = 1 / sqrt(biased var + eps) of the batch, written to
 // `mean` and `invstd` (c, float32); running_mean and running_var (c, or null) move
 // by momentum towards the batch's mean and unbiased variance. Eval: mean and
@@ -34,15 +35,18 @@ size_t batch_norm_workspace_bytes(DType dtype, int64_t n, int64_t c, int64_t m);
 void launch_batch_norm(DType dtype, const void* x, const void* w, const void* b, void* running_mean,
                        void* running_var, void* y, void* mean, void* invstd, int64_t n, int64_t c,
                        int64_t m, bool training, double momentum, double eps, void* workspace,
-                       cudaStream_t stream, bool params_f32 = false);
+                       cudaStream_t stream, bool params_f32 = false, bool relu = false);
 
 // From the forward's mean and invstd: d_b = sum(d_y), d_w = sum(d_y xhat) per
 // channel, xhat = (x - mean) invstd, and d_x = w invstd (d_y - mean(d_y) - xhat
 // mean(d_y xhat)) in training, d_x = w invstd d_y in eval (the statistics are
-// constants there). d_x, d_w and d_b may each be null.
+// constants there). d_x, d_w and d_b may each be null. relu: d_y is the gradient of
+// the forward's max(0, y), masked where y (recomputed from x, w and b, which is read
+// then) was not positive.
 void launch_batch_norm_backward(DType dtype, const void* d_y, const void* x, const void* w,
                                 const void* mean, const void* invstd, void* d_x, void* d_w,
                                 void* d_b, int64_t n, int64_t c, int64_t m, bool training,
-                                void* workspace, cudaStream_t stream, bool params_f32 = false);
+                                void* workspace, cudaStream_t stream, bool params_f32 = false,
+                                bool relu = false, const void* b = nullptr);
 
 }  // namespace ember::cuda

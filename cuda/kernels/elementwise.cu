@@ -646,8 +646,11 @@ void unary_backward(const kernels::UnaryBackwardArgs& a) {
 void binary(const kernels::BinaryArgs& a) {
   DeviceGuard guard(a.device.index);
   if (a.x_bf16 || a.y_bf16) [[unlikely]] {
-    EMBER_CHECK(a.dtype == DType::Float32 && a.x_bf16 != a.y_bf16, binary_name(a.op),
-                ": a bfloat16 operand is read as float32 beside one float32 operand only");
+    EMBER_CHECK(a.dtype == DType::Float32 && a.x_bf16 != a.y_bf16 &&
+                    (a.out_dtype == DType::Float32 || a.out_dtype == DType::Bool),
+                binary_name(a.op),
+                ": a bfloat16 operand is read as float32 beside one float32 operand only, into "
+                "a float32 or bool result");
     launch_binary_mixed(a.op, a.x_bf16, a.x, a.xl, a.y, a.yl, a.out, a.ol, a.n, a.a, a.out_dtype,
                         current_stream(a.device.index));
     return;

@@ -73,7 +73,9 @@ struct RowIO {
     }
   }
   // The same layout in another storage type T (a bfloat16 y or d_y beside float32 x):
-  // V consecutive elements per vector, read or written one by one.
+  // V consecutive elements per vector. Four bfloat16 beside four float32 (V = 4) move
+  // as one 8-byte access: the vector's first column is a multiple of 4 and the row
+  // 16-byte aligned (kVec's conditions), so its bfloat16 address is 8-byte aligned.
   template <typename T>
   __device__ static void load_as(const T* __restrict__ row, int64_t cols, float (&out)[kItems],
                                  float fill) {
@@ -83,8 +85,20 @@ struct RowIO {
 #pragma unroll
       for (int j = 0; j < NV; ++j) {
         const int64_t c = col(j, 0);
+        if constexpr (kVec && V == 4 && std::is_same_v<T, __nv_bfloat16>) {
+          if (c < cols) {
+            const uint2 raw = *reinterpret_cast<const uint2*>(row + c);
+            const float2 lo = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&raw.x));
+            const float2 hi = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&raw.y));
+            out[j * V] = lo.x, out[j * V + 1] = lo.y, out[j * V + 2] = hi.x, out[j * V + 3] = hi.y;
+          } else {
 #pragma unroll
-        for (int v = 0; v < V; ++v) out[j * V + v] = c < cols ? widen(row[c + v]) : fill;
+            for (int v = 0; v < V; ++v) out[j * V + v] = fill;
+          }
+        } else {
+#pragma unroll
+          for (int v = 0; v < V; ++v) out[j * V + v] = c < cols ? widen(row[c + v]) : fill;
+        }
       }
     }
   }
@@ -97,8 +111,18 @@ struct RowIO {
       for (int j = 0; j < NV; ++j) {
         const int64_t c = col(j, 0);
         if (c < cols) {
+          if constexpr (kVec && V == 4 && std::is_same_v<T, __nv_bfloat16>) {
+            // __floats2bfloat162_rn rounds each to nearest, as narrow<bf16> does.
+            const __nv_bfloat162 lo = __floats2bfloat162_rn(in[j * V], in[j * V + 1]);
+            const __nv_bfloat162 hi = __floats2bfloat162_rn(in[j * V + 2], in[j * V + 3]);
+            uint2 raw;
+            raw.x = *reinterpret_cast<const uint32_t*>(&lo);
+            raw.y = *reinterpret_cast<const uint32_t*>(&hi);
+            *reinterpret_cast<uint2*>(row + c) = raw;
+          } else {
 #pragma unroll
-          for (int v = 0; v < V; ++v) row[c + v] = narrow<T>(in[j * V + v]);
+            for (int v = 0; v < V; ++v) row[c + v] = narrow<T>(in[j * V + v]);
+          }
         }
       }
     }

@@ -17,6 +17,7 @@
 #include "core/meta.h"
 #include "core/ops.h"
 #include "gradcheck.h"
+#include "nn/nn.h"
 
 using namespace ember;
 using ember::testing::grad_cuda_vs_cpu;
@@ -264,4 +265,51 @@ TEST_CASE(
   const Tensor cpu =
       conv2d(randn64({1, 2, 4, 4}, 5).to(kFloat32), randn64({3, 2, 3, 3}, 6).to(kFloat32));
   CHECK(cpu.dtype() == kFloat32);
+}
+
+// ------------------------------------------------------------- batch norm + ReLU
+
+TEST_CASE("batch_norm_relu: relu(batch_norm) in one op (CPU: composed), values and gradients") {
+  const Tensor x = randn64({3, 4, 5, 5}, 41), w = randn64({4}, 42), b = randn64({4}, 43);
+  Tensor rm1 = zeros({4}, kFloat64), rv1 = ones({4}, kFloat64);
+  Tensor rm2 = zeros({4}, kFloat64), rv2 = ones({4}, kFloat64);
+  const Tensor fused = batch_norm_relu(x, rm1, rv1, w, b, true, 0.1, 1e-5);
+  const Tensor composed = relu(batch_norm(x, rm2, rv2, w, b, true, 0.1, 1e-5));
+  CHECK(rel_error(fused, composed) == 0.0);
+  CHECK(rel_error(rm1, rm2) == 0.0);
+  CHECK(rel_error(rv1, rv2) == 0.0);
+  CHECK(fused.min().item() == 0.0);  // some values were negative before the ReLU
+  CHECK_GRADCHECK(
+      [](const std::vector<Tensor>& in) {
+        return batch_norm_relu(in[0], Tensor(), Tensor(), in[1], in[2], true, 0.1, 1e-3);
+      },
+      {randn64({3, 2, 2, 3}, 44), randn64({2}, 45), randn64({2}, 46)});
+  // nn: forward_relu is relu(forward), the running statistics moved once.
+  nn::BatchNorm2d bn(4);
+  nn::BatchNorm2d twin(4);
+  const Tensor xf = x.to(kFloat32);
+  CHECK(rel_error(bn.forward_relu(xf).to(kFloat64), relu(twin.forward(xf)).to(kFloat64)) == 0.0);
+  CHECK(rel_error(bn.running_mean.to(kFloat64), twin.running_mean.to(kFloat64)) == 0.0);
+}
+
+TEST_CASE("batch_norm_relu: the fused kernels take it on the meta device mirroring CUDA") {
+  struct Heard : MetaKernelObserver {
+    int relu_forward = 0, relu_backward = 0, unary_calls = 0;
+    void batch_norm_fused(const kernels::BatchNormArgs& a) override { relu_forward += a.relu; }
+    void batch_norm_backward_fused(const kernels::BatchNormBackwardArgs& a) override {
+      relu_backward += a.relu && a.b != nullptr;
+    }
+    void unary(const kernels::UnaryArgs&) override { ++unary_calls; }
+  } heard;
+  MetaDeviceScope scope(MetaDeviceOptions().observe(&heard));
+  const TensorOptions o = TensorOptions(kFloat32).device(kMeta);
+  Tensor x = empty({8, 16, 6, 6}, o).set_requires_grad(true);
+  Tensor w = empty({16}, o).set_requires_grad(true), b = empty({16}, o).set_requires_grad(true);
+  Tensor y = batch_norm_relu(x, Tensor(), Tensor(), w, b, true, 0.1, 1e-5);
+  CHECK(std::string(y.grad_fn()->name()) == "BatchNormReluBackward");
+  sum(y).backward();
+  CHECK(heard.relu_forward == 1);
+  CHECK(heard.relu_backward == 1);
+  CHECK(heard.unary_calls == 0);  // no separate ReLU
+  CHECK(b.grad().sizes() == Shape{16});
 }

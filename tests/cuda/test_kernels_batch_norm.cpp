@@ -73,8 +73,12 @@ struct Ref {
   double rm_scale = 0.0;  // || (1 - momentum) |running_mean| + momentum |mean| ||
   double rv_scale = 0.0;  // the same for the variance
 };
-Ref reference(const V& x, const V& w, const V& b, const V& g, const V& rm0, const V& rv0, int64_t n,
-              int64_t c, int64_t m, bool training, double momentum, double eps) {
+// relu: y = max(0, the batch norm), g the gradient of that: masked where the batch
+// norm's value was not positive before the sums.
+Ref reference(const V& x, const V& w, const V& b, const V& g_in, const V& rm0, const V& rv0,
+              int64_t n, int64_t c, int64_t m, bool training, double momentum, double eps,
+              bool relu = false) {
+  V g = g_in;
   Ref r;
   const size_t total = x.size();
   r.y.resize(total);
@@ -120,6 +124,7 @@ Ref reference(const V& x, const V& w, const V& b, const V& g, const V& rm0, cons
         const int64_t k = at(i, ch, j);
         const double xh = (x[k] - mean) * is;
         r.y[k] = xh * wc + bc;
+        if (relu && !(r.y[k] > 0)) r.y[k] = 0, g[k] = 0;
         r.db[ch] += g[k];
         r.dw[ch] += g[k] * xh;
         abs_db += std::abs(g[k]);
@@ -154,6 +159,7 @@ struct Case {
   double offset = 0.5;      // the values are offset + 2 N(0, 1)
   int64_t misalign = 0;     // elements the input starts past a 16-byte boundary
   bool params_f32 = false;  // weight, bias, running statistics float32 (bf16 x: autocast's mix)
+  bool relu = false;        // batch_norm_relu
 };
 
 std::string describe(const Case& k) {
@@ -162,7 +168,7 @@ std::string describe(const Case& k) {
                   (k.training ? " training" : " eval") + " momentum=" + std::to_string(k.momentum) +
                   " eps=" + std::to_string(k.eps) + " offset=" + std::to_string(k.offset) +
                   " misalign=" + std::to_string(k.misalign) +
-                  (k.params_f32 ? " float32 parameters" : "");
+                  (k.params_f32 ? " float32 parameters" : "") + (k.relu ? " relu" : "");
   return s;
 }
 
@@ -224,7 +230,8 @@ Run run(const Case& k, const Inputs& in, Device device, DType dtype, bool view =
     xin = buf.slice(0, k.misalign, k.misalign + total).reshape(k.shape);
   }
   if (view) xin = xin.transpose(0, 1).contiguous().transpose(0, 1);
-  r.y = batch_norm(xin, r.rm, r.rv, w, b, k.training, k.momentum, k.eps);
+  r.y = k.relu ? batch_norm_relu(xin, r.rm, r.rv, w, b, k.training, k.momentum, k.eps)
+               : batch_norm(xin, r.rm, r.rv, w, b, k.training, k.momentum, k.eps);
   r.node = r.y.grad_fn() ? r.y.grad_fn()->name() : "";
   r.y.backward(on(in.g, false, dtype));
   r.dx = x.grad();
@@ -255,12 +262,13 @@ void check_case(const Case& k, uint64_t seed) {
   const int64_t n = k.shape[0], c = k.shape[1], m = numel_of(k.shape) / (n * c);
   const Ref ref = reference(in.x.to_vector<double>(), vec_or_empty(in.w), vec_or_empty(in.b),
                             in.g.to_vector<double>(), vec_or_empty(in.rm), vec_or_empty(in.rv), n,
-                            c, m, k.training, k.momentum, k.eps);
+                            c, m, k.training, k.momentum, k.eps, k.relu);
   const Run cpu = run(k, in, kCPU, kFloat64);
   check_vs("cpu float64 composed", cpu, ref, 1e-10);  // the reference means the op
   const DType pdt = k.params_f32 ? kFloat32 : k.dtype;
   const Run gpu = run(k, in, kCUDA, k.dtype, false, pdt);
-  if (fused_enabled()) CHECK(gpu.node == "BatchNormBackward");
+  if (fused_enabled())
+    CHECK(gpu.node == std::string(k.relu ? "BatchNormReluBackward" : "BatchNormBackward"));
   CHECK(gpu.y.dtype() == k.dtype);
   CHECK(gpu.dx.dtype() == k.dtype);
   if (gpu.dw.defined()) CHECK(gpu.dw.dtype() == pdt);
@@ -277,6 +285,7 @@ void check_case(const Case& k, uint64_t seed) {
   if (k.dtype == kFloat32 && n > 1 && c > 1 && k.misalign == 0 && k.offset < 10) {
     const Run composed = run(k, in, kCUDA, kFloat32, /*view=*/true);
     CHECK(composed.node != "BatchNormBackward");
+    CHECK(composed.node != "BatchNormReluBackward");
     check_vs("cuda float32 composed", composed, ref, tol(kFloat32));
     CHECK(err(values(gpu.y), values(composed.y)) <= tol(kFloat32));
     CHECK(err(values(gpu.dx), values(composed.dx), ref.dx_scale) <= tol(kFloat32));
@@ -347,6 +356,23 @@ TEST_CASE("kernels/batch_norm: a bfloat16 input with float32 parameters (autocas
         k.params_f32 = true;
         check_case(k, seed += 8);
       }
+}
+
+TEST_CASE("kernels/batch_norm: batch_norm_relu, the ReLU in the same kernels" *
+          doctest::test_suite("cuda")) {
+  uint64_t seed = 2100;
+  for (const Shape& s : std::vector<Shape>{{2, 3, 5, 7}, {4, 5}, {3, 4, 8, 8}, {8, 64, 16, 16}})
+    for (DType dtype : {kFloat32, kBFloat16})
+      for (bool training : {true, false})
+        for (bool affine : {true, false}) {
+          Case k{s, dtype, affine, true, training};
+          k.relu = true;
+          check_case(k, seed += 8);
+          if (dtype == kBFloat16) {
+            k.params_f32 = true;
+            check_case(k, seed += 8);
+          }
+        }
 }
 
 TEST_CASE("kernels/batch_norm: the benchmark's 128x64x32x32 in float32 and bfloat16" *
