@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The implicit-GEMM convolution and the bf16 CNN step's checks on the GPU machine in one
-# call (issue 29), on a build made there or carried (tools/pack_gpu_build.sh): the
-# implicit GEMM's test cases (CPU replay of its boxes, the meta device's passes, the
+# call (issue 29), on a build made there or carried (tools/pack_gpu_build.sh): the TMA
+# probe (tools/tma_box_probe.cu: strided 4-D boxes, zero fill at negative and
+# wholly-outside coordinates, the transaction count); the implicit GEMM's test cases (CPU replay of its boxes, the meta device's passes, the
 # CUDA cases of suite cuda_sm90 against the CPU in float64) and the conv, batch-norm
 # (the bf16 input with float32 parameters among them) and autocast cases, with
 # EMBER_CONV_IMPLICIT=1; bench_conv with the columns and with the implicit GEMM
@@ -21,7 +22,13 @@ cd "$(dirname "$0")/.." || exit 1
 # shellcheck source=tools/gpu_check_common.sh
 . tools/gpu_check_common.sh
 
+echo "== tools/tma_box_probe.cu (the TMA behaviours the implicit GEMM relies on)"
+nvcc -std=c++17 -arch=sm_90a -o "$out/tma_box_probe" tools/tma_box_probe.cu -lcuda \
+  >"$out/tma_box_probe.txt" 2>&1 && "$out/tma_box_probe" >>"$out/tma_box_probe.txt" 2>&1 || status=1
+cat "$out/tma_box_probe.txt"
+
 cases_core='*implicit GEMM*,*bfloat16 input with float32*,autocast: conv2d*,*conv*,*batch_norm*'
+cases_core+=',batch_norm_relu*'
 cases_cuda='conv_gemm_plan*,kernels/batch_norm*'
 echo "== tests (EMBER_CONV_IMPLICIT=1)"
 EMBER_CONV_IMPLICIT=1 "$build/tests/ember_tests_core" -tc="$cases_core" >"$out/tests_core.txt" 2>&1 ||
@@ -53,6 +60,6 @@ if [ "${EMBER_IMPLICIT_SANITIZE:-1}" != 0 ]; then
   sanitize_four "$out/sanitize" "$build/tests/ember_tests_core" \
     -tc='conv2d implicit GEMM: output*,conv2d implicit GEMM: stride 2*'
   sanitize_four "$out/sanitize_bn" "$build/tests/ember_tests_cuda" \
-    -tc='kernels/batch_norm: a bfloat16 input with float32*'
+    -tc='kernels/batch_norm: a bfloat16 input with float32*,kernels/batch_norm: batch_norm_relu*'
 fi
-finish gpu.txt implicit.txt conv_memory.txt conv_profile.txt
+finish gpu.txt tma_box_probe.txt implicit.txt conv_memory.txt conv_profile.txt

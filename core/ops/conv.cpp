@@ -287,12 +287,9 @@ bool implicit_gemm(const Tensor& x, const Tensor& weight, const kernels::ConvGem
 }
 
 // (A, B, C, D) -> (A, C, D, B), contiguous: NCHW to channels-last (and a weight
-// (O, C, kh, kw) to (O, kh, kw, C)); its inverse. One strided copy each.
+// (O, C, kh, kw) to (O, kh, kw, C)). One strided copy.
 Tensor channels_last(const Tensor& t) {
   return contiguous(transpose(transpose(t, 1, 2), 2, 3));
-}
-Tensor channels_first(const Tensor& t) {
-  return contiguous(transpose(transpose(t, 2, 3), 1, 2));
 }
 
 // conv2d of x (n, c, h, w) by w (o, c, kh, kw) through the implicit GEMM (no bias):
@@ -332,8 +329,10 @@ Tensor conv2d_implicit(const Tensor& x, const Tensor& weight, const kernels::Con
               empty({splits, s.o, s.kh * s.kw * s.c}, TensorOptions(kFloat32).device(d));
           kt.conv_gemm(
               {d, kBFloat16, 2, s, saved[0].raw_data(), d_yh.raw_data(), parts.raw_data(), splits});
-          const Tensor summed = sum(parts, 0).view({s.o, s.kh, s.kw, s.c});
-          d_w = cast(channels_first(summed), kBFloat16);
+          // The parts summed (none to sum for one), then permuted and cast in one pass.
+          const Tensor summed = (splits == 1 ? parts.view({s.o, s.kh * s.kw * s.c}) : sum(parts, 0))
+                                    .view({s.o, s.kh, s.kw, s.c});
+          d_w = cast(transpose(transpose(summed, 2, 3), 1, 2), kBFloat16);
         }
         return std::vector<Tensor>{d_x, d_w};
       });

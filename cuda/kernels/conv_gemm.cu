@@ -27,9 +27,11 @@ using sm90::ConvPass;
 using sm90::ConvShape;
 
 constexpr int kStep = 64;  // K per step: one 128-byte row of bf16
-// An H100's or H200's multiprocessors: the split the meta device plans with when
-// the machine has no GPU to ask.
-constexpr int kDefaultSms = 132;
+// The weight grad's split is planned for this many blocks (an H100's or H200's
+// multiprocessors), whatever the GPU: the split fixes the float32 parts' summation
+// order, so the bits, and the parts' bytes the meta device predicts, depend on the
+// sizes alone (as batch_norm.cu's splits_for).
+constexpr int kSplitBlocks = 132;
 
 ConvShape shape_of(const kernels::ConvGemmShape& s) {
   return {s.n, s.c, s.h, s.w, s.o, s.kh, s.kw, s.sh, s.sw, s.ph, s.pw, s.dh, s.dw, s.oh, s.ow};
@@ -56,19 +58,19 @@ bool runs_sm90(int device) {
   return sm90_gemm_unsupported(DType::BFloat16, 0, 0, 0, {}, {}, {}, device)[0] == '\0';
 }
 int sms_of(int device) {
-  return device_count() == 0 ? kDefaultSms : sm_count(device);
+  return device_count() == 0 ? kSplitBlocks : sm_count(device);
 }
 
-// The weight grad's K split: enough parts that the tiles times the parts fill the
-// multiprocessors once, each part of kper K steps, none empty.
+// The weight grad's K split: enough parts that the tiles times the parts fill
+// kSplitBlocks blocks once, each part of kper K steps, none empty.
 struct Split {
   int splits, kper;
 };
-Split split_for(const ConvShape& s, int sms) {
+Split split_for(const ConvShape& s) {
   const sm90::ConvGemmSizes g = sm90::conv_gemm_sizes(s, ConvPass::WeightGrad);
   const int64_t tiles = ceil_div(g.m, 128) * ceil_div(g.n, tile_columns(tile_for(g.n)));
   const int64_t kblocks = std::max<int64_t>(1, ceil_div(g.k, kStep));
-  const int64_t want = std::clamp<int64_t>(sms / std::max<int64_t>(tiles, 1), 1, kblocks);
+  const int64_t want = std::clamp<int64_t>(kSplitBlocks / std::max<int64_t>(tiles, 1), 1, kblocks);
   const int64_t kper = ceil_div(kblocks, want);
   return {static_cast<int>(ceil_div(kblocks, kper)), static_cast<int>(kper)};
 }
@@ -105,7 +107,7 @@ bool conv_gemm_supported(const kernels::ConvGemmQuery& q) {
 
 size_t conv_gemm_splits(const kernels::ConvGemmQuery& q) {
   if (q.pass != 2) return 1;
-  return static_cast<size_t>(split_for(shape_of(q.shape), sms_of(q.device.index)).splits);
+  return static_cast<size_t>(split_for(shape_of(q.shape)).splits);
 }
 
 void conv_gemm(const kernels::ConvGemmArgs& a) {
@@ -134,7 +136,7 @@ void conv_gemm(const kernels::ConvGemmArgs& a) {
   cp.split_stride = 0;
   const cudaStream_t stream = current_stream(a.device.index);
   if (pass == ConvPass::WeightGrad) {
-    const Split split = split_for(s, sms);
+    const Split split = split_for(s);
     EMBER_CHECK(a.splits == split.splits, "conv_gemm: the weight grad is split in ", split.splits,
                 " parts (conv_gemm_splits), the caller gave ", a.splits);
     p.out_f32 = 1;

@@ -418,6 +418,25 @@ const std::vector<OpEntry>& op_table() {
           {{x({2, 3, 5}).T(), x({3}).nograd(), x({3}).nograd()}},
           {{x({0, 3}), x({3}).nograd(), x({3}).nograd()}}},
          Grad::Yes, kReduction},
+        {"batch_norm_relu", "train",
+         [](const Inputs& v, int64_t) {
+           return batch_norm_relu(v[0], Tensor(), Tensor(), undefined_or(v, 1),
+                                  undefined_or(v, 2));
+         },
+         {{{x({4, 3}), x({3}), x({3})}},
+          {{x({2, 3, 4, 5}), x({3}), x({3})}},
+          {{x({2, 3, 5}).T()}},
+          {{x({2, 4, 4, 4}), x({4}), x({4})}},  // CUDA's 16-byte vectors (float32, bfloat16)
+          {{x({64, 8, 9}), x({8}), x({8})}}},
+         Grad::Yes, kReduction},
+        {"batch_norm_relu", "eval",
+         [](const Inputs& v, int64_t) {
+           return batch_norm_relu(v[0], v[1], abs(v[2]) + 0.5, undefined_or(v, 3),
+                                  undefined_or(v, 4), false);
+         },
+         {{{x({4, 3}), x({3}).nograd(), x({3}).nograd(), x({3}), x({3})}},
+          {{x({2, 4, 4, 4}), x({4}).nograd(), x({4}).nograd(), x({4}), x({4})}}},
+         Grad::Yes, kReduction},
         // arg: num_groups
         {"group_norm", "",
          [](const Inputs& v, int64_t g) {

@@ -11,6 +11,9 @@ template <int kConv>
 void launch_conv(Sm90Tile tile, const CUtensorMap& map_a, const CUtensorMap& map_b, Params p,
                  const ConvParams& conv, int sms, cudaStream_t stream) {
   constexpr bool kMajor = kConv == 1;
+  // The row-summing warps (a bias gradient) walk plain tiles only.
+  EMBER_CHECK(p.bias_grad == nullptr && p.pre == nullptr && p.bias == nullptr,
+              "sm90 conv gemm: no bias, pre-activation or bias gradient in the epilogue");
   const Sm90Tuning tuning{};
   if (tile == Sm90Tile::k128x64)
     launch_config<Config<__nv_bfloat16, 128, 64, 8, kMajor, kMajor, false, kConv>>(

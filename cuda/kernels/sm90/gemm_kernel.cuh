@@ -497,7 +497,7 @@ __global__ void __launch_bounds__(kThreads, 1)
           if (++stage == S) stage = 0, phase ^= 1u;
         }
       }
-    } else if (sum_rows && warp >= 2) {
+    } else if (C::kConv == 0 && sum_rows && warp >= 2) {  // (conv launches refuse bias_grad)
       // Row sums of A (M-major bf16, checked by the launcher) for the bias
       // gradient, computed by the tiles of column block 0 only, so each row is
       // summed by one block: lane pairs of rows r = 64 i + 2 lane (+1), i = warp - 2,
