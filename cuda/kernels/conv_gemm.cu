@@ -66,8 +66,15 @@ int sms_of(int device) {
 struct Split {
   int splits, kper;
 };
+// The weight grad runs transposed (kConv 3: D = d_w^T, (kh kw c, o)) where o fits a
+// 64-column tile, which would fill only half of kConv 2's 128-row tile as its M.
+bool weight_grad_transposed(const ConvShape& s) {
+  return s.o <= 64;
+}
+
 Split split_for(const ConvShape& s) {
-  const sm90::ConvGemmSizes g = sm90::conv_gemm_sizes(s, ConvPass::WeightGrad);
+  sm90::ConvGemmSizes g = sm90::conv_gemm_sizes(s, ConvPass::WeightGrad);
+  if (weight_grad_transposed(s)) std::swap(g.m, g.n);
   const int64_t tiles = ceil_div(g.m, 128) * ceil_div(g.n, tile_columns(tile_for(g.n)));
   const int64_t kblocks = std::max<int64_t>(1, ceil_div(g.k, kStep));
   const int64_t want = std::clamp<int64_t>(kSplitBlocks / std::max<int64_t>(tiles, 1), 1, kblocks);
@@ -142,10 +149,17 @@ void conv_gemm(const kernels::ConvGemmArgs& a) {
     p.out_f32 = 1;
     cp.splits = split.splits, cp.kper = split.kper;
     cp.split_stride = g.m * g.n;
-    // A: d_y (pixels, o), M-major; B: the boxes of x, 64 pixels a K step.
-    const CUtensorMap ma = make_tensor_map_2d(DType::BFloat16, a.other, g.m, g.k, g.m, 64, kStep);
-    const CUtensorMap mb = image_map(a.image, boxes);
-    sm90::launch_conv<2>(tile, ma, mb, p, cp, sms, stream);
+    // d_y (pixels, o) read o-major, 64 pixels a K step; the boxes of x likewise.
+    const CUtensorMap dy = make_tensor_map_2d(DType::BFloat16, a.other, s.o, g.k, s.o, 64, kStep);
+    const CUtensorMap xb = image_map(a.image, boxes);
+    if (weight_grad_transposed(s)) {
+      // D (kh kw c, o) = boxes^T d_y, stored transposed into the (o, kh kw c) parts.
+      p.m = static_cast<int>(g.n), p.n = static_cast<int>(g.m), p.ldc = g.m;
+      sm90::launch_conv<3>(tile_for(g.m), xb, dy, p, cp, sms, stream);
+    } else {
+      // A: d_y, M-major; B: the boxes of x, N-major.
+      sm90::launch_conv<2>(tile, dy, xb, p, cp, sms, stream);
+    }
   } else {
     // A: the boxes of the image, 128 pixels a tile; B: the weight (n rows, k), K-major.
     p.out_f32 = 0;

@@ -245,6 +245,46 @@ V run_b_boxes(const ConvShape& s, const V& x, const V& dy, int splits) {
   return d;
 }
 
+// The weight grad transposed (kConv 3, for 64 output channels): A = the boxes read
+// M-major (rows r of kh kw c, two 64-row boxes a 128-row tile), B = d_y (pixels, o);
+// D (r, o) stored where the epilogue stores it, (o, r) through conv_out_offset, each
+// split into its own part, the parts summed.
+V run_b_boxes_transposed(const ConvShape& s, const V& x, const V& dy, int splits) {
+  ConvBoxes b{};
+  REQUIRE(std::string(plan_conv_pass(s, ConvPass::WeightGrad, b)) == "");
+  const ConvGemmSizes g = conv_gemm_sizes(s, ConvPass::WeightGrad);  // (o, R, pixels)
+  const int64_t rows = g.n, outs = g.m;
+  REQUIRE(outs <= 64);
+  const Image img{b.n, b.h, b.w, b.c, &x};
+  const int64_t kblocks = (g.k + kBK - 1) / kBK, mtiles = (rows + kBM - 1) / kBM;
+  const int64_t kper = (kblocks + splits - 1) / splits;
+  V d(static_cast<size_t>(rows * outs), 0.0);
+  for (int split = 0; split < splits; ++split) {
+    V part(d.size(), 0.0);
+    for (int64_t mb = 0; mb < mtiles; ++mb)
+      for (int64_t kb = split * kper; kb < std::min(kblocks, (split + 1) * kper); ++kb) {
+        const V bt = matrix_box(dy, g.k, outs, kb * kBK, kBK, 0);  // (64 pixels, o)
+        for (int box = 0; box < kBM / 64; ++box) {
+          const int r0 = static_cast<int>(mb * kBM + 64 * box);
+          const V a = tma_box(img, b, conv_b_box(b, r0, static_cast<int>(kb)));  // (px, 64 r)
+          for (int ri = 0; ri < 64; ++ri) {
+            const int64_t r = r0 + ri;
+            if (r >= rows) break;  // the epilogue's bound
+            for (int64_t o = 0; o < outs; ++o) {
+              double acc = 0;
+              for (int px = 0; px < kBK; ++px) acc += a[px * 64 + ri] * bt[px * 64 + o];
+              part[static_cast<size_t>(conv_out_offset(static_cast<int>(r), static_cast<int>(o),
+                                                       static_cast<int>(outs),
+                                                       static_cast<int>(rows)))] += acc;
+            }
+          }
+        }
+      }
+    for (size_t i = 0; i < d.size(); ++i) d[i] += part[i];
+  }
+  return d;
+}
+
 void check_equal(const V& got, const V& want, const char* what) {
   REQUIRE(got.size() == want.size());
   size_t bad = 0;
@@ -286,8 +326,11 @@ TEST_CASE(
       check_equal(run_a_boxes(p.s, ConvPass::InputGrad, p.dy, weight_chwo(p)), reference_dx(p),
                   "input grad");
     if (c.o <= 64)
-      for (int splits : {1, 3, 7})
+      for (int splits : {1, 3, 7}) {
         check_equal(run_b_boxes(p.s, p.x, p.dy, splits), reference_dw(p), "weight grad");
+        check_equal(run_b_boxes_transposed(p.s, p.x, p.dy, splits), reference_dw(p),
+                    "weight grad transposed");
+      }
   }
 }
 

@@ -1,8 +1,9 @@
 // The convolutions' implicit GEMMs (gemm_kernel.cuh with kConv, conv_gemm_plan.h),
 // bf16, in their own translation unit: kConv 1 (the forward and the input grad:
-// A from the image's boxes, both operands K-major) and kConv 2 (the weight grad: B
-// from the boxes, both M/N-major, the K steps split). Cooperative schedule; 128x64
-// tiles for 64 output columns, 128x128 elsewhere.
+// A from the image's boxes, both operands K-major), kConv 2 (the weight grad: B from
+// the boxes, both M/N-major, the K steps split) and kConv 3 (the weight grad
+// transposed, A from the boxes, for 64 output channels). Cooperative schedule;
+// 128x64 tiles for 64 output columns, 128x128 elsewhere.
 #include "cuda/kernels/sm90/gemm_kernel.cuh"
 
 namespace ember::cuda::sm90 {
@@ -28,6 +29,8 @@ void launch_conv(Sm90Tile tile, const CUtensorMap& map_a, const CUtensorMap& map
 template void launch_conv<1>(Sm90Tile, const CUtensorMap&, const CUtensorMap&, Params,
                              const ConvParams&, int, cudaStream_t);
 template void launch_conv<2>(Sm90Tile, const CUtensorMap&, const CUtensorMap&, Params,
+                             const ConvParams&, int, cudaStream_t);
+template void launch_conv<3>(Sm90Tile, const CUtensorMap&, const CUtensorMap&, Params,
                              const ConvParams&, int, cudaStream_t);
 
 }  // namespace ember::cuda::sm90

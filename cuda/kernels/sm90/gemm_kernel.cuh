@@ -81,7 +81,9 @@ constexpr int kScratchBytes = kConsumerWarps * kScratchWarpBytes;
 // rather than the cooperative one (both share each tile, BM / 2 rows each).
 // kConv_: a convolution's implicit GEMM (conv_gemm_plan.h): 1, operand A read as
 // 4-D boxes of an NHWC image (the forward and the input grad); 2, operand B so (the
-// weight grad), with the K steps split across blocks (Params::splits).
+// weight grad), with the K steps split across blocks (ConvParams::splits); 3, the
+// weight grad transposed (A the boxes, M-major; for 64 output channels, which fill
+// half of a 128-row tile as kConv 2's M), its D stored transposed.
 template <typename T_, int BM_, int BN_, int kStages_, bool kAK_, bool kBK_, bool kPing_ = false,
           int kConv_ = 0>
 struct Config {
@@ -108,7 +110,7 @@ struct Config {
   static_assert(kConv == 0 || (sizeof(T) == 2 && !kPing && BM == kConvTilePixels),
                 "the implicit GEMM: bf16, cooperative, 128-pixel row tiles");
   static_assert(kConv != 1 || (kAK && kBK), "conv A boxes: both operands K-major");
-  static_assert(kConv != 2 || (!kAK && !kBK), "conv B boxes: both operands M/N-major");
+  static_assert(kConv < 2 || (!kAK && !kBK), "conv weight grad: both operands M/N-major");
 };
 
 __host__ __device__ constexpr int ceil_div_i(int a, int b) {
@@ -129,7 +131,7 @@ __host__ __device__ inline void tile_coords(int t, int num_m, int num_n, int gro
 }
 
 // Work unit t of the persistent loop -> its tile (mb, nb) and K steps [kb0, kb1):
-// the whole K of tile t, or with the weight grad's split (kConv 2) split t % splits
+// the whole K of tile t, or with the weight grad's split (kConv 2, 3) split t % splits
 // of tile t / splits.
 // The plain GEMM's (kConv 0) code is left as it was: only the weight grad decodes.
 __host__ __device__ __forceinline__ void split_coords(int t, int splits, int kper, int kblocks,
@@ -384,13 +386,15 @@ __device__ __forceinline__ void store_chunk(const float* scratch, const Params& 
 // channels-first (conv_out_offset; `pixels` per image), no bias or activation. Lane l
 // covers row l % 16 and every other column from col0 + l / 16, so each store writes
 // two runs of 16 consecutive pixels (32 bytes in bf16) of two channels.
+// The transposed weight grad (kConv 3) stores this way too, with pixels = m: D(r, o)
+// at o m + r, plus its split's offset.
 template <typename O>
 __device__ __forceinline__ void store_chunk_nchw(const float* scratch, const Params& p, int row0,
-                                                 int col0, int pixels) {
+                                                 int col0, int pixels, int64_t d_offset = 0) {
   const int lane = threadIdx.x % 32;
   const int r = lane % 16, row = row0 + r;
   if (row >= p.m) return;
-  O* d = static_cast<O*>(p.d);
+  O* d = static_cast<O*>(p.d) + d_offset;
   const int64_t base = conv_out_offset(row, 0, p.n, pixels);
 #pragma unroll 4
   for (int j = 0; j < kChunk / 2; ++j) {
@@ -465,7 +469,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       uint32_t phase = 0;
       for (int ti = 0, t = blockIdx.x; t < p.num_tiles; ++ti, t += gridDim.x) {
         int mb, nb, tile = t, split = 0, kb0 = 0, kb1 = kblocks;
-        if constexpr (C::kConv == 2)
+        if constexpr (C::kConv >= 2)
           split_coords(t, cp.splits, cp.kper, kblocks, tile, split, kb0, kb1);
         tile_coords(tile, num_m, num_n, p.group_m, mb, nb);
         const int owner = C::kPing ? ti & 1 : 0;  // whose full barriers this tile's stages arm
@@ -475,6 +479,11 @@ __global__ void __launch_bounds__(kThreads, 1)
           mbar_arrive_expect_tx(fb, C::kStageBytes);
           if constexpr (C::kConv == 1) {
             tma_load_4d(a_tile(stage), &map_a, fb, conv_a_box(cp.boxes, mb, BM, kb));
+          } else if constexpr (C::kConv == 3) {
+#pragma unroll
+            for (int i = 0; i < BM / 64; ++i)
+              tma_load_4d(a_tile(stage) + i * BK * 128, &map_a, fb,
+                          conv_b_box(cp.boxes, mb * BM + 64 * i, kb));
           } else if constexpr (C::kAK) {
             tma_load_2d(a_tile(stage), &map_a, fb, kb * BK, mb * BM);
           } else {
@@ -591,7 +600,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int i = first, t = blockIdx.x + first * gridDim.x; t < p.num_tiles;
          i += every, t += every * gridDim.x) {
       int mb, nb, tile = t, split = 0, kb0 = 0, kb1 = kblocks;
-      if constexpr (C::kConv == 2)
+      if constexpr (C::kConv >= 2)
         split_coords(t, cp.splits, cp.kper, kblocks, tile, split, kb0, kb1);
       tile_coords(tile, num_m, num_n, p.group_m, mb, nb);
       // The stage of the unit's first K step: units of unequal K (the weight grad's
@@ -647,7 +656,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       const size_t pair_bytes = p.out_f32 ? 8 : 4;
       const bool paired = (p.ldc % 2) == 0 && reinterpret_cast<uintptr_t>(p.d) % pair_bytes == 0 &&
                           reinterpret_cast<uintptr_t>(p.pre) % pair_bytes == 0;
-      const int64_t d_offset = C::kConv == 2 ? split * cp.split_stride : 0;
+      const int64_t d_offset = C::kConv >= 2 ? split * cp.split_stride : 0;
 #pragma unroll
       for (int w = 0; w < C::kWM; ++w) {
         const int row0 = mb * BM + wg_row0 + 64 * w + 16 * (warp % 4);
@@ -661,6 +670,8 @@ __global__ void __launch_bounds__(kThreads, 1)
               store_chunk_nchw<float>(scratch, p, row0, nb * BN + c * kChunk, pixels);
             else
               store_chunk_nchw<__nv_bfloat16>(scratch, p, row0, nb * BN + c * kChunk, pixels);
+          } else if constexpr (C::kConv == 3) {  // D (r, o) at o m + r: float32 parts
+            store_chunk_nchw<float>(scratch, p, row0, nb * BN + c * kChunk, p.m, d_offset);
           } else {
             with_activation(p.act, [&](auto act) {
               if (p.out_f32)
@@ -701,7 +712,7 @@ void launch_config(const CUtensorMap& map_a, const CUtensorMap& map_b, Params p,
                    const Sm90Tuning& tuning, cudaStream_t stream, const ConvParams& cp = {}) {
   const int num_m = ceil_div_i(p.m, C::BM), num_n = ceil_div_i(p.n, C::BN);
   // Work units: tiles, times the K splits of the weight grad's implicit GEMM.
-  const int total = num_m * num_n * (C::kConv == 2 ? cp.splits : 1);
+  const int total = num_m * num_n * (C::kConv >= 2 ? cp.splits : 1);
   p.num_tiles = tuning.max_tiles > 0 ? std::min(total, tuning.max_tiles) : total;
   int ctas = tuning.max_ctas > 0 ? tuning.max_ctas : sms;
   ctas = std::max(1, std::min(ctas, p.num_tiles));

@@ -53,7 +53,8 @@ void launch(Sm90Tile tile, Sm90Schedule schedule, const CUtensorMap& map_a,
 
 // The implicit GEMM of a convolution (conv_gemm_plan.h), bf16: kConv 1 with map_a
 // 4-D over the image and map_b 2-D K-major; kConv 2 with map_a 2-D M-major and map_b
-// 4-D. tile: k128x128 or k128x64 (cooperative).
+// 4-D; kConv 3 with map_a 4-D (read M-major) and map_b 2-D N-major. tile: k128x128 or
+// k128x64 (cooperative).
 template <int kConv>
 void launch_conv(Sm90Tile tile, const CUtensorMap& map_a, const CUtensorMap& map_b, Params p,
                  const ConvParams& conv, int sms, cudaStream_t stream);
@@ -73,6 +74,8 @@ extern template void launch<__nv_bfloat16, false, false>(Sm90Tile, Sm90Schedule,
 extern template void launch_conv<1>(Sm90Tile, const CUtensorMap&, const CUtensorMap&, Params,
                                     const ConvParams&, int, cudaStream_t);
 extern template void launch_conv<2>(Sm90Tile, const CUtensorMap&, const CUtensorMap&, Params,
+                                    const ConvParams&, int, cudaStream_t);
+extern template void launch_conv<3>(Sm90Tile, const CUtensorMap&, const CUtensorMap&, Params,
                                     const ConvParams&, int, cudaStream_t);
 extern template void launch<float, true, true>(Sm90Tile, Sm90Schedule, const CUtensorMap&,
                                                const CUtensorMap&, Params, int, const Sm90Tuning&,
