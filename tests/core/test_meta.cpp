@@ -183,17 +183,16 @@ TEST_CASE("meta/mirror: linear_cross_entropy holds one chunk of logits, not all 
   CHECK(chunked < 2 * logits_bytes * chunk / rows + 8 * classes * in + 12 * rows * in);
 }
 
-TEST_CASE("meta/mirror: linear_cross_entropy sums a float64 weight's shares itself, not in the "
-          "GEMM") {
+TEST_CASE(
+    "meta/mirror: linear_cross_entropy sums a float64 weight's shares itself, not in the "
+    "GEMM") {
   // Under autocast a float32 input with a float64 weight computes in bfloat16, the
   // weight's gradient float64. The weight-gradient GEMM writes float32 or the compute
   // dtype only, so it takes the chunks' shares of a float32 weight's gradient and none
   // of a float64 one's (those are products cast and added).
   struct Shares final : MetaKernelObserver {
     int gemm_shares = 0;
-    void linear_weight_grad_fused(const kernels::LinearWeightGradArgs&) override {
-      ++gemm_shares;
-    }
+    void linear_weight_grad_fused(const kernels::LinearWeightGradArgs&) override { ++gemm_shares; }
   };
   auto shares_of = [](DType weight_dtype) {
     Shares heard;
