@@ -224,8 +224,9 @@ Tensor adaptive_avg_pool2d(const Tensor& input, Int2 output_size);
 Tensor batch_norm(const Tensor& input, const Tensor& running_mean, const Tensor& running_var,
                   const Tensor& weight = Tensor(), const Tensor& bias = Tensor(),
                   bool training = true, double momentum = 0.1, double eps = 1e-5);
-// relu(batch_norm(...)) in one op: on CUDA one pass each way (the ReLU's mask
-// recomputed in backward from the input, nothing more saved); elsewhere composed.
+// relu(batch_norm(...)) in one op: on CUDA inside the fused batch-norm kernels, the
+// ReLU adding no pass of its own (its mask recomputed in backward from the input,
+// no tensor more saved); elsewhere composed.
 Tensor batch_norm_relu(const Tensor& input, const Tensor& running_mean, const Tensor& running_var,
                        const Tensor& weight = Tensor(), const Tensor& bias = Tensor(),
                        bool training = true, double momentum = 0.1, double eps = 1e-5);
