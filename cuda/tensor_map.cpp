@@ -30,6 +30,18 @@ PFN_cuTensorMapEncodeTiled_v12000 encoder() {
   return fn;
 }
 
+// cuTensorMapEncodeTiled with ember's settings: bf16 or fp32, 128-byte swizzle, 256-byte
+// L2 promotion, zeros out of range.
+CUresult encode_tiled(CUtensorMap& map, DType dtype, cuuint32_t rank, const void* base,
+                      const cuuint64_t* dims, const cuuint64_t* strides, const cuuint32_t* box,
+                      const cuuint32_t* elem_strides) {
+  const CUtensorMapDataType type =
+      dtype == DType::BFloat16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT32;
+  return encoder()(&map, type, rank, const_cast<void*>(base), dims, strides, box, elem_strides,
+                   CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                   CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+}
+
 }  // namespace
 
 const char* tensor_map_unsupported(DType dtype, const void* base, int64_t inner, int64_t outer,
@@ -61,12 +73,7 @@ CUtensorMap make_tensor_map_2d(DType dtype, const void* base, int64_t inner, int
   const cuuint32_t box[2] = {static_cast<cuuint32_t>(box_inner),
                              static_cast<cuuint32_t>(box_outer)};
   const cuuint32_t elem_strides[2] = {1, 1};
-  const CUtensorMapDataType type =
-      dtype == DType::BFloat16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT32;
-  const CUresult r =
-      encoder()(&map, type, 2, const_cast<void*>(base), dims, strides, box, elem_strides,
-                CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  const CUresult r = encode_tiled(map, dtype, 2, base, dims, strides, box, elem_strides);
   EMBER_CHECK(r == CUDA_SUCCESS, "tensor map: cuTensorMapEncodeTiled failed with CUresult ",
               static_cast<int>(r), " (", dtype, ", ", outer, " x ", inner, ", row stride ", ld,
               ", box ", box_outer, " x ", box_inner, ")");
@@ -104,12 +111,7 @@ CUtensorMap make_tensor_map_4d(DType dtype, const void* base, const int64_t (&di
                 " is not a positive multiple of 16 bytes below 2^40 bytes");
     gstrides[i] = static_cast<cuuint64_t>(bytes);
   }
-  const CUtensorMapDataType type =
-      dtype == DType::BFloat16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT32;
-  const CUresult r =
-      encoder()(&map, type, 4, const_cast<void*>(base), gdims, gstrides, gbox, gelem,
-                CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  const CUresult r = encode_tiled(map, dtype, 4, base, gdims, gstrides, gbox, gelem);
   EMBER_CHECK(r == CUDA_SUCCESS, "tensor map: cuTensorMapEncodeTiled failed with CUresult ",
               static_cast<int>(r), " (4-D ", dtype, ", dims ", dims[0], " x ", dims[1], " x ",
               dims[2], " x ", dims[3], ", box ", box[0], " x ", box[1], " x ", box[2], " x ",

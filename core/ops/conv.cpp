@@ -248,12 +248,6 @@ bool implicit_setting() {
   return v == 1;
 }
 
-// The kernel-table query of one pass of the implicit GEMM (kernel_families.h).
-kernels::ConvGemmQuery conv_gemm_query(Device d, DType t, int pass,
-                                       const kernels::ConvGemmShape& s) {
-  return {d, t, pass, s};
-}
-
 kernels::ConvGemmShape conv_gemm_shape(const Geometry& g, int64_t n, int64_t c, int64_t o) {
   return {n,
           c,
@@ -279,11 +273,11 @@ bool implicit_gemm(const Tensor& x, const Tensor& weight, const kernels::ConvGem
   if (!implicit_setting() || x.dtype() != kBFloat16) return false;
   const kernels::KernelTable& k = kernels::kernels_for(x.device());
   const Device d = x.device();
-  if (!k.conv_gemm_supported(conv_gemm_query(d, kBFloat16, 0, s))) return false;
-  if (any_requires_grad({&x}) && !k.conv_gemm_supported(conv_gemm_query(d, kBFloat16, 1, s)))
+  if (!k.conv_gemm_supported(kernels::ConvGemmQuery{d, kBFloat16, 0, s})) return false;
+  if (any_requires_grad({&x}) && !k.conv_gemm_supported(kernels::ConvGemmQuery{d, kBFloat16, 1, s}))
     return false;
   return !any_requires_grad({&weight}) ||
-         k.conv_gemm_supported(conv_gemm_query(d, kBFloat16, 2, s));
+         k.conv_gemm_supported(kernels::ConvGemmQuery{d, kBFloat16, 2, s});
 }
 
 // (A, B, C, D) -> (A, C, D, B), contiguous: NCHW to channels-last (and a weight
@@ -323,7 +317,7 @@ Tensor conv2d_implicit(const Tensor& x, const Tensor& weight, const kernels::Con
           kt.conv_gemm({d, kBFloat16, 1, s, d_yh.raw_data(), wt.raw_data(), d_x.raw_data(), 1});
         }
         if (gw) {
-          const kernels::ConvGemmQuery q = conv_gemm_query(d, kBFloat16, 2, s);
+          const kernels::ConvGemmQuery q = kernels::ConvGemmQuery{d, kBFloat16, 2, s};
           const auto splits = static_cast<int64_t>(kt.conv_gemm_splits(q));
           const Tensor parts =
               empty({splits, s.o, s.kh * s.kw * s.c}, TensorOptions(kFloat32).device(d));

@@ -169,6 +169,16 @@ __device__ __forceinline__ float affine_value(float v, float mu, float scale, fl
   return (v - mu) * scale + shift;
 }
 
+// The fused ReLU's backward: g (the gradient of max(0, y)) zeroed where y, recomputed
+// from x's values v, was not positive.
+template <int V>
+__device__ __forceinline__ void mask_relu(float (&g)[V], const float (&v)[V], float mu, float scale,
+                                          float shift) {
+#pragma unroll
+  for (int i = 0; i < V; ++i)
+    if (!(affine_value(v[i], mu, scale, shift) > 0.f)) g[i] = 0.f;
+}
+
 // y = (x - mean) invstd w + b over the whole tensor (kRelu: then max(0, .)): vecs
 // vectors, mv per run of M. P: the per-channel parameters' type (S, or float under
 // autocast's mix).
@@ -219,10 +229,9 @@ __global__ void __launch_bounds__(kThreads)
     float g[V], v[V];
     load<S, V>(dy + off, g);
     load<S, V>(x + off, v);
+    if constexpr (kRelu) mask_relu(g, v, mu, scale, shift);
 #pragma unroll
     for (int i = 0; i < V; ++i) {
-      if constexpr (kRelu)
-        if (!(affine_value(v[i], mu, scale, shift) > 0.f)) g[i] = 0.f;
       acc.a += g[i];
       acc.b += g[i] * (v[i] - mu);
     }
@@ -272,22 +281,16 @@ __global__ void __launch_bounds__(kThreads)
     const I c = (k / mv) % channels;
     const float r = invstd[c];
     const float a = r * (w != nullptr ? widen(w[c]) : 1.f);
-    float g[V];
+    float g[V], v[V];
     load<S, V>(dy + static_cast<int64_t>(k) * V, g);
+    if constexpr (kRelu || kTraining) load<S, V>(x + static_cast<int64_t>(k) * V, v);
     if constexpr (kRelu) {
-      const float mu = mean[c];
       float scale, shift;
       channel_affine(invstd, w, b, c, scale, shift);
-      float v[V];
-      load<S, V>(x + static_cast<int64_t>(k) * V, v);
-#pragma unroll
-      for (int i = 0; i < V; ++i)
-        if (!(affine_value(v[i], mu, scale, shift) > 0.f)) g[i] = 0.f;
+      mask_relu(g, v, mean[c], scale, shift);
     }
     if constexpr (kTraining) {
       const float mu = mean[c], mean_dy = coef[c], mean_dyx = coef[channels + c];
-      float v[V];
-      load<S, V>(x + static_cast<int64_t>(k) * V, v);
 #pragma unroll
       for (int i = 0; i < V; ++i) g[i] = a * (g[i] - mean_dy - (v[i] - mu) * r * mean_dyx);
     } else {

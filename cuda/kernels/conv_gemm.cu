@@ -57,9 +57,6 @@ bool runs_sm90(int device) {
   if (device_count() == 0) return true;
   return sm90_gemm_unsupported(DType::BFloat16, 0, 0, 0, {}, {}, {}, device)[0] == '\0';
 }
-int sms_of(int device) {
-  return device_count() == 0 ? kSplitBlocks : sm_count(device);
-}
 
 // The weight grad's K split: enough parts that the tiles times the parts fill
 // kSplitBlocks blocks once, each part of kper K steps, none empty.
@@ -129,7 +126,7 @@ void conv_gemm(const kernels::ConvGemmArgs& a) {
   const ConvShape s = shape_of(a.shape);
   const ConvPass pass = static_cast<ConvPass>(a.pass);
   const sm90::ConvGemmSizes g = sm90::conv_gemm_sizes(s, pass);
-  const int sms = sms_of(a.device.index);
+  const int sms = sm_count(a.device.index);
   const Sm90Tile tile = tile_for(g.n);
   const int bn = tile_columns(tile);
   sm90::Params p{};

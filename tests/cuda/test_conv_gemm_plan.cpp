@@ -100,82 +100,72 @@ double w_at(const Problem& p, int64_t o, int64_t c, int64_t ki, int64_t kj) {
   return p.w[((o * s.c + c) * s.kh + ki) * s.kw + kj];
 }
 
+// f(ni, i, j, hi, wi, ki, kj) for every output pixel (ni, i, j) and tap (ki, kj)
+// whose input pixel (hi, wi) lies inside the image: the convolution's terms.
+template <typename F>
+void for_each_term(const ConvShape& s, F&& f) {
+  for (int64_t ni = 0; ni < s.n; ++ni)
+    for (int64_t i = 0; i < s.oh; ++i)
+      for (int64_t j = 0; j < s.ow; ++j)
+        for (int64_t ki = 0; ki < s.kh; ++ki)
+          for (int64_t kj = 0; kj < s.kw; ++kj) {
+            const int64_t hi = i * s.sh - s.ph + ki * s.dh, wi = j * s.sw - s.pw + kj * s.dw;
+            if (hi >= 0 && hi < s.h && wi >= 0 && wi < s.w) f(ni, i, j, hi, wi, ki, kj);
+          }
+}
+
 // The definitions: y (n, o, oh, ow), d_x (n, c, h, w) (channels-first, as the kernel
 // writes them), d_w (o, kh, kw, c).
 V reference_y(const Problem& p) {
   const ConvShape& s = p.s;
   V y(static_cast<size_t>(s.n * s.oh * s.ow * s.o), 0.0);
-  for (int64_t ni = 0; ni < s.n; ++ni)
-    for (int64_t i = 0; i < s.oh; ++i)
-      for (int64_t j = 0; j < s.ow; ++j)
-        for (int64_t o = 0; o < s.o; ++o) {
-          double acc = 0;
-          for (int64_t ki = 0; ki < s.kh; ++ki)
-            for (int64_t kj = 0; kj < s.kw; ++kj) {
-              const int64_t hi = i * s.sh - s.ph + ki * s.dh, wi = j * s.sw - s.pw + kj * s.dw;
-              if (hi < 0 || hi >= s.h || wi < 0 || wi >= s.w) continue;
-              for (int64_t c = 0; c < s.c; ++c)
-                acc += p.x[((ni * s.h + hi) * s.w + wi) * s.c + c] * w_at(p, o, c, ki, kj);
-            }
-          y[((ni * s.o + o) * s.oh + i) * s.ow + j] = acc;
-        }
+  for_each_term(
+      s, [&](int64_t ni, int64_t i, int64_t j, int64_t hi, int64_t wi, int64_t ki, int64_t kj) {
+        for (int64_t o = 0; o < s.o; ++o)
+          for (int64_t c = 0; c < s.c; ++c)
+            y[((ni * s.o + o) * s.oh + i) * s.ow + j] +=
+                p.x[((ni * s.h + hi) * s.w + wi) * s.c + c] * w_at(p, o, c, ki, kj);
+      });
   return y;
 }
 
 V reference_dx(const Problem& p) {
   const ConvShape& s = p.s;
   V dx(static_cast<size_t>(s.n * s.h * s.w * s.c), 0.0);
-  for (int64_t ni = 0; ni < s.n; ++ni)
-    for (int64_t i = 0; i < s.oh; ++i)
-      for (int64_t j = 0; j < s.ow; ++j)
-        for (int64_t ki = 0; ki < s.kh; ++ki)
-          for (int64_t kj = 0; kj < s.kw; ++kj) {
-            const int64_t hi = i * s.sh - s.ph + ki * s.dh, wi = j * s.sw - s.pw + kj * s.dw;
-            if (hi < 0 || hi >= s.h || wi < 0 || wi >= s.w) continue;
-            for (int64_t o = 0; o < s.o; ++o)
-              for (int64_t c = 0; c < s.c; ++c)
-                dx[((ni * s.c + c) * s.h + hi) * s.w + wi] +=
-                    p.dy[((ni * s.oh + i) * s.ow + j) * s.o + o] * w_at(p, o, c, ki, kj);
-          }
+  for_each_term(
+      s, [&](int64_t ni, int64_t i, int64_t j, int64_t hi, int64_t wi, int64_t ki, int64_t kj) {
+        for (int64_t o = 0; o < s.o; ++o)
+          for (int64_t c = 0; c < s.c; ++c)
+            dx[((ni * s.c + c) * s.h + hi) * s.w + wi] +=
+                p.dy[((ni * s.oh + i) * s.ow + j) * s.o + o] * w_at(p, o, c, ki, kj);
+      });
   return dx;
 }
 
 V reference_dw(const Problem& p) {
   const ConvShape& s = p.s;
   V dw(static_cast<size_t>(s.o * s.kh * s.kw * s.c), 0.0);
-  for (int64_t ni = 0; ni < s.n; ++ni)
-    for (int64_t i = 0; i < s.oh; ++i)
-      for (int64_t j = 0; j < s.ow; ++j)
-        for (int64_t ki = 0; ki < s.kh; ++ki)
-          for (int64_t kj = 0; kj < s.kw; ++kj) {
-            const int64_t hi = i * s.sh - s.ph + ki * s.dh, wi = j * s.sw - s.pw + kj * s.dw;
-            if (hi < 0 || hi >= s.h || wi < 0 || wi >= s.w) continue;
-            for (int64_t o = 0; o < s.o; ++o)
-              for (int64_t c = 0; c < s.c; ++c)
-                dw[((o * s.kh + ki) * s.kw + kj) * s.c + c] +=
-                    p.dy[((ni * s.oh + i) * s.ow + j) * s.o + o] *
-                    p.x[((ni * s.h + hi) * s.w + wi) * s.c + c];
-          }
+  for_each_term(
+      s, [&](int64_t ni, int64_t i, int64_t j, int64_t hi, int64_t wi, int64_t ki, int64_t kj) {
+        for (int64_t o = 0; o < s.o; ++o)
+          for (int64_t c = 0; c < s.c; ++c)
+            dw[((o * s.kh + ki) * s.kw + kj) * s.c + c] +=
+                p.dy[((ni * s.oh + i) * s.ow + j) * s.o + o] *
+                p.x[((ni * s.h + hi) * s.w + wi) * s.c + c];
+      });
   return dw;
 }
 
-// The weight as the forward's B, (o, kh, kw, c), and the input grad's, (c, kh, kw, o).
-V weight_ohwc(const Problem& p) {
+// The weight as the forward's B, (o, kh, kw, c), or the input grad's, (c, kh, kw, o).
+V weight_rows(const Problem& p, bool by_output) {
   const ConvShape& s = p.s;
+  const int64_t rows = by_output ? s.o : s.c, inner = by_output ? s.c : s.o;
   V out;
-  for (int64_t o = 0; o < s.o; ++o)
+  for (int64_t r = 0; r < rows; ++r)
     for (int64_t ki = 0; ki < s.kh; ++ki)
       for (int64_t kj = 0; kj < s.kw; ++kj)
-        for (int64_t c = 0; c < s.c; ++c) out.push_back(w_at(p, o, c, ki, kj));
-  return out;
-}
-V weight_chwo(const Problem& p) {
-  const ConvShape& s = p.s;
-  V out;
-  for (int64_t c = 0; c < s.c; ++c)
-    for (int64_t ki = 0; ki < s.kh; ++ki)
-      for (int64_t kj = 0; kj < s.kw; ++kj)
-        for (int64_t o = 0; o < s.o; ++o) out.push_back(w_at(p, o, c, ki, kj));
+        for (int64_t e = 0; e < inner; ++e)
+          out.push_back(by_output ? w_at(p, r, e, ki, kj) : w_at(p, e, r, ki, kj));
   return out;
 }
 
@@ -320,11 +310,11 @@ TEST_CASE(
   for (const Case& c : cases) {
     CAPTURE(c.name);
     const Problem p = make_problem(c.n, c.c, c.h, c.w, c.o, c.k, c.s, c.p, c.d);
-    check_equal(run_a_boxes(p.s, ConvPass::Forward, p.x, weight_ohwc(p)), reference_y(p),
+    check_equal(run_a_boxes(p.s, ConvPass::Forward, p.x, weight_rows(p, true)), reference_y(p),
                 "forward");
     if (c.input_grad)
-      check_equal(run_a_boxes(p.s, ConvPass::InputGrad, p.dy, weight_chwo(p)), reference_dx(p),
-                  "input grad");
+      check_equal(run_a_boxes(p.s, ConvPass::InputGrad, p.dy, weight_rows(p, false)),
+                  reference_dx(p), "input grad");
     if (c.o <= 64)
       for (int splits : {1, 3, 7}) {
         check_equal(run_b_boxes(p.s, p.x, p.dy, splits), reference_dw(p), "weight grad");
