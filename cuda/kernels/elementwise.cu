@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <type_traits>
@@ -18,6 +19,7 @@
 #include "cuda/kernels/elementwise.h"
 #include "cuda/kernels/kernel_helpers.cuh"
 #include "cuda/kernels/registration.h"
+#include "cuda/kernels/transpose_plan.h"
 #include "cuda/runtime.h"
 
 namespace ember::cuda {
@@ -164,6 +166,45 @@ __global__ void cast_kernel(const From* x, StridedLayout xl, To* y, StridedLayou
       store(y + yl.offset_of(i), v);
     }
   }
+}
+
+// A same-dtype copy that is a batched transpose (transpose_plan): 32 x 32 tiles, a
+// block of 32 x 8 threads. Each reads its tile along the source's contiguous rows
+// (i) and writes it along the output's contiguous columns (j), through shared memory
+// padded by one element so that the column reads do not share a bank (for 2- and
+// 4-byte elements; 8-byte ones two ways). T: an unsigned integer of the element's
+// size (a copy moves bits).
+template <typename T>
+__global__ void transpose_kernel(const T* __restrict__ x, T* __restrict__ y, TransposePlan p) {
+  constexpr int kTile = static_cast<int>(kTransposeTile), kRowsPerPass = 8;
+  __shared__ T tile[kTile][kTile + 1];
+  const int tx = static_cast<int>(threadIdx.x), ty = static_cast<int>(threadIdx.y);
+  const int64_t j0 = int64_t(blockIdx.x) * kTile, i0 = int64_t(blockIdx.y) * kTile;
+  for (int64_t b = blockIdx.z; b < p.batch; b += gridDim.z) {
+    const T* xb = x + p.offset + b * p.batch_stride;
+    T* yb = y + b * p.rows * p.cols;
+    for (int k = 0; k < kTile; k += kRowsPerPass) {
+      const int64_t i = i0 + tx, j = j0 + ty + k;
+      if (i < p.rows && j < p.cols) tile[ty + k][tx] = xb[i + j * p.col_stride];
+    }
+    __syncthreads();
+    for (int k = 0; k < kTile; k += kRowsPerPass) {
+      const int64_t i = i0 + ty + k, j = j0 + tx;
+      if (i < p.rows && j < p.cols) yb[i * p.cols + j] = tile[tx][ty + k];
+    }
+    __syncthreads();  // the tile is refilled for the next b
+  }
+}
+
+template <typename T>
+void launch_transpose(const void* x, void* y, int64_t y_offset, const TransposePlan& p,
+                      cudaStream_t stream) {
+  const dim3 grid(static_cast<unsigned>((p.cols + kTransposeTile - 1) / kTransposeTile),
+                  static_cast<unsigned>((p.rows + kTransposeTile - 1) / kTransposeTile),
+                  static_cast<unsigned>(std::min(p.batch, kTransposeMaxBatchBlocks)));
+  transpose_kernel<T><<<grid, dim3(32, 8), 0, stream>>>(static_cast<const T*>(x),
+                                                        static_cast<T*>(y) + y_offset, p);
+  EMBER_CUDA_CHECK(cudaGetLastError());
 }
 
 // ------------------------------------------------------------------ vectors
@@ -330,7 +371,8 @@ void dispatch_numeric(DType t, const char* op, F&& f) {
 
 // ------------------------------------------------------------------ vector path choice
 
-std::atomic<int> g_vectors{-1};  // -1: EMBER_ELEMENTWISE_VECTORS not read yet
+std::atomic<int> g_vectors{-1};    // -1: EMBER_ELEMENTWISE_VECTORS not read yet
+std::atomic<int> g_transpose{-1};  // -1: EMBER_TRANSPOSE_COPY not read yet
 
 // One operand of a vector launch: where it starts and how it is laid out.
 struct VecOperand {
@@ -371,6 +413,23 @@ template <typename S>
 constexpr bool vector_type = std::is_same_v<S, float> || std::is_same_v<S, __nv_bfloat16>;
 
 }  // namespace
+
+void set_transpose_copy(bool on) {
+  g_transpose.store(on ? 1 : 0, std::memory_order_relaxed);
+}
+
+bool transpose_copy() {
+  int v = g_transpose.load(std::memory_order_relaxed);
+  if (v < 0) [[unlikely]] {
+    const char* e = std::getenv("EMBER_TRANSPOSE_COPY");
+    const std::string s = e != nullptr ? e : "";
+    EMBER_CHECK(s.empty() || s == "0" || s == "1", "EMBER_TRANSPOSE_COPY must be 0 or 1, got '", s,
+                "'");
+    v = s == "1" ? 1 : 0;
+    g_transpose.store(v, std::memory_order_relaxed);
+  }
+  return v == 1;
+}
 
 void set_elementwise_vectors(bool on) {
   g_vectors.store(on ? 1 : 0, std::memory_order_relaxed);
@@ -554,6 +613,22 @@ KernelLaunch binary_kernel_launch(DType dtype, int64_t n) {
 void launch_cast(DType from, const void* x, const StridedLayout& xl, DType to, void* y,
                  const StridedLayout& yl, int64_t n, cudaStream_t stream) {
   if (n == 0) return;
+  if (from == to && transpose_copy()) {
+    if (const std::optional<TransposePlan> p = transpose_plan(xl, yl)) {
+      switch (element_size(from)) {
+        case 1:
+          return launch_transpose<uint8_t>(x, y, yl.offset, *p, stream);
+        case 2:
+          return launch_transpose<uint16_t>(x, y, yl.offset, *p, stream);
+        case 4:
+          return launch_transpose<uint32_t>(x, y, yl.offset, *p, stream);
+        case 8:
+          return launch_transpose<uint64_t>(x, y, yl.offset, *p, stream);
+        default:
+          break;
+      }
+    }
+  }
   dispatch_all(from, [&](auto* ftag) {
     using F = std::remove_pointer_t<decltype(ftag)>;
     dispatch_all(to, [&](auto* ttag) {

@@ -69,6 +69,13 @@ struct KernelLaunch {
   unsigned block = 0;
 };
 KernelLaunch binary_kernel_launch(DType dtype, int64_t n);
+// Whether launch_cast takes a tiled transpose kernel (32 x 32 tiles through shared
+// memory) for same-dtype copies into a contiguous output that are batched transposes
+// (cuda/kernels/transpose_plan.h: NCHW -> NHWC, a matrix's transpose made contiguous),
+// instead of the generic strided copy; the same bits either way. Off until the H200
+// has measured it: EMBER_TRANSPOSE_COPY=1 (or set_transpose_copy) turns it on.
+void set_transpose_copy(bool on);
+bool transpose_copy();
 // y = (to) x, any pair of dtypes.
 void launch_cast(DType from, const void* x, const StridedLayout& xl, DType to, void* y,
                  const StridedLayout& yl, int64_t n, cudaStream_t stream);
