@@ -235,7 +235,7 @@ bool implicit_setting() {
   int v = g_conv_implicit.load(std::memory_order_relaxed);
   if (v < 0) {
     const char* e = std::getenv("EMBER_CONV_IMPLICIT");
-    v = 0;
+    v = 1;
     if (e != nullptr && *e != '\0') {
       EMBER_CHECK(std::strcmp(e, "0") == 0 || std::strcmp(e, "1") == 0,
                   "EMBER_CONV_IMPLICIT must be 0 or 1, got \"", e, "\"");
