@@ -1,7 +1,7 @@
 // When a copy is a batched transpose, and which: the host-side half of the tiled
 // transpose kernel that launch_cast takes for same-dtype copies into a contiguous
 // output (cuda/kernels/elementwise.cu, set_transpose_copy). Plain C++, so that the
-// CPU tests replay every element's address (tests/cuda/test_transpose_plan.cpp).
+// CPU tests replay every element's address (tests/cuda/test_kernels_transpose.cpp).
 //
 // The generic strided copy (one element a thread, its source offset from a division
 // per dimension) reads a permuted image such as NCHW -> NHWC one element per 32-byte
@@ -39,10 +39,10 @@ inline constexpr int64_t kTransposeMaxBatchBlocks = 1024;
 
 // The plan for copying n elements laid out as src into dst (the same logical shape,
 // src's sizes and strides over it), or nothing where the copy is not such a
-// transpose: dst not contiguous, fewer than three dimensions left after merging the
-// source's (size-1 dimensions dropped, adjacent ones merged where the source's strides
-// chain), the source already contiguous along the output's innermost dimension, no
-// dimension of stride 1 before it, or a side under kTransposeMinSide.
+// transpose: dst not contiguous, other than two or three dimensions left after merging
+// the source's (size-1 dimensions dropped, adjacent ones merged where the source's
+// strides chain), the source already contiguous along the output's innermost dimension,
+// the dimension before it not of stride 1, or a side under kTransposeMinSide.
 inline std::optional<TransposePlan> transpose_plan(const StridedLayout& src,
                                                    const StridedLayout& dst) {
   if (!dst.contiguous || src.contiguous || src.ndim < 2) return std::nullopt;
