@@ -422,9 +422,14 @@ struct ColumnCase {
   Int2 s, p, d;
 };
 const std::vector<ColumnCase> kColumnCases = {
-    {2, 3, 7, 6, 3, 3, {1, 1}, {1, 1}, {1, 1}}, {1, 4, 9, 8, 3, 2, {2, 3}, {1, 0}, {1, 2}},
-    {2, 2, 5, 5, 3, 3, {1, 1}, {2, 2}, {2, 2}}, {1, 2, 4, 11, 1, 5, {1, 2}, {0, 2}, {1, 1}},
+    {2, 3, 7, 6, 3, 3, {1, 1}, {1, 1}, {1, 1}},
+    {1, 4, 9, 8, 3, 2, {2, 3}, {1, 0}, {1, 2}},
+    {2, 2, 5, 5, 3, 3, {1, 1}, {2, 2}, {2, 2}},
+    {1, 2, 4, 11, 1, 5, {1, 2}, {0, 2}, {1, 1}},
     {3, 1, 6, 6, 2, 2, {2, 2}, {0, 0}, {1, 1}},
+    // Strides 4 and 2 with a dilation: col2im's shift path past stride 2 (the case of
+    // strides 2 and 3 above takes its division path).
+    {1, 2, 11, 9, 3, 2, {4, 2}, {1, 0}, {2, 1}},
 };
 
 // unfold, fold, conv2d's three gradients and max_pool2d's gradient (padding,
