@@ -142,8 +142,9 @@ __device__ __forceinline__ void store_run(S* p, const S (&v)[kVec<S>], bool vec,
 // kernel offset (ki, kj), if any: t = pixel - offset must be a multiple of the stride.
 // kUnitStride: t itself. kPow2Stride: a shift and a mask. kAnyStride: two integer
 // divisions per pixel and offset (nine offsets, eight pixels a thread: 144 divisions
-// per thread for a 3x3 kernel, which made the stride-2 col2im of ResNet-8's bf16 step
-// ~96 us a call on the H200, 2026-12-05, where its bytes come to ~20 us).
+// per thread for a 3x3 kernel; by count, ~0.1 ms of instructions for the stride-2
+// col2im of ResNet-8's bf16 step, whose calls took ~96 us on the H200, 2026-12-05,
+// where their bytes come to ~20 us. benchmarks/NOTES.md, "col2im's stride-2 divisions").
 enum StrideKind { kUnitStride, kPow2Stride, kAnyStride };
 
 // x[p, i0 .. i0 + kVec - 1] (the plane's pixels in row-major order): each the sum over
