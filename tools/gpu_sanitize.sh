@@ -88,6 +88,17 @@ if [ -z "$commit" ]; then
   fi
 fi
 tools=${EMBER_GPU_SANITIZERS:-memcheck racecheck initcheck synccheck}
+for t in $tools; do
+  case "$t" in
+    memcheck | racecheck | initcheck | synccheck) ;;
+    *)
+      echo "gpu_sanitize: EMBER_GPU_SANITIZERS names '$t'; the tools are memcheck," \
+           "racecheck, initcheck and synccheck (space-separated)" >&2
+      exit 2
+      ;;
+  esac
+done
+[ -n "${tools// /}" ] || { echo "gpu_sanitize: EMBER_GPU_SANITIZERS names no tool" >&2; exit 2; }
 suites=${EMBER_GPU_SANITIZE_SUITES:-cuda,cuda_sm90}
 user_cases=${EMBER_GPU_SANITIZE_CASES:-}
 max_jobs=${EMBER_GPU_SANITIZE_JOBS:-6}
@@ -486,6 +497,30 @@ for bin in "$build"/tests/ember_tests_${EMBER_GPU_SANITIZE_ONLY:-*}; do
     done
   done
 done
+# Longest first, so that a deadline stops the fewest: the slow cases and the parallel
+# binary (placed first above), then racecheck's runs, initcheck's, memcheck's and
+# synccheck's. On the H200 at bb009a2 (16 at a time, shards of 3) core's racecheck shards
+# took 100-280 s against 40-160 s under initcheck, 5-125 under memcheck and 5-85 under
+# synccheck; in tool order the cuda binary's initcheck and synccheck shards never started
+# before a 540 s deadline.
+order_runs() {
+  local pass entry bin tool variant front
+  local -a ordered=()
+  for pass in first racecheck initcheck memcheck synccheck; do
+    for entry in "${runs[@]}"; do
+      IFS='|' read -r bin tool variant _ <<<"$entry"
+      front=0
+      [[ "$variant" == slow* || "$(basename "$bin")" == ember_tests_parallel ]] && front=1
+      if [ "$pass" = first ]; then
+        [ "$front" = 1 ] && ordered+=("$entry")
+      elif [ "$front" = 0 ] && [ "$tool" = "$pass" ]; then
+        ordered+=("$entry")
+      fi
+    done
+  done
+  runs=("${ordered[@]}")
+}
+order_runs
 launch() {  # entry
   local bin tool variant args
   IFS='|' read -r bin tool variant args <<<"$1"
@@ -607,6 +642,12 @@ for entry in "${runs[@]}" "${serial[@]}"; do
   elif [ "$variant" != "" ] && [ "${ran:-0}" -eq 0 ]; then
     rc=1
     note=" (the named test case matched nothing: fix the list in tools/gpu_sanitize.sh)"
+  elif [ "$rc" = 0 ] && [ -z "$ran" ]; then
+    rc=1  # exit 0 is not clean unless the tests and the tool both said how it went
+    note=" (exit 0, but no doctest summary in the log)"
+  elif [ "$rc" = 0 ] && [ -z "$errors" ]; then
+    rc=1
+    note=" (exit 0, but no $tool summary in the log)"
   fi
   if [ "$rc" = not-started ]; then
     note=" (not started: EMBER_GPU_SANITIZE_DEADLINE=${deadline}s had come, less ${deadline_reserve}s for the replay)"
