@@ -412,6 +412,20 @@ constexpr int pack_of() {
 template <typename S>
 constexpr bool vector_type = std::is_same_v<S, float> || std::is_same_v<S, __nv_bfloat16>;
 
+// A switch read once from the environment variable `name` ("0", "1"; unset or empty: 0)
+// into `state` (-1 until then), or as set since.
+bool env_switch(std::atomic<int>& state, const char* name) {
+  int v = state.load(std::memory_order_relaxed);
+  if (v < 0) [[unlikely]] {
+    const char* e = std::getenv(name);
+    const std::string s = e != nullptr ? e : "";
+    EMBER_CHECK(s.empty() || s == "0" || s == "1", name, " must be 0 or 1, got '", s, "'");
+    v = s == "1" ? 1 : 0;
+    state.store(v, std::memory_order_relaxed);
+  }
+  return v == 1;
+}
+
 }  // namespace
 
 void set_transpose_copy(bool on) {
@@ -419,16 +433,7 @@ void set_transpose_copy(bool on) {
 }
 
 bool transpose_copy() {
-  int v = g_transpose.load(std::memory_order_relaxed);
-  if (v < 0) [[unlikely]] {
-    const char* e = std::getenv("EMBER_TRANSPOSE_COPY");
-    const std::string s = e != nullptr ? e : "";
-    EMBER_CHECK(s.empty() || s == "0" || s == "1", "EMBER_TRANSPOSE_COPY must be 0 or 1, got '", s,
-                "'");
-    v = s == "1" ? 1 : 0;
-    g_transpose.store(v, std::memory_order_relaxed);
-  }
-  return v == 1;
+  return env_switch(g_transpose, "EMBER_TRANSPOSE_COPY");
 }
 
 void set_elementwise_vectors(bool on) {
@@ -436,16 +441,7 @@ void set_elementwise_vectors(bool on) {
 }
 
 bool elementwise_vectors() {
-  int v = g_vectors.load(std::memory_order_relaxed);
-  if (v < 0) [[unlikely]] {
-    const char* e = std::getenv("EMBER_ELEMENTWISE_VECTORS");
-    const std::string s = e != nullptr ? e : "";
-    EMBER_CHECK(s.empty() || s == "0" || s == "1",
-                "EMBER_ELEMENTWISE_VECTORS must be 0 or 1, got '", s, "'");
-    v = s == "1" ? 1 : 0;
-    g_vectors.store(v, std::memory_order_relaxed);
-  }
-  return v == 1;
+  return env_switch(g_vectors, "EMBER_ELEMENTWISE_VECTORS");
 }
 
 void launch_unary(UnaryOp op, DType dtype, const void* x, const StridedLayout& xl, void* y,
