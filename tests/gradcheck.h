@@ -2,6 +2,7 @@
 //  - gradcheck: autograd's gradients against central finite differences, in
 //    float64 on CPU, naming the input and element that disagree;
 //  - rel_error: ||out - ref|| / ||ref|| in double, +inf for any NaN;
+//  - same_bits: the same dtype, shape and bytes (bit-for-bit results, NaNs included);
 //  - cuda_vs_cpu, grad_cuda_vs_cpu: an op (and its gradients) on CUDA against the
 //    CPU reference on the same values;
 //  - check_close: a tensor's elements against hand-computed values, each to `tol`;
@@ -13,6 +14,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <functional>
 #include <limits>
 #include <random>
@@ -50,6 +52,15 @@ inline double rel_error(const Tensor& out, const Tensor& ref) {
   }
   if (num == 0.0) return 0.0;
   return den == 0.0 ? std::sqrt(num) : std::sqrt(num) / std::sqrt(den);
+}
+
+// Whether a and b have the same dtype, shape and bytes, on whatever device (both
+// undefined counts as the same).
+inline bool same_bits(const Tensor& a, const Tensor& b) {
+  if (!a.defined() || !b.defined()) return a.defined() == b.defined();
+  if (a.dtype() != b.dtype() || a.sizes() != b.sizes()) return false;
+  const Tensor ca = a.to(kCPU).contiguous(), cb = b.to(kCPU).contiguous();
+  return ca.nbytes() == 0 || std::memcmp(ca.raw_data(), cb.raw_data(), ca.nbytes()) == 0;
 }
 
 // Row-major multi-index of element `linear` in `sizes`, as "[i, j, ...]".

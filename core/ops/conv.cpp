@@ -22,6 +22,7 @@
 #include "core/alloc_site.h"
 #include "core/autocast.h"
 #include "core/autograd.h"
+#include "core/base/env_switch.h"
 #include "core/kernel_table.h"
 #include "core/ops.h"
 
@@ -232,20 +233,7 @@ Tensor gather_columns(const Tensor& x, const Geometry& g, double pad_value) {
 std::atomic<int> g_conv_implicit{-1};
 
 bool implicit_setting() {
-  int v = g_conv_implicit.load(std::memory_order_relaxed);
-  if (v < 0) {
-    const char* e = std::getenv("EMBER_CONV_IMPLICIT");
-    v = 1;
-    if (e != nullptr && *e != '\0') {
-      EMBER_CHECK(std::strcmp(e, "0") == 0 || std::strcmp(e, "1") == 0,
-                  "EMBER_CONV_IMPLICIT must be 0 or 1, got \"", e, "\"");
-      v = e[0] == '1' ? 1 : 0;
-    }
-    int expected = -1;
-    g_conv_implicit.compare_exchange_strong(expected, v, std::memory_order_relaxed);
-    v = g_conv_implicit.load(std::memory_order_relaxed);
-  }
-  return v == 1;
+  return env_switch(g_conv_implicit, "EMBER_CONV_IMPLICIT", true);
 }
 
 kernels::ConvGemmShape conv_gemm_shape(const Geometry& g, int64_t n, int64_t c, int64_t o) {
@@ -317,7 +305,7 @@ Tensor conv2d_implicit(const Tensor& x, const Tensor& weight, const kernels::Con
           kt.conv_gemm({d, kBFloat16, 1, s, d_yh.raw_data(), wt.raw_data(), d_x.raw_data(), 1});
         }
         if (gw) {
-          const kernels::ConvGemmQuery q = kernels::ConvGemmQuery{d, kBFloat16, 2, s};
+          const kernels::ConvGemmQuery q{d, kBFloat16, 2, s};
           const auto splits = static_cast<int64_t>(kt.conv_gemm_splits(q));
           const Tensor parts =
               empty({splits, s.o, s.kh * s.kw * s.c}, TensorOptions(kFloat32).device(d));

@@ -14,6 +14,7 @@
 
 #include <cuda_bf16.h>
 
+#include "core/base/env_switch.h"
 #include "core/base/random.h"
 #include "cuda/check.h"
 #include "cuda/kernels/elementwise.h"
@@ -412,20 +413,6 @@ constexpr int pack_of() {
 template <typename S>
 constexpr bool vector_type = std::is_same_v<S, float> || std::is_same_v<S, __nv_bfloat16>;
 
-// A switch read once from the environment variable `name` ("0", "1"; unset or empty: 0)
-// into `state` (-1 until then), or as set since.
-bool env_switch(std::atomic<int>& state, const char* name) {
-  int v = state.load(std::memory_order_relaxed);
-  if (v < 0) [[unlikely]] {
-    const char* e = std::getenv(name);
-    const std::string s = e != nullptr ? e : "";
-    EMBER_CHECK(s.empty() || s == "0" || s == "1", name, " must be 0 or 1, got '", s, "'");
-    v = s == "1" ? 1 : 0;
-    state.store(v, std::memory_order_relaxed);
-  }
-  return v == 1;
-}
-
 }  // namespace
 
 void set_transpose_copy(bool on) {
@@ -433,7 +420,7 @@ void set_transpose_copy(bool on) {
 }
 
 bool transpose_copy() {
-  return env_switch(g_transpose, "EMBER_TRANSPOSE_COPY");
+  return env_switch(g_transpose, "EMBER_TRANSPOSE_COPY", false);
 }
 
 void set_elementwise_vectors(bool on) {
@@ -441,7 +428,7 @@ void set_elementwise_vectors(bool on) {
 }
 
 bool elementwise_vectors() {
-  return env_switch(g_vectors, "EMBER_ELEMENTWISE_VECTORS");
+  return env_switch(g_vectors, "EMBER_ELEMENTWISE_VECTORS", false);
 }
 
 void launch_unary(UnaryOp op, DType dtype, const void* x, const StridedLayout& xl, void* y,

@@ -41,6 +41,7 @@
 using namespace ember;
 using namespace ember::testing::optable;
 using ember::testing::rel_error;
+using ember::testing::same_bits;
 
 namespace {
 
@@ -167,13 +168,6 @@ uint64_t seed_of(size_t entry, size_t sample) {
 }
 
 // Bit-for-bit equality of two tensors' values (read back on the CPU).
-bool same_bits(const Tensor& a, const Tensor& b) {
-  if (!a.defined() || !b.defined()) return a.defined() == b.defined();
-  if (a.sizes() != b.sizes() || a.dtype() != b.dtype()) return false;
-  const Tensor ca = a.to(kCPU).contiguous(), cb = b.to(kCPU).contiguous();
-  return std::memcmp(ca.raw_data(), cb.raw_data(), ca.nbytes()) == 0;
-}
-
 // Runs one sample's check; an exception fails that sample (named by the INFO in
 // scope) instead of ending the whole table's test case.
 template <typename F>

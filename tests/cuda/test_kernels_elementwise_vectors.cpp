@@ -19,6 +19,7 @@
 using namespace ember;
 using ember::testing::randn64;
 using ember::testing::rel_error;
+using ember::testing::same_bits;
 
 namespace {
 
@@ -27,14 +28,6 @@ struct VectorsGuard {
   bool was = cuda::elementwise_vectors();
   ~VectorsGuard() { cuda::set_elementwise_vectors(was); }
 };
-
-// The same bytes (bit-for-bit equal results, NaNs included).
-bool same_bits(const Tensor& a, const Tensor& b) {
-  if (a.dtype() != b.dtype() || a.sizes() != b.sizes()) return false;
-  const Tensor ca = a.to(kCPU).contiguous(), cb = b.to(kCPU).contiguous();
-  return std::memcmp(ca.raw_data(), cb.raw_data(),
-                     static_cast<size_t>(ca.numel()) * element_size(ca.dtype())) == 0;
-}
 
 using Op = std::function<Tensor(const Tensor&, const Tensor&)>;
 

@@ -19,58 +19,39 @@ using namespace ember;
 using ember::cuda::transpose_plan;
 using ember::cuda::TransposePlan;
 using ember::testing::randn64;
+using ember::testing::same_bits;
 
 namespace {
 
 // A layout over sizes with the given strides (in the tensor's logical order).
-StridedLayout layout(const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides,
-                     int64_t offset = 0) {
+StridedLayout layout(const Shape& sizes, const Shape& strides, int64_t offset = 0) {
   StridedLayout l{};
   l.ndim = static_cast<int>(sizes.size());
-  int64_t expect = 1;
+  const Shape dense = contiguous_strides(sizes);
   l.contiguous = true;
-  for (int d = l.ndim - 1; d >= 0; --d) {
+  for (int d = 0; d < l.ndim; ++d) {
     l.sizes[d] = sizes[d];
     l.strides[d] = strides[d];
-    if (sizes[d] != 1 && strides[d] != expect) l.contiguous = false;
-    expect *= sizes[d];
+    if (sizes[d] != 1 && strides[d] != dense[d]) l.contiguous = false;
   }
   l.offset = offset;
   return l;
 }
 
-// The contiguous strides of sizes.
-std::vector<int64_t> contiguous_strides(const std::vector<int64_t>& sizes) {
-  std::vector<int64_t> s(sizes.size());
-  int64_t stride = 1;
-  for (size_t d = sizes.size(); d-- > 0;) {
-    s[d] = stride;
-    stride *= sizes[d];
-  }
-  return s;
-}
-
 // sizes and strides permuted: dimension d of the result is dimension perm[d] of the input.
-StridedLayout permuted(const std::vector<int64_t>& sizes, const std::vector<int>& perm,
-                       int64_t offset = 0) {
-  const std::vector<int64_t> s = contiguous_strides(sizes);
-  std::vector<int64_t> ps, pst;
+StridedLayout permuted(const Shape& sizes, const std::vector<int>& perm, int64_t offset = 0) {
+  const Shape dense = contiguous_strides(sizes);
+  Shape ps, pst;
   for (int d : perm) {
     ps.push_back(sizes[d]);
-    pst.push_back(s[d]);
+    pst.push_back(dense[d]);
   }
   return layout(ps, pst, offset);
 }
 
-int64_t numel(const StridedLayout& l) {
-  int64_t n = 1;
-  for (int d = 0; d < l.ndim; ++d) n *= l.sizes[d];
-  return n;
-}
-
 // Every output element's source offset from the plan equals the layout's own.
 void check_replay(const StridedLayout& src, const TransposePlan& p) {
-  REQUIRE(p.batch * p.rows * p.cols == numel(src));
+  REQUIRE(p.batch * p.rows * p.cols == numel_of(Shape(src.sizes, src.sizes + src.ndim)));
   int64_t mismatches = 0;
   for (int64_t b = 0; b < p.batch; ++b)
     for (int64_t i = 0; i < p.rows; ++i)
@@ -82,13 +63,6 @@ void check_replay(const StridedLayout& src, const TransposePlan& p) {
   CHECK(mismatches == 0);
 }
 
-bool same_bytes(const Tensor& a, const Tensor& b) {
-  if (a.dtype() != b.dtype() || a.sizes() != b.sizes()) return false;
-  const Tensor ca = a.to(kCPU).contiguous(), cb = b.to(kCPU).contiguous();
-  return std::memcmp(ca.raw_data(), cb.raw_data(),
-                     static_cast<size_t>(ca.numel()) * element_size(ca.dtype())) == 0;
-}
-
 struct TransposeGuard {
   bool was = cuda::transpose_copy();
   ~TransposeGuard() { cuda::set_transpose_copy(was); }
@@ -98,8 +72,8 @@ struct TransposeGuard {
 
 TEST_CASE("transpose plan: NCHW -> NHWC is a batched transpose, replayed element by element") {
   const StridedLayout dst = layout({0}, {1});  // only its contiguity is read
-  for (const std::vector<int64_t>& nchw : std::vector<std::vector<int64_t>>{
-           {2, 64, 8, 8}, {3, 37, 5, 9}, {1, 16, 4, 4}, {4, 128, 3, 7}}) {
+  for (const Shape& nchw :
+       std::vector<Shape>{{2, 64, 8, 8}, {3, 37, 5, 9}, {1, 16, 4, 4}, {4, 128, 3, 7}}) {
     INFO("n, c, h, w = ", nchw[0], ", ", nchw[1], ", ", nchw[2], ", ", nchw[3]);
     const StridedLayout src = permuted(nchw, {0, 2, 3, 1});  // (n, h, w, c)
     const auto p = transpose_plan(src, dst);
@@ -174,12 +148,12 @@ TEST_CASE("kernels/transpose: copies give the generic copy's bytes, every dtype"
       const Tensor generic = view.contiguous();
       cuda::set_transpose_copy(true);
       const Tensor tiled = view.contiguous();
-      CHECK(same_bytes(tiled, generic));
+      CHECK(same_bits(tiled, generic));
       // The CPU permutes a contiguous copy of x itself.
-      CHECK(same_bytes(tiled, x.to(kCPU).transpose(1, 2).transpose(2, 3).contiguous()));
+      CHECK(same_bits(tiled, x.to(kCPU).transpose(1, 2).transpose(2, 3).contiguous()));
       // Back: NHWC -> NCHW is a transpose too.
       const Tensor back = tiled.transpose(2, 3).transpose(1, 2).contiguous();
-      CHECK(same_bytes(back, x));
+      CHECK(same_bits(back, x));
     }
   }
 }
@@ -191,17 +165,17 @@ TEST_CASE("kernels/transpose: matrices, offsets and the layouts conv2d copies" *
   // A matrix at an offset into its buffer (a slice of rows), ragged on both sides.
   const Tensor big = randn64({90, 70}, 3).to(kCUDA, kFloat32);
   const Tensor part = big.slice(0, 7, 90);  // (83, 70), offset 7 x 70
-  CHECK(same_bytes(part.transpose(0, 1).contiguous(),
-                   big.to(kCPU).slice(0, 7, 90).transpose(0, 1).contiguous()));
+  CHECK(same_bits(part.transpose(0, 1).contiguous(),
+                  big.to(kCPU).slice(0, 7, 90).transpose(0, 1).contiguous()));
   // The weight's (o, c, kh, kw) -> (c, kh, kw, o) (conv2d's input-gradient pass).
   const Tensor w = randn64({128, 64, 3, 3}, 5).to(kCUDA, kBFloat16);
   const Tensor wt = w.transpose(0, 1).transpose(1, 2).transpose(2, 3);
-  CHECK(same_bytes(wt.contiguous(),
-                   w.to(kCPU).transpose(0, 1).transpose(1, 2).transpose(2, 3).contiguous()));
+  CHECK(same_bits(wt.contiguous(),
+                  w.to(kCPU).transpose(0, 1).transpose(1, 2).transpose(2, 3).contiguous()));
   // More batches than the grid's z holds (kTransposeMaxBatchBlocks): the blocks loop.
   static_assert(cuda::kTransposeMaxBatchBlocks < 1500);
   const Tensor many = randn64({1500, 16, 16}, 9).to(kCUDA, kBFloat16);
-  CHECK(same_bytes(many.transpose(1, 2).contiguous(), many.to(kCPU).transpose(1, 2).contiguous()));
+  CHECK(same_bits(many.transpose(1, 2).contiguous(), many.to(kCPU).transpose(1, 2).contiguous()));
 }
 
 TEST_CASE("kernels/transpose: EMBER_TRANSPOSE_COPY's setting can be set and read") {

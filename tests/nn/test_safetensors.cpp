@@ -18,12 +18,14 @@
 #include "core/memory.h"
 #include "core/ops.h"
 #include "error_text.h"
+#include "gradcheck.h"
 #include "nn/json.h"
 #include "nn/nn.h"
 #include "nn/safetensors.h"
 #include "temp_path.h"
 
 using namespace ember;
+using ember::testing::same_bits;
 
 namespace {
 
@@ -56,13 +58,6 @@ std::string error_of(const std::string& path) {
     return e.what();
   }
   return "(no error)";
-}
-
-bool same_bits(const Tensor& a, const Tensor& b) {
-  if (a.dtype() != b.dtype() || a.sizes() != b.sizes()) return false;
-  Tensor ca = a.cpu().contiguous(), cb = b.cpu().contiguous();
-  return ca.nbytes() == cb.nbytes() &&
-         (ca.nbytes() == 0 || std::memcmp(ca.raw_data(), cb.raw_data(), ca.nbytes()) == 0);
 }
 
 Tensor f32(std::vector<float> v, Shape shape) {
