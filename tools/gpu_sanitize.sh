@@ -7,7 +7,8 @@
 #
 # Usage: tools/gpu_sanitize.sh [build-dir]   (default build)
 #   EMBER_GPU_SANITIZERS="memcheck initcheck"  only those tools (default: all four)
-#   EMBER_GPU_SANITIZE_ONLY=cuda               only build/tests/ember_tests_cuda
+#   EMBER_GPU_SANITIZE_ONLY=cuda               only build/tests/ember_tests_cuda (comma-
+#                                              separated for several: core,nn)
 #   EMBER_GPU_SANITIZE_SUITES=cuda_sm90        only that doctest suite (default cuda,cuda_sm90)
 #   EMBER_GPU_SANITIZE_CASES='kernels/linear*' only the test cases doctest's -tc matches
 #                                              (comma-separated; default: every case)
@@ -435,8 +436,14 @@ common=("-ts=$suites" --no-intro=true --no-colors=true)
 runs=()     # "bin|tool|variant|doctest args (tab-separated)"
 serial=()
 start_all=$(date +%s)
-for bin in "$build"/tests/ember_tests_${EMBER_GPU_SANITIZE_ONLY:-*}; do
-  [ -x "$bin" ] || continue
+bins=()
+for only in ${EMBER_GPU_SANITIZE_ONLY//,/ }; do
+  # shellcheck disable=SC2206  # $only may be a glob (cor*)
+  bins+=("$build"/tests/ember_tests_$only)
+done
+[ ${#bins[@]} -gt 0 ] || bins=("$build"/tests/ember_tests_*)
+for bin in "${bins[@]}"; do
+  [ -x "$bin" ] || { echo "gpu-sanitize: no test binary $bin" >&2; continue; }
   name=$(basename "$bin")
   api_cases=$(cases_of "$name" api_error_cases)
   serial_list=$(cases_of "$name" serial_cases)
