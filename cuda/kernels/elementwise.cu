@@ -20,6 +20,7 @@
 #include "cuda/kernels/elementwise.h"
 #include "cuda/kernels/kernel_helpers.cuh"
 #include "cuda/kernels/registration.h"
+#include "cuda/kernels/row_copy_plan.h"
 #include "cuda/kernels/transpose_plan.h"
 #include "cuda/runtime.h"
 
@@ -208,6 +209,45 @@ void launch_transpose(const void* x, void* y, int64_t y_offset, const TransposeP
   EMBER_CUDA_CHECK(cudaGetLastError());
 }
 
+// A same-dtype copy of whole contiguous rows (row_copy_plan): chunk i of the copy is
+// bytes [c V, c V + V) of row r = i / (row_bytes / V); a thread finds the row's two
+// starts from its digits over the plan's outer dimensions (I: the index type, 32 bits
+// where the chunks and rows fit).
+template <int V>
+struct VecBytes;
+template <>
+struct VecBytes<4> {
+  using type = uint32_t;
+};
+template <>
+struct VecBytes<8> {
+  using type = uint2;
+};
+template <>
+struct VecBytes<16> {
+  using type = uint4;
+};
+
+template <int V, typename I>
+__global__ void row_copy_kernel(const char* __restrict__ x, char* __restrict__ y, RowCopyPlan p,
+                                I chunks) {
+  using W = typename VecBytes<V>::type;
+  const I per_row = static_cast<I>(p.row_bytes / V);
+  for (I i = blockIdx.x * I(blockDim.x) + threadIdx.x; i < chunks; i += I(gridDim.x) * blockDim.x) {
+    I row = i / per_row;
+    const I c = i - row * per_row;
+    int64_t so = p.src_offset + int64_t(c) * V, yo = p.dst_offset + int64_t(c) * V;
+    for (int d = p.outer - 1; d >= 0; --d) {
+      const I size = static_cast<I>(p.sizes[d]);
+      const I digit = row % size;
+      row /= size;
+      so += int64_t(digit) * p.src_strides[d];
+      yo += int64_t(digit) * p.dst_strides[d];
+    }
+    *reinterpret_cast<W*>(y + yo) = *reinterpret_cast<const W*>(x + so);
+  }
+}
+
 // ------------------------------------------------------------------ vectors
 // The same formulas over contiguous operands, V elements per thread moved as one
 // aligned load or store per operand (V: 16 bytes of the widest operand), for
@@ -374,6 +414,7 @@ void dispatch_numeric(DType t, const char* op, F&& f) {
 
 std::atomic<int> g_vectors{-1};    // -1: EMBER_ELEMENTWISE_VECTORS not read yet
 std::atomic<int> g_transpose{-1};  // -1: EMBER_TRANSPOSE_COPY not read yet
+std::atomic<int> g_row_copy{-1};   // -1: EMBER_ROW_COPY not read yet
 
 // One operand of a vector launch: where it starts and how it is laid out.
 struct VecOperand {
@@ -413,6 +454,26 @@ constexpr int pack_of() {
 template <typename S>
 constexpr bool vector_type = std::is_same_v<S, float> || std::is_same_v<S, __nv_bfloat16>;
 
+template <int V>
+void launch_row_copy_v(const void* x, void* y, const RowCopyPlan& p, cudaStream_t stream) {
+  const int64_t chunks = p.rows * (p.row_bytes / V);
+  const char* xs = static_cast<const char*>(x);
+  char* ys = static_cast<char*>(y);
+  if (chunks < (int64_t{1} << 31) && p.rows < (int64_t{1} << 31))
+    launch<row_copy_kernel<V, uint32_t>>(chunks, stream, xs, ys, p, static_cast<uint32_t>(chunks));
+  else
+    launch<row_copy_kernel<V, int64_t>>(chunks, stream, xs, ys, p, chunks);
+}
+
+void launch_row_copy(const void* x, void* y, const RowCopyPlan& p, cudaStream_t stream) {
+  if (p.vec == 16)
+    launch_row_copy_v<16>(x, y, p, stream);
+  else if (p.vec == 8)
+    launch_row_copy_v<8>(x, y, p, stream);
+  else
+    launch_row_copy_v<4>(x, y, p, stream);
+}
+
 }  // namespace
 
 void set_transpose_copy(bool on) {
@@ -421,6 +482,14 @@ void set_transpose_copy(bool on) {
 
 bool transpose_copy() {
   return env_switch(g_transpose, "EMBER_TRANSPOSE_COPY", false);
+}
+
+void set_row_copy(bool on) {
+  g_row_copy.store(on ? 1 : 0, std::memory_order_relaxed);
+}
+
+bool row_copy() {
+  return env_switch(g_row_copy, "EMBER_ROW_COPY", false);
 }
 
 void set_elementwise_vectors(bool on) {
@@ -611,6 +680,12 @@ void launch_cast(DType from, const void* x, const StridedLayout& xl, DType to, v
           break;
       }
     }
+  }
+  if (from == to && row_copy()) {
+    if (const std::optional<RowCopyPlan> p =
+            row_copy_plan(xl, yl, static_cast<int64_t>(element_size(from)),
+                          reinterpret_cast<uintptr_t>(x), reinterpret_cast<uintptr_t>(y)))
+      return launch_row_copy(x, y, *p, stream);
   }
   dispatch_all(from, [&](auto* ftag) {
     using F = std::remove_pointer_t<decltype(ftag)>;

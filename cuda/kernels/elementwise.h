@@ -76,6 +76,14 @@ KernelLaunch binary_kernel_launch(DType dtype, int64_t n);
 // has measured it: EMBER_TRANSPOSE_COPY=1 (or set_transpose_copy) turns it on.
 void set_transpose_copy(bool on);
 bool transpose_copy();
+// Whether launch_cast takes the row copy (4, 8 or 16 bytes a thread, a row's addresses
+// found once per chunk) for same-dtype copies whose source and output are both
+// contiguous along their innermost dimension but not as a whole (slices of the last
+// dimension: split's, cat's and a GPT's q, k, v pieces), instead of the generic strided
+// copy (cuda/kernels/row_copy_plan.h); the same bits either way. Off until the GPU has
+// measured it: EMBER_ROW_COPY=1 (or set_row_copy) turns it on.
+void set_row_copy(bool on);
+bool row_copy();
 // y = (to) x, any pair of dtypes.
 void launch_cast(DType from, const void* x, const StridedLayout& xl, DType to, void* y,
                  const StridedLayout& yl, int64_t n, cudaStream_t stream);
