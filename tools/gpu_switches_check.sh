@@ -1,0 +1,104 @@
+#!/usr/bin/env bash
+# The three faster paths that are off by default (EMBER_TRANSPOSE_COPY, EMBER_ROW_COPY,
+# EMBER_ELEMENTWISE_VECTORS) measured on the GPU machine, on a build packed by
+# tools/pack_gpu_build.sh (carried in .device, device tool: carry [".device"]), in two
+# calls that each fit the device tool's 10 minutes:
+#   tools/gpu_switches_check.sh conv   tools/gpu_transpose_check.sh (the copies' cases,
+#        bench_conv A/B of the transpose, --memory, --profile, their sanitizer runs);
+#        the whole suite with the three on; GPT-2 profiles (bench_gpt --profile) with
+#        the three off, then on; compare.sh's conv set with the three on (5 repetitions)
+#   tools/gpu_switches_check.sh gpt    bench_gpt --only gpt2 --eager with the three off
+#        (0) and on (1), alternating processes, up to 5 each (tools/ab_table.py); then the
+#        vector kernels' cases under compute-sanitizer's four tools
+#   EMBER_SWITCHES_LIMIT=540           seconds the stage may take; each part starts only
+#                                      with time left for it
+#   EMBER_GPU_PREBUILT=.device/bg.tar.xz  the pack (unpacked unless build-gpu already holds
+#                                      the commit .device/commit.txt names)
+# At most 8 files come back from $OUT (the device tool's limit): the tables and summaries
+# stay at its top, every other log goes into $OUT/more.tgz.
+set -uo pipefail
+cd "$(dirname "$0")/.." || exit 1
+stage="${1:-conv}"
+limit=${EMBER_SWITCHES_LIMIT:-540}
+t0=$(date +%s)
+left() { echo $((limit - ($(date +%s) - t0))); }
+out="$(realpath -m "${OUT:-gpu-logs}")"
+mkdir -p "$out"
+export NCCL_NVLS_ENABLE=0
+# shellcheck source=tools/gpu_setup.sh
+. tools/gpu_setup.sh
+pack="${EMBER_GPU_PREBUILT:-.device/bg.tar.xz}"
+if [ "$(cat build-gpu/ember_commit.txt 2>/dev/null)" != "$(cat .device/commit.txt 2>/dev/null)" ]; then
+  tar -xJf "$pack" || { echo "cannot unpack $pack"; exit 1; }
+fi
+echo "build-gpu: $(cat build-gpu/ember_commit.txt) ($(($(date +%s) - t0)) s)"
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader |
+  tee "$out/gpu.txt"
+# on3 V COMMAND...: COMMAND with the three switches at V.
+on3() { EMBER_TRANSPOSE_COPY=$1 EMBER_ROW_COPY=$1 EMBER_ELEMENTWISE_VECTORS=$1 "${@:2}"; }
+
+if [ "$stage" = conv ]; then
+  echo "=== tools/gpu_transpose_check.sh ($(left) s left)"
+  mkdir -p "$out/tc"
+  OUT="$out/tc" EMBER_TRANSPOSE_DEADLINE=${EMBER_TRANSPOSE_DEADLINE:-120} timeout 280 \
+    tools/gpu_transpose_check.sh build-gpu >"$out/tc.txt" 2>&1
+  grep -v '^\s*$' "$out/tc.txt" | head -120
+
+  echo "=== the whole suite, the three on ($(left) s left)"
+  (cd build-gpu && on3 1 timeout 200 ctest -j8 -E '^package_consumer$' \
+    -O Testing/Temporary/LastTestConsole.log >"$out/ctest.txt" 2>&1)
+  tail -4 "$out/ctest.txt"
+  tools/test_summary.sh build-gpu 2>&1 | tail -25 | tee "$out/suite_summary.txt"
+  grep -B2 -A12 'ERROR\|FAILED' build-gpu/Testing/Temporary/LastTest.log | head -80 \
+    >>"$out/suite_summary.txt"
+
+  echo "=== GPT-2 profiles: the three off, then on ($(left) s left)"
+  for v in 0 1; do
+    [ "$(left)" -gt 150 ] || break
+    on3 "$v" timeout 60 build-gpu/benchmarks/bench_gpt --profile --only gpt2 --steps 3 \
+      >"$out/gpt_profile$v.txt" 2>&1
+    head -50 "$out/gpt_profile$v.txt"
+  done
+
+  echo "=== compare.sh conv, the three on, 5 repetitions ($(left) s left)"
+  if [ "$(left)" -gt 100 ]; then
+    on3 1 env EMBER_COMPARE_REPS=5 EMBER_BENCH_BUILD=build-gpu EMBER_BENCH_PREBUILT=1 \
+      EMBER_COMPARE_SET=conv timeout $(($(left) - 15)) benchmarks/compare.sh "$out/cmp" \
+      >"$out/cmp.txt" 2>&1
+    cat "$out/cmp/RESULTS.md" >>"$out/cmp.txt" 2>/dev/null
+    tail -70 "$out/cmp.txt"
+  fi
+  keep=(gpu.txt tc.txt suite_summary.txt gpt_profile0.txt gpt_profile1.txt cmp.txt)
+elif [ "$stage" = gpt ]; then
+  echo "=== GPT-2 eager, the three off (0) and on (1), alternating ($(left) s left)"
+  mkdir -p "$out/gab"
+  for r in 1 2 3 4 5; do
+    for v in 0 1; do
+      [ "$(left)" -gt "${EMBER_SWITCHES_RESERVE:-100}" ] || break 2
+      on3 "$v" timeout 70 build-gpu/benchmarks/bench_gpt --only gpt2 --eager \
+        --json "$out/gab/$v.$r.json" >"$out/gab/$v.$r.log" 2>&1 || echo "gpt $v.$r failed"
+    done
+  done
+  grep -h 'FAILED' "$out"/gab/*.log | head -10
+  python3 tools/ab_table.py "$out/gab" 0 1 | tee "$out/gpt_ab.txt"
+  echo "=== the vector cases under the four sanitizers ($(left) s left)"
+  if [ "$(left)" -gt 40 ]; then
+    for tool in memcheck racecheck initcheck synccheck; do
+      EMBER_ELEMENTWISE_VECTORS=1 timeout $(($(left) - 10)) compute-sanitizer --tool "$tool" \
+        --error-exitcode 1 build-gpu/tests/ember_tests_cuda -tc='kernels/elementwise*' \
+        >"$out/gab/san_$tool.txt" 2>&1 &
+    done
+    wait
+    for tool in memcheck racecheck initcheck synccheck; do
+      echo "$tool: $(grep -E '^========= (ERROR SUMMARY|RACECHECK SUMMARY)' "$out/gab/san_$tool.txt" |
+        tr '\n' ' ') $(grep -E 'test cases:' "$out/gab/san_$tool.txt")"
+    done | tee -a "$out/gpt_ab.txt"
+  fi
+  keep=(gpu.txt gpt_ab.txt)
+else
+  echo "usage: tools/gpu_switches_check.sh conv|gpt" >&2
+  exit 2
+fi
+tools/gpu_logs_pack.sh "$out" "${keep[@]}" && [ -f "$out/logs.tgz" ] && mv "$out/logs.tgz" "$out/more.tgz"
+ls "$out"
+echo "done at $(($(date +%s) - t0)) s"
