@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# The tiled transpose (EMBER_TRANSPOSE_COPY), the row copy (EMBER_ROW_COPY) and col2im's
-# power-of-two shifts on the GPU machine in one call (issues 28, 29), on a build made
-# there or carried (tools/pack_gpu_build.sh): the copies' test cases and every
-# convolution, column and batch-norm case with both copies on; bench_conv with the transpose off and on
-# (EMBER_TRANSPOSE_COPY 0 and 1), alternating processes, per-repetition ratios
+# The tiled transpose (EMBER_TRANSPOSE_COPY), the row copy (EMBER_ROW_COPY) and the
+# column kernels on the GPU machine in one call (issues 28, 29), on a build made there
+# or carried (tools/pack_gpu_build.sh): the copies' test cases and every convolution,
+# column and batch-norm case with both copies on; bench_conv with the transpose off and
+# on (EMBER_TRANSPOSE_COPY 0 and 1), alternating processes, per-repetition ratios
 # (tools/ab_table.py); bench_conv --memory and --profile with it on (the profile's
-# Im2colBackward row is col2im's per-call time); then the transpose's and the column
-# kernels' and the row copy's CUDA cases under compute-sanitizer's four tools at once.
+# Im2colBackward row is col2im's time a call: the measure for col2im's power-of-two
+# shifts where the tree has them, benchmarks/NOTES.md); then the copies' and the column
+# kernels' CUDA cases under compute-sanitizer's four tools at once.
 # Usage: tools/gpu_transpose_check.sh [BUILD_DIR (default build-gpu)]
 #   EMBER_GPU_PREBUILT=FILE       unpack FILE (a tar.xz of BUILD_DIR's binaries) first
 #   EMBER_COMPARE_REPS=5          repetitions of each variant

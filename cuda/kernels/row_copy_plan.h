@@ -35,11 +35,11 @@ struct RowCopyPlan {
 };
 
 // The plan for copying src into dst (the same logical shape; element bytes each, the
-// base pointers' addresses src_base and dst_base), or nothing where the row copy does not
-// apply: both layouts contiguous (the generic kernel's flat path takes that), different
-// sizes, a negative stride, an innermost dimension (after size-1 dimensions are dropped and
-// adjacent ones merged where both layouts' strides chain) not of stride 1 on both sides, an output
-// stride of 0, or no common alignment of at least 4 bytes.
+// base pointers' addresses src_base and dst_base), or nothing where the row copy does
+// not apply: both layouts contiguous (the generic kernel's flat path takes that),
+// different sizes, a negative stride, an innermost dimension (after size-1 dimensions
+// are dropped and adjacent ones merged where both layouts' strides chain) not of stride
+// 1 on both sides, an output stride of 0, or no common alignment of at least 4 bytes.
 inline std::optional<RowCopyPlan> row_copy_plan(const StridedLayout& src, const StridedLayout& dst,
                                                 int64_t element, uintptr_t src_base,
                                                 uintptr_t dst_base) {
