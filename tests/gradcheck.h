@@ -6,6 +6,8 @@
 //  - cuda_vs_cpu, grad_cuda_vs_cpu: an op (and its gradients) on CUDA against the
 //    CPU reference on the same values;
 //  - check_close: a tensor's elements against hand-computed values, each to `tol`;
+//  - strided_layout: a kernel's StridedLayout over given sizes and strides (the copy
+//    plans' tests);
 //  - dropout_mask: the documented dropout mask, the reference of every dropout test.
 #pragma once
 
@@ -23,6 +25,7 @@
 #include <vector>
 
 #include "core/autograd.h"
+#include "core/base/layout.h"
 #include "core/base/random.h"
 #include "core/ops.h"
 #include "core/tensor.h"
@@ -235,6 +238,22 @@ inline void check_close(const Tensor& t, const std::vector<double>& want, double
     CAPTURE(i);
     CHECK(got[i] == doctest::Approx(want[i]).epsilon(tol));
   }
+}
+
+// A StridedLayout over sizes with the given strides (in the tensor's logical order),
+// marked contiguous where every dimension of size above 1 has its dense stride.
+inline StridedLayout strided_layout(const Shape& sizes, const Shape& strides, int64_t offset = 0) {
+  StridedLayout l{};
+  l.ndim = static_cast<int>(sizes.size());
+  const Shape dense = contiguous_strides(sizes);
+  l.contiguous = true;
+  for (int d = 0; d < l.ndim; ++d) {
+    l.sizes[d] = sizes[d];
+    l.strides[d] = strides[d];
+    if (sizes[d] != 1 && strides[d] != dense[d]) l.contiguous = false;
+  }
+  l.offset = offset;
+  return l;
 }
 
 }  // namespace ember::testing

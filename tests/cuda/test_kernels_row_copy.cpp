@@ -21,25 +21,12 @@ using ember::cuda::row_copy_plan;
 using ember::cuda::RowCopyPlan;
 using ember::testing::randn64;
 using ember::testing::same_bits;
+using ember::testing::strided_layout;
 
 namespace {
 
-StridedLayout layout(const Shape& sizes, const Shape& strides, int64_t offset = 0) {
-  StridedLayout l{};
-  l.ndim = static_cast<int>(sizes.size());
-  const Shape dense = contiguous_strides(sizes);
-  l.contiguous = true;
-  for (int d = 0; d < l.ndim; ++d) {
-    l.sizes[d] = sizes[d];
-    l.strides[d] = strides[d];
-    if (sizes[d] != 1 && strides[d] != dense[d]) l.contiguous = false;
-  }
-  l.offset = offset;
-  return l;
-}
-
 StridedLayout dense(const Shape& sizes, int64_t offset = 0) {
-  return layout(sizes, contiguous_strides(sizes), offset);
+  return strided_layout(sizes, contiguous_strides(sizes), offset);
 }
 
 // Every byte's source and output offsets from the plan equal the layouts' own, and the
@@ -79,7 +66,7 @@ TEST_CASE("row copy plan: a GPT's q, k, v pieces into one (B, T, 3C) gradient") 
   // on both sides, one outer dimension of B T rows of C elements.
   const int64_t b = 4, t = 8, c = 96;
   const StridedLayout src = dense({b, t, c});
-  const StridedLayout dst = layout({b, t, c}, {t * 3 * c, 3 * c, 1}, c);
+  const StridedLayout dst = strided_layout({b, t, c}, {t * 3 * c, 3 * c, 1}, c);
   const auto p = row_copy_plan(src, dst, 2, 0, 0);
   REQUIRE(p.has_value());
   CHECK(p->outer == 1);
@@ -98,49 +85,51 @@ TEST_CASE("row copy plan: heads permuted, vector widths, odd rows and offsets") 
   // (B, H, T, D) viewed from a (B, T, H, D) buffer, made contiguous: two outer
   // dimensions stay apart (H and T swap), D contiguous on both sides.
   const int64_t b = 2, h = 3, t = 5, d = 64;
-  const StridedLayout heads = layout({b, h, t, d}, {t * h * d, d, h * d, 1});
+  const StridedLayout heads = strided_layout({b, h, t, d}, {t * h * d, d, h * d, 1});
   auto p = row_copy_plan(heads, dense({b, h, t, d}), 2, 0, 0);
   REQUIRE(p.has_value());
   CHECK(p->outer == 3);  // b, h and t: neither pair chains on both sides
   CHECK(p->vec == 16);
   check_replay(heads, dense({b, h, t, d}), 2, *p);
   // Rows of 6 bfloat16 (12 bytes): 4 bytes a thread.
-  const StridedLayout six = layout({7, 6}, {10, 1});
+  const StridedLayout six = strided_layout({7, 6}, {10, 1});
   p = row_copy_plan(six, dense({7, 6}), 2, 0, 0);
   REQUIRE(p.has_value());
   CHECK(p->vec == 4);
   check_replay(six, dense({7, 6}), 2, *p);
   // 8-byte rows (two float32) at 16-byte strides, an 8-byte base: 8 bytes a thread.
-  p = row_copy_plan(layout({5, 2}, {4, 1}), dense({5, 2}), 4, 8, 8);
+  p = row_copy_plan(strided_layout({5, 2}, {4, 1}), dense({5, 2}), 4, 8, 8);
   REQUIRE(p.has_value());
   CHECK(p->vec == 8);
-  check_replay(layout({5, 2}, {4, 1}), dense({5, 2}), 4, *p);
+  check_replay(strided_layout({5, 2}, {4, 1}), dense({5, 2}), 4, *p);
   // An offset of one bfloat16 on one side: 2-byte alignment, no plan.
-  CHECK_FALSE(row_copy_plan(layout({4, 8}, {16, 1}, 1), dense({4, 8}), 2, 0, 0).has_value());
+  CHECK_FALSE(
+      row_copy_plan(strided_layout({4, 8}, {16, 1}, 1), dense({4, 8}), 2, 0, 0).has_value());
   // A base pointer off 16 bytes by 4: the width drops to 4.
-  p = row_copy_plan(layout({4, 8}, {16, 1}), dense({4, 8}), 4, 4, 0);
+  p = row_copy_plan(strided_layout({4, 8}, {16, 1}), dense({4, 8}), 4, 4, 0);
   REQUIRE(p.has_value());
   CHECK(p->vec == 4);
   // A broadcast source row (outer stride 0) is read once per output row.
-  p = row_copy_plan(layout({3, 8}, {0, 1}), dense({3, 8}), 4, 0, 0);
+  p = row_copy_plan(strided_layout({3, 8}, {0, 1}), dense({3, 8}), 4, 0, 0);
   REQUIRE(p.has_value());
-  check_replay(layout({3, 8}, {0, 1}), dense({3, 8}), 4, *p);
+  check_replay(strided_layout({3, 8}, {0, 1}), dense({3, 8}), 4, *p);
 }
 
 TEST_CASE("row copy plan: the layouts it leaves to the generic copy") {
   // Both contiguous: the flat path.
   CHECK_FALSE(row_copy_plan(dense({4, 8}), dense({4, 8}), 4, 0, 0).has_value());
   // The innermost dimension strided on either side (a transpose is not rows).
-  CHECK_FALSE(row_copy_plan(layout({8, 4}, {1, 8}), dense({8, 4}), 4, 0, 0).has_value());
-  CHECK_FALSE(row_copy_plan(dense({8, 4}), layout({8, 4}, {1, 8}), 4, 0, 0).has_value());
+  CHECK_FALSE(row_copy_plan(strided_layout({8, 4}, {1, 8}), dense({8, 4}), 4, 0, 0).has_value());
+  CHECK_FALSE(row_copy_plan(dense({8, 4}), strided_layout({8, 4}, {1, 8}), 4, 0, 0).has_value());
   // An output written twice (stride 0), a negative stride, an empty tensor.
-  CHECK_FALSE(row_copy_plan(dense({3, 8}), layout({3, 8}, {0, 1}), 4, 0, 0).has_value());
-  CHECK_FALSE(row_copy_plan(layout({3, 8}, {-16, 1}, 32), dense({3, 8}), 4, 0, 0).has_value());
-  CHECK_FALSE(row_copy_plan(layout({0, 8}, {16, 1}), dense({0, 8}), 4, 0, 0).has_value());
+  CHECK_FALSE(row_copy_plan(dense({3, 8}), strided_layout({3, 8}, {0, 1}), 4, 0, 0).has_value());
+  CHECK_FALSE(
+      row_copy_plan(strided_layout({3, 8}, {-16, 1}, 32), dense({3, 8}), 4, 0, 0).has_value());
+  CHECK_FALSE(row_copy_plan(strided_layout({0, 8}, {16, 1}), dense({0, 8}), 4, 0, 0).has_value());
   // Different sizes (not one logical shape).
-  CHECK_FALSE(row_copy_plan(layout({4, 8}, {16, 1}), dense({8, 4}), 4, 0, 0).has_value());
+  CHECK_FALSE(row_copy_plan(strided_layout({4, 8}, {16, 1}), dense({8, 4}), 4, 0, 0).has_value());
   // bool rows of 3 bytes: no 4-byte width.
-  CHECK_FALSE(row_copy_plan(layout({5, 3}, {4, 1}), dense({5, 3}), 1, 0, 0).has_value());
+  CHECK_FALSE(row_copy_plan(strided_layout({5, 3}, {4, 1}), dense({5, 3}), 1, 0, 0).has_value());
 }
 
 TEST_CASE("kernels/row_copy: copies give the generic copy's bytes, every dtype" *

@@ -20,23 +20,9 @@ using ember::cuda::transpose_plan;
 using ember::cuda::TransposePlan;
 using ember::testing::randn64;
 using ember::testing::same_bits;
+using ember::testing::strided_layout;
 
 namespace {
-
-// A layout over sizes with the given strides (in the tensor's logical order).
-StridedLayout layout(const Shape& sizes, const Shape& strides, int64_t offset = 0) {
-  StridedLayout l{};
-  l.ndim = static_cast<int>(sizes.size());
-  const Shape dense = contiguous_strides(sizes);
-  l.contiguous = true;
-  for (int d = 0; d < l.ndim; ++d) {
-    l.sizes[d] = sizes[d];
-    l.strides[d] = strides[d];
-    if (sizes[d] != 1 && strides[d] != dense[d]) l.contiguous = false;
-  }
-  l.offset = offset;
-  return l;
-}
 
 // sizes and strides permuted: dimension d of the result is dimension perm[d] of the input.
 StridedLayout permuted(const Shape& sizes, const std::vector<int>& perm, int64_t offset = 0) {
@@ -46,7 +32,7 @@ StridedLayout permuted(const Shape& sizes, const std::vector<int>& perm, int64_t
     ps.push_back(sizes[d]);
     pst.push_back(dense[d]);
   }
-  return layout(ps, pst, offset);
+  return strided_layout(ps, pst, offset);
 }
 
 // Every output element's source offset from the plan equals the layout's own.
@@ -71,7 +57,7 @@ struct TransposeGuard {
 }  // namespace
 
 TEST_CASE("transpose plan: NCHW -> NHWC is a batched transpose, replayed element by element") {
-  const StridedLayout dst = layout({0}, {1});  // only its contiguity is read
+  const StridedLayout dst = strided_layout({0}, {1});  // only its contiguity is read
   for (const Shape& nchw :
        std::vector<Shape>{{2, 64, 8, 8}, {3, 37, 5, 9}, {1, 16, 4, 4}, {4, 128, 3, 7}}) {
     INFO("n, c, h, w = ", nchw[0], ", ", nchw[1], ", ", nchw[2], ", ", nchw[3]);
@@ -95,7 +81,7 @@ TEST_CASE("transpose plan: NCHW -> NHWC is a batched transpose, replayed element
 }
 
 TEST_CASE("transpose plan: a matrix's transpose and conv2d's weight layouts") {
-  const StridedLayout dst = layout({0}, {1});
+  const StridedLayout dst = strided_layout({0}, {1});
   const StridedLayout t = permuted({50, 70}, {1, 0});  // (70, 50), strides (1, 70)
   auto p = transpose_plan(t, dst);
   REQUIRE(p.has_value());
@@ -116,9 +102,9 @@ TEST_CASE("transpose plan: a matrix's transpose and conv2d's weight layouts") {
 }
 
 TEST_CASE("transpose plan: the layouts it leaves to the generic copy") {
-  const StridedLayout dst = layout({0}, {1});
+  const StridedLayout dst = strided_layout({0}, {1});
   // Contiguous already (the copy is a memcpy elsewhere).
-  CHECK_FALSE(transpose_plan(layout({4, 5}, {5, 1}), dst).has_value());
+  CHECK_FALSE(transpose_plan(strided_layout({4, 5}, {5, 1}), dst).has_value());
   // The output's innermost dimension is the source's contiguous one (a row gather).
   CHECK_FALSE(transpose_plan(permuted({8, 20, 32}, {1, 0, 2}), dst).has_value());
   // Too narrow a side: 3 channels (an RGB image to NHWC), 2 rows.
@@ -127,11 +113,12 @@ TEST_CASE("transpose plan: the layouts it leaves to the generic copy") {
   // Four dimensions left after merging (none of the permuted ones chain).
   CHECK_FALSE(transpose_plan(permuted({20, 20, 20, 20}, {3, 1, 0, 2}), dst).has_value());
   // No dimension of stride 1 before the last (a strided slice of every row).
-  CHECK_FALSE(transpose_plan(layout({32, 32}, {2, 64}), dst).has_value());
+  CHECK_FALSE(transpose_plan(strided_layout({32, 32}, {2, 64}), dst).has_value());
   // The output strided.
-  CHECK_FALSE(transpose_plan(permuted({32, 32}, {1, 0}), layout({32, 32}, {64, 1})).has_value());
+  CHECK_FALSE(
+      transpose_plan(permuted({32, 32}, {1, 0}), strided_layout({32, 32}, {64, 1})).has_value());
   // An empty tensor.
-  CHECK_FALSE(transpose_plan(layout({0, 32}, {1, 0}), dst).has_value());
+  CHECK_FALSE(transpose_plan(strided_layout({0, 32}, {1, 0}), dst).has_value());
 }
 
 TEST_CASE("kernels/transpose: copies give the generic copy's bytes, every dtype" *
