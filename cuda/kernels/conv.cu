@@ -39,6 +39,7 @@ constexpr int64_t kMaxGridZ = 65535;
 struct Geo {
   int h, w, kh, kw, sh, sw, ph, pw, dh, dw, oh, ow;
   int64_t planes, c, col_image, col_row;
+  int log2_sh, log2_sw;  // the strides' logarithms where both are powers of two, else -1
 };
 
 // Where plane p = ni c + ci's first row of columns starts.
@@ -47,7 +48,15 @@ __device__ __forceinline__ int64_t plane_offset(const Geo& g, int64_t p) {
   return ni * g.col_image + ci * (g.kh * g.kw) * g.col_row;
 }
 
+// log2(v) for v a power of two, else -1.
+int log2_exact(int64_t v) {
+  int k = 0;
+  while (k < 31 && (int64_t{1} << k) < v) ++k;
+  return (int64_t{1} << k) == v ? k : -1;
+}
+
 Geo narrow_geo(const ColumnGeometry& g) {
+  const bool pow2 = log2_exact(g.sh) >= 0 && log2_exact(g.sw) >= 0;
   return {static_cast<int>(g.h),
           static_cast<int>(g.w),
           static_cast<int>(g.kh),
@@ -63,7 +72,9 @@ Geo narrow_geo(const ColumnGeometry& g) {
           g.n * g.c,
           g.c,
           g.col_image,
-          g.col_row};
+          g.col_row,
+          pow2 ? log2_exact(g.sh) : -1,
+          pow2 ? log2_exact(g.sw) : -1};
 }
 
 // im2col: a thread owns one column of a plane, so a warp's loads and stores are
@@ -127,10 +138,18 @@ __device__ __forceinline__ void store_run(S* p, const S (&v)[kVec<S>], bool vec,
     if (j < count) p[j] = v[j];
 }
 
+// How col2im finds the output position (oi, oj) that reads a padded pixel through
+// kernel offset (ki, kj), if any: t = pixel - offset must be a multiple of the stride.
+// kUnitStride: t itself. kPow2Stride: a shift and a mask. kAnyStride: two integer
+// divisions per pixel and offset (nine offsets, eight pixels a thread: 144 divisions
+// per thread for a 3x3 kernel; by count, ~0.1 ms of instructions for the stride-2
+// col2im of ResNet-8's bf16 step, whose calls took ~96 us on the H200, 2026-12-05,
+// where their bytes come to ~20 us. benchmarks/NOTES.md, "col2im's stride-2 divisions").
+enum StrideKind { kUnitStride, kPow2Stride, kAnyStride };
+
 // x[p, i0 .. i0 + kVec - 1] (the plane's pixels in row-major order): each the sum over
-// (ki, kj), in that order, of the columns that read it. kUnit: stride 1 (no division
-// to find a pixel's column).
-template <typename S, bool kUnit>
+// (ki, kj), in that order, of the columns that read it.
+template <typename S, StrideKind kStride>
 __global__ void __launch_bounds__(kThreads)
     col2im_kernel(const S* __restrict__ cols, S* __restrict__ x, Geo g, bool vec) {
   using C = typename CompOf<S>::type;
@@ -164,12 +183,17 @@ __global__ void __launch_bounds__(kThreads)
         for (int j = 0; j < V; ++j) {
           const int ti = rr[j] - ki * g.dh, tj = cc[j] - kj * g.dw;  // oi sh, oj sw
           int oi = ti, oj = tj;
-          if constexpr (!kUnit) {
+          bool on_grid = true;
+          if constexpr (kStride == kPow2Stride) {  // ti, tj < 0 miss below, whatever this says
+            oi = ti >> g.log2_sh;
+            oj = tj >> g.log2_sw;
+            on_grid = ((ti & (g.sh - 1)) | (tj & (g.sw - 1))) == 0;
+          } else if constexpr (kStride == kAnyStride) {
             oi = ti / g.sh;
             oj = tj / g.sw;
+            on_grid = oi * g.sh == ti && oj * g.sw == tj;
           }
-          const bool hit = j < count && ti >= 0 && tj >= 0 && oi < g.oh && oj < g.ow &&
-                           (kUnit || (oi * g.sh == ti && oj * g.sw == tj));
+          const bool hit = j < count && ti >= 0 && tj >= 0 && oi < g.oh && oj < g.ow && on_grid;
           if (hit) acc[j] += widen(row[oi * g.ow + oj]);
         }
       }
@@ -236,10 +260,13 @@ void launch_col2im(DType dtype, const void* cols, void* x, const ColumnGeometry&
                     grid_dim(planes));
     const S* src = static_cast<const S*>(cols);
     S* dst = static_cast<S*>(x);
+    const Geo geo = narrow_geo(g);
     if (g.sh == 1 && g.sw == 1)
-      col2im_kernel<S, true><<<grid, kThreads, 0, stream>>>(src, dst, narrow_geo(g), vec);
+      col2im_kernel<S, kUnitStride><<<grid, kThreads, 0, stream>>>(src, dst, geo, vec);
+    else if (geo.log2_sh >= 0)
+      col2im_kernel<S, kPow2Stride><<<grid, kThreads, 0, stream>>>(src, dst, geo, vec);
     else
-      col2im_kernel<S, false><<<grid, kThreads, 0, stream>>>(src, dst, narrow_geo(g), vec);
+      col2im_kernel<S, kAnyStride><<<grid, kThreads, 0, stream>>>(src, dst, geo, vec);
   });
   EMBER_CUDA_CHECK(cudaGetLastError());
 }
