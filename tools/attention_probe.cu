@@ -292,10 +292,12 @@ struct Tensors {
     launch_attention_forward(prob, in_q(q.p), in_k(k.p), in_k(v.p), out_q(o.p), lse.p, nullptr);
   }
   // query_tile: the deterministic dK/dV kernel's query rows per tile (0: default).
-  void backward(bool deterministic, int query_tile = 0) {
+  // version: AttentionTuning::backward_version (2: wgmma, deterministic only).
+  void backward(bool deterministic, int query_tile = 0, int version = 0) {
     const cudaStream_t st = nullptr;
     AttentionTuning tuning;
     tuning.backward_query_tile = query_tile;
+    tuning.backward_version = version;
     launch_attention_backward(prob, in_q(q.p), in_k(k.p), in_k(v.p), in_q(o.p), in_q(dout.p), lse.p,
                               out_q(dq.p), out_k(dk.p), out_k(dv.p), deterministic, ws.p, ws_bytes,
                               st, tuning);
@@ -382,9 +384,10 @@ Err rel_err(const std::vector<float>& ours, const std::vector<float>& ref) {
 }
 
 int g_failures = 0;
-bool g_sm90 = false;     // device 0 is compute capability 9.0: version 2 runs
-bool g_v2_ok64 = true;   // every check of version 2 with 64-key tiles passed so far
-bool g_v2_ok128 = true;  // ... with 128-key tiles
+bool g_sm90 = false;      // device 0 is compute capability 9.0: version 2 runs
+bool g_v2_ok64 = true;    // every check of version 2 with 64-key tiles passed so far
+bool g_v2_ok128 = true;   // ... with 128-key tiles
+bool g_v2_bwd_ok = true;  // every check of version 2 of the backward passed so far
 
 std::string describe(const Case& c) {
   char s[128];
@@ -465,6 +468,29 @@ bool check_case(Tensors& t, int slices, uint64_t seed) {
     ok &= report("dQ", rel_err(gather(t.dq, t, true, slices), ref.dq));
     ok &= report("dK", rel_err(gather(t.dk, t, false, slices), ref.dk));
     ok &= report("dV", rel_err(gather(t.dv, t, false, slices), ref.dv));
+  }
+  // Version 2 of the backward (wgmma) where the device is sm_90, and its repeat.
+  bool v2_bwd = true;
+  if (g_sm90) {
+    t.dq.poison(), t.dk.poison(), t.dv.poison();
+    t.backward(true, 0, 2);
+    CK(cudaGetLastError());
+    CK(cudaDeviceSynchronize());
+    std::printf(" | bwd-v2:");
+    v2_bwd &= report("dQ", rel_err(gather(t.dq, t, true, slices), ref.dq));
+    v2_bwd &= report("dK", rel_err(gather(t.dk, t, false, slices), ref.dk));
+    v2_bwd &= report("dV", rel_err(gather(t.dv, t, false, slices), ref.dv));
+    std::vector<bf16> a(t.dk.n), b(t.dk.n);
+    CK(cudaMemcpy(a.data(), t.dk.p, a.size() * sizeof(bf16), cudaMemcpyDeviceToHost));
+    t.dk.poison();
+    t.backward(true, 0, 2);
+    CK(cudaDeviceSynchronize());
+    CK(cudaMemcpy(b.data(), t.dk.p, b.size() * sizeof(bf16), cudaMemcpyDeviceToHost));
+    const bool same_v2 = std::memcmp(a.data(), b.data(), a.size() * sizeof(bf16)) == 0;
+    std::printf(" v2-repeat %s", same_v2 ? "same" : "DIFFERENT");
+    v2_bwd &= same_v2;
+    g_v2_bwd_ok &= v2_bwd;
+    v2_all &= v2_bwd;
   }
   // The deterministic mode again: the same bits.
   std::vector<bf16> first(t.dq.n), second(t.dq.n);
@@ -553,6 +579,15 @@ void time_case(const Case& c, int reps) {
         t.backward(kAttentionDeterministicDefault);
       },
       reps);
+  // Version 2 of the backward after the library's default forward.
+  Stat lfb2{0, 0, 0};
+  if (g_sm90 && g_v2_bwd_ok)
+    lfb2 = time_it(
+        [&] {
+          t.forward_default();
+          t.backward(true, 0, 2);
+        },
+        reps);
   auto tf = [](double flop, double ms) { return flop / (ms * 1e-3) / 1e12; };
   std::printf(
       "TIME %-44s fwd %.3f ms [%.3f-%.3f] %4.0f TF/s | fwd8 %.3f ms %4.0f TF/s | fwd+bwd %.3f ms "
@@ -570,6 +605,12 @@ void time_case(const Case& c, int reps) {
         "%4.0f TF/s (0: not run, its check failed)\n",
         describe(c).c_str(), v64.med, v64.med > 0 ? tf(fwd_flop, v64.med) : 0.0, v128.med,
         v128.med > 0 ? tf(fwd_flop, v128.med) : 0.0);
+  if (lfb2.med > 0)
+    std::printf(
+        "TIME %-44s fwd+bwd v2 (lib default fwd, wgmma bwd): %.3f ms [%.3f-%.3f] %4.0f TF/s | "
+        "against lib default fwd+bwd: %.3fx\n",
+        describe(c).c_str(), lfb2.med, lfb2.lo, lfb2.hi, tf(3.5 * fwd_flop, lfb2.med),
+        lfb2.med / lfb.med);
   std::fflush(stdout);
 }
 

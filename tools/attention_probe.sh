@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Builds tools/attention_probe with nvcc alone (no CMake: the kernel file, the
-# two error-reporting sources and the probe, in parallel, -O3, sm_90a) and runs it:
+# Builds tools/attention_probe with nvcc alone (no CMake: the kernel files, the
+# error-reporting and runtime sources and the probe, in parallel, -O3, sm_90a) and runs it:
 # the fused attention (cuda/kernels/attention.cu) against a naive float32
 # reference on the GPU, then timed; then PyTorch's scaled_dot_product_attention on
 # the same shapes (tools/attention_peer.py) when python3 has torch.
@@ -25,7 +25,8 @@ FLAGS=(-std=c++20 -O3 -I. --expt-relaxed-constexpr -Xcompiler=-Wall
        "-gencode=arch=compute_90a,code=sm_90a" -Xptxas=-v -lineinfo -Xcompiler=-fPIC)
 OBJ="$OUT/obj"
 mkdir -p "$OBJ"
-SOURCES=(cuda/kernels/attention.cu cuda/kernels/sm90/attention_fwd.cu cuda/check.cpp
+SOURCES=(cuda/kernels/attention.cu cuda/kernels/sm90/attention_fwd.cu
+         cuda/kernels/sm90/attention_bwd.cu cuda/check.cpp cuda/runtime.cpp cuda/device_error.cpp
          core/base/error.cpp tools/attention_probe.cu tools/attention_capi.cu)
 echo "nvcc: $($NVCC --version | tail -1)"
 start=$(date +%s)
@@ -51,7 +52,9 @@ if [[ $fail != 0 ]]; then
   exit 2
 fi
 LIB_OBJS=("$OBJ"/cuda_kernels_attention.cu.o "$OBJ"/cuda_kernels_sm90_attention_fwd.cu.o
-          "$OBJ"/cuda_check.cpp.o "$OBJ"/core_base_error.cpp.o)
+          "$OBJ"/cuda_kernels_sm90_attention_bwd.cu.o
+          "$OBJ"/cuda_check.cpp.o "$OBJ"/cuda_runtime.cpp.o "$OBJ"/cuda_device_error.cpp.o
+          "$OBJ"/core_base_error.cpp.o)
 $NVCC "${FLAGS[@]}" "${LIB_OBJS[@]}" "$OBJ"/tools_attention_probe.cu.o -lcublas \
   -o "$OUT/attention_probe" >> "$OUT/build.log" 2>&1 || {
   echo "LINK FAILED"; tail -30 "$OUT/build.log"; exit 2; }
@@ -68,6 +71,7 @@ awk '/Compiling entry function/ { match($0, /attn_[a-z_0-9]+kernelI[^ \x27]*/); 
 echo "ptxas (kernel<D, ...>: registers, local memory):"; sed 's/^/  /' "$OUT/ptxas_summary.txt"
 if command -v cuobjdump > /dev/null; then
   cuobjdump -sass "$OBJ/cuda_kernels_attention.cu.o" "$OBJ/cuda_kernels_sm90_attention_fwd.cu.o" \
+      "$OBJ/cuda_kernels_sm90_attention_bwd.cu.o" \
     | grep -oE "(HGMMA[.0-9A-Zx]*|HMMA[.0-9A-Z]*|LDSM[.0-9A-Z]*|LDGSTS[.0-9A-Z]*|LDL|STL|RED[.A-Z0-9]*)" \
     | sort | uniq -c > "$OUT/sass_summary.txt" 2>&1
   echo "sass:"; sed 's/^/  /' "$OUT/sass_summary.txt"

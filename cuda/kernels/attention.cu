@@ -20,7 +20,9 @@
 #include <atomic>
 #include <cmath>
 #include <cstdint>
+#include <functional>
 
+#include "core/base/env_switch.h"
 #include "core/base/error.h"
 #include "core/base/random.h"
 #include "cuda/check.h"
@@ -972,12 +974,18 @@ void dispatch_variant(int64_t head_dim, bool causal, bool drop, int mask_kind, F
     with_d.template operator()<128>();
 }
 
+// `matrices_v2`: after the delta pre-pass, version 2's kernels (deterministic only) in
+// place of version 1's.
 template <int D, bool CAUSAL, bool DROP, int MK>
 void backward_d(const BwdParams& bp, int64_t bh, bool deterministic, int query_tile,
-                cudaStream_t stream) {
+                cudaStream_t stream, const std::function<void()>& matrices_v2) {
   const int64_t rows = bh * bp.tq;
   attn_bwd_delta_kernel<D><<<static_cast<unsigned>(ceil_div(rows, 8)), 256, 0, stream>>>(bp, rows);
   EMBER_CUDA_CHECK(cudaGetLastError());
+  if (matrices_v2) {
+    matrices_v2();
+    return;
+  }
   const dim3 key_grid(static_cast<unsigned>(bh), static_cast<unsigned>(ceil_div(bp.tk, kBlockN)));
   if (deterministic) {
     if (query_tile == 32)
@@ -1029,6 +1037,18 @@ size_t align256(size_t n) {
 }
 
 }  // namespace
+
+namespace {
+std::atomic<int> g_backward_v2{-1};  // -1: EMBER_ATTENTION_BWD_V2 not read yet
+}  // namespace
+
+bool attention_backward_v2() {
+  return env_switch(g_backward_v2, "EMBER_ATTENTION_BWD_V2", false);
+}
+
+void set_attention_backward_v2(bool on) {
+  g_backward_v2.store(on ? 1 : 0, std::memory_order_relaxed);
+}
 
 const char* attention_unsupported(DType dtype, int64_t head_dim) {
   if (dtype != DType::BFloat16) return "the fused attention takes bfloat16 only";
@@ -1118,6 +1138,18 @@ void launch_attention_backward(const AttentionProblem& p, AttentionInput q, Atte
   const int query_tile = tuning.backward_query_tile != 0 ? tuning.backward_query_tile
                          : p.head_dim == 128             ? 32
                                                          : 64;
+  EMBER_CHECK(tuning.backward_version >= 0 && tuning.backward_version <= 2, kOp,
+              ": backward_version ", tuning.backward_version, " (0, 1 or 2)");
+  const bool v2_applies = deterministic && p.dropout_p == 0.0 && p.mask_kind == 0;
+  EMBER_CHECK(tuning.backward_version != 2 || v2_applies, kOp,
+              ": backward version 2 is deterministic, with no dropout and no mask (version 1 "
+              "has the atomic mode, dropout and masks)");
+  int version = tuning.backward_version;
+  if (version == 0)
+    version = v2_applies && tuning.backward_query_tile == 0 && attention_backward_v2() &&
+                      compute_capability() == 90
+                  ? 2
+                  : 1;
   const int64_t bh = p.batch * p.heads;
   if (bh == 0 || (p.q_len == 0 && p.kv_len == 0)) return;
   EMBER_CHECK(p.q_len > 0 && p.kv_len > 0, kOp, ": q_len ", p.q_len, " and kv_len ", p.kv_len,
@@ -1167,9 +1199,15 @@ void launch_attention_backward(const AttentionProblem& p, AttentionInput q, Atte
   bp.scale_log2 = p.scale * kLog2e;
   bp.drop = dropout_of(p);
   bp.mask = mask_of(p);
+  std::function<void()> matrices_v2;
+  if (version == 2)
+    matrices_v2 = [&] {
+      launch_attention_backward_sm90(p, q, k, v, d_out, lse, bp.delta, d_q, d_k, d_v, stream);
+    };
   dispatch_variant(p.head_dim, p.causal, p.dropout_p > 0.0, p.mask_kind,
                    [&]<int D, bool CAUSAL, bool DROP, int MK>() {
-                     backward_d<D, CAUSAL, DROP, MK>(bp, bh, deterministic, query_tile, stream);
+                     backward_d<D, CAUSAL, DROP, MK>(bp, bh, deterministic, query_tile, stream,
+                                                     matrices_v2);
                    });
 }
 

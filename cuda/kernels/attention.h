@@ -80,7 +80,18 @@ struct AttentionTuning {
   /// Deterministic backward: 32 or 64 query rows per tile of the dK/dV kernel; 0:
   /// 32 at head dim 128 (64 spills registers there), 64 at head dim 64.
   int backward_query_tile = 0;
+  /// Which deterministic backward: 1 (mma.sync, any device from compute capability 8.0),
+  /// 2 (wgmma, compute capability 9.0 only; no dropout, no mask), 0: version 2 where it
+  /// applies and attention_backward_v2() is on, else version 1. The atomic mode
+  /// (deterministic false) is version 1's only.
+  int backward_version = 0;
 };
+
+/// Whether the default backward takes version 2 where it applies: EMBER_ATTENTION_BWD_V2
+/// (0 or 1) on first use, off when unset until its GPU measurement (benchmarks/NOTES.md,
+/// "Flash attention backward on wgmma"); set_attention_backward_v2 overrides it.
+bool attention_backward_v2();
+void set_attention_backward_v2(bool on);
 
 /// The backward mode callers use unless told otherwise: the separate dQ pass (no
 /// atomics), measured faster than the atomic one at every shape of the first H200
@@ -110,6 +121,16 @@ void launch_attention_forward(const AttentionProblem& p, AttentionInput q, Atten
 void launch_attention_forward_sm90(const AttentionProblem& p, AttentionInput q, AttentionInput k,
                                    AttentionInput v, AttentionOutput o, float* lse,
                                    cudaStream_t stream, int key_tile = 64);
+
+/// Version 2 of the deterministic backward's two matrix kernels (cuda/kernels/sm90/
+/// attention_bwd.cu: wgmma, sm_90a): dK and dV over key blocks, then dQ over query
+/// blocks, from `delta` = rowsum(dO * O) (B H q_len floats, contiguous) that the caller
+/// computed. No dropout, no mask. launch_attention_backward calls it (see
+/// AttentionTuning::backward_version). Throws unless the device has compute capability 9.0.
+void launch_attention_backward_sm90(const AttentionProblem& p, AttentionInput q, AttentionInput k,
+                                    AttentionInput v, AttentionInput d_out, const float* lse,
+                                    const float* delta, AttentionOutput d_q, AttentionOutput d_k,
+                                    AttentionOutput d_v, cudaStream_t stream);
 
 /// Device bytes launch_attention_backward needs as workspace: the rowsum(dO * O)
 /// pre-pass (B H q_len floats), and in the atomic mode (deterministic false) a

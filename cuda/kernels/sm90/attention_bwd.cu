@@ -1,0 +1,441 @@
+// Fused attention backward, version 2 (see cuda/kernels/attention.h,
+// launch_attention_backward_sm90): the deterministic backward of version 1 (a dK/dV
+// kernel over key tiles, then a dQ pass over query tiles, no atomics) with its matrix
+// products on the warpgroup MMA (wgmma, sm_90a). No dropout and no mask (version 1
+// has both); the rowsum(dO * O) pre-pass is the caller's (attention.cu).
+//
+// dK/dV: a block of two warpgroups owns 128 keys (64 each; K and V loaded once) and
+// walks 64-query tiles of Q and dO, double-buffered in shared memory by cp.async. Per
+// tile and warpgroup, in the transposed orientation (keys are wgmma's M):
+//   S^T  (64 x 64) = K Q^T      wgmma, both operands from shared memory (K-major)
+//   dP^T (64 x 64) = V dO^T     the same
+//   P^T = exp2(scale log2e S^T - lse), masked; dS^T = P^T (dP^T - delta)
+//   dV (64 x D) += P^T dO       wgmma with P^T from registers, dO N-major in shared
+//   dK (64 x D) += dS^T Q       the same
+// The dV product runs while the warpgroup forms dS^T (none of its registers are the
+// product's). Causal: the block's first key tile of queries is k0 / 64; a warpgroup
+// skips the tiles wholly above its keys (it still meets the block's barriers).
+//
+// dQ: a block of two warpgroups owns 128 query rows (as the forward) and walks 64-key
+// tiles of K and V, double-buffered: S = Q K^T and dP = dO V^T from shared memory,
+// dS = P (dP - delta), dQ (64 x D) += dS K with dS from registers. Causal: the longest
+// query tiles first.
+//
+// Shared tiles and descriptors: cuda/kernels/sm90/attention_common.cuh.
+#include <cuda_bf16.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "core/base/error.h"
+#include "cuda/check.h"
+#include "cuda/kernels/attention.h"
+
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define EMBER_ATTN_BWD_SM90A 1
+#include "cuda/kernels/sm90/attention_common.cuh"
+#else
+#define EMBER_ATTN_BWD_SM90A 0
+#endif
+
+namespace ember::cuda {
+
+namespace {
+
+using bf16 = __nv_bfloat16;
+
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr int kThreads = 256;       // two warpgroups
+constexpr int kKeysPerBlock = 128;  // dK/dV: 64 keys a warpgroup
+constexpr int kQueryTile = 64;      // dK/dV: query rows per step
+constexpr int kRowsPerBlock = 128;  // dQ: 64 query rows a warpgroup
+constexpr int kKeyTile = 64;        // dQ: keys per step
+
+struct Strides {
+  int64_t b, h, t;
+};
+
+struct Params {
+  const bf16* q;
+  const bf16* k;
+  const bf16* v;
+  const bf16* dout;
+  const float* lse;    // (B, H, Tq), natural log
+  const float* delta;  // (B, H, Tq): rowsum(dO * O)
+  bf16* dq;
+  bf16* dk;
+  bf16* dv;
+  Strides sq, sk, sv, sdo, sdq, sdk, sdv;
+  int heads, tq, tk;
+  float scale, scale_log2;
+};
+
+#if EMBER_ATTN_BWD_SM90A
+
+using namespace attn_sm90;  // NOLINT(google-build-using-namespace)
+
+// 1024-byte alignment of the dynamic shared memory (the swizzle atoms).
+__device__ __forceinline__ bf16* aligned_smem(unsigned char* raw) {
+  return reinterpret_cast<bf16*>((reinterpret_cast<uintptr_t>(raw) + 1023) &
+                                 ~static_cast<uintptr_t>(1023));
+}
+
+// lse in base 2 (+inf past the end: P = 0 there) and delta for query rows q0 .. q0 + n.
+__device__ __forceinline__ void load_row_stats(float* s_lse, float* s_delta, const Params& p,
+                                               int64_t base, int q0, int n) {
+  for (int i = static_cast<int>(threadIdx.x); i < n; i += kThreads) {
+    const int q = q0 + i;
+    const float l = q < p.tq ? p.lse[base + q] : -INFINITY;
+    s_lse[i] = l > -INFINITY ? l * kLog2e : INFINITY;
+    s_delta[i] = q < p.tq ? p.delta[base + q] : 0.f;
+  }
+}
+
+// A warpgroup's (64, D) fp32 accumulator as bf16 rows row0 + (its rows) times `mul`,
+// rows at or past `valid` skipped. Row of accumulator element (dt, e): warp 16 + lane / 4
+// + 8 (e / 2); column dt 8 + (lane % 4) 2 + e % 2.
+template <int D>
+__device__ __forceinline__ void store_acc(bf16* g, int64_t st, int row0, int valid,
+                                          const float (&acc)[D / 2], float mul) {
+  const int warp = (static_cast<int>(threadIdx.x) / 32) % 4;
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int row = row0 + warp * 16 + lane / 4 + 8 * r;
+    if (row >= valid) continue;
+    bf16* dst = g + static_cast<int64_t>(row) * st + (lane & 3) * 2;
+#pragma unroll
+    for (int dt = 0; dt < D / 8; ++dt)
+      *reinterpret_cast<__nv_bfloat162*>(dst + dt * 8) =
+          __floats2bfloat162_rn(acc[dt * 4 + 2 * r] * mul, acc[dt * 4 + 2 * r + 1] * mul);
+  }
+}
+
+#endif  // EMBER_ATTN_BWD_SM90A
+
+// grid (B H, key blocks of 128); causal: key block 0 (the most queries) first.
+template <int D, bool CAUSAL>
+__global__ void __launch_bounds__(kThreads, 1) attn_bwd_dkdv_sm90_kernel(const Params p) {
+#if EMBER_ATTN_BWD_SM90A
+  constexpr int kN = kKeysPerBlock;
+  constexpr int kM = kQueryTile;
+  constexpr int kMT = kM / 8;  // n-tiles over the tile's queries
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  bf16* s_k = aligned_smem(smem_raw);
+  bf16* s_v = s_k + kN * D;
+  bf16* s_q = s_v + kN * D;                                    // [2][kM * D]
+  bf16* s_do = s_q + 2 * kM * D;                               // [2][kM * D]
+  float* s_lse = reinterpret_cast<float*>(s_do + 2 * kM * D);  // [2][kM]
+  float* s_delta = s_lse + 2 * kM;                             // [2][kM]
+
+  const int wg = static_cast<int>(threadIdx.x) / 128;
+  const int warp = (static_cast<int>(threadIdx.x) / 32) % 4;
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+  const int bh = static_cast<int>(blockIdx.x);
+  const int b = bh / p.heads, h = bh % p.heads;
+  const int k0 = static_cast<int>(blockIdx.y) * kN;
+  const int wk0 = k0 + wg * 64;  // this warpgroup's first key
+  const bf16* gq = p.q + b * p.sq.b + h * p.sq.h;
+  const bf16* gdo = p.dout + b * p.sdo.b + h * p.sdo.h;
+  const int64_t row_base = static_cast<int64_t>(bh) * p.tq;
+  const int qt_begin = CAUSAL ? k0 / kM : 0;
+  const int n_qt = (p.tq + kM - 1) / kM;
+
+  load_tile<kN, D>(s_k, p.k + b * p.sk.b + h * p.sk.h, p.sk.t, k0, p.tk);
+  load_tile<kN, D>(s_v, p.v + b * p.sv.b + h * p.sv.h, p.sv.t, k0, p.tk);
+  if (qt_begin < n_qt) {
+    load_tile<kM, D>(s_q, gq, p.sq.t, qt_begin * kM, p.tq);
+    load_tile<kM, D>(s_do, gdo, p.sdo.t, qt_begin * kM, p.tq);
+    load_row_stats(s_lse, s_delta, p, row_base, qt_begin * kM, kM);
+  }
+  cp_async_commit();
+
+  float dk[D / 2], dv[D / 2];
+#pragma unroll
+  for (int i = 0; i < D / 2; ++i) dk[i] = dv[i] = 0.f;
+  const int key_lo = wk0 + warp * 16 + lane / 4;  // this thread's keys: key_lo, key_lo + 8
+  // Columns 64 wg onward of column block 0: this warpgroup's 64 rows of K and V.
+  const uint32_t k_base = smem_u32(s_k) + wg * 64 * 128;
+  const uint32_t v_base = smem_u32(s_v) + wg * 64 * 128;
+
+  for (int it = qt_begin; it < n_qt; ++it) {
+    const int buf = (it - qt_begin) & 1;
+    const int q0 = it * kM;
+    if (it + 1 < n_qt) {
+      const int nb = buf ^ 1;
+      load_tile<kM, D>(s_q + nb * kM * D, gq, p.sq.t, q0 + kM, p.tq);
+      load_tile<kM, D>(s_do + nb * kM * D, gdo, p.sdo.t, q0 + kM, p.tq);
+      load_row_stats(s_lse + nb * kM, s_delta + nb * kM, p, row_base, q0 + kM, kM);
+      cp_async_commit();
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
+    fence_proxy_async();  // cp.async's writes, read next by wgmma (the async proxy)
+    __syncthreads();
+    // Causal: a tile whose last query precedes this warpgroup's first key adds nothing.
+    if (!(CAUSAL && q0 + kM - 1 < wk0)) {
+      const uint32_t q_tile = smem_u32(s_q + buf * kM * D);
+      const uint32_t do_tile = smem_u32(s_do + buf * kM * D);
+      const float* lse2 = s_lse + buf * kM;
+      const float* dl = s_delta + buf * kM;
+
+      float st[kM / 2], dpt[kM / 2];
+      wgmma_fence();
+      ss_product<D, kM, kN, kM>(st, k_base, q_tile, false);    // S^T = K Q^T
+      ss_product<D, kM, kN, kM>(dpt, v_base, do_tile, false);  // dP^T = V dO^T
+      wgmma_commit();
+      wgmma_wait0();
+      fence_regs(st);
+      fence_regs(dpt);
+
+      const bool masked = wk0 + 64 > p.tk || (CAUSAL && wk0 + 63 > q0);
+#pragma unroll
+      for (int nt = 0; nt < kMT; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int qq = nt * 8 + (lane & 3) * 2 + (e & 1);
+          float x = exp2_approx(st[nt * 4 + e] * p.scale_log2 - lse2[qq]);
+          if (masked) {
+            const int key = key_lo + (e >> 1) * 8;
+            if (key >= p.tk || (CAUSAL && key > q0 + qq)) x = 0.f;
+          }
+          st[nt * 4 + e] = x;
+        }
+      uint32_t pa[kM / 16][4];
+      acc_to_a<kM>(st, pa, [](float x) { return x; });
+      wgmma_fence();
+      rs_product<D, kM, kM>(dv, pa, do_tile);  // dV += P^T dO
+      wgmma_commit();
+
+      // dS^T = P^T (dP^T - delta), formed while the dV product runs.
+#pragma unroll
+      for (int nt = 0; nt < kMT; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int qq = nt * 8 + (lane & 3) * 2 + (e & 1);
+          dpt[nt * 4 + e] = st[nt * 4 + e] * (dpt[nt * 4 + e] - dl[qq]);
+        }
+      uint32_t da[kM / 16][4];
+      acc_to_a<kM>(dpt, da, [](float x) { return x; });
+      wgmma_fence();
+      rs_product<D, kM, kM>(dk, da, q_tile);  // dK += dS^T Q
+      wgmma_commit();
+      wgmma_wait0();
+      fence_regs(dv);
+      fence_regs(dk);
+      fence_regs(pa);
+      fence_regs(da);
+    }
+    __syncthreads();  // the buffer read here is refilled next step
+  }
+  cp_async_wait<0>();
+
+  store_acc<D>(p.dk + b * p.sdk.b + h * p.sdk.h, p.sdk.t, wk0, p.tk, dk, p.scale);
+  store_acc<D>(p.dv + b * p.sdv.b + h * p.sdv.h, p.sdv.t, wk0, p.tk, dv, 1.f);
+#else
+  (void)p;
+#endif
+}
+
+// grid (B H, query blocks of 128); causal: the longest first.
+template <int D, bool CAUSAL>
+__global__ void __launch_bounds__(kThreads, 1) attn_bwd_dq_sm90_kernel(const Params p) {
+#if EMBER_ATTN_BWD_SM90A
+  constexpr int kM = kRowsPerBlock;
+  constexpr int kBN = kKeyTile;
+  constexpr int kNT = kBN / 8;
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  bf16* s_q = aligned_smem(smem_raw);
+  bf16* s_do = s_q + kM * D;
+  bf16* s_k = s_do + kM * D;      // [2][kBN * D]
+  bf16* s_v = s_k + 2 * kBN * D;  // [2][kBN * D]
+
+  const int wg = static_cast<int>(threadIdx.x) / 128;
+  const int warp = (static_cast<int>(threadIdx.x) / 32) % 4;
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+  const int bh = static_cast<int>(blockIdx.x);
+  const int b = bh / p.heads, h = bh % p.heads;
+  const int n_qt = (p.tq + kM - 1) / kM;
+  const int qt = CAUSAL ? n_qt - 1 - static_cast<int>(blockIdx.y) : static_cast<int>(blockIdx.y);
+  const int q0 = qt * kM;
+  const int wq0 = q0 + wg * 64;  // this warpgroup's first query row
+  const bf16* gk = p.k + b * p.sk.b + h * p.sk.h;
+  const bf16* gv = p.v + b * p.sv.b + h * p.sv.h;
+  const int kend = CAUSAL ? min(p.tk, q0 + kM) : p.tk;
+  const int n_kt = (kend + kBN - 1) / kBN;
+  const int64_t row_base = static_cast<int64_t>(bh) * p.tq;
+
+  load_tile<kM, D>(s_q, p.q + b * p.sq.b + h * p.sq.h, p.sq.t, q0, p.tq);
+  load_tile<kM, D>(s_do, p.dout + b * p.sdo.b + h * p.sdo.h, p.sdo.t, q0, p.tq);
+  if (n_kt > 0) {
+    load_tile<kBN, D>(s_k, gk, p.sk.t, 0, p.tk);
+    load_tile<kBN, D>(s_v, gv, p.sv.t, 0, p.tk);
+  }
+  cp_async_commit();
+
+  const int row_lo = wq0 + warp * 16 + lane / 4;  // this thread's rows: row_lo, row_lo + 8
+  float lse2[2], dl[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int q = row_lo + 8 * r;
+    const float l = q < p.tq ? p.lse[row_base + q] : -INFINITY;
+    lse2[r] = l > -INFINITY ? l * kLog2e : INFINITY;  // P = 0 past the end
+    dl[r] = q < p.tq ? p.delta[row_base + q] : 0.f;
+  }
+  float dq[D / 2];
+#pragma unroll
+  for (int i = 0; i < D / 2; ++i) dq[i] = 0.f;
+  const uint32_t q_base = smem_u32(s_q) + wg * 64 * 128;
+  const uint32_t do_base = smem_u32(s_do) + wg * 64 * 128;
+
+  for (int j = 0; j < n_kt; ++j) {
+    const int buf = j & 1;
+    if (j + 1 < n_kt) {
+      load_tile<kBN, D>(s_k + (buf ^ 1) * kBN * D, gk, p.sk.t, (j + 1) * kBN, p.tk);
+      load_tile<kBN, D>(s_v + (buf ^ 1) * kBN * D, gv, p.sv.t, (j + 1) * kBN, p.tk);
+      cp_async_commit();
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
+    fence_proxy_async();
+    __syncthreads();
+    const int k0 = j * kBN;
+    // Causal: a key tile wholly after this warpgroup's last row adds nothing.
+    if (!(CAUSAL && k0 > wq0 + 63)) {
+      const uint32_t k_tile = smem_u32(s_k + buf * kBN * D);
+      const uint32_t v_tile = smem_u32(s_v + buf * kBN * D);
+      float s[kBN / 2], dp[kBN / 2];
+      wgmma_fence();
+      ss_product<D, kBN, kM, kBN>(s, q_base, k_tile, false);    // S = Q K^T
+      ss_product<D, kBN, kM, kBN>(dp, do_base, v_tile, false);  // dP = dO V^T
+      wgmma_commit();
+      wgmma_wait0();
+      fence_regs(s);
+      fence_regs(dp);
+      const bool masked = k0 + kBN > p.tk || (CAUSAL && k0 + kBN - 1 > wq0);
+#pragma unroll
+      for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          float x = exp2_approx(s[nt * 4 + e] * p.scale_log2 - lse2[e >> 1]);
+          if (masked) {
+            const int key = k0 + nt * 8 + (lane & 3) * 2 + (e & 1);
+            if (key >= p.tk || (CAUSAL && key > row_lo + (e >> 1) * 8)) x = 0.f;
+          }
+          dp[nt * 4 + e] = x * (dp[nt * 4 + e] - dl[e >> 1]);
+        }
+      uint32_t da[kBN / 16][4];
+      acc_to_a<kBN>(dp, da, [](float x) { return x; });
+      wgmma_fence();
+      rs_product<D, kBN, kBN>(dq, da, k_tile);  // dQ += dS K
+      wgmma_commit();
+      wgmma_wait0();
+      fence_regs(dq);
+      fence_regs(da);
+    }
+    __syncthreads();
+  }
+  cp_async_wait<0>();
+  store_acc<D>(p.dq + b * p.sdq.b + h * p.sdq.h, p.sdq.t, wq0, p.tq, dq, p.scale);
+#else
+  (void)p;
+#endif
+}
+
+template <int D>
+constexpr size_t dkdv_smem() {
+  return static_cast<size_t>(2 * kKeysPerBlock + 4 * kQueryTile) * D * sizeof(bf16) +
+         4 * kQueryTile * sizeof(float) + 1024;
+}
+template <int D>
+constexpr size_t dq_smem() {
+  return static_cast<size_t>(2 * kRowsPerBlock + 4 * kKeyTile) * D * sizeof(bf16) + 1024;
+}
+
+template <typename Kernel>
+void launch(Kernel kernel, dim3 grid, size_t smem, cudaStream_t stream, const Params& prm) {
+  EMBER_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        static_cast<int>(smem)));
+  kernel<<<grid, kThreads, smem, stream>>>(prm);
+  EMBER_CUDA_CHECK(cudaGetLastError());
+}
+
+template <int D, bool CAUSAL>
+void launch_d(const Params& prm, int64_t bh, cudaStream_t stream) {
+  const dim3 key_grid(static_cast<unsigned>(bh),
+                      static_cast<unsigned>((prm.tk + kKeysPerBlock - 1) / kKeysPerBlock));
+  launch(attn_bwd_dkdv_sm90_kernel<D, CAUSAL>, key_grid, dkdv_smem<D>(), stream, prm);
+  const dim3 q_grid(static_cast<unsigned>(bh),
+                    static_cast<unsigned>((prm.tq + kRowsPerBlock - 1) / kRowsPerBlock));
+  launch(attn_bwd_dq_sm90_kernel<D, CAUSAL>, q_grid, dq_smem<D>(), stream, prm);
+}
+
+bool aligned(const void* d, int64_t sb, int64_t sh, int64_t st) {
+  return d != nullptr && reinterpret_cast<uintptr_t>(d) % 16 == 0 && sb % 8 == 0 && sh % 8 == 0 &&
+         st % 8 == 0;
+}
+
+}  // namespace
+
+void launch_attention_backward_sm90(const AttentionProblem& p, AttentionInput q, AttentionInput k,
+                                    AttentionInput v, AttentionInput d_out, const float* lse,
+                                    const float* delta, AttentionOutput d_q, AttentionOutput d_k,
+                                    AttentionOutput d_v, cudaStream_t stream) {
+  constexpr const char* kOp = "attention_backward_sm90";
+  const char* why = attention_unsupported(p.dtype, p.head_dim);
+  EMBER_CHECK(why == nullptr, kOp, ": ", why == nullptr ? "" : why);
+  EMBER_CHECK(p.dropout_p == 0.0 && p.mask_kind == 0, kOp,
+              ": has no dropout and no mask (launch_attention_backward's version 1 has both)");
+  int device = 0, major = 0, minor = 0;
+  EMBER_CUDA_CHECK(cudaGetDevice(&device));
+  EMBER_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  EMBER_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
+  EMBER_CHECK(major == 9 && minor == 0, kOp, ": needs compute capability 9.0 (device ", device,
+              " is ", major, ".", minor, ")");
+  EMBER_CHECK(p.batch >= 0 && p.heads >= 0 && p.q_len > 0 && p.kv_len > 0 &&
+                  p.q_len < (1LL << 30) && p.kv_len < (1LL << 30) &&
+                  p.batch * p.heads < (1LL << 31),
+              kOp, ": bad sizes (batch ", p.batch, ", heads ", p.heads, ", q_len ", p.q_len,
+              ", kv_len ", p.kv_len, ")");
+  const int64_t bh = p.batch * p.heads;
+  if (bh == 0) return;
+  EMBER_CHECK(aligned(q.data, q.stride_b, q.stride_h, q.stride_t) &&
+                  aligned(k.data, k.stride_b, k.stride_h, k.stride_t) &&
+                  aligned(v.data, v.stride_b, v.stride_h, v.stride_t) &&
+                  aligned(d_out.data, d_out.stride_b, d_out.stride_h, d_out.stride_t) &&
+                  aligned(d_q.data, d_q.stride_b, d_q.stride_h, d_q.stride_t) &&
+                  aligned(d_k.data, d_k.stride_b, d_k.stride_h, d_k.stride_t) &&
+                  aligned(d_v.data, d_v.stride_b, d_v.stride_h, d_v.stride_t),
+              kOp, ": operands must be non-null, 16-byte aligned, strides multiples of 8");
+  EMBER_CHECK(lse != nullptr && delta != nullptr, kOp, ": lse and delta must be non-null");
+  Params prm{};
+  prm.q = static_cast<const bf16*>(q.data);
+  prm.k = static_cast<const bf16*>(k.data);
+  prm.v = static_cast<const bf16*>(v.data);
+  prm.dout = static_cast<const bf16*>(d_out.data);
+  prm.lse = lse;
+  prm.delta = delta;
+  prm.dq = static_cast<bf16*>(d_q.data);
+  prm.dk = static_cast<bf16*>(d_k.data);
+  prm.dv = static_cast<bf16*>(d_v.data);
+  prm.sq = {q.stride_b, q.stride_h, q.stride_t};
+  prm.sk = {k.stride_b, k.stride_h, k.stride_t};
+  prm.sv = {v.stride_b, v.stride_h, v.stride_t};
+  prm.sdo = {d_out.stride_b, d_out.stride_h, d_out.stride_t};
+  prm.sdq = {d_q.stride_b, d_q.stride_h, d_q.stride_t};
+  prm.sdk = {d_k.stride_b, d_k.stride_h, d_k.stride_t};
+  prm.sdv = {d_v.stride_b, d_v.stride_h, d_v.stride_t};
+  prm.heads = static_cast<int>(p.heads);
+  prm.tq = static_cast<int>(p.q_len);
+  prm.tk = static_cast<int>(p.kv_len);
+  prm.scale = p.scale;
+  prm.scale_log2 = p.scale * kLog2e;
+  if (p.head_dim == 64)
+    p.causal ? launch_d<64, true>(prm, bh, stream) : launch_d<64, false>(prm, bh, stream);
+  else
+    p.causal ? launch_d<128, true>(prm, bh, stream) : launch_d<128, false>(prm, bh, stream);
+}
+
+}  // namespace ember::cuda
