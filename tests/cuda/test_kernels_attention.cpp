@@ -6,7 +6,8 @@
 // 7, 127 and 300 (ragged tiles), query and key lengths that differ, head dims 64
 // and 128, causal and not, (B, T, H, D) storage viewed as (B, H, T, D) and
 // contiguous (B, H, T, D). Outputs are NaN-poisoned first, so an element never
-// written fails. The deterministic mode gives the same bits twice. The
+// written fails. The deterministic mode gives the same bits twice. The wgmma forward
+// and backward (version 2) are checked the same way on compute capability 9.0. The
 // refusals name what they refuse.
 #include <doctest/doctest.h>
 
@@ -60,9 +61,10 @@ struct Result {
 // v2_tile: 0 runs launch_attention_forward with its defaults, -1 forces version 1
 // (mma.sync), 64 or 128 the wgmma forward (launch_attention_forward_sm90) with that key
 // tile; backward reads its O and lse. query_tile: the deterministic backward's dK/dV
-// query tile (0: its default).
+// query tile (0: its default). bwd_version: the deterministic backward's
+// AttentionTuning::backward_version (2: the wgmma kernels); the atomic mode is version 1's.
 Result run_case(const Shape4& s, bool causal, bool bthd, uint64_t seed, int v2_tile = 0,
-                int query_tile = 0) {
+                int query_tile = 0, int bwd_version = 0) {
   const double scale = 1.0 / std::sqrt(static_cast<double>(s.d));
   Tensor q64 = make_storage(s.b, s.h, s.tq, s.d, bthd, seed);
   Tensor k64 = make_storage(s.b, s.h, s.tk, s.d, bthd, seed + 1);
@@ -126,9 +128,11 @@ Result run_case(const Shape4& s, bool causal, bool bthd, uint64_t seed, int v2_t
   Tensor ws =
       empty({static_cast<int64_t>(ws_bytes / 4 + 64)}, TensorOptions(kCUDA).dtype(kFloat32));
   auto backward = [&](bool det) {
+    cuda::AttentionTuning tuning = bwd_tuning;
+    tuning.backward_version = det ? bwd_version : 0;
     cuda::launch_attention_backward(prob, in(q), in(k), in(v), in(o), in(g), lse.data_ptr<float>(),
                                     out(dq), out(dk), out(dv), det, ws.raw_data(), ws_bytes, stream,
-                                    bwd_tuning);
+                                    tuning);
   };
   auto err = [](const Tensor& ours, const Tensor& ref) {
     return rel_error(ours.to(kCPU).to(kFloat64), ref);
@@ -204,6 +208,35 @@ TEST_CASE("kernels/attention: the wgmma forward (v2) matches the float64 compose
         }
 }
 
+TEST_CASE("kernels/attention: the wgmma backward (v2) matches the float64 composed path" *
+          doctest::test_suite("cuda_sm90")) {
+  const std::vector<Shape4> shapes = {{2, 3, 1, 1, 64},     {2, 3, 7, 7, 64},
+                                      {2, 3, 127, 127, 64}, {1, 2, 300, 300, 64},
+                                      {2, 3, 127, 300, 64}, {2, 2, 300, 127, 64}};
+  uint64_t seed = 1301;
+  for (int64_t d : {64, 128})
+    for (Shape4 s : shapes)
+      for (bool causal : {false, true}) {
+        s.d = d;
+        const bool bthd = (seed / 4) % 2 == 0;
+        INFO("B=", s.b, " H=", s.h, " Tq=", s.tq, " Tk=", s.tk, " D=", s.d, " causal=", causal,
+             " bthd=", bthd);
+        const Result r = run_case(s, causal, bthd, seed += 4, 0, 0, 2);
+        CHECK(r.dq_det <= 1e-2);
+        CHECK(r.dk_det <= 1e-2);
+        CHECK(r.dv_det <= 1e-2);
+        CHECK(r.det_same);
+      }
+  // The switch that makes it the default, and its refusal of the atomic mode.
+  const bool was = cuda::attention_backward_v2();
+  cuda::set_attention_backward_v2(true);
+  const Result r = run_case({2, 3, 300, 300, 64}, true, true, 77);
+  cuda::set_attention_backward_v2(was);
+  CHECK(r.dq_det <= 1e-2);
+  CHECK(r.dk_det <= 1e-2);
+  CHECK(r.dv_det <= 1e-2);
+}
+
 TEST_CASE("kernels/attention: the refusals name the problem" * doctest::test_suite("cuda")) {
   CHECK(cuda::attention_supported(DType::BFloat16, 64));
   CHECK(cuda::attention_supported(DType::BFloat16, 128));
@@ -237,4 +270,22 @@ TEST_CASE("kernels/attention: the refusals name the problem" * doctest::test_sui
                                                    false, nullptr, 0, cuda::current_stream(0));
                  }),
                  "workspace"));
+  cuda::AttentionTuning v2;
+  v2.backward_version = 2;
+  const size_t ws_bytes = cuda::attention_backward_workspace_bytes(p, false);
+  Tensor ws =
+      empty({static_cast<int64_t>(ws_bytes / 4 + 64)}, TensorOptions(kCUDA).dtype(kFloat32));
+  CHECK(contains(error_of([&] {
+                   cuda::launch_attention_backward(
+                       p, in(x), in(x), in(x), in(x), in(x), lse.data_ptr<float>(), out(x), out(x),
+                       out(x), false, ws.raw_data(), ws_bytes, cuda::current_stream(0), v2);
+                 }),
+                 "backward version 2 is deterministic"));
+  v2.backward_version = 3;
+  CHECK(contains(error_of([&] {
+                   cuda::launch_attention_backward(
+                       p, in(x), in(x), in(x), in(x), in(x), lse.data_ptr<float>(), out(x), out(x),
+                       out(x), true, ws.raw_data(), ws_bytes, cuda::current_stream(0), v2);
+                 }),
+                 "backward_version 3"));
 }
