@@ -10,6 +10,10 @@
 #   tools/gpu_switches_check.sh gpt    bench_gpt --only gpt2 --eager with the three off
 #        (0) and on (1), alternating processes, up to 5 each (tools/ab_table.py); then the
 #        vector kernels' cases under compute-sanitizer's four tools
+#   tools/gpu_switches_check.sh attn   the attention probe (checks, timing, the peer) with
+#        the wgmma backward on by default (EMBER_ATTENTION_BWD_V2=1); bench_gpt --only gpt2
+#        --eager with it off (0) and on (1), alternating; the probe's sanitize cases
+#        (which include the wgmma backward) under compute-sanitizer's four tools
 #   EMBER_SWITCHES_LIMIT=540           seconds the stage may take; each part starts only
 #                                      with time left for it
 #   EMBER_GPU_PREBUILT=.device/bg.tar.xz  the pack (unpacked unless build-gpu already holds
@@ -95,8 +99,41 @@ elif [ "$stage" = gpt ]; then
     done | tee -a "$out/gpt_ab.txt"
   fi
   keep=(gpu.txt gpt_ab.txt)
+elif [ "$stage" = attn ]; then
+  echo "=== tools/attention_probe.sh: checks, timing, the peer, with EMBER_ATTENTION_BWD_V2=1 ($(left) s left)"
+  EMBER_ATTENTION_BWD_V2=1 PROBE_REPS=${PROBE_REPS:-10} OUT=/tmp/attn_probe \
+    timeout $(($(left) > 400 ? 300 : $(left) / 2)) bash tools/attention_probe.sh >"$out/probe_full.txt" 2>&1
+  echo "probe exit status $?"
+  cp /tmp/attn_probe/probe.log /tmp/attn_probe/peer.log /tmp/attn_probe/ptxas_summary.txt "$out/" 2>/dev/null
+  sed -n '/== summary/,$p' "$out/probe_full.txt" | cut -c1-240 | tee "$out/attn_summary.txt"
+  grep -E 'bwd-v2' "$out/probe_full.txt" | grep -c PASS | sed 's/^/cases with bwd-v2 passing: /' |
+    tee -a "$out/attn_summary.txt"
+  grep -E 'FAIL' "$out/probe_full.txt" | head -10 | tee -a "$out/attn_summary.txt"
+  echo "=== GPT-2 eager, EMBER_ATTENTION_BWD_V2 0 and 1, alternating ($(left) s left)"
+  mkdir -p "$out/vab"
+  for r in 1 2 3 4 5; do
+    for v in 0 1; do
+      [ "$(left)" -gt "${EMBER_SWITCHES_RESERVE:-130}" ] || break 2
+      EMBER_ATTENTION_BWD_V2=$v timeout 70 build-gpu/benchmarks/bench_gpt --only gpt2 --eager \
+        --json "$out/vab/$v.$r.json" >"$out/vab/$v.$r.log" 2>&1 || echo "gpt $v.$r failed"
+    done
+  done
+  python3 tools/ab_table.py "$out/vab" 0 1 | tee "$out/gpt_v2_ab.txt"
+  echo "=== attention_probe --sanitize under the four tools ($(left) s left)"
+  if [ "$(left)" -gt 40 ]; then
+    for tool in memcheck racecheck initcheck synccheck; do
+      timeout $(($(left) - 10)) compute-sanitizer --tool "$tool" --error-exitcode 9 \
+        /tmp/attn_probe/attention_probe --sanitize >"$out/vab/san_$tool.txt" 2>&1 &
+    done
+    wait
+    for tool in memcheck racecheck initcheck synccheck; do
+      echo "$tool: $(grep -E '^========= (ERROR SUMMARY|RACECHECK SUMMARY)' "$out/vab/san_$tool.txt" |
+        tr '\n' ' ') $(grep -cE 'PASS$' "$out/vab/san_$tool.txt") cases passing, $(grep -c FAIL "$out/vab/san_$tool.txt") failing"
+    done | tee -a "$out/attn_summary.txt"
+  fi
+  keep=(gpu.txt attn_summary.txt gpt_v2_ab.txt probe.log peer.log ptxas_summary.txt)
 else
-  echo "usage: tools/gpu_switches_check.sh conv|gpt" >&2
+  echo "usage: tools/gpu_switches_check.sh conv|gpt|attn" >&2
   exit 2
 fi
 tools/gpu_logs_pack.sh "$out" "${keep[@]}" && [ -f "$out/logs.tgz" ] && mv "$out/logs.tgz" "$out/more.tgz"
