@@ -182,13 +182,12 @@ __global__ void __launch_bounds__(kThreads, 1) attn_bwd_dkdv_sm90_kernel(const P
 
       float st[kM / 2], dpt[kM / 2];
       wgmma_fence();
-      ss_product<D, kM, kN, kM>(st, k_base, q_tile, false);    // S^T = K Q^T
+      ss_product<D, kM, kN, kM>(st, k_base, q_tile, false);  // S^T = K Q^T
+      wgmma_commit();
       ss_product<D, kM, kN, kM>(dpt, v_base, do_tile, false);  // dP^T = V dO^T
       wgmma_commit();
-      wgmma_wait0();
+      wgmma_wait<1>();  // S^T; P^T is formed while dP^T's product runs
       fence_regs(st);
-      fence_regs(dpt);
-
       const bool masked = wk0 + 64 > p.tk || (CAUSAL && wk0 + 63 > q0);
 #pragma unroll
       for (int nt = 0; nt < kMT; ++nt)
@@ -207,7 +206,8 @@ __global__ void __launch_bounds__(kThreads, 1) attn_bwd_dkdv_sm90_kernel(const P
       wgmma_fence();
       rs_product<D, kM, kM>(dv, pa, do_tile);  // dV += P^T dO
       wgmma_commit();
-
+      wgmma_wait<1>();  // dP^T (the dV product may still run)
+      fence_regs(dpt);
       // dS^T = P^T (dP^T - delta), formed while the dV product runs.
 #pragma unroll
       for (int nt = 0; nt < kMT; ++nt)
@@ -308,12 +308,12 @@ __global__ void __launch_bounds__(kThreads, 1) attn_bwd_dq_sm90_kernel(const Par
       const uint32_t v_tile = smem_u32(s_v + buf * kBN * D);
       float s[kBN / 2], dp[kBN / 2];
       wgmma_fence();
-      ss_product<D, kBN, kM, kBN>(s, q_base, k_tile, false);    // S = Q K^T
+      ss_product<D, kBN, kM, kBN>(s, q_base, k_tile, false);  // S = Q K^T
+      wgmma_commit();
       ss_product<D, kBN, kM, kBN>(dp, do_base, v_tile, false);  // dP = dO V^T
       wgmma_commit();
-      wgmma_wait0();
+      wgmma_wait<1>();  // S; P is formed while dP's product runs
       fence_regs(s);
-      fence_regs(dp);
       const bool masked = k0 + kBN > p.tk || (CAUSAL && k0 + kBN - 1 > wq0);
 #pragma unroll
       for (int nt = 0; nt < kNT; ++nt)
@@ -324,8 +324,12 @@ __global__ void __launch_bounds__(kThreads, 1) attn_bwd_dq_sm90_kernel(const Par
             const int key = k0 + nt * 8 + (lane & 3) * 2 + (e & 1);
             if (key >= p.tk || (CAUSAL && key > row_lo + (e >> 1) * 8)) x = 0.f;
           }
-          dp[nt * 4 + e] = x * (dp[nt * 4 + e] - dl[e >> 1]);
+          s[nt * 4 + e] = x;
         }
+      wgmma_wait0();
+      fence_regs(dp);
+#pragma unroll
+      for (int i = 0; i < kBN / 2; ++i) dp[i] = s[i] * (dp[i] - dl[(i >> 1) & 1]);
       uint32_t da[kBN / 16][4];
       acc_to_a<kBN>(dp, da, [](float x) { return x; });
       wgmma_fence();
