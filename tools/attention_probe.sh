@@ -17,7 +17,7 @@
 # matrix instructions in the kernels), probe.log, peer.log, attention_probe (the binary).
 # Exit status: non-zero when the build or any check failed.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 OUT=${OUT:-$PWD/probe-out}
 mkdir -p "$OUT"
 NVCC=${NVCC:-nvcc}
