@@ -283,9 +283,9 @@ struct Tensors {
     launch_attention_forward(prob, in_q(q.p), in_k(k.p), in_k(v.p), out_q(o.p), lse.p, nullptr,
                              tuning);
   }
-  void forward_sm90(int key_tile) {
+  void forward_sm90(int key_tile, bool pipelined = false) {
     launch_attention_forward_sm90(prob, in_q(q.p), in_k(k.p), in_k(v.p), out_q(o.p), lse.p, nullptr,
-                                  key_tile);
+                                  key_tile, pipelined);
   }
   // The library's default forward (version 2 on sm_90).
   void forward_default() {
@@ -387,6 +387,8 @@ int g_failures = 0;
 bool g_sm90 = false;      // device 0 is compute capability 9.0: version 2 runs
 bool g_v2_ok64 = true;    // every check of version 2 with 64-key tiles passed so far
 bool g_v2_ok128 = true;   // ... with 128-key tiles
+bool g_v3_ok64 = true;    // the pipelined version 2 (forward_version 3), 64-key tiles
+bool g_v3_ok128 = true;   // ... 128-key tiles
 bool g_v2_bwd_ok = true;  // every check of version 2 of the backward passed so far
 
 std::string describe(const Case& c) {
@@ -434,18 +436,22 @@ bool check_case(Tensors& t, int slices, uint64_t seed) {
   // Version 2 (wgmma, sm_90a), both key tiles, where the device is sm_90.
   bool v2_all = true;
   if (g_sm90) {
-    for (int tile : {64, 128}) {
-      t.o.poison(), t.lse.poison();
-      t.forward_sm90(tile);
-      CK(cudaGetLastError());
-      CK(cudaDeviceSynchronize());
-      CK(cudaMemcpy(lse.data(), t.lse.p, lse.size() * sizeof(float), cudaMemcpyDeviceToHost));
-      std::printf(tile == 64 ? " | v2/64:" : " | v2/128:");
-      const bool v2ok = report("O", rel_err(gather(t.o, t, true, slices), ref.o)) &
-                        report("LSE", rel_err(lse, lse_ref));
-      v2_all &= v2ok;
-      (tile == 64 ? g_v2_ok64 : g_v2_ok128) &= v2ok;
-    }
+    for (int pipe = 0; pipe < 2; ++pipe)
+      for (int tile : {64, 128}) {
+        t.o.poison(), t.lse.poison();
+        t.forward_sm90(tile, pipe == 1);
+        CK(cudaGetLastError());
+        CK(cudaDeviceSynchronize());
+        CK(cudaMemcpy(lse.data(), t.lse.p, lse.size() * sizeof(float), cudaMemcpyDeviceToHost));
+        std::printf(" | %s/%d:", pipe ? "v3" : "v2", tile);
+        const bool v2ok = report("O", rel_err(gather(t.o, t, true, slices), ref.o)) &
+                          report("LSE", rel_err(lse, lse_ref));
+        v2_all &= v2ok;
+        if (pipe)
+          (tile == 64 ? g_v3_ok64 : g_v3_ok128) &= v2ok;
+        else
+          (tile == 64 ? g_v2_ok64 : g_v2_ok128) &= v2ok;
+      }
   }
   // The library's default forward (what the op layer runs); backward reads its O and lse.
   t.o.poison(), t.lse.poison();
@@ -552,6 +558,10 @@ void time_case(const Case& c, int reps) {
   Stat v64{0, 0, 0}, v128{0, 0, 0};
   if (g_sm90 && g_v2_ok64) v64 = time_it([&] { t.forward_sm90(64); }, reps);
   if (g_sm90 && g_v2_ok128) v128 = time_it([&] { t.forward_sm90(128); }, reps);
+  // The pipelined variant, each tile timed right after the unpipelined one above.
+  Stat p64{0, 0, 0}, p128{0, 0, 0};
+  if (g_sm90 && g_v3_ok64) p64 = time_it([&] { t.forward_sm90(64, true); }, reps);
+  if (g_sm90 && g_v3_ok128) p128 = time_it([&] { t.forward_sm90(128, true); }, reps);
   const Stat fb = time_it(
       [&] {
         t.forward();
@@ -605,6 +615,12 @@ void time_case(const Case& c, int reps) {
         "%4.0f TF/s (0: not run, its check failed)\n",
         describe(c).c_str(), v64.med, v64.med > 0 ? tf(fwd_flop, v64.med) : 0.0, v128.med,
         v128.med > 0 ? tf(fwd_flop, v128.med) : 0.0);
+  if (p64.med > 0 || p128.med > 0)
+    std::printf(
+        "TIME %-44s fwd v3 (pipelined wgmma) key tile 64: %.3f ms [%.3f-%.3f] %4.0f TF/s | key "
+        "tile 128: %.3f ms [%.3f-%.3f] %4.0f TF/s (0: not run, its check failed)\n",
+        describe(c).c_str(), p64.med, p64.lo, p64.hi, p64.med > 0 ? tf(fwd_flop, p64.med) : 0.0,
+        p128.med, p128.lo, p128.hi, p128.med > 0 ? tf(fwd_flop, p128.med) : 0.0);
   if (lfb2.med > 0)
     std::printf(
         "TIME %-44s fwd+bwd v2 (lib default fwd, wgmma bwd): %.3f ms [%.3f-%.3f] %4.0f TF/s | "

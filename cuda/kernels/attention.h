@@ -75,6 +75,8 @@ struct AttentionTuning {
   /// compute capability 9.0 only, key tile 64 at head dim 64 and 128 at 128), 0:
   /// version 2 on compute capability 9.0, else version 1 (the faster per shape in
   /// the first H200 run, benchmarks/NOTES.md "Flash attention").
+  /// 3: version 2 pipelined (the next tile's Q K^T during this tile's softmax; compute
+  /// capability 9.0 only; experimental, never the default until measured).
   int forward_version = 0;
   int forward_warps = 0;  ///< version 1: 4 or 8 warps, 16 query rows each, per block; 0: 4
   /// Deterministic backward: 32 or 64 query rows per tile of the dK/dV kernel; 0:
@@ -116,11 +118,12 @@ void launch_attention_forward(const AttentionProblem& p, AttentionInput q, Atten
 /// Version 2 of the forward (cuda/kernels/sm90/attention_fwd.cu: wgmma, sm_90a),
 /// the same contract as launch_attention_forward, `key_tile` 64 or 128 keys per
 /// step. launch_attention_forward calls it on compute capability 9.0 (see
-/// AttentionTuning::forward_version). Throws unless the device has compute
-/// capability 9.0.
+/// AttentionTuning::forward_version). `pipelined`: the variant with the next tile's
+/// Q K^T in flight during this tile's softmax (experimental: forward_version 3).
+/// Throws unless the device has compute capability 9.0.
 void launch_attention_forward_sm90(const AttentionProblem& p, AttentionInput q, AttentionInput k,
                                    AttentionInput v, AttentionOutput o, float* lse,
-                                   cudaStream_t stream, int key_tile = 64);
+                                   cudaStream_t stream, int key_tile = 64, bool pipelined = false);
 
 /// Version 2 of the deterministic backward's two matrix kernels (cuda/kernels/sm90/
 /// attention_bwd.cu: wgmma, sm_90a): dK and dV over key blocks, then dQ over query

@@ -64,7 +64,7 @@ struct Result {
 // query tile (0: its default). bwd_version: the deterministic backward's
 // AttentionTuning::backward_version (2: the wgmma kernels); the atomic mode is version 1's.
 Result run_case(const Shape4& s, bool causal, bool bthd, uint64_t seed, int v2_tile = 0,
-                int query_tile = 0, int bwd_version = 0) {
+                int query_tile = 0, int bwd_version = 0, bool pipelined = false) {
   const double scale = 1.0 / std::sqrt(static_cast<double>(s.d));
   Tensor q64 = make_storage(s.b, s.h, s.tq, s.d, bthd, seed);
   Tensor k64 = make_storage(s.b, s.h, s.tk, s.d, bthd, seed + 1);
@@ -114,7 +114,7 @@ Result run_case(const Shape4& s, bool causal, bool bthd, uint64_t seed, int v2_t
   cudaStream_t stream = cuda::current_stream(0);
   if (v2_tile > 0) {
     cuda::launch_attention_forward_sm90(prob, in(q), in(k), in(v), out(o), lse.data_ptr<float>(),
-                                        stream, v2_tile);
+                                        stream, v2_tile, pipelined);
   } else {
     cuda::AttentionTuning fwd_tuning;
     fwd_tuning.forward_version = v2_tile < 0 ? 1 : 0;
@@ -187,25 +187,27 @@ TEST_CASE("kernels/attention: forward and both backward modes match the float64 
       }
 }
 
-TEST_CASE("kernels/attention: the wgmma forward (v2) matches the float64 composed path" *
-          doctest::test_suite("cuda_sm90")) {
+TEST_CASE(
+    "kernels/attention: the wgmma forward (v2, and pipelined) matches the float64 composed path" *
+    doctest::test_suite("cuda_sm90")) {
   const std::vector<Shape4> shapes = {{2, 3, 1, 1, 64},     {2, 3, 7, 7, 64},
                                       {2, 3, 127, 127, 64}, {1, 2, 300, 300, 64},
                                       {2, 3, 127, 300, 64}, {2, 2, 300, 127, 64}};
   uint64_t seed = 901;
-  for (int tile : {64, 128})
-    for (int64_t d : {64, 128})
-      for (Shape4 s : shapes)
-        for (bool causal : {false, true}) {
-          s.d = d;
-          const bool bthd = (seed / 4) % 2 == 1;
-          INFO("tile=", tile, " B=", s.b, " H=", s.h, " Tq=", s.tq, " Tk=", s.tk, " D=", s.d,
-               " causal=", causal, " bthd=", bthd);
-          const Result r = run_case(s, causal, bthd, seed += 4, tile);
-          CHECK(r.o <= 1e-2);
-          CHECK(r.lse <= 1e-2);
-          CHECK(r.dq <= 1e-2);  // backward from v2's O and lse
-        }
+  for (bool pipelined : {false, true})
+    for (int tile : {64, 128})
+      for (int64_t d : {64, 128})
+        for (Shape4 s : shapes)
+          for (bool causal : {false, true}) {
+            s.d = d;
+            const bool bthd = (seed / 4) % 2 == 1;
+            INFO("pipelined=", pipelined, " tile=", tile, " B=", s.b, " H=", s.h, " Tq=", s.tq,
+                 " Tk=", s.tk, " D=", s.d, " causal=", causal, " bthd=", bthd);
+            const Result r = run_case(s, causal, bthd, seed += 4, tile, 0, 0, pipelined);
+            CHECK(r.o <= 1e-2);
+            CHECK(r.lse <= 1e-2);
+            CHECK(r.dq <= 1e-2);  // backward from v2's O and lse
+          }
 }
 
 TEST_CASE("kernels/attention: the wgmma backward (v2) matches the float64 composed path" *

@@ -79,14 +79,96 @@ __device__ __forceinline__ void pv(float (&o)[D / 2], const uint32_t (&pa)[BN / 
   rs_product<D, BN, BN>(o, pa, v_base);
 }
 
+// The scores of one key tile (s, 64 x BN accumulators) through the online softmax:
+// scaled to base 2, masked (keys past the end; causal: keys after the row), the running
+// maximum m and sum l of this thread's two rows updated, O rescaled, and P packed as
+// the A operand of P V (pa).
+template <int D, int BN, bool CAUSAL>
+__device__ __forceinline__ void softmax_step(float (&s)[BN / 2], float (&o)[D / 2], float (&m)[2],
+                                             float (&l)[2], uint32_t (&pa)[BN / 16][4], int k0,
+                                             int wg_q0, int row_lo, const Params& p) {
+  constexpr int kNT = BN / 8;
+  constexpr int kDT = D / 8;
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+  const bool masked = k0 + BN > p.tk || (CAUSAL && k0 + BN - 1 > wg_q0);
+#pragma unroll
+  for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      float x = s[nt * 4 + e] * p.scale_log2;
+      if (masked) {
+        const int key = k0 + nt * 8 + (lane & 3) * 2 + (e & 1);
+        const int row = row_lo + (e >> 1) * 8;
+        if (key >= p.tk || (CAUSAL && key > row)) x = -INFINITY;
+      }
+      s[nt * 4 + e] = x;
+    }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    float mx = -INFINITY;
+#pragma unroll
+    for (int nt = 0; nt < kNT; ++nt)
+      mx = fmaxf(mx, fmaxf(s[nt * 4 + 2 * r], s[nt * 4 + 2 * r + 1]));
+    mx = quad_max(mx);
+    const float m_new = fmaxf(m[r], mx);
+    const float m_use = m_new == -INFINITY ? 0.f : m_new;
+    const float corr = exp2_approx(m[r] - m_use);
+    m[r] = m_new;
+    float sum = 0.f;
+#pragma unroll
+    for (int nt = 0; nt < kNT; ++nt) {
+      s[nt * 4 + 2 * r] = exp2_approx(s[nt * 4 + 2 * r] - m_use);
+      s[nt * 4 + 2 * r + 1] = exp2_approx(s[nt * 4 + 2 * r + 1] - m_use);
+      sum += s[nt * 4 + 2 * r] + s[nt * 4 + 2 * r + 1];
+    }
+    l[r] = l[r] * corr + sum;
+#pragma unroll
+    for (int dt = 0; dt < kDT; ++dt) {
+      o[dt * 4 + 2 * r] *= corr;
+      o[dt * 4 + 2 * r + 1] *= corr;
+    }
+  }
+#pragma unroll
+  for (int kk = 0; kk < BN / 16; ++kk) {
+    pa[kk][0] = pack_bf16(s[8 * kk], s[8 * kk + 1]);
+    pa[kk][1] = pack_bf16(s[8 * kk + 2], s[8 * kk + 3]);
+    pa[kk][2] = pack_bf16(s[8 * kk + 4], s[8 * kk + 5]);
+    pa[kk][3] = pack_bf16(s[8 * kk + 6], s[8 * kk + 7]);
+  }
+}
+
+// O / l as bf16 rows and lse (natural log) for this thread's two rows.
+template <int D>
+__device__ __forceinline__ void store_output(const Params& p, int b, int h, int row_lo,
+                                             const float (&o)[D / 2], const float (&m)[2],
+                                             const float (&l)[2]) {
+  constexpr int kDT = D / 8;
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+  const int64_t bh = static_cast<int64_t>(b) * p.heads + h;
+  const int64_t lse_base = bh * p.tq;
+  bf16* go = p.o + b * p.so.b + h * p.so.h;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const float total = quad_sum(l[r]);
+    const float inv = total > 0.f ? 1.f / total : 0.f;
+    const int row = row_lo + 8 * r;
+    if (row >= p.tq) continue;
+    if ((lane & 3) == 0)
+      p.lse[lse_base + row] = total > 0.f ? (m[r] + log2f(total)) * kLn2 : -INFINITY;
+    bf16* dst = go + static_cast<int64_t>(row) * p.so.t + (lane & 3) * 2;
+#pragma unroll
+    for (int dt = 0; dt < kDT; ++dt)
+      *reinterpret_cast<__nv_bfloat162*>(dst + dt * 8) =
+          __floats2bfloat162_rn(o[dt * 4 + 2 * r] * inv, o[dt * 4 + 2 * r + 1] * inv);
+  }
+}
+
 #endif  // EMBER_ATTN_SM90A
 
 template <int D, int BN, bool CAUSAL>
 __global__ void __launch_bounds__(kThreads, 1) attn_fwd_sm90_kernel(const Params p) {
 #if EMBER_ATTN_SM90A
   constexpr int kM = kRowsPerBlock;
-  constexpr int kNT = BN / 8;
-  constexpr int kDT = D / 8;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   // 1024-byte alignment of every tile (the swizzle atoms).
   bf16* s_q = reinterpret_cast<bf16*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) &
@@ -149,53 +231,8 @@ __global__ void __launch_bounds__(kThreads, 1) attn_fwd_sm90_kernel(const Params
     wgmma_wait0();
     fence_regs(s);
 
-    const int k0 = j * BN;
-    const bool masked = k0 + BN > p.tk || (CAUSAL && k0 + BN - 1 > wg_q0);
-#pragma unroll
-    for (int nt = 0; nt < kNT; ++nt)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        float x = s[nt * 4 + e] * p.scale_log2;
-        if (masked) {
-          const int key = k0 + nt * 8 + (lane & 3) * 2 + (e & 1);
-          const int row = row_lo + (e >> 1) * 8;
-          if (key >= p.tk || (CAUSAL && key > row)) x = -INFINITY;
-        }
-        s[nt * 4 + e] = x;
-      }
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      float mx = -INFINITY;
-#pragma unroll
-      for (int nt = 0; nt < kNT; ++nt)
-        mx = fmaxf(mx, fmaxf(s[nt * 4 + 2 * r], s[nt * 4 + 2 * r + 1]));
-      mx = quad_max(mx);
-      const float m_new = fmaxf(m[r], mx);
-      const float m_use = m_new == -INFINITY ? 0.f : m_new;
-      const float corr = exp2_approx(m[r] - m_use);
-      m[r] = m_new;
-      float sum = 0.f;
-#pragma unroll
-      for (int nt = 0; nt < kNT; ++nt) {
-        s[nt * 4 + 2 * r] = exp2_approx(s[nt * 4 + 2 * r] - m_use);
-        s[nt * 4 + 2 * r + 1] = exp2_approx(s[nt * 4 + 2 * r + 1] - m_use);
-        sum += s[nt * 4 + 2 * r] + s[nt * 4 + 2 * r + 1];
-      }
-      l[r] = l[r] * corr + sum;
-#pragma unroll
-      for (int dt = 0; dt < kDT; ++dt) {
-        o[dt * 4 + 2 * r] *= corr;
-        o[dt * 4 + 2 * r + 1] *= corr;
-      }
-    }
     uint32_t pa[BN / 16][4];
-#pragma unroll
-    for (int kk = 0; kk < BN / 16; ++kk) {
-      pa[kk][0] = pack_bf16(s[8 * kk], s[8 * kk + 1]);
-      pa[kk][1] = pack_bf16(s[8 * kk + 2], s[8 * kk + 3]);
-      pa[kk][2] = pack_bf16(s[8 * kk + 4], s[8 * kk + 5]);
-      pa[kk][3] = pack_bf16(s[8 * kk + 6], s[8 * kk + 7]);
-    }
+    softmax_step<D, BN, CAUSAL>(s, o, m, l, pa, j * BN, wg_q0, row_lo, p);
     wgmma_fence();
     pv<D, BN>(o, pa, v_base);
     wgmma_commit();
@@ -206,36 +243,123 @@ __global__ void __launch_bounds__(kThreads, 1) attn_fwd_sm90_kernel(const Params
   }
   cp_async_wait<0>();
 
-  const int64_t lse_base = static_cast<int64_t>(bh) * p.tq;
-  bf16* go = p.o + b * p.so.b + h * p.so.h;
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const float total = quad_sum(l[r]);
-    const float inv = total > 0.f ? 1.f / total : 0.f;
-    const int row = row_lo + 8 * r;
-    if (row >= p.tq) continue;
-    if ((lane & 3) == 0)
-      p.lse[lse_base + row] = total > 0.f ? (m[r] + log2f(total)) * kLn2 : -INFINITY;
-    bf16* dst = go + static_cast<int64_t>(row) * p.so.t + (lane & 3) * 2;
-#pragma unroll
-    for (int dt = 0; dt < kDT; ++dt)
-      *reinterpret_cast<__nv_bfloat162*>(dst + dt * 8) =
-          __floats2bfloat162_rn(o[dt * 4 + 2 * r] * inv, o[dt * 4 + 2 * r + 1] * inv);
-  }
+  store_output<D>(p, b, h, row_lo, o, m, l);
 #else
   (void)p;
 #endif
 }
 
-template <int D, int BN>
-constexpr size_t smem_bytes() {
-  return static_cast<size_t>(kRowsPerBlock + 4 * BN) * D * sizeof(bf16) + 1024;
+// The same forward with the next tile's S = Q K^T in flight while this tile's softmax
+// runs (FlashAttention-3's intra-warpgroup overlap). Per key tile j, after one barrier:
+// the loads of K(j+2) and V(j+1) start; S(j+1) is issued; the wait for P V(j-1) lets
+// the softmax of S(j) rescale O; P V(j) is issued; the wait for S(j+1) ends the step,
+// P V(j) still running. K is double-buffered, V triple-buffered (V(j+1) is loaded while
+// the other warpgroup may still read V(j-1)); two score arrays live at once.
+template <int D, int BN, bool CAUSAL>
+__global__ void __launch_bounds__(kThreads, 1) attn_fwd_sm90_pipe_kernel(const Params p) {
+#if EMBER_ATTN_SM90A
+  constexpr int kM = kRowsPerBlock;
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  bf16* s_q = reinterpret_cast<bf16*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) &
+                                      ~static_cast<uintptr_t>(1023));
+  bf16* s_k = s_q + kM * D;      // [2][BN * D]
+  bf16* s_v = s_k + 2 * BN * D;  // [3][BN * D]
+
+  const int wg = static_cast<int>(threadIdx.x) / 128;
+  const int warp = (static_cast<int>(threadIdx.x) / 32) % 4;
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+  const int bh = static_cast<int>(blockIdx.x);
+  const int b = bh / p.heads, h = bh % p.heads;
+  const int n_qt = (p.tq + kM - 1) / kM;
+  const int qt = CAUSAL ? n_qt - 1 - static_cast<int>(blockIdx.y) : static_cast<int>(blockIdx.y);
+  const int q0 = qt * kM;
+  const bf16* gk = p.k + b * p.sk.b + h * p.sk.h;
+  const bf16* gv = p.v + b * p.sv.b + h * p.sv.h;
+  const int kend = CAUSAL ? min(p.tk, q0 + kM) : p.tk;
+  const int n_kt = (kend + BN - 1) / BN;
+
+  // Load groups: Q and K(0); then K(1) and V(0). Step j's group is K(j+2), V(j+1).
+  load_tile<kM, D>(s_q, p.q + b * p.sq.b + h * p.sq.h, p.sq.t, q0, p.tq);
+  if (n_kt > 0) load_tile<BN, D>(s_k, gk, p.sk.t, 0, p.tk);
+  cp_async_commit();
+  if (n_kt > 1) load_tile<BN, D>(s_k + BN * D, gk, p.sk.t, BN, p.tk);
+  if (n_kt > 0) load_tile<BN, D>(s_v, gv, p.sv.t, 0, p.tk);
+  cp_async_commit();
+
+  float o[D / 2];
+#pragma unroll
+  for (int i = 0; i < D / 2; ++i) o[i] = 0.f;
+  float m[2] = {-INFINITY, -INFINITY};
+  float l[2] = {0.f, 0.f};
+  const int row_lo = q0 + wg * 64 + warp * 16 + lane / 4;
+  const uint32_t q_base = smem_u32(s_q) + wg * 64 * 128;
+  const int wg_q0 = q0 + wg * 64;
+
+  float s_cur[BN / 2], s_next[BN / 2];
+  if (n_kt > 0) {
+    cp_async_wait<1>();  // Q and K(0)
+    fence_proxy_async();
+    __syncthreads();
+    wgmma_fence();
+    qk<D, BN>(s_cur, q_base, smem_u32(s_k));
+    wgmma_commit();
+    wgmma_wait0();
+    fence_regs(s_cur);
+  }
+
+  for (int j = 0; j < n_kt; ++j) {
+    cp_async_wait<0>();  // K(j+1) and V(j)
+    fence_proxy_async();
+    // Every warpgroup is past S(j) and P V(j-2): K(j)'s and V(j-2)'s buffers are free.
+    __syncthreads();
+    if (j + 2 < n_kt) load_tile<BN, D>(s_k + (j & 1) * BN * D, gk, p.sk.t, (j + 2) * BN, p.tk);
+    if (j + 1 < n_kt)
+      load_tile<BN, D>(s_v + ((j + 1) % 3) * BN * D, gv, p.sv.t, (j + 1) * BN, p.tk);
+    cp_async_commit();
+    const bool more = j + 1 < n_kt;
+    if (more) {
+      wgmma_fence();
+      qk<D, BN>(s_next, q_base, smem_u32(s_k + ((j + 1) & 1) * BN * D));
+      wgmma_commit();
+      wgmma_wait<1>();  // P V(j-1); S(j+1) runs on
+    } else {
+      wgmma_wait0();
+    }
+    fence_regs(o);
+    uint32_t pa[BN / 16][4];
+    softmax_step<D, BN, CAUSAL>(s_cur, o, m, l, pa, j * BN, wg_q0, row_lo, p);
+    wgmma_fence();
+    pv<D, BN>(o, pa, smem_u32(s_v + (j % 3) * BN * D));
+    wgmma_commit();
+    if (more) {
+      wgmma_wait<1>();  // S(j+1); P V(j) runs on
+      fence_regs(s_next);
+#pragma unroll
+      for (int i = 0; i < BN / 2; ++i) s_cur[i] = s_next[i];
+    }
+    fence_regs(pa);
+  }
+  wgmma_wait0();
+  fence_regs(o);
+  cp_async_wait<0>();
+
+  store_output<D>(p, b, h, row_lo, o, m, l);
+#else
+  (void)p;
+#endif
 }
 
-template <int D, int BN, bool CAUSAL>
+// Q, then K double-buffered and V double- (PIPE: triple-) buffered, and the alignment slack.
+template <int D, int BN, bool PIPE>
+constexpr size_t smem_bytes() {
+  return static_cast<size_t>(kRowsPerBlock + (PIPE ? 5 : 4) * BN) * D * sizeof(bf16) + 1024;
+}
+
+template <int D, int BN, bool CAUSAL, bool PIPE>
 void launch_d(const Params& prm, int64_t bh, cudaStream_t stream) {
-  auto kernel = attn_fwd_sm90_kernel<D, BN, CAUSAL>;
-  constexpr size_t kSmem = smem_bytes<D, BN>();
+  auto kernel =
+      PIPE ? attn_fwd_sm90_pipe_kernel<D, BN, CAUSAL> : attn_fwd_sm90_kernel<D, BN, CAUSAL>;
+  constexpr size_t kSmem = smem_bytes<D, BN, PIPE>();
   EMBER_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                         static_cast<int>(kSmem)));
   const dim3 grid(static_cast<unsigned>(bh),
@@ -244,11 +368,32 @@ void launch_d(const Params& prm, int64_t bh, cudaStream_t stream) {
   EMBER_CUDA_CHECK(cudaGetLastError());
 }
 
+template <bool PIPE>
+void launch_variant(const Params& prm, int64_t bh, int64_t head_dim, int key_tile, bool causal,
+                    cudaStream_t stream) {
+  const bool wide = key_tile == 128;
+  if (head_dim == 64) {
+    if (wide)
+      causal ? launch_d<64, 128, true, PIPE>(prm, bh, stream)
+             : launch_d<64, 128, false, PIPE>(prm, bh, stream);
+    else
+      causal ? launch_d<64, 64, true, PIPE>(prm, bh, stream)
+             : launch_d<64, 64, false, PIPE>(prm, bh, stream);
+  } else {
+    if (wide)
+      causal ? launch_d<128, 128, true, PIPE>(prm, bh, stream)
+             : launch_d<128, 128, false, PIPE>(prm, bh, stream);
+    else
+      causal ? launch_d<128, 64, true, PIPE>(prm, bh, stream)
+             : launch_d<128, 64, false, PIPE>(prm, bh, stream);
+  }
+}
+
 }  // namespace
 
 void launch_attention_forward_sm90(const AttentionProblem& p, AttentionInput q, AttentionInput k,
                                    AttentionInput v, AttentionOutput o, float* lse,
-                                   cudaStream_t stream, int key_tile) {
+                                   cudaStream_t stream, int key_tile, bool pipelined) {
   constexpr const char* kOp = "attention_forward_sm90";
   const char* why = attention_unsupported(p.dtype, p.head_dim);
   EMBER_CHECK(why == nullptr, kOp, ": ", why == nullptr ? "" : why);
@@ -289,21 +434,10 @@ void launch_attention_forward_sm90(const AttentionProblem& p, AttentionInput q, 
   prm.tq = static_cast<int>(p.q_len);
   prm.tk = static_cast<int>(p.kv_len);
   prm.scale_log2 = p.scale * kLog2e;
-  const bool wide = key_tile == 128;
-  if (p.head_dim == 64) {
-    if (wide)
-      p.causal ? launch_d<64, 128, true>(prm, bh, stream)
-               : launch_d<64, 128, false>(prm, bh, stream);
-    else
-      p.causal ? launch_d<64, 64, true>(prm, bh, stream) : launch_d<64, 64, false>(prm, bh, stream);
-  } else {
-    if (wide)
-      p.causal ? launch_d<128, 128, true>(prm, bh, stream)
-               : launch_d<128, 128, false>(prm, bh, stream);
-    else
-      p.causal ? launch_d<128, 64, true>(prm, bh, stream)
-               : launch_d<128, 64, false>(prm, bh, stream);
-  }
+  if (pipelined)
+    launch_variant<true>(prm, bh, p.head_dim, key_tile, p.causal, stream);
+  else
+    launch_variant<false>(prm, bh, p.head_dim, key_tile, p.causal, stream);
 }
 
 }  // namespace ember::cuda
