@@ -307,6 +307,9 @@ __global__ void __launch_bounds__(kThreads, 1) attn_fwd_sm90_pipe_kernel(const P
     fence_regs(s_cur);
   }
 
+  // P's registers, read by P V(j) after its issue: declared here and fenced after each wait
+  // for that product, so that no other value takes them while it runs.
+  uint32_t pa[BN / 16][4];
   for (int j = 0; j < n_kt; ++j) {
     cp_async_wait<0>();  // K(j+1) and V(j)
     fence_proxy_async();
@@ -326,7 +329,7 @@ __global__ void __launch_bounds__(kThreads, 1) attn_fwd_sm90_pipe_kernel(const P
       wgmma_wait0();
     }
     fence_regs(o);
-    uint32_t pa[BN / 16][4];
+    fence_regs(pa);
     softmax_step<D, BN, CAUSAL>(s_cur, o, m, l, pa, j * BN, wg_q0, row_lo, p);
     wgmma_fence();
     pv<D, BN>(o, pa, smem_u32(s_v + (j % 3) * BN * D));
@@ -337,10 +340,10 @@ __global__ void __launch_bounds__(kThreads, 1) attn_fwd_sm90_pipe_kernel(const P
 #pragma unroll
       for (int i = 0; i < BN / 2; ++i) s_cur[i] = s_next[i];
     }
-    fence_regs(pa);
   }
   wgmma_wait0();
   fence_regs(o);
+  fence_regs(pa);
   cp_async_wait<0>();
 
   store_output<D>(p, b, h, row_lo, o, m, l);
