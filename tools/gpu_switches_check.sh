@@ -14,6 +14,10 @@
 #        the wgmma backward on by default (EMBER_ATTENTION_BWD_V2=1); bench_gpt --only gpt2
 #        --eager with it off (0) and on (1), alternating; the probe's sanitize cases
 #        (which include the wgmma backward) under compute-sanitizer's four tools
+#   tools/gpu_switches_check.sh combo  one call for all four paths (the three above and the
+#        wgmma attention backward, EMBER_ATTENTION_BWD_V2): the probe's checks, the whole
+#        suite with the four on, GPT-2 eager with the four off and on, alternating, a GPT-2
+#        profile with them on, compare.sh's conv set with them on
 #   EMBER_SWITCHES_LIMIT=540           seconds the stage may take; each part starts only
 #                                      with time left for it
 #   EMBER_GPU_PREBUILT=.device/bg.tar.xz  the pack (unpacked unless build-gpu already holds
@@ -132,8 +136,52 @@ elif [ "$stage" = attn ]; then
     done | tee -a "$out/attn_summary.txt"
   fi
   keep=(gpu.txt attn_summary.txt gpt_v2_ab.txt probe.log peer.log ptxas_summary.txt)
+elif [ "$stage" = combo ]; then
+  # Everything in one call, for sessions that may get only one: the four off-by-default
+  # paths (the three copies and vectors, the wgmma attention backward) together.
+  on4() { EMBER_ATTENTION_BWD_V2=$1 on3 "$@"; }
+  echo "=== attention probe --check-only (wgmma backward v2, pipelined forward v3) ($(left) s left)"
+  OUT=/tmp/attn_probe timeout 150 bash tools/attention_probe.sh --check-only >"$out/probe_check.txt" 2>&1
+  echo "probe exit status $?"
+  { grep -E 'ALL PASS|FAIL|EXCEPTION' "$out/probe_check.txt" | cut -c1-300 | tail -12
+    echo "cases with bwd-v2 passing: $(grep -E 'bwd-v2' "$out/probe_check.txt" | grep -c 'PASS$')"
+    grep -E 'attn_(bwd_dkdv|bwd_dq|fwd)_sm90' /tmp/attn_probe/ptxas_summary.txt; } |
+    tee "$out/combo_summary.txt"
+  echo "=== the whole suite, the four on ($(left) s left)"
+  (cd build-gpu && on4 1 timeout 210 ctest -j8 -E '^package_consumer$' \
+    -O Testing/Temporary/LastTestConsole.log >"$out/ctest.txt" 2>&1)
+  tail -3 "$out/ctest.txt" | tee -a "$out/combo_summary.txt"
+  tools/test_summary.sh build-gpu 2>&1 | tail -25 | tee "$out/suite_summary.txt"
+  grep -B2 -A12 'ERROR\|FAILED' build-gpu/Testing/Temporary/LastTest.log | head -80 \
+    >>"$out/suite_summary.txt"
+  echo "=== GPT-2 eager, the four off (0) and on (1), alternating ($(left) s left)"
+  mkdir -p "$out/gab"
+  for r in 1 2 3 4 5; do
+    for v in 0 1; do
+      [ "$(left)" -gt "${EMBER_SWITCHES_RESERVE:-200}" ] || break 2
+      on4 "$v" timeout 70 build-gpu/benchmarks/bench_gpt --only gpt2 --eager \
+        --json "$out/gab/$v.$r.json" >"$out/gab/$v.$r.log" 2>&1 || echo "gpt $v.$r failed"
+    done
+  done
+  grep -h 'FAILED' "$out"/gab/*.log | head -10
+  python3 tools/ab_table.py "$out/gab" 0 1 | tee "$out/gpt_ab.txt"
+  echo "=== GPT-2 profile, the four on ($(left) s left)"
+  if [ "$(left)" -gt 170 ]; then
+    on4 1 timeout 60 build-gpu/benchmarks/bench_gpt --profile --only gpt2 --steps 3 \
+      >"$out/gpt_profile1.txt" 2>&1
+    head -45 "$out/gpt_profile1.txt"
+  fi
+  echo "=== compare.sh conv, the four on, 5 repetitions ($(left) s left)"
+  if [ "$(left)" -gt 90 ]; then
+    on4 1 env EMBER_COMPARE_REPS=5 EMBER_BENCH_BUILD=build-gpu EMBER_BENCH_PREBUILT=1 \
+      EMBER_COMPARE_SET=conv timeout $(($(left) - 12)) benchmarks/compare.sh "$out/cmp" \
+      >"$out/cmp.txt" 2>&1
+    cat "$out/cmp/RESULTS.md" >>"$out/cmp.txt" 2>/dev/null
+    tail -40 "$out/cmp.txt"
+  fi
+  keep=(gpu.txt combo_summary.txt suite_summary.txt gpt_ab.txt gpt_profile1.txt cmp.txt)
 else
-  echo "usage: tools/gpu_switches_check.sh conv|gpt|attn" >&2
+  echo "usage: tools/gpu_switches_check.sh conv|gpt|attn|combo" >&2
   exit 2
 fi
 tools/gpu_logs_pack.sh "$out" "${keep[@]}" && [ -f "$out/logs.tgz" ] && mv "$out/logs.tgz" "$out/more.tgz"
