@@ -80,14 +80,20 @@ __device__ __forceinline__ bf16* aligned_smem(unsigned char* raw) {
                                  ~static_cast<uintptr_t>(1023));
 }
 
-// lse in base 2 (+inf past the end: P = 0 there) and delta for query rows q0 .. q0 + n.
+// lse (natural log) and delta of query rows q0 .. q0 + n into shared memory by cp.async,
+// in the caller's group: rows past the end read as 0, which is harmless there (their
+// Q and dO rows are zeros, so P^T dO and dS^T are 0 whatever P is). Version 2 has no
+// masks, so no row's lse is -inf.
 __device__ __forceinline__ void load_row_stats(float* s_lse, float* s_delta, const Params& p,
                                                int64_t base, int q0, int n) {
   for (int i = static_cast<int>(threadIdx.x); i < n; i += kThreads) {
-    const int q = q0 + i;
-    const float l = q < p.tq ? p.lse[base + q] : -INFINITY;
-    s_lse[i] = l > -INFINITY ? l * kLog2e : INFINITY;
-    s_delta[i] = q < p.tq ? p.delta[base + q] : 0.f;
+    const bool ok = q0 + i < p.tq;
+    const int64_t at = ok ? base + q0 + i : 0;
+    const int bytes = ok ? 4 : 0;
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_u32(s_lse + i)),
+                 "l"(p.lse + at), "r"(bytes));
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_u32(s_delta + i)),
+                 "l"(p.delta + at), "r"(bytes));
   }
 }
 
@@ -177,7 +183,7 @@ __global__ void __launch_bounds__(kThreads, 1) attn_bwd_dkdv_sm90_kernel(const P
     if (!(CAUSAL && q0 + kM - 1 < wk0)) {
       const uint32_t q_tile = smem_u32(s_q + buf * kM * D);
       const uint32_t do_tile = smem_u32(s_do + buf * kM * D);
-      const float* lse2 = s_lse + buf * kM;
+      const float* lse = s_lse + buf * kM;
       const float* dl = s_delta + buf * kM;
 
       float st[kM / 2], dpt[kM / 2];
@@ -194,7 +200,7 @@ __global__ void __launch_bounds__(kThreads, 1) attn_bwd_dkdv_sm90_kernel(const P
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int qq = nt * 8 + (lane & 3) * 2 + (e & 1);
-          float x = exp2_approx(st[nt * 4 + e] * p.scale_log2 - lse2[qq]);
+          float x = exp2_approx(st[nt * 4 + e] * p.scale_log2 - lse[qq] * kLog2e);
           if (masked) {
             const int key = key_lo + (e >> 1) * 8;
             if (key >= p.tk || (CAUSAL && key > q0 + qq)) x = 0.f;
