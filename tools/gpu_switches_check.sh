@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The three faster paths that are off by default (EMBER_TRANSPOSE_COPY, EMBER_ROW_COPY,
-# EMBER_ELEMENTWISE_VECTORS) measured on the GPU machine, on a build packed by
+# The three faster paths that were off by default until 2026-12-06 (EMBER_TRANSPOSE_COPY,
+# EMBER_ROW_COPY, EMBER_ELEMENTWISE_VECTORS; each stage sets them) measured on the GPU machine, on a build packed by
 # tools/pack_gpu_build.sh (carried in .device, device tool: carry [".device"]), in two
 # calls that each fit the device tool's 10 minutes:
 #   tools/gpu_switches_check.sh conv   tools/gpu_transpose_check.sh (the copies' cases,

@@ -1043,7 +1043,7 @@ std::atomic<int> g_backward_v2{-1};  // -1: EMBER_ATTENTION_BWD_V2 not read yet
 }  // namespace
 
 bool attention_backward_v2() {
-  return env_switch(g_backward_v2, "EMBER_ATTENTION_BWD_V2", false);
+  return env_switch(g_backward_v2, "EMBER_ATTENTION_BWD_V2", true);
 }
 
 void set_attention_backward_v2(bool on) {

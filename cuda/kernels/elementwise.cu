@@ -481,7 +481,7 @@ void set_transpose_copy(bool on) {
 }
 
 bool transpose_copy() {
-  return env_switch(g_transpose, "EMBER_TRANSPOSE_COPY", false);
+  return env_switch(g_transpose, "EMBER_TRANSPOSE_COPY", true);
 }
 
 void set_row_copy(bool on) {
@@ -489,7 +489,7 @@ void set_row_copy(bool on) {
 }
 
 bool row_copy() {
-  return env_switch(g_row_copy, "EMBER_ROW_COPY", false);
+  return env_switch(g_row_copy, "EMBER_ROW_COPY", true);
 }
 
 void set_elementwise_vectors(bool on) {
@@ -497,7 +497,7 @@ void set_elementwise_vectors(bool on) {
 }
 
 bool elementwise_vectors() {
-  return env_switch(g_vectors, "EMBER_ELEMENTWISE_VECTORS", false);
+  return env_switch(g_vectors, "EMBER_ELEMENTWISE_VECTORS", true);
 }
 
 void launch_unary(UnaryOp op, DType dtype, const void* x, const StridedLayout& xl, void* y,

@@ -36,9 +36,9 @@ inline void launch_binary(BinaryOp op, DType dtype, const void* x, const Strided
 }
 // Whether unary, binary, their backwards and float32 <-> bfloat16 casts run their
 // vector kernels (16 bytes per operand per thread; the same bits as the strided
-// ones) where every operand is contiguous and aligned to its vector: off until the
-// H200 has measured it, EMBER_ELEMENTWISE_VECTORS=1 (or set_elementwise_vectors)
-// turns it on. bench_elementwise times both.
+// ones) where every operand is contiguous and aligned to its vector: on by default
+// since the GPU measured it (benchmarks/RESULTS.md, 2026-12-06), EMBER_ELEMENTWISE_VECTORS=0
+// (or set_elementwise_vectors) turns it off. bench_elementwise times both.
 void set_elementwise_vectors(bool on);
 bool elementwise_vectors();
 // out (float32, or Bool) = op(x, y, a) in float32, where one of x and y is float32
@@ -72,16 +72,16 @@ KernelLaunch binary_kernel_launch(DType dtype, int64_t n);
 // Whether launch_cast takes a tiled transpose kernel (32 x 32 tiles through shared
 // memory) for same-dtype copies into a contiguous output that are batched transposes
 // (cuda/kernels/transpose_plan.h: NCHW -> NHWC, a matrix's transpose made contiguous),
-// instead of the generic strided copy; the same bits either way. Off until the H200
-// has measured it: EMBER_TRANSPOSE_COPY=1 (or set_transpose_copy) turns it on.
+// instead of the generic strided copy; the same bits either way. On by default since
+// the GPU measured it: EMBER_TRANSPOSE_COPY=0 (or set_transpose_copy) turns it off.
 void set_transpose_copy(bool on);
 bool transpose_copy();
 // Whether launch_cast takes the row copy (4, 8 or 16 bytes a thread, a row's addresses
 // found once per chunk) for same-dtype copies whose source and output are both
 // contiguous along their innermost dimension but not as a whole (slices of the last
 // dimension: split's, cat's and a GPT's q, k, v pieces), instead of the generic strided
-// copy (cuda/kernels/row_copy_plan.h); the same bits either way. Off until the GPU has
-// measured it: EMBER_ROW_COPY=1 (or set_row_copy) turns it on.
+// copy (cuda/kernels/row_copy_plan.h); the same bits either way. On by default since
+// the GPU measured it: EMBER_ROW_COPY=0 (or set_row_copy) turns it off.
 void set_row_copy(bool on);
 bool row_copy();
 // y = (to) x, any pair of dtypes.

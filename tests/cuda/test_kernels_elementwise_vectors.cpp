@@ -3,7 +3,8 @@
 // bits exactly, for every size (whole vectors, a tail of 1 to V - 1 elements, fewer
 // elements than one vector) and for operands whose offset breaks the alignment (those
 // take the strided kernels). Each result is also checked against the CPU. Suite "cuda".
-// The vector kernels are off unless switched on (EMBER_ELEMENTWISE_VECTORS=1).
+// The vector kernels are on unless switched off (EMBER_ELEMENTWISE_VECTORS=0); each case
+// sets the switch it needs.
 #include <doctest/doctest.h>
 
 #include <cstring>
