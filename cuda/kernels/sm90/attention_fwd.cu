@@ -251,10 +251,11 @@ __global__ void __launch_bounds__(kThreads, 1) attn_fwd_sm90_kernel(const Params
 
 // The same forward with the next tile's S = Q K^T in flight while this tile's softmax
 // runs (FlashAttention-3's intra-warpgroup overlap). Per key tile j, after one barrier:
-// the loads of K(j+2) and V(j+1) start; S(j+1) is issued; the wait for P V(j-1) lets
-// the softmax of S(j) rescale O; P V(j) is issued; the wait for S(j+1) ends the step,
-// P V(j) still running. K is double-buffered, V triple-buffered (V(j+1) is loaded while
-// the other warpgroup may still read V(j-1)); two score arrays live at once.
+// the loads of K(j+2) and V(j+1) start; S(j+1) is issued; the softmax of S(j) rescales
+// O; P V(j) is issued; one wait retires both products at the step's end. (The first
+// version let P V(j) run on into the next step, whose softmax rescales O: ptxas then
+// serialized every wgmma of the kernel, C7514, and it ran 1.1-1.6x version 2's time.)
+// K is double-buffered, V triple-buffered; two score arrays trade roles step by step.
 template <int D, int BN, bool CAUSAL>
 __global__ void __launch_bounds__(kThreads, 1) attn_fwd_sm90_pipe_kernel(const Params p) {
 #if EMBER_ATTN_SM90A
@@ -295,55 +296,58 @@ __global__ void __launch_bounds__(kThreads, 1) attn_fwd_sm90_pipe_kernel(const P
   const uint32_t q_base = smem_u32(s_q) + wg * 64 * 128;
   const int wg_q0 = q0 + wg * 64;
 
-  float s_cur[BN / 2], s_next[BN / 2];
+  // Two score arrays that trade roles each step (the loop runs two steps at a time, so
+  // each array keeps its registers: no copy, and ptxas sees which product writes which).
+  float s0[BN / 2], s1[BN / 2];
   if (n_kt > 0) {
     cp_async_wait<1>();  // Q and K(0)
     fence_proxy_async();
     __syncthreads();
     wgmma_fence();
-    qk<D, BN>(s_cur, q_base, smem_u32(s_k));
+    qk<D, BN>(s0, q_base, smem_u32(s_k));
     wgmma_commit();
     wgmma_wait0();
-    fence_regs(s_cur);
+    fence_regs(s0);
   }
 
-  // P's registers, read by P V(j) after its issue: declared here and fenced after each wait
-  // for that product, so that no other value takes them while it runs.
   uint32_t pa[BN / 16][4];
-  for (int j = 0; j < n_kt; ++j) {
+  // Step j: `cur` holds S(j); MORE: S(j+1) goes into `next` (not on the last step).
+  auto step = [&]<bool MORE>(int j, float(&cur)[BN / 2], float(&next)[BN / 2]) {
     cp_async_wait<0>();  // K(j+1) and V(j)
     fence_proxy_async();
     // Every warpgroup is past S(j) and P V(j-2): K(j)'s and V(j-2)'s buffers are free.
     __syncthreads();
     if (j + 2 < n_kt) load_tile<BN, D>(s_k + (j & 1) * BN * D, gk, p.sk.t, (j + 2) * BN, p.tk);
-    if (j + 1 < n_kt)
+    if constexpr (MORE)
       load_tile<BN, D>(s_v + ((j + 1) % 3) * BN * D, gv, p.sv.t, (j + 1) * BN, p.tk);
     cp_async_commit();
-    const bool more = j + 1 < n_kt;
-    if (more) {
+    if constexpr (MORE) {  // S(j+1) runs while this step's softmax does
       wgmma_fence();
-      qk<D, BN>(s_next, q_base, smem_u32(s_k + ((j + 1) & 1) * BN * D));
+      qk<D, BN>(next, q_base, smem_u32(s_k + ((j + 1) & 1) * BN * D));
       wgmma_commit();
-      wgmma_wait<1>();  // P V(j-1); S(j+1) runs on
-    } else {
-      wgmma_wait0();
     }
-    fence_regs(o);
-    fence_regs(pa);
-    softmax_step<D, BN, CAUSAL>(s_cur, o, m, l, pa, j * BN, wg_q0, row_lo, p);
+    softmax_step<D, BN, CAUSAL>(cur, o, m, l, pa, j * BN, wg_q0, row_lo, p);
     wgmma_fence();
     pv<D, BN>(o, pa, smem_u32(s_v + (j % 3) * BN * D));
     wgmma_commit();
-    if (more) {
-      wgmma_wait<1>();  // S(j+1); P V(j) runs on
-      fence_regs(s_next);
-#pragma unroll
-      for (int i = 0; i < BN / 2; ++i) s_cur[i] = s_next[i];
-    }
+    // S(j+1) and P V(j) both retired at the step's end: had P V(j) run on into the next
+    // step's softmax, which rescales O, ptxas would serialize every wgmma (C7514).
+    wgmma_wait0();
+    fence_regs(o);
+    fence_regs(pa);
+    if constexpr (MORE) fence_regs(next);
+  };
+  int j = 0;
+  for (; j + 2 < n_kt; j += 2) {
+    step.template operator()<true>(j, s0, s1);
+    step.template operator()<true>(j + 1, s1, s0);
   }
-  wgmma_wait0();
-  fence_regs(o);
-  fence_regs(pa);
+  if (n_kt - j == 2) {
+    step.template operator()<true>(j, s0, s1);
+    step.template operator()<false>(j + 1, s1, s0);
+  } else if (n_kt - j == 1) {
+    step.template operator()<false>(j, s0, s1);
+  }
   cp_async_wait<0>();
 
   store_output<D>(p, b, h, row_lo, o, m, l);
