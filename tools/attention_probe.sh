@@ -69,6 +69,9 @@ awk '/Compiling entry function/ { match($0, /attn_[a-z_0-9]+kernelI[^ \x27]*/); 
      /Used [0-9]+ registers/ && name != "" { match($0, /Used [0-9]+ registers/); print name ": " substr($0, RSTART, RLENGTH) ", " frame }' \
   "$OUT/build.log" | sed -E 's/EEEvNS1_[0-9]+[A-Za-z]*ParamsE[^:]*//' > "$OUT/ptxas_summary.txt"
 echo "ptxas (kernel<D, ...>: registers, local memory):"; sed 's/^/  /' "$OUT/ptxas_summary.txt"
+# ptxas serializes every wgmma of a kernel that touches an in-flight product's registers.
+serialized=$(grep -c 'C7514' "$OUT/build.log")
+echo "ptxas wgmma serialization warnings (C7514): $serialized" | tee -a "$OUT/ptxas_summary.txt"
 if command -v cuobjdump > /dev/null; then
   cuobjdump -sass "$OBJ/cuda_kernels_attention.cu.o" "$OBJ/cuda_kernels_sm90_attention_fwd.cu.o" \
       "$OBJ/cuda_kernels_sm90_attention_bwd.cu.o" \
