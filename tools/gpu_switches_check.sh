@@ -18,6 +18,9 @@
 #        wgmma attention backward, EMBER_ATTENTION_BWD_V2): the probe's checks, the whole
 #        suite with the four on, GPT-2 eager with the four off and on, alternating, a GPT-2
 #        profile with them on, compare.sh's conv set with them on
+#   tools/gpu_switches_check.sh lnwarp the norm cases (the warp-per-row kernels' among them),
+#        those kernels under the four sanitizers, GPT-2 eager with EMBER_LAYER_NORM_WARP 0
+#        and 1, alternating
 #   EMBER_SWITCHES_LIMIT=540           seconds the stage may take; each part starts only
 #                                      with time left for it
 #   EMBER_GPU_PREBUILT=.device/bg.tar.xz  the pack (unpacked unless build-gpu already holds
@@ -180,8 +183,33 @@ elif [ "$stage" = combo ]; then
     tail -40 "$out/cmp.txt"
   fi
   keep=(gpu.txt combo_summary.txt suite_summary.txt gpt_ab.txt gpt_profile1.txt cmp.txt)
+elif [ "$stage" = lnwarp ]; then
+  echo "=== the norm cases with the warp-per-row kernels, then their sanitizer runs ($(left) s left)"
+  timeout 120 build-gpu/tests/ember_tests_cuda -tc='kernels/norm*,kernels/layer_norm*,kernels/rms_norm*' \
+    >"$out/ln_cases.txt" 2>&1
+  grep -E 'test cases:|FAILED|ERROR' "$out/ln_cases.txt" | head -20 | tee "$out/ln_summary.txt"
+  for tool in memcheck racecheck initcheck synccheck; do
+    EMBER_LAYER_NORM_WARP=1 timeout 150 compute-sanitizer --tool "$tool" --error-exitcode 1 \
+      build-gpu/tests/ember_tests_cuda -tc='kernels/norm: a warp per row*' >"$out/ln_san_$tool.txt" 2>&1 &
+  done
+  wait
+  for tool in memcheck racecheck initcheck synccheck; do
+    echo "$tool: $(grep -E '^========= (ERROR SUMMARY|RACECHECK SUMMARY)' "$out/ln_san_$tool.txt" |
+      tr '\n' ' ') $(grep -E 'test cases:' "$out/ln_san_$tool.txt")"
+  done | tee -a "$out/ln_summary.txt"
+  echo "=== GPT-2 eager, EMBER_LAYER_NORM_WARP 0 and 1, alternating ($(left) s left)"
+  mkdir -p "$out/lab"
+  for r in 1 2 3 4 5; do
+    for v in 0 1; do
+      [ "$(left)" -gt "${EMBER_SWITCHES_RESERVE:-60}" ] || break 2
+      EMBER_LAYER_NORM_WARP=$v timeout 70 build-gpu/benchmarks/bench_gpt --only gpt2 --eager \
+        --json "$out/lab/$v.$r.json" >"$out/lab/$v.$r.log" 2>&1 || echo "gpt $v.$r failed"
+    done
+  done
+  python3 tools/ab_table.py "$out/lab" 0 1 | tee -a "$out/ln_summary.txt"
+  keep=(gpu.txt ln_summary.txt)
 else
-  echo "usage: tools/gpu_switches_check.sh conv|gpt|attn|combo" >&2
+  echo "usage: tools/gpu_switches_check.sh conv|gpt|attn|combo|lnwarp" >&2
   exit 2
 fi
 tools/gpu_logs_pack.sh "$out" "${keep[@]}" && [ -f "$out/logs.tgz" ] && mv "$out/logs.tgz" "$out/more.tgz"

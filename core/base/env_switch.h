@@ -1,7 +1,8 @@
 // A process-wide on/off setting with an environment variable for its first value and a
 // setter for tests and benchmarks: conv2d's implicit GEMM (EMBER_CONV_IMPLICIT), the
 // element-wise vector kernels (EMBER_ELEMENTWISE_VECTORS), the tiled transpose
-// (EMBER_TRANSPOSE_COPY), the row copy (EMBER_ROW_COPY).
+// (EMBER_TRANSPOSE_COPY), the row copy (EMBER_ROW_COPY), the wgmma attention backward
+// (EMBER_ATTENTION_BWD_V2), the warp-per-row layer norm (EMBER_LAYER_NORM_WARP).
 #pragma once
 
 #include <atomic>

@@ -16,10 +16,12 @@
 #include <cub/block/block_reduce.cuh>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <cstdlib>
 #include <string>
 
+#include "core/base/env_switch.h"
 #include "cuda/check.h"
 #include "cuda/kernels/kernel_helpers.cuh"
 #include "cuda/kernels/layer_norm.h"
@@ -33,7 +35,9 @@ namespace {
 
 // How a thread's kItems elements of a row lie: vector j (of V elements) of
 // thread t starts at column (j * kThreads + t) * V, so a warp reads consecutive
-// 16-byte vectors. kVec false: V = 1 (rows that are not 16-byte multiples).
+// 16-byte vectors. kVec false: V = 1 (rows that are not 16-byte multiples). A row is
+// served by kThreads consecutive threads, t = threadIdx.x % kThreads: the whole block
+// (kThreads = blockDim.x) or one warp (kThreads = 32, the warp-per-row kernels).
 template <typename S, int kThreads, int kItems, bool kVec>
 struct RowIO {
   static constexpr int V = kVec ? Vec16<S>::N : 1;
@@ -41,7 +45,7 @@ struct RowIO {
   static_assert(kItems % V == 0, "items per thread must be whole vectors");
 
   __device__ static int64_t col(int j, int v) {
-    return (static_cast<int64_t>(j) * kThreads + threadIdx.x) * V + v;
+    return (static_cast<int64_t>(j) * kThreads + threadIdx.x % kThreads) * V + v;
   }
   // out[j * V + v] = row[col(j, v)] (as float), `fill` past cols.
   __device__ static void load(const S* __restrict__ row, int64_t cols, float (&out)[kItems],
@@ -274,6 +278,142 @@ __global__ void column_sum_kernel(const float* __restrict__ part, int64_t blocks
   out[c] = narrow<S>(acc);
 }
 
+// ---- a warp per row (rows of up to kWarpCols elements; EMBER_LAYER_NORM_WARP) ----
+// The block kernels above give a row of 768 (a GPT's) 128 threads, two block-wide
+// reductions through shared memory and barriers per row, and a block one row at a
+// time. Here each warp owns whole rows (32 items a lane: up to 1024 columns), its
+// reductions are shuffles, and a block of kWarpBlock threads runs that many / 32 rows at
+// once. Backward: each lane keeps its columns' d_w and d_b partials across its warp's
+// rows; at the end the block adds its warps' partials in warp order through shared
+// memory and writes one row of partials per block, as the block kernel does.
+constexpr int kWarpBlock = 128;
+constexpr int kWarpItems = 32;
+constexpr int64_t kWarpCols = 32 * kWarpItems;
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
+  return v;
+}
+
+template <typename S, bool kVec, bool kRms, typename SY = S>
+__global__ void __launch_bounds__(kWarpBlock)
+    layer_norm_warp_kernel(const S* __restrict__ x, const S* __restrict__ w,
+                           const S* __restrict__ b, SY* __restrict__ y, float* __restrict__ mean,
+                           float* __restrict__ rstd, int64_t rows, int64_t cols, float eps) {
+  using IO = RowIO<S, 32, kWarpItems, kVec>;
+  constexpr int kWarps = kWarpBlock / 32;
+  float wv[kWarpItems], bv[kWarpItems];
+  fill(wv, 1.f);
+  fill(bv, 0.f);
+  if (w != nullptr) IO::load(w, cols, wv, 1.f);
+  if (b != nullptr) IO::load(b, cols, bv, 0.f);
+  const float inv_cols = 1.f / static_cast<float>(cols);
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * kWarps;
+  for (int64_t row = static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32; row < rows;
+       row += stride) {
+    float v[kWarpItems];
+    IO::load(x + row * cols, cols, v, 0.f);
+    float mu = 0.f;
+    if constexpr (!kRms) {
+      float s = 0.f;
+#pragma unroll
+      for (int i = 0; i < kWarpItems; ++i) s += v[i];
+      mu = warp_sum(s) * inv_cols;
+    }
+    float q = 0.f;
+#pragma unroll
+    for (int i = 0; i < kWarpItems; ++i) {
+      const float d = IO::valid(i, cols) ? v[i] - mu : 0.f;
+      q += d * d;
+    }
+    const float r = 1.f / sqrtf(warp_sum(q) * inv_cols + eps);
+    if (threadIdx.x % 32 == 0) {
+      if constexpr (!kRms) mean[row] = mu;
+      rstd[row] = r;
+    }
+#pragma unroll
+    for (int i = 0; i < kWarpItems; ++i) v[i] = (v[i] - mu) * r * wv[i] + bv[i];
+    IO::template store_as<SY>(y + row * cols, cols, v);
+  }
+}
+
+// As layer_norm_backward_kernel, a warp per row; dynamic shared memory of
+// kWarpBlock / 32 * cols floats for the block's sum of its warps' partials.
+template <typename S, bool kVec, bool kRms, typename SD = S>
+__global__ void __launch_bounds__(kWarpBlock)
+    layer_norm_backward_warp_kernel(const SD* __restrict__ dy, const S* __restrict__ x,
+                                    const S* __restrict__ w, const float* __restrict__ mean,
+                                    const float* __restrict__ rstd, S* dx, const S* dx_add,
+                                    float* __restrict__ part_w, float* __restrict__ part_b,
+                                    int64_t rows, int64_t cols) {
+  using IO = RowIO<S, 32, kWarpItems, kVec>;
+  constexpr int kWarps = kWarpBlock / 32;
+  extern __shared__ float sh_part[];  // [kWarps][cols]
+  float wv[kWarpItems], aw[kWarpItems], ab[kWarpItems];
+  fill(wv, 1.f);
+  fill(aw, 0.f);
+  fill(ab, 0.f);
+  if (w != nullptr) IO::load(w, cols, wv, 0.f);
+  const float inv_cols = 1.f / static_cast<float>(cols);
+  const int warp = static_cast<int>(threadIdx.x) / 32;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * kWarps;
+  for (int64_t row = static_cast<int64_t>(blockIdx.x) * kWarps + warp; row < rows; row += stride) {
+    float g[kWarpItems], xh[kWarpItems];
+    IO::template load_as<SD>(dy + row * cols, cols, g, 0.f);
+    IO::load(x + row * cols, cols, xh, 0.f);
+    const float mu = kRms ? 0.f : mean[row], r = rstd[row];
+    float sa = 0.f, sb = 0.f;
+#pragma unroll
+    for (int i = 0; i < kWarpItems; ++i) {
+      xh[i] = IO::valid(i, cols) ? (xh[i] - mu) * r : 0.f;
+      aw[i] += g[i] * xh[i];
+      ab[i] += g[i];
+      g[i] *= wv[i];  // from here on g is d_y w
+      sa += g[i];
+      sb += g[i] * xh[i];
+    }
+    const float c1 = kRms ? 0.f : warp_sum(sa) * inv_cols, c2 = warp_sum(sb) * inv_cols;
+    if (dx != nullptr) {
+#pragma unroll
+      for (int i = 0; i < kWarpItems; ++i) g[i] = r * (g[i] - c1 - xh[i] * c2);
+      if (dx_add != nullptr) {
+        float add[kWarpItems];
+        IO::load(dx_add + row * cols, cols, add, 0.f);
+#pragma unroll
+        for (int i = 0; i < kWarpItems; ++i) g[i] += add[i];
+      }
+      IO::store(dx + row * cols, cols, g);
+    }
+  }
+  if (part_w == nullptr) return;  // uniform over the block
+  // The block's partials: its warps' in warp order, d_w then d_b through one buffer.
+  auto block_partials = [&](const float(&mine)[kWarpItems], float* out) {
+#pragma unroll
+    for (int i = 0; i < kWarpItems; ++i) {
+      const int64_t c = IO::col(i / IO::V, i % IO::V);
+      if (c < cols) sh_part[warp * cols + c] = mine[i];
+    }
+    __syncthreads();
+    for (int64_t c = threadIdx.x; c < cols; c += kWarpBlock) {
+      float acc = 0.f;
+#pragma unroll
+      for (int k = 0; k < kWarps; ++k) acc += sh_part[k * cols + c];
+      out[blockIdx.x * cols + c] = acc;
+    }
+    __syncthreads();  // the buffer is written again by the next call
+  };
+  block_partials(aw, part_w);
+  if constexpr (!kRms) block_partials(ab, part_b);
+}
+
+std::atomic<int> g_warp_rows{-1};  // -1: EMBER_LAYER_NORM_WARP not read yet
+
+// Whether rows of `cols` take the warp-per-row kernels.
+bool warp_rows(int64_t cols) {
+  return cols <= kWarpCols && layer_norm_warp();
+}
+
 // The block shapes, by row length: a row must fit kThreads * kItems.
 template <int T, int I>
 struct Cfg {
@@ -340,22 +480,33 @@ void launch_forward(DType dtype, const void* x, const void* w, const void* b, vo
     using S = std::remove_pointer_t<decltype(tag)>;
     const bool vec = cols % (16 / sizeof(S)) == 0 && aligned16(x) && aligned16(y) &&
                      (w == nullptr || aligned16(w)) && (b == nullptr || aligned16(b));
+    const bool by_warp = warp_rows(cols);
     dispatch_cfg(cols, [&](auto cfg) {
       using C = decltype(cfg);
       auto go = [&](auto* y_tag) {
         using SY = std::remove_pointer_t<decltype(y_tag)>;
-        auto run = [&](auto kernel, int64_t grid) {
-          kernel<<<static_cast<unsigned>(grid), C::kThreads, 0, stream>>>(
+        auto run = [&](auto kernel, int64_t grid, int threads) {
+          kernel<<<static_cast<unsigned>(grid), threads, 0, stream>>>(
               static_cast<const S*>(x), static_cast<const S*>(w), static_cast<const S*>(b),
               static_cast<SY*>(y), static_cast<float*>(mean), static_cast<float*>(rstd), rows, cols,
               static_cast<float>(eps));
         };
+        if (by_warp) {
+          const int64_t warp_blocks = ceil_div(rows, kWarpBlock / 32);
+          constexpr auto vec_warp = layer_norm_warp_kernel<S, true, kRms, SY>;
+          constexpr auto row_warp = layer_norm_warp_kernel<S, false, kRms, SY>;
+          if (vec)
+            run(vec_warp, resident_grid<vec_warp>(kWarpBlock, warp_blocks), kWarpBlock);
+          else
+            run(row_warp, resident_grid<row_warp>(kWarpBlock, warp_blocks), kWarpBlock);
+          return;
+        }
         constexpr auto vec_kernel = layer_norm_kernel<S, C::kThreads, C::kItems, true, kRms, SY>;
         constexpr auto row_kernel = layer_norm_kernel<S, C::kThreads, C::kItems, false, kRms, SY>;
         if (vec)
-          run(vec_kernel, resident_grid<vec_kernel>(C::kThreads, rows));
+          run(vec_kernel, resident_grid<vec_kernel>(C::kThreads, rows), C::kThreads);
         else
-          run(row_kernel, resident_grid<row_kernel>(C::kThreads, rows));
+          run(row_kernel, resident_grid<row_kernel>(C::kThreads, rows), C::kThreads);
       };
       if constexpr (std::is_same_v<S, float>) {
         if (y_bf16) return go(static_cast<__nv_bfloat16*>(nullptr));
@@ -415,22 +566,35 @@ void launch_backward(DType dtype, const void* d_y, const void* x, const void* w,
                      (w == nullptr || aligned16(w)) && (d_x == nullptr || aligned16(d_x)) &&
                      (d_x_add == nullptr || aligned16(d_x_add));
     // The grid is the vectorised kernel's in both cases, clamped to the bound
-    // workspace_bytes sized the partials for.
+    // workspace_bytes sized the partials for (the warp kernels' blocks have the
+    // 128 threads the bound assumes for rows of up to 1024).
+    const bool by_warp = warp_rows(cols);
     const int64_t grid =
-        std::min(backward_grid<kRms>(dtype, rows, cols), max_backward_grid(rows, cols));
+        std::min(by_warp ? resident_grid<layer_norm_backward_warp_kernel<S, true, kRms>>(
+                               kWarpBlock, ceil_div(rows, kWarpBlock / 32))
+                         : backward_grid<kRms>(dtype, rows, cols),
+                 max_backward_grid(rows, cols));
     float* part_w = want_params ? static_cast<float*>(workspace) : nullptr;
     float* part_b = want_params && !kRms ? part_w + grid * cols : nullptr;
     dispatch_cfg(cols, [&](auto cfg) {
       using C = decltype(cfg);
       auto go = [&](auto* dy_tag) {
         using SD = std::remove_pointer_t<decltype(dy_tag)>;
-        auto run = [&](auto kernel) {
-          kernel<<<static_cast<unsigned>(grid), C::kThreads, 0, stream>>>(
+        auto run = [&](auto kernel, int threads = C::kThreads, size_t smem = 0) {
+          kernel<<<static_cast<unsigned>(grid), threads, smem, stream>>>(
               static_cast<const SD*>(d_y), static_cast<const S*>(x), static_cast<const S*>(w),
               static_cast<const float*>(mean), static_cast<const float*>(rstd),
               static_cast<S*>(d_x), d_x != nullptr ? static_cast<const S*>(d_x_add) : nullptr,
               part_w, part_b, rows, cols);
         };
+        if (by_warp) {
+          const size_t smem = static_cast<size_t>(kWarpBlock / 32 * cols) * sizeof(float);
+          if (vec)
+            run(layer_norm_backward_warp_kernel<S, true, kRms, SD>, kWarpBlock, smem);
+          else
+            run(layer_norm_backward_warp_kernel<S, false, kRms, SD>, kWarpBlock, smem);
+          return;
+        }
         if (vec)
           run(layer_norm_backward_kernel<S, C::kThreads, C::kItems, true, kRms, SD>);
         else
@@ -453,6 +617,14 @@ void launch_backward(DType dtype, const void* d_y, const void* x, const void* w,
 }
 
 }  // namespace
+
+bool layer_norm_warp() {
+  return env_switch(g_warp_rows, "EMBER_LAYER_NORM_WARP", false);
+}
+
+void set_layer_norm_warp(bool on) {
+  g_warp_rows.store(on ? 1 : 0, std::memory_order_relaxed);
+}
 
 bool layer_norm_supported(DType dtype, int64_t cols) {
   return (dtype == DType::Float32 || dtype == DType::BFloat16) && cols >= 1 && cols <= kMaxCols;

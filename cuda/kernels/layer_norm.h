@@ -19,6 +19,14 @@ namespace ember::cuda {
 // row must fit one block's registers: cols <= 8192).
 bool layer_norm_supported(DType dtype, int64_t cols);
 
+// Whether rows of up to 1024 elements (a GPT's 768) run a warp per row, their
+// reductions by shuffles, instead of a block per row: EMBER_LAYER_NORM_WARP (0 or 1) on
+// first use, off when unset until the GPU has measured it (benchmarks/NOTES.md, "GPT-2's
+// step profiled on an H100"); set_layer_norm_warp overrides it. Both norms, forward and
+// backward; the results agree to rounding, not bit for bit.
+bool layer_norm_warp();
+void set_layer_norm_warp(bool on);
+
 // y = (x - mean) rstd w + b per row (w, b of cols, either may be null);
 // mean[row] and rstd[row] = 1 / sqrt(biased variance + eps) kept (float32).
 void launch_layer_norm(DType dtype, const void* x, const void* w, const void* b, void* y,

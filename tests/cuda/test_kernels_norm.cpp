@@ -7,6 +7,10 @@
 // limit; identical bits from run to run over many rows. Small shapes and float64
 // for every op: the op table (tests/core/op_table.cpp).
 //
+// The warp-per-row kernels (EMBER_LAYER_NORM_WARP, rows of up to 1024) are checked the
+// same way with the switch on, and against the block kernels on the GPT's path (float32
+// input, a bfloat16 result, its gradient folded into a residual sum).
+//
 // Tolerances (DESIGN.md): float32 1e-5, as GEMM's, since the statistics and the
 // weight gradients are float reductions; bfloat16 1e-2.
 #include <doctest/doctest.h>
@@ -16,6 +20,7 @@
 
 #include "core/autograd.h"
 #include "core/ops.h"
+#include "cuda/kernels/layer_norm.h"
 #include "gradcheck.h"
 
 using namespace ember;
@@ -183,4 +188,48 @@ TEST_CASE("kernels/layer_norm: d_x folded into the residual stream's gradient ma
         const Tensor want = x_grad(Device(kCPU), kFloat64);
         CHECK(rel_error(x_grad(Device(kCUDA), dtype), want) <= tol(dtype));
       }
+}
+
+namespace {
+// Restores the warp-per-row switch whatever a case does.
+struct WarpRowsGuard {
+  bool was = cuda::layer_norm_warp();
+  ~WarpRowsGuard() { cuda::set_layer_norm_warp(was); }
+};
+}  // namespace
+
+TEST_CASE("kernels/norm: a warp per row matches the CPU, and the block kernels on a GPT's path" *
+          doctest::test_suite("cuda")) {
+  WarpRowsGuard guard;
+  cuda::set_layer_norm_warp(true);
+  CHECK(cuda::layer_norm_warp());
+  ragged_rows(Norm::Layer, 701);
+  ragged_rows(Norm::Rms, 801);
+  same_bits(Norm::Layer, 730);
+  same_bits(Norm::Rms, 830);
+  // float32 x, the result in bfloat16 (autocast's layer norm), x + y as a residual stream
+  // whose gradient the backward folds d_x into: the warp kernels against the block
+  // kernels on the same inputs, over more rows than one grid holds.
+  for (int64_t cols : {int64_t{768}, int64_t{250}}) {
+    INFO("cols=", cols);
+    const int64_t rows = 3000;
+    const Tensor x0 = randn64({rows, cols}, 900 + cols).to(kCUDA, kFloat32);
+    const Tensor w0 = randn64({cols}, 901).to(kCUDA, kFloat32);
+    const Tensor b0 = randn64({cols}, 902).to(kCUDA, kFloat32);
+    const Tensor gy = randn64({rows, cols}, 903).to(kCUDA, kFloat32);
+    auto run = [&](bool warp) {
+      cuda::set_layer_norm_warp(warp);
+      Tensor x = x0.detach().set_requires_grad(true), w = w0.detach().set_requires_grad(true),
+             b = b0.detach().set_requires_grad(true);
+      Tensor y = detail::layer_norm_into_dtype(x, {cols}, w, b, 1e-5, kBFloat16);
+      add(x, y).backward(gy);
+      auto f64 = [](const Tensor& t) { return t.to(kCPU).to(kFloat64); };
+      return std::vector<Tensor>{f64(y.detach()), f64(x.grad()), f64(w.grad()), f64(b.grad())};
+    };
+    const std::vector<Tensor> by_warp = run(true), by_block = run(false);
+    CHECK(rel_error(by_warp[0], by_block[0]) <= 1e-2);  // y, bfloat16
+    CHECK(rel_error(by_warp[1], by_block[1]) <= 1e-5);  // d_x + the residual's gradient
+    CHECK(rel_error(by_warp[2], by_block[2]) <= 1e-5);  // d_w
+    CHECK(rel_error(by_warp[3], by_block[3]) <= 1e-5);  // d_b
+  }
 }
