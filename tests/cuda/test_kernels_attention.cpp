@@ -229,7 +229,7 @@ TEST_CASE("kernels/attention: the wgmma backward (v2) matches the float64 compos
         CHECK(r.dv_det <= 1e-2);
         CHECK(r.det_same);
       }
-  // The switch that makes it the default, and its refusal of the atomic mode.
+  // Through the switch that makes it the default (EMBER_ATTENTION_BWD_V2, on unless 0).
   const bool was = cuda::attention_backward_v2();
   cuda::set_attention_backward_v2(true);
   const Result r = run_case({2, 3, 300, 300, 64}, true, true, 77);
