@@ -45,8 +45,63 @@ fi
 echo "build-gpu: $(cat build-gpu/ember_commit.txt) ($(($(date +%s) - t0)) s)"
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader |
   tee "$out/gpu.txt"
-# on3 V COMMAND...: COMMAND with the three switches at V.
+# on3 V COMMAND...: COMMAND with the three switches at V. set1 VAR V COMMAND...: with VAR=V.
 on3() { EMBER_TRANSPOSE_COPY=$1 EMBER_ROW_COPY=$1 EMBER_ELEMENTWISE_VECTORS=$1 "${@:2}"; }
+set1() { env "$1=$2" "${@:3}"; }
+
+# suite SETTER...: the whole suite with SETTER... 1 (ctest, then tools/test_summary.sh
+# into suite_summary.txt).
+suite() {
+  (cd build-gpu && "$@" 1 timeout 210 ctest -j8 -E '^package_consumer$' \
+    -O Testing/Temporary/LastTestConsole.log >"$out/ctest.txt" 2>&1)
+  tail -3 "$out/ctest.txt"
+  tools/test_summary.sh build-gpu 2>&1 | tail -25 | tee "$out/suite_summary.txt"
+  grep -B2 -A12 'ERROR\|FAILED' build-gpu/Testing/Temporary/LastTest.log | head -80 \
+    >>"$out/suite_summary.txt"
+}
+
+# gpt_ab DIR RESERVE SETTER...: bench_gpt --only gpt2 --eager with SETTER... 0 and 1 in
+# alternating processes, up to 5 each while more than RESERVE seconds are left, then
+# tools/ab_table.py's row.
+gpt_ab() {
+  local dir="$out/$1" reserve=$2 r v
+  shift 2
+  mkdir -p "$dir"
+  for r in 1 2 3 4 5; do
+    for v in 0 1; do
+      [ "$(left)" -gt "$reserve" ] || break 2
+      "$@" "$v" timeout 70 build-gpu/benchmarks/bench_gpt --only gpt2 --eager \
+        --json "$dir/$v.$r.json" >"$dir/$v.$r.log" 2>&1 || echo "gpt $v.$r failed"
+    done
+  done
+  grep -h 'FAILED' "$dir"/*.log | head -10
+  python3 tools/ab_table.py "$dir" 0 1
+}
+
+# sanitize4 PREFIX SECONDS COMMAND...: COMMAND under compute-sanitizer's four tools at
+# once (logs PREFIX_TOOL.txt), then a line per tool: its summary and the run's verdict.
+sanitize4() {
+  local prefix=$1 limit=$2 tool
+  shift 2
+  for tool in memcheck racecheck initcheck synccheck; do
+    timeout "$limit" compute-sanitizer --tool "$tool" --error-exitcode 9 "$@" \
+      >"${prefix}_$tool.txt" 2>&1 &
+  done
+  wait
+  for tool in memcheck racecheck initcheck synccheck; do
+    echo "$tool: $(grep -E '^========= (ERROR SUMMARY|RACECHECK SUMMARY)' "${prefix}_$tool.txt" |
+      tr '\n' ' ') $(grep -E 'test cases:|ALL PASS|failed case' "${prefix}_$tool.txt" | tail -1)"
+  done
+}
+
+# compare_conv SETTER...: compare.sh's conv set with SETTER... 1, 5 repetitions.
+compare_conv() {
+  "$@" 1 env EMBER_COMPARE_REPS=5 EMBER_BENCH_BUILD=build-gpu EMBER_BENCH_PREBUILT=1 \
+    EMBER_COMPARE_SET=conv timeout $(($(left) - 15)) benchmarks/compare.sh "$out/cmp" \
+    >"$out/cmp.txt" 2>&1
+  cat "$out/cmp/RESULTS.md" >>"$out/cmp.txt" 2>/dev/null
+  tail -70 "$out/cmp.txt"
+}
 
 if [ "$stage" = conv ]; then
   echo "=== tools/gpu_transpose_check.sh ($(left) s left)"
@@ -56,12 +111,7 @@ if [ "$stage" = conv ]; then
   grep -v '^\s*$' "$out/tc.txt" | head -120
 
   echo "=== the whole suite, the three on ($(left) s left)"
-  (cd build-gpu && on3 1 timeout 200 ctest -j8 -E '^package_consumer$' \
-    -O Testing/Temporary/LastTestConsole.log >"$out/ctest.txt" 2>&1)
-  tail -4 "$out/ctest.txt"
-  tools/test_summary.sh build-gpu 2>&1 | tail -25 | tee "$out/suite_summary.txt"
-  grep -B2 -A12 'ERROR\|FAILED' build-gpu/Testing/Temporary/LastTest.log | head -80 \
-    >>"$out/suite_summary.txt"
+  suite on3
 
   echo "=== GPT-2 profiles: the three off, then on ($(left) s left)"
   for v in 0 1; do
@@ -72,38 +122,15 @@ if [ "$stage" = conv ]; then
   done
 
   echo "=== compare.sh conv, the three on, 5 repetitions ($(left) s left)"
-  if [ "$(left)" -gt 100 ]; then
-    on3 1 env EMBER_COMPARE_REPS=5 EMBER_BENCH_BUILD=build-gpu EMBER_BENCH_PREBUILT=1 \
-      EMBER_COMPARE_SET=conv timeout $(($(left) - 15)) benchmarks/compare.sh "$out/cmp" \
-      >"$out/cmp.txt" 2>&1
-    cat "$out/cmp/RESULTS.md" >>"$out/cmp.txt" 2>/dev/null
-    tail -70 "$out/cmp.txt"
-  fi
+  if [ "$(left)" -gt 100 ]; then compare_conv on3; fi
   keep=(gpu.txt tc.txt suite_summary.txt gpt_profile0.txt gpt_profile1.txt cmp.txt)
 elif [ "$stage" = gpt ]; then
   echo "=== GPT-2 eager, the three off (0) and on (1), alternating ($(left) s left)"
-  mkdir -p "$out/gab"
-  for r in 1 2 3 4 5; do
-    for v in 0 1; do
-      [ "$(left)" -gt "${EMBER_SWITCHES_RESERVE:-100}" ] || break 2
-      on3 "$v" timeout 70 build-gpu/benchmarks/bench_gpt --only gpt2 --eager \
-        --json "$out/gab/$v.$r.json" >"$out/gab/$v.$r.log" 2>&1 || echo "gpt $v.$r failed"
-    done
-  done
-  grep -h 'FAILED' "$out"/gab/*.log | head -10
-  python3 tools/ab_table.py "$out/gab" 0 1 | tee "$out/gpt_ab.txt"
+  gpt_ab gab "${EMBER_SWITCHES_RESERVE:-100}" on3 | tee "$out/gpt_ab.txt"
   echo "=== the vector cases under the four sanitizers ($(left) s left)"
   if [ "$(left)" -gt 40 ]; then
-    for tool in memcheck racecheck initcheck synccheck; do
-      EMBER_ELEMENTWISE_VECTORS=1 timeout $(($(left) - 10)) compute-sanitizer --tool "$tool" \
-        --error-exitcode 1 build-gpu/tests/ember_tests_cuda -tc='kernels/elementwise*' \
-        >"$out/gab/san_$tool.txt" 2>&1 &
-    done
-    wait
-    for tool in memcheck racecheck initcheck synccheck; do
-      echo "$tool: $(grep -E '^========= (ERROR SUMMARY|RACECHECK SUMMARY)' "$out/gab/san_$tool.txt" |
-        tr '\n' ' ') $(grep -E 'test cases:' "$out/gab/san_$tool.txt")"
-    done | tee -a "$out/gpt_ab.txt"
+    sanitize4 "$out/gab/san" $(($(left) - 10)) env EMBER_ELEMENTWISE_VECTORS=1 \
+      build-gpu/tests/ember_tests_cuda -tc='kernels/elementwise*' | tee -a "$out/gpt_ab.txt"
   fi
   keep=(gpu.txt gpt_ab.txt)
 elif [ "$stage" = attn ]; then
@@ -117,26 +144,11 @@ elif [ "$stage" = attn ]; then
     tee -a "$out/attn_summary.txt"
   grep -E 'FAIL' "$out/probe_full.txt" | head -10 | tee -a "$out/attn_summary.txt"
   echo "=== GPT-2 eager, EMBER_ATTENTION_BWD_V2 0 and 1, alternating ($(left) s left)"
-  mkdir -p "$out/vab"
-  for r in 1 2 3 4 5; do
-    for v in 0 1; do
-      [ "$(left)" -gt "${EMBER_SWITCHES_RESERVE:-130}" ] || break 2
-      EMBER_ATTENTION_BWD_V2=$v timeout 70 build-gpu/benchmarks/bench_gpt --only gpt2 --eager \
-        --json "$out/vab/$v.$r.json" >"$out/vab/$v.$r.log" 2>&1 || echo "gpt $v.$r failed"
-    done
-  done
-  python3 tools/ab_table.py "$out/vab" 0 1 | tee "$out/gpt_v2_ab.txt"
+  gpt_ab vab "${EMBER_SWITCHES_RESERVE:-130}" set1 EMBER_ATTENTION_BWD_V2 | tee "$out/gpt_v2_ab.txt"
   echo "=== attention_probe --sanitize under the four tools ($(left) s left)"
   if [ "$(left)" -gt 40 ]; then
-    for tool in memcheck racecheck initcheck synccheck; do
-      timeout $(($(left) - 10)) compute-sanitizer --tool "$tool" --error-exitcode 9 \
-        /tmp/attn_probe/attention_probe --sanitize >"$out/vab/san_$tool.txt" 2>&1 &
-    done
-    wait
-    for tool in memcheck racecheck initcheck synccheck; do
-      echo "$tool: $(grep -E '^========= (ERROR SUMMARY|RACECHECK SUMMARY)' "$out/vab/san_$tool.txt" |
-        tr '\n' ' ') $(grep -cE 'PASS$' "$out/vab/san_$tool.txt") cases passing, $(grep -c FAIL "$out/vab/san_$tool.txt") failing"
-    done | tee -a "$out/attn_summary.txt"
+    sanitize4 "$out/vab/san" $(($(left) - 10)) /tmp/attn_probe/attention_probe --sanitize |
+      tee -a "$out/attn_summary.txt"
   fi
   keep=(gpu.txt attn_summary.txt gpt_v2_ab.txt probe.log peer.log ptxas_summary.txt)
 elif [ "$stage" = combo ]; then
@@ -151,23 +163,9 @@ elif [ "$stage" = combo ]; then
     grep -E 'attn_(bwd_dkdv|bwd_dq|fwd)_sm90' /tmp/attn_probe/ptxas_summary.txt; } |
     tee "$out/combo_summary.txt"
   echo "=== the whole suite, the four on ($(left) s left)"
-  (cd build-gpu && on4 1 timeout 210 ctest -j8 -E '^package_consumer$' \
-    -O Testing/Temporary/LastTestConsole.log >"$out/ctest.txt" 2>&1)
-  tail -3 "$out/ctest.txt" | tee -a "$out/combo_summary.txt"
-  tools/test_summary.sh build-gpu 2>&1 | tail -25 | tee "$out/suite_summary.txt"
-  grep -B2 -A12 'ERROR\|FAILED' build-gpu/Testing/Temporary/LastTest.log | head -80 \
-    >>"$out/suite_summary.txt"
+  suite on4 | tail -28 | tee -a "$out/combo_summary.txt"
   echo "=== GPT-2 eager, the four off (0) and on (1), alternating ($(left) s left)"
-  mkdir -p "$out/gab"
-  for r in 1 2 3 4 5; do
-    for v in 0 1; do
-      [ "$(left)" -gt "${EMBER_SWITCHES_RESERVE:-200}" ] || break 2
-      on4 "$v" timeout 70 build-gpu/benchmarks/bench_gpt --only gpt2 --eager \
-        --json "$out/gab/$v.$r.json" >"$out/gab/$v.$r.log" 2>&1 || echo "gpt $v.$r failed"
-    done
-  done
-  grep -h 'FAILED' "$out"/gab/*.log | head -10
-  python3 tools/ab_table.py "$out/gab" 0 1 | tee "$out/gpt_ab.txt"
+  gpt_ab gab "${EMBER_SWITCHES_RESERVE:-200}" on4 | tee "$out/gpt_ab.txt"
   echo "=== GPT-2 profile, the four on ($(left) s left)"
   if [ "$(left)" -gt 170 ]; then
     on4 1 timeout 60 build-gpu/benchmarks/bench_gpt --profile --only gpt2 --steps 3 \
@@ -175,38 +173,17 @@ elif [ "$stage" = combo ]; then
     head -45 "$out/gpt_profile1.txt"
   fi
   echo "=== compare.sh conv, the four on, 5 repetitions ($(left) s left)"
-  if [ "$(left)" -gt 90 ]; then
-    on4 1 env EMBER_COMPARE_REPS=5 EMBER_BENCH_BUILD=build-gpu EMBER_BENCH_PREBUILT=1 \
-      EMBER_COMPARE_SET=conv timeout $(($(left) - 12)) benchmarks/compare.sh "$out/cmp" \
-      >"$out/cmp.txt" 2>&1
-    cat "$out/cmp/RESULTS.md" >>"$out/cmp.txt" 2>/dev/null
-    tail -40 "$out/cmp.txt"
-  fi
+  if [ "$(left)" -gt 90 ]; then compare_conv on4; fi
   keep=(gpu.txt combo_summary.txt suite_summary.txt gpt_ab.txt gpt_profile1.txt cmp.txt)
 elif [ "$stage" = lnwarp ]; then
   echo "=== the norm cases with the warp-per-row kernels, then their sanitizer runs ($(left) s left)"
   timeout 120 build-gpu/tests/ember_tests_cuda -tc='kernels/norm*,kernels/layer_norm*,kernels/rms_norm*' \
     >"$out/ln_cases.txt" 2>&1
   grep -E 'test cases:|FAILED|ERROR' "$out/ln_cases.txt" | head -20 | tee "$out/ln_summary.txt"
-  for tool in memcheck racecheck initcheck synccheck; do
-    EMBER_LAYER_NORM_WARP=1 timeout 150 compute-sanitizer --tool "$tool" --error-exitcode 1 \
-      build-gpu/tests/ember_tests_cuda -tc='kernels/norm: a warp per row*' >"$out/ln_san_$tool.txt" 2>&1 &
-  done
-  wait
-  for tool in memcheck racecheck initcheck synccheck; do
-    echo "$tool: $(grep -E '^========= (ERROR SUMMARY|RACECHECK SUMMARY)' "$out/ln_san_$tool.txt" |
-      tr '\n' ' ') $(grep -E 'test cases:' "$out/ln_san_$tool.txt")"
-  done | tee -a "$out/ln_summary.txt"
+  sanitize4 "$out/ln_san" 150 build-gpu/tests/ember_tests_cuda -tc='kernels/norm: a warp per row*' |
+    tee -a "$out/ln_summary.txt"
   echo "=== GPT-2 eager, EMBER_LAYER_NORM_WARP 0 and 1, alternating ($(left) s left)"
-  mkdir -p "$out/lab"
-  for r in 1 2 3 4 5; do
-    for v in 0 1; do
-      [ "$(left)" -gt "${EMBER_SWITCHES_RESERVE:-60}" ] || break 2
-      EMBER_LAYER_NORM_WARP=$v timeout 70 build-gpu/benchmarks/bench_gpt --only gpt2 --eager \
-        --json "$out/lab/$v.$r.json" >"$out/lab/$v.$r.log" 2>&1 || echo "gpt $v.$r failed"
-    done
-  done
-  python3 tools/ab_table.py "$out/lab" 0 1 | tee -a "$out/ln_summary.txt"
+  gpt_ab lab "${EMBER_SWITCHES_RESERVE:-60}" set1 EMBER_LAYER_NORM_WARP | tee -a "$out/ln_summary.txt"
   keep=(gpu.txt ln_summary.txt)
 else
   echo "usage: tools/gpu_switches_check.sh conv|gpt|attn|combo|lnwarp" >&2

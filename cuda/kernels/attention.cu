@@ -20,7 +20,6 @@
 #include <atomic>
 #include <cmath>
 #include <cstdint>
-#include <functional>
 
 #include "core/base/env_switch.h"
 #include "core/base/error.h"
@@ -897,16 +896,9 @@ void check_operand(const char* op, const char* name, const void* data, Strides s
               s.h, ", ", s.t, ") must be multiples of 8 elements");
 }
 
-// major * 10 + minor of the current device.
-int compute_capability() {
-  int device = 0, major = 0, minor = 0;
-  EMBER_CUDA_CHECK(cudaGetDevice(&device));
-  EMBER_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-  EMBER_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
-  return major * 10 + minor;
-}
-
-void check_problem(const char* op, const AttentionProblem& p) {
+// Checks the problem and the current device; returns the device's compute capability,
+// major * 10 + minor (the launchers pick their versions by it).
+int check_problem(const char* op, const AttentionProblem& p) {
   const char* why = attention_unsupported(p.dtype, p.head_dim);
   EMBER_CHECK(why == nullptr, op, ": ", why == nullptr ? "" : why, " (got ", dtype_name(p.dtype),
               ", head_dim ", p.head_dim, ")");
@@ -932,6 +924,7 @@ void check_problem(const char* op, const AttentionProblem& p) {
               " with a null mask");
   EMBER_CHECK(p.mask_kind == 0 || !p.causal, op,
               ": a mask and causal together (give one, as PyTorch requires)");
+  return major * 10 + minor;
 }
 
 template <int D, int W, bool CAUSAL, bool DROP, int MK>
@@ -974,18 +967,22 @@ void dispatch_variant(int64_t head_dim, bool causal, bool drop, int mask_kind, F
     with_d.template operator()<128>();
 }
 
-// `matrices_v2`: after the delta pre-pass, version 2's kernels (deterministic only) in
-// place of version 1's.
+// delta = rowsum(dO * O), the pre-pass of both backward versions: a warp per row.
+void launch_delta(const BwdParams& bp, int64_t bh, int64_t head_dim, cudaStream_t stream) {
+  const int64_t rows = bh * bp.tq;
+  const auto blocks = static_cast<unsigned>(ceil_div(rows, 8));
+  if (head_dim == 64)
+    attn_bwd_delta_kernel<64><<<blocks, 256, 0, stream>>>(bp, rows);
+  else
+    attn_bwd_delta_kernel<128><<<blocks, 256, 0, stream>>>(bp, rows);
+  EMBER_CUDA_CHECK(cudaGetLastError());
+}
+
+// Version 1's matrix kernels, after the delta pre-pass.
 template <int D, bool CAUSAL, bool DROP, int MK>
 void backward_d(const BwdParams& bp, int64_t bh, bool deterministic, int query_tile,
-                cudaStream_t stream, const std::function<void()>& matrices_v2) {
+                cudaStream_t stream) {
   const int64_t rows = bh * bp.tq;
-  attn_bwd_delta_kernel<D><<<static_cast<unsigned>(ceil_div(rows, 8)), 256, 0, stream>>>(bp, rows);
-  EMBER_CUDA_CHECK(cudaGetLastError());
-  if (matrices_v2) {
-    matrices_v2();
-    return;
-  }
   const dim3 key_grid(static_cast<unsigned>(bh), static_cast<unsigned>(ceil_div(bp.tk, kBlockN)));
   if (deterministic) {
     if (query_tile == 32)
@@ -1064,7 +1061,7 @@ void launch_attention_forward(const AttentionProblem& p, AttentionInput q, Atten
                               AttentionInput v, AttentionOutput o, float* lse, cudaStream_t stream,
                               const AttentionTuning& tuning) {
   constexpr const char* kOp = "attention_forward";
-  check_problem(kOp, p);
+  const int capability = check_problem(kOp, p);
   EMBER_CHECK(tuning.forward_warps == 0 || tuning.forward_warps == 4 || tuning.forward_warps == 8,
               kOp, ": forward_warps ", tuning.forward_warps, " (0, 4 or 8)");
   EMBER_CHECK(tuning.forward_version >= 0 && tuning.forward_version <= 3, kOp, ": forward_version ",
@@ -1075,7 +1072,7 @@ void launch_attention_forward(const AttentionProblem& p, AttentionInput q, Atten
               ": forward versions 2 and 3 have no dropout and no mask (version 1 has both)");
   int version = tuning.forward_version;
   if (version == 0)
-    version = tuning.forward_warps == 0 && !v1_only && compute_capability() == 90 ? 2 : 1;
+    version = tuning.forward_warps == 0 && !v1_only && capability == 90 ? 2 : 1;
   if (version >= 2) {
     // The key tile that was faster at each head dim in the first H200 run.
     launch_attention_forward_sm90(p, q, k, v, o, lse, stream, p.head_dim == 64 ? 64 : 128,
@@ -1132,7 +1129,7 @@ void launch_attention_backward(const AttentionProblem& p, AttentionInput q, Atte
                                size_t workspace_bytes, cudaStream_t stream,
                                const AttentionTuning& tuning) {
   constexpr const char* kOp = "attention_backward";
-  check_problem(kOp, p);
+  const int capability = check_problem(kOp, p);
   EMBER_CHECK(tuning.backward_query_tile == 0 || tuning.backward_query_tile == 32 ||
                   tuning.backward_query_tile == 64,
               kOp, ": backward_query_tile ", tuning.backward_query_tile, " (0, 32 or 64)");
@@ -1148,7 +1145,7 @@ void launch_attention_backward(const AttentionProblem& p, AttentionInput q, Atte
   int version = tuning.backward_version;
   if (version == 0)
     version = v2_applies && tuning.backward_query_tile == 0 && attention_backward_v2() &&
-                      compute_capability() == 90
+                      capability == 90
                   ? 2
                   : 1;
   const int64_t bh = p.batch * p.heads;
@@ -1200,15 +1197,14 @@ void launch_attention_backward(const AttentionProblem& p, AttentionInput q, Atte
   bp.scale_log2 = p.scale * kLog2e;
   bp.drop = dropout_of(p);
   bp.mask = mask_of(p);
-  std::function<void()> matrices_v2;
-  if (version == 2)
-    matrices_v2 = [&] {
-      launch_attention_backward_sm90(p, q, k, v, d_out, lse, bp.delta, d_q, d_k, d_v, stream);
-    };
+  launch_delta(bp, bh, p.head_dim, stream);
+  if (version == 2) {
+    launch_attention_backward_sm90(p, q, k, v, d_out, lse, bp.delta, d_q, d_k, d_v, stream);
+    return;
+  }
   dispatch_variant(p.head_dim, p.causal, p.dropout_p > 0.0, p.mask_kind,
                    [&]<int D, bool CAUSAL, bool DROP, int MK>() {
-                     backward_d<D, CAUSAL, DROP, MK>(bp, bh, deterministic, query_tile, stream,
-                                                     matrices_v2);
+                     backward_d<D, CAUSAL, DROP, MK>(bp, bh, deterministic, query_tile, stream);
                    });
 }
 

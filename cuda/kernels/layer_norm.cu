@@ -151,6 +151,64 @@ struct PairSum {
   }
 };
 
+// The per-row arithmetic both kernel shapes share (a block per row, a warp per row: they
+// differ in how a row's sums are reduced). IO: the row's RowIO.
+
+// Forward: the sum of (v - mu)^2 over this thread's valid items.
+template <typename IO, int N>
+__device__ __forceinline__ float centred_squares(const float (&v)[N], float mu, int64_t cols) {
+  float q = 0.f;
+#pragma unroll
+  for (int i = 0; i < N; ++i) {
+    const float d = IO::valid(i, cols) ? v[i] - mu : 0.f;
+    q += d * d;
+  }
+  return q;
+}
+// Forward: v = (v - mu) r w + b.
+template <int N>
+__device__ __forceinline__ void normalise(float (&v)[N], float mu, float r, const float (&wv)[N],
+                                          const float (&bv)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) v[i] = (v[i] - mu) * r * wv[i] + bv[i];
+}
+// Backward, before the row's reduction: x becomes xhat (0 past the row), the column
+// partials take this row's d_y xhat and d_y, g becomes d_y w; returns this thread's
+// shares of the row's sums of g and of g xhat.
+template <typename IO, int N>
+__device__ __forceinline__ Pair backward_terms(float (&g)[N], float (&xh)[N], const float (&wv)[N],
+                                               float (&aw)[N], float (&ab)[N], float mu, float r,
+                                               int64_t cols) {
+  Pair p{0.f, 0.f};
+#pragma unroll
+  for (int i = 0; i < N; ++i) {
+    xh[i] = IO::valid(i, cols) ? (xh[i] - mu) * r : 0.f;
+    aw[i] += g[i] * xh[i];
+    ab[i] += g[i];
+    g[i] *= wv[i];  // from here on g is d_y w
+    p.a += g[i];
+    p.b += g[i] * xh[i];
+  }
+  return p;
+}
+// Backward, after it: the row at `at` of d_x = r (g - c1 - xhat c2), plus that row of
+// dx_add when given (it may be dx itself: each thread reads its elements before writing
+// them), stored.
+template <typename IO, typename S, int N>
+__device__ __forceinline__ void backward_store(float (&g)[N], const float (&xh)[N], float r,
+                                               float c1, float c2, S* dx, const S* dx_add,
+                                               int64_t at, int64_t cols) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) g[i] = r * (g[i] - c1 - xh[i] * c2);
+  if (dx_add != nullptr) {
+    float add[N];
+    IO::load(dx_add + at, cols, add, 0.f);
+#pragma unroll
+    for (int i = 0; i < N; ++i) g[i] += add[i];
+  }
+  IO::store(dx + at, cols, g);
+}
+
 // kRms: mean is null, mu = 0 and there is no bias. SY: y's storage type (S, or
 // bfloat16 beside float32 S).
 template <typename S, int kThreads, int kItems, bool kVec, bool kRms, typename SY = S>
@@ -181,13 +239,7 @@ __global__ void __launch_bounds__(kThreads)
       __syncthreads();
       mu = sh_mean;
     }
-    float q = 0.f;
-#pragma unroll
-    for (int i = 0; i < kItems; ++i) {
-      const float d = IO::valid(i, cols) ? v[i] - mu : 0.f;
-      q += d * d;
-    }
-    q = BlockReduce(temp).Sum(q);
+    const float q = BlockReduce(temp).Sum(centred_squares<IO>(v, mu, cols));
     if (threadIdx.x == 0) {
       const float r = 1.f / sqrtf(q * inv_cols + eps);
       sh_rstd = r;
@@ -195,9 +247,7 @@ __global__ void __launch_bounds__(kThreads)
       rstd[row] = r;
     }
     __syncthreads();
-    const float r = sh_rstd;
-#pragma unroll
-    for (int i = 0; i < kItems; ++i) v[i] = (v[i] - mu) * r * wv[i] + bv[i];
+    normalise(v, mu, sh_rstd, wv, bv);
     IO::template store_as<SY>(y + row * cols, cols, v);
   }
 }
@@ -228,31 +278,12 @@ __global__ void __launch_bounds__(kThreads)
     IO::template load_as<SD>(dy + row * cols, cols, g, 0.f);
     IO::load(x + row * cols, cols, xh, 0.f);
     const float mu = kRms ? 0.f : mean[row], r = rstd[row];
-    Pair p{0.f, 0.f};
-#pragma unroll
-    for (int i = 0; i < kItems; ++i) {
-      xh[i] = IO::valid(i, cols) ? (xh[i] - mu) * r : 0.f;
-      aw[i] += g[i] * xh[i];
-      ab[i] += g[i];
-      g[i] *= wv[i];  // from here on g is d_y w
-      p.a += g[i];
-      p.b += g[i] * xh[i];
-    }
-    p = BlockReduce(temp).Reduce(p, PairSum());
+    const Pair p =
+        BlockReduce(temp).Reduce(backward_terms<IO>(g, xh, wv, aw, ab, mu, r, cols), PairSum());
     if (threadIdx.x == 0) sh_sums = p;
     __syncthreads();
     const float c1 = kRms ? 0.f : sh_sums.a * inv_cols, c2 = sh_sums.b * inv_cols;
-    if (dx != nullptr) {
-#pragma unroll
-      for (int i = 0; i < kItems; ++i) g[i] = r * (g[i] - c1 - xh[i] * c2);
-      if (dx_add != nullptr) {
-        float add[kItems];
-        IO::load(dx_add + row * cols, cols, add, 0.f);
-#pragma unroll
-        for (int i = 0; i < kItems; ++i) g[i] += add[i];
-      }
-      IO::store(dx + row * cols, cols, g);
-    }
+    if (dx != nullptr) backward_store<IO>(g, xh, r, c1, c2, dx, dx_add, row * cols, cols);
     __syncthreads();  // sh_sums is written again for the next row
   }
   if (part_w != nullptr) {
@@ -321,19 +352,12 @@ __global__ void __launch_bounds__(kWarpBlock)
       for (int i = 0; i < kWarpItems; ++i) s += v[i];
       mu = warp_sum(s) * inv_cols;
     }
-    float q = 0.f;
-#pragma unroll
-    for (int i = 0; i < kWarpItems; ++i) {
-      const float d = IO::valid(i, cols) ? v[i] - mu : 0.f;
-      q += d * d;
-    }
-    const float r = 1.f / sqrtf(warp_sum(q) * inv_cols + eps);
+    const float r = 1.f / sqrtf(warp_sum(centred_squares<IO>(v, mu, cols)) * inv_cols + eps);
     if (threadIdx.x % 32 == 0) {
       if constexpr (!kRms) mean[row] = mu;
       rstd[row] = r;
     }
-#pragma unroll
-    for (int i = 0; i < kWarpItems; ++i) v[i] = (v[i] - mu) * r * wv[i] + bv[i];
+    normalise(v, mu, r, wv, bv);
     IO::template store_as<SY>(y + row * cols, cols, v);
   }
 }
@@ -363,28 +387,9 @@ __global__ void __launch_bounds__(kWarpBlock)
     IO::template load_as<SD>(dy + row * cols, cols, g, 0.f);
     IO::load(x + row * cols, cols, xh, 0.f);
     const float mu = kRms ? 0.f : mean[row], r = rstd[row];
-    float sa = 0.f, sb = 0.f;
-#pragma unroll
-    for (int i = 0; i < kWarpItems; ++i) {
-      xh[i] = IO::valid(i, cols) ? (xh[i] - mu) * r : 0.f;
-      aw[i] += g[i] * xh[i];
-      ab[i] += g[i];
-      g[i] *= wv[i];  // from here on g is d_y w
-      sa += g[i];
-      sb += g[i] * xh[i];
-    }
-    const float c1 = kRms ? 0.f : warp_sum(sa) * inv_cols, c2 = warp_sum(sb) * inv_cols;
-    if (dx != nullptr) {
-#pragma unroll
-      for (int i = 0; i < kWarpItems; ++i) g[i] = r * (g[i] - c1 - xh[i] * c2);
-      if (dx_add != nullptr) {
-        float add[kWarpItems];
-        IO::load(dx_add + row * cols, cols, add, 0.f);
-#pragma unroll
-        for (int i = 0; i < kWarpItems; ++i) g[i] += add[i];
-      }
-      IO::store(dx + row * cols, cols, g);
-    }
+    const Pair p = backward_terms<IO>(g, xh, wv, aw, ab, mu, r, cols);
+    const float c1 = kRms ? 0.f : warp_sum(p.a) * inv_cols, c2 = warp_sum(p.b) * inv_cols;
+    if (dx != nullptr) backward_store<IO>(g, xh, r, c1, c2, dx, dx_add, row * cols, cols);
   }
   if (part_w == nullptr) return;  // uniform over the block
   // The block's partials: its warps' in warp order, d_w then d_b through one buffer.

@@ -72,13 +72,7 @@ struct Params {
 
 #if EMBER_ATTN_BWD_SM90A
 
-using namespace attn_sm90;  // NOLINT(google-build-using-namespace)
-
-// 1024-byte alignment of the dynamic shared memory (the swizzle atoms).
-__device__ __forceinline__ bf16* aligned_smem(unsigned char* raw) {
-  return reinterpret_cast<bf16*>((reinterpret_cast<uintptr_t>(raw) + 1023) &
-                                 ~static_cast<uintptr_t>(1023));
-}
+using namespace sm90;  // NOLINT(google-build-using-namespace)
 
 // lse (natural log) and delta of query rows q0 .. q0 + n into shared memory by cp.async,
 // in the caller's group: rows past the end read as 0, which is harmless there (their
@@ -227,7 +221,7 @@ __global__ void __launch_bounds__(kThreads, 1) attn_bwd_dkdv_sm90_kernel(const P
       wgmma_fence();
       rs_product<D, kM, kM>(dk, da, q_tile);  // dK += dS^T Q
       wgmma_commit();
-      wgmma_wait0();
+      wgmma_wait<0>();
       fence_regs(dv);
       fence_regs(dk);
       fence_regs(pa);
@@ -260,16 +254,10 @@ __global__ void __launch_bounds__(kThreads, 1) attn_bwd_dq_sm90_kernel(const Par
   const int wg = static_cast<int>(threadIdx.x) / 128;
   const int warp = (static_cast<int>(threadIdx.x) / 32) % 4;
   const int lane = static_cast<int>(threadIdx.x) % 32;
-  const int bh = static_cast<int>(blockIdx.x);
-  const int b = bh / p.heads, h = bh % p.heads;
-  const int n_qt = (p.tq + kM - 1) / kM;
-  const int qt = CAUSAL ? n_qt - 1 - static_cast<int>(blockIdx.y) : static_cast<int>(blockIdx.y);
-  const int q0 = qt * kM;
+  const auto [bh, b, h, q0, n_kt] = query_block<kM, kBN, CAUSAL>(p.heads, p.tq, p.tk);
   const int wq0 = q0 + wg * 64;  // this warpgroup's first query row
   const bf16* gk = p.k + b * p.sk.b + h * p.sk.h;
   const bf16* gv = p.v + b * p.sv.b + h * p.sv.h;
-  const int kend = CAUSAL ? min(p.tk, q0 + kM) : p.tk;
-  const int n_kt = (kend + kBN - 1) / kBN;
   const int64_t row_base = static_cast<int64_t>(bh) * p.tq;
 
   load_tile<kM, D>(s_q, p.q + b * p.sq.b + h * p.sq.h, p.sq.t, q0, p.tq);
@@ -332,7 +320,7 @@ __global__ void __launch_bounds__(kThreads, 1) attn_bwd_dq_sm90_kernel(const Par
           }
           s[nt * 4 + e] = x;
         }
-      wgmma_wait0();
+      wgmma_wait<0>();
       fence_regs(dp);
 #pragma unroll
       for (int i = 0; i < kBN / 2; ++i) dp[i] = s[i] * (dp[i] - dl[(i >> 1) & 1]);
@@ -341,7 +329,7 @@ __global__ void __launch_bounds__(kThreads, 1) attn_bwd_dq_sm90_kernel(const Par
       wgmma_fence();
       rs_product<D, kBN, kBN>(dq, da, k_tile);  // dQ += dS K
       wgmma_commit();
-      wgmma_wait0();
+      wgmma_wait<0>();
       fence_regs(dq);
       fence_regs(da);
     }

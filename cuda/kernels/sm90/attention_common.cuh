@@ -1,7 +1,8 @@
 // Helpers shared by the wgmma attention kernels (cuda/kernels/sm90/attention_fwd.cu and
-// attention_bwd.cu): cp.async, the wgmma fences, shared-memory descriptors, the
-// register-A (RS) wgmma forms, and the swizzled (ROWS, D) bf16 tiles. Include only in
-// code compiled for sm_90a (under __CUDA_ARCH_FEAT_SM90_ALL).
+// attention_bwd.cu): cp.async, the swizzled (ROWS, D) bf16 tiles and their products,
+// the query blocks' coordinates (the fences and descriptors are ptx_common.cuh's, the
+// wgmma forms wgmma_ops.cuh's). Include only in code compiled for sm_90a (under
+// __CUDA_ARCH_FEAT_SM90_ALL).
 //
 // Shared tiles use the 128-byte swizzle of wgmma's layout type 1: a (rows, D) bf16 tile
 // is D / 64 column blocks of (rows, 64); in a block, row r is 128 bytes at r * 128 with
@@ -16,15 +17,13 @@
 
 #include <cstdint>
 
+#include "cuda/kernels/sm90/ptx_common.cuh"
 #include "cuda/kernels/sm90/wgmma_ops.cuh"
 
-namespace ember::cuda::attn_sm90 {
+namespace ember::cuda::sm90 {
 
 using bf16 = __nv_bfloat16;
 
-__device__ __forceinline__ uint32_t smem_u32(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
 __device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, bool pred) {
   const int n = pred ? 16 : 0;
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(n));
@@ -36,39 +35,14 @@ template <int N>
 __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
-__device__ __forceinline__ void fence_proxy_async() {
-  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-}
-__device__ __forceinline__ void wgmma_fence() {
-  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
-}
-__device__ __forceinline__ void wgmma_commit() {
-  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-}
-__device__ __forceinline__ void wgmma_wait0() {
-  asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
-}
-// Waits until at most N committed wgmma groups of this warpgroup are pending.
-template <int N>
-__device__ __forceinline__ void wgmma_wait() {
-  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
-}
-// Keep the compiler from moving register reads or reuse across an async wgmma.
-template <int N>
-__device__ __forceinline__ void fence_regs(float (&r)[N]) {
-#pragma unroll
-  for (int i = 0; i < N; ++i) asm volatile("" : "+f"(r[i])::"memory");
-}
+// fence_regs for the register-A operands of an RS wgmma (ptx_common.cuh has the
+// accumulators' form).
 template <int N>
 __device__ __forceinline__ void fence_regs(uint32_t (&r)[N][4]) {
 #pragma unroll
   for (int i = 0; i < N; ++i)
 #pragma unroll
     for (int j = 0; j < 4; ++j) asm volatile("" : "+r"(r[i][j])::"memory");
-}
-__device__ __forceinline__ uint64_t make_desc(uint32_t addr, uint32_t lbo, uint32_t sbo) {
-  return static_cast<uint64_t>((addr & 0x3FFFF) >> 4) | (static_cast<uint64_t>(lbo >> 4) << 16) |
-         (static_cast<uint64_t>(sbo >> 4) << 32) | (uint64_t{1} << 62);
 }
 __device__ __forceinline__ float exp2_approx(float x) {
   float y;
@@ -88,67 +62,28 @@ __device__ __forceinline__ float quad_sum(float x) {
   return x + __shfl_xor_sync(0xffffffffu, x, 2);
 }
 
-// D (64 x 64, fp32) += A (64 x 16, bf16, registers: each warp's 16 rows in
-// mma.sync's m16n8k16 A layout) B (16 x 64, bf16, shared memory descriptor);
-// kTransB: 0 K-major, 1 N-major.
-template <int kTransB>
-__device__ __forceinline__ void wgmma_bf16_rs_m64n64k16(float (&d)[32], const uint32_t (&a)[4],
-                                                        uint64_t desc_b, uint32_t scale_d) {
-  asm volatile(
-      "{\n"
-      ".reg .pred p;\n"
-      "setp.ne.b32 p, %37, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
-      "{"
-      "%0, %1, %2, %3, %4, %5, %6, %7, "
-      "%8, %9, %10, %11, %12, %13, %14, %15, "
-      "%16, %17, %18, %19, %20, %21, %22, %23, "
-      "%24, %25, %26, %27, %28, %29, %30, %31"
-      "}, "
-      "{%32, %33, %34, %35}, %36, p, 1, 1, %38;\n"
-      "}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
-        "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
-        "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
-        "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
-        "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d), "n"(kTransB));
+// The first of a dynamic shared-memory block, 1024-byte aligned (the swizzle atoms); the
+// launchers ask for 1024 bytes more than the tiles need.
+__device__ __forceinline__ bf16* aligned_smem(unsigned char* raw) {
+  return reinterpret_cast<bf16*>((reinterpret_cast<uintptr_t>(raw) + 1023) &
+                                 ~static_cast<uintptr_t>(1023));
 }
 
-// D (64 x 128, fp32) += A (64 x 16, bf16, registers: each warp's 16 rows in
-// mma.sync's m16n8k16 A layout) B (16 x 128, bf16, shared memory descriptor);
-// kTransB: 0 K-major, 1 N-major.
-template <int kTransB>
-__device__ __forceinline__ void wgmma_bf16_rs_m64n128k16(float (&d)[64], const uint32_t (&a)[4],
-                                                         uint64_t desc_b, uint32_t scale_d) {
-  asm volatile(
-      "{\n"
-      ".reg .pred p;\n"
-      "setp.ne.b32 p, %69, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
-      "{"
-      "%0, %1, %2, %3, %4, %5, %6, %7, "
-      "%8, %9, %10, %11, %12, %13, %14, %15, "
-      "%16, %17, %18, %19, %20, %21, %22, %23, "
-      "%24, %25, %26, %27, %28, %29, %30, %31, "
-      "%32, %33, %34, %35, %36, %37, %38, %39, "
-      "%40, %41, %42, %43, %44, %45, %46, %47, "
-      "%48, %49, %50, %51, %52, %53, %54, %55, "
-      "%56, %57, %58, %59, %60, %61, %62, %63"
-      "}, "
-      "{%64, %65, %66, %67}, %68, p, 1, 1, %70;\n"
-      "}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
-        "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
-        "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
-        "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
-        "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]),
-        "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]),
-        "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),
-        "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]),
-        "+f"(d[63])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d), "n"(kTransB));
+// A block of the query-side kernels (the forwards, the backward's dQ pass): grid (B H,
+// query blocks of ROWS rows), causal blocks longest first. Its b H + h, (b, h), its first
+// query row, and how many BN-key tiles it walks (causal: none past its last row).
+struct QueryBlock {
+  int bh, b, h, q0, n_kt;
+};
+template <int ROWS, int BN, bool CAUSAL>
+__device__ __forceinline__ QueryBlock query_block(int heads, int tq, int tk) {
+  const int bh = static_cast<int>(blockIdx.x);
+  const int b = bh / heads, h = bh % heads;
+  const int n_qt = (tq + ROWS - 1) / ROWS;
+  const int qt = CAUSAL ? n_qt - 1 - static_cast<int>(blockIdx.y) : static_cast<int>(blockIdx.y);
+  const int q0 = qt * ROWS;
+  const int kend = CAUSAL ? min(tk, q0 + ROWS) : tk;
+  return {bh, b, h, q0, (kend + BN - 1) / BN};
 }
 
 // Element offset of (row r, 16-byte chunk c) in a swizzled (ROWS, D) tile.
@@ -225,4 +160,4 @@ __device__ __forceinline__ void acc_to_a(const float (&s)[N / 2], uint32_t (&a)[
   }
 }
 
-}  // namespace ember::cuda::attn_sm90
+}  // namespace ember::cuda::sm90

@@ -64,7 +64,7 @@ struct Params {
 
 #if EMBER_ATTN_SM90A
 
-using namespace attn_sm90;  // NOLINT(google-build-using-namespace)
+using namespace sm90;  // NOLINT(google-build-using-namespace)
 
 // S (64 x BN) = Q rows [64 wg, 64 wg + 64) times K^T, fresh accumulators.
 template <int D, int BN>
@@ -170,24 +170,16 @@ __global__ void __launch_bounds__(kThreads, 1) attn_fwd_sm90_kernel(const Params
 #if EMBER_ATTN_SM90A
   constexpr int kM = kRowsPerBlock;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
-  // 1024-byte alignment of every tile (the swizzle atoms).
-  bf16* s_q = reinterpret_cast<bf16*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) &
-                                      ~static_cast<uintptr_t>(1023));
+  bf16* s_q = aligned_smem(smem_raw);
   bf16* s_k = s_q + kM * D;
   bf16* s_v = s_k + 2 * BN * D;
 
   const int wg = static_cast<int>(threadIdx.x) / 128;
   const int warp = (static_cast<int>(threadIdx.x) / 32) % 4;
   const int lane = static_cast<int>(threadIdx.x) % 32;
-  const int bh = static_cast<int>(blockIdx.x);
-  const int b = bh / p.heads, h = bh % p.heads;
-  const int n_qt = (p.tq + kM - 1) / kM;
-  const int qt = CAUSAL ? n_qt - 1 - static_cast<int>(blockIdx.y) : static_cast<int>(blockIdx.y);
-  const int q0 = qt * kM;
+  const auto [bh, b, h, q0, n_kt] = query_block<kM, BN, CAUSAL>(p.heads, p.tq, p.tk);
   const bf16* gk = p.k + b * p.sk.b + h * p.sk.h;
   const bf16* gv = p.v + b * p.sv.b + h * p.sv.h;
-  const int kend = CAUSAL ? min(p.tk, q0 + kM) : p.tk;
-  const int n_kt = (kend + BN - 1) / BN;
 
   load_tile<kM, D>(s_q, p.q + b * p.sq.b + h * p.sq.h, p.sq.t, q0, p.tq);
   if (n_kt > 0) {
@@ -228,7 +220,7 @@ __global__ void __launch_bounds__(kThreads, 1) attn_fwd_sm90_kernel(const Params
     wgmma_fence();
     qk<D, BN>(s, q_base, k_base);
     wgmma_commit();
-    wgmma_wait0();
+    wgmma_wait<0>();
     fence_regs(s);
 
     uint32_t pa[BN / 16][4];
@@ -236,7 +228,7 @@ __global__ void __launch_bounds__(kThreads, 1) attn_fwd_sm90_kernel(const Params
     wgmma_fence();
     pv<D, BN>(o, pa, v_base);
     wgmma_commit();
-    wgmma_wait0();
+    wgmma_wait<0>();
     fence_regs(o);
     fence_regs(pa);
     __syncthreads();
@@ -261,23 +253,16 @@ __global__ void __launch_bounds__(kThreads, 1) attn_fwd_sm90_pipe_kernel(const P
 #if EMBER_ATTN_SM90A
   constexpr int kM = kRowsPerBlock;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
-  bf16* s_q = reinterpret_cast<bf16*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) &
-                                      ~static_cast<uintptr_t>(1023));
+  bf16* s_q = aligned_smem(smem_raw);
   bf16* s_k = s_q + kM * D;      // [2][BN * D]
   bf16* s_v = s_k + 2 * BN * D;  // [3][BN * D]
 
   const int wg = static_cast<int>(threadIdx.x) / 128;
   const int warp = (static_cast<int>(threadIdx.x) / 32) % 4;
   const int lane = static_cast<int>(threadIdx.x) % 32;
-  const int bh = static_cast<int>(blockIdx.x);
-  const int b = bh / p.heads, h = bh % p.heads;
-  const int n_qt = (p.tq + kM - 1) / kM;
-  const int qt = CAUSAL ? n_qt - 1 - static_cast<int>(blockIdx.y) : static_cast<int>(blockIdx.y);
-  const int q0 = qt * kM;
+  const auto [bh, b, h, q0, n_kt] = query_block<kM, BN, CAUSAL>(p.heads, p.tq, p.tk);
   const bf16* gk = p.k + b * p.sk.b + h * p.sk.h;
   const bf16* gv = p.v + b * p.sv.b + h * p.sv.h;
-  const int kend = CAUSAL ? min(p.tk, q0 + kM) : p.tk;
-  const int n_kt = (kend + BN - 1) / BN;
 
   // Load groups: Q and K(0); then K(1) and V(0). Step j's group is K(j+2), V(j+1).
   load_tile<kM, D>(s_q, p.q + b * p.sq.b + h * p.sq.h, p.sq.t, q0, p.tq);
@@ -306,7 +291,7 @@ __global__ void __launch_bounds__(kThreads, 1) attn_fwd_sm90_pipe_kernel(const P
     wgmma_fence();
     qk<D, BN>(s0, q_base, smem_u32(s_k));
     wgmma_commit();
-    wgmma_wait0();
+    wgmma_wait<0>();
     fence_regs(s0);
   }
 
@@ -332,7 +317,7 @@ __global__ void __launch_bounds__(kThreads, 1) attn_fwd_sm90_pipe_kernel(const P
     wgmma_commit();
     // S(j+1) and P V(j) both retired at the step's end: had P V(j) run on into the next
     // step's softmax, which rescales O, ptxas would serialize every wgmma (C7514).
-    wgmma_wait0();
+    wgmma_wait<0>();
     fence_regs(o);
     fence_regs(pa);
     if constexpr (MORE) fence_regs(next);

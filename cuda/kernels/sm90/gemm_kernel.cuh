@@ -55,6 +55,7 @@
 
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define EMBER_SM90A 1
+#include "cuda/kernels/sm90/ptx_common.cuh"
 #include "cuda/kernels/sm90/wgmma_ops.cuh"
 #else
 #define EMBER_SM90A 0
@@ -144,10 +145,7 @@ __host__ __device__ __forceinline__ void split_coords(int t, int splits, int kpe
 
 #if EMBER_SM90A
 // ---------------------------------------------------------------- PTX wrappers
-
-__device__ __forceinline__ uint32_t smem_u32(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
+// (those the fused attention issues too are in ptx_common.cuh)
 
 __device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
@@ -239,37 +237,6 @@ __device__ __forceinline__ void setmaxnreg_inc() {
 template <int kRegs>
 __device__ __forceinline__ void setmaxnreg_dec() {
   asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegs));
-}
-
-__device__ __forceinline__ void wgmma_fence() {
-  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
-}
-__device__ __forceinline__ void wgmma_commit() {
-  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-}
-template <int kPending>
-__device__ __forceinline__ void wgmma_wait() {
-  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(kPending) : "memory");
-}
-// Keeps the compiler from moving accumulator reads or writes across wgmma.
-template <int N>
-__device__ __forceinline__ void fence_regs(float (&r)[N]) {
-#pragma unroll
-  for (int i = 0; i < N; ++i) asm volatile("" : "+f"(r[i])::"memory");
-}
-
-// Orders this thread's generic-proxy shared-memory accesses before later
-// async-proxy ones (TMA overwriting a stage the summing warps just read).
-__device__ __forceinline__ void fence_proxy_async() {
-  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-}
-
-// A wgmma shared-memory matrix descriptor: start address, LBO and SBO in 16-byte
-// units (bits 0-13, 16-29, 32-45), base offset 0 (tiles are 1024-byte aligned),
-// layout type 1 = 128-byte swizzle (bits 62-63).
-__device__ __forceinline__ uint64_t make_desc(uint32_t addr, uint32_t lbo, uint32_t sbo) {
-  return static_cast<uint64_t>((addr & 0x3FFFF) >> 4) | (static_cast<uint64_t>(lbo >> 4) << 16) |
-         (static_cast<uint64_t>(sbo >> 4) << 32) | (uint64_t{1} << 62);
 }
 
 // acc (64 x BN per warpgroup) += A (64 x kMmaK) B (kMmaK x BN).
