@@ -1071,8 +1071,7 @@ void launch_attention_forward(const AttentionProblem& p, AttentionInput q, Atten
   EMBER_CHECK(!(v1_only && tuning.forward_version >= 2), kOp,
               ": forward versions 2 and 3 have no dropout and no mask (version 1 has both)");
   int version = tuning.forward_version;
-  if (version == 0)
-    version = tuning.forward_warps == 0 && !v1_only && capability == 90 ? 2 : 1;
+  if (version == 0) version = tuning.forward_warps == 0 && !v1_only && capability == 90 ? 2 : 1;
   if (version >= 2) {
     // The key tile that was faster at each head dim in the first H200 run.
     launch_attention_forward_sm90(p, q, k, v, o, lse, stream, p.head_dim == 64 ? 64 : 128,
@@ -1144,10 +1143,10 @@ void launch_attention_backward(const AttentionProblem& p, AttentionInput q, Atte
               "has the atomic mode, dropout and masks)");
   int version = tuning.backward_version;
   if (version == 0)
-    version = v2_applies && tuning.backward_query_tile == 0 && attention_backward_v2() &&
-                      capability == 90
-                  ? 2
-                  : 1;
+    version =
+        v2_applies && tuning.backward_query_tile == 0 && attention_backward_v2() && capability == 90
+            ? 2
+            : 1;
   const int64_t bh = p.batch * p.heads;
   if (bh == 0 || (p.q_len == 0 && p.kv_len == 0)) return;
   EMBER_CHECK(p.q_len > 0 && p.kv_len > 0, kOp, ": q_len ", p.q_len, " and kv_len ", p.kv_len,
