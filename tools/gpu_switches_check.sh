@@ -21,6 +21,9 @@
 #   tools/gpu_switches_check.sh lnwarp the norm cases (the warp-per-row kernels' among them),
 #        those kernels under the four sanitizers, GPT-2 eager with EMBER_LAYER_NORM_WARP 0
 #        and 1, alternating
+#   tools/gpu_switches_check.sh final  the whole suite at the defaults, bench_conv --memory
+#        (predicted against measured peaks), GPT-2 eager with EMBER_LAYER_NORM_WARP 0 and 1,
+#        alternating, while time is left
 #   EMBER_SWITCHES_LIMIT=540           seconds the stage may take; each part starts only
 #                                      with time left for it
 #   EMBER_GPU_PREBUILT=.device/bg.tar.xz  the pack (unpacked unless build-gpu already holds
@@ -185,8 +188,18 @@ elif [ "$stage" = lnwarp ]; then
   echo "=== GPT-2 eager, EMBER_LAYER_NORM_WARP 0 and 1, alternating ($(left) s left)"
   gpt_ab lab "${EMBER_SWITCHES_RESERVE:-60}" set1 EMBER_LAYER_NORM_WARP | tee -a "$out/ln_summary.txt"
   keep=(gpu.txt ln_summary.txt)
+elif [ "$stage" = final ]; then
+  echo "=== the whole suite at the defaults ($(left) s left)"
+  suite set1 EMBER_SUITE_AT_DEFAULTS | tail -28 | tee "$out/final_summary.txt"
+  echo "=== bench_conv --memory ($(left) s left)"
+  timeout 90 build-gpu/benchmarks/bench_conv --memory >"$out/conv_memory.txt" 2>&1
+  echo "bench_conv --memory exit status $?" | tee -a "$out/final_summary.txt"
+  tail -6 "$out/conv_memory.txt" | tee -a "$out/final_summary.txt"
+  echo "=== GPT-2 eager, EMBER_LAYER_NORM_WARP 0 and 1, alternating ($(left) s left)"
+  gpt_ab lab "${EMBER_SWITCHES_RESERVE:-20}" set1 EMBER_LAYER_NORM_WARP | tee "$out/ln_ab.txt"
+  keep=(gpu.txt final_summary.txt suite_summary.txt conv_memory.txt ln_ab.txt)
 else
-  echo "usage: tools/gpu_switches_check.sh conv|gpt|attn|combo|lnwarp" >&2
+  echo "usage: tools/gpu_switches_check.sh conv|gpt|attn|combo|lnwarp|final" >&2
   exit 2
 fi
 tools/gpu_logs_pack.sh "$out" "${keep[@]}" && [ -f "$out/logs.tgz" ] && mv "$out/logs.tgz" "$out/more.tgz"
