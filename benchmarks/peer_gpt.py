@@ -10,6 +10,10 @@ char shape (6x384, T 256, batch 64, vocab 65, dropout 0.2) and GPT-2 124M's
     python3 benchmarks/peer_gpt.py [--only char|gpt2] [--json FILE] [--quick] [--no-compile]
     python3 benchmarks/peer_gpt.py --parity FILE [--device cpu|cuda] [--tol 1e-4]
     python3 benchmarks/peer_gpt.py --sdpa FILE [--device cpu|cuda] [--tol 1e-5]
+    python3 benchmarks/peer_gpt.py --only gpt2 --interleave 5 --ours 'build/benchmarks/bench_gpt --only gpt2'
+
+--interleave REPS --ours CMD: one interleaved run against ember (see interleave()): the
+PyTorch steps are built and compiled once; each repetition times them, then runs CMD.
 
 --parity FILE: what `bench_gpt --parity FILE` wrote (ember's checkpoint format:
 the initial weights, the batches data.x / data.y, ember's losses data.loss);
@@ -223,7 +227,9 @@ def flops_per_token(cfg, n_params):
         cfg["block_size"]
 
 
-def time_workload(torch, w, compiled, quick):
+def prepare(torch, w, compiled):
+    """The model, optimizer and batch of workload w, and its training step (eager or
+    under torch.compile); None when the eager validation (as bench_gpt's) fails."""
     dev = torch.device("cuda:0")
     cfg = w["cfg"]
     torch.manual_seed(1337)
@@ -254,13 +260,16 @@ def time_workload(torch, w, compiled, quick):
         print(f"validate {w['name']}: fp32 first loss {l32:.5f}, bf16 {l16:.5f}; bf16 steps on one "
               f"batch {losses[0]:.4f} -> {losses[-1]:.4f}{'' if ok else '  FAILED'}")
         if not ok:
-            return False
+            return None
     for _ in range(3 if not compiled else 5):  # compiling happens here
         step()
     torch.cuda.synchronize()
-    torch.cuda.reset_peak_memory_stats()
-    rounds = 3 if quick else 5
-    steps = 3 if quick else (20 if w["batch"] == 64 else 10)
+    return model, step
+
+
+def step_rounds(torch, w, step, rounds, steps):
+    """Sorted per-round milliseconds per step: `rounds` rounds of `steps` steps, one
+    synchronize per round (bench_gpt's wall_ms)."""
     per = []
     for _ in range(rounds):
         t0 = time.perf_counter()
@@ -268,7 +277,19 @@ def time_workload(torch, w, compiled, quick):
             step()
         torch.cuda.synchronize()
         per.append((time.perf_counter() - t0) * 1e3 / steps)
-    per.sort()
+    return sorted(per)
+
+
+def time_workload(torch, w, compiled, quick):
+    prepared = prepare(torch, w, compiled)
+    if prepared is None:
+        return False
+    model, step = prepared
+    cfg = w["cfg"]
+    torch.cuda.reset_peak_memory_stats()
+    rounds = 3 if quick else 5
+    steps = 3 if quick else (20 if w["batch"] == 64 else 10)
+    per = step_rounds(torch, w, step, rounds, steps)
     ms = per[len(per) // 2]
     peak = torch.cuda.max_memory_allocated()
     n_params = sum(p.numel() for p in model.parameters()) - model.wpe.weight.numel()
@@ -278,9 +299,65 @@ def time_workload(torch, w, compiled, quick):
     note = f"{tflops:.1f} TFLOP/s, peak {peak / 2**20:.0f} MiB, {n_params / 1e6:.2f}M params"
     ROWS.append(dict(workload=w["name"], dtype="bf16", shape=w["shape"], impl=impl, ms=ms,
                      ms_min=per[0], ms_max=per[-1], rate=tok_s / 1e3, unit="ktok/s", note=note))
-    print(f"{w['name']:<22} bf16   {w['shape']:<22} {impl:<14} {ms:10.4f} {tok_s / 1e3:8.1f} "
+    print(f"{w['name']:<22} {'bf16':<6} {w['shape']:<22} {impl:<14} {ms:10.4f} {tok_s / 1e3:8.1f} "
           f"ktok/s [{per[0]:.4f}-{per[-1]:.4f}] {note}", flush=True)
     return True
+
+
+def interleave(torch, key, reps, ours):
+    """--interleave REPS --ours CMD: PyTorch's eager and compiled steps of one workload
+    stay built in this process (compiled once), and each repetition times both (bench_gpt's
+    rounds and steps), then runs CMD (a bench_gpt command line; --json FILE is appended)
+    as its own process and reads its rows. Prints each repetition's times and, per ember
+    row, the median and range of ours / PyTorch's best (the faster of eager and compile in
+    that repetition) and ours / torch.compile, over the repetitions."""
+    import os
+    import shlex
+    import statistics
+    import subprocess
+    import tempfile
+    w = WORKLOADS[key]
+    steps = 20 if w["batch"] == 64 else 10
+    eager = prepare(torch, w, False)
+    compiled = prepare(torch, w, True)
+    if eager is None or compiled is None:
+        return 1
+    per_rep = []
+    for r in range(1, reps + 1):
+        t_eager = step_rounds(torch, w, eager[1], 5, steps)[2]
+        t_comp = step_rounds(torch, w, compiled[1], 5, steps)[2]
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "ours.json")
+            run = subprocess.run(shlex.split(ours) + ["--json", path], capture_output=True, text=True)
+            if run.returncode != 0 or not os.path.exists(path):
+                print(f"interleave: repetition {r}: `{ours}` failed (exit {run.returncode}):\n"
+                      f"{run.stdout[-2000:]}{run.stderr[-2000:]}")
+                return 1
+            with open(path) as f:
+                rows = [row for row in json.load(f)["rows"] if row["workload"].startswith(w["name"])]
+        if not rows:
+            print(f"interleave: repetition {r}: `{ours}` printed no row for {w['name']}")
+            return 1
+        # bench_gpt's rows: "<name>" (eager) and "<name> graphed"
+        ours_ms = {"ember " + (row["workload"][len(w["name"]):].strip() or "eager"): row["ms"]
+                   for row in rows}
+        per_rep.append((t_eager, t_comp, ours_ms))
+        print(f"rep {r}: torch eager {t_eager:.3f} ms, torch.compile {t_comp:.3f} ms, " +
+              ", ".join(f"{k} {v:.3f} ms" for k, v in ours_ms.items()), flush=True)
+
+    def med_range(values):
+        return f"{statistics.median(values):.3f} [{min(values):.3f}-{max(values):.3f}]"
+
+    print(f"{w['name']}, {reps} repetitions (ours and PyTorch alternate):")
+    print(f"  torch eager {med_range([e for e, _, _ in per_rep])} ms; "
+          f"torch.compile {med_range([c for _, c, _ in per_rep])} ms")
+    for impl in per_rep[0][2]:
+        mine = [o[impl] for _, _, o in per_rep if impl in o]
+        best = [o[impl] / min(e, c) for e, c, o in per_rep if impl in o]
+        comp = [o[impl] / c for _, c, o in per_rep if impl in o]
+        print(f"  {impl}: {med_range(mine)} ms; / PyTorch's best {med_range(best)}; "
+              f"/ torch.compile {med_range(comp)}")
+    return 0
 
 
 def main():
@@ -299,6 +376,13 @@ def main():
     quick = "--quick" in sys.argv
     only = arg("--only", "")
     print(f"peer_gpt: torch {torch.__version__} on {torch.cuda.get_device_name(0)}")
+    if "--interleave" in sys.argv:
+        reps, ours = arg("--interleave"), arg("--ours")
+        if only not in WORKLOADS or ours is None or not (reps or "").isdigit() or int(reps) < 1:
+            print("peer_gpt: --interleave REPS needs --only char|gpt2 and --ours 'COMMAND', "
+                  f"got --interleave {reps!r} --only {only!r} --ours {ours!r}")
+            return 2
+        return interleave(torch, only, int(reps), ours)
     ok = True
     for key, w in WORKLOADS.items():
         if only and only != key:

@@ -624,7 +624,7 @@ void launch_backward(DType dtype, const void* d_y, const void* x, const void* w,
 }  // namespace
 
 bool layer_norm_warp() {
-  return env_switch(g_warp_rows, "EMBER_LAYER_NORM_WARP", false);
+  return env_switch(g_warp_rows, "EMBER_LAYER_NORM_WARP", true);
 }
 
 void set_layer_norm_warp(bool on) {

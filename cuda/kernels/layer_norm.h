@@ -21,9 +21,9 @@ bool layer_norm_supported(DType dtype, int64_t cols);
 
 // Whether rows of up to 1024 elements (a GPT's 768) run a warp per row, their
 // reductions by shuffles, instead of a block per row: EMBER_LAYER_NORM_WARP (0 or 1) on
-// first use, off when unset until the GPU has measured it (benchmarks/NOTES.md, "GPT-2's
-// step profiled on an H100"); set_layer_norm_warp overrides it. Both norms, forward and
-// backward; the results agree to rounding, not bit for bit.
+// first use, on when unset (GPT-2's step 0.988x [0.980-0.993] of the block kernels' on
+// an H100, 2026-12-06: benchmarks/RESULTS.md); set_layer_norm_warp overrides it. Both
+// norms, forward and backward; the results agree to rounding, not bit for bit.
 bool layer_norm_warp();
 void set_layer_norm_warp(bool on);
 

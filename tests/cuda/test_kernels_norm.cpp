@@ -7,9 +7,10 @@
 // limit; identical bits from run to run over many rows. Small shapes and float64
 // for every op: the op table (tests/core/op_table.cpp).
 //
-// The warp-per-row kernels (EMBER_LAYER_NORM_WARP, rows of up to 1024) are checked the
-// same way with the switch on, and against the block kernels on the GPT's path (float32
-// input, a bfloat16 result, its gradient folded into a residual sum).
+// The warp-per-row kernels (EMBER_LAYER_NORM_WARP, rows of up to 1024; on by default) and
+// the block kernels at those lengths are each checked the same way with the switch set,
+// and against each other on the GPT's path (float32 input, a bfloat16 result, its
+// gradient folded into a residual sum).
 //
 // Tolerances (DESIGN.md): float32 1e-5, as GEMM's, since the statistics and the
 // weight gradients are float reductions; bfloat16 1e-2.
@@ -198,15 +199,21 @@ struct WarpRowsGuard {
 };
 }  // namespace
 
-TEST_CASE("kernels/norm: a warp per row matches the CPU, and the block kernels on a GPT's path" *
-          doctest::test_suite("cuda")) {
+TEST_CASE(
+    "kernels/norm: a warp per row and a block per row match the CPU, and each other on "
+    "a GPT's path" *
+    doctest::test_suite("cuda")) {
   WarpRowsGuard guard;
-  cuda::set_layer_norm_warp(true);
-  CHECK(cuda::layer_norm_warp());
-  ragged_rows(Norm::Layer, 701);
-  ragged_rows(Norm::Rms, 801);
-  same_bits(Norm::Layer, 730);
-  same_bits(Norm::Rms, 830);
+  // The other cases run whichever the default is; here both, whatever it is.
+  for (bool warp : {true, false}) {
+    INFO("warp per row: ", warp);
+    cuda::set_layer_norm_warp(warp);
+    CHECK(cuda::layer_norm_warp() == warp);
+    ragged_rows(Norm::Layer, 701);
+    ragged_rows(Norm::Rms, 801);
+    same_bits(Norm::Layer, 730);
+    same_bits(Norm::Rms, 830);
+  }
   // float32 x, the result in bfloat16 (autocast's layer norm), x + y as a residual stream
   // whose gradient the backward folds d_x into: the warp kernels against the block
   // kernels on the same inputs, over more rows than one grid holds.
