@@ -24,6 +24,10 @@
 #   tools/gpu_switches_check.sh final  the whole suite at the defaults, bench_conv --memory
 #        (predicted against measured peaks), GPT-2 eager with EMBER_LAYER_NORM_WARP 0 and 1,
 #        alternating, while time is left
+#   tools/gpu_switches_check.sh closing  the whole suite at the defaults, then
+#        GPT-2's and the char GPT's steps against PyTorch's eager and compiled ones
+#        (benchmarks/peer_gpt.py --interleave 5), the norm cases under the four sanitizers,
+#        while time is left
 #   EMBER_SWITCHES_LIMIT=540           seconds the stage may take; each part starts only
 #                                      with time left for it
 #   EMBER_GPU_PREBUILT=.device/bg.tar.xz  the pack (unpacked unless build-gpu already holds
@@ -198,8 +202,25 @@ elif [ "$stage" = final ]; then
   echo "=== GPT-2 eager, EMBER_LAYER_NORM_WARP 0 and 1, alternating ($(left) s left)"
   gpt_ab lab "${EMBER_SWITCHES_RESERVE:-20}" set1 EMBER_LAYER_NORM_WARP | tee "$out/ln_ab.txt"
   keep=(gpu.txt final_summary.txt suite_summary.txt conv_memory.txt ln_ab.txt)
+elif [ "$stage" = closing ]; then
+  echo "=== the whole suite at the defaults ($(left) s left)"
+  suite set1 EMBER_SUITE_AT_DEFAULTS | tail -28 | tee "$out/closing_summary.txt"
+  for w in gpt2 char; do
+    echo "=== $w: PyTorch eager and torch.compile against bench_gpt, interleaved ($(left) s left)"
+    [ "$(left)" -gt 200 ] || { echo "(no time left for $w)"; break; }
+    timeout $(($(left) - 50)) python3 benchmarks/peer_gpt.py --only $w --interleave 5 \
+      --ours "build-gpu/benchmarks/bench_gpt --only $w" >"$out/gpt_vs_torch_$w.txt" 2>&1
+    echo "exit status $?" >>"$out/gpt_vs_torch_$w.txt"
+    tail -12 "$out/gpt_vs_torch_$w.txt"
+  done
+  echo "=== the norm cases under the four sanitizers ($(left) s left)"
+  if [ "$(left)" -gt 25 ]; then
+    sanitize4 "$out/ln_san" $(($(left) - 10)) build-gpu/tests/ember_tests_cuda -tc='kernels/norm*' |
+      tee -a "$out/closing_summary.txt"
+  fi
+  keep=(gpu.txt closing_summary.txt suite_summary.txt gpt_vs_torch_gpt2.txt gpt_vs_torch_char.txt)
 else
-  echo "usage: tools/gpu_switches_check.sh conv|gpt|attn|combo|lnwarp|final" >&2
+  echo "usage: tools/gpu_switches_check.sh conv|gpt|attn|combo|lnwarp|final|closing" >&2
   exit 2
 fi
 tools/gpu_logs_pack.sh "$out" "${keep[@]}" && [ -f "$out/logs.tgz" ] && mv "$out/logs.tgz" "$out/more.tgz"
