@@ -27,7 +27,8 @@
 #   tools/gpu_switches_check.sh closing  the whole suite at the defaults, then
 #        GPT-2's and the char GPT's steps against PyTorch's eager and compiled ones
 #        (benchmarks/peer_gpt.py --interleave 5), the norm cases under the four sanitizers,
-#        while time is left
+#        while time is left (EMBER_CLOSING_OURS_FLAGS=--eager: ember's eager step alone;
+#        EMBER_CLOSING_RESERVE: seconds kept after the GPT runs, default 50)
 #   EMBER_SWITCHES_LIMIT=540           seconds the stage may take; each part starts only
 #                                      with time left for it
 #   EMBER_GPU_PREBUILT=.device/bg.tar.xz  the pack (unpacked unless build-gpu already holds
@@ -208,8 +209,9 @@ elif [ "$stage" = closing ]; then
   for w in gpt2 char; do
     echo "=== $w: PyTorch eager and torch.compile against bench_gpt, interleaved ($(left) s left)"
     [ "$(left)" -gt 200 ] || { echo "(no time left for $w)"; break; }
-    timeout $(($(left) - 50)) python3 benchmarks/peer_gpt.py --only $w --interleave 5 \
-      --ours "build-gpu/benchmarks/bench_gpt --only $w" >"$out/gpt_vs_torch_$w.txt" 2>&1
+    timeout $(($(left) - ${EMBER_CLOSING_RESERVE:-50})) python3 benchmarks/peer_gpt.py --only $w \
+      --interleave 5 --ours "build-gpu/benchmarks/bench_gpt --only $w ${EMBER_CLOSING_OURS_FLAGS:-}" \
+      >"$out/gpt_vs_torch_$w.txt" 2>&1
     echo "exit status $?" >>"$out/gpt_vs_torch_$w.txt"
     tail -12 "$out/gpt_vs_torch_$w.txt"
   done
