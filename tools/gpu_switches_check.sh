@@ -29,6 +29,9 @@
 #        (benchmarks/peer_gpt.py --interleave 5), the norm cases under the four sanitizers,
 #        while time is left (EMBER_CLOSING_OURS_FLAGS=--eager: ember's eager step alone;
 #        EMBER_CLOSING_RESERVE: seconds kept after the GPT runs, default 50)
+#   tools/gpu_switches_check.sh ncu    ncu over one GPT-2 step's kernels outside the GEMMs
+#        (layer norm, attention, cross-entropy, element-wise): duration, DRAM throughput,
+#        occupancy per kernel (EMBER_NCU_COUNT launches, default 60)
 #   EMBER_SWITCHES_LIMIT=540           seconds the stage may take; each part starts only
 #                                      with time left for it
 #   EMBER_GPU_PREBUILT=.device/bg.tar.xz  the pack (unpacked unless build-gpu already holds
@@ -221,8 +224,46 @@ elif [ "$stage" = closing ]; then
       tee -a "$out/closing_summary.txt"
   fi
   keep=(gpu.txt closing_summary.txt suite_summary.txt gpt_vs_torch_gpt2.txt gpt_vs_torch_char.txt)
+elif [ "$stage" = ncu ]; then
+  # One GPT-2 step's kernels outside the GEMMs, under ncu: the layer norms (the warp-per-row
+  # kernels and the column sums), the fused attention forward and backward, the
+  # cross-entropy kernels and the element-wise ones, the first EMBER_NCU_COUNT launches
+  # matching (default 60), with the sections that say what bounds each: throughput
+  # against the peaks, occupancy, warp stalls, memory traffic. ncu locks the clocks, so
+  # durations are longer than in timed runs: compare kernels with each other, not with
+  # the timed step.
+  echo "=== ncu over bench_gpt --profile --only gpt2 --steps 1 ($(left) s left)"
+  timeout $(($(left) - 20)) ncu --target-processes all \
+    --kernel-name "regex:layer_norm|column_sum|attn_|cross_entropy|elementwise|cast_kernel|gelu" \
+    --launch-count "${EMBER_NCU_COUNT:-60}" --section SpeedOfLight --section Occupancy \
+    --section WarpStateStats --section MemoryWorkloadAnalysis --section LaunchStats \
+    --csv --page details build-gpu/benchmarks/bench_gpt --profile --only gpt2 --steps 1 \
+    >"$out/ncu.csv" 2>"$out/ncu_stderr.txt"
+  echo "ncu exit status $?" | tee "$out/ncu_summary.txt"
+  tail -5 "$out/ncu_stderr.txt" | tee -a "$out/ncu_summary.txt"
+  # Per kernel: its duration, DRAM throughput, achieved occupancy and memory throughput.
+  python3 - "$out/ncu.csv" <<'PY' | tee -a "$out/ncu_summary.txt"
+import csv, sys
+rows = list(csv.reader(open(sys.argv[1])))
+head = next((i for i, r in enumerate(rows) if "Kernel Name" in r and "Metric Name" in r), None)
+if head is None:
+    sys.exit("no ncu table")
+h = rows[head]
+k, m, v, u = (h.index(c) for c in ("Kernel Name", "Metric Name", "Metric Value", "Metric Unit"))
+ids = h.index("ID")
+want = ("Duration", "DRAM Throughput", "Memory Throughput", "Achieved Occupancy",
+        "Registers Per Thread", "Compute (SM) Throughput")
+seen = {}
+for r in rows[head + 1:]:
+    if len(r) > max(k, m, v, u) and r[m] in want:
+        base = r[k].replace("(anonymous namespace)::", "").split("(")[0].split("<")[0].split("::")[-1].replace("void ", "")
+        seen.setdefault((r[ids], base), {})[r[m]] = f"{r[v]} {r[u]}"
+for (i, name), got in seen.items():
+    print(i, name, "; ".join(f"{w}: {got[w]}" for w in want if w in got))
+PY
+  keep=(gpu.txt ncu_summary.txt ncu.csv)
 else
-  echo "usage: tools/gpu_switches_check.sh conv|gpt|attn|combo|lnwarp|final|closing" >&2
+  echo "usage: tools/gpu_switches_check.sh conv|gpt|attn|combo|lnwarp|final|closing|ncu" >&2
   exit 2
 fi
 tools/gpu_logs_pack.sh "$out" "${keep[@]}" && [ -f "$out/logs.tgz" ] && mv "$out/logs.tgz" "$out/more.tgz"
