@@ -5,16 +5,22 @@
 // says no. EMBER_ATTENTION picks the path: unset, "fused" or "ours" (the default), "atomic"
 // (fused, the backward's dQ added atomically: not bitwise repeatable), "composed"
 // (never fused).
+#include <algorithm>
+#include <array>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <optional>
 #include <string_view>
 
 #include "core/alloc_site.h"
 #include "core/autograd.h"
+#include "core/base/env_switch.h"
 #include "core/device_services.h"
 #include "core/kernel_table.h"
 #include "core/ops.h"
+#include "core/ops/split_gradient.h"
 #include "core/ops/switches.h"
 
 namespace ember::detail {
@@ -61,6 +67,35 @@ Tensor empty_heads_like(const Tensor& like, const Shape& sizes) {
   if (like.stride(1) >= like.stride(2)) return empty(sizes, like.options());
   Tensor t = empty({sizes[0], sizes[2], sizes[1], sizes[3]}, like.options());
   return transpose(t, 1, 2);
+}
+
+std::atomic<int> g_qkv_grad{-1};  // -1: EMBER_ATTENTION_QKV_GRAD not read yet
+
+// When q, k and v are the (B, H, T, D) head views of one (B, T, 3, H, D) layout, in any
+// order (a GPT's split of its (B, T, 3C) projection), their gradients as views of one
+// fresh buffer laid out so, each at its input's place: the kernels write every element,
+// and the buffer is marked for split's backward to pass on whole (mark_split_gradient).
+// Nothing (separate gradients) for any other layout, or with the switch off.
+std::optional<std::array<Tensor, 3>> packed_qkv_grads(const Tensor& q, const Tensor& k,
+                                                      const Tensor& v) {
+  if (!attention_qkv_grad() || q.storage() != k.storage() || q.storage() != v.storage() ||
+      q.sizes() != k.sizes() || q.sizes() != v.sizes() || q.strides() != k.strides() ||
+      q.strides() != v.strides() || q.dtype() != k.dtype() || q.dtype() != v.dtype())
+    return std::nullopt;
+  const int64_t batch = q.size(0), heads = q.size(1), len = q.size(2), dim = q.size(3);
+  const int64_t width = heads * dim;  // C
+  if (q.strides() != Shape{len * 3 * width, dim, 3 * width, 1}) return std::nullopt;
+  const int64_t base = std::min({q.storage_offset(), k.storage_offset(), v.storage_offset()});
+  const std::array<int64_t, 3> at{q.storage_offset() - base, k.storage_offset() - base,
+                                  v.storage_offset() - base};
+  std::array<int64_t, 3> sorted = at;
+  std::sort(sorted.begin(), sorted.end());
+  if (sorted != std::array<int64_t, 3>{0, width, 2 * width}) return std::nullopt;
+  const Tensor buf = empty({batch, len, 3, heads, dim}, q.options());
+  mark_split_gradient(buf);
+  std::array<Tensor, 3> out;
+  for (size_t i = 0; i < 3; ++i) out[i] = make_view(buf, q.sizes(), q.strides(), at[i]);
+  return out;
 }
 
 kernels::AttentionQuery query_of(const Tensor& q, const Tensor& k, bool deterministic) {
@@ -203,9 +238,14 @@ Tensor fused_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool i
           const Tensor &sq = s[0], &sk = s[1], &sv = s[2], &so = s[3], &slse = lse;
           const Device dev = sq.device();
           const Tensor ga = kernel_operand(g);
-          Tensor d_q = empty_heads_like(sq, sq.sizes());
-          Tensor d_k = empty_heads_like(sk, sk.sizes());
-          Tensor d_v = empty_heads_like(sv, sv.sizes());
+          Tensor d_q, d_k, d_v;
+          if (auto packed = packed_qkv_grads(sq, sk, sv)) {
+            d_q = (*packed)[0], d_k = (*packed)[1], d_v = (*packed)[2];
+          } else {
+            d_q = empty_heads_like(sq, sq.sizes());
+            d_k = empty_heads_like(sk, sk.sizes());
+            d_v = empty_heads_like(sv, sv.sizes());
+          }
           const kernels::KernelTable& t = kernels::kernels_for(dev);
           const size_t bytes = t.attention_workspace_bytes(
               {dev, sq.dtype(), batch, heads, q_len, kv_len, head_dim, deterministic});
@@ -243,6 +283,14 @@ Tensor fused_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool i
         });
   }
   return o;
+}
+
+bool attention_qkv_grad() {
+  return env_switch(g_qkv_grad, "EMBER_ATTENTION_QKV_GRAD", false);
+}
+
+void set_attention_qkv_grad(bool on) {
+  g_qkv_grad.store(on ? 1 : 0, std::memory_order_relaxed);
 }
 
 }  // namespace ember::detail

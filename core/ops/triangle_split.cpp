@@ -3,10 +3,15 @@
 // split's and chunk's pieces share one backward that assembles their gradients as a
 // cat does (SplitBackward, below).
 #include <algorithm>
+#include <memory>
+#include <mutex>
+#include <unordered_map>
+#include <utility>
 
 #include "core/alloc_site.h"
 #include "core/autograd.h"
 #include "core/ops.h"
+#include "core/ops/split_gradient.h"
 
 namespace ember {
 
@@ -43,13 +48,33 @@ void check_split_input(const char* op, const Tensor& x) {
 // the copies of a cat (as PyTorch's SplitBackward), where slices cost a zero-filled
 // sum and an add per piece. Under anomaly mode the engine calls the pieces' apply(),
 // which returns the zero-padded gradient, and the join passes the sum on untouched.
+//
+// When the pieces' gradients arrive as the regions of one marked buffer laid out as
+// the input (detail::mark_split_gradient: the fused attention's q, k and v), the buffer
+// is the sum and nothing is copied. It is kept here, not in the engine's sum, which
+// stays empty until the join: the engine copies a sum that another tensor shares
+// storage with (the pieces still to come are views of the same buffer), so the join
+// hands the buffer on instead.
 struct SplitState {
   Shape sizes;  // the input's
   int64_t dim = 0;
   std::vector<std::pair<int64_t, int64_t>> at;  // each piece's [start, end) along dim
   std::vector<bool> written;                    // by add_into, since the sum was made
   bool assembled = false;                       // the sum is add_into's (unfilled)
+  Tensor adopted;  // the marked buffer as the input-shaped sum, until the join
 };
+
+// The marked storages (detail::mark_split_gradient), by address, each with a weak
+// reference, so that a dead storage's address reused by a new one does not read as
+// marked. Expired entries go at each mark (a step marks one buffer per layer).
+struct SplitGradientMarks {
+  std::mutex mutex;
+  std::unordered_map<const Storage*, std::weak_ptr<Storage>> live;
+};
+SplitGradientMarks& split_gradient_marks() {
+  static SplitGradientMarks* marks = new SplitGradientMarks();  // never destroyed
+  return *marks;
+}
 
 class SplitPieceBackward final : public Node {
  public:
@@ -70,6 +95,12 @@ class SplitPieceBackward final : public Node {
     if (released_) [[unlikely]]
       detail::throw_backward_twice(name());
     SplitState& s = *state_;
+    if (!sum.defined() && (s.adopted.defined() || adopt(g))) {
+      Tensor part = region(s.adopted);
+      if (!same_place(part, g)) copy_(part, g);  // else the gradient is already there
+      s.written[piece_] = true;
+      return;
+    }
     if (!sum.defined()) {
       sum = empty(s.sizes, TensorOptions().dtype(g.dtype()).device(g.device()));
       s.written.assign(s.at.size(), false);
@@ -89,6 +120,43 @@ class SplitPieceBackward final : public Node {
   Tensor region(const Tensor& whole) const {
     return slice(whole, state_->dim, state_->at[piece_].first, state_->at[piece_].second);
   }
+  static bool same_place(const Tensor& a, const Tensor& b) {
+    return a.storage() == b.storage() && a.storage_offset() == b.storage_offset() &&
+           a.sizes() == b.sizes() && a.strides() == b.strides() && a.dtype() == b.dtype();
+  }
+  // Takes the buffer g lies in as the sum (SplitState::adopted) when it is marked and g
+  // is this piece's region of a contiguous input-shaped tensor filling the whole buffer.
+  bool adopt(const Tensor& g) {
+    SplitState& s = *state_;
+    if (!detail::is_split_gradient(g)) return false;
+    const Shape strides = contiguous_strides(s.sizes);
+    const int64_t base =
+        g.storage_offset() - s.at[piece_].first * strides[static_cast<size_t>(s.dim)];
+    if (base != 0 || g.strides() != strides ||
+        static_cast<size_t>(numel_of(s.sizes)) * element_size(g.dtype()) != g.storage()->nbytes())
+      return false;
+    Tensor whole = make_view(g, s.sizes, strides, 0);
+    if (!same_place(region(whole), g)) return false;
+    s.adopted = std::move(whole);
+    s.written.assign(s.at.size(), false);
+    s.assembled = true;
+    // The buffer never outlives this backward pass: the join takes it, and should the
+    // pass end without the join (an exception), the engine's end-of-pass callbacks are
+    // destroyed, and this one's guard drops it then, so a later pass starts clean.
+    struct Drop {
+      std::weak_ptr<SplitState> state;
+      ~Drop() {
+        if (std::shared_ptr<SplitState> st = state.lock()) {
+          st->adopted = Tensor();
+          st->assembled = false;
+        }
+      }
+    };
+    auto drop = std::make_shared<Drop>();  // made in place: a temporary's end would drop
+    drop->state = state_;
+    queue_backward_callback([drop] {});
+    return true;
+  }
   std::shared_ptr<SplitState> state_;
   size_t piece_;
   bool released_ = false;
@@ -98,8 +166,12 @@ class SplitJoinBackward final : public Node {
  public:
   explicit SplitJoinBackward(std::shared_ptr<SplitState> state) : state_(std::move(state)) {}
   const char* name() const override { return "SplitBackwardJoin"; }
-  std::vector<Tensor> apply(const Tensor& sum) override {
+  std::vector<Tensor> apply(const Tensor& given) override {
     SplitState& s = *state_;
+    // The adopted buffer, when the pieces' gradients came in one (the engine's sum then
+    // stays empty).
+    Tensor sum = given;
+    if (s.adopted.defined()) sum = std::exchange(s.adopted, Tensor());
     if (s.assembled && sum.defined()) {
       Tensor whole = sum;
       for (size_t i = 0; i < s.at.size(); ++i)
@@ -206,6 +278,20 @@ std::vector<Tensor> unbind(const Tensor& x, int64_t dim) {
   std::vector<Tensor> pieces;
   for (int64_t i = 0; i < x.size(dim); ++i) pieces.push_back(select(x, dim, i));
   return pieces;
+}
+
+void detail::mark_split_gradient(const Tensor& t) {
+  SplitGradientMarks& m = split_gradient_marks();
+  const std::lock_guard<std::mutex> lock(m.mutex);
+  std::erase_if(m.live, [](const auto& entry) { return entry.second.expired(); });
+  m.live[t.storage().get()] = t.storage();
+}
+
+bool detail::is_split_gradient(const Tensor& t) {
+  SplitGradientMarks& m = split_gradient_marks();
+  const std::lock_guard<std::mutex> lock(m.mutex);
+  const auto it = m.live.find(t.storage().get());
+  return it != m.live.end() && it->second.lock() == t.storage();
 }
 
 }  // namespace ember

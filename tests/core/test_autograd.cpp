@@ -9,6 +9,7 @@
 #include "core/anomaly.h"
 #include "core/autograd.h"
 #include "core/ops.h"
+#include "core/ops/split_gradient.h"
 
 using namespace ember;
 
@@ -234,6 +235,80 @@ TEST_CASE("autograd/engine: split's pieces assemble their gradients as a cat, by
   Tensor w = sum(u * 5.0);
   w.backward(ones_like(w));
   CHECK(vals(u.grad()) == std::vector<double>{5, 5});
+}
+
+namespace {
+// y = p0 + 2 p1 + 3 p2 for three (2, 2) pieces, whose backward returns the pieces'
+// gradients as views of one (2, 6) buffer laid out as a (2, 6) split input (piece i at
+// columns [2i, 2i + 2)), every element written, marked for split's backward to pass on
+// whole when `mark` (as the fused attention's backward does with q, k and v). `seen`:
+// the buffer's storage, not owned.
+Tensor three_into_one(const std::vector<Tensor>& p, bool mark, std::weak_ptr<Storage>* seen) {
+  Tensor y = p[0] + p[1] * 2.0 + p[2] * 3.0;
+  attach_grad_fn(y, "ThreeIntoOne", {&p[0], &p[1], &p[2]}, [mark, seen](const Tensor& g) {
+    Tensor buf = empty({2, 6}, g.options());
+    if (mark) detail::mark_split_gradient(buf);
+    *seen = buf.storage();
+    std::vector<Tensor> out;
+    for (int64_t i = 0; i < 3; ++i) {
+      Tensor part = make_view(buf, {2, 2}, {6, 1}, 2 * i);
+      copy_(part, g * static_cast<double>(i + 1));
+      out.push_back(part);
+    }
+    return out;
+  });
+  return y;
+}
+// x itself, its backward noting the storage of the gradient it receives (a leaf's .grad
+// may be a copy of it).
+Tensor probe(const Tensor& x, std::weak_ptr<Storage>* arrived) {
+  Tensor x2 = x.detach();
+  attach_grad_fn(x2, "Probe", {&x}, [arrived](const Tensor& g) {
+    *arrived = g.storage();
+    return std::vector<Tensor>{g};
+  });
+  return x2;
+}
+}  // namespace
+
+TEST_CASE(
+    "autograd/engine: split's backward passes on a marked buffer of its pieces' "
+    "gradients whole, and copies otherwise") {
+  const Tensor g = tensor({{1.0, 2.0}, {3.0, 4.0}}, TensorOptions().dtype(kFloat64));
+  // x's gradient: piece i's region holds (i + 1) g.
+  const std::vector<double> want{1, 2, 2, 4, 3, 6, 3, 4, 6, 8, 9, 12};
+  for (bool mark : {true, false})
+    for (bool retain : {false, true}) {
+      INFO("marked: ", mark, ", graph retained: ", retain);
+      Tensor x = zeros({2, 6}, TensorOptions().dtype(kFloat64).requires_grad());
+      std::weak_ptr<Storage> buf, arrived;
+      Tensor y = three_into_one(split(probe(x, &arrived), 2, 1), mark, &buf);
+      y.backward(g, retain);
+      CHECK(vals(x.grad().reshape({12})) == want);
+      CHECK((arrived.lock() == buf.lock() && buf.lock() != nullptr) == mark);  // no copies
+      if (retain) {  // again through the same graph: a fresh buffer, the sums accumulate
+        y.backward(g);
+        std::vector<double> twice = want;
+        for (double& w : twice) w *= 2;
+        CHECK(vals(x.grad().reshape({12})) == twice);
+      }
+    }
+  // A piece with a second use: its total gradient (the buffer's region plus 5) lands in
+  // its region, whichever way the engine sums it.
+  Tensor x = zeros({2, 6}, TensorOptions().dtype(kFloat64).requires_grad());
+  std::weak_ptr<Storage> buf;
+  std::vector<Tensor> p = split(x, 2, 1);
+  Tensor y = sum(three_into_one(p, true, &buf) * g) + sum(p[1] * 5.0);
+  y.backward(ones_like(y));
+  CHECK(vals(x.grad().reshape({12})) == std::vector<double>{1, 2, 7, 9, 3, 6, 3, 4, 11, 13, 9, 12});
+  // Pieces of another layout (split along rows): the buffer is not the input's layout,
+  // so copies.
+  Tensor r = zeros({6, 2}, TensorOptions().dtype(kFloat64).requires_grad());
+  std::weak_ptr<Storage> rarrived;
+  Tensor ry = three_into_one(split(probe(r, &rarrived), 2, 0), true, &buf);
+  ry.backward(g);
+  CHECK(rarrived.lock() != buf.lock());
+  CHECK(vals(r.grad().reshape({12})) == std::vector<double>{1, 2, 3, 4, 2, 4, 6, 8, 3, 6, 9, 12});
 }
 
 TEST_CASE("autograd/engine: an in-place sum never changes a gradient someone else holds") {

@@ -9,6 +9,7 @@
 #include "core/memory.h"
 #include "core/meta.h"
 #include "core/ops.h"
+#include "core/ops/split_gradient.h"
 #include "cuda/kernels/attention.h"
 #include "error_text.h"
 
@@ -154,4 +155,48 @@ TEST_CASE("meta/attention: a GPT's head split and merge copy nothing, forward or
   // A contiguous (B, H, T, D) query keeps the contiguous layout.
   Tensor qc = zeros({B, H, T, D}, TensorOptions(kBFloat16).device(kMeta));
   CHECK(scaled_dot_product_attention(qc, qc, qc, Tensor(), 0.0, true).is_contiguous());
+}
+
+// q, k and v split from one (B, T, 3C) projection, as a GPT makes them: with
+// detail::set_attention_qkv_grad(true) the fused backward allocates one buffer laid out
+// as the projection for the three gradients, which split's backward passes on as the
+// projection's gradient (marked, the projection's size, no second buffer); permuted
+// operands too; with the switch off, three gradients and split's own sum. The values
+// are the GPU's to check (tests/cuda/test_ops_attention_fused.cpp); these are the
+// allocations and the wiring, which predict_memory sees.
+TEST_CASE("meta/attention: q, k and v split from one projection get one gradient buffer") {
+  const bool was = detail::attention_qkv_grad();
+  struct Restore {
+    bool on;
+    ~Restore() { detail::set_attention_qkv_grad(on); }
+  } restore{was};
+  const int64_t b = 2, t = 100, h = 3, d = 64, c = h * d;
+  MetaDeviceScope scope(MetaDeviceOptions().mirror_device(DeviceType::CUDA));
+  for (bool packed : {true, false})
+    for (const std::vector<size_t>& order :
+         {std::vector<size_t>{0, 1, 2}, std::vector<size_t>{2, 0, 1}}) {
+      INFO("packed: ", packed, ", order ", order[0], order[1], order[2]);
+      detail::set_attention_qkv_grad(packed);
+      Tensor qkv = zeros({b, t, 3 * c}, TensorOptions(kBFloat16).device(kMeta).requires_grad());
+      // base: qkv itself, its backward noting the gradient split's backward passes on (a
+      // leaf's .grad may be a copy of it).
+      Tensor base = qkv.detach();
+      bool marked = false;
+      size_t bytes = 0;
+      attach_grad_fn(base, "Probe", {&qkv}, [&](const Tensor& g) {
+        marked = detail::is_split_gradient(g);
+        bytes = g.storage()->nbytes();
+        return std::vector<Tensor>{g};
+      });
+      const std::vector<Tensor> parts = split(base, c, 2);
+      auto heads = [&](size_t i) { return transpose(reshape(parts[i], {b, t, h, d}), 1, 2); };
+      Tensor o =
+          detail::fused_attention(heads(order[0]), heads(order[1]), heads(order[2]), true, 0.125);
+      reshape(transpose(o, 1, 2), {b, t, c}).backward(zeros({b, t, c}, o.options()));
+      // The projection's gradient: the attention's buffer, or split's own sum; either
+      // way the projection's bytes.
+      CHECK(marked == packed);
+      CHECK(bytes == static_cast<size_t>(b * t * 3 * c) * 2);
+      CHECK(qkv.grad().sizes() == Shape{b, t, 3 * c});
+    }
 }

@@ -17,6 +17,7 @@
 
 #include "core/autograd.h"
 #include "core/ops.h"
+#include "core/ops/split_gradient.h"
 #include "error_text.h"
 #include "gradcheck.h"
 
@@ -423,4 +424,61 @@ TEST_CASE("ops/fused_attention: a GPT's head split is read and written in place"
       CHECK(gpu_error(y.detach(), ref.detach()) <= 1e-2);
       CHECK(gpu_error(qkv.grad(), ref_qkv.grad()) <= 1e-2);
     }
+}
+
+// q, k and v split from one (B, T, 3C) projection as a GPT does (split, then heads):
+// with detail::set_attention_qkv_grad(true) the backward writes their gradients into
+// one buffer laid out as the projection, which split's backward passes on as the
+// projection's gradient (no copies). Its bits equal those of three separate gradients
+// assembled by split's copies (the switch off), for q, k and v in their order and
+// permuted (the buffer follows their places, not the argument order), in both backward
+// modes and both head dims.
+TEST_CASE("ops/fused_attention: q, k and v split from one projection get one gradient buffer" *
+          doctest::test_suite("cuda")) {
+  const bool was = detail::attention_qkv_grad();
+  struct Restore {
+    bool on;
+    ~Restore() { detail::set_attention_qkv_grad(on); }
+  } restore{was};
+  for (const char* mode : {"fused", "atomic"})
+    for (int64_t d : {int64_t{64}, int64_t{128}})
+      for (const std::vector<size_t>& order :
+           {std::vector<size_t>{0, 1, 2}, std::vector<size_t>{1, 2, 0}}) {
+        EnvGuard env(mode);
+        INFO("EMBER_ATTENTION=", mode, " D=", d, " order ", order[0], order[1], order[2]);
+        const int64_t b = 2, t = 77, h = 3, c = h * d;
+        const Tensor qkv64 = randn64({b, t, 3 * c}, 3400 + d).to(kBFloat16).to(kFloat64);
+        const Tensor g = randn64({b, t, c}, 3401 + d).to(kCUDA, kBFloat16);
+        auto run = [&](bool packed) {
+          detail::set_attention_qkv_grad(packed);
+          Tensor qkv = gpu_leaf(qkv64);
+          // base: qkv itself, its backward noting whether the gradient split's backward
+          // passes on is the attention's buffer.
+          Tensor base = qkv.detach();
+          bool marked = false;
+          attach_grad_fn(base, "Probe", {&qkv}, [&marked](const Tensor& gb) {
+            marked = detail::is_split_gradient(gb);
+            return std::vector<Tensor>{gb};
+          });
+          const std::vector<Tensor> parts = split(base, c, 2);
+          auto heads = [&](size_t i) { return transpose(reshape(parts[i], {b, t, h, d}), 1, 2); };
+          Tensor o = detail::fused_attention(heads(order[0]), heads(order[1]), heads(order[2]),
+                                             true, 1.0 / std::sqrt(double(d)));
+          reshape(transpose(o, 1, 2), {b, t, c}).backward(g);
+          CHECK(marked == packed);
+          return qkv.grad().to(kCPU);
+        };
+        const Tensor packed = run(true), separate = run(false);
+        CHECK(ember::testing::same_bits(packed, separate));
+        // And the values: against the float64 composed path on the same inputs.
+        Tensor ref_qkv = qkv64.detach().set_requires_grad(true);
+        const std::vector<Tensor> rp = split(ref_qkv, c, 2);
+        auto rheads = [&](size_t i) { return transpose(reshape(rp[i], {b, t, h, d}), 1, 2); };
+        reshape(transpose(composed(rheads(order[0]), rheads(order[1]), rheads(order[2]), true,
+                                   1.0 / std::sqrt(double(d))),
+                          1, 2),
+                {b, t, c})
+            .backward(g.to(kCPU, kFloat64));
+        CHECK(rel_error(packed.to(kFloat64), ref_qkv.grad()) <= 1e-2);
+      }
 }

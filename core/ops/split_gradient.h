@@ -1,0 +1,26 @@
+// Gradients of adjacent views written into one buffer, for split's backward to take
+// whole: the fused attention's backward can write the gradients of q, k and v split
+// from one (B, T, 3C) projection (a GPT's c_attn) into one buffer laid out as that
+// projection, and mark it; split's backward (core/ops/triangle_split.cpp) then passes
+// the buffer on as the projection's gradient instead of copying the three pieces into a
+// new one.
+#pragma once
+
+#include "core/tensor.h"
+
+namespace ember::detail {
+
+// Marks t's storage: every element of it is written by the backward that made it, and
+// it holds nothing but those gradients (defined in core/ops/triangle_split.cpp).
+void mark_split_gradient(const Tensor& t);
+// Whether t's storage is so marked (and still the same storage).
+bool is_split_gradient(const Tensor& t);
+
+// Whether the fused attention's backward writes q's, k's and v's gradients into one
+// marked buffer where they are the head views of one (B, T, 3, H, D) layout. Off until
+// the GPU has measured it (EMBER_ATTENTION_QKV_GRAD=1 turns it on, or set here); the
+// gradients' values are the same either way (defined in core/ops/attention_fused.cpp).
+bool attention_qkv_grad();
+void set_attention_qkv_grad(bool on);
+
+}  // namespace ember::detail
