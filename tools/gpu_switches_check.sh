@@ -32,6 +32,9 @@
 #   tools/gpu_switches_check.sh ncu    ncu over one GPT-2 step's kernels outside the GEMMs
 #        (layer norm, attention, cross-entropy, element-wise): duration, DRAM throughput,
 #        occupancy per kernel (EMBER_NCU_COUNT launches, default 60)
+#   tools/gpu_switches_check.sh qkv    the fused attention's op cases with q's, k's and v's
+#        gradients in one buffer (EMBER_ATTENTION_QKV_GRAD=1), its case under the four
+#        sanitizers, GPT-2 eager with the switch 0 and 1, alternating
 #   EMBER_SWITCHES_LIMIT=540           seconds the stage may take; each part starts only
 #                                      with time left for it
 #   EMBER_GPU_PREBUILT=.device/bg.tar.xz  the pack (unpacked unless build-gpu already holds
@@ -262,8 +265,19 @@ for (i, name), got in seen.items():
     print(i, name, "; ".join(f"{w}: {got[w]}" for w in want if w in got))
 PY
   keep=(gpu.txt ncu_summary.txt ncu.csv)
+elif [ "$stage" = qkv ]; then
+  echo "=== the fused attention's op cases, EMBER_ATTENTION_QKV_GRAD=1 ($(left) s left)"
+  EMBER_ATTENTION_QKV_GRAD=1 timeout 120 build-gpu/tests/ember_tests_cuda \
+    -tc='ops/fused_attention*' >"$out/qkv_cases.txt" 2>&1
+  grep -E 'test cases:|ERROR|FAILED' "$out/qkv_cases.txt" | head -20 | tee "$out/qkv_summary.txt"
+  echo "=== the one-buffer case under the four sanitizers ($(left) s left)"
+  sanitize4 "$out/qkv_san" 150 build-gpu/tests/ember_tests_cuda \
+    -tc='ops/fused_attention: q, k and v split*' | tee -a "$out/qkv_summary.txt"
+  echo "=== GPT-2 eager, EMBER_ATTENTION_QKV_GRAD 0 and 1, alternating ($(left) s left)"
+  gpt_ab qab "${EMBER_SWITCHES_RESERVE:-20}" set1 EMBER_ATTENTION_QKV_GRAD | tee -a "$out/qkv_summary.txt"
+  keep=(gpu.txt qkv_summary.txt)
 else
-  echo "usage: tools/gpu_switches_check.sh conv|gpt|attn|combo|lnwarp|final|closing|ncu" >&2
+  echo "usage: tools/gpu_switches_check.sh conv|gpt|attn|combo|lnwarp|final|closing|ncu|qkv" >&2
   exit 2
 fi
 tools/gpu_logs_pack.sh "$out" "${keep[@]}" && [ -f "$out/logs.tgz" ] && mv "$out/logs.tgz" "$out/more.tgz"
