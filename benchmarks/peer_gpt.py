@@ -267,6 +267,11 @@ def prepare(torch, w, compiled):
     return model, step
 
 
+def steps_per_round(w, quick):
+    """bench_gpt's steps per timed round: 20 for the char shape (batch 64), 10 for GPT-2."""
+    return 3 if quick else (20 if w["batch"] == 64 else 10)
+
+
 def step_rounds(torch, w, step, rounds, steps):
     """Sorted per-round milliseconds per step: `rounds` rounds of `steps` steps, one
     synchronize per round (bench_gpt's wall_ms)."""
@@ -288,8 +293,7 @@ def time_workload(torch, w, compiled, quick):
     cfg = w["cfg"]
     torch.cuda.reset_peak_memory_stats()
     rounds = 3 if quick else 5
-    steps = 3 if quick else (20 if w["batch"] == 64 else 10)
-    per = step_rounds(torch, w, step, rounds, steps)
+    per = step_rounds(torch, w, step, rounds, steps_per_round(w, quick))
     ms = per[len(per) // 2]
     peak = torch.cuda.max_memory_allocated()
     n_params = sum(p.numel() for p in model.parameters()) - model.wpe.weight.numel()
@@ -317,7 +321,7 @@ def interleave(torch, key, reps, ours):
     import subprocess
     import tempfile
     w = WORKLOADS[key]
-    steps = 20 if w["batch"] == 64 else 10
+    steps = steps_per_round(w, False)
     eager = prepare(torch, w, False)
     compiled = prepare(torch, w, True)
     if eager is None or compiled is None:

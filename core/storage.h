@@ -35,6 +35,13 @@ class Storage {
   uint64_t version() const { return version_; }
   void bump_version() { ++version_; }
 
+  // Set by a backward that writes the gradients of adjacent views of one tensor into
+  // this fresh storage, laid out as that tensor, every element written (the fused
+  // attention's q, k and v): split's backward may pass it on whole
+  // (core/ops/split_gradient.h).
+  void mark_split_gradient() { split_gradient_ = true; }
+  bool split_gradient() const { return split_gradient_; }
+
  private:
   void* data_ = nullptr;
   size_t nbytes_ = 0;
@@ -42,6 +49,7 @@ class Storage {
   memory::Allocator* allocator_ = nullptr;  // null for a view of external bytes
   std::shared_ptr<const void> owner_;
   uint64_t version_ = 0;
+  bool split_gradient_ = false;
 };
 
 }  // namespace ember

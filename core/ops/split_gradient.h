@@ -6,15 +6,20 @@
 // new one.
 #pragma once
 
+#include "core/storage.h"
 #include "core/tensor.h"
 
 namespace ember::detail {
 
 // Marks t's storage: every element of it is written by the backward that made it, and
-// it holds nothing but those gradients (defined in core/ops/triangle_split.cpp).
-void mark_split_gradient(const Tensor& t);
-// Whether t's storage is so marked (and still the same storage).
-bool is_split_gradient(const Tensor& t);
+// it holds nothing but those gradients (Storage::mark_split_gradient).
+inline void mark_split_gradient(const Tensor& t) {
+  t.storage()->mark_split_gradient();
+}
+// Whether t's storage is so marked.
+inline bool is_split_gradient(const Tensor& t) {
+  return t.storage()->split_gradient();
+}
 
 // Whether the fused attention's backward writes q's, k's and v's gradients into one
 // marked buffer where they are the head views of one (B, T, 3, H, D) layout. Off until

@@ -4,8 +4,6 @@
 // cat does (SplitBackward, below).
 #include <algorithm>
 #include <memory>
-#include <mutex>
-#include <unordered_map>
 #include <utility>
 
 #include "core/alloc_site.h"
@@ -63,18 +61,6 @@ struct SplitState {
   bool assembled = false;                       // the sum is add_into's (unfilled)
   Tensor adopted;  // the marked buffer as the input-shaped sum, until the join
 };
-
-// The marked storages (detail::mark_split_gradient), by address, each with a weak
-// reference, so that a dead storage's address reused by a new one does not read as
-// marked. Expired entries go at each mark (a step marks one buffer per layer).
-struct SplitGradientMarks {
-  std::mutex mutex;
-  std::unordered_map<const Storage*, std::weak_ptr<Storage>> live;
-};
-SplitGradientMarks& split_gradient_marks() {
-  static SplitGradientMarks* marks = new SplitGradientMarks();  // never destroyed
-  return *marks;
-}
 
 class SplitPieceBackward final : public Node {
  public:
@@ -278,20 +264,6 @@ std::vector<Tensor> unbind(const Tensor& x, int64_t dim) {
   std::vector<Tensor> pieces;
   for (int64_t i = 0; i < x.size(dim); ++i) pieces.push_back(select(x, dim, i));
   return pieces;
-}
-
-void detail::mark_split_gradient(const Tensor& t) {
-  SplitGradientMarks& m = split_gradient_marks();
-  const std::lock_guard<std::mutex> lock(m.mutex);
-  std::erase_if(m.live, [](const auto& entry) { return entry.second.expired(); });
-  m.live[t.storage().get()] = t.storage();
-}
-
-bool detail::is_split_gradient(const Tensor& t) {
-  SplitGradientMarks& m = split_gradient_marks();
-  const std::lock_guard<std::mutex> lock(m.mutex);
-  const auto it = m.live.find(t.storage().get());
-  return it != m.live.end() && it->second.lock() == t.storage();
 }
 
 }  // namespace ember
