@@ -258,6 +258,28 @@ namespace detail {
 Tensor layer_norm_into_dtype(const Tensor& x, const Shape& normalized_shape, const Tensor& weight,
                              const Tensor& bias, double eps, DType output);
 }  // namespace detail
+// {sum, y} with sum = x + residual (add's result: its dtype, its gradient rule) and y =
+// layer_norm(sum, ...): a pre-norm transformer's residual add and the norm of the next
+// sub-layer. Where layer_norm's fused kernels run (CUDA float32 and bfloat16, the CPU's
+// float32), one pass reads x and residual, writes the sum and normalises it from
+// registers (no second read of the sum); x and residual of one shape, residual of x's
+// dtype or bfloat16 beside float32 x. Elsewhere, and with EMBER_ADD_LAYER_NORM=0, it is
+// add then layer_norm. Either way the same values, bit for bit, and the same graph.
+std::pair<Tensor, Tensor> add_layer_norm(const Tensor& x, const Tensor& residual,
+                                         const Shape& normalized_shape,
+                                         const Tensor& weight = Tensor(),
+                                         const Tensor& bias = Tensor(), double eps = 1e-5);
+namespace detail {
+// add_layer_norm with y stored in `output`, as layer_norm_into_dtype.
+std::pair<Tensor, Tensor> add_layer_norm_into_dtype(const Tensor& x, const Tensor& residual,
+                                                    const Shape& normalized_shape,
+                                                    const Tensor& weight, const Tensor& bias,
+                                                    double eps, DType output);
+// Whether add_layer_norm runs its one pass where it can (EMBER_ADD_LAYER_NORM, 0 or 1, on
+// when unset); the setter is for tests and benchmarks.
+bool add_layer_norm_fused();
+void set_add_layer_norm_fused(bool on);
+}  // namespace detail
 // y = x / sqrt(mean(x^2) + eps) * weight over the trailing dims normalized_shape, as
 // torch.nn.functional.rms_norm; weight (shape normalized_shape) may be undefined,
 // and eps defaults (nullopt) to the machine epsilon of the type the op computes in

@@ -9,13 +9,16 @@
 // GELU is exact (Activation::Gelu, x Phi(x)), as nanoGPT's nn.GELU() and the
 // PyTorch peer's F.gelu. Under autocast the layer norms return bfloat16
 // (LayerNormOptions::autocast_output): the values the next Linear (or the head) would
-// cast them to, with no cast pass forward or back.
+// cast them to, with no cast pass forward or back. Each residual add is made by the
+// norm after it (nn::LayerNorm::forward_residual, one pass where the kernels fuse them).
 #pragma once
 
 #include <cmath>
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "ember.h"
@@ -102,9 +105,24 @@ struct Block : nn::Module {
     mlp = register_module("mlp", std::make_shared<MLP>(c));
   }
   Tensor forward(const Tensor& x) {
+    const auto [h, m] = forward_open(x, Tensor());
+    return h + m;
+  }
+  // The block with its residual adds carried into the norms that follow them
+  // (nn::LayerNorm::forward_residual: one pass each where the fused kernels run):
+  // x, the residual stream; pending, the previous block's MLP output not yet added to
+  // it (undefined: nothing pending). Returns {the stream with this block's attention
+  // output added, this block's MLP output}: their sum is forward's result, which the
+  // next block's ln_1 (or the final norm) adds as it normalises.
+  std::pair<Tensor, Tensor> forward_open(const Tensor& x, const Tensor& pending) {
     nn::ForwardScope scope(*this);
-    Tensor h = x + attn->forward(ln_1->forward(x));
-    return h + mlp->forward(ln_2->forward(h));
+    Tensor stream = x, normed;
+    if (pending.defined())
+      std::tie(stream, normed) = ln_1->forward_residual(x, pending);
+    else
+      normed = ln_1->forward(x);
+    auto [h, normed2] = ln_2->forward_residual(stream, attn->forward(normed));
+    return {h, mlp->forward(normed2)};
   }
   std::shared_ptr<nn::LayerNorm> ln_1, ln_2;
   std::shared_ptr<CausalSelfAttention> attn;
@@ -163,8 +181,9 @@ struct GPT : nn::Module {
     Tensor pos = arange(static_cast<double>(T), TensorOptions(kInt64).device(idx.device()));
     Tensor x =
         nn::functional::dropout(wte->forward(idx) + wpe->forward(pos), cfg.dropout, is_training());
-    for (auto& b : blocks) x = b->forward(x);
-    return ln_f->forward(x);
+    Tensor pending;  // the last block's MLP output, added by the next norm
+    for (auto& b : blocks) std::tie(x, pending) = b->forward_open(x, pending);
+    return pending.defined() ? ln_f->forward_residual(x, pending).second : ln_f->forward(x);
   }
   // Mean cross-entropy of the next-token predictions: targets (B, T) int64. The head
   // and the loss in one op (linear_cross_entropy), so the (B T, vocab) logits exist

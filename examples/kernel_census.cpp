@@ -160,8 +160,13 @@ class Census final : public MetaKernelObserver {
   void measure(const kernels::LayerNormArgs& a) {
     const double n = static_cast<double>(a.rows * a.cols), es = element_size(a.dtype);
     const double out = a.y_bf16 ? 2 : es;
-    note("layer_norm_fused", a.y_bf16 ? "fwd (bf16 out)" : "fwd", a.dtype, "-",
-         n * (es + out) + static_cast<double>(a.cols) * es * 2 + static_cast<double>(a.rows) * 8);
+    // With a residual: its read and the sum's write as well (add_layer_norm).
+    const double res = a.residual == nullptr ? 0 : (a.residual_bf16 ? 2 : es) + es;
+    const std::string what = std::string(a.residual != nullptr ? "fwd + residual" : "fwd") +
+                             (a.y_bf16 ? " (bf16 out)" : "");
+    note("layer_norm_fused", what, a.dtype, "-",
+         n * (es + out + res) + static_cast<double>(a.cols) * es * 2 +
+             static_cast<double>(a.rows) * 8);
   }
   void measure(const kernels::LayerNormBackwardArgs& a) {
     const double n = static_cast<double>(a.rows * a.cols), es = element_size(a.dtype);

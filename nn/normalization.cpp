@@ -49,6 +49,15 @@ Tensor LayerNorm::forward(const Tensor& x) const {
   return layer_norm(x, options.normalized_shape(), weight, bias, options.eps());
 }
 
+std::pair<Tensor, Tensor> LayerNorm::forward_residual(const Tensor& x,
+                                                      const Tensor& residual) const {
+  ForwardScope scope(*this);
+  if (options.autocast_output() && autocast_lowers({&x}))
+    return ember::detail::add_layer_norm_into_dtype(x, residual, options.normalized_shape(), weight,
+                                                    bias, options.eps(), autocast_dtype());
+  return add_layer_norm(x, residual, options.normalized_shape(), weight, bias, options.eps());
+}
+
 std::string LayerNorm::extra_repr() const {
   std::ostringstream os;
   print_shape(os, options.normalized_shape());

@@ -9,6 +9,7 @@
 
 #include <optional>
 #include <string>
+#include <utility>
 
 #include "core/ops.h"
 #include "nn/module.h"
@@ -59,6 +60,9 @@ class LayerNorm : public Module {
   explicit LayerNorm(const LayerNormOptions& options);
 
   Tensor forward(const Tensor& x) const;
+  // {x + residual, forward(x + residual)} (core/ops.h, add_layer_norm): a pre-norm
+  // transformer's residual add and this norm in one pass where the fused kernels run.
+  std::pair<Tensor, Tensor> forward_residual(const Tensor& x, const Tensor& residual) const;
   // Weight back to ones, bias to zeros.
   void reset_parameters();
   std::string extra_repr() const override;

@@ -495,6 +495,10 @@ struct CrossEntropyQuery {
 // for backward. float32 and bfloat16 (statistics in float32; float64 composes). w, b
 // (cols) may be null. All contiguous. y_bf16 (dtype float32): y is stored as
 // bfloat16, each value rounded once (what a cast of the float32 result would give).
+// residual, when not null (the layer norm only, not the RMS norm): the row normalised is
+// x + residual, rounded to dtype as add's result is, and written to `sum` (dtype) as
+// well; residual is of dtype, or bfloat16 beside float32 x (residual_bf16), widened as
+// read. A transformer's residual add and the norm after it, in one pass.
 struct LayerNormArgs {
   Device device;
   DType dtype;
@@ -507,6 +511,9 @@ struct LayerNormArgs {
   int64_t rows, cols;
   double eps;
   bool y_bf16 = false;
+  const void* residual = nullptr;
+  void* sum = nullptr;
+  bool residual_bf16 = false;
 };
 // Its backward from the kept statistics: d_x (may be null), d_w and d_b (cols;
 // null when not wanted), the column sums deterministic. d_x_add, when not null (and

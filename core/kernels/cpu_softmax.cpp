@@ -168,9 +168,22 @@ EMBER_CPU_CLONES void layer_norm_rows(const LayerNormArgs& a, int64_t lo, int64_
   float* rstd = static_cast<float*>(a.rstd);
   const int64_t n = a.cols;
   std::vector<float> scratch(a.y_bf16 ? static_cast<size_t>(n) : 0);
+  // residual: the row normalised is x + residual (float32, or bfloat16 widened), stored
+  // to sum first.
+  const float* res = a.residual_bf16 ? nullptr : static_cast<const float*>(a.residual);
+  const BFloat16* res16 = a.residual_bf16 ? static_cast<const BFloat16*>(a.residual) : nullptr;
+  float* sum = static_cast<float*>(a.sum);
   {
     for (int64_t r = lo; r < hi; ++r) {
       const float* xr = x + r * n;
+      if (sum != nullptr) {
+        float* sr = sum + r * n;
+        if (res16 != nullptr)
+          for (int64_t k = 0; k < n; ++k) sr[k] = xr[k] + float(res16[r * n + k]);
+        else
+          for (int64_t k = 0; k < n; ++k) sr[k] = xr[k] + res[r * n + k];
+        xr = sr;
+      }
       float* yr = a.y_bf16 ? scratch.data() : y + r * n;
       const double mu = cpu::vec::sum(xr, n) / static_cast<double>(n);
       const float c = static_cast<float>(mu);

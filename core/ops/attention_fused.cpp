@@ -286,7 +286,7 @@ Tensor fused_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool i
 }
 
 bool attention_qkv_grad() {
-  return env_switch(g_qkv_grad, "EMBER_ATTENTION_QKV_GRAD", false);
+  return env_switch(g_qkv_grad, "EMBER_ATTENTION_QKV_GRAD", true);
 }
 
 void set_attention_qkv_grad(bool on) {

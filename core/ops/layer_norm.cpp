@@ -10,11 +10,14 @@
 // Elsewhere (CPU, float64, rows too long for one block) it is composed of mean,
 // sub, mul and pow, and autograd derives the gradient. rms_norm is the same with
 // its own predicate and kernels (the same CUDA kernel without the mean and bias).
+#include <atomic>
 #include <limits>
 #include <optional>
+#include <utility>
 
 #include "core/alloc_site.h"
 #include "core/autograd.h"
+#include "core/base/env_switch.h"
 #include "core/kernel_table.h"
 #include "core/ops.h"
 
@@ -92,11 +95,29 @@ Tensor layer_norm_composed(const Tensor& input, int64_t rows, int64_t cols, cons
   return reshape(y, x.sizes());
 }
 
+// The sum's gradient rule: add's (binary_op's AddBackward), each operand's gradient
+// the sum's in that operand's dtype (a bfloat16 branch's cast back, as add's own).
+void attach_add_backward(Tensor& sum, const Tensor& x, const Tensor& residual) {
+  if (!any_requires_grad({&x, &residual})) return;
+  attach_grad_fn(sum, "AddBackward", {&x, &residual},
+                 [gx = x.requires_grad(), gr = residual.requires_grad(), tx = x.dtype(),
+                  tr = residual.dtype()](const Tensor& g) {
+                   return Grads{gx ? as_dtype(g, tx) : Tensor(), gr ? as_dtype(g, tr) : Tensor()};
+                 });
+}
+
 // out: the result's dtype, x's or (x float32) bfloat16, written so by the kernel.
+// residual (of x's shape and dtype, or bfloat16 beside float32 x), when defined: the
+// row normalised is x + residual, which the same kernel writes to *sum_out, recorded
+// for autograd as add's result; the norm's input is then that sum.
 Tensor layer_norm_fused(const Tensor& x, const Shape& shape, int64_t rows, int64_t cols,
-                        const Tensor& w, const Tensor& b, double eps, DType out) {
+                        const Tensor& w, const Tensor& b, double eps, DType out,
+                        const Tensor& residual = Tensor(), Tensor* sum_out = nullptr) {
   const Device device = x.device();
   const Tensor xc = contiguous(x.detach());
+  const Tensor rc = residual.defined() ? contiguous(residual.detach()) : Tensor();
+  Tensor sum =
+      residual.defined() ? empty(x.sizes(), TensorOptions(x.dtype()).device(device)) : Tensor();
   const Tensor wc = w.defined() ? contiguous(w.detach()) : Tensor();
   const Tensor bc = b.defined() ? contiguous(b.detach()) : Tensor();
   Tensor y = empty(x.sizes(), TensorOptions(out).device(device));
@@ -114,12 +135,24 @@ Tensor layer_norm_fused(const Tensor& x, const Shape& shape, int64_t rows, int64
                              cols,
                              eps};
   fwd.y_bf16 = out != x.dtype();
+  fwd.residual = ptr_of(rc);
+  fwd.sum = mut_ptr_of(sum);
+  fwd.residual_bf16 = rc.defined() && rc.dtype() != x.dtype();
   kernels::kernels_for(device).layer_norm_fused(fwd);
-  if (any_requires_grad({&x, &w, &b})) {
-    const bool gx = x.requires_grad(), gw = w.defined() && w.requires_grad(),
+  // The norm's input: x, or the sum (add's result, x and residual its inputs).
+  const Tensor* in = &x;
+  Tensor saved = xc;
+  if (sum.defined()) {
+    attach_add_backward(sum, x, residual);
+    saved = sum.detach();
+    *sum_out = sum;
+    in = sum_out;
+  }
+  if (any_requires_grad({in, &w, &b})) {
+    const bool gx = in->requires_grad(), gw = w.defined() && w.requires_grad(),
                gb = b.defined() && b.requires_grad();
     attach_grad_fn(
-        y, "LayerNormBackward", {&x, &w, &b}, {xc, wc, mu, rstd},
+        y, "LayerNormBackward", {in, &w, &b}, {saved, wc, mu, rstd},
         [gx, gw, gb, shape, rows, cols](const Tensor& g, const SavedTensors& s) {
           const Tensor& xs = s[0];
           const Tensor& ws = s[1];
@@ -247,6 +280,76 @@ Tensor detail::layer_norm_into_dtype(const Tensor& input, const Shape& normalize
                                      const Tensor& weight, const Tensor& bias, double eps,
                                      DType output) {
   return layer_norm_to(input, normalized_shape, weight, bias, eps, output);
+}
+
+namespace {
+
+std::atomic<int> g_add_layer_norm{-1};  // -1: EMBER_ADD_LAYER_NORM not read yet
+
+// {x + residual, layer_norm of it} (the norm's result in `output`, nullopt: the dtype it
+// computes in). One fused pass where the layer norm's kernels run and the operands fit
+// them; otherwise add, then layer_norm_to: the same values and graph either way.
+std::pair<Tensor, Tensor> add_layer_norm_to(const Tensor& x, const Tensor& residual,
+                                            const Shape& normalized_shape, const Tensor& weight,
+                                            const Tensor& bias, double eps,
+                                            std::optional<DType> output) {
+  OpSite site("add_layer_norm");
+  check_defined("add_layer_norm", x, "input");
+  check_defined("add_layer_norm", residual, "residual");
+  check_same_device("add_layer_norm", x, residual);
+  EMBER_CHECK(x.sizes() == residual.sizes(), "add_layer_norm: the residual of shape ",
+              shape_str(residual.sizes()), " does not match the input of shape ",
+              shape_str(x.sizes()), " (add the broadcast with add, then layer_norm)");
+  check_norm("add_layer_norm", x, normalized_shape, weight, bias, eps);
+  check_floating("add_layer_norm", residual);
+  EMBER_CHECK(!output || is_floating(*output),
+              "add_layer_norm: the result's dtype must be floating, got ", *output);
+  // The sum's dtype is add's; the norm computes in it unless the parameters promote it.
+  const DType sum_dtype = promote_types(x.dtype(), residual.dtype());
+  DType dtype = sum_dtype;
+  if (weight.defined()) dtype = promote_types(dtype, weight.dtype());
+  if (bias.defined()) dtype = promote_types(dtype, bias.dtype());
+  const DType out = output.value_or(dtype);
+  const int64_t cols = numel_of(normalized_shape);
+  const int64_t rows = x.numel() / cols;
+  const bool residual_fits =
+      residual.dtype() == x.dtype() || (x.dtype() == kFloat32 && residual.dtype() == kBFloat16);
+  const bool fused =
+      detail::add_layer_norm_fused() && residual_fits && dtype == x.dtype() &&
+      (out == dtype || (dtype == kFloat32 && out == kBFloat16)) &&
+      kernels::kernels_for(x.device()).layer_norm_fused_supported({x.device(), dtype, rows, cols});
+  if (!fused) {
+    Tensor sum = add(x, residual);
+    return {sum, layer_norm_to(sum, normalized_shape, weight, bias, eps, output)};
+  }
+  const Tensor w = as_dtype(weight, dtype), b = as_dtype(bias, dtype);
+  Tensor sum;
+  Tensor y = layer_norm_fused(x, normalized_shape, rows, cols, w, b, eps, out, residual, &sum);
+  return {std::move(sum), std::move(y)};
+}
+
+}  // namespace
+
+bool detail::add_layer_norm_fused() {
+  return env_switch(g_add_layer_norm, "EMBER_ADD_LAYER_NORM", true);
+}
+
+void detail::set_add_layer_norm_fused(bool on) {
+  g_add_layer_norm.store(on ? 1 : 0, std::memory_order_relaxed);
+}
+
+std::pair<Tensor, Tensor> add_layer_norm(const Tensor& x, const Tensor& residual,
+                                         const Shape& normalized_shape, const Tensor& weight,
+                                         const Tensor& bias, double eps) {
+  return add_layer_norm_to(x, residual, normalized_shape, weight, bias, eps, std::nullopt);
+}
+
+std::pair<Tensor, Tensor> detail::add_layer_norm_into_dtype(const Tensor& x, const Tensor& residual,
+                                                            const Shape& normalized_shape,
+                                                            const Tensor& weight,
+                                                            const Tensor& bias, double eps,
+                                                            DType output) {
+  return add_layer_norm_to(x, residual, normalized_shape, weight, bias, eps, output);
 }
 
 Tensor rms_norm(const Tensor& input, const Shape& normalized_shape, const Tensor& weight,

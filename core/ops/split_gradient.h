@@ -22,9 +22,10 @@ inline bool is_split_gradient(const Tensor& t) {
 }
 
 // Whether the fused attention's backward writes q's, k's and v's gradients into one
-// marked buffer where they are the head views of one (B, T, 3, H, D) layout. Off until
-// the GPU has measured it (EMBER_ATTENTION_QKV_GRAD=1 turns it on, or set here); the
-// gradients' values are the same either way (defined in core/ops/attention_fused.cpp).
+// marked buffer where they are the head views of one (B, T, 3, H, D) layout. On unless
+// EMBER_ATTENTION_QKV_GRAD=0 (or set here): GPT-2's eager step 0.980x [0.977-0.988] of
+// the copies' on an H100, 2026-12-06 (benchmarks/RESULTS.md). The gradients' values are
+// the same either way (defined in core/ops/attention_fused.cpp).
 bool attention_qkv_grad();
 void set_attention_qkv_grad(bool on);
 

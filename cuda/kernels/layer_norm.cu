@@ -209,13 +209,28 @@ __device__ __forceinline__ void backward_store(float (&g)[N], const float (&xh)[
   IO::store(dx + at, cols, g);
 }
 
+// Forward with a residual (kRes): v (x's row) += the residual's row, each element rounded
+// to S as add's result is, and the row of the sum stored; v is then what is normalised.
+template <typename IO, typename S, typename SR, int N>
+__device__ __forceinline__ void add_residual(float (&v)[N], const SR* __restrict__ residual,
+                                             S* __restrict__ sum, int64_t at, int64_t cols) {
+  float r[N];
+  IO::template load_as<SR>(residual + at, cols, r, 0.f);
+#pragma unroll
+  for (int i = 0; i < N; ++i) v[i] = widen(narrow<S>(v[i] + r[i]));
+  IO::store(sum + at, cols, v);
+}
+
 // kRms: mean is null, mu = 0 and there is no bias. SY: y's storage type (S, or
-// bfloat16 beside float32 S).
-template <typename S, int kThreads, int kItems, bool kVec, bool kRms, typename SY = S>
+// bfloat16 beside float32 S). kRes: the row normalised is x + residual (SR: S, or
+// bfloat16 beside float32 S), stored to sum (add_residual).
+template <typename S, int kThreads, int kItems, bool kVec, bool kRms, typename SY = S,
+          typename SR = S, bool kRes = false>
 __global__ void __launch_bounds__(kThreads)
     layer_norm_kernel(const S* __restrict__ x, const S* __restrict__ w, const S* __restrict__ b,
                       SY* __restrict__ y, float* __restrict__ mean, float* __restrict__ rstd,
-                      int64_t rows, int64_t cols, float eps) {
+                      int64_t rows, int64_t cols, float eps, const SR* __restrict__ residual,
+                      S* __restrict__ sum) {
   using IO = RowIO<S, kThreads, kItems, kVec>;
   using BlockReduce = cub::BlockReduce<float, kThreads>;
   __shared__ typename BlockReduce::TempStorage temp;
@@ -229,6 +244,7 @@ __global__ void __launch_bounds__(kThreads)
   for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
     float v[kItems];
     IO::load(x + row * cols, cols, v, 0.f);
+    if constexpr (kRes) add_residual<IO>(v, residual, sum, row * cols, cols);
     float mu = 0.f;
     if constexpr (!kRms) {
       float s = 0.f;
@@ -327,11 +343,12 @@ __device__ __forceinline__ float warp_sum(float v) {
   return v;
 }
 
-template <typename S, bool kVec, bool kRms, typename SY = S>
+template <typename S, bool kVec, bool kRms, typename SY = S, typename SR = S, bool kRes = false>
 __global__ void __launch_bounds__(kWarpBlock)
     layer_norm_warp_kernel(const S* __restrict__ x, const S* __restrict__ w,
                            const S* __restrict__ b, SY* __restrict__ y, float* __restrict__ mean,
-                           float* __restrict__ rstd, int64_t rows, int64_t cols, float eps) {
+                           float* __restrict__ rstd, int64_t rows, int64_t cols, float eps,
+                           const SR* __restrict__ residual, S* __restrict__ sum) {
   using IO = RowIO<S, 32, kWarpItems, kVec>;
   constexpr int kWarps = kWarpBlock / 32;
   float wv[kWarpItems], bv[kWarpItems];
@@ -345,6 +362,7 @@ __global__ void __launch_bounds__(kWarpBlock)
        row += stride) {
     float v[kWarpItems];
     IO::load(x + row * cols, cols, v, 0.f);
+    if constexpr (kRes) add_residual<IO>(v, residual, sum, row * cols, cols);
     float mu = 0.f;
     if constexpr (!kRms) {
       float s = 0.f;
@@ -471,52 +489,80 @@ int64_t backward_grid(DType dtype, int64_t rows, int64_t cols) {
   return grid;
 }
 
+// residual and sum (the layer norm only): the row normalised is x + residual, stored to
+// sum (kernels::LayerNormArgs).
 template <bool kRms>
 void launch_forward(DType dtype, const void* x, const void* w, const void* b, void* y, void* mean,
                     void* rstd, int64_t rows, int64_t cols, double eps, cudaStream_t stream,
-                    bool y_bf16 = false) {
+                    bool y_bf16 = false, const void* residual = nullptr, void* sum = nullptr,
+                    bool residual_bf16 = false) {
   if (rows == 0) return;
   const char* op = kRms ? "rms_norm" : "layer_norm";
   EMBER_CHECK(layer_norm_supported(dtype, cols), op, ": the fused kernel does not take ", cols,
               " columns of ", dtype);
   EMBER_CHECK(!y_bf16 || dtype == DType::Float32, op,
               ": a bfloat16 output is written from float32 input only, got ", dtype);
+  EMBER_CHECK(!kRms || residual == nullptr, op, ": the fused kernel adds no residual");
+  EMBER_CHECK((residual == nullptr) == (sum == nullptr), op,
+              ": a residual and the sum's destination come together (residual ",
+              residual == nullptr ? "null" : "given", ", sum ", sum == nullptr ? "null" : "given",
+              ")");
+  EMBER_CHECK(!residual_bf16 || (residual != nullptr && dtype == DType::Float32), op,
+              ": a bfloat16 residual is read beside float32 input only, got ", dtype);
   dispatch_float32_bf16(dtype, op, [&](auto* tag) {
     using S = std::remove_pointer_t<decltype(tag)>;
     const bool vec = cols % (16 / sizeof(S)) == 0 && aligned16(x) && aligned16(y) &&
-                     (w == nullptr || aligned16(w)) && (b == nullptr || aligned16(b));
+                     (w == nullptr || aligned16(w)) && (b == nullptr || aligned16(b)) &&
+                     (residual == nullptr || (aligned16(residual) && aligned16(sum)));
     const bool by_warp = warp_rows(cols);
     dispatch_cfg(cols, [&](auto cfg) {
       using C = decltype(cfg);
-      auto go = [&](auto* y_tag) {
+      auto go = [&](auto* y_tag, auto* r_tag, auto res) {
         using SY = std::remove_pointer_t<decltype(y_tag)>;
+        using SR = std::remove_pointer_t<decltype(r_tag)>;
+        constexpr bool kRes = decltype(res)::value;
         auto run = [&](auto kernel, int64_t grid, int threads) {
           kernel<<<static_cast<unsigned>(grid), threads, 0, stream>>>(
               static_cast<const S*>(x), static_cast<const S*>(w), static_cast<const S*>(b),
               static_cast<SY*>(y), static_cast<float*>(mean), static_cast<float*>(rstd), rows, cols,
-              static_cast<float>(eps));
+              static_cast<float>(eps), static_cast<const SR*>(residual), static_cast<S*>(sum));
         };
         if (by_warp) {
           const int64_t warp_blocks = ceil_div(rows, kWarpBlock / 32);
-          constexpr auto vec_warp = layer_norm_warp_kernel<S, true, kRms, SY>;
-          constexpr auto row_warp = layer_norm_warp_kernel<S, false, kRms, SY>;
+          constexpr auto vec_warp = layer_norm_warp_kernel<S, true, kRms, SY, SR, kRes>;
+          constexpr auto row_warp = layer_norm_warp_kernel<S, false, kRms, SY, SR, kRes>;
           if (vec)
             run(vec_warp, resident_grid<vec_warp>(kWarpBlock, warp_blocks), kWarpBlock);
           else
             run(row_warp, resident_grid<row_warp>(kWarpBlock, warp_blocks), kWarpBlock);
           return;
         }
-        constexpr auto vec_kernel = layer_norm_kernel<S, C::kThreads, C::kItems, true, kRms, SY>;
-        constexpr auto row_kernel = layer_norm_kernel<S, C::kThreads, C::kItems, false, kRms, SY>;
+        constexpr auto vec_kernel =
+            layer_norm_kernel<S, C::kThreads, C::kItems, true, kRms, SY, SR, kRes>;
+        constexpr auto row_kernel =
+            layer_norm_kernel<S, C::kThreads, C::kItems, false, kRms, SY, SR, kRes>;
         if (vec)
           run(vec_kernel, resident_grid<vec_kernel>(C::kThreads, rows), C::kThreads);
         else
           run(row_kernel, resident_grid<row_kernel>(C::kThreads, rows), C::kThreads);
       };
+      // The residual's storage: none, S, or bfloat16 beside float32 (the RMS norm: none).
+      auto with_y = [&](auto* y_tag) {
+        if constexpr (!kRms) {
+          if (residual != nullptr) {
+            if constexpr (std::is_same_v<S, float>) {
+              if (residual_bf16)
+                return go(y_tag, static_cast<__nv_bfloat16*>(nullptr), std::true_type{});
+            }
+            return go(y_tag, static_cast<S*>(nullptr), std::true_type{});
+          }
+        }
+        go(y_tag, static_cast<S*>(nullptr), std::false_type{});
+      };
       if constexpr (std::is_same_v<S, float>) {
-        if (y_bf16) return go(static_cast<__nv_bfloat16*>(nullptr));
+        if (y_bf16) return with_y(static_cast<__nv_bfloat16*>(nullptr));
       }
-      go(static_cast<S*>(nullptr));
+      with_y(static_cast<S*>(nullptr));
     });
   });
   EMBER_CUDA_CHECK(cudaGetLastError());
@@ -664,7 +710,8 @@ bool layer_norm_fused_supported(const kernels::LayerNormQuery& q) {
 void layer_norm_fused(const kernels::LayerNormArgs& a) {
   DeviceGuard guard(a.device.index);
   launch_forward<false>(a.dtype, a.x, a.w, a.b, a.y, a.mean, a.rstd, a.rows, a.cols, a.eps,
-                        current_stream(a.device.index), a.y_bf16);
+                        current_stream(a.device.index), a.y_bf16, a.residual, a.sum,
+                        a.residual_bf16);
 }
 
 void layer_norm_backward_fused(const kernels::LayerNormBackwardArgs& a) {

@@ -275,6 +275,49 @@ TEST_CASE("meta/layer_norm: the fused backward folds d_x into the residual strea
   CHECK(seen.unfolded == 1);
 }
 
+// add_layer_norm on either mirrored device: one fused norm given the residual and no add
+// kernel forward; with its switch off, an add and a norm without one. The same bytes
+// allocated at the peak either way (the sum, the result, the statistics), forward and
+// backward, and the fold of d_x into the sum's gradient the same.
+TEST_CASE("meta/add_layer_norm: one fused pass forward, the same allocations as add then norm") {
+  struct Seen final : MetaKernelObserver {
+    int adds = 0, with_residual = 0, without = 0, folded = 0;
+    void binary(const kernels::BinaryArgs& a) override { adds += a.op == BinaryOp::Add; }
+    void layer_norm_fused(const kernels::LayerNormArgs& a) override {
+      (a.residual != nullptr ? with_residual : without)++;
+      if (a.residual != nullptr) CHECK(a.residual_bf16);
+    }
+    void layer_norm_backward_fused(const kernels::LayerNormBackwardArgs& a) override {
+      folded += a.d_x_add != nullptr;
+    }
+  };
+  const bool was = detail::add_layer_norm_fused();
+  for (DeviceType mirror : {DeviceType::CUDA, DeviceType::CPU}) {
+    int64_t peaks[2] = {0, 0};
+    for (bool fused : {true, false}) {
+      INFO("mirror ", Device(mirror), ", fused ", fused);
+      detail::set_add_layer_norm_fused(fused);
+      Seen seen;
+      MetaDeviceScope scope(mirroring(mirror).observe(&seen));
+      Tensor x = zeros({16, 64}, TensorOptions().device(kMeta).requires_grad());
+      Tensor branch = zeros({16, 64}, TensorOptions(kBFloat16).device(kMeta).requires_grad());
+      scope.allocator().reset_peak_memory_stats();
+      const int64_t before = memory_allocated(kMeta);
+      const auto [sum, y] = add_layer_norm(x, branch, {64});
+      CHECK(sum.dtype() == kFloat32);
+      CHECK(seen.adds == (fused ? 0 : 1));
+      CHECK(seen.with_residual == (fused ? 1 : 0));
+      CHECK(seen.without == (fused ? 0 : 1));
+      add(sum, mul(y, 2.0)).backward(ones({16, 64}, kMeta));
+      CHECK(seen.folded == 1);
+      CHECK(branch.grad().dtype() == kBFloat16);
+      peaks[fused ? 0 : 1] = max_memory_allocated(kMeta) - before;
+    }
+    CHECK(peaks[0] == peaks[1]);
+  }
+  detail::set_add_layer_norm_fused(was);
+}
+
 TEST_CASE("meta/split: the pieces' gradients are copied into an unfilled sum, as a cat") {
   // q, k and v of a (B, T, 3C) projection, all used: backward writes each piece's
   // gradient once (3 copies) and fills nothing; with one piece unused, its region

@@ -128,3 +128,84 @@ TEST_CASE("layer_norm: a bfloat16 result from float32 input equals casting the f
   CHECK_THROWS_WITH_AS(detail::layer_norm_into_dtype(x0, {cols}, Tensor(), Tensor(), 1e-5, kInt64),
                        doctest::Contains("layer_norm: the result's dtype must be floating"), Error);
 }
+
+namespace {
+// Restores add_layer_norm's switch whatever a case does.
+struct AddLayerNormGuard {
+  bool was = detail::add_layer_norm_fused();
+  ~AddLayerNormGuard() { detail::set_add_layer_norm_fused(was); }
+};
+}  // namespace
+
+// add_layer_norm's one pass (the CPU's fused float32 kernel given the residual) against
+// add then layer_norm (the switch off): the same bits for the sum, the norm's result
+// (float32, and bfloat16 from float32 as autocast's) and the gradients of x, the
+// residual (float32, and bfloat16 as a transformer's branch), weight and bias, through
+// two norms in a row as a block chains them (the second's x is the first's sum, so the
+// first sum's gradient has the fold's two parts). Then against float64.
+TEST_CASE("add_layer_norm: one pass equals add then layer_norm, bit for bit, with gradients") {
+  AddLayerNormGuard guard;
+  const int64_t rows = 11, cols = 48;
+  Generator gen(120);
+  const Tensor x0 = randn({rows, cols}, kFloat32, &gen), w0 = randn({cols}, kFloat32, &gen),
+               b0 = randn({cols}, kFloat32, &gen), r0 = randn({rows, cols}, kFloat32, &gen),
+               r1 = randn({rows, cols}, kFloat32, &gen), gy = randn({rows, cols}, kFloat32, &gen);
+  for (DType rdt : {kFloat32, kBFloat16})
+    for (bool bf16_out : {false, true}) {
+      INFO("residual ", rdt, ", bfloat16 result ", bf16_out);
+      auto run = [&](bool fused) {
+        detail::set_add_layer_norm_fused(fused);
+        Tensor x = x0.detach().set_requires_grad(true), w = w0.detach().set_requires_grad(true),
+               b = b0.detach().set_requires_grad(true);
+        Tensor ra = r0.to(rdt).detach().set_requires_grad(true);
+        Tensor rb = r1.to(rdt).detach().set_requires_grad(true);
+        auto norm = [&](const Tensor& s, const Tensor& r) {
+          return bf16_out ? detail::add_layer_norm_into_dtype(s, r, {cols}, w, b, 1e-5, kBFloat16)
+                          : add_layer_norm(s, r, {cols}, w, b);
+        };
+        const auto [s1, y1] = norm(x, ra);
+        const auto [s2, y2] = norm(s1, add(rb, y1));
+        CHECK(s1.dtype() == kFloat32);
+        CHECK(y1.dtype() == (bf16_out ? kBFloat16 : kFloat32));
+        add(s2, mul(y2, 3.0)).backward(gy);
+        return std::vector<Tensor>{s1.detach(), y1.detach(), s2.detach(), y2.detach(), x.grad(),
+                                   ra.grad(),   rb.grad(),   w.grad(),    b.grad()};
+      };
+      const std::vector<Tensor> one = run(true), two = run(false);
+      for (size_t i = 0; i < one.size(); ++i) {
+        CAPTURE(i);
+        CHECK(one[i].dtype() == two[i].dtype());
+        CHECK(one[i].to(kFloat32).to_vector<float>() == two[i].to(kFloat32).to_vector<float>());
+      }
+      CHECK(one[5].dtype() == rdt);  // the residual's gradient in its own dtype
+      // The values themselves: the first norm against float64 on the same inputs.
+      const Tensor s64 = add(x0.to(kFloat64), r0.to(rdt).to(kFloat64));
+      CHECK(rel_error(one[0].to(kFloat64), s64) <= 1e-7);
+      CHECK(rel_error(one[1].to(kFloat64),
+                      layer_norm(s64, {cols}, w0.to(kFloat64), b0.to(kFloat64))) <=
+            (bf16_out ? 1e-2 : 1e-5));
+    }
+}
+
+TEST_CASE("add_layer_norm: float64 composes; shapes, dtypes and devices are checked") {
+  const Tensor x = randn64({3, 5}, 130), r = randn64({3, 5}, 131);
+  const auto [s, y] = add_layer_norm(x, r, {5});
+  CHECK(s.to_vector<double>() == add(x, r).to_vector<double>());
+  CHECK(y.to_vector<double>() == layer_norm(add(x, r), {5}).to_vector<double>());
+  // float32 beside a float64 residual: add's promotion, the norm in float64.
+  CHECK(add_layer_norm(x.to(kFloat32), r, {5}).second.dtype() == kFloat64);
+  CHECK_THROWS_WITH_AS(add_layer_norm(x, randn64({1, 5}, 132), {5}),
+                       doctest::Contains("add_layer_norm: the residual of shape [1, 5] does not "
+                                         "match the input of shape [3, 5]"),
+                       Error);
+  CHECK_THROWS_WITH_AS(add_layer_norm(x, r, {4}),
+                       doctest::Contains("add_layer_norm: normalized_shape [4] does not match"),
+                       Error);
+  CHECK_THROWS_WITH_AS(add_layer_norm(x, Tensor(), {5}), doctest::Contains("add_layer_norm"),
+                       Error);
+  CHECK_THROWS_WITH_AS(add_layer_norm(x, zeros({3, 5}, kInt64), {5}),
+                       doctest::Contains("add_layer_norm: expects a floating-point tensor"), Error);
+  CHECK_THROWS_WITH_AS(
+      detail::add_layer_norm_into_dtype(x, r, {5}, Tensor(), Tensor(), 1e-5, kInt64),
+      doctest::Contains("add_layer_norm: the result's dtype must be floating"), Error);
+}

@@ -240,3 +240,79 @@ TEST_CASE(
     CHECK(rel_error(by_warp[3], by_block[3]) <= 1e-5);  // d_b
   }
 }
+
+namespace {
+// Restores add_layer_norm's switch whatever a case does.
+struct AddLayerNormGuard {
+  bool was = detail::add_layer_norm_fused();
+  ~AddLayerNormGuard() { detail::set_add_layer_norm_fused(was); }
+};
+}  // namespace
+
+// add_layer_norm's one pass (the forward kernels given a residual, writing the sum)
+// against add then layer_norm on the GPU: the same bits for the sum, the result and every
+// gradient (the kernels normalise the same rounded sum from registers that the other
+// path reads back), for x and residual float32, float32 beside a bfloat16 residual (a
+// transformer's stream and branch) and both bfloat16, a bfloat16 result from float32,
+// by the warp-per-row kernels and the block kernels, at row lengths the vector loads
+// take (768, 2048) and ones they do not (250, 2050). The first norm's values against
+// CPU float64 as well.
+TEST_CASE("kernels/layer_norm: the residual add in the same pass equals add then layer_norm" *
+          doctest::test_suite("cuda")) {
+  AddLayerNormGuard guard;
+  WarpRowsGuard warp_guard;
+  struct Types {
+    DType x, r;
+    bool bf16_out;
+  };
+  const Types types[] = {{kFloat32, kFloat32, false},
+                         {kFloat32, kBFloat16, true},
+                         {kFloat32, kBFloat16, false},
+                         {kBFloat16, kBFloat16, false}};
+  for (bool warp : {true, false})
+    for (int64_t cols : {int64_t{768}, int64_t{250}, int64_t{2048}, int64_t{2050}})
+      for (const Types& t : types) {
+        INFO("warp=", warp, " cols=", cols, " x ", t.x, " residual ", t.r,
+             " bf16 result=", t.bf16_out);
+        cuda::set_layer_norm_warp(warp);
+        const int64_t rows = 700;
+        const uint64_t seed = 1000 + static_cast<uint64_t>(cols);
+        const Tensor x0 = randn64({rows, cols}, seed).to(t.x).to(kFloat64);
+        const Tensor r0 = randn64({rows, cols}, seed + 1).to(t.r).to(kFloat64);
+        const Tensor r1 = randn64({rows, cols}, seed + 2).to(t.r).to(kFloat64);
+        const Tensor w0 = randn64({cols}, seed + 3).to(t.x).to(kFloat64);
+        const Tensor b0 = randn64({cols}, seed + 4).to(t.x).to(kFloat64);
+        const Tensor gy = randn64({rows, cols}, seed + 5).to(t.x).to(kFloat64);
+        auto run = [&](bool fused) {
+          detail::set_add_layer_norm_fused(fused);
+          auto leaf = [](const Tensor& v, DType dt) {
+            return v.to(kCUDA, dt).detach().set_requires_grad(true);
+          };
+          Tensor x = leaf(x0, t.x), ra = leaf(r0, t.r), rb = leaf(r1, t.r), w = leaf(w0, t.x),
+                 b = leaf(b0, t.x);
+          auto norm = [&](const Tensor& s, const Tensor& r) {
+            return t.bf16_out
+                       ? detail::add_layer_norm_into_dtype(s, r, {cols}, w, b, 1e-5, kBFloat16)
+                       : add_layer_norm(s, r, {cols}, w, b);
+          };
+          const auto [s1, y1] = norm(x, ra);
+          // The next norm's residual: rb + y1 in the residual's dtype.
+          const auto [s2, y2] = norm(s1, add(rb, y1).to(t.r));
+          add(s2, mul(y2, 3.0)).backward(gy.to(kCUDA, t.x));
+          std::vector<Tensor> out{s1.detach(), y1.detach(), s2.detach(), y2.detach(), x.grad(),
+                                  ra.grad(),   rb.grad(),   w.grad(),    b.grad()};
+          for (Tensor& o : out) o = o.to(kCPU);
+          return out;
+        };
+        const std::vector<Tensor> one = run(true), two = run(false);
+        for (size_t i = 0; i < one.size(); ++i) {
+          CAPTURE(i);
+          REQUIRE(one[i].dtype() == two[i].dtype());
+          CHECK(one[i].to(kFloat32).to_vector<float>() == two[i].to(kFloat32).to_vector<float>());
+        }
+        const Tensor s64 = add(x0, r0);
+        CHECK(rel_error(one[0].to(kFloat64), s64) <= tol(t.x));
+        CHECK(rel_error(one[1].to(kFloat64), layer_norm(s64, {cols}, w0, b0)) <=
+              (t.bf16_out ? 1e-2 : tol(t.x)));
+      }
+}
