@@ -1,6 +1,7 @@
 // bench_cross_entropy: cross-entropy forward + backward on 8192 x 32768 logits
 // (float32 and bfloat16): the fused kernel (one read of the logits, one write of
-// their gradient, the loss in the same pass) in each of its long-row shapes, and
+// their gradient, the loss in the same pass; the streamed shape reads them twice) in
+// each of its long-row shapes, and
 // the op as users call it (cross_entropy + autograd::grad, allocations included),
 // as GB/s counting that one read and one write, beside a device-to-device copy
 // measured in the same run. Each row is validated first against an independent
@@ -55,9 +56,10 @@ int main(int argc, char** argv) {
     const double bytes =
         2.0 * static_cast<double>(kRows * kClasses) * static_cast<double>(element_size(dtype));
 
-    // The kernel alone, in each long-row shape: 512 threads x 16 logits (the
-    // default here: a cluster of 4 per row, two blocks per SM), 1024 x 16 (one
-    // block per SM) and 512 x 32 (two per SM, some register spills).
+    // The kernel alone, in each long-row shape: 512 threads x 16 logits (a cluster of
+    // 4 per row, two blocks per SM), 1024 x 16 (one block per SM), 512 x 32 (two per
+    // SM, some register spills) and streamed (a 512-thread block per row, read twice;
+    // Auto's unless EMBER_CROSS_ENTROPY_STREAM=0).
     Tensor d = empty({kRows, kClasses}, TensorOptions(dtype).device(kCUDA));
     Tensor loss = empty({}, TensorOptions(dtype).device(kCUDA));
     Tensor ws = empty({static_cast<int64_t>(cuda::cross_entropy_workspace_bytes(kRows) / 8 + 1)},
@@ -65,7 +67,8 @@ int main(int argc, char** argv) {
     const std::pair<cuda::CrossEntropyShape, const char*> shapes[] = {
         {cuda::CrossEntropyShape::T512x16, "512x16, cluster 4"},
         {cuda::CrossEntropyShape::T1024x16, "1024x16, cluster 2"},
-        {cuda::CrossEntropyShape::T512x32, "512x32, cluster 2"}};
+        {cuda::CrossEntropyShape::T512x32, "512x32, cluster 2"},
+        {cuda::CrossEntropyShape::Stream, "streamed, 512 a row"}};
     for (const auto& [block_shape, label] : shapes) {
       auto run = [&, bs = block_shape] {
         cuda::launch_cross_entropy(dtype, "cross_entropy", x.raw_data(), target.data_ptr<int64_t>(),

@@ -20,9 +20,12 @@
 #include <cub/block/block_reduce.cuh>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
+#include "core/base/env_switch.h"
 #include "cuda/check.h"
 #include "cuda/device_error.h"
 #include "cuda/kernels/cross_entropy.h"
@@ -209,6 +212,154 @@ __global__ void __launch_bounds__(kThreads, kThreads >= 512 ? 1024 / kThreads : 
   }
 }
 
+// ---- long rows streamed (CrossEntropyShape::Stream; Auto past 8192 classes) ----
+// The kernel above holds a row in registers and makes each SM run two big blocks
+// through load, reductions, cluster barriers and store in turn: on an H100 it moved
+// GPT-2's 50,304-class bfloat16 rows at 1.5 TB/s (ncu, 44% of DRAM peak). Here a block of
+// kStreamThreads owns a row and reads it twice: pass one keeps each thread's running
+// (maximum, sum of exp, sum of x) over its vectors; pass two, after one block reduction,
+// reads the row again, last vector first (the part most recently read, most likely
+// still in L2), and writes the gradient with streaming stores. Blocks of 512 threads
+// (60-64 registers in ptxas -v, sm_90: two to an SM) keep the rows in flight (264 on 132
+// SMs: 26 MB of GPT-2's) within L2, so the second read mostly comes from there, and
+// while one block reduces the other streams. kUnroll vectors are loaded before any is
+// used, for loads in flight.
+constexpr int kStreamThreads = 512;
+std::atomic<int> g_stream{-1};  // -1: EMBER_CROSS_ENTROPY_STREAM not read yet
+constexpr int kUnroll = 4;
+
+// (m, s, sx) of two parts: the sums of exp rescaled to the larger maximum.
+struct CombineStats {
+  __device__ __forceinline__ RowStats operator()(const RowStats& a, const RowStats& b) const {
+    const float m = fmaxf(a.m, b.m);
+    if (m == -INFINITY) return {m, 0.f, a.sx + b.sx};
+    return {m, a.s * expf(a.m - m) + b.s * expf(b.m - m), a.sx + b.sx};
+  }
+};
+
+template <typename S, bool kVec>
+struct StreamIO {
+  static constexpr int V = kVec ? Vec16<S>::N : 1;
+  using Raw = std::conditional_t<kVec, uint4, S>;
+  __device__ static Raw load(const S* row, int64_t j) {
+    if constexpr (kVec)
+      return reinterpret_cast<const uint4*>(row)[j];
+    else
+      return row[j];
+  }
+  __device__ static Raw load_last(const S* row, int64_t j) {  // evict-first: its last read
+    if constexpr (kVec)
+      return __ldcs(reinterpret_cast<const uint4*>(row) + j);
+    else
+      return row[j];
+  }
+  __device__ static void unpack(const Raw& r, float (&x)[V]) {
+    if constexpr (kVec)
+      Vec16<S>::unpack(r, x);
+    else
+      x[0] = widen(r);
+  }
+  __device__ static void store(S* row, int64_t j, const float (&g)[V]) {
+    if constexpr (kVec)
+      __stcs(reinterpret_cast<uint4*>(row) + j, Vec16<S>::pack(g));
+    else
+      row[j] = narrow<S>(g[0]);
+  }
+};
+
+template <typename S, bool kVec>
+__global__ void __launch_bounds__(kStreamThreads, 2)
+    cross_entropy_stream_kernel(const S* __restrict__ logits, const int64_t* __restrict__ target,
+                                S* __restrict__ d_logits, float* __restrict__ losses,
+                                int64_t classes, int64_t ignore_index, float ls,
+                                const float* __restrict__ scale_ptr, DeviceErrorRecord* err,
+                                const char* op) {
+  using IO = StreamIO<S, kVec>;
+  constexpr int V = IO::V;
+  using BlockReduce = cub::BlockReduce<RowStats, kStreamThreads>;
+  __shared__ typename BlockReduce::TempStorage temp;
+  __shared__ RowStats whole;
+  const int64_t row = blockIdx.x;
+  const S* xr = logits + row * classes;
+  const int64_t nvec = classes / V;  // classes % V == 0 when kVec
+
+  // Pass one: this thread's vectors j = t, t + kStreamThreads, ..., kUnroll at a time.
+  RowStats st{-INFINITY, 0.f, 0.f};
+  auto take = [&](const typename IO::Raw& raw) {
+    float x[V];
+    IO::unpack(raw, x);
+    float vm = x[0];
+#pragma unroll
+    for (int v = 1; v < V; ++v) vm = fmaxf(vm, x[v]);
+    if (vm > st.m) {  // rescale the sum to the new maximum (exp(-inf) = 0 at the start)
+      st.s *= expf(st.m - vm);
+      st.m = vm;
+    }
+#pragma unroll
+    for (int v = 0; v < V; ++v) {
+      if (x[v] != -INFINITY) st.s += expf(x[v] - st.m);  // a masked logit adds nothing
+      st.sx += x[v];
+    }
+  };
+  constexpr int64_t kStep = int64_t{kStreamThreads} * kUnroll;
+  int64_t j0 = threadIdx.x;
+  for (; j0 + (kUnroll - 1) * kStreamThreads < nvec; j0 += kStep) {
+    typename IO::Raw raw[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) raw[u] = IO::load(xr, j0 + u * kStreamThreads);
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) take(raw[u]);
+  }
+  for (int64_t j = j0; j < nvec; j += kStreamThreads) take(IO::load(xr, j));
+
+  const RowStats all = BlockReduce(temp).Reduce(st, CombineStats());
+  if (threadIdx.x == 0) whole = all;
+  __syncthreads();
+  const float lse = whole.m + logf(whole.s);
+
+  const int64_t t = target[row];
+  const bool ignored = t == ignore_index;
+  const bool bad = !ignored && (t < 0 || t >= classes);
+  const bool skip = ignored || bad;
+  if (threadIdx.x == 0) {
+    if (bad) record_device_error(err, op, kBadTarget, t, classes);
+    const float x_t = skip ? 0.f : widen(xr[t]);
+    // As the register kernel: the smoothing term only with smoothing (a masked logit
+    // makes the row's sum -inf, and 0 * inf is NaN).
+    const float smoothing = ls > 0.f ? ls * (lse - whole.sx / static_cast<float>(classes)) : 0.f;
+    losses[row] = skip ? 0.f : (1.f - ls) * (lse - x_t) + smoothing;
+  }
+  if (d_logits == nullptr) return;
+
+  // Pass two, from the row's end: the gradient of each vector.
+  const float scale = skip ? 0.f : (scale_ptr != nullptr ? *scale_ptr : 1.f);
+  const float smooth = ls / static_cast<float>(classes);
+  S* dr = d_logits + row * classes;
+  auto give = [&](int64_t j, const typename IO::Raw& raw) {
+    float x[V];
+    IO::unpack(raw, x);
+#pragma unroll
+    for (int v = 0; v < V; ++v) {
+      const float hit = j * V + v == t ? 1.f - ls : 0.f;
+      x[v] = scale * (expf(x[v] - lse) - smooth - hit);
+    }
+    IO::store(dr, j, x);
+  };
+  // Vector nvec - 1 - i for i = t, t + kStreamThreads, ... (each element's gradient is
+  // its own: the order changes no bit).
+  int64_t i0 = threadIdx.x;
+  for (; i0 + (kUnroll - 1) * kStreamThreads < nvec; i0 += kStep) {
+    typename IO::Raw raw[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u)
+      raw[u] = IO::load_last(xr, nvec - 1 - (i0 + u * kStreamThreads));
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) give(nvec - 1 - (i0 + u * kStreamThreads), raw[u]);
+  }
+  for (int64_t i = i0; i < nvec; i += kStreamThreads)
+    give(nvec - 1 - i, IO::load_last(xr, nvec - 1 - i));
+}
+
 // loss = the rows' losses (None), or their sum in row order (divided by the count
 // for Mean: 0 / 0 is NaN, as PyTorch's mean of nothing).
 template <typename S>
@@ -253,6 +404,7 @@ void dispatch_cfg(int64_t classes, CrossEntropyShape shape, F&& f) {
     case CrossEntropyShape::T512x32:
       return f(Wide{});
     case CrossEntropyShape::Auto:
+    case CrossEntropyShape::Stream:  // not a block shape: run_typed takes it first
       break;
   }
   // Rows past one 512 x 16 block: 512 threads x 32 logits, two blocks per SM, in
@@ -283,37 +435,47 @@ void run_typed(const char* op, const S* logits, const int64_t* target, S* d_logi
       classes % kV == 0 && aligned16(logits) && (d_logits == nullptr || aligned16(d_logits));
   DeviceErrorRecord* err = device_error_record(current_device());
   const float* scale = reduction == Reduction::Mean ? ws.scale : nullptr;
-  dispatch_cfg(classes, shape, [&](auto cfg) {
-    using C = decltype(cfg);
-    const int cluster = static_cast<int>(ceil_div(classes, C::kChunk));
-    EMBER_CHECK(cluster <= kMaxCluster, op, ": ", classes, " classes do not fit a cluster of ",
-                kMaxCluster, " blocks of ", C::kChunk);
-    auto launch = [&](auto kernel) {
-      if (cluster == 1) {
-        kernel<<<static_cast<unsigned>(rows), C::kThreads, 0, stream>>>(
-            logits, target, d_logits, ws.losses, classes, ignore_index, ls, scale, 1, err, op);
-        return;
-      }
-      cudaLaunchConfig_t config = {};
-      config.gridDim = dim3(static_cast<unsigned>(rows * cluster));
-      config.blockDim = dim3(C::kThreads);
-      config.dynamicSmemBytes = 0;
-      config.stream = stream;
-      cudaLaunchAttribute attr[1];
-      attr[0].id = cudaLaunchAttributeClusterDimension;
-      attr[0].val.clusterDim.x = static_cast<unsigned>(cluster);
-      attr[0].val.clusterDim.y = 1;
-      attr[0].val.clusterDim.z = 1;
-      config.attrs = attr;
-      config.numAttrs = 1;
-      EMBER_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, logits, target, d_logits, ws.losses,
-                                          classes, ignore_index, ls, scale, cluster, err, op));
-    };
-    if (vec)
-      launch(cross_entropy_kernel<S, C::kThreads, C::kItems, true>);
-    else
-      launch(cross_entropy_kernel<S, C::kThreads, C::kItems, false>);
-  });
+  const bool streamed =
+      shape == CrossEntropyShape::Stream ||
+      (shape == CrossEntropyShape::Auto && classes > Medium::kChunk && cross_entropy_stream());
+  if (streamed) {
+    const auto kernel =
+        vec ? cross_entropy_stream_kernel<S, true> : cross_entropy_stream_kernel<S, false>;
+    kernel<<<static_cast<unsigned>(rows), kStreamThreads, 0, stream>>>(
+        logits, target, d_logits, ws.losses, classes, ignore_index, ls, scale, err, op);
+  } else {
+    dispatch_cfg(classes, shape, [&](auto cfg) {
+      using C = decltype(cfg);
+      const int cluster = static_cast<int>(ceil_div(classes, C::kChunk));
+      EMBER_CHECK(cluster <= kMaxCluster, op, ": ", classes, " classes do not fit a cluster of ",
+                  kMaxCluster, " blocks of ", C::kChunk);
+      auto launch = [&](auto kernel) {
+        if (cluster == 1) {
+          kernel<<<static_cast<unsigned>(rows), C::kThreads, 0, stream>>>(
+              logits, target, d_logits, ws.losses, classes, ignore_index, ls, scale, 1, err, op);
+          return;
+        }
+        cudaLaunchConfig_t config = {};
+        config.gridDim = dim3(static_cast<unsigned>(rows * cluster));
+        config.blockDim = dim3(C::kThreads);
+        config.dynamicSmemBytes = 0;
+        config.stream = stream;
+        cudaLaunchAttribute attr[1];
+        attr[0].id = cudaLaunchAttributeClusterDimension;
+        attr[0].val.clusterDim.x = static_cast<unsigned>(cluster);
+        attr[0].val.clusterDim.y = 1;
+        attr[0].val.clusterDim.z = 1;
+        config.attrs = attr;
+        config.numAttrs = 1;
+        EMBER_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, logits, target, d_logits, ws.losses,
+                                            classes, ignore_index, ls, scale, cluster, err, op));
+      };
+      if (vec)
+        launch(cross_entropy_kernel<S, C::kThreads, C::kItems, true>);
+      else
+        launch(cross_entropy_kernel<S, C::kThreads, C::kItems, false>);
+    });
+  }
   EMBER_CUDA_CHECK(cudaGetLastError());
   const unsigned finish_blocks =
       reduction == Reduction::None
@@ -325,6 +487,14 @@ void run_typed(const char* op, const S* logits, const int64_t* target, S* d_logi
 }
 
 }  // namespace
+
+bool cross_entropy_stream() {
+  return env_switch(g_stream, "EMBER_CROSS_ENTROPY_STREAM", true);
+}
+
+void set_cross_entropy_stream(bool on) {
+  g_stream.store(on ? 1 : 0, std::memory_order_relaxed);
+}
 
 bool cross_entropy_supported(DType dtype, int64_t classes) {
   return (dtype == DType::Float32 || dtype == DType::BFloat16) && classes >= 1 &&

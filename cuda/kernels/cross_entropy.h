@@ -16,7 +16,8 @@ namespace ember::cuda {
 
 // Whether the fused kernel takes `classes` classes of dtype: a row is held in the
 // registers of a cluster of up to 8 blocks (classes <= 131072; with a forced
-// shape, up to 8 blocks of that shape).
+// shape, up to 8 blocks of that shape), or streamed (Stream: any length; the same
+// bound, so the choice never changes what is supported).
 bool cross_entropy_supported(DType dtype, int64_t classes);
 
 // Scratch bytes launch_cross_entropy needs (per-row losses and the count).
@@ -37,8 +38,15 @@ enum class CrossEntropyShape {
   T512x16,   // 512 threads x 16 logits: 8192 a block, two blocks per SM
   T1024x16,  // 1024 x 16: 16384 a block, one block per SM
   T512x32,   // 512 x 32: 16384 a block, two blocks per SM (some register spills);
-             // Auto's shape for rows of more than 8192 classes
+             // Auto's shape for rows of more than 8192 classes with Stream off
+  Stream,    // a 512-thread block per row of any length, read twice (the second time
+             // mostly from L2): Auto's for rows of more than 8192 classes
 };
+// Whether Auto streams rows of more than 8192 classes (CrossEntropyShape::Stream) rather
+// than holding them in a cluster's registers (T512x32): EMBER_CROSS_ENTROPY_STREAM (0 or
+// 1) on first use, on when unset; set_cross_entropy_stream overrides it.
+bool cross_entropy_stream();
+void set_cross_entropy_stream(bool on);
 void launch_cross_entropy(DType dtype, const char* op, const void* logits, const int64_t* target,
                           void* d_logits, void* loss, int64_t rows, int64_t classes,
                           int64_t ignore_index, double label_smoothing, Reduction reduction,

@@ -11,6 +11,7 @@
 // float reduction over the row (up to 131072 terms); bfloat16 1e-2.
 #include <doctest/doctest.h>
 
+#include <cmath>
 #include <cstring>
 #include <optional>
 #include <string>
@@ -135,7 +136,8 @@ TEST_CASE("kernels/cross_entropy: every block shape of the row kernel agrees wit
     Tensor ref = cross_entropy(x_ref, t.to(kCPU), CrossEntropyOptions(Reduction::Mean, -100, 0.05));
     ref.backward();
     for (auto shape : {cuda::CrossEntropyShape::Auto, cuda::CrossEntropyShape::T512x16,
-                       cuda::CrossEntropyShape::T1024x16, cuda::CrossEntropyShape::T512x32}) {
+                       cuda::CrossEntropyShape::T1024x16, cuda::CrossEntropyShape::T512x32,
+                       cuda::CrossEntropyShape::Stream}) {
       INFO("shape=", static_cast<int>(shape));
       Tensor d = empty({rows, classes}, TensorOptions(dtype).device(kCUDA));
       Tensor loss = empty({}, TensorOptions(dtype).device(kCUDA));
@@ -158,6 +160,85 @@ TEST_CASE("kernels/cross_entropy: every block shape of the row kernel agrees wit
                        cuda::current_stream(0), cuda::CrossEntropyShape::T512x16);
                  }),
                  "70000 classes do not fit a cluster of 8 blocks of 8192"));
+}
+
+namespace {
+// Restores the streamed rows' switch whatever a case does.
+struct StreamGuard {
+  bool was = cuda::cross_entropy_stream();
+  ~StreamGuard() { cuda::set_cross_entropy_stream(was); }
+};
+}  // namespace
+
+// The streamed kernel (CrossEntropyShape::Stream: a block per row, the row read twice)
+// forced at every row length, against the CPU in float64: one vector, ragged rows (the
+// scalar path), more vectors than a block's unrolled step (512 threads x 4), GPT-2's
+// 50,304 classes and the longest supported row; rows whose first half is masked (-inf
+// logits: no exp, a zero gradient there), a row masked but for its target, ignored rows
+// and label smoothing. Then Auto with the switch off and on, past 8192 classes (T512x32
+// against Stream), both against the CPU.
+TEST_CASE("kernels/cross_entropy: streamed rows agree with the CPU at any length" *
+          doctest::test_suite("cuda")) {
+  const std::vector<std::pair<int64_t, int64_t>> shapes = {
+      {3, 8}, {7, 3}, {33, 1000}, {3, 4097}, {5, 16384}, {3, 16385}, {4, 50304}, {2, 131072}};
+  uint64_t seed = 300;
+  for (DType dtype : {kFloat32, kBFloat16})
+    for (auto [rows, classes] : shapes)
+      for (bool masked : {false, true}) {
+        const double ls = masked ? 0.0 : 0.1;  // a masked row's mean of x is -inf
+        INFO("dtype=", dtype, " rows=", rows, " classes=", classes, " masked=", masked);
+        Tensor x64 = randn64({rows, classes}, seed++).mul(3.0).to(dtype).to(kFloat64);
+        Tensor t = random_targets(rows, classes, -100, seed++);
+        if (masked) {
+          // The first half of every row -inf, the targets in the second; row 0 masked
+          // everywhere but its target.
+          std::vector<int64_t> tv = t.to_vector<int64_t>();
+          for (int64_t& target : tv)
+            if (target >= 0) target = classes / 2 + target % (classes - classes / 2);
+          t = from_vector(std::vector<double>(tv.begin(), tv.end()), {rows}, kInt64);
+          std::vector<double> v = x64.to_vector<double>();
+          for (int64_t r = 0; r < rows; ++r)
+            for (int64_t c = 0; c < classes; ++c)
+              if (c < classes / 2 || (r == 0 && c != tv[0]))
+                v[static_cast<size_t>(r * classes + c)] = -INFINITY;
+          x64 = from_vector(v, {rows, classes}, kFloat64);
+        }
+        Tensor x_ref = x64.detach().set_requires_grad(true);
+        Tensor ref = cross_entropy(x_ref, t, CrossEntropyOptions(Reduction::Mean, -100, ls));
+        ref.backward();
+        Tensor x = x64.to(kCUDA, dtype);
+        Tensor ws = empty({static_cast<int64_t>(cuda::cross_entropy_workspace_bytes(rows) / 8 + 1)},
+                          TensorOptions(kFloat64).device(kCUDA));
+        Tensor d = empty({rows, classes}, TensorOptions(dtype).device(kCUDA));
+        Tensor loss = empty({}, TensorOptions(dtype).device(kCUDA));
+        const Tensor tg = t.to(kCUDA);
+        cuda::launch_cross_entropy(dtype, "cross_entropy", x.raw_data(), tg.data_ptr<int64_t>(),
+                                   d.raw_data(), loss.raw_data(), rows, classes, -100, ls,
+                                   Reduction::Mean, ws.raw_data(), cuda::current_stream(0),
+                                   cuda::CrossEntropyShape::Stream);
+        CHECK(rel_error(loss.to(kCPU).to(kFloat64), ref) <= tol(dtype));
+        const Tensor got = d.to(kCPU).to(kFloat64);
+        CHECK(rel_error(got, x_ref.grad()) <= tol(dtype));
+        if (masked) {  // exactly zero where masked
+          const std::vector<double> g = got.to_vector<double>();
+          bool zero = true;
+          for (int64_t r = 0; r < rows; ++r)
+            for (int64_t c = 0; c < classes / 2; ++c)
+              zero = zero && g[static_cast<size_t>(r * classes + c)] == 0.0;
+          CHECK(zero);
+        }
+      }
+  StreamGuard guard;
+  for (bool on : {false, true}) {
+    INFO("EMBER_CROSS_ENTROPY_STREAM ", on);
+    cuda::set_cross_entropy_stream(on);
+    for (DType dtype : {kFloat32, kBFloat16}) {
+      const Errors e =
+          ce_vs_cpu(6, 50304, dtype, CrossEntropyOptions(Reduction::Mean, -100, 0.1), 400);
+      CHECK(e.loss <= tol(dtype));
+      CHECK(e.grad <= tol(dtype));
+    }
+  }
 }
 
 TEST_CASE("kernels/cross_entropy: the same input gives the same bits; no-grad and retained graphs" *
