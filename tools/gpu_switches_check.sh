@@ -38,6 +38,10 @@
 #   tools/gpu_switches_check.sh addln  the norm cases (add_layer_norm's: the residual add in
 #        the layer norm's forward pass), its CUDA case under the four sanitizers, GPT-2
 #        eager with EMBER_ADD_LAYER_NORM 0 and 1, alternating
+#   tools/gpu_switches_check.sh round9 the norm and cross-entropy cases, the new cases of
+#        add_layer_norm and the streamed cross-entropy under the four sanitizers,
+#        bench_cross_entropy, GPT-2 eager with EMBER_ADD_LAYER_NORM and
+#        EMBER_CROSS_ENTROPY_STREAM both 0, then both 1, alternating
 #   EMBER_SWITCHES_LIMIT=540           seconds the stage may take; each part starts only
 #                                      with time left for it
 #   EMBER_GPU_PREBUILT=.device/bg.tar.xz  the pack (unpacked unless build-gpu already holds
@@ -291,8 +295,31 @@ elif [ "$stage" = addln ]; then
   echo "=== GPT-2 eager, EMBER_ADD_LAYER_NORM 0 and 1, alternating ($(left) s left)"
   gpt_ab aab "${EMBER_SWITCHES_RESERVE:-20}" set1 EMBER_ADD_LAYER_NORM | tee -a "$out/addln_summary.txt"
   keep=(gpu.txt addln_summary.txt)
+elif [ "$stage" = round9 ]; then
+  # The ninth session's two changes in one call: add_layer_norm (EMBER_ADD_LAYER_NORM) and
+  # the streamed cross-entropy rows (EMBER_CROSS_ENTROPY_STREAM).
+  echo "=== the norm and cross-entropy cases; add_layer_norm's CPU and meta ones ($(left) s left)"
+  timeout 150 build-gpu/tests/ember_tests_cuda -tc='kernels/*norm*,kernels/cross_entropy*' \
+    >"$out/r9_cases.txt" 2>&1
+  timeout 60 build-gpu/tests/ember_tests_core -tc='*add_layer_norm*' >>"$out/r9_cases.txt" 2>&1
+  grep -E 'test cases:|ERROR|FAILED' "$out/r9_cases.txt" | head -30 | tee "$out/r9_summary.txt"
+  echo "=== the two new CUDA cases under the four sanitizers ($(left) s left)"
+  sanitize4 "$out/r9_ln" 140 build-gpu/tests/ember_tests_cuda \
+    -tc='*residual add in the same pass*' >"$out/r9_ln.txt" &
+  sanitize4 "$out/r9_ce" 140 build-gpu/tests/ember_tests_cuda \
+    -tc='*streamed rows agree*' >"$out/r9_ce.txt" &
+  wait
+  sed 's/^/add_layer_norm /' "$out/r9_ln.txt" | tee -a "$out/r9_summary.txt"
+  sed 's/^/streamed ce /' "$out/r9_ce.txt" | tee -a "$out/r9_summary.txt"
+  echo "=== bench_cross_entropy: the kernel's shapes and the op ($(left) s left)"
+  timeout 90 build-gpu/benchmarks/bench_cross_entropy --json "$out/ce.json" >"$out/ce.txt" 2>&1
+  grep -E 'validate|FAILED|GB/s|ce fused|op' "$out/ce.txt" | head -30 | tee -a "$out/r9_summary.txt"
+  echo "=== GPT-2 eager, both switches 0 and 1, alternating ($(left) s left)"
+  set2() { env "EMBER_ADD_LAYER_NORM=$1" "EMBER_CROSS_ENTROPY_STREAM=$1" "${@:2}"; }
+  gpt_ab r9ab "${EMBER_SWITCHES_RESERVE:-10}" set2 | tee -a "$out/r9_summary.txt"
+  keep=(gpu.txt r9_summary.txt ce.txt)
 else
-  echo "usage: tools/gpu_switches_check.sh conv|gpt|attn|combo|lnwarp|final|closing|ncu|qkv|addln" >&2
+  echo "usage: tools/gpu_switches_check.sh conv|gpt|attn|combo|lnwarp|final|closing|ncu|qkv|addln|round9" >&2
   exit 2
 fi
 tools/gpu_logs_pack.sh "$out" "${keep[@]}" && [ -f "$out/logs.tgz" ] && mv "$out/logs.tgz" "$out/more.tgz"
