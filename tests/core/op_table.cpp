@@ -373,6 +373,26 @@ const std::vector<OpEntry>& op_table() {
           {{x({3, 4097})}, 1}},
          Grad::Yes, kReduction},
 
+        // Both results joined, the normalised one times 2 (scaled_cat): x, the residual,
+        // then weight and bias; arg as layer_norm's.
+        {"add_layer_norm", "",
+         [](const Inputs& v, int64_t nd) {
+           const Shape& s = v[0].sizes();
+           const Shape normalized(s.end() - nd, s.end());
+           auto [sum, y] =
+               add_layer_norm(v[0], v[1], normalized, undefined_or(v, 2), undefined_or(v, 3));
+           return scaled_cat({sum, y});
+         },
+         {{{x({4, 5}), x({4, 5}), x({5}), x({5})}, 1},
+          {{x({3, 6}), x({3, 6})}, 1},
+          {{x({2, 3, 4}), x({2, 3, 4}), x({3, 4})}, 2},
+          {{x({5, 4}).T(), x({5, 4}), x({4}), x({4})}, 1},
+          {{x({3, 8}).strided(), x({3, 8}), x({8}), x({8})}, 1},
+          {{x({0, 8}), x({0, 8}), x({8}), x({8})}, 1},
+          {{x({7, 1025}), x({7, 1025}), x({1025}), x({1025})}, 1},
+          {{x({3, 4097}), x({3, 4097})}, 1}},
+         Grad::Yes, kReduction},
+
         {"rms_norm", "",
          [](const Inputs& v, int64_t nd) {
            const Shape& s = v[0].sizes();
