@@ -316,6 +316,19 @@ TEST_CASE("meta/add_layer_norm: one fused pass forward, the same allocations as 
     CHECK(peaks[0] == peaks[1]);
   }
   detail::set_add_layer_norm_fused(was);
+  // nn::LayerNorm::forward_residual under autocast with autocast_output (a CUDA mirror):
+  // the sum in float32, the result in bfloat16 written by the fused pass itself.
+  Seen seen;
+  MetaDeviceScope scope(mirroring(DeviceType::CUDA).observe(&seen));
+  nn::LayerNorm ln(nn::LayerNormOptions({64}).autocast_output(true));
+  ln.to(kMeta);
+  AutocastGuard bf16;
+  const auto [sum, y] = ln.forward_residual(
+      zeros({16, 64}, kMeta), zeros({16, 64}, TensorOptions(kBFloat16).device(kMeta)));
+  CHECK(sum.dtype() == kFloat32);
+  CHECK(y.dtype() == kBFloat16);
+  CHECK(seen.with_residual == 1);
+  CHECK(seen.adds == 0);
 }
 
 TEST_CASE("meta/split: the pieces' gradients are copied into an unfilled sum, as a cat") {
