@@ -35,9 +35,6 @@
 #   tools/gpu_switches_check.sh qkv    the fused attention's op cases with q's, k's and v's
 #        gradients in one buffer (EMBER_ATTENTION_QKV_GRAD=1), its case under the four
 #        sanitizers, GPT-2 eager with the switch 0 and 1, alternating
-#   tools/gpu_switches_check.sh addln  the norm cases (add_layer_norm's: the residual add in
-#        the layer norm's forward pass), its CUDA case under the four sanitizers, GPT-2
-#        eager with EMBER_ADD_LAYER_NORM 0 and 1, alternating
 #   tools/gpu_switches_check.sh round9 the norm and cross-entropy cases, the new cases of
 #        add_layer_norm and the streamed cross-entropy under the four sanitizers,
 #        bench_cross_entropy, GPT-2 eager with EMBER_ADD_LAYER_NORM and
@@ -284,17 +281,6 @@ elif [ "$stage" = qkv ]; then
   echo "=== GPT-2 eager, EMBER_ATTENTION_QKV_GRAD 0 and 1, alternating ($(left) s left)"
   gpt_ab qab "${EMBER_SWITCHES_RESERVE:-20}" set1 EMBER_ATTENTION_QKV_GRAD | tee -a "$out/qkv_summary.txt"
   keep=(gpu.txt qkv_summary.txt)
-elif [ "$stage" = addln ]; then
-  echo "=== the norm cases (add_layer_norm's among them), CUDA, CPU and meta ($(left) s left)"
-  timeout 150 build-gpu/tests/ember_tests_cuda -tc='kernels/*norm*' >"$out/addln_cases.txt" 2>&1
-  timeout 60 build-gpu/tests/ember_tests_core -tc='*add_layer_norm*' >>"$out/addln_cases.txt" 2>&1
-  grep -E 'test cases:|ERROR|FAILED' "$out/addln_cases.txt" | head -20 | tee "$out/addln_summary.txt"
-  echo "=== add_layer_norm's CUDA case under the four sanitizers ($(left) s left)"
-  sanitize4 "$out/addln_san" 200 build-gpu/tests/ember_tests_cuda \
-    -tc='*residual add in the same pass*' | tee -a "$out/addln_summary.txt"
-  echo "=== GPT-2 eager, EMBER_ADD_LAYER_NORM 0 and 1, alternating ($(left) s left)"
-  gpt_ab aab "${EMBER_SWITCHES_RESERVE:-20}" set1 EMBER_ADD_LAYER_NORM | tee -a "$out/addln_summary.txt"
-  keep=(gpu.txt addln_summary.txt)
 elif [ "$stage" = round9 ]; then
   # The ninth session's two changes in one call: add_layer_norm (EMBER_ADD_LAYER_NORM) and
   # the streamed cross-entropy rows (EMBER_CROSS_ENTROPY_STREAM).
@@ -319,7 +305,7 @@ elif [ "$stage" = round9 ]; then
   gpt_ab r9ab "${EMBER_SWITCHES_RESERVE:-10}" set2 | tee -a "$out/r9_summary.txt"
   keep=(gpu.txt r9_summary.txt ce.txt)
 else
-  echo "usage: tools/gpu_switches_check.sh conv|gpt|attn|combo|lnwarp|final|closing|ncu|qkv|addln|round9" >&2
+  echo "usage: tools/gpu_switches_check.sh conv|gpt|attn|combo|lnwarp|final|closing|ncu|qkv|round9" >&2
   exit 2
 fi
 tools/gpu_logs_pack.sh "$out" "${keep[@]}" && [ -f "$out/logs.tgz" ] && mv "$out/logs.tgz" "$out/more.tgz"

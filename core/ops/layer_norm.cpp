@@ -53,8 +53,8 @@ void check_norm(const char* op, const Tensor& x, const Shape& shape, const Tenso
 
 // Mixed dtypes compute in their promoted type (a bfloat16 input with float32
 // parameters in float32), the casts recorded for autograd.
-DType norm_dtype(const Tensor& x, const Tensor& w, const Tensor& b) {
-  DType dtype = x.dtype();
+DType norm_dtype(DType x, const Tensor& w, const Tensor& b) {
+  DType dtype = x;
   if (w.defined()) dtype = promote_types(dtype, w.dtype());
   if (b.defined()) dtype = promote_types(dtype, b.dtype());
   return dtype;
@@ -255,7 +255,7 @@ Tensor layer_norm_to(const Tensor& input, const Shape& normalized_shape, const T
   check_norm("layer_norm", input, normalized_shape, weight, bias, eps);
   EMBER_CHECK(!output || is_floating(*output),
               "layer_norm: the result's dtype must be floating, got ", *output);
-  const DType dtype = norm_dtype(input, weight, bias);
+  const DType dtype = norm_dtype(input.dtype(), weight, bias);
   const DType out = output.value_or(dtype);
   const Tensor x = as_dtype(input, dtype), w = as_dtype(weight, dtype), b = as_dtype(bias, dtype);
   const int64_t cols = numel_of(normalized_shape);
@@ -305,10 +305,7 @@ std::pair<Tensor, Tensor> add_layer_norm_to(const Tensor& x, const Tensor& resid
   EMBER_CHECK(!output || is_floating(*output),
               "add_layer_norm: the result's dtype must be floating, got ", *output);
   // The sum's dtype is add's; the norm computes in it unless the parameters promote it.
-  const DType sum_dtype = promote_types(x.dtype(), residual.dtype());
-  DType dtype = sum_dtype;
-  if (weight.defined()) dtype = promote_types(dtype, weight.dtype());
-  if (bias.defined()) dtype = promote_types(dtype, bias.dtype());
+  const DType dtype = norm_dtype(promote_types(x.dtype(), residual.dtype()), weight, bias);
   const DType out = output.value_or(dtype);
   const int64_t cols = numel_of(normalized_shape);
   const int64_t rows = x.numel() / cols;
@@ -355,7 +352,8 @@ std::pair<Tensor, Tensor> detail::add_layer_norm_into_dtype(const Tensor& x, con
 Tensor rms_norm(const Tensor& input, const Shape& normalized_shape, const Tensor& weight,
                 std::optional<double> eps) {
   OpSite site("rms_norm");
-  const DType dtype = input.defined() ? norm_dtype(input, weight, Tensor()) : DType::Float32;
+  const DType dtype =
+      input.defined() ? norm_dtype(input.dtype(), weight, Tensor()) : DType::Float32;
   // torch's default: the machine epsilon of the type the op computes in.
   const double e = eps.has_value()           ? *eps
                    : dtype == DType::Float64 ? std::numeric_limits<double>::epsilon()

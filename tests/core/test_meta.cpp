@@ -19,6 +19,7 @@
 #include "error_text.h"
 #include "nn/nn.h"
 #include "optim/optim.h"
+#include "switch_guard.h"
 
 using namespace ember;
 using ember::testing::contains;
@@ -291,7 +292,7 @@ TEST_CASE("meta/add_layer_norm: one fused pass forward, the same allocations as 
       folded += a.d_x_add != nullptr;
     }
   };
-  const bool was = detail::add_layer_norm_fused();
+  ember::testing::SwitchGuard guard(detail::add_layer_norm_fused, detail::set_add_layer_norm_fused);
   for (DeviceType mirror : {DeviceType::CUDA, DeviceType::CPU}) {
     int64_t peaks[2] = {0, 0};
     for (bool fused : {true, false}) {
@@ -315,7 +316,7 @@ TEST_CASE("meta/add_layer_norm: one fused pass forward, the same allocations as 
     }
     CHECK(peaks[0] == peaks[1]);
   }
-  detail::set_add_layer_norm_fused(was);
+  detail::set_add_layer_norm_fused(true);  // the fused pass, for what follows
   // nn::LayerNorm::forward_residual under autocast with autocast_output (a CUDA mirror):
   // the sum in float32, the result in bfloat16 written by the fused pass itself.
   Seen seen;

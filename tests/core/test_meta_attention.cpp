@@ -12,6 +12,7 @@
 #include "core/ops/split_gradient.h"
 #include "cuda/kernels/attention.h"
 #include "error_text.h"
+#include "switch_guard.h"
 
 using namespace ember;
 using ember::testing::contains;
@@ -165,11 +166,7 @@ TEST_CASE("meta/attention: a GPT's head split and merge copy nothing, forward or
 // are the GPU's to check (tests/cuda/test_ops_attention_fused.cpp); these are the
 // allocations and the wiring, which predict_memory sees.
 TEST_CASE("meta/attention: q, k and v split from one projection get one gradient buffer") {
-  const bool was = detail::attention_qkv_grad();
-  struct Restore {
-    bool on;
-    ~Restore() { detail::set_attention_qkv_grad(on); }
-  } restore{was};
+  ember::testing::SwitchGuard guard(detail::attention_qkv_grad, detail::set_attention_qkv_grad);
   const int64_t b = 2, t = 100, h = 3, d = 64, c = h * d;
   MetaDeviceScope scope(MetaDeviceOptions().mirror_device(DeviceType::CUDA));
   for (bool packed : {true, false})

@@ -7,6 +7,7 @@
 #include "core/autograd.h"
 #include "core/ops.h"
 #include "gradcheck.h"
+#include "switch_guard.h"
 
 using namespace ember;
 using ember::testing::randn64;
@@ -129,14 +130,6 @@ TEST_CASE("layer_norm: a bfloat16 result from float32 input equals casting the f
                        doctest::Contains("layer_norm: the result's dtype must be floating"), Error);
 }
 
-namespace {
-// Restores add_layer_norm's switch whatever a case does.
-struct AddLayerNormGuard {
-  bool was = detail::add_layer_norm_fused();
-  ~AddLayerNormGuard() { detail::set_add_layer_norm_fused(was); }
-};
-}  // namespace
-
 // add_layer_norm's one pass (the CPU's fused float32 kernel given the residual) against
 // add then layer_norm (the switch off): the same bits for the sum, the norm's result
 // (float32, and bfloat16 from float32 as autocast's) and the gradients of x, the
@@ -144,7 +137,7 @@ struct AddLayerNormGuard {
 // two norms in a row as a block chains them (the second's x is the first's sum, so the
 // first sum's gradient has the fold's two parts). Then against float64.
 TEST_CASE("add_layer_norm: one pass equals add then layer_norm, bit for bit, with gradients") {
-  AddLayerNormGuard guard;
+  ember::testing::SwitchGuard guard(detail::add_layer_norm_fused, detail::set_add_layer_norm_fused);
   const int64_t rows = 11, cols = 48;
   Generator gen(120);
   const Tensor x0 = randn({rows, cols}, kFloat32, &gen), w0 = randn({cols}, kFloat32, &gen),

@@ -22,6 +22,7 @@
 #include "cuda/runtime.h"
 #include "error_text.h"
 #include "gradcheck.h"
+#include "switch_guard.h"
 
 using namespace ember;
 using ember::testing::contains;
@@ -230,10 +231,12 @@ TEST_CASE("kernels/attention: the wgmma backward (v2) matches the float64 compos
         CHECK(r.det_same);
       }
   // Through the switch that makes it the default (EMBER_ATTENTION_BWD_V2, on unless 0).
-  const bool was = cuda::attention_backward_v2();
-  cuda::set_attention_backward_v2(true);
-  const Result r = run_case({2, 3, 300, 300, 64}, true, true, 77);
-  cuda::set_attention_backward_v2(was);
+  Result r;
+  {
+    ember::testing::SwitchGuard guard(cuda::attention_backward_v2, cuda::set_attention_backward_v2);
+    cuda::set_attention_backward_v2(true);
+    r = run_case({2, 3, 300, 300, 64}, true, true, 77);
+  }
   CHECK(r.dq_det <= 1e-2);
   CHECK(r.dk_det <= 1e-2);
   CHECK(r.dv_det <= 1e-2);

@@ -24,6 +24,7 @@
 #include "cuda/runtime.h"
 #include "error_text.h"
 #include "gradcheck.h"
+#include "switch_guard.h"
 
 using namespace ember;
 using ember::testing::contains;
@@ -162,14 +163,6 @@ TEST_CASE("kernels/cross_entropy: every block shape of the row kernel agrees wit
                  "70000 classes do not fit a cluster of 8 blocks of 8192"));
 }
 
-namespace {
-// Restores the streamed rows' switch whatever a case does.
-struct StreamGuard {
-  bool was = cuda::cross_entropy_stream();
-  ~StreamGuard() { cuda::set_cross_entropy_stream(was); }
-};
-}  // namespace
-
 // The streamed kernel (CrossEntropyShape::Stream: a block per row, the row read twice)
 // forced at every row length, against the CPU in float64: one vector, ragged rows (the
 // scalar path), more vectors than a block's unrolled step (512 threads x 4), GPT-2's
@@ -228,7 +221,7 @@ TEST_CASE("kernels/cross_entropy: streamed rows agree with the CPU at any length
           CHECK(zero);
         }
       }
-  StreamGuard guard;
+  ember::testing::SwitchGuard guard(cuda::cross_entropy_stream, cuda::set_cross_entropy_stream);
   for (bool on : {false, true}) {
     INFO("EMBER_CROSS_ENTROPY_STREAM ", on);
     cuda::set_cross_entropy_stream(on);

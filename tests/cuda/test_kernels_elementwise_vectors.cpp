@@ -16,6 +16,7 @@
 #include "core/ops.h"
 #include "cuda/kernels/elementwise.h"
 #include "gradcheck.h"
+#include "switch_guard.h"
 
 using namespace ember;
 using ember::testing::randn64;
@@ -24,19 +25,13 @@ using ember::testing::same_bits;
 
 namespace {
 
-// Restores the switch whatever a case does.
-struct VectorsGuard {
-  bool was = cuda::elementwise_vectors();
-  ~VectorsGuard() { cuda::set_elementwise_vectors(was); }
-};
-
 using Op = std::function<Tensor(const Tensor&, const Tensor&)>;
 
 }  // namespace
 
 TEST_CASE("kernels/elementwise: the vector kernels give the strided kernels' bits" *
           doctest::test_suite("cuda")) {
-  VectorsGuard guard;
+  ember::testing::SwitchGuard guard(cuda::elementwise_vectors, cuda::set_elementwise_vectors);
   const std::vector<std::pair<std::string, Op>> ops = {
       {"exp", [](const Tensor& a, const Tensor&) { return exp(a); }},
       {"relu", [](const Tensor& a, const Tensor&) { return relu(a); }},
@@ -76,7 +71,7 @@ TEST_CASE("kernels/elementwise: the vector kernels give the strided kernels' bit
 
 TEST_CASE("kernels/elementwise: vector backward kernels (GELU, the residual add's gradient)" *
           doctest::test_suite("cuda")) {
-  VectorsGuard guard;
+  ember::testing::SwitchGuard guard(cuda::elementwise_vectors, cuda::set_elementwise_vectors);
   for (DType dtype : {kFloat32, kBFloat16})
     for (int64_t n : {int64_t{5}, int64_t{4096 + 3}}) {
       INFO("dtype=", dtype, " n=", n);

@@ -23,6 +23,7 @@
 #include "core/ops.h"
 #include "cuda/kernels/layer_norm.h"
 #include "gradcheck.h"
+#include "switch_guard.h"
 
 using namespace ember;
 using ember::testing::randn64;
@@ -191,19 +192,11 @@ TEST_CASE("kernels/layer_norm: d_x folded into the residual stream's gradient ma
       }
 }
 
-namespace {
-// Restores the warp-per-row switch whatever a case does.
-struct WarpRowsGuard {
-  bool was = cuda::layer_norm_warp();
-  ~WarpRowsGuard() { cuda::set_layer_norm_warp(was); }
-};
-}  // namespace
-
 TEST_CASE(
     "kernels/norm: a warp per row and a block per row match the CPU, and each other on "
     "a GPT's path" *
     doctest::test_suite("cuda")) {
-  WarpRowsGuard guard;
+  ember::testing::SwitchGuard guard(cuda::layer_norm_warp, cuda::set_layer_norm_warp);
   // The other cases run whichever the default is; here both, whatever it is.
   for (bool warp : {true, false}) {
     INFO("warp per row: ", warp);
@@ -241,14 +234,6 @@ TEST_CASE(
   }
 }
 
-namespace {
-// Restores add_layer_norm's switch whatever a case does.
-struct AddLayerNormGuard {
-  bool was = detail::add_layer_norm_fused();
-  ~AddLayerNormGuard() { detail::set_add_layer_norm_fused(was); }
-};
-}  // namespace
-
 // add_layer_norm's one pass (the forward kernels given a residual, writing the sum)
 // against add then layer_norm on the GPU: the same bits for the sum, the result and every
 // gradient (the kernels normalise the same rounded sum from registers that the other
@@ -259,8 +244,8 @@ struct AddLayerNormGuard {
 // CPU float64 as well.
 TEST_CASE("kernels/layer_norm: the residual add in the same pass equals add then layer_norm" *
           doctest::test_suite("cuda")) {
-  AddLayerNormGuard guard;
-  WarpRowsGuard warp_guard;
+  ember::testing::SwitchGuard guard(detail::add_layer_norm_fused, detail::set_add_layer_norm_fused);
+  ember::testing::SwitchGuard warp_guard(cuda::layer_norm_warp, cuda::set_layer_norm_warp);
   struct Types {
     DType x, r;
     bool bf16_out;

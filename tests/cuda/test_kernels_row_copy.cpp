@@ -15,6 +15,7 @@
 #include "cuda/kernels/elementwise.h"
 #include "cuda/kernels/row_copy_plan.h"
 #include "gradcheck.h"
+#include "switch_guard.h"
 
 using namespace ember;
 using ember::cuda::row_copy_plan;
@@ -53,11 +54,6 @@ void check_replay(const StridedLayout& src, const StridedLayout& dst, int64_t el
   }
   CHECK(mismatches == 0);
 }
-
-struct RowCopyGuard {
-  bool was = cuda::row_copy();
-  ~RowCopyGuard() { cuda::set_row_copy(was); }
-};
 
 }  // namespace
 
@@ -134,7 +130,7 @@ TEST_CASE("row copy plan: the layouts it leaves to the generic copy") {
 
 TEST_CASE("kernels/row_copy: copies give the generic copy's bytes, every dtype" *
           doctest::test_suite("cuda")) {
-  RowCopyGuard guard;
+  ember::testing::SwitchGuard guard(cuda::row_copy, cuda::set_row_copy);
   for (DType dtype : {kFloat32, kBFloat16, kFloat64, kInt64, kBool}) {
     for (const Shape& shape : std::vector<Shape>{{2, 5, 96}, {3, 7, 24}, {4, 33, 64}, {1, 1, 16}}) {
       INFO("dtype ", dtype, " shape ", shape[0], "x", shape[1], "x", shape[2]);
@@ -162,7 +158,7 @@ TEST_CASE("kernels/row_copy: copies give the generic copy's bytes, every dtype" 
 
 TEST_CASE("kernels/row_copy: heads permuted, odd rows, offsets and many rows" *
           doctest::test_suite("cuda")) {
-  RowCopyGuard guard;
+  ember::testing::SwitchGuard guard(cuda::row_copy, cuda::set_row_copy);
   cuda::set_row_copy(true);
   // (B, T, H, D) -> (B, H, T, D), bfloat16, D 64: three outer dimensions.
   const Tensor bthd = randn64({2, 9, 3, 64}, 21).to(kCUDA, kBFloat16);
@@ -181,7 +177,7 @@ TEST_CASE("kernels/row_copy: heads permuted, odd rows, offsets and many rows" *
 }
 
 TEST_CASE("kernels/row_copy: EMBER_ROW_COPY's setting can be set and read") {
-  RowCopyGuard guard;
+  ember::testing::SwitchGuard guard(cuda::row_copy, cuda::set_row_copy);
   cuda::set_row_copy(true);
   CHECK(cuda::row_copy());
   cuda::set_row_copy(false);

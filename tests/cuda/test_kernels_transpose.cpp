@@ -14,6 +14,7 @@
 #include "cuda/kernels/elementwise.h"
 #include "cuda/kernels/transpose_plan.h"
 #include "gradcheck.h"
+#include "switch_guard.h"
 
 using namespace ember;
 using ember::cuda::transpose_plan;
@@ -48,11 +49,6 @@ void check_replay(const StridedLayout& src, const TransposePlan& p) {
       }
   CHECK(mismatches == 0);
 }
-
-struct TransposeGuard {
-  bool was = cuda::transpose_copy();
-  ~TransposeGuard() { cuda::set_transpose_copy(was); }
-};
 
 }  // namespace
 
@@ -123,7 +119,7 @@ TEST_CASE("transpose plan: the layouts it leaves to the generic copy") {
 
 TEST_CASE("kernels/transpose: copies give the generic copy's bytes, every dtype" *
           doctest::test_suite("cuda")) {
-  TransposeGuard guard;
+  ember::testing::SwitchGuard guard(cuda::transpose_copy, cuda::set_transpose_copy);
   for (DType dtype : {kFloat32, kBFloat16, kFloat64, kInt64, kBool}) {
     for (const Shape& nchw : std::vector<Shape>{
              {2, 64, 8, 8}, {3, 37, 5, 9}, {5, 100, 7, 11}, {128, 64, 4, 4}, {1, 16, 33, 33}}) {
@@ -147,7 +143,7 @@ TEST_CASE("kernels/transpose: copies give the generic copy's bytes, every dtype"
 
 TEST_CASE("kernels/transpose: matrices, offsets and the layouts conv2d copies" *
           doctest::test_suite("cuda")) {
-  TransposeGuard guard;
+  ember::testing::SwitchGuard guard(cuda::transpose_copy, cuda::set_transpose_copy);
   cuda::set_transpose_copy(true);
   // A matrix at an offset into its buffer (a slice of rows), ragged on both sides.
   const Tensor big = randn64({90, 70}, 3).to(kCUDA, kFloat32);
@@ -166,7 +162,7 @@ TEST_CASE("kernels/transpose: matrices, offsets and the layouts conv2d copies" *
 }
 
 TEST_CASE("kernels/transpose: EMBER_TRANSPOSE_COPY's setting can be set and read") {
-  TransposeGuard guard;
+  ember::testing::SwitchGuard guard(cuda::transpose_copy, cuda::set_transpose_copy);
   cuda::set_transpose_copy(true);
   CHECK(cuda::transpose_copy());
   cuda::set_transpose_copy(false);

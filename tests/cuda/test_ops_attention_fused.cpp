@@ -20,6 +20,7 @@
 #include "core/ops/split_gradient.h"
 #include "error_text.h"
 #include "gradcheck.h"
+#include "switch_guard.h"
 
 using namespace ember;
 using ember::testing::contains;
@@ -435,11 +436,7 @@ TEST_CASE("ops/fused_attention: a GPT's head split is read and written in place"
 // modes and both head dims.
 TEST_CASE("ops/fused_attention: q, k and v split from one projection get one gradient buffer" *
           doctest::test_suite("cuda")) {
-  const bool was = detail::attention_qkv_grad();
-  struct Restore {
-    bool on;
-    ~Restore() { detail::set_attention_qkv_grad(on); }
-  } restore{was};
+  ember::testing::SwitchGuard guard(detail::attention_qkv_grad, detail::set_attention_qkv_grad);
   for (const char* mode : {"fused", "atomic"})
     for (int64_t d : {int64_t{64}, int64_t{128}})
       for (const std::vector<size_t>& order :
