@@ -105,6 +105,8 @@ TEST_CASE("meta/errors: meta and real tensors do not mix; to(kMeta) copies nothi
   CHECK(contains(error_of([&] { (void)matmul(c, m.t()); }), "cpu and meta"));
   Tensor w = ones({4, 3});
   CHECK(contains(error_of([&] { (void)linear(m, w); }), "meta and cpu"));
+  CHECK(contains(error_of([&] { (void)add_layer_norm(c, m, {3}); }),
+                 "add_layer_norm: operands are on different devices (cpu and meta)"));
   Tensor moved = c.to(kMeta);
   CHECK(moved.device() == kMeta);
   CHECK(moved.sizes() == c.sizes());
