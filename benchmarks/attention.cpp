@@ -8,9 +8,13 @@
 // dV of the (b, h) = (0, 0) slice against the composed path (matmul, softmax,
 // matmul) in float64 on the GPU, relative error <= 1e-2 (DESIGN.md's bf16
 // tolerance); a failed check prints no row and exits 1.
-//   bench_attention [--json FILE] [--quick]
+//   bench_attention [--json FILE] [--quick] [--only I]
+// --only I: shape I of the five alone (0-4, in the order above), causal then full; its
+// first four fused-attention kernels are the causal check's forward and backward (delta,
+// dK/dV, dQ), which tools/gpu_switches_check.sh's round10 stage profiles under ncu.
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <string>
@@ -48,9 +52,22 @@ Tensor composed(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, 
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (!bench::have_gpu("bench_attention")) return 0;
   bool quick = false;
-  for (int i = 1; i < argc; ++i) quick |= std::strcmp(argv[i], "--quick") == 0;
+  int only = -1;
+  for (int i = 1; i < argc; ++i) {
+    quick |= std::strcmp(argv[i], "--quick") == 0;
+    if (std::strcmp(argv[i], "--only") == 0) {
+      char* end = nullptr;
+      only = i + 1 < argc ? static_cast<int>(std::strtol(argv[i + 1], &end, 10)) : -1;
+      if (i + 1 >= argc || end == argv[i + 1] || *end != '\0' || only < 0 || only > 4) {
+        std::fprintf(stderr, "bench_attention: --only takes a shape index from 0 to 4, got %s\n",
+                     i + 1 < argc ? argv[i + 1] : "nothing");
+        return 2;
+      }
+      ++i;
+    }
+  }
+  if (!bench::have_gpu("bench_attention")) return 0;
   const int iters = quick ? 5 : 20;
   bench::Table table("attention: fused scaled-dot-product attention (bf16)");
   struct Shape4 {
@@ -63,8 +80,10 @@ int main(int argc, char** argv) {
                            {2, 16, 8192, 128}};
   Generator gen(27);
   const TensorOptions gpu = TensorOptions(kBFloat16).device(kCUDA);
-  for (const Shape4& s : shapes)
+  for (int si = 0; si < 5; ++si)
     for (bool causal : {true, false}) {
+      if (only >= 0 && si != only) continue;
+      const Shape4& s = shapes[si];
       char shape[64];
       std::snprintf(shape, sizeof shape, "B%lld H%lld T%lld D%lld %s", static_cast<long long>(s.b),
                     static_cast<long long>(s.h), static_cast<long long>(s.t),

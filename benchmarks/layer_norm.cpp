@@ -6,6 +6,12 @@
 // those accesses, beside a device-to-device copy in the same run. Each row is
 // validated first against the composed ops in float64 on the GPU; a failed check
 // prints no row and exits non-zero.
+//
+// Then GPT-2's rows, 16,384 x 768 (the warp-per-row kernels), the kernels alone with
+// EMBER_LAYER_NORM_LEAN off (32 items a lane, the per-column chain of the weight
+// gradients' sums) and on (24 items, one launch of the column sums), alternating, 5
+// rounds each, each setting checked against float64 first: their medians and ranges
+// and lean / full.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -25,6 +31,97 @@ constexpr int64_t kRows = 8192, kCols = 4096;
 
 // ||a - b|| / ||b|| on the GPU, in float64.
 const auto rel_err = bench::rel_err_on_device;
+
+// GPT-2's rows with EMBER_LAYER_NORM_LEAN off and on, alternating (see the top). False
+// when a check failed.
+bool lean_rows(bench::Table& table, double copy_gbs) {
+  constexpr int64_t rows = 16384, cols = 768;
+  constexpr int kRounds = 5;
+  const char* shape = "16384x768";
+  const TensorOptions on_gpu = TensorOptions(kFloat32).device(kCUDA);
+  Generator gen(24);
+  const bool was_lean = cuda::layer_norm_lean(), was_warp = cuda::layer_norm_warp();
+  cuda::set_layer_norm_warp(true);
+  bool ok = true;
+  for (DType dtype : {kFloat32, kBFloat16}) {
+    const char* dn = dtype == kFloat32 ? "f32" : "bf16";
+    const double tol = dtype == kFloat32 ? 1e-5 : 1e-2, n = static_cast<double>(rows * cols);
+    const double es = static_cast<double>(element_size(dtype));
+    const TensorOptions opt = TensorOptions(dtype).device(kCUDA);
+    Tensor x = (randn({rows, cols}, on_gpu, &gen) * 3.0 + 1.0).to(dtype);
+    Tensor w = (randn({cols}, on_gpu, &gen) * 0.5 + 1.0).to(dtype);
+    Tensor b = randn({cols}, on_gpu, &gen).to(dtype);
+    Tensor dy = randn({rows, cols}, on_gpu, &gen).to(dtype);
+    Tensor x64 = x.to(kFloat64).detach().set_requires_grad(true);
+    Tensor w64 = w.to(kFloat64).detach().set_requires_grad(true);
+    Tensor b64 = b.to(kFloat64).detach().set_requires_grad(true);
+    const Tensor ref_y = layer_norm(x64, {cols}, w64, b64);
+    const std::vector<Tensor> ref = grad({ref_y}, {x64, w64, b64}, {dy.to(kFloat64)});
+    Tensor y = empty({rows, cols}, opt), dx = empty({rows, cols}, opt);
+    Tensor mean = empty({rows}, on_gpu), rstd = empty({rows}, on_gpu);
+    Tensor dw = empty({cols}, opt), db = empty({cols}, opt);
+    Tensor ws =
+        empty({static_cast<int64_t>(cuda::layer_norm_workspace_bytes(dtype, rows, cols) / 8 + 1)},
+              TensorOptions(kFloat64).device(kCUDA));
+    auto fwd = [&] {
+      cuda::launch_layer_norm(dtype, x.raw_data(), w.raw_data(), b.raw_data(), y.raw_data(),
+                              mean.raw_data(), rstd.raw_data(), rows, cols, 1e-5, nullptr);
+    };
+    auto bwd = [&] {
+      cuda::launch_layer_norm_backward(
+          dtype, dy.raw_data(), x.raw_data(), w.raw_data(), mean.raw_data(), rstd.raw_data(),
+          dx.raw_data(), dw.raw_data(), db.raw_data(), rows, cols, ws.raw_data(), nullptr);
+    };
+    for (bool lean : {false, true}) {
+      cuda::set_layer_norm_lean(lean);
+      fwd();
+      bwd();
+      const double errs[] = {rel_err(y, ref_y), rel_err(dx, ref[0]), rel_err(dw, ref[1]),
+                             rel_err(db, ref[2])};
+      std::printf("validate %s %s lean=%d kernels: y %.2e, d_x %.2e, d_w %.2e, d_b %.2e\n", dn,
+                  shape, lean ? 1 : 0, errs[0], errs[1], errs[2], errs[3]);
+      for (double e : errs)
+        if (!(e <= tol)) {
+          std::printf("VALIDATION FAILED\n");
+          ok = false;
+        }
+    }
+    if (!ok) break;
+    std::vector<double> f[2], bw[2], ratio_f, ratio_b;
+    for (int r = 0; r < kRounds; ++r)
+      for (int lean : {0, 1}) {
+        cuda::set_layer_norm_lean(lean == 1);
+        f[lean].push_back(bench::median_ms(fwd, 5, 50));
+        bw[lean].push_back(bench::median_ms(bwd, 5, 50));
+        if (lean == 1) {
+          ratio_f.push_back(f[1].back() / f[0].back());
+          ratio_b.push_back(bw[1].back() / bw[0].back());
+        }
+      }
+    char note[96];
+    for (int lean : {0, 1}) {
+      const char* impl = lean == 1 ? "ours lean" : "ours full";
+      const bench::Spread sf = bench::spread_of(f[lean]), sb = bench::spread_of(bw[lean]);
+      const double fb = 2.0 * n * es, bb = 3.0 * n * es;
+      std::snprintf(note, sizeof(note), "%.2f of copy (read x, write y)",
+                    fb / sf.median / 1e6 / copy_gbs);
+      table.add({"ln fwd kernel", dn, shape, impl, sf.median, fb / sf.median / 1e6, "GB/s", note,
+                 sf.min, sf.max});
+      std::snprintf(note, sizeof(note), "%.2f of copy (read d_y, x; write d_x)",
+                    bb / sb.median / 1e6 / copy_gbs);
+      table.add({"ln bwd kernel", dn, shape, impl, sb.median, bb / sb.median / 1e6, "GB/s", note,
+                 sb.min, sb.max});
+    }
+    const bench::Spread rf = bench::spread_of(ratio_f), rb = bench::spread_of(ratio_b);
+    std::printf(
+        "%s %s lean / full (%d alternating rounds): forward %.3fx [%.3f-%.3f], "
+        "backward %.3fx [%.3f-%.3f]\n",
+        dn, shape, kRounds, rf.median, rf.min, rf.max, rb.median, rb.min, rb.max);
+  }
+  cuda::set_layer_norm_lean(was_lean);
+  cuda::set_layer_norm_warp(was_warp);
+  return ok;
+}
 
 }  // namespace
 
@@ -120,6 +217,7 @@ int main(int argc, char** argv) {
     table.add({"layer_norm fwd+bwd op", dn, shape, "ours", ms_op,
                (fwd_bytes + bwd_bytes) / ms_op / 1e6, "GB/s", note});
   }
+  if (!lean_rows(table, copy_gbs)) return 1;
   table.write_json(bench::json_path(argc, argv));
   return 0;
 }

@@ -39,6 +39,15 @@
 #        add_layer_norm and the streamed cross-entropy under the four sanitizers,
 #        bench_cross_entropy, GPT-2 eager with EMBER_ADD_LAYER_NORM and
 #        EMBER_CROSS_ENTROPY_STREAM both 0, then both 1, alternating
+#   tools/gpu_switches_check.sh round10 the whole suite at the defaults; bench_layer_norm (GPT-2's
+#        rows with EMBER_LAYER_NORM_LEAN off and on, alternating); compare.sh's attention set
+#        (bench_attention against PyTorch's sdpa, 5 repetitions); ncu over the fused
+#        attention's four kernels at D 128 T 2048 and at GPT-2's shape (bench_attention
+#        --only 1, --only 2): throughput, occupancy, pipes, stall reasons
+#   tools/gpu_switches_check.sh sanpeer tools/gpu_sanitize.sh over EMBER_SANITIZE_PART's
+#        binaries (cuda, or rest: core, memory, nn, optim, parallel; no run starts after
+#        EMBER_SANITIZE_DEADLINE s, default 400), then benchmarks/peer_gpt.py --interleave 5
+#        for EMBER_PEER_ONLY (gpt2 or char; none: skipped) with EMBER_CLOSING_OURS_FLAGS
 #   EMBER_SWITCHES_LIMIT=540           seconds the stage may take; each part starts only
 #                                      with time left for it
 #   EMBER_GPU_PREBUILT=.device/bg.tar.xz  the pack (unpacked unless build-gpu already holds
@@ -304,8 +313,71 @@ elif [ "$stage" = round9 ]; then
   set2() { env "EMBER_ADD_LAYER_NORM=$1" "EMBER_CROSS_ENTROPY_STREAM=$1" "${@:2}"; }
   gpt_ab r9ab "${EMBER_SWITCHES_RESERVE:-10}" set2 | tee -a "$out/r9_summary.txt"
   keep=(gpu.txt r9_summary.txt ce.txt)
+elif [ "$stage" = round10 ]; then
+  echo "=== the whole suite at the defaults ($(left) s left)"
+  suite set1 EMBER_SUITE_AT_DEFAULTS | tail -28 | tee "$out/r10_summary.txt"
+  echo "=== bench_layer_norm: EMBER_LAYER_NORM_LEAN off and on at GPT-2's rows ($(left) s left)"
+  timeout 120 build-gpu/benchmarks/bench_layer_norm --json "$out/ln.json" >"$out/ln.txt" 2>&1
+  echo "bench_layer_norm exit status $?" | tee -a "$out/r10_summary.txt"
+  grep -E 'validate|FAILED|lean|16384x768' "$out/ln.txt" | cut -c1-200 | tee -a "$out/r10_summary.txt"
+  echo "=== compare.sh attention, 5 repetitions ($(left) s left)"
+  if [ "$(left)" -gt 200 ]; then
+    EMBER_COMPARE_REPS=5 EMBER_BENCH_BUILD=build-gpu EMBER_BENCH_PREBUILT=1 EMBER_LIBTORCH=none \
+      EMBER_COMPARE_SET=attention timeout $(($(left) - 90)) benchmarks/compare.sh "$out/att" \
+      >"$out/att.txt" 2>&1
+    echo "compare.sh exit status $?" | tee -a "$out/r10_summary.txt"
+    cp "$out/att/RESULTS.md" "$out/attention_results.md" 2>/dev/null
+    grep -E 'FAILED|failed|error' "$out/att.txt" | head -10 | tee -a "$out/r10_summary.txt"
+    tail -40 "$out/attention_results.md" 2>/dev/null
+  fi
+  # ncu: the causal check's four kernels (forward, delta, dK/dV, dQ) of shape I, with the
+  # stall reasons as warp cycles per issued instruction.
+  stalls=""
+  for r in long_scoreboard short_scoreboard wait barrier math_pipe_throttle mio_throttle \
+    lg_throttle not_selected selected no_instruction dispatch_stall sleeping membar \
+    branch_resolving drain misc tex_throttle imc_miss; do
+    stalls+="${stalls:+,}smsp__average_warps_issue_stalled_${r}_per_issue_active.ratio"
+  done
+  for shape in 1 2; do
+    echo "=== ncu: the attention kernels, bench_attention --only $shape ($(left) s left)"
+    [ "$(left)" -gt 45 ] || break
+    timeout $(($(left) - 10)) ncu --kernel-name "regex:attn_" --launch-count 4 \
+      --section SpeedOfLight --section ComputeWorkloadAnalysis --section Occupancy \
+      --section WarpStateStats --section LaunchStats --metrics "$stalls" \
+      build-gpu/benchmarks/bench_attention --only $shape >"$out/ncu_attn_$shape.txt" 2>&1
+    echo "ncu exit status $?" >>"$out/ncu_attn_$shape.txt"
+    grep -E 'attn_.*(Context|Device)|Duration|Compute \(SM\) Throughput|DRAM Throughput|Issue Slots Busy|Achieved Occupancy|Registers Per Thread|Warp Cycles Per Issued|Grid Size|Block Size|stalled|exit status' \
+      "$out/ncu_attn_$shape.txt" | sed 's/smsp__average_warps_issue_stalled_//; s/_per_issue_active.ratio//' |
+      tr -s ' ' | tee -a "$out/ncu_attn.txt" | head -80
+  done
+  keep=(gpu.txt r10_summary.txt suite_summary.txt ln.txt attention_results.md ncu_attn.txt)
+elif [ "$stage" = sanpeer ]; then
+  case "${EMBER_SANITIZE_PART:-cuda}" in
+    cuda) only=cuda ;;
+    rest) only=core,memory,nn,optim,parallel ;;
+    *) only=$EMBER_SANITIZE_PART ;;
+  esac
+  echo "=== tools/gpu_sanitize.sh over $only ($(left) s left)"
+  EMBER_COMMIT=$(cat build-gpu/ember_commit.txt) EMBER_GPU_SANITIZE_ONLY=$only \
+    EMBER_GPU_SANITIZE_JOBS=16 EMBER_GPU_SANITIZE_SHARD=3 \
+    EMBER_GPU_SANITIZE_DEADLINE=${EMBER_SANITIZE_DEADLINE:-400} EMBER_GPU_SANITIZE_PROBE=1 \
+    tools/gpu_sanitize.sh build-gpu >"$out/sanitize.txt" 2>&1
+  echo "gpu_sanitize exit status $?" | tee "$out/sanitize_summary.txt"
+  grep -v '^gpu-sanitize: \(memcheck\|racecheck\|initcheck\|synccheck\) on ' "$out/sanitize.txt" |
+    tail -60 | tee -a "$out/sanitize_summary.txt"
+  cp -r build-gpu/gpu-sanitize "$out/sanitize_logs" 2>/dev/null
+  w=${EMBER_PEER_ONLY:-none}
+  if [ "$w" != none ]; then
+    echo "=== $w: PyTorch eager and torch.compile against bench_gpt, interleaved ($(left) s left)"
+    timeout $(($(left) - 10)) python3 benchmarks/peer_gpt.py --only "$w" --interleave 5 \
+      --ours "build-gpu/benchmarks/bench_gpt --only $w ${EMBER_CLOSING_OURS_FLAGS:-}" \
+      >"$out/gpt_vs_torch_$w.txt" 2>&1
+    echo "exit status $?" >>"$out/gpt_vs_torch_$w.txt"
+    tail -14 "$out/gpt_vs_torch_$w.txt"
+  fi
+  keep=(gpu.txt sanitize_summary.txt "gpt_vs_torch_$w.txt")
 else
-  echo "usage: tools/gpu_switches_check.sh conv|gpt|attn|combo|lnwarp|final|closing|ncu|qkv|round9" >&2
+  echo "usage: tools/gpu_switches_check.sh conv|gpt|attn|combo|lnwarp|final|closing|ncu|qkv|round9|round10|sanpeer" >&2
   exit 2
 fi
 tools/gpu_logs_pack.sh "$out" "${keep[@]}" && [ -f "$out/logs.tgz" ] && mv "$out/logs.tgz" "$out/more.tgz"

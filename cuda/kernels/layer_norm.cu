@@ -8,7 +8,7 @@
 // and keep the weight and bias, which every row reuses, in registers. Backward
 // keeps each thread's columns of sum(d_y xhat) and sum(d_y) in registers across
 // its block's rows, writes them once per block, and a second kernel adds the
-// blocks' partials in block order: deterministic, no atomics.
+// blocks' partials in a fixed order: deterministic, no atomics.
 #include <type_traits>
 
 #include <cuda_bf16.h>
@@ -314,10 +314,13 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// out[c] = sum over blocks of part[block, c], in block order.
+constexpr int kColumnSumThreads = 512;
+
+// EMBER_LAYER_NORM_LEAN=0: out[c] = the sum over blocks of part[block, c] in block order,
+// a thread per column.
 template <typename S>
-__global__ void column_sum_kernel(const float* __restrict__ part, int64_t blocks, int64_t cols,
-                                  S* __restrict__ out) {
+__global__ void column_sum_chain_kernel(const float* __restrict__ part, int64_t blocks,
+                                        int64_t cols, S* __restrict__ out) {
   const int64_t c = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
   if (c >= cols || out == nullptr) return;
   float acc = 0.f;
@@ -325,17 +328,73 @@ __global__ void column_sum_kernel(const float* __restrict__ part, int64_t blocks
   out[c] = narrow<S>(acc);
 }
 
+constexpr int kColumnSumGroups = kColumnSumThreads / 32;
+
+// out_w[c] = sum over blocks of part_w[block, c] (blockIdx.y 0), out_b[c] likewise from
+// part_b (blockIdx.y 1; absent for the RMS norm), in a fixed order: a block of
+// kColumnSumThreads threads takes 32 columns, its kColumnSumGroups warps each sum the rows
+// g, g + kColumnSumGroups, ... of its lane's column in row order, and warp 0 adds the
+// groups' sums in group order. Deterministic, no atomics; one launch for both, and
+// enough blocks and loads in flight that the sum is not one thread's chain of reads per
+// column (the GPT's 264 rows of partials: 17 reads a thread instead of 264).
+template <typename S>
+__global__ void __launch_bounds__(kColumnSumThreads)
+    column_sums_kernel(const float* __restrict__ part_w, const float* __restrict__ part_b,
+                       int64_t blocks, int64_t cols, S* __restrict__ out_w, S* __restrict__ out_b) {
+  __shared__ float sh[kColumnSumGroups][33];
+  const float* part = blockIdx.y == 0 ? part_w : part_b;
+  S* out = blockIdx.y == 0 ? out_w : out_b;
+  if (out == nullptr) return;  // uniform over the block
+  const int lane = static_cast<int>(threadIdx.x) % 32, group = static_cast<int>(threadIdx.x) / 32;
+  const int64_t c = static_cast<int64_t>(blockIdx.x) * 32 + lane;
+  float acc = 0.f;
+  if (c < cols) {
+#pragma unroll 4
+    for (int64_t b = group; b < blocks; b += kColumnSumGroups) acc += part[b * cols + c];
+  }
+  sh[group][lane] = acc;
+  __syncthreads();
+  if (group == 0 && c < cols) {
+    float total = 0.f;
+#pragma unroll
+    for (int k = 0; k < kColumnSumGroups; ++k) total += sh[k][lane];
+    out[c] = narrow<S>(total);
+  }
+}
+
 // ---- a warp per row (rows of up to kWarpCols elements; EMBER_LAYER_NORM_WARP) ----
 // The block kernels above give a row of 768 (a GPT's) 128 threads, two block-wide
 // reductions through shared memory and barriers per row, and a block one row at a
-// time. Here each warp owns whole rows (32 items a lane: up to 1024 columns), its
+// time. Here each warp owns whole rows (kItems a lane: up to 1024 columns), its
 // reductions are shuffles, and a block of kWarpBlock threads runs that many / 32 rows at
 // once. Backward: each lane keeps its columns' d_w and d_b partials across its warp's
 // rows; at the end the block adds its warps' partials in warp order through shared
 // memory and writes one row of partials per block, as the block kernel does.
+// kItems is the fewest of 16, 24 and 32 that covers the row (dispatch_warp_items): a lane
+// holds five arrays of kItems in the backward, so 32 where 24 suffice (a GPT's 768)
+// cost ~40 registers a thread and a block of occupancy; the items past the row add zeros,
+// so the results are the same bits at every kItems.
 constexpr int kWarpBlock = 128;
 constexpr int kWarpItems = 32;
 constexpr int64_t kWarpCols = 32 * kWarpItems;
+
+std::atomic<int> g_lean{-1};  // -1: EMBER_LAYER_NORM_LEAN not read yet
+
+// f(std::integral_constant<int, kItems>{}) with the items a lane needs for rows of `cols`
+// (16-byte vectors: 16, 24 or 32, each a whole number of vectors of either storage type;
+// element by element, or EMBER_LAYER_NORM_LEAN=0: 32).
+
+template <typename F>
+void dispatch_warp_items(int64_t cols, bool vec, F&& f) {
+  if (!layer_norm_lean())
+    f(std::integral_constant<int, kWarpItems>{});
+  else if (vec && cols <= 32 * 16)
+    f(std::integral_constant<int, 16>{});
+  else if (vec && cols <= 32 * 24)
+    f(std::integral_constant<int, 24>{});
+  else
+    f(std::integral_constant<int, kWarpItems>{});
+}
 
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
@@ -343,15 +402,16 @@ __device__ __forceinline__ float warp_sum(float v) {
   return v;
 }
 
-template <typename S, bool kVec, bool kRms, typename SY = S, typename SR = S, bool kRes = false>
+template <typename S, int kItems, bool kVec, bool kRms, typename SY = S, typename SR = S,
+          bool kRes = false>
 __global__ void __launch_bounds__(kWarpBlock)
     layer_norm_warp_kernel(const S* __restrict__ x, const S* __restrict__ w,
                            const S* __restrict__ b, SY* __restrict__ y, float* __restrict__ mean,
                            float* __restrict__ rstd, int64_t rows, int64_t cols, float eps,
                            const SR* __restrict__ residual, S* __restrict__ sum) {
-  using IO = RowIO<S, 32, kWarpItems, kVec>;
+  using IO = RowIO<S, 32, kItems, kVec>;
   constexpr int kWarps = kWarpBlock / 32;
-  float wv[kWarpItems], bv[kWarpItems];
+  float wv[kItems], bv[kItems];
   fill(wv, 1.f);
   fill(bv, 0.f);
   if (w != nullptr) IO::load(w, cols, wv, 1.f);
@@ -360,14 +420,14 @@ __global__ void __launch_bounds__(kWarpBlock)
   const int64_t stride = static_cast<int64_t>(gridDim.x) * kWarps;
   for (int64_t row = static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32; row < rows;
        row += stride) {
-    float v[kWarpItems];
+    float v[kItems];
     IO::load(x + row * cols, cols, v, 0.f);
     if constexpr (kRes) add_residual<IO>(v, residual, sum, row * cols, cols);
     float mu = 0.f;
     if constexpr (!kRms) {
       float s = 0.f;
 #pragma unroll
-      for (int i = 0; i < kWarpItems; ++i) s += v[i];
+      for (int i = 0; i < kItems; ++i) s += v[i];
       mu = warp_sum(s) * inv_cols;
     }
     const float r = 1.f / sqrtf(warp_sum(centred_squares<IO>(v, mu, cols)) * inv_cols + eps);
@@ -382,17 +442,17 @@ __global__ void __launch_bounds__(kWarpBlock)
 
 // As layer_norm_backward_kernel, a warp per row; dynamic shared memory of
 // kWarpBlock / 32 * cols floats for the block's sum of its warps' partials.
-template <typename S, bool kVec, bool kRms, typename SD = S>
+template <typename S, int kItems, bool kVec, bool kRms, typename SD = S>
 __global__ void __launch_bounds__(kWarpBlock)
     layer_norm_backward_warp_kernel(const SD* __restrict__ dy, const S* __restrict__ x,
                                     const S* __restrict__ w, const float* __restrict__ mean,
                                     const float* __restrict__ rstd, S* dx, const S* dx_add,
                                     float* __restrict__ part_w, float* __restrict__ part_b,
                                     int64_t rows, int64_t cols) {
-  using IO = RowIO<S, 32, kWarpItems, kVec>;
+  using IO = RowIO<S, 32, kItems, kVec>;
   constexpr int kWarps = kWarpBlock / 32;
   extern __shared__ float sh_part[];  // [kWarps][cols]
-  float wv[kWarpItems], aw[kWarpItems], ab[kWarpItems];
+  float wv[kItems], aw[kItems], ab[kItems];
   fill(wv, 1.f);
   fill(aw, 0.f);
   fill(ab, 0.f);
@@ -401,7 +461,7 @@ __global__ void __launch_bounds__(kWarpBlock)
   const int warp = static_cast<int>(threadIdx.x) / 32;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * kWarps;
   for (int64_t row = static_cast<int64_t>(blockIdx.x) * kWarps + warp; row < rows; row += stride) {
-    float g[kWarpItems], xh[kWarpItems];
+    float g[kItems], xh[kItems];
     IO::template load_as<SD>(dy + row * cols, cols, g, 0.f);
     IO::load(x + row * cols, cols, xh, 0.f);
     const float mu = kRms ? 0.f : mean[row], r = rstd[row];
@@ -411,9 +471,9 @@ __global__ void __launch_bounds__(kWarpBlock)
   }
   if (part_w == nullptr) return;  // uniform over the block
   // The block's partials: its warps' in warp order, d_w then d_b through one buffer.
-  auto block_partials = [&](const float(&mine)[kWarpItems], float* out) {
+  auto block_partials = [&](const float(&mine)[kItems], float* out) {
 #pragma unroll
-    for (int i = 0; i < kWarpItems; ++i) {
+    for (int i = 0; i < kItems; ++i) {
       const int64_t c = IO::col(i / IO::V, i % IO::V);
       if (c < cols) sh_part[warp * cols + c] = mine[i];
     }
@@ -529,12 +589,18 @@ void launch_forward(DType dtype, const void* x, const void* w, const void* b, vo
         };
         if (by_warp) {
           const int64_t warp_blocks = ceil_div(rows, kWarpBlock / 32);
-          constexpr auto vec_warp = layer_norm_warp_kernel<S, true, kRms, SY, SR, kRes>;
-          constexpr auto row_warp = layer_norm_warp_kernel<S, false, kRms, SY, SR, kRes>;
-          if (vec)
+          dispatch_warp_items(cols, vec, [&](auto items) {
+            constexpr int kItems = decltype(items)::value;
+            if constexpr (kItems == kWarpItems) {
+              if (!vec) {
+                constexpr auto row_warp =
+                    layer_norm_warp_kernel<S, kItems, false, kRms, SY, SR, kRes>;
+                return run(row_warp, resident_grid<row_warp>(kWarpBlock, warp_blocks), kWarpBlock);
+              }
+            }
+            constexpr auto vec_warp = layer_norm_warp_kernel<S, kItems, true, kRms, SY, SR, kRes>;
             run(vec_warp, resident_grid<vec_warp>(kWarpBlock, warp_blocks), kWarpBlock);
-          else
-            run(row_warp, resident_grid<row_warp>(kWarpBlock, warp_blocks), kWarpBlock);
+          });
           return;
         }
         constexpr auto vec_kernel =
@@ -620,11 +686,17 @@ void launch_backward(DType dtype, const void* d_y, const void* x, const void* w,
     // workspace_bytes sized the partials for (the warp kernels' blocks have the
     // 128 threads the bound assumes for rows of up to 1024).
     const bool by_warp = warp_rows(cols);
-    const int64_t grid =
-        std::min(by_warp ? resident_grid<layer_norm_backward_warp_kernel<S, true, kRms>>(
-                               kWarpBlock, ceil_div(rows, kWarpBlock / 32))
-                         : backward_grid<kRms>(dtype, rows, cols),
-                 max_backward_grid(rows, cols));
+    int64_t grid = 1;
+    if (by_warp) {
+      dispatch_warp_items(cols, true, [&](auto items) {
+        grid =
+            resident_grid<layer_norm_backward_warp_kernel<S, decltype(items)::value, true, kRms>>(
+                kWarpBlock, ceil_div(rows, kWarpBlock / 32));
+      });
+    } else {
+      grid = backward_grid<kRms>(dtype, rows, cols);
+    }
+    grid = std::min(grid, max_backward_grid(rows, cols));
     float* part_w = want_params ? static_cast<float*>(workspace) : nullptr;
     float* part_b = want_params && !kRms ? part_w + grid * cols : nullptr;
     dispatch_cfg(cols, [&](auto cfg) {
@@ -640,10 +712,15 @@ void launch_backward(DType dtype, const void* d_y, const void* x, const void* w,
         };
         if (by_warp) {
           const size_t smem = static_cast<size_t>(kWarpBlock / 32 * cols) * sizeof(float);
-          if (vec)
-            run(layer_norm_backward_warp_kernel<S, true, kRms, SD>, kWarpBlock, smem);
-          else
-            run(layer_norm_backward_warp_kernel<S, false, kRms, SD>, kWarpBlock, smem);
+          dispatch_warp_items(cols, vec, [&](auto items) {
+            constexpr int kItems = decltype(items)::value;
+            if constexpr (kItems == kWarpItems) {
+              if (!vec)
+                return run(layer_norm_backward_warp_kernel<S, kItems, false, kRms, SD>, kWarpBlock,
+                           smem);
+            }
+            run(layer_norm_backward_warp_kernel<S, kItems, true, kRms, SD>, kWarpBlock, smem);
+          });
           return;
         }
         if (vec)
@@ -658,10 +735,18 @@ void launch_backward(DType dtype, const void* d_y, const void* x, const void* w,
     });
     EMBER_CUDA_CHECK(cudaGetLastError());
     if (want_params) {
-      const unsigned blocks = static_cast<unsigned>(ceil_div(cols, 256));
-      column_sum_kernel<S><<<blocks, 256, 0, stream>>>(part_w, grid, cols, static_cast<S*>(d_w));
-      if (!kRms)
-        column_sum_kernel<S><<<blocks, 256, 0, stream>>>(part_b, grid, cols, static_cast<S*>(d_b));
+      if (layer_norm_lean()) {
+        const dim3 blocks(static_cast<unsigned>(ceil_div(cols, 32)), kRms ? 1 : 2);
+        column_sums_kernel<S><<<blocks, kColumnSumThreads, 0, stream>>>(
+            part_w, part_b, grid, cols, static_cast<S*>(d_w), static_cast<S*>(d_b));
+      } else {
+        const unsigned blocks = static_cast<unsigned>(ceil_div(cols, 256));
+        column_sum_chain_kernel<S>
+            <<<blocks, 256, 0, stream>>>(part_w, grid, cols, static_cast<S*>(d_w));
+        if (!kRms)
+          column_sum_chain_kernel<S>
+              <<<blocks, 256, 0, stream>>>(part_b, grid, cols, static_cast<S*>(d_b));
+      }
     }
   });
   EMBER_CUDA_CHECK(cudaGetLastError());
@@ -675,6 +760,14 @@ bool layer_norm_warp() {
 
 void set_layer_norm_warp(bool on) {
   g_warp_rows.store(on ? 1 : 0, std::memory_order_relaxed);
+}
+
+bool layer_norm_lean() {
+  return env_switch(g_lean, "EMBER_LAYER_NORM_LEAN", true);
+}
+
+void set_layer_norm_lean(bool on) {
+  g_lean.store(on ? 1 : 0, std::memory_order_relaxed);
 }
 
 bool layer_norm_supported(DType dtype, int64_t cols) {

@@ -80,11 +80,12 @@ double norm_vs_cpu(Norm norm, const Shape& shape, const Shape& normalized, DType
 }
 
 // Row lengths for each block shape (<= 1024, <= 4096, <= 8192), ragged ones (the
-// scalar path), enough rows that blocks loop over several, and the last past the
-// kernel's limit (composed). The RMS norm skips one-column rows: there
-// y = x / sqrt(x^2 + eps) and d_x = g * eps * rstd^3, a difference of two nearly
-// equal terms that no float32 kernel (nor PyTorch's) gets to 1e-5 (the first H200
-// runs measured 3.5e-2 there, and nowhere else); the layer norm's is exactly 0.
+// scalar path), enough rows that blocks loop over several, one past the kernel's limit
+// (composed: 8200), and the edges of the warp kernels' 16 and 24 items a lane (512, 520,
+// 768; appended last so that the earlier shapes keep their seeds). The RMS norm skips one-column
+// rows: there y = x / sqrt(x^2 + eps) and d_x = g * eps * rstd^3, a difference of two nearly equal
+// terms that no float32 kernel (nor PyTorch's) gets to 1e-5 (the first H200 runs measured 3.5e-2
+// there, and nowhere else); the layer norm's is exactly 0.
 void ragged_rows(Norm norm, uint64_t seed) {
   const std::vector<std::pair<int64_t, int64_t>> shapes = {{1, norm == Norm::Layer ? 1 : 2},
                                                            {7, 3},
@@ -96,7 +97,10 @@ void ragged_rows(Norm norm, uint64_t seed) {
                                                            {4, 8192},
                                                            {2, 8191},
                                                            {1000, 64},
-                                                           {2, 8200}};
+                                                           {2, 8200},
+                                                           {11, 512},
+                                                           {9, 520},
+                                                           {40, 768}};
   for (auto [rows, cols] : shapes)
     for (DType dtype : {kFloat32, kBFloat16})
       for (bool affine : {true, false}) {
@@ -300,4 +304,49 @@ TEST_CASE("kernels/layer_norm: the residual add in the same pass equals add then
         CHECK(rel_error(one[1].to(kFloat64), layer_norm(s64, {cols}, w0, b0)) <=
               (t.bf16_out ? 1e-2 : tol(t.x)));
       }
+}
+
+// EMBER_LAYER_NORM_LEAN: the warp kernels with the items a lane needs and the one-launch
+// column sums, against 32 items and the per-column chain, on the GPT's path (float32
+// input, a bfloat16 result, its gradient folded into a residual sum) and plain float32
+// and bfloat16 rows: y and d_x the same bits (the items past a row add zeros), d_w and
+// d_b to rounding (the column sums add in another order). The lean side (the default)
+// is checked against the CPU by the cases above.
+TEST_CASE("kernels/norm: the lean warp kernels equal the full ones" * doctest::test_suite("cuda")) {
+  ember::testing::SwitchGuard warp_guard(cuda::layer_norm_warp, cuda::set_layer_norm_warp);
+  ember::testing::SwitchGuard lean_guard(cuda::layer_norm_lean, cuda::set_layer_norm_lean);
+  cuda::set_layer_norm_warp(true);
+  for (bool lean : {true, false}) {
+    cuda::set_layer_norm_lean(lean);
+    CHECK(cuda::layer_norm_lean() == lean);
+  }
+  // cols: 24 items a lane (768, 520), 16 (384, 512), 32 (1000), element by element (250).
+  for (int64_t cols :
+       {int64_t{768}, int64_t{520}, int64_t{384}, int64_t{512}, int64_t{1000}, int64_t{250}})
+    for (int mode = 0; mode < 3; ++mode) {
+      // mode 0: float32 x, bfloat16 y; 1: float32 throughout; 2: bfloat16 throughout.
+      const DType dtype = mode == 2 ? kBFloat16 : kFloat32;
+      INFO("cols=", cols, " mode=", mode);
+      const int64_t rows = 3000;
+      const Tensor x0 = randn64({rows, cols}, 1900 + cols).to(kCUDA, dtype);
+      const Tensor w0 = randn64({cols}, 1901).to(kCUDA, dtype);
+      const Tensor b0 = randn64({cols}, 1902).to(kCUDA, dtype);
+      const Tensor gy = randn64({rows, cols}, 1903).to(kCUDA, dtype);
+      auto run = [&](bool lean) {
+        cuda::set_layer_norm_lean(lean);
+        Tensor x = x0.detach().set_requires_grad(true), w = w0.detach().set_requires_grad(true),
+               b = b0.detach().set_requires_grad(true);
+        Tensor y = mode == 0 ? detail::layer_norm_into_dtype(x, {cols}, w, b, 1e-5, kBFloat16)
+                             : layer_norm(x, {cols}, w, b);
+        add(x, y).backward(gy);
+        auto f64 = [](const Tensor& t) { return t.to(kCPU).to(kFloat64); };
+        return std::vector<Tensor>{f64(y.detach()), f64(x.grad()), f64(w.grad()), f64(b.grad())};
+      };
+      const std::vector<Tensor> lean = run(true), full = run(false);
+      CHECK(ember::testing::same_bits(lean[0], full[0]));  // y
+      CHECK(ember::testing::same_bits(lean[1], full[1]));  // d_x + the residual's gradient
+      const double t = mode == 2 ? 1e-2 : 1e-5;
+      CHECK(rel_error(lean[2], full[2]) <= t);  // d_w
+      CHECK(rel_error(lean[3], full[3]) <= t);  // d_b
+    }
 }
