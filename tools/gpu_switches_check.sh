@@ -48,6 +48,9 @@
 #        binaries (cuda, or rest: core, memory, nn, optim, parallel; no run starts after
 #        EMBER_SANITIZE_DEADLINE s, default 400), then benchmarks/peer_gpt.py --interleave 5
 #        for EMBER_PEER_ONLY (gpt2 or char; none: skipped) with EMBER_CLOSING_OURS_FLAGS
+#   tools/gpu_switches_check.sh round10b GPT-2 against PyTorch (peer_gpt.py --interleave 5, ours
+#        bench_gpt --only gpt2 --eager), then GPT-2 eager with EMBER_LAYER_NORM_LEAN 0 and 1,
+#        alternating, while time is left
 #   EMBER_SWITCHES_LIMIT=540           seconds the stage may take; each part starts only
 #                                      with time left for it
 #   EMBER_GPU_PREBUILT=.device/bg.tar.xz  the pack (unpacked unless build-gpu already holds
@@ -376,8 +379,17 @@ elif [ "$stage" = sanpeer ]; then
     tail -14 "$out/gpt_vs_torch_$w.txt"
   fi
   keep=(gpu.txt sanitize_summary.txt "gpt_vs_torch_$w.txt")
+elif [ "$stage" = round10b ]; then
+  echo "=== gpt2: PyTorch eager and torch.compile against bench_gpt --eager, interleaved ($(left) s left)"
+  timeout 260 python3 benchmarks/peer_gpt.py --only gpt2 --interleave 5 \
+    --ours "build-gpu/benchmarks/bench_gpt --only gpt2 --eager" >"$out/gpt_vs_torch_gpt2.txt" 2>&1
+  echo "exit status $?" >>"$out/gpt_vs_torch_gpt2.txt"
+  tail -14 "$out/gpt_vs_torch_gpt2.txt"
+  echo "=== GPT-2 eager, EMBER_LAYER_NORM_LEAN 0 and 1, alternating ($(left) s left)"
+  gpt_ab leanab "${EMBER_SWITCHES_RESERVE:-40}" set1 EMBER_LAYER_NORM_LEAN | tee "$out/lean_ab.txt"
+  keep=(gpu.txt gpt_vs_torch_gpt2.txt lean_ab.txt)
 else
-  echo "usage: tools/gpu_switches_check.sh conv|gpt|attn|combo|lnwarp|final|closing|ncu|qkv|round9|round10|sanpeer" >&2
+  echo "usage: tools/gpu_switches_check.sh conv|gpt|attn|combo|lnwarp|final|closing|ncu|qkv|round9|round10|round10b|sanpeer" >&2
   exit 2
 fi
 tools/gpu_logs_pack.sh "$out" "${keep[@]}" && [ -f "$out/logs.tgz" ] && mv "$out/logs.tgz" "$out/more.tgz"
