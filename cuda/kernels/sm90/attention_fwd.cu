@@ -1,7 +1,7 @@
 // Fused attention forward, version 2 (see cuda/kernels/attention.h,
 // launch_attention_forward_sm90): the warpgroup MMA (wgmma, sm_90a) in place of
-// version 1's mma.sync. EXPERIMENTAL: launch_attention_forward does not call it
-// until the probe has checked and timed it on the GPU.
+// version 1's mma.sync. launch_attention_forward runs it by default on compute
+// capability 9.0 without dropout or a mask (docs/attention.md, "Which kernels run").
 //
 // A block of two warpgroups owns 128 query rows (64 each) and walks kBN-key
 // tiles of K and V, double-buffered in shared memory by cp.async (all 256
