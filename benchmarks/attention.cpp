@@ -8,7 +8,12 @@
 // dV of the (b, h) = (0, 0) slice against the composed path (matmul, softmax,
 // matmul) in float64 on the GPU, relative error <= 1e-2 (DESIGN.md's bf16
 // tolerance); a failed check prints no row and exits 1.
-//   bench_attention [--json FILE] [--quick] [--only I]
+//   bench_attention [--json FILE] [--quick] [--only I] [--composed]
+// --composed (with EMBER_ATTENTION=composed in the environment, which the op reads once):
+// the same rows through scaled_dot_product_attention's composed path (matmul, mask,
+// softmax, matmul, each an op with its own backward) instead of the fused kernels, with
+// the same checks, as impl "composed": compare.sh's attention set runs both, so issue 27's
+// "never slower than the composed path" is read from one run.
 // --only I: shape I of the five alone (0-4, in the order above), causal then full; its
 // first four fused-attention kernels are the causal check's forward and backward (delta,
 // dK/dV, dQ), which tools/gpu_switches_check.sh's round10 stage profiles under ncu.
@@ -52,10 +57,11 @@ Tensor composed(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, 
 }  // namespace
 
 int main(int argc, char** argv) {
-  bool quick = false;
+  bool quick = false, composed_path = false;
   int only = -1;
   for (int i = 1; i < argc; ++i) {
     quick |= std::strcmp(argv[i], "--quick") == 0;
+    composed_path |= std::strcmp(argv[i], "--composed") == 0;
     if (std::strcmp(argv[i], "--only") == 0) {
       char* end = nullptr;
       only = i + 1 < argc ? static_cast<int>(std::strtol(argv[i + 1], &end, 10)) : -1;
@@ -93,14 +99,23 @@ int main(int argc, char** argv) {
       Tensor k = randn({s.b, s.h, s.t, s.d}, gpu, &gen).detach().set_requires_grad(true);
       Tensor v = randn({s.b, s.h, s.t, s.d}, gpu, &gen).detach().set_requires_grad(true);
       const Tensor dy = randn({s.b, s.h, s.t, s.d}, gpu, &gen);
-      if (!detail::fused_attention_supported(q, k, v)) {
-        std::printf("VALIDATION FAILED: no fused attention for %s (EMBER_ATTENTION=composed?)\n",
-                    shape);
+      if (detail::fused_attention_supported(q, k, v) == composed_path) {
+        std::printf(
+            composed_path
+                ? "VALIDATION FAILED: --composed needs EMBER_ATTENTION=composed in the "
+                  "environment (the fused kernels would run at %s)\n"
+                : "VALIDATION FAILED: no fused attention for %s (EMBER_ATTENTION=composed?)\n",
+            shape);
         return 1;
       }
+      // The path timed: the fused kernels, or (--composed) the op's composed path.
+      auto attend = [&] {
+        return composed_path ? scaled_dot_product_attention(q, k, v, Tensor(), 0.0, causal, scale)
+                             : detail::fused_attention(q, k, v, causal, scale);
+      };
       {
         // The (0, 0) slice of the full run against float64 on the same bf16 values.
-        const Tensor o = detail::fused_attention(q, k, v, causal, scale);
+        const Tensor o = attend();
         const std::vector<Tensor> g = grad({o}, {q, k, v}, {dy});
         auto slice0 = [](const Tensor& t) { return t.select(0, 0).select(0, 0); };
         Tensor q64 = slice0(q).to(kFloat64).detach().set_requires_grad(true);
@@ -119,18 +134,16 @@ int main(int argc, char** argv) {
           4.0 * s.b * s.h * static_cast<double>(s.t) * s.t * s.d * (causal ? 0.5 : 1.0);
       auto fwd = [&] {
         NoGradGuard ng;
-        Tensor o = detail::fused_attention(q, k, v, causal, scale);
+        Tensor o = attend();
       };
-      auto fwd_bwd = [&] {
-        std::vector<Tensor> g =
-            grad({detail::fused_attention(q, k, v, causal, scale)}, {q, k, v}, {dy});
-      };
+      auto fwd_bwd = [&] { std::vector<Tensor> g = grad({attend()}, {q, k, v}, {dy}); };
       const bench::Spread f = bench::spread_ms(fwd, 3, iters);
-      table.add({"attention fwd", "bf16", shape, "ember", f.median, flop / f.median / 1e9,
-                 "TFLOP/s", "", f.min, f.max});
+      const char* impl = composed_path ? "composed" : "ember";
+      table.add({"attention fwd", "bf16", shape, impl, f.median, flop / f.median / 1e9, "TFLOP/s",
+                 "", f.min, f.max});
       const bench::Spread fb = bench::spread_ms(fwd_bwd, 3, iters);
-      table.add({"attention fwd+bwd", "bf16", shape, "ember", fb.median,
-                 3.5 * flop / fb.median / 1e9, "TFLOP/s", "", fb.min, fb.max});
+      table.add({"attention fwd+bwd", "bf16", shape, impl, fb.median, 3.5 * flop / fb.median / 1e9,
+                 "TFLOP/s", "", fb.min, fb.max});
     }
   table.write_json(bench::json_path(argc, argv));
   return 0;

@@ -18,7 +18,8 @@
 #                                  PyTorch with cuDNN (peer_conv.py)
 #                          attention  bench_attention (fused attention, bf16, issue 27's shapes
 #                                  and T 4096, 8192; forward, forward+backward) against PyTorch's
-#                                  sdpa, its faster of flash and cuDNN (peer_attention.py)
+#                                  sdpa, its faster of flash and cuDNN (peer_attention.py), and
+#                                  against ember's composed path (bench_attention --composed)
 #                          elementwise  bench_elementwise (GPT-2's element-wise work, strided and
 #                                  vector kernels) against PyTorch (peer_pytorch.py --only
 #                                  elementwise)
@@ -152,6 +153,9 @@ for ((k = 1; k <= reps; ++k)); do
   if has attention; then
     run "$d" attention 300 "$b/bench_attention" --json "$d/attention.json" "${quick[@]}"
     run "$d" peer_attention 300 python3 benchmarks/peer_attention.py --json "$d/peer_attention.json" "${quick[@]}"
+    # The same shapes through the composed path (EMBER_ATTENTION is read once per process).
+    run "$d" attention_composed 600 env EMBER_ATTENTION=composed "$b/bench_attention" --composed \
+      --json "$d/attention_composed.json" "${quick[@]}"
   fi
   if has elementwise; then
     run "$d" elementwise 300 "$b/bench_elementwise" --json "$d/elementwise.json"

@@ -345,10 +345,11 @@ def op_overhead(reps):
     table(["workload", "device", "shape", "host ns/op", "ratio to a bare launch"], rows)
 
 
-def paired(reps, ours_file, peer_file, title, targets=()):
+def paired(reps, ours_file, peer_file, title, targets=(), versus=""):
     """A generic section: ember's rows of ours_file against the peer's rows of
     peer_file with the same (workload, dtype, shape); targets are (issue, workload,
-    dtype, target ratio) entries added to the Targets table."""
+    dtype, target ratio) entries added to the Targets table, their text ending in
+    versus (what the ratio is against) when given."""
     key = lambda r: (r["workload"], r["dtype"], r["shape"])
     ours = collect(reps, (ours_file,), key)
     peer = collect(reps, (peer_file,), key)
@@ -361,6 +362,7 @@ def paired(reps, ours_file, peer_file, title, targets=()):
                 (not shape or k[2] == shape[0])]
         for k in want:
             what = f"{workload} {dtype}{' ' + k[2] if shape else ''} <= {target}x"
+            what += f" {versus}" if versus else ""
             TARGETS.append((issue, what,
                             ratio_series(reps, (ours_file,), key, (peer_file,), key, k), target))
     if rows:
@@ -482,6 +484,15 @@ def main():
             ("27", "attention fwd+bwd", "bf16", 1.0, "B8 H16 T1024 D64 causal"),
             ("27", "attention fwd+bwd", "bf16", 1.0, "B16 H12 T1024 D64 causal"),
             ("27", "attention fwd+bwd", "bf16", 1.0, "B16 H12 T1024 D64 full")])
+    # Issue 27: never slower than the composed path at any tested shape (the fused rows'
+    # "peer" here is bench_attention --composed of the same repetition).
+    if any(load(rep, "attention_composed.json") for rep in reps):
+        att_rows = {(r["workload"], r["dtype"], r["shape"]) for rep in reps
+                    for r in load(rep, "attention.json")}
+        paired(reps, "attention.json", "attention_composed.json",
+               "Fused attention (bf16): the fused kernels against ember's composed path",
+               [("27", w, d, 1.0, shape) for w, d, shape in sorted(att_rows)],
+               versus="ember's composed path")
     if TARGETS:
         print("### Targets\n")
         print("Met only when the whole range of the ratio is at or below the target, missed "
