@@ -32,13 +32,70 @@ constexpr int64_t kRows = 8192, kCols = 4096;
 // ||a - b|| / ||b|| on the GPU, in float64.
 const auto rel_err = bench::rel_err_on_device;
 
+// One shape of one dtype: the inputs (x = 3 N(0,1) + 1, w = 0.5 N(0,1) + 1, b and d_y
+// N(0,1), drawn from gen in that order), the composed ops' results in float64 on the GPU,
+// and the fused kernels' outputs with their two launches.
+struct KernelCase {
+  int64_t rows, cols;
+  DType dtype;
+  Tensor x, w, b, dy, ref_y;
+  std::vector<Tensor> ref;  // d_x, d_w, d_b
+  Tensor y, mean, rstd, dx, dw, db, ws;
+
+  KernelCase(int64_t r, int64_t c, DType dt, Generator& gen) : rows(r), cols(c), dtype(dt) {
+    const TensorOptions f32 = TensorOptions(kFloat32).device(kCUDA);
+    const TensorOptions opt = TensorOptions(dt).device(kCUDA);
+    x = (randn({rows, cols}, f32, &gen) * 3.0 + 1.0).to(dt);
+    w = (randn({cols}, f32, &gen) * 0.5 + 1.0).to(dt);
+    b = randn({cols}, f32, &gen).to(dt);
+    dy = randn({rows, cols}, f32, &gen).to(dt);
+    Tensor x64 = x.to(kFloat64).detach().set_requires_grad(true);
+    Tensor w64 = w.to(kFloat64).detach().set_requires_grad(true);
+    Tensor b64 = b.to(kFloat64).detach().set_requires_grad(true);
+    ref_y = layer_norm(x64, {cols}, w64, b64);
+    ref = grad({ref_y}, {x64, w64, b64}, {dy.to(kFloat64)});
+    y = empty({rows, cols}, opt);
+    dx = empty({rows, cols}, opt);
+    mean = empty({rows}, f32);
+    rstd = empty({rows}, f32);
+    dw = empty({cols}, opt);
+    db = empty({cols}, opt);
+    ws = empty({static_cast<int64_t>(cuda::layer_norm_workspace_bytes(dt, rows, cols) / 8 + 1)},
+               TensorOptions(kFloat64).device(kCUDA));
+  }
+  void fwd() {
+    cuda::launch_layer_norm(dtype, x.raw_data(), w.raw_data(), b.raw_data(), y.raw_data(),
+                            mean.raw_data(), rstd.raw_data(), rows, cols, 1e-5, nullptr);
+  }
+  void bwd() {
+    cuda::launch_layer_norm_backward(dtype, dy.raw_data(), x.raw_data(), w.raw_data(),
+                                     mean.raw_data(), rstd.raw_data(), dx.raw_data(), dw.raw_data(),
+                                     db.raw_data(), rows, cols, ws.raw_data(), nullptr);
+  }
+  // Runs both kernels once and prints their errors (y, d_x, d_w, d_b) against the
+  // references after `what`; false (after VALIDATION FAILED) when one is over tol.
+  bool check(const char* what, double tol) {
+    fwd();
+    bwd();
+    const double errs[] = {rel_err(y, ref_y), rel_err(dx, ref[0]), rel_err(dw, ref[1]),
+                           rel_err(db, ref[2])};
+    std::printf("validate %s kernels: y %.2e, d_x %.2e, d_w %.2e, d_b %.2e\n", what, errs[0],
+                errs[1], errs[2], errs[3]);
+    for (double e : errs)
+      if (!(e <= tol)) {
+        std::printf("VALIDATION FAILED\n");
+        return false;
+      }
+    return true;
+  }
+};
+
 // GPT-2's rows with EMBER_LAYER_NORM_LEAN off and on, alternating (see the top). False
 // when a check failed.
 bool lean_rows(bench::Table& table, double copy_gbs) {
   constexpr int64_t rows = 16384, cols = 768;
   constexpr int kRounds = 5;
   const char* shape = "16384x768";
-  const TensorOptions on_gpu = TensorOptions(kFloat32).device(kCUDA);
   Generator gen(24);
   const bool was_lean = cuda::layer_norm_lean(), was_warp = cuda::layer_norm_warp();
   cuda::set_layer_norm_warp(true);
@@ -47,46 +104,16 @@ bool lean_rows(bench::Table& table, double copy_gbs) {
     const char* dn = dtype == kFloat32 ? "f32" : "bf16";
     const double tol = dtype == kFloat32 ? 1e-5 : 1e-2, n = static_cast<double>(rows * cols);
     const double es = static_cast<double>(element_size(dtype));
-    const TensorOptions opt = TensorOptions(dtype).device(kCUDA);
-    Tensor x = (randn({rows, cols}, on_gpu, &gen) * 3.0 + 1.0).to(dtype);
-    Tensor w = (randn({cols}, on_gpu, &gen) * 0.5 + 1.0).to(dtype);
-    Tensor b = randn({cols}, on_gpu, &gen).to(dtype);
-    Tensor dy = randn({rows, cols}, on_gpu, &gen).to(dtype);
-    Tensor x64 = x.to(kFloat64).detach().set_requires_grad(true);
-    Tensor w64 = w.to(kFloat64).detach().set_requires_grad(true);
-    Tensor b64 = b.to(kFloat64).detach().set_requires_grad(true);
-    const Tensor ref_y = layer_norm(x64, {cols}, w64, b64);
-    const std::vector<Tensor> ref = grad({ref_y}, {x64, w64, b64}, {dy.to(kFloat64)});
-    Tensor y = empty({rows, cols}, opt), dx = empty({rows, cols}, opt);
-    Tensor mean = empty({rows}, on_gpu), rstd = empty({rows}, on_gpu);
-    Tensor dw = empty({cols}, opt), db = empty({cols}, opt);
-    Tensor ws =
-        empty({static_cast<int64_t>(cuda::layer_norm_workspace_bytes(dtype, rows, cols) / 8 + 1)},
-              TensorOptions(kFloat64).device(kCUDA));
-    auto fwd = [&] {
-      cuda::launch_layer_norm(dtype, x.raw_data(), w.raw_data(), b.raw_data(), y.raw_data(),
-                              mean.raw_data(), rstd.raw_data(), rows, cols, 1e-5, nullptr);
-    };
-    auto bwd = [&] {
-      cuda::launch_layer_norm_backward(
-          dtype, dy.raw_data(), x.raw_data(), w.raw_data(), mean.raw_data(), rstd.raw_data(),
-          dx.raw_data(), dw.raw_data(), db.raw_data(), rows, cols, ws.raw_data(), nullptr);
-    };
+    KernelCase c(rows, cols, dtype, gen);
     for (bool lean : {false, true}) {
       cuda::set_layer_norm_lean(lean);
-      fwd();
-      bwd();
-      const double errs[] = {rel_err(y, ref_y), rel_err(dx, ref[0]), rel_err(dw, ref[1]),
-                             rel_err(db, ref[2])};
-      std::printf("validate %s %s lean=%d kernels: y %.2e, d_x %.2e, d_w %.2e, d_b %.2e\n", dn,
-                  shape, lean ? 1 : 0, errs[0], errs[1], errs[2], errs[3]);
-      for (double e : errs)
-        if (!(e <= tol)) {
-          std::printf("VALIDATION FAILED\n");
-          ok = false;
-        }
+      char what[64];
+      std::snprintf(what, sizeof(what), "%s %s lean=%d", dn, shape, lean ? 1 : 0);
+      ok = c.check(what, tol) && ok;
     }
     if (!ok) break;
+    auto fwd = [&] { c.fwd(); };
+    auto bwd = [&] { c.bwd(); };
     std::vector<double> f[2], bw[2], ratio_f, ratio_b;
     for (int r = 0; r < kRounds; ++r)
       for (int lean : {0, 1}) {
@@ -129,7 +156,6 @@ int main(int argc, char** argv) {
   if (!bench::have_gpu("bench_layer_norm")) return 0;
   bench::Table table("layer_norm: forward + backward (x, weight, bias), 8192 x 4096");
   const char* shape = "8192x4096";
-  const TensorOptions on_gpu = TensorOptions(kFloat32).device(kCUDA);
 
   const double copy_gbs = bench::copy_bandwidth_gbs(table, kRows * kCols, shape, 100);
 
@@ -140,49 +166,12 @@ int main(int argc, char** argv) {
     const double tol = dtype == kFloat32 ? 1e-5 : 1e-2;
     const double es = static_cast<double>(element_size(dtype));
     const double n = static_cast<double>(kRows * kCols);
-    Tensor x = (randn({kRows, kCols}, on_gpu, &gen) * 3.0 + 1.0).to(dtype);
-    Tensor w = (randn({kCols}, on_gpu, &gen) * 0.5 + 1.0).to(dtype);
-    Tensor b = randn({kCols}, on_gpu, &gen).to(dtype);
-    Tensor dy = randn({kRows, kCols}, on_gpu, &gen).to(dtype);
-    // The reference: the composed ops in float64 on the GPU.
-    std::vector<Tensor> ref;
-    Tensor ref_y;
-    {
-      Tensor x64 = x.to(kFloat64).detach().set_requires_grad(true);
-      Tensor w64 = w.to(kFloat64).detach().set_requires_grad(true);
-      Tensor b64 = b.to(kFloat64).detach().set_requires_grad(true);
-      ref_y = layer_norm(x64, {kCols}, w64, b64);
-      ref = grad({ref_y}, {x64, w64, b64}, {dy.to(kFloat64)});
-    }
+    KernelCase c(kRows, kCols, dtype, gen);
 
     // The kernels alone.
-    Tensor y = empty({kRows, kCols}, TensorOptions(dtype).device(kCUDA));
-    Tensor mean = empty({kRows}, on_gpu), rstd = empty({kRows}, on_gpu);
-    Tensor dx = empty({kRows, kCols}, TensorOptions(dtype).device(kCUDA));
-    Tensor dw = empty({kCols}, TensorOptions(dtype).device(kCUDA)), db = empty_like(dw);
-    Tensor ws =
-        empty({static_cast<int64_t>(cuda::layer_norm_workspace_bytes(dtype, kRows, kCols) / 8 + 1)},
-              TensorOptions(kFloat64).device(kCUDA));
-    auto fwd = [&] {
-      cuda::launch_layer_norm(dtype, x.raw_data(), w.raw_data(), b.raw_data(), y.raw_data(),
-                              mean.raw_data(), rstd.raw_data(), kRows, kCols, 1e-5, nullptr);
-    };
-    auto bwd = [&] {
-      cuda::launch_layer_norm_backward(
-          dtype, dy.raw_data(), x.raw_data(), w.raw_data(), mean.raw_data(), rstd.raw_data(),
-          dx.raw_data(), dw.raw_data(), db.raw_data(), kRows, kCols, ws.raw_data(), nullptr);
-    };
-    fwd();
-    bwd();
-    const double errs[] = {rel_err(y, ref_y), rel_err(dx, ref[0]), rel_err(dw, ref[1]),
-                           rel_err(db, ref[2])};
-    std::printf("validate %s kernels: y %.2e, d_x %.2e, d_w %.2e, d_b %.2e\n", dn, errs[0], errs[1],
-                errs[2], errs[3]);
-    for (double e : errs)
-      if (!(e <= tol)) {
-        std::printf("VALIDATION FAILED\n");
-        return 1;
-      }
+    if (!c.check(dn, tol)) return 1;
+    auto fwd = [&] { c.fwd(); };
+    auto bwd = [&] { c.bwd(); };
     const double fwd_bytes = 2.0 * n * es, bwd_bytes = 3.0 * n * es;
     const double ms_f = bench::median_ms(fwd, 5, 100);
     std::snprintf(note, sizeof(note), "%.2f of copy (read x, write y)",
@@ -194,13 +183,13 @@ int main(int argc, char** argv) {
     table.add({"ln bwd kernel", dn, shape, "ours", ms_b, bwd_bytes / ms_b / 1e6, "GB/s", note});
 
     // The op: forward + backward of x, weight and bias, as a training step runs it.
-    Tensor xr = x.detach().set_requires_grad(true), wr = w.detach().set_requires_grad(true),
-           br = b.detach().set_requires_grad(true);
+    Tensor xr = c.x.detach().set_requires_grad(true), wr = c.w.detach().set_requires_grad(true),
+           br = c.b.detach().set_requires_grad(true);
     {
       Tensor yo = layer_norm(xr, {kCols}, wr, br);
-      std::vector<Tensor> g = grad({yo}, {xr, wr, br}, {dy});
-      const double e = std::max({rel_err(yo, ref_y), rel_err(g[0], ref[0]), rel_err(g[1], ref[1]),
-                                 rel_err(g[2], ref[2])});
+      std::vector<Tensor> g = grad({yo}, {xr, wr, br}, {c.dy});
+      const double e = std::max({rel_err(yo, c.ref_y), rel_err(g[0], c.ref[0]),
+                                 rel_err(g[1], c.ref[1]), rel_err(g[2], c.ref[2])});
       std::printf("validate %s op: worst rel err %.2e\n", dn, e);
       if (!(e <= tol)) {
         std::printf("VALIDATION FAILED\n");
@@ -209,7 +198,7 @@ int main(int argc, char** argv) {
     }
     auto op = [&] {
       Tensor yo = layer_norm(xr, {kCols}, wr, br);
-      std::vector<Tensor> g = grad({yo}, {xr, wr, br}, {dy});
+      std::vector<Tensor> g = grad({yo}, {xr, wr, br}, {c.dy});
     };
     const double ms_op = bench::median_ms(op, 5, 100);
     std::snprintf(note, sizeof(note), "%.2f of copy (5 accesses/elem)",
