@@ -46,8 +46,10 @@
 #        --only 1, --only 2): throughput, occupancy, pipes, stall reasons
 #   tools/gpu_switches_check.sh sanpeer tools/gpu_sanitize.sh over EMBER_SANITIZE_PART's
 #        binaries (cuda, or rest: core, memory, nn, optim, parallel; no run starts after
-#        EMBER_SANITIZE_DEADLINE s, default 400), then benchmarks/peer_gpt.py --interleave 5
-#        for EMBER_PEER_ONLY (gpt2 or char; none: skipped) with EMBER_CLOSING_OURS_FLAGS
+#        EMBER_SANITIZE_DEADLINE s: by default the stage's limit less 20 s, or less 200 s
+#        when a peer run follows; a whole part takes ~370 s on an H100, and a cut part is
+#        no result), then benchmarks/peer_gpt.py --interleave 5 for EMBER_PEER_ONLY (gpt2
+#        or char; none, the default: skipped) with EMBER_CLOSING_OURS_FLAGS
 #   tools/gpu_switches_check.sh round10b GPT-2 against PyTorch (peer_gpt.py --interleave 5, ours
 #        bench_gpt --only gpt2 --eager), then GPT-2 eager with EMBER_LAYER_NORM_LEAN 0 and 1,
 #        alternating, while time is left
@@ -360,16 +362,17 @@ elif [ "$stage" = sanpeer ]; then
     rest) only=core,memory,nn,optim,parallel ;;
     *) only=$EMBER_SANITIZE_PART ;;
   esac
-  echo "=== tools/gpu_sanitize.sh over $only ($(left) s left)"
+  w=${EMBER_PEER_ONLY:-none}
+  deadline=${EMBER_SANITIZE_DEADLINE:-$(($(left) - $([ "$w" = none ] && echo 20 || echo 200)))}
+  echo "=== tools/gpu_sanitize.sh over $only, deadline $deadline s ($(left) s left)"
   EMBER_COMMIT=$(cat build-gpu/ember_commit.txt) EMBER_GPU_SANITIZE_ONLY=$only \
     EMBER_GPU_SANITIZE_JOBS=16 EMBER_GPU_SANITIZE_SHARD=3 \
-    EMBER_GPU_SANITIZE_DEADLINE=${EMBER_SANITIZE_DEADLINE:-400} EMBER_GPU_SANITIZE_PROBE=1 \
+    EMBER_GPU_SANITIZE_DEADLINE=$deadline EMBER_GPU_SANITIZE_PROBE=1 \
     tools/gpu_sanitize.sh build-gpu >"$out/sanitize.txt" 2>&1
   echo "gpu_sanitize exit status $?" | tee "$out/sanitize_summary.txt"
   grep -v '^gpu-sanitize: \(memcheck\|racecheck\|initcheck\|synccheck\) on ' "$out/sanitize.txt" |
     tail -60 | tee -a "$out/sanitize_summary.txt"
   cp -r build-gpu/gpu-sanitize "$out/sanitize_logs" 2>/dev/null
-  w=${EMBER_PEER_ONLY:-none}
   if [ "$w" != none ]; then
     echo "=== $w: PyTorch eager and torch.compile against bench_gpt, interleaved ($(left) s left)"
     timeout $(($(left) - 10)) python3 benchmarks/peer_gpt.py --only "$w" --interleave 5 \
