@@ -314,8 +314,6 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-constexpr int kColumnSumThreads = 512;
-
 // EMBER_LAYER_NORM_LEAN=0: out[c] = the sum over blocks of part[block, c] in block order,
 // a thread per column.
 template <typename S>
@@ -328,6 +326,7 @@ __global__ void column_sum_chain_kernel(const float* __restrict__ part, int64_t 
   out[c] = narrow<S>(acc);
 }
 
+constexpr int kColumnSumThreads = 512;
 constexpr int kColumnSumGroups = kColumnSumThreads / 32;
 
 // out_w[c] = sum over blocks of part_w[block, c] (blockIdx.y 0), out_b[c] likewise from
@@ -336,7 +335,8 @@ constexpr int kColumnSumGroups = kColumnSumThreads / 32;
 // g, g + kColumnSumGroups, ... of its lane's column in row order, and warp 0 adds the
 // groups' sums in group order. Deterministic, no atomics; one launch for both, and
 // enough blocks and loads in flight that the sum is not one thread's chain of reads per
-// column (the GPT's 264 rows of partials: 17 reads a thread instead of 264).
+// column (GPT-2's rows on an H100: a row of partials per block of the resident grid, 264
+// at two warp-kernel blocks an SM, 396 at three; 17 or 25 reads a thread).
 template <typename S>
 __global__ void __launch_bounds__(kColumnSumThreads)
     column_sums_kernel(const float* __restrict__ part_w, const float* __restrict__ part_b,
@@ -383,7 +383,6 @@ std::atomic<int> g_lean{-1};  // -1: EMBER_LAYER_NORM_LEAN not read yet
 // f(std::integral_constant<int, kItems>{}) with the items a lane needs for rows of `cols`
 // (16-byte vectors: 16, 24 or 32, each a whole number of vectors of either storage type;
 // element by element, or EMBER_LAYER_NORM_LEAN=0: 32).
-
 template <typename F>
 void dispatch_warp_items(int64_t cols, bool vec, F&& f) {
   if (!layer_norm_lean())

@@ -125,6 +125,19 @@ void same_bits(Norm norm, uint64_t seed) {
   for (int i = 0; i < 3; ++i) CHECK(std::memcmp(run().data(), first.data(), first.size() * 4) == 0);
 }
 
+// The GPT's path on the GPU: y = layer_norm(x) over the last dim, stored in `out`, then
+// (x + y).backward(gy), so that the norm's d_x folds into the residual stream's gradient.
+// Returns {y, x's gradient, w's, b's} in float64 on the CPU.
+std::vector<Tensor> residual_norm_pass(const Tensor& x0, const Tensor& w0, const Tensor& b0,
+                                       const Tensor& gy, DType out) {
+  Tensor x = x0.detach().set_requires_grad(true), w = w0.detach().set_requires_grad(true),
+         b = b0.detach().set_requires_grad(true);
+  Tensor y = detail::layer_norm_into_dtype(x, {x0.size(-1)}, w, b, 1e-5, out);
+  add(x, y).backward(gy);
+  auto f64 = [](const Tensor& t) { return t.to(kCPU).to(kFloat64); };
+  return std::vector<Tensor>{f64(y.detach()), f64(x.grad()), f64(w.grad()), f64(b.grad())};
+}
+
 }  // namespace
 
 TEST_CASE("kernels/layer_norm: output and gradients match the CPU at ragged row lengths" *
@@ -223,12 +236,7 @@ TEST_CASE(
     const Tensor gy = randn64({rows, cols}, 903).to(kCUDA, kFloat32);
     auto run = [&](bool warp) {
       cuda::set_layer_norm_warp(warp);
-      Tensor x = x0.detach().set_requires_grad(true), w = w0.detach().set_requires_grad(true),
-             b = b0.detach().set_requires_grad(true);
-      Tensor y = detail::layer_norm_into_dtype(x, {cols}, w, b, 1e-5, kBFloat16);
-      add(x, y).backward(gy);
-      auto f64 = [](const Tensor& t) { return t.to(kCPU).to(kFloat64); };
-      return std::vector<Tensor>{f64(y.detach()), f64(x.grad()), f64(w.grad()), f64(b.grad())};
+      return residual_norm_pass(x0, w0, b0, gy, kBFloat16);
     };
     const std::vector<Tensor> by_warp = run(true), by_block = run(false);
     CHECK(rel_error(by_warp[0], by_block[0]) <= 1e-2);  // y, bfloat16
@@ -334,13 +342,8 @@ TEST_CASE("kernels/norm: the lean warp kernels equal the full ones" * doctest::t
       const Tensor gy = randn64({rows, cols}, 1903).to(kCUDA, dtype);
       auto run = [&](bool lean) {
         cuda::set_layer_norm_lean(lean);
-        Tensor x = x0.detach().set_requires_grad(true), w = w0.detach().set_requires_grad(true),
-               b = b0.detach().set_requires_grad(true);
-        Tensor y = mode == 0 ? detail::layer_norm_into_dtype(x, {cols}, w, b, 1e-5, kBFloat16)
-                             : layer_norm(x, {cols}, w, b);
-        add(x, y).backward(gy);
-        auto f64 = [](const Tensor& t) { return t.to(kCPU).to(kFloat64); };
-        return std::vector<Tensor>{f64(y.detach()), f64(x.grad()), f64(w.grad()), f64(b.grad())};
+        // layer_norm's own result dtype is x's here (output = x's dtype is that same path).
+        return residual_norm_pass(x0, w0, b0, gy, mode == 0 ? kBFloat16 : dtype);
       };
       const std::vector<Tensor> lean = run(true), full = run(false);
       CHECK(ember::testing::same_bits(lean[0], full[0]));  // y
