@@ -287,6 +287,11 @@ struct Tensors {
     launch_attention_forward_sm90(prob, in_q(q.p), in_k(k.p), in_k(v.p), out_q(o.p), lse.p, nullptr,
                                   key_tile, pipelined);
   }
+  // Version 4 (warp-specialised: TMA producer, ping-pong consumers).
+  void forward_ws(int key_tile) {
+    launch_attention_forward_sm90_ws(prob, in_q(q.p), in_k(k.p), in_k(v.p), out_q(o.p), lse.p,
+                                     nullptr, key_tile);
+  }
   // The library's default forward (version 2 on sm_90).
   void forward_default() {
     launch_attention_forward(prob, in_q(q.p), in_k(k.p), in_k(v.p), out_q(o.p), lse.p, nullptr);
@@ -389,6 +394,9 @@ bool g_v2_ok64 = true;    // every check of version 2 with 64-key tiles passed s
 bool g_v2_ok128 = true;   // ... with 128-key tiles
 bool g_v3_ok64 = true;    // the pipelined version 2 (forward_version 3), 64-key tiles
 bool g_v3_ok128 = true;   // ... 128-key tiles
+bool g_v4_ok64 = true;    // the warp-specialised forward (forward_version 4), 64-key tiles
+bool g_v4_ok128 = true;   // ... 128-key tiles
+bool g_fwd_only = false;  // --fwd-only: time the sm_90 forwards alone
 bool g_v2_bwd_ok = true;  // every check of version 2 of the backward passed so far
 
 std::string describe(const Case& c) {
@@ -436,18 +444,23 @@ bool check_case(Tensors& t, int slices, uint64_t seed) {
   // Version 2 (wgmma, sm_90a), both key tiles, where the device is sm_90.
   bool v2_all = true;
   if (g_sm90) {
-    for (int pipe = 0; pipe < 2; ++pipe)
+    for (int pipe = 0; pipe < 3; ++pipe)
       for (int tile : {64, 128}) {
         t.o.poison(), t.lse.poison();
-        t.forward_sm90(tile, pipe == 1);
+        if (pipe == 2)
+          t.forward_ws(tile);
+        else
+          t.forward_sm90(tile, pipe == 1);
         CK(cudaGetLastError());
         CK(cudaDeviceSynchronize());
         CK(cudaMemcpy(lse.data(), t.lse.p, lse.size() * sizeof(float), cudaMemcpyDeviceToHost));
-        std::printf(" | %s/%d:", pipe ? "v3" : "v2", tile);
+        std::printf(" | %s/%d:", pipe == 2 ? "v4" : pipe ? "v3" : "v2", tile);
         const bool v2ok = report("O", rel_err(gather(t.o, t, true, slices), ref.o)) &
                           report("LSE", rel_err(lse, lse_ref));
         v2_all &= v2ok;
-        if (pipe)
+        if (pipe == 2)
+          (tile == 64 ? g_v4_ok64 : g_v4_ok128) &= v2ok;
+        else if (pipe)
           (tile == 64 ? g_v3_ok64 : g_v3_ok128) &= v2ok;
         else
           (tile == 64 ? g_v2_ok64 : g_v2_ok128) &= v2ok;
@@ -553,6 +566,29 @@ void time_case(const Case& c, int reps) {
     return;
   }
   const double fwd_flop = 4.0 * c.B * c.H * double(c.tq) * c.tk * c.D * (c.causal ? 0.5 : 1.0);
+  auto tf = [](double flop, double ms) { return flop / (ms * 1e-3) / 1e12; };
+  if (g_fwd_only) {
+    // Version 2 and version 4 alternating, 5 rounds of `reps` each; per round the medians.
+    for (int tile : {64, 128}) {
+      if (!(tile == 64 ? g_v2_ok64 && g_v4_ok64 : g_v2_ok128 && g_v4_ok128)) continue;
+      std::vector<double> v2, v4, ratio;
+      for (int round = 0; round < 5; ++round) {
+        v2.push_back(time_it([&] { t.forward_sm90(tile); }, reps).med);
+        v4.push_back(time_it([&] { t.forward_ws(tile); }, reps).med);
+        ratio.push_back(v4.back() / v2.back());
+      }
+      std::sort(v2.begin(), v2.end());
+      std::sort(v4.begin(), v4.end());
+      std::sort(ratio.begin(), ratio.end());
+      std::printf(
+          "TIME %-44s key tile %3d: fwd v2 %.4f ms %4.0f TF/s | fwd v4 %.4f ms [%.4f-%.4f] %4.0f "
+          "TF/s | v4/v2 %.3f [%.3f-%.3f]\n",
+          describe(c).c_str(), tile, v2[2], tf(fwd_flop, v2[2]), v4[2], v4[0], v4[4],
+          tf(fwd_flop, v4[2]), ratio[2], ratio[0], ratio[4]);
+    }
+    std::fflush(stdout);
+    return;
+  }
   const Stat f = time_it([&] { t.forward(); }, reps);
   const Stat f8 = time_it([&] { t.forward(8); }, reps);
   Stat v64{0, 0, 0}, v128{0, 0, 0};
@@ -598,7 +634,6 @@ void time_case(const Case& c, int reps) {
           t.backward(true, 0, 2);
         },
         reps);
-  auto tf = [](double flop, double ms) { return flop / (ms * 1e-3) / 1e12; };
   std::printf(
       "TIME %-44s fwd %.3f ms [%.3f-%.3f] %4.0f TF/s | fwd8 %.3f ms %4.0f TF/s | fwd+bwd %.3f ms "
       "[%.3f-%.3f] %4.0f TF/s | fwd+bwd det %.3f ms %4.0f TF/s\n",
@@ -642,8 +677,11 @@ int main(int argc, char** argv) {
       check_only = true;
     else if (a == "--time-only")
       time_only = true;
+    else if (a == "--fwd-only")
+      g_fwd_only = true;
     else {
-      std::printf("usage: attention_probe [--sanitize] [--check-only] [--time-only]\n");
+      std::printf(
+          "usage: attention_probe [--sanitize] [--check-only] [--time-only] [--fwd-only]\n");
       return 2;
     }
   }

@@ -11,6 +11,8 @@
 #                                                  memcheck, racecheck, initcheck, synccheck)
 #   bash tools/attention_probe.sh --all           (checks, timing, the peer, then the sanitizers)
 #   bash tools/attention_probe.sh --check-only | --time-only   (passed to the probe)
+#   bash tools/attention_probe.sh --fwd-only    (checks, then the sm_90 forwards 2 and 4
+#                                                alternating; no backward, no peer)
 #
 # Writes under $OUT (default ./probe-out): build.log (nvcc with ptxas -v),
 # ptxas_summary.txt (registers, stack, spills per kernel), sass_summary.txt (the
@@ -27,7 +29,7 @@ OBJ="$OUT/obj"
 mkdir -p "$OBJ"
 SOURCES=(cuda/kernels/attention.cu cuda/kernels/sm90/attention_fwd.cu
          cuda/kernels/sm90/attention_bwd.cu cuda/check.cpp cuda/runtime.cpp cuda/device_error.cpp
-         core/base/error.cpp tools/attention_probe.cu tools/attention_capi.cu)
+         cuda/tensor_map.cpp core/base/error.cpp tools/attention_probe.cu tools/attention_capi.cu)
 echo "nvcc: $($NVCC --version | tail -1)"
 start=$(date +%s)
 : > "$OUT/build.log"
@@ -54,7 +56,7 @@ fi
 LIB_OBJS=("$OBJ"/cuda_kernels_attention.cu.o "$OBJ"/cuda_kernels_sm90_attention_fwd.cu.o
           "$OBJ"/cuda_kernels_sm90_attention_bwd.cu.o
           "$OBJ"/cuda_check.cpp.o "$OBJ"/cuda_runtime.cpp.o "$OBJ"/cuda_device_error.cpp.o
-          "$OBJ"/core_base_error.cpp.o)
+          "$OBJ"/cuda_tensor_map.cpp.o "$OBJ"/core_base_error.cpp.o)
 $NVCC "${FLAGS[@]}" "${LIB_OBJS[@]}" "$OBJ"/tools_attention_probe.cu.o -lcublas \
   -o "$OUT/attention_probe" >> "$OUT/build.log" 2>&1 || {
   echo "LINK FAILED"; tail -30 "$OUT/build.log"; exit 2; }
@@ -70,8 +72,8 @@ awk '/Compiling entry function/ { match($0, /attn_[a-z_0-9]+kernelI[^ \x27]*/); 
   "$OUT/build.log" | sed -E 's/EEEvNS1_[0-9]+[A-Za-z]*ParamsE[^:]*//' > "$OUT/ptxas_summary.txt"
 echo "ptxas (kernel<D, ...>: registers, local memory):"; sed 's/^/  /' "$OUT/ptxas_summary.txt"
 # ptxas serializes every wgmma of a kernel that touches an in-flight product's registers.
-serialized=$(grep -c 'C7514' "$OUT/build.log")
-echo "ptxas wgmma serialization warnings (C7514): $serialized" | tee -a "$OUT/ptxas_summary.txt"
+serialized=$(grep -cE 'C7514|C7520' "$OUT/build.log")
+echo "ptxas wgmma serialization warnings (C7514, C7520): $serialized" | tee -a "$OUT/ptxas_summary.txt"
 if command -v cuobjdump > /dev/null; then
   cuobjdump -sass "$OBJ/cuda_kernels_attention.cu.o" "$OBJ/cuda_kernels_sm90_attention_fwd.cu.o" \
       "$OBJ/cuda_kernels_sm90_attention_bwd.cu.o" \
@@ -107,7 +109,7 @@ args=("$@")
 "$OUT/attention_probe" "${args[@]}" 2>&1 | tee "$OUT/probe.log"
 status=${PIPESTATUS[0]}
 echo "probe exit status: $status"
-if [[ $mode != --check-only ]] && python3 -c "import torch" 2>/dev/null; then
+if [[ $mode != --check-only && $mode != --fwd-only ]] && python3 -c "import torch" 2>/dev/null; then
   OUT="$OUT" python3 tools/attention_peer.py 2>&1 | tee "$OUT/peer.log"
   peer=${PIPESTATUS[0]}
   echo "peer exit status: $peer"

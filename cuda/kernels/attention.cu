@@ -1117,14 +1117,18 @@ void launch_attention_forward(const AttentionProblem& p, AttentionInput q, Atten
   const int capability = check_problem(kOp, p);
   EMBER_CHECK(tuning.forward_warps == 0 || tuning.forward_warps == 4 || tuning.forward_warps == 8,
               kOp, ": forward_warps ", tuning.forward_warps, " (0, 4 or 8)");
-  EMBER_CHECK(tuning.forward_version >= 0 && tuning.forward_version <= 3, kOp, ": forward_version ",
-              tuning.forward_version, " (0, 1, 2 or 3)");
+  EMBER_CHECK(tuning.forward_version >= 0 && tuning.forward_version <= 4, kOp, ": forward_version ",
+              tuning.forward_version, " (0 to 4)");
   const bool drop = p.dropout_p > 0.0;
   const bool v1_only = drop || p.mask_kind != 0;  // what version 2 does not read
   EMBER_CHECK(!(v1_only && tuning.forward_version >= 2), kOp,
-              ": forward versions 2 and 3 have no dropout and no mask (version 1 has both)");
+              ": forward versions 2 to 4 have no dropout and no mask (version 1 has both)");
   int version = tuning.forward_version;
   if (version == 0) version = tuning.forward_warps == 0 && !v1_only && capability == 90 ? 2 : 1;
+  if (version == 4) {
+    launch_attention_forward_sm90_ws(p, q, k, v, o, lse, stream, p.head_dim == 64 ? 64 : 128);
+    return;
+  }
   if (version >= 2) {
     // The key tile that was faster at each head dim in the first H200 run.
     launch_attention_forward_sm90(p, q, k, v, o, lse, stream, p.head_dim == 64 ? 64 : 128,

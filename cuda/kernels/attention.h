@@ -77,6 +77,8 @@ struct AttentionTuning {
   /// the first H200 run, benchmarks/NOTES.md "Flash attention").
   /// 3: version 2 pipelined (the next tile's Q K^T during this tile's softmax; compute
   /// capability 9.0 only; experimental, never the default until measured).
+  /// 4: warp-specialised (a TMA producer warpgroup, two consumer warpgroups in
+  /// ping-pong; compute capability 9.0 only; launch_attention_forward_sm90_ws).
   int forward_version = 0;
   int forward_warps = 0;  ///< version 1: 4 or 8 warps, 16 query rows each, per block; 0: 4
   /// Deterministic backward: 32 or 64 query rows per tile of the dK/dV kernel; 0:
@@ -125,6 +127,20 @@ void launch_attention_forward(const AttentionProblem& p, AttentionInput q, Atten
 void launch_attention_forward_sm90(const AttentionProblem& p, AttentionInput q, AttentionInput k,
                                    AttentionInput v, AttentionOutput o, float* lse,
                                    cudaStream_t stream, int key_tile = 64, bool pipelined = false);
+
+/// Version 4 of the forward (cuda/kernels/sm90/attention_fwd.cu), the contract of
+/// launch_attention_forward_sm90: a producer warpgroup loads Q once and K and V tile by
+/// tile with TMA into two stages; two consumer warpgroups take turns on the tensor cores,
+/// so one's softmax runs under the other's products (FlashAttention-3's ping-pong).
+/// Needs, besides version 2's conditions, strides TMA takes (attention_forward_ws_takes).
+void launch_attention_forward_sm90_ws(const AttentionProblem& p, AttentionInput q, AttentionInput k,
+                                      AttentionInput v, AttentionOutput o, float* lse,
+                                      cudaStream_t stream, int key_tile = 128);
+
+/// Whether version 4 can describe q, k and v to TMA: each stride of a dimension longer
+/// than 1 a positive multiple of 8 elements (a broadcast stride of 0 is not).
+bool attention_forward_ws_takes(const AttentionProblem& p, AttentionInput q, AttentionInput k,
+                                AttentionInput v);
 
 /// Version 2 of the deterministic backward's two matrix kernels (cuda/kernels/sm90/
 /// attention_bwd.cu: wgmma, sm_90a): dK and dV over key blocks, then dQ over query

@@ -64,8 +64,10 @@ struct Result {
 // tile; backward reads its O and lse. query_tile: the deterministic backward's dK/dV
 // query tile (0: its default). bwd_version: the deterministic backward's
 // AttentionTuning::backward_version (2: the wgmma kernels); the atomic mode is version 1's.
+// sm90_variant, with v2_tile > 0: 0 version 2, 1 version 2 pipelined (forward_version 3),
+// 2 the warp-specialised forward (forward_version 4, launch_attention_forward_sm90_ws).
 Result run_case(const Shape4& s, bool causal, bool bthd, uint64_t seed, int v2_tile = 0,
-                int query_tile = 0, int bwd_version = 0, bool pipelined = false) {
+                int query_tile = 0, int bwd_version = 0, int sm90_variant = 0) {
   const double scale = 1.0 / std::sqrt(static_cast<double>(s.d));
   Tensor q64 = make_storage(s.b, s.h, s.tq, s.d, bthd, seed);
   Tensor k64 = make_storage(s.b, s.h, s.tk, s.d, bthd, seed + 1);
@@ -113,9 +115,12 @@ Result run_case(const Shape4& s, bool causal, bool bthd, uint64_t seed, int v2_t
   prob.scale = static_cast<float>(scale);
   prob.causal = causal;
   cudaStream_t stream = cuda::current_stream(0);
-  if (v2_tile > 0) {
+  if (v2_tile > 0 && sm90_variant == 2) {
+    cuda::launch_attention_forward_sm90_ws(prob, in(q), in(k), in(v), out(o), lse.data_ptr<float>(),
+                                           stream, v2_tile);
+  } else if (v2_tile > 0) {
     cuda::launch_attention_forward_sm90(prob, in(q), in(k), in(v), out(o), lse.data_ptr<float>(),
-                                        stream, v2_tile, pipelined);
+                                        stream, v2_tile, sm90_variant == 1);
   } else {
     cuda::AttentionTuning fwd_tuning;
     fwd_tuning.forward_version = v2_tile < 0 ? 1 : 0;
@@ -189,22 +194,23 @@ TEST_CASE("kernels/attention: forward and both backward modes match the float64 
 }
 
 TEST_CASE(
-    "kernels/attention: the wgmma forward (v2, and pipelined) matches the float64 composed path" *
+    "kernels/attention: the wgmma forwards (v2, pipelined, warp-specialised) match the float64 "
+    "composed path" *
     doctest::test_suite("cuda_sm90")) {
   const std::vector<Shape4> shapes = {{2, 3, 1, 1, 64},     {2, 3, 7, 7, 64},
                                       {2, 3, 127, 127, 64}, {1, 2, 300, 300, 64},
                                       {2, 3, 127, 300, 64}, {2, 2, 300, 127, 64}};
   uint64_t seed = 901;
-  for (bool pipelined : {false, true})
+  for (int variant : {0, 1, 2})
     for (int tile : {64, 128})
       for (int64_t d : {64, 128})
         for (Shape4 s : shapes)
           for (bool causal : {false, true}) {
             s.d = d;
             const bool bthd = (seed / 4) % 2 == 1;
-            INFO("pipelined=", pipelined, " tile=", tile, " B=", s.b, " H=", s.h, " Tq=", s.tq,
+            INFO("variant=", variant, " tile=", tile, " B=", s.b, " H=", s.h, " Tq=", s.tq,
                  " Tk=", s.tk, " D=", s.d, " causal=", causal, " bthd=", bthd);
-            const Result r = run_case(s, causal, bthd, seed += 4, tile, 0, 0, pipelined);
+            const Result r = run_case(s, causal, bthd, seed += 4, tile, 0, 0, variant);
             CHECK(r.o <= 1e-2);
             CHECK(r.lse <= 1e-2);
             CHECK(r.dq <= 1e-2);  // backward from v2's O and lse
@@ -269,6 +275,17 @@ TEST_CASE("kernels/attention: the refusals name the problem" * doctest::test_sui
   cuda::AttentionInput shifted = in(x);
   shifted.data = static_cast<const char*>(shifted.data) + 2;
   CHECK(contains(fwd(p, shifted), "16-byte aligned"));
+  // Version 4 reads through TMA, which takes no broadcast (0) stride of a dimension longer
+  // than 1; a dimension of 1 may have any.
+  cuda::AttentionInput shared_head = in(x);
+  shared_head.stride_h = 0;
+  cuda::AttentionProblem two_heads = p;
+  two_heads.heads = 2;
+  CHECK(cuda::attention_forward_ws_takes(p, in(x), in(x), in(x)));
+  CHECK(cuda::attention_forward_ws_takes(p, shared_head, shared_head, in(x)));
+  CHECK_FALSE(cuda::attention_forward_ws_takes(two_heads, in(x), shared_head, in(x)));
+  CHECK_FALSE(cuda::attention_forward_ws_takes(two_heads, in(x), in(x), shared_head));
+  CHECK_FALSE(cuda::attention_forward_ws_takes(two_heads, shared_head, in(x), in(x)));
   CHECK(contains(error_of([&] {
                    cuda::launch_attention_backward(p, in(x), in(x), in(x), in(x), in(x),
                                                    lse.data_ptr<float>(), out(x), out(x), out(x),

@@ -22,12 +22,14 @@
 // (kBN * 128 bytes), SBO 1024 (see gemm_kernel.cuh's layout notes).
 #include <cuda_bf16.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 
 #include "core/base/error.h"
 #include "cuda/check.h"
 #include "cuda/kernels/attention.h"
+#include "cuda/tensor_map.h"
 
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define EMBER_ATTN_SM90A 1
@@ -341,6 +343,169 @@ __global__ void __launch_bounds__(kThreads, 1) attn_fwd_sm90_pipe_kernel(const P
 #endif
 }
 
+// ---------------------------------------------------------------------------------
+// Version 4: warp-specialised, FlashAttention-3's producer/consumer split with the two
+// consumer warpgroups in ping-pong. Three warpgroups: warpgroup 0 gives up its
+// registers (setmaxnreg) and one of its threads loads Q once and K and V tile by tile
+// with TMA into kStages stages, each completing on an mbarrier ("full"); warpgroups 1
+// and 2 (64 query rows each) take the registers and, per key tile j, issue P V(j-1)
+// and S(j) = Q K(j)^T as one wgmma group, hand the tensor cores to the other
+// warpgroup (named barriers 1 and 2), wait for their group, free K(j)'s and V(j-1)'s
+// stages ("empty" mbarriers, one arrival per consumer warp) and run the online softmax
+// of S(j) while the other warpgroup's products run. So one warpgroup's exps overlap
+// the other's matrix work, where in version 2 both warpgroups meet at a barrier every
+// tile and do their softmax together. Ragged tails: TMA reads rows past T as zeros.
+namespace ws {
+constexpr int kThreads = 384;
+constexpr int kStages = 2;
+constexpr int kProducerRegs = 24;  // setmaxnreg: 128 * 24 + 256 * 240 <= 65536
+constexpr int kConsumerRegs = 240;
+constexpr int kTurnBarrier = 1;  // consumer warpgroup c waits on named barrier 1 + c
+
+// The mbarriers after the tiles: full Q, then full K, full V, empty K, empty V per stage.
+struct Bars {
+  uint32_t base;
+  __device__ uint32_t q() const { return base; }
+  __device__ uint32_t full_k(int s) const { return base + 8 * (1 + s); }
+  __device__ uint32_t full_v(int s) const { return base + 8 * (1 + kStages + s); }
+  __device__ uint32_t empty_k(int s) const { return base + 8 * (1 + 2 * kStages + s); }
+  __device__ uint32_t empty_v(int s) const { return base + 8 * (1 + 3 * kStages + s); }
+};
+constexpr int kBarBytes = 8 * (1 + 4 * kStages);
+}  // namespace ws
+
+#if EMBER_ATTN_SM90A
+__device__ __forceinline__ void mbar_wait_spin(uint32_t bar, uint32_t parity) {
+  while (!mbar_try_wait(bar, parity)) {
+  }
+}
+
+// The D / 64 boxes of (64 columns, ROWS rows) of one tile: rows [row0, row0 + ROWS) of
+// head (b, h), column block c at c * ROWS * 64 elements.
+template <int ROWS, int D>
+__device__ __forceinline__ void tma_tile(bf16* dst, const CUtensorMap* map, uint32_t bar, int row0,
+                                         int h, int b) {
+#pragma unroll
+  for (int c = 0; c < D / 64; ++c)
+    tma_load_4d(smem_u32(dst + c * ROWS * 64), map, bar, c * 64, row0, h, b);
+}
+#endif  // EMBER_ATTN_SM90A
+
+template <int D, int BN, bool CAUSAL>
+__global__ void __launch_bounds__(ws::kThreads, 1)
+    attn_fwd_sm90_ws_kernel(const __grid_constant__ CUtensorMap map_q,
+                            const __grid_constant__ CUtensorMap map_k,
+                            const __grid_constant__ CUtensorMap map_v, const Params p) {
+#if EMBER_ATTN_SM90A
+  using namespace ws;  // NOLINT(google-build-using-namespace)
+  constexpr int kM = kRowsPerBlock;
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  bf16* s_q = aligned_smem(smem_raw);
+  bf16* s_k = s_q + kM * D;            // [kStages][BN * D]
+  bf16* s_v = s_k + kStages * BN * D;  // [kStages][BN * D]
+  const Bars bars{smem_u32(s_v + kStages * BN * D)};
+
+  const int tid = static_cast<int>(threadIdx.x);
+  const int wg = tid / 128;
+  const int lane = tid % 32;
+  const auto [bh, b, h, q0, n_kt] = query_block<kM, BN, CAUSAL>(p.heads, p.tq, p.tk);
+  if (tid == 0) {
+    mbar_init(bars.q(), 1);
+    for (int s = 0; s < kStages; ++s) {
+      mbar_init(bars.full_k(s), 1);
+      mbar_init(bars.full_v(s), 1);
+      mbar_init(bars.empty_k(s), 8);  // one arrival per consumer warp
+      mbar_init(bars.empty_v(s), 8);
+    }
+    fence_mbar_init();
+  }
+  __syncthreads();
+
+  if (wg == 0) {  // the producer
+    setmaxnreg_dec<kProducerRegs>();
+    if (tid == 0 && n_kt > 0) {
+      prefetch_tensor_map(&map_q);
+      prefetch_tensor_map(&map_k);
+      prefetch_tensor_map(&map_v);
+      mbar_arrive_expect_tx(bars.q(), kM * D * 2);
+      tma_tile<kM, D>(s_q, &map_q, bars.q(), q0, h, b);
+      for (int j = 0; j < n_kt; ++j) {
+        const int st = j % kStages;
+        const uint32_t free_parity = ((j / kStages) + 1) & 1;  // the previous round's phase
+        if (j >= kStages) mbar_wait_spin(bars.empty_k(st), free_parity);
+        mbar_arrive_expect_tx(bars.full_k(st), BN * D * 2);
+        tma_tile<BN, D>(s_k + st * BN * D, &map_k, bars.full_k(st), j * BN, h, b);
+        if (j >= kStages) mbar_wait_spin(bars.empty_v(st), free_parity);
+        mbar_arrive_expect_tx(bars.full_v(st), BN * D * 2);
+        tma_tile<BN, D>(s_v + st * BN * D, &map_v, bars.full_v(st), j * BN, h, b);
+      }
+    }
+    return;
+  }
+
+  setmaxnreg_inc<kConsumerRegs>();
+  const int c = wg - 1;  // this consumer warpgroup: query rows [64 c, 64 c + 64) of the block
+  const int warp = (tid / 32) % 4;
+  float o[D / 2];
+#pragma unroll
+  for (int i = 0; i < D / 2; ++i) o[i] = 0.f;
+  float m[2] = {-INFINITY, -INFINITY};
+  float l[2] = {0.f, 0.f};
+  const int row_lo = q0 + c * 64 + warp * 16 + lane / 4;
+  const int wg_q0 = q0 + c * 64;
+  if (n_kt > 0) {
+    const uint32_t q_base = smem_u32(s_q) + c * 64 * 128;
+    const int my_turn = kTurnBarrier + c, their_turn = kTurnBarrier + (1 - c);
+    uint32_t pa[BN / 16][4];
+    float s[BN / 2];
+    mbar_wait_spin(bars.q(), 0);
+    if (c == 1) bar_arrive(their_turn, 256);  // warpgroup 1 goes first
+    // Tile j: P V(j - 1) (none for j = 0) and S(j) as one wgmma group in this warpgroup's
+    // turn, then the softmax of S(j) in the other's.
+    auto tile = [&]<bool FIRST>(int j) {
+      const int st = j % kStages, prev = (j + kStages - 1) % kStages;
+      mbar_wait_spin(bars.full_k(st), (j / kStages) & 1);
+      if constexpr (!FIRST) mbar_wait_spin(bars.full_v(prev), ((j - 1) / kStages) & 1);
+      bar_sync(my_turn, 256);
+      wgmma_fence();
+      if constexpr (!FIRST) pv<D, BN>(o, pa, smem_u32(s_v + prev * BN * D));
+      qk<D, BN>(s, q_base, smem_u32(s_k + st * BN * D));
+      wgmma_commit();
+      bar_arrive(their_turn, 256);
+      wgmma_wait<0>();
+      fence_regs(s);
+      fence_regs(o);
+      fence_regs(pa);
+      if (lane == 0) {
+        mbar_arrive(bars.empty_k(st));
+        if constexpr (!FIRST) mbar_arrive(bars.empty_v(prev));
+      }
+      softmax_step<D, BN, CAUSAL>(s, o, m, l, pa, j * BN, wg_q0, row_lo, p);
+    };
+    tile.template operator()<true>(0);
+    for (int j = 1; j < n_kt; ++j) tile.template operator()<false>(j);
+    const int last = (n_kt - 1) % kStages;
+    mbar_wait_spin(bars.full_v(last), ((n_kt - 1) / kStages) & 1);
+    bar_sync(my_turn, 256);
+    wgmma_fence();
+    pv<D, BN>(o, pa, smem_u32(s_v + last * BN * D));
+    wgmma_commit();
+    if (c == 0) bar_arrive(their_turn, 256);  // warpgroup 2's last turn; 1 has had its own
+    wgmma_wait<0>();
+    fence_regs(o);
+  }
+  store_output<D>(p, b, h, row_lo, o, m, l);
+#else
+  (void)map_q, (void)map_k, (void)map_v, (void)p;
+#endif
+}
+
+template <int D, int BN>
+constexpr size_t ws_smem_bytes() {
+  return static_cast<size_t>(kRowsPerBlock + 2 * ws::kStages * BN) * D * sizeof(bf16) +
+         ws::kBarBytes + 1024;
+}
+
 // Q, then K double-buffered and V double- (PIPE: triple-) buffered, and the alignment slack.
 template <int D, int BN, bool PIPE>
 constexpr size_t smem_bytes() {
@@ -381,28 +546,25 @@ void launch_variant(const Params& prm, int64_t bh, int64_t head_dim, int key_til
   }
 }
 
-}  // namespace
-
-void launch_attention_forward_sm90(const AttentionProblem& p, AttentionInput q, AttentionInput k,
-                                   AttentionInput v, AttentionOutput o, float* lse,
-                                   cudaStream_t stream, int key_tile, bool pipelined) {
-  constexpr const char* kOp = "attention_forward_sm90";
+// Checks the problem and the operands for the sm_90 forwards (`op` names the caller) and
+// fills prm; false when there is nothing to compute.
+bool sm90_params(const char* op, const AttentionProblem& p, AttentionInput q, AttentionInput k,
+                 AttentionInput v, AttentionOutput o, float* lse, Params& prm) {
   const char* why = attention_unsupported(p.dtype, p.head_dim);
-  EMBER_CHECK(why == nullptr, kOp, ": ", why == nullptr ? "" : why);
-  EMBER_CHECK(key_tile == 64 || key_tile == 128, kOp, ": key_tile ", key_tile, " (64 or 128)");
-  EMBER_CHECK(p.dropout_p == 0.0 && p.mask_kind == 0, kOp,
+  EMBER_CHECK(why == nullptr, op, ": ", why == nullptr ? "" : why);
+  EMBER_CHECK(p.dropout_p == 0.0 && p.mask_kind == 0, op,
               ": has no dropout and no mask (launch_attention_forward's version 1 has both)");
   int device = 0, major = 0, minor = 0;
   EMBER_CUDA_CHECK(cudaGetDevice(&device));
   EMBER_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
   EMBER_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
-  EMBER_CHECK(major == 9 && minor == 0, kOp, ": needs compute capability 9.0 (device ", device,
+  EMBER_CHECK(major == 9 && minor == 0, op, ": needs compute capability 9.0 (device ", device,
               " is ", major, ".", minor, ")");
   EMBER_CHECK(p.batch >= 0 && p.heads >= 0 && p.q_len >= 0 && p.kv_len >= 0 &&
                   p.q_len < (1LL << 30) && p.kv_len < (1LL << 30),
-              kOp, ": bad sizes (q_len ", p.q_len, ", kv_len ", p.kv_len, ")");
+              op, ": bad sizes (q_len ", p.q_len, ", kv_len ", p.kv_len, ")");
   const int64_t bh = p.batch * p.heads;
-  if (bh == 0 || p.q_len == 0) return;
+  if (bh == 0 || p.q_len == 0) return false;
   auto aligned = [](const void* d, int64_t sb, int64_t sh, int64_t st) {
     return d != nullptr && reinterpret_cast<uintptr_t>(d) % 16 == 0 && sb % 8 == 0 && sh % 8 == 0 &&
            st % 8 == 0;
@@ -411,8 +573,8 @@ void launch_attention_forward_sm90(const AttentionProblem& p, AttentionInput q, 
                   aligned(o.data, o.stride_b, o.stride_h, o.stride_t) && lse != nullptr &&
                   (p.kv_len == 0 || (aligned(k.data, k.stride_b, k.stride_h, k.stride_t) &&
                                      aligned(v.data, v.stride_b, v.stride_h, v.stride_t))),
-              kOp, ": operands must be non-null, 16-byte aligned, strides multiples of 8");
-  Params prm{};
+              op, ": operands must be non-null, 16-byte aligned, strides multiples of 8");
+  prm = Params{};
   prm.q = static_cast<const bf16*>(q.data);
   prm.k = static_cast<const bf16*>(k.data);
   prm.v = static_cast<const bf16*>(v.data);
@@ -426,10 +588,107 @@ void launch_attention_forward_sm90(const AttentionProblem& p, AttentionInput q, 
   prm.tq = static_cast<int>(p.q_len);
   prm.tk = static_cast<int>(p.kv_len);
   prm.scale_log2 = p.scale * kLog2e;
+  return true;
+}
+
+// TMA's view of a (B, H, T, D) operand: dims (D, T, H, B), strides (t, h, b) in
+// elements. A dimension of size 1 may have any stride (a broadcast one is 0), and TMA
+// wants each a positive multiple of 16 bytes: such a stride is replaced by 8 elements,
+// never used. False when a longer dimension has a stride TMA cannot take.
+bool ws_dims(const AttentionProblem& p, AttentionInput x, int64_t t_len, int64_t (&dims)[4],
+             int64_t (&strides)[3]) {
+  dims[0] = p.head_dim;
+  dims[1] = t_len;
+  dims[2] = p.heads;
+  dims[3] = p.batch;
+  const int64_t given[3] = {x.stride_t, x.stride_h, x.stride_b};
+  for (int i = 0; i < 3; ++i) {
+    if (dims[i + 1] == 1) {
+      strides[i] = 8;
+    } else {
+      if (given[i] <= 0 || given[i] % 8 != 0 || given[i] >= (int64_t{1} << 38)) return false;
+      strides[i] = given[i];
+    }
+  }
+  return true;
+}
+
+template <int D, int BN, bool CAUSAL>
+void launch_ws_d(const Params& prm, AttentionInput q, AttentionInput k, AttentionInput v,
+                 const AttentionProblem& p, cudaStream_t stream) {
+  auto kernel = attn_fwd_sm90_ws_kernel<D, BN, CAUSAL>;
+  constexpr size_t kSmem = ws_smem_bytes<D, BN>();
+  int64_t dims[4], strides[3];
+  const unsigned q_box[4] = {64, kRowsPerBlock, 1, 1}, kv_box[4] = {64, BN, 1, 1};
+  const unsigned ones[4] = {1, 1, 1, 1};
+  ws_dims(p, q, p.q_len, dims, strides);
+  const CUtensorMap map_q = make_tensor_map_4d(DType::BFloat16, q.data, dims, strides, q_box, ones);
+  // kv_len 0: no tile is loaded; Q's map stands in for K's and V's.
+  CUtensorMap map_k = map_q, map_v = map_q;
+  if (p.kv_len > 0) {
+    ws_dims(p, k, p.kv_len, dims, strides);
+    map_k = make_tensor_map_4d(DType::BFloat16, k.data, dims, strides, kv_box, ones);
+    ws_dims(p, v, p.kv_len, dims, strides);
+    map_v = make_tensor_map_4d(DType::BFloat16, v.data, dims, strides, kv_box, ones);
+  }
+  EMBER_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        static_cast<int>(kSmem)));
+  const dim3 grid(static_cast<unsigned>(p.batch * p.heads),
+                  static_cast<unsigned>((prm.tq + kRowsPerBlock - 1) / kRowsPerBlock));
+  kernel<<<grid, ws::kThreads, kSmem, stream>>>(map_q, map_k, map_v, prm);
+  EMBER_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace
+
+void launch_attention_forward_sm90(const AttentionProblem& p, AttentionInput q, AttentionInput k,
+                                   AttentionInput v, AttentionOutput o, float* lse,
+                                   cudaStream_t stream, int key_tile, bool pipelined) {
+  constexpr const char* kOp = "attention_forward_sm90";
+  EMBER_CHECK(key_tile == 64 || key_tile == 128, kOp, ": key_tile ", key_tile, " (64 or 128)");
+  Params prm;
+  if (!sm90_params(kOp, p, q, k, v, o, lse, prm)) return;
+  const int64_t bh = p.batch * p.heads;
   if (pipelined)
     launch_variant<true>(prm, bh, p.head_dim, key_tile, p.causal, stream);
   else
     launch_variant<false>(prm, bh, p.head_dim, key_tile, p.causal, stream);
+}
+
+bool attention_forward_ws_takes(const AttentionProblem& p, AttentionInput q, AttentionInput k,
+                                AttentionInput v) {
+  int64_t dims[4], strides[3];
+  return ws_dims(p, q, std::max<int64_t>(p.q_len, 1), dims, strides) &&
+         (p.kv_len == 0 ||
+          (ws_dims(p, k, p.kv_len, dims, strides) && ws_dims(p, v, p.kv_len, dims, strides)));
+}
+
+void launch_attention_forward_sm90_ws(const AttentionProblem& p, AttentionInput q, AttentionInput k,
+                                      AttentionInput v, AttentionOutput o, float* lse,
+                                      cudaStream_t stream, int key_tile) {
+  constexpr const char* kOp = "attention_forward_sm90_ws";
+  EMBER_CHECK(key_tile == 64 || key_tile == 128, kOp, ": key_tile ", key_tile, " (64 or 128)");
+  Params prm;
+  if (!sm90_params(kOp, p, q, k, v, o, lse, prm)) return;
+  EMBER_CHECK(attention_forward_ws_takes(p, q, k, v), kOp,
+              ": a stride TMA cannot take (each of a dimension longer than 1 must be a positive "
+              "multiple of 8 elements; attention_forward_ws_takes says which operands fit)");
+  const bool wide = key_tile == 128;
+  if (p.head_dim == 64) {
+    if (wide)
+      p.causal ? launch_ws_d<64, 128, true>(prm, q, k, v, p, stream)
+               : launch_ws_d<64, 128, false>(prm, q, k, v, p, stream);
+    else
+      p.causal ? launch_ws_d<64, 64, true>(prm, q, k, v, p, stream)
+               : launch_ws_d<64, 64, false>(prm, q, k, v, p, stream);
+  } else {
+    if (wide)
+      p.causal ? launch_ws_d<128, 128, true>(prm, q, k, v, p, stream)
+               : launch_ws_d<128, 128, false>(prm, q, k, v, p, stream);
+    else
+      p.causal ? launch_ws_d<128, 64, true>(prm, q, k, v, p, stream)
+               : launch_ws_d<128, 64, false>(prm, q, k, v, p, stream);
+  }
 }
 
 }  // namespace ember::cuda

@@ -147,34 +147,6 @@ __host__ __device__ __forceinline__ void split_coords(int t, int splits, int kpe
 // ---------------------------------------------------------------- PTX wrappers
 // (those the fused attention issues too are in ptx_common.cuh)
 
-__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
-}
-// Makes the initialised barriers visible to the async proxy (TMA) as well.
-__device__ __forceinline__ void fence_mbar_init() {
-  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-}
-__device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes)
-               : "memory");
-}
-__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
-}
-__device__ __forceinline__ bool mbar_try_wait(uint32_t bar, uint32_t parity) {
-  uint32_t done;
-  asm volatile(
-      "{\n"
-      ".reg .pred p;\n"
-      "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-      "selp.u32 %0, 1, 0, p;\n"
-      "}\n"
-      : "=r"(done)
-      : "r"(bar), "r"(parity)
-      : "memory");
-  return done != 0;
-}
-
 // Waits until the phase of parity `parity` of `bar` has completed. With the
 // watchdog, a wait of more than ~2 s (4e9 cycles) records who was stuck where
 // (role, block, tile, K step) in host-visible memory and traps, so a broken
@@ -207,36 +179,11 @@ __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity, int* wa
 #endif
 }
 
-// One 2-D TMA copy of a box into shared memory, completing on `bar`.
-// c0: the inner (contiguous) coordinate, c1: the outer; out-of-range reads as 0.
-__device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap* map, uint32_t bar,
-                                            int c0, int c1) {
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
-      " [%0], [%1, {%3, %4}], [%2];\n" ::"r"(dst),
-      "l"(reinterpret_cast<uint64_t>(map)), "r"(bar), "r"(c0), "r"(c1)
-      : "memory");
-}
-// One 4-D TMA copy (c0 innermost), as tma_load_2d: the implicit GEMM's image boxes.
+// One 4-D TMA copy (c0 innermost) of the implicit GEMM's image boxes (ptx_common.cuh's
+// tma_load_4d with a BoxStart).
 __device__ __forceinline__ void tma_load_4d(uint32_t dst, const CUtensorMap* map, uint32_t bar,
                                             BoxStart c) {
-  asm volatile(
-      "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes"
-      " [%0], [%1, {%3, %4, %5, %6}], [%2];\n" ::"r"(dst),
-      "l"(reinterpret_cast<uint64_t>(map)), "r"(bar), "r"(c.c), "r"(c.w), "r"(c.h), "r"(c.n)
-      : "memory");
-}
-__device__ __forceinline__ void prefetch_tensor_map(const CUtensorMap* map) {
-  asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
-}
-
-template <int kRegs>
-__device__ __forceinline__ void setmaxnreg_inc() {
-  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegs));
-}
-template <int kRegs>
-__device__ __forceinline__ void setmaxnreg_dec() {
-  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegs));
+  tma_load_4d(dst, map, bar, c.c, c.w, c.h, c.n);
 }
 
 // acc (64 x BN per warpgroup) += A (64 x kMmaK) B (kMmaK x BN).
