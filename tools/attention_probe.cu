@@ -288,11 +288,11 @@ struct Tensors {
                                   key_tile, pipelined);
   }
   // Version 4 (warp-specialised: TMA producer, ping-pong consumers).
-  void forward_ws(int key_tile) {
+  void forward_ws(int key_tile, bool persistent = true) {
     launch_attention_forward_sm90_ws(prob, in_q(q.p), in_k(k.p), in_k(v.p), out_q(o.p), lse.p,
-                                     nullptr, key_tile);
+                                     nullptr, key_tile, persistent);
   }
-  // The library's default forward (version 2 on sm_90).
+  // The library's default forward (versions 4 or 2 on sm_90; see docs/attention.md).
   void forward_default() {
     launch_attention_forward(prob, in_q(q.p), in_k(k.p), in_k(v.p), out_q(o.p), lse.p, nullptr);
   }
@@ -444,21 +444,21 @@ bool check_case(Tensors& t, int slices, uint64_t seed) {
   // Version 2 (wgmma, sm_90a), both key tiles, where the device is sm_90.
   bool v2_all = true;
   if (g_sm90) {
-    for (int pipe = 0; pipe < 3; ++pipe)
+    for (int pipe = 0; pipe < 4; ++pipe)
       for (int tile : {64, 128}) {
         t.o.poison(), t.lse.poison();
-        if (pipe == 2)
-          t.forward_ws(tile);
+        if (pipe >= 2)
+          t.forward_ws(tile, pipe == 2);
         else
           t.forward_sm90(tile, pipe == 1);
         CK(cudaGetLastError());
         CK(cudaDeviceSynchronize());
         CK(cudaMemcpy(lse.data(), t.lse.p, lse.size() * sizeof(float), cudaMemcpyDeviceToHost));
-        std::printf(" | %s/%d:", pipe == 2 ? "v4" : pipe ? "v3" : "v2", tile);
+        std::printf(" | %s/%d:", pipe == 3 ? "v4n" : pipe == 2 ? "v4" : pipe ? "v3" : "v2", tile);
         const bool v2ok = report("O", rel_err(gather(t.o, t, true, slices), ref.o)) &
                           report("LSE", rel_err(lse, lse_ref));
         v2_all &= v2ok;
-        if (pipe == 2)
+        if (pipe >= 2)
           (tile == 64 ? g_v4_ok64 : g_v4_ok128) &= v2ok;
         else if (pipe)
           (tile == 64 ? g_v3_ok64 : g_v3_ok128) &= v2ok;
@@ -568,23 +568,25 @@ void time_case(const Case& c, int reps) {
   const double fwd_flop = 4.0 * c.B * c.H * double(c.tq) * c.tk * c.D * (c.causal ? 0.5 : 1.0);
   auto tf = [](double flop, double ms) { return flop / (ms * 1e-3) / 1e12; };
   if (g_fwd_only) {
-    // Version 2 and version 4 alternating, 5 rounds of `reps` each; per round the medians.
+    // Version 2, version 4 one block a tile (v4n) and version 4 persistent (v4)
+    // alternating, 5 rounds of `reps` each; per round the medians, then their median and
+    // spread.
     for (int tile : {64, 128}) {
       if (!(tile == 64 ? g_v2_ok64 && g_v4_ok64 : g_v2_ok128 && g_v4_ok128)) continue;
-      std::vector<double> v2, v4, ratio;
+      std::vector<double> v2, v4n, v4, ratio;
       for (int round = 0; round < 5; ++round) {
         v2.push_back(time_it([&] { t.forward_sm90(tile); }, reps).med);
-        v4.push_back(time_it([&] { t.forward_ws(tile); }, reps).med);
+        v4n.push_back(time_it([&] { t.forward_ws(tile, false); }, reps).med);
+        v4.push_back(time_it([&] { t.forward_ws(tile, true); }, reps).med);
         ratio.push_back(v4.back() / v2.back());
       }
-      std::sort(v2.begin(), v2.end());
-      std::sort(v4.begin(), v4.end());
-      std::sort(ratio.begin(), ratio.end());
+      for (auto* v : {&v2, &v4n, &v4, &ratio}) std::sort(v->begin(), v->end());
       std::printf(
-          "TIME %-44s key tile %3d: fwd v2 %.4f ms %4.0f TF/s | fwd v4 %.4f ms [%.4f-%.4f] %4.0f "
-          "TF/s | v4/v2 %.3f [%.3f-%.3f]\n",
-          describe(c).c_str(), tile, v2[2], tf(fwd_flop, v2[2]), v4[2], v4[0], v4[4],
-          tf(fwd_flop, v4[2]), ratio[2], ratio[0], ratio[4]);
+          "TIME %-44s key tile %3d: fwd v2 %.4f ms %4.0f TF/s | v4n %.4f ms [%.4f-%.4f] %4.0f "
+          "TF/s | v4 %.4f ms [%.4f-%.4f] %4.0f TF/s | v4/v2 %.3f [%.3f-%.3f]\n",
+          describe(c).c_str(), tile, v2[2], tf(fwd_flop, v2[2]), v4n[2], v4n[0], v4n[4],
+          tf(fwd_flop, v4n[2]), v4[2], v4[0], v4[4], tf(fwd_flop, v4[2]), ratio[2], ratio[0],
+          ratio[4]);
     }
     std::fflush(stdout);
     return;

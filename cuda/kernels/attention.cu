@@ -1124,9 +1124,19 @@ void launch_attention_forward(const AttentionProblem& p, AttentionInput q, Atten
   EMBER_CHECK(!(v1_only && tuning.forward_version >= 2), kOp,
               ": forward versions 2 to 4 have no dropout and no mask (version 1 has both)");
   int version = tuning.forward_version;
-  if (version == 0) version = tuning.forward_warps == 0 && !v1_only && capability == 90 ? 2 : 1;
+  if (version == 0) {
+    version = tuning.forward_warps == 0 && !v1_only && capability == 90 ? 2 : 1;
+    // Version 4 where it measured faster than version 2 (one H100, 2026-12-06, the probe's
+    // --fwd-only rows, benchmarks/NOTES.md "Flash attention forward, version 4"): head dim
+    // 128 (0.66-0.80x version 2's time), and head dim 64 without the causal mask
+    // (0.94-0.96x); with it, version 2's 64-key tiles stayed 1.02-1.05x faster.
+    if (version == 2 && (p.head_dim == 128 || !p.causal) && attention_forward_ws_takes(p, q, k, v))
+      version = 4;
+  }
   if (version == 4) {
-    launch_attention_forward_sm90_ws(p, q, k, v, o, lse, stream, p.head_dim == 64 ? 64 : 128);
+    // 128-key tiles at both head dims (64-key ones measured 1.1-1.25x slower at 64);
+    // persistent up to 4096 queries (0.90-0.97x one block a tile there, 1.07-1.09x at 8192).
+    launch_attention_forward_sm90_ws(p, q, k, v, o, lse, stream, 128, p.q_len <= 4096);
     return;
   }
   if (version >= 2) {

@@ -78,7 +78,9 @@ struct AttentionTuning {
   /// 3: version 2 pipelined (the next tile's Q K^T during this tile's softmax; compute
   /// capability 9.0 only; experimental, never the default until measured).
   /// 4: warp-specialised (a TMA producer warpgroup, two consumer warpgroups in
-  /// ping-pong; compute capability 9.0 only; launch_attention_forward_sm90_ws).
+  /// ping-pong; compute capability 9.0 only; launch_attention_forward_sm90_ws). 0 takes
+  /// it on compute capability 9.0 at head dim 128, and at 64 without the causal mask,
+  /// where TMA takes the strides (attention_forward_ws_takes), else version 2.
   int forward_version = 0;
   int forward_warps = 0;  ///< version 1: 4 or 8 warps, 16 query rows each, per block; 0: 4
   /// Deterministic backward: 32 or 64 query rows per tile of the dK/dV kernel; 0:
@@ -132,10 +134,14 @@ void launch_attention_forward_sm90(const AttentionProblem& p, AttentionInput q, 
 /// launch_attention_forward_sm90: a producer warpgroup loads Q once and K and V tile by
 /// tile with TMA into two stages; two consumer warpgroups take turns on the tensor cores,
 /// so one's softmax runs under the other's products (FlashAttention-3's ping-pong).
+/// `persistent`: one block an SM, each walking every SM-count-th query tile, the longest
+/// causal tiles first (the producer loads a tile's Q and keys while the consumers finish
+/// the one before); else one block a tile, in the same order.
 /// Needs, besides version 2's conditions, strides TMA takes (attention_forward_ws_takes).
 void launch_attention_forward_sm90_ws(const AttentionProblem& p, AttentionInput q, AttentionInput k,
                                       AttentionInput v, AttentionOutput o, float* lse,
-                                      cudaStream_t stream, int key_tile = 128);
+                                      cudaStream_t stream, int key_tile = 128,
+                                      bool persistent = true);
 
 /// Whether version 4 can describe q, k and v to TMA: each stride of a dimension longer
 /// than 1 a positive multiple of 8 elements (a broadcast stride of 0 is not).

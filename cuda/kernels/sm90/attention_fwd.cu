@@ -61,6 +61,7 @@ struct Params {
   float* lse;
   Strides sq, sk, sv, so;
   int heads, tq, tk;
+  int bh;  // batch x heads (version 4's tile count is bh x query tiles)
   float scale_log2;
 };
 
@@ -362,22 +363,38 @@ constexpr int kProducerRegs = 24;  // setmaxnreg: 128 * 24 + 256 * 240 <= 65536
 constexpr int kConsumerRegs = 240;
 constexpr int kTurnBarrier = 1;  // consumer warpgroup c waits on named barrier 1 + c
 
-// The mbarriers after the tiles: full Q, then full K, full V, empty K, empty V per stage.
+// The mbarriers after the tiles: Q full and Q free, then full K, full V, empty K,
+// empty V per stage.
 struct Bars {
   uint32_t base;
   __device__ uint32_t q() const { return base; }
-  __device__ uint32_t full_k(int s) const { return base + 8 * (1 + s); }
-  __device__ uint32_t full_v(int s) const { return base + 8 * (1 + kStages + s); }
-  __device__ uint32_t empty_k(int s) const { return base + 8 * (1 + 2 * kStages + s); }
-  __device__ uint32_t empty_v(int s) const { return base + 8 * (1 + 3 * kStages + s); }
+  __device__ uint32_t q_free() const { return base + 8; }
+  __device__ uint32_t full_k(int s) const { return base + 8 * (2 + s); }
+  __device__ uint32_t full_v(int s) const { return base + 8 * (2 + kStages + s); }
+  __device__ uint32_t empty_k(int s) const { return base + 8 * (2 + 2 * kStages + s); }
+  __device__ uint32_t empty_v(int s) const { return base + 8 * (2 + 3 * kStages + s); }
 };
-constexpr int kBarBytes = 8 * (1 + 4 * kStages);
+constexpr int kBarBytes = 8 * (2 + 4 * kStages);
 }  // namespace ws
 
 #if EMBER_ATTN_SM90A
 __device__ __forceinline__ void mbar_wait_spin(uint32_t bar, uint32_t parity) {
   while (!mbar_try_wait(bar, parity)) {
   }
+}
+
+// Query tile t of the version 4 grid: the longest causal tiles first (t / bh counts
+// down the tiles from the last), the heads in turn; its (b, h), first row and key tiles.
+struct WsTile {
+  int b, h, q0, n_kt;
+};
+template <int ROWS, int BN, bool CAUSAL>
+__device__ __forceinline__ WsTile ws_tile(int t, const Params& p, int n_qt) {
+  const int bh = t % p.bh;
+  const int qt = CAUSAL ? n_qt - 1 - t / p.bh : t / p.bh;
+  const int q0 = qt * ROWS;
+  const int kend = CAUSAL ? min(p.tk, q0 + ROWS) : p.tk;
+  return {bh / p.heads, bh % p.heads, q0, (kend + BN - 1) / BN};
 }
 
 // The D / 64 boxes of (64 columns, ROWS rows) of one tile: rows [row0, row0 + ROWS) of
@@ -408,93 +425,113 @@ __global__ void __launch_bounds__(ws::kThreads, 1)
   const int tid = static_cast<int>(threadIdx.x);
   const int wg = tid / 128;
   const int lane = tid % 32;
-  const auto [bh, b, h, q0, n_kt] = query_block<kM, BN, CAUSAL>(p.heads, p.tq, p.tk);
   if (tid == 0) {
     mbar_init(bars.q(), 1);
+    mbar_init(bars.q_free(), 8);  // one arrival per consumer warp
     for (int s = 0; s < kStages; ++s) {
       mbar_init(bars.full_k(s), 1);
       mbar_init(bars.full_v(s), 1);
-      mbar_init(bars.empty_k(s), 8);  // one arrival per consumer warp
+      mbar_init(bars.empty_k(s), 8);
       mbar_init(bars.empty_v(s), 8);
     }
     fence_mbar_init();
   }
   __syncthreads();
+  // The block's query tiles: t = blockIdx.x, += gridDim.x (one tile a block when the grid
+  // has one block a tile). Every role walks the same sequence and counts the same key
+  // tiles (kv: the block's key tiles so far, which give each stage's index and phase).
+  const int n_qt = (p.tq + kM - 1) / kM;
+  const int total = n_qt * p.bh;
 
   if (wg == 0) {  // the producer
     setmaxnreg_dec<kProducerRegs>();
-    if (tid == 0 && n_kt > 0) {
+    if (tid == 0) {
       prefetch_tensor_map(&map_q);
       prefetch_tensor_map(&map_k);
       prefetch_tensor_map(&map_v);
-      mbar_arrive_expect_tx(bars.q(), kM * D * 2);
-      tma_tile<kM, D>(s_q, &map_q, bars.q(), q0, h, b);
-      for (int j = 0; j < n_kt; ++j) {
-        const int st = j % kStages;
-        const uint32_t free_parity = ((j / kStages) + 1) & 1;  // the previous round's phase
-        if (j >= kStages) mbar_wait_spin(bars.empty_k(st), free_parity);
-        mbar_arrive_expect_tx(bars.full_k(st), BN * D * 2);
-        tma_tile<BN, D>(s_k + st * BN * D, &map_k, bars.full_k(st), j * BN, h, b);
-        if (j >= kStages) mbar_wait_spin(bars.empty_v(st), free_parity);
-        mbar_arrive_expect_tx(bars.full_v(st), BN * D * 2);
-        tma_tile<BN, D>(s_v + st * BN * D, &map_v, bars.full_v(st), j * BN, h, b);
+      int kv = 0, n_tiles = 0;
+      for (int t = static_cast<int>(blockIdx.x); t < total; t += static_cast<int>(gridDim.x)) {
+        const WsTile w = ws_tile<kM, BN, CAUSAL>(t, p, n_qt);
+        if (w.n_kt == 0) continue;
+        if (n_tiles > 0) mbar_wait_spin(bars.q_free(), (n_tiles - 1) & 1);
+        mbar_arrive_expect_tx(bars.q(), kM * D * 2);
+        tma_tile<kM, D>(s_q, &map_q, bars.q(), w.q0, w.h, w.b);
+        ++n_tiles;
+        for (int j = 0; j < w.n_kt; ++j, ++kv) {
+          const int st = kv % kStages;
+          const uint32_t free_parity = ((kv / kStages) + 1) & 1;  // the previous round's phase
+          if (kv >= kStages) mbar_wait_spin(bars.empty_k(st), free_parity);
+          mbar_arrive_expect_tx(bars.full_k(st), BN * D * 2);
+          tma_tile<BN, D>(s_k + st * BN * D, &map_k, bars.full_k(st), j * BN, w.h, w.b);
+          if (kv >= kStages) mbar_wait_spin(bars.empty_v(st), free_parity);
+          mbar_arrive_expect_tx(bars.full_v(st), BN * D * 2);
+          tma_tile<BN, D>(s_v + st * BN * D, &map_v, bars.full_v(st), j * BN, w.h, w.b);
+        }
       }
     }
     return;
   }
 
   setmaxnreg_inc<kConsumerRegs>();
-  const int c = wg - 1;  // this consumer warpgroup: query rows [64 c, 64 c + 64) of the block
+  const int c = wg - 1;  // this consumer warpgroup: query rows [64 c, 64 c + 64) of a tile
   const int warp = (tid / 32) % 4;
-  float o[D / 2];
+  const uint32_t q_base = smem_u32(s_q) + c * 64 * 128;
+  const int my_turn = kTurnBarrier + c, their_turn = kTurnBarrier + (1 - c);
+  int kv = 0, n_tiles = 0;
+  for (int t = static_cast<int>(blockIdx.x); t < total; t += static_cast<int>(gridDim.x)) {
+    const WsTile w = ws_tile<kM, BN, CAUSAL>(t, p, n_qt);
+    float o[D / 2];
 #pragma unroll
-  for (int i = 0; i < D / 2; ++i) o[i] = 0.f;
-  float m[2] = {-INFINITY, -INFINITY};
-  float l[2] = {0.f, 0.f};
-  const int row_lo = q0 + c * 64 + warp * 16 + lane / 4;
-  const int wg_q0 = q0 + c * 64;
-  if (n_kt > 0) {
-    const uint32_t q_base = smem_u32(s_q) + c * 64 * 128;
-    const int my_turn = kTurnBarrier + c, their_turn = kTurnBarrier + (1 - c);
-    uint32_t pa[BN / 16][4];
-    float s[BN / 2];
-    mbar_wait_spin(bars.q(), 0);
-    if (c == 1) bar_arrive(their_turn, 256);  // warpgroup 1 goes first
-    // Tile j: P V(j - 1) (none for j = 0) and S(j) as one wgmma group in this warpgroup's
-    // turn, then the softmax of S(j) in the other's.
-    auto tile = [&]<bool FIRST>(int j) {
-      const int st = j % kStages, prev = (j + kStages - 1) % kStages;
-      mbar_wait_spin(bars.full_k(st), (j / kStages) & 1);
-      if constexpr (!FIRST) mbar_wait_spin(bars.full_v(prev), ((j - 1) / kStages) & 1);
+    for (int i = 0; i < D / 2; ++i) o[i] = 0.f;
+    float m[2] = {-INFINITY, -INFINITY};
+    float l[2] = {0.f, 0.f};
+    const int row_lo = w.q0 + c * 64 + warp * 16 + lane / 4;
+    const int wg_q0 = w.q0 + c * 64;
+    if (w.n_kt > 0) {
+      uint32_t pa[BN / 16][4];
+      float s[BN / 2];
+      mbar_wait_spin(bars.q(), n_tiles & 1);
+      ++n_tiles;
+      if (c == 1) bar_arrive(their_turn, 256);  // warpgroup 1 goes first
+      // Key tile j (the block's kv-th): P V(j - 1) (none for j = 0) and S(j) as one wgmma
+      // group in this warpgroup's turn, then the softmax of S(j) in the other's.
+      auto step = [&]<bool FIRST>(int j) {
+        const int st = (kv + j) % kStages, prev = (kv + j + kStages - 1) % kStages;
+        mbar_wait_spin(bars.full_k(st), ((kv + j) / kStages) & 1);
+        if constexpr (!FIRST) mbar_wait_spin(bars.full_v(prev), ((kv + j - 1) / kStages) & 1);
+        bar_sync(my_turn, 256);
+        wgmma_fence();
+        if constexpr (!FIRST) pv<D, BN>(o, pa, smem_u32(s_v + prev * BN * D));
+        qk<D, BN>(s, q_base, smem_u32(s_k + st * BN * D));
+        wgmma_commit();
+        bar_arrive(their_turn, 256);
+        wgmma_wait<0>();
+        fence_regs(s);
+        fence_regs(o);
+        fence_regs(pa);
+        if (lane == 0) {
+          mbar_arrive(bars.empty_k(st));
+          if constexpr (!FIRST) mbar_arrive(bars.empty_v(prev));
+          if (j == w.n_kt - 1) mbar_arrive(bars.q_free());  // the tile's last Q K^T is done
+        }
+        softmax_step<D, BN, CAUSAL>(s, o, m, l, pa, j * BN, wg_q0, row_lo, p);
+      };
+      step.template operator()<true>(0);
+      for (int j = 1; j < w.n_kt; ++j) step.template operator()<false>(j);
+      kv += w.n_kt;
+      const int last = (kv - 1) % kStages;
+      mbar_wait_spin(bars.full_v(last), ((kv - 1) / kStages) & 1);
       bar_sync(my_turn, 256);
       wgmma_fence();
-      if constexpr (!FIRST) pv<D, BN>(o, pa, smem_u32(s_v + prev * BN * D));
-      qk<D, BN>(s, q_base, smem_u32(s_k + st * BN * D));
+      pv<D, BN>(o, pa, smem_u32(s_v + last * BN * D));
       wgmma_commit();
-      bar_arrive(their_turn, 256);
+      if (c == 0) bar_arrive(their_turn, 256);  // warpgroup 2's last turn; 1 has had its own
       wgmma_wait<0>();
-      fence_regs(s);
       fence_regs(o);
-      fence_regs(pa);
-      if (lane == 0) {
-        mbar_arrive(bars.empty_k(st));
-        if constexpr (!FIRST) mbar_arrive(bars.empty_v(prev));
-      }
-      softmax_step<D, BN, CAUSAL>(s, o, m, l, pa, j * BN, wg_q0, row_lo, p);
-    };
-    tile.template operator()<true>(0);
-    for (int j = 1; j < n_kt; ++j) tile.template operator()<false>(j);
-    const int last = (n_kt - 1) % kStages;
-    mbar_wait_spin(bars.full_v(last), ((n_kt - 1) / kStages) & 1);
-    bar_sync(my_turn, 256);
-    wgmma_fence();
-    pv<D, BN>(o, pa, smem_u32(s_v + last * BN * D));
-    wgmma_commit();
-    if (c == 0) bar_arrive(their_turn, 256);  // warpgroup 2's last turn; 1 has had its own
-    wgmma_wait<0>();
-    fence_regs(o);
+      if (lane == 0) mbar_arrive(bars.empty_v(last));
+    }
+    store_output<D>(p, w.b, w.h, row_lo, o, m, l);
   }
-  store_output<D>(p, b, h, row_lo, o, m, l);
 #else
   (void)map_q, (void)map_k, (void)map_v, (void)p;
 #endif
@@ -587,6 +624,10 @@ bool sm90_params(const char* op, const AttentionProblem& p, AttentionInput q, At
   prm.heads = static_cast<int>(p.heads);
   prm.tq = static_cast<int>(p.q_len);
   prm.tk = static_cast<int>(p.kv_len);
+  EMBER_CHECK(bh * ((p.q_len + kRowsPerBlock - 1) / kRowsPerBlock) < (int64_t{1} << 31), op,
+              ": batch x heads x query tiles ", bh, " x ",
+              (p.q_len + kRowsPerBlock - 1) / kRowsPerBlock, " does not fit a 32-bit grid index");
+  prm.bh = static_cast<int>(bh);
   prm.scale_log2 = p.scale * kLog2e;
   return true;
 }
@@ -615,7 +656,7 @@ bool ws_dims(const AttentionProblem& p, AttentionInput x, int64_t t_len, int64_t
 
 template <int D, int BN, bool CAUSAL>
 void launch_ws_d(const Params& prm, AttentionInput q, AttentionInput k, AttentionInput v,
-                 const AttentionProblem& p, cudaStream_t stream) {
+                 const AttentionProblem& p, bool persistent, cudaStream_t stream) {
   auto kernel = attn_fwd_sm90_ws_kernel<D, BN, CAUSAL>;
   constexpr size_t kSmem = ws_smem_bytes<D, BN>();
   int64_t dims[4], strides[3];
@@ -633,9 +674,16 @@ void launch_ws_d(const Params& prm, AttentionInput q, AttentionInput k, Attentio
   }
   EMBER_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                         static_cast<int>(kSmem)));
-  const dim3 grid(static_cast<unsigned>(p.batch * p.heads),
-                  static_cast<unsigned>((prm.tq + kRowsPerBlock - 1) / kRowsPerBlock));
-  kernel<<<grid, ws::kThreads, kSmem, stream>>>(map_q, map_k, map_v, prm);
+  // Persistent: one block an SM walking every SM-count-th tile; else one block a tile.
+  const int64_t tiles = p.batch * p.heads * ((p.q_len + kRowsPerBlock - 1) / kRowsPerBlock);
+  int64_t blocks = tiles;
+  if (persistent) {
+    int device = 0, sms = 0;
+    EMBER_CUDA_CHECK(cudaGetDevice(&device));
+    EMBER_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    blocks = std::min<int64_t>(tiles, sms);
+  }
+  kernel<<<static_cast<unsigned>(blocks), ws::kThreads, kSmem, stream>>>(map_q, map_k, map_v, prm);
   EMBER_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -665,7 +713,7 @@ bool attention_forward_ws_takes(const AttentionProblem& p, AttentionInput q, Att
 
 void launch_attention_forward_sm90_ws(const AttentionProblem& p, AttentionInput q, AttentionInput k,
                                       AttentionInput v, AttentionOutput o, float* lse,
-                                      cudaStream_t stream, int key_tile) {
+                                      cudaStream_t stream, int key_tile, bool persistent) {
   constexpr const char* kOp = "attention_forward_sm90_ws";
   EMBER_CHECK(key_tile == 64 || key_tile == 128, kOp, ": key_tile ", key_tile, " (64 or 128)");
   Params prm;
@@ -676,18 +724,18 @@ void launch_attention_forward_sm90_ws(const AttentionProblem& p, AttentionInput 
   const bool wide = key_tile == 128;
   if (p.head_dim == 64) {
     if (wide)
-      p.causal ? launch_ws_d<64, 128, true>(prm, q, k, v, p, stream)
-               : launch_ws_d<64, 128, false>(prm, q, k, v, p, stream);
+      p.causal ? launch_ws_d<64, 128, true>(prm, q, k, v, p, persistent, stream)
+               : launch_ws_d<64, 128, false>(prm, q, k, v, p, persistent, stream);
     else
-      p.causal ? launch_ws_d<64, 64, true>(prm, q, k, v, p, stream)
-               : launch_ws_d<64, 64, false>(prm, q, k, v, p, stream);
+      p.causal ? launch_ws_d<64, 64, true>(prm, q, k, v, p, persistent, stream)
+               : launch_ws_d<64, 64, false>(prm, q, k, v, p, persistent, stream);
   } else {
     if (wide)
-      p.causal ? launch_ws_d<128, 128, true>(prm, q, k, v, p, stream)
-               : launch_ws_d<128, 128, false>(prm, q, k, v, p, stream);
+      p.causal ? launch_ws_d<128, 128, true>(prm, q, k, v, p, persistent, stream)
+               : launch_ws_d<128, 128, false>(prm, q, k, v, p, persistent, stream);
     else
-      p.causal ? launch_ws_d<128, 64, true>(prm, q, k, v, p, stream)
-               : launch_ws_d<128, 64, false>(prm, q, k, v, p, stream);
+      p.causal ? launch_ws_d<128, 64, true>(prm, q, k, v, p, persistent, stream)
+               : launch_ws_d<128, 64, false>(prm, q, k, v, p, persistent, stream);
   }
 }
 
