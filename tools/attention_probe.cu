@@ -398,6 +398,7 @@ bool g_v4_ok64 = true;    // the warp-specialised forward (forward_version 4), 6
 bool g_v4_ok128 = true;   // ... 128-key tiles
 bool g_fwd_only = false;  // --fwd-only: time the sm_90 forwards alone
 bool g_v2_bwd_ok = true;  // every check of version 2 of the backward passed so far
+bool g_v3_bwd_ok = true;  // ... of version 3 (the warp-specialised dK/dV kernel)
 
 std::string describe(const Case& c) {
   char s[128];
@@ -510,6 +511,18 @@ bool check_case(Tensors& t, int slices, uint64_t seed) {
     v2_bwd &= same_v2;
     g_v2_bwd_ok &= v2_bwd;
     v2_all &= v2_bwd;
+    // Version 3: the same with the warp-specialised dK/dV kernel.
+    bool v3_bwd = true;
+    t.dq.poison(), t.dk.poison(), t.dv.poison();
+    t.backward(true, 0, 3);
+    CK(cudaGetLastError());
+    CK(cudaDeviceSynchronize());
+    std::printf(" | bwd-v3:");
+    v3_bwd &= report("dQ", rel_err(gather(t.dq, t, true, slices), ref.dq));
+    v3_bwd &= report("dK", rel_err(gather(t.dk, t, false, slices), ref.dk));
+    v3_bwd &= report("dV", rel_err(gather(t.dv, t, false, slices), ref.dv));
+    g_v3_bwd_ok &= v3_bwd;
+    v2_all &= v3_bwd;
   }
   // The deterministic mode again: the same bits.
   std::vector<bf16> first(t.dq.n), second(t.dq.n);
@@ -587,6 +600,33 @@ void time_case(const Case& c, int reps) {
           describe(c).c_str(), tile, v2[2], tf(fwd_flop, v2[2]), v4n[2], v4n[0], v4n[4],
           tf(fwd_flop, v4n[2]), v4[2], v4[0], v4[4], tf(fwd_flop, v4[2]), ratio[2], ratio[0],
           ratio[4]);
+    }
+    if (g_v2_bwd_ok && g_v3_bwd_ok) {
+      // The library's default forward, then backward version 2 or 3, alternating.
+      std::vector<double> b2, b3, ratio;
+      for (int round = 0; round < 5; ++round) {
+        b2.push_back(time_it(
+                         [&] {
+                           t.forward_default();
+                           t.backward(true, 0, 2);
+                         },
+                         reps)
+                         .med);
+        b3.push_back(time_it(
+                         [&] {
+                           t.forward_default();
+                           t.backward(true, 0, 3);
+                         },
+                         reps)
+                         .med);
+        ratio.push_back(b3.back() / b2.back());
+      }
+      for (auto* v : {&b2, &b3, &ratio}) std::sort(v->begin(), v->end());
+      std::printf(
+          "TIME %-44s lib fwd + bwd v2 %.4f ms %4.0f TF/s | + bwd v3 %.4f ms [%.4f-%.4f] %4.0f "
+          "TF/s | v3/v2 %.3f [%.3f-%.3f]\n",
+          describe(c).c_str(), b2[2], tf(3.5 * fwd_flop, b2[2]), b3[2], b3[0], b3[4],
+          tf(3.5 * fwd_flop, b3[2]), ratio[2], ratio[0], ratio[4]);
     }
     std::fflush(stdout);
     return;

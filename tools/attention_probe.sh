@@ -12,7 +12,8 @@
 #   bash tools/attention_probe.sh --all           (checks, timing, the peer, then the sanitizers)
 #   bash tools/attention_probe.sh --check-only | --time-only   (passed to the probe)
 #   bash tools/attention_probe.sh --fwd-only    (checks, then the sm_90 forwards 2 and 4
-#                                                alternating; no backward, no peer)
+#                                                alternating, and the default forward with
+#                                                backward 2 or 3 alternating; no peer)
 #
 # Writes under $OUT (default ./probe-out): build.log (nvcc with ptxas -v),
 # ptxas_summary.txt (registers, stack, spills per kernel), sass_summary.txt (the
@@ -72,8 +73,8 @@ awk '/Compiling entry function/ { match($0, /attn_[a-z_0-9]+kernelI[^ \x27]*/); 
   "$OUT/build.log" | sed -E 's/EEEvNS1_[0-9]+[A-Za-z]*ParamsE[^:]*//' > "$OUT/ptxas_summary.txt"
 echo "ptxas (kernel<D, ...>: registers, local memory):"; sed 's/^/  /' "$OUT/ptxas_summary.txt"
 # ptxas serializes every wgmma of a kernel that touches an in-flight product's registers.
-serialized=$(grep -cE 'C7514|C7520' "$OUT/build.log")
-echo "ptxas wgmma serialization warnings (C7514, C7520): $serialized" | tee -a "$OUT/ptxas_summary.txt"
+serialized=$(grep -cE 'C75[0-9][0-9]' "$OUT/build.log")
+echo "ptxas wgmma serialization warnings (C75xx): $serialized" | tee -a "$OUT/ptxas_summary.txt"
 if command -v cuobjdump > /dev/null; then
   cuobjdump -sass "$OBJ/cuda_kernels_attention.cu.o" "$OBJ/cuda_kernels_sm90_attention_fwd.cu.o" \
       "$OBJ/cuda_kernels_sm90_attention_bwd.cu.o" \

@@ -1202,12 +1202,12 @@ void launch_attention_backward(const AttentionProblem& p, AttentionInput q, Atte
   const int query_tile = tuning.backward_query_tile != 0 ? tuning.backward_query_tile
                          : p.head_dim == 128             ? 32
                                                          : 64;
-  EMBER_CHECK(tuning.backward_version >= 0 && tuning.backward_version <= 2, kOp,
-              ": backward_version ", tuning.backward_version, " (0, 1 or 2)");
+  EMBER_CHECK(tuning.backward_version >= 0 && tuning.backward_version <= 3, kOp,
+              ": backward_version ", tuning.backward_version, " (0, 1, 2 or 3)");
   const bool v2_applies = deterministic && p.dropout_p == 0.0 && p.mask_kind == 0;
-  EMBER_CHECK(tuning.backward_version != 2 || v2_applies, kOp,
-              ": backward version 2 is deterministic, with no dropout and no mask (version 1 "
-              "has the atomic mode, dropout and masks)");
+  EMBER_CHECK(tuning.backward_version < 2 || v2_applies, kOp,
+              ": backward versions 2 and 3 are deterministic, with no dropout and no mask "
+              "(version 1 has the atomic mode, dropout and masks)");
   int version = tuning.backward_version;
   if (version == 0)
     version =
@@ -1264,8 +1264,9 @@ void launch_attention_backward(const AttentionProblem& p, AttentionInput q, Atte
   bp.drop = dropout_of(p);
   bp.mask = mask_of(p);
   launch_delta(bp, bh, p.head_dim, stream);
-  if (version == 2) {
-    launch_attention_backward_sm90(p, q, k, v, d_out, lse, bp.delta, d_q, d_k, d_v, stream);
+  if (version >= 2) {
+    launch_attention_backward_sm90(p, q, k, v, d_out, lse, bp.delta, d_q, d_k, d_v, stream,
+                                   version == 3);
     return;
   }
   dispatch_variant(p.head_dim, p.causal, p.dropout_p > 0.0, p.mask_kind,

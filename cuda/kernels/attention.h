@@ -89,7 +89,8 @@ struct AttentionTuning {
   /// Which deterministic backward: 1 (mma.sync, any device from compute capability 8.0),
   /// 2 (wgmma, compute capability 9.0 only; no dropout, no mask), 0: version 2 where it
   /// applies and attention_backward_v2() is on, else version 1. The atomic mode
-  /// (deterministic false) is version 1's only.
+  /// (deterministic false) is version 1's only. 3: version 2 with the warp-specialised
+  /// dK/dV kernel (launch_attention_backward_sm90's warp_specialised).
   int backward_version = 0;
 };
 
@@ -152,11 +153,20 @@ bool attention_forward_ws_takes(const AttentionProblem& p, AttentionInput q, Att
 /// attention_bwd.cu: wgmma, sm_90a): dK and dV over key blocks, then dQ over query
 /// blocks, from `delta` = rowsum(dO * O) (B H q_len floats, contiguous) that the caller
 /// computed. No dropout, no mask. launch_attention_backward calls it (see
-/// AttentionTuning::backward_version). Throws unless the device has compute capability 9.0.
+/// AttentionTuning::backward_version). `warp_specialised` (backward version 3): the dK/dV
+/// kernel with a TMA producer warpgroup and its two consumer warpgroups taking turns, as
+/// the forward's version 4 (needs attention_backward_ws_takes). Throws unless the device
+/// has compute capability 9.0.
 void launch_attention_backward_sm90(const AttentionProblem& p, AttentionInput q, AttentionInput k,
                                     AttentionInput v, AttentionInput d_out, const float* lse,
                                     const float* delta, AttentionOutput d_q, AttentionOutput d_k,
-                                    AttentionOutput d_v, cudaStream_t stream);
+                                    AttentionOutput d_v, cudaStream_t stream,
+                                    bool warp_specialised = false);
+
+/// Whether backward version 3 can describe q, k, v and d_out to TMA (as
+/// attention_forward_ws_takes).
+bool attention_backward_ws_takes(const AttentionProblem& p, AttentionInput q, AttentionInput k,
+                                 AttentionInput v, AttentionInput d_out);
 
 /// Device bytes launch_attention_backward needs as workspace: the rowsum(dO * O)
 /// pre-pass (B H q_len floats), and in the atomic mode (deterministic false) a

@@ -63,7 +63,8 @@ struct Result {
 // (mma.sync), 64 or 128 the wgmma forward (launch_attention_forward_sm90) with that key
 // tile; backward reads its O and lse. query_tile: the deterministic backward's dK/dV
 // query tile (0: its default). bwd_version: the deterministic backward's
-// AttentionTuning::backward_version (2: the wgmma kernels); the atomic mode is version 1's.
+// AttentionTuning::backward_version (2: the wgmma kernels, 3: with the
+// warp-specialised dK/dV kernel); the atomic mode is version 1's.
 // sm90_variant, with v2_tile > 0: 0 version 2, 1 version 2 pipelined (forward_version 3),
 // 2 the warp-specialised forward (forward_version 4, launch_attention_forward_sm90_ws),
 // persistent; 3 the same with one block a query tile.
@@ -218,25 +219,28 @@ TEST_CASE(
           }
 }
 
-TEST_CASE("kernels/attention: the wgmma backward (v2) matches the float64 composed path" *
-          doctest::test_suite("cuda_sm90")) {
+TEST_CASE(
+    "kernels/attention: the wgmma backward (v2, and v3's warp-specialised dK/dV) matches the "
+    "float64 composed path" *
+    doctest::test_suite("cuda_sm90")) {
   const std::vector<Shape4> shapes = {{2, 3, 1, 1, 64},     {2, 3, 7, 7, 64},
                                       {2, 3, 127, 127, 64}, {1, 2, 300, 300, 64},
                                       {2, 3, 127, 300, 64}, {2, 2, 300, 127, 64}};
   uint64_t seed = 1301;
-  for (int64_t d : {64, 128})
-    for (Shape4 s : shapes)
-      for (bool causal : {false, true}) {
-        s.d = d;
-        const bool bthd = (seed / 4) % 2 == 0;
-        INFO("B=", s.b, " H=", s.h, " Tq=", s.tq, " Tk=", s.tk, " D=", s.d, " causal=", causal,
-             " bthd=", bthd);
-        const Result r = run_case(s, causal, bthd, seed += 4, 0, 0, 2);
-        CHECK(r.dq_det <= 1e-2);
-        CHECK(r.dk_det <= 1e-2);
-        CHECK(r.dv_det <= 1e-2);
-        CHECK(r.det_same);
-      }
+  for (int version : {2, 3})
+    for (int64_t d : {64, 128})
+      for (Shape4 s : shapes)
+        for (bool causal : {false, true}) {
+          s.d = d;
+          const bool bthd = (seed / 4) % 2 == 0;
+          INFO("version=", version, " B=", s.b, " H=", s.h, " Tq=", s.tq, " Tk=", s.tk, " D=", s.d,
+               " causal=", causal, " bthd=", bthd);
+          const Result r = run_case(s, causal, bthd, seed += 4, 0, 0, version);
+          CHECK(r.dq_det <= 1e-2);
+          CHECK(r.dk_det <= 1e-2);
+          CHECK(r.dv_det <= 1e-2);
+          CHECK(r.det_same);
+        }
   // Through the switch that makes it the default (EMBER_ATTENTION_BWD_V2, on unless 0).
   Result r;
   {
@@ -303,12 +307,12 @@ TEST_CASE("kernels/attention: the refusals name the problem" * doctest::test_sui
                        p, in(x), in(x), in(x), in(x), in(x), lse.data_ptr<float>(), out(x), out(x),
                        out(x), false, ws.raw_data(), ws_bytes, cuda::current_stream(0), v2);
                  }),
-                 "backward version 2 is deterministic"));
-  v2.backward_version = 3;
+                 "backward versions 2 and 3 are deterministic"));
+  v2.backward_version = 4;
   CHECK(contains(error_of([&] {
                    cuda::launch_attention_backward(
                        p, in(x), in(x), in(x), in(x), in(x), lse.data_ptr<float>(), out(x), out(x),
                        out(x), true, ws.raw_data(), ws_bytes, cuda::current_stream(0), v2);
                  }),
-                 "backward_version 3"));
+                 "backward_version 4"));
 }

@@ -30,6 +30,7 @@
 #include "core/base/error.h"
 #include "cuda/check.h"
 #include "cuda/kernels/attention.h"
+#include "cuda/kernels/sm90/attention_tma.h"
 
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define EMBER_ATTN_BWD_SM90A 1
@@ -108,6 +109,11 @@ __device__ __forceinline__ void store_acc(bf16* g, int64_t st, int row0, int val
     for (int dt = 0; dt < D / 8; ++dt)
       *reinterpret_cast<__nv_bfloat162*>(dst + dt * 8) =
           __floats2bfloat162_rn(acc[dt * 4 + 2 * r] * mul, acc[dt * 4 + 2 * r + 1] * mul);
+  }
+}
+
+__device__ __forceinline__ void mbar_wait_spin(uint32_t bar, uint32_t parity) {
+  while (!mbar_try_wait(bar, parity)) {
   }
 }
 
@@ -238,6 +244,202 @@ __global__ void __launch_bounds__(kThreads, 1) attn_bwd_dkdv_sm90_kernel(const P
 #endif
 }
 
+// The dK/dV kernel warp-specialised (backward version 3; the forward's version 4 is the
+// model): warpgroup 0 gives up its registers; its thread 0 loads the block's K and V
+// once and each query tile's Q and dO with TMA into kStages stages, and its warp 1 copies
+// the tile's lse and delta into the stage with plain loads; a stage is full when both
+// have arrived on its mbarrier. Warpgroups 1 and 2 (64 keys each, as version 2) take
+// turns issuing a tile's S^T and dP^T products (named barriers 1 and 2), so one's
+// element-wise work runs under the other's products, and free the stage (one arrival
+// per consumer warp) when its last product has retired. The products and the
+// element-wise steps are version 2's.
+namespace wsb {
+constexpr int kThreads = 384;
+constexpr int kStages = 2;
+constexpr int kProducerRegs = 24;  // setmaxnreg: 128 * 24 + 256 * 240 <= 65536
+constexpr int kConsumerRegs = 240;
+constexpr int kTurnBarrier = 1;
+}  // namespace wsb
+
+template <int D>
+constexpr size_t dkdv_ws_smem() {
+  return static_cast<size_t>(2 * kKeysPerBlock + 2 * wsb::kStages * kQueryTile) * D * sizeof(bf16) +
+         2 * wsb::kStages * kQueryTile * sizeof(float) + 8 * (1 + 2 * wsb::kStages) + 1024;
+}
+
+template <int D, bool CAUSAL>
+__global__ void __launch_bounds__(wsb::kThreads, 1)
+    attn_bwd_dkdv_sm90_ws_kernel(const __grid_constant__ CUtensorMap map_q,
+                                 const __grid_constant__ CUtensorMap map_k,
+                                 const __grid_constant__ CUtensorMap map_v,
+                                 const __grid_constant__ CUtensorMap map_do, const Params p) {
+#if EMBER_ATTN_BWD_SM90A
+  using namespace wsb;  // NOLINT(google-build-using-namespace)
+  constexpr int kN = kKeysPerBlock;
+  constexpr int kM = kQueryTile;
+  constexpr int kMT = kM / 8;
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  bf16* s_k = aligned_smem(smem_raw);
+  bf16* s_v = s_k + kN * D;
+  bf16* s_q = s_v + kN * D;                                          // [kStages][kM * D]
+  bf16* s_do = s_q + kStages * kM * D;                               // [kStages][kM * D]
+  float* s_lse = reinterpret_cast<float*>(s_do + kStages * kM * D);  // [kStages][kM]
+  float* s_delta = s_lse + kStages * kM;                             // [kStages][kM]
+  const uint32_t bar_base = smem_u32(s_delta + kStages * kM);
+  const uint32_t kv_full = bar_base;
+  auto full = [&](int s) { return bar_base + 8 * (1 + s); };
+  auto empty = [&](int s) { return bar_base + 8 * (1 + kStages + s); };
+
+  const int tid = static_cast<int>(threadIdx.x);
+  const int wg = tid / 128;
+  const int warp = (tid / 32) % 4;
+  const int lane = tid % 32;
+  const int bh = static_cast<int>(blockIdx.x);
+  const int b = bh / p.heads, h = bh % p.heads;
+  const int k0 = static_cast<int>(blockIdx.y) * kN;
+  const int qt_begin = CAUSAL ? k0 / kM : 0;
+  const int n_steps = (p.tq + kM - 1) / kM - qt_begin;  // may be <= 0: dK = dV = 0
+  if (tid == 0) {
+    mbar_init(kv_full, 1);
+    for (int s = 0; s < kStages; ++s) {
+      mbar_init(full(s), 2);   // the TMA thread's arrival and the statistics warp's
+      mbar_init(empty(s), 8);  // one arrival per consumer warp
+    }
+    fence_mbar_init();
+  }
+  __syncthreads();
+
+  if (wg == 0) {
+    setmaxnreg_dec<kProducerRegs>();
+    if (tid == 0 && n_steps > 0) {
+      prefetch_tensor_map(&map_q);
+      prefetch_tensor_map(&map_do);
+      mbar_arrive_expect_tx(kv_full, 2 * kN * D * 2);
+#pragma unroll
+      for (int c = 0; c < D / 64; ++c) {
+        tma_load_4d(smem_u32(s_k + c * kN * 64), &map_k, kv_full, c * 64, k0, h, b);
+        tma_load_4d(smem_u32(s_v + c * kN * 64), &map_v, kv_full, c * 64, k0, h, b);
+      }
+      for (int i = 0; i < n_steps; ++i) {
+        const int st = i % kStages;
+        const int q0 = (qt_begin + i) * kM;
+        if (i >= kStages) mbar_wait_spin(empty(st), ((i / kStages) + 1) & 1);
+        mbar_arrive_expect_tx(full(st), 2 * kM * D * 2);
+#pragma unroll
+        for (int c = 0; c < D / 64; ++c) {
+          tma_load_4d(smem_u32(s_q + st * kM * D + c * kM * 64), &map_q, full(st), c * 64, q0, h,
+                      b);
+          tma_load_4d(smem_u32(s_do + st * kM * D + c * kM * 64), &map_do, full(st), c * 64, q0, h,
+                      b);
+        }
+      }
+    } else if (tid / 32 == 1) {  // the statistics warp
+      const int64_t row_base = static_cast<int64_t>(bh) * p.tq;
+      for (int i = 0; i < n_steps; ++i) {
+        const int st = i % kStages;
+        const int q0 = (qt_begin + i) * kM;
+        if (i >= kStages) mbar_wait_spin(empty(st), ((i / kStages) + 1) & 1);
+        // Rows past the end read as 0: harmless (their Q and dO rows are zeros).
+        for (int r = lane; r < kM; r += 32) {
+          const bool ok = q0 + r < p.tq;
+          s_lse[st * kM + r] = ok ? p.lse[row_base + q0 + r] : 0.f;
+          s_delta[st * kM + r] = ok ? p.delta[row_base + q0 + r] : 0.f;
+        }
+        __syncwarp();
+        if (lane == 0) mbar_arrive(full(st));
+      }
+    }
+    return;
+  }
+
+  setmaxnreg_inc<kConsumerRegs>();
+  // Warp-uniform as far as ptxas can tell (a value from lane 0): a wgmma under a branch on
+  // a per-thread value is serialized (C7518).
+  const int c = __shfl_sync(0xffffffffu, wg - 1, 0);
+  const int wk0 = k0 + c * 64;  // this warpgroup's first key
+  const int key_lo = wk0 + warp * 16 + lane / 4;
+  const uint32_t k_base = smem_u32(s_k) + c * 64 * 128;
+  const uint32_t v_base = smem_u32(s_v) + c * 64 * 128;
+  const int my_turn = kTurnBarrier + c, their_turn = kTurnBarrier + (1 - c);
+  float dk[D / 2], dv[D / 2];
+#pragma unroll
+  for (int i = 0; i < D / 2; ++i) dk[i] = dv[i] = 0.f;
+  if (n_steps > 0) {
+    mbar_wait_spin(kv_full, 0);
+    if (c == 1) bar_arrive(their_turn, 256);  // warpgroup 1 goes first
+    for (int i = 0; i < n_steps; ++i) {
+      const int st = i % kStages;
+      const int q0 = (qt_begin + i) * kM;
+      mbar_wait_spin(full(st), (i / kStages) & 1);
+      // Causal: a tile whose last query precedes this warpgroup's first key adds nothing
+      // (the warpgroup still takes its turn).
+      const bool skip = CAUSAL && q0 + kM - 1 < wk0;
+      const uint32_t q_tile = smem_u32(s_q + st * kM * D);
+      const uint32_t do_tile = smem_u32(s_do + st * kM * D);
+      float st_acc[kM / 2], dpt[kM / 2];
+      const bool hand_over = !(c == 1 && i == n_steps - 1);  // the other's turn is next
+      bar_sync(my_turn, 256);
+      if (skip) {
+        if (hand_over) bar_arrive(their_turn, 256);
+      } else {
+        wgmma_fence();
+        ss_product<D, kM, kN, kM>(st_acc, k_base, q_tile, false);  // S^T = K Q^T
+        wgmma_commit();
+        ss_product<D, kM, kN, kM>(dpt, v_base, do_tile, false);  // dP^T = V dO^T
+        wgmma_commit();
+        if (hand_over) bar_arrive(their_turn, 256);
+        const float* lse = s_lse + st * kM;
+        const float* dl = s_delta + st * kM;
+        wgmma_wait<1>();  // S^T; P^T is formed while dP^T's product runs
+        fence_regs(st_acc);
+        const bool masked = wk0 + 64 > p.tk || (CAUSAL && wk0 + 63 > q0);
+#pragma unroll
+        for (int nt = 0; nt < kMT; ++nt)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int qq = nt * 8 + (lane & 3) * 2 + (e & 1);
+            float x = exp2_approx(st_acc[nt * 4 + e] * p.scale_log2 - lse[qq] * kLog2e);
+            if (masked) {
+              const int key = key_lo + (e >> 1) * 8;
+              if (key >= p.tk || (CAUSAL && key > q0 + qq)) x = 0.f;
+            }
+            st_acc[nt * 4 + e] = x;
+          }
+        uint32_t pa[kM / 16][4];
+        acc_to_a<kM>(st_acc, pa, [](float x) { return x; });
+        wgmma_fence();
+        rs_product<D, kM, kM>(dv, pa, do_tile);  // dV += P^T dO
+        wgmma_commit();
+        wgmma_wait<1>();  // dP^T (the dV product may still run)
+        fence_regs(dpt);
+#pragma unroll
+        for (int nt = 0; nt < kMT; ++nt)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int qq = nt * 8 + (lane & 3) * 2 + (e & 1);
+            dpt[nt * 4 + e] = st_acc[nt * 4 + e] * (dpt[nt * 4 + e] - dl[qq]);
+          }
+        uint32_t da[kM / 16][4];
+        acc_to_a<kM>(dpt, da, [](float x) { return x; });
+        wgmma_fence();
+        rs_product<D, kM, kM>(dk, da, q_tile);  // dK += dS^T Q
+        wgmma_commit();
+        wgmma_wait<0>();
+        fence_regs(dv);
+        fence_regs(dk);
+        fence_regs(pa);
+        fence_regs(da);
+      }
+      if (lane == 0) mbar_arrive(empty(st));
+    }
+  }
+  store_acc<D>(p.dk + b * p.sdk.b + h * p.sdk.h, p.sdk.t, wk0, p.tk, dk, p.scale);
+  store_acc<D>(p.dv + b * p.sdv.b + h * p.sdv.h, p.sdv.t, wk0, p.tk, dv, 1.f);
+#else
+  (void)map_q, (void)map_k, (void)map_v, (void)map_do, (void)p;
+#endif
+}
+
 // grid (B H, query blocks of 128); causal: the longest first.
 template <int D, bool CAUSAL>
 __global__ void __launch_bounds__(kThreads, 1) attn_bwd_dq_sm90_kernel(const Params p) {
@@ -361,10 +563,25 @@ void launch(Kernel kernel, dim3 grid, size_t smem, cudaStream_t stream, const Pa
 }
 
 template <int D, bool CAUSAL>
-void launch_d(const Params& prm, int64_t bh, cudaStream_t stream) {
+void launch_d(const Params& prm, int64_t bh, const AttentionProblem& p, AttentionInput q,
+              AttentionInput k, AttentionInput v, AttentionInput d_out, bool warp_specialised,
+              cudaStream_t stream) {
   const dim3 key_grid(static_cast<unsigned>(bh),
                       static_cast<unsigned>((prm.tk + kKeysPerBlock - 1) / kKeysPerBlock));
-  launch(attn_bwd_dkdv_sm90_kernel<D, CAUSAL>, key_grid, dkdv_smem<D>(), stream, prm);
+  if (warp_specialised) {
+    auto kernel = attn_bwd_dkdv_sm90_ws_kernel<D, CAUSAL>;
+    constexpr size_t kSmem = dkdv_ws_smem<D>();
+    const CUtensorMap map_q = sm90::attention_tensor_map(p, q, p.q_len, kQueryTile);
+    const CUtensorMap map_do = sm90::attention_tensor_map(p, d_out, p.q_len, kQueryTile);
+    const CUtensorMap map_k = sm90::attention_tensor_map(p, k, p.kv_len, kKeysPerBlock);
+    const CUtensorMap map_v = sm90::attention_tensor_map(p, v, p.kv_len, kKeysPerBlock);
+    EMBER_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                          static_cast<int>(kSmem)));
+    kernel<<<key_grid, wsb::kThreads, kSmem, stream>>>(map_q, map_k, map_v, map_do, prm);
+    EMBER_CUDA_CHECK(cudaGetLastError());
+  } else {
+    launch(attn_bwd_dkdv_sm90_kernel<D, CAUSAL>, key_grid, dkdv_smem<D>(), stream, prm);
+  }
   const dim3 q_grid(static_cast<unsigned>(bh),
                     static_cast<unsigned>((prm.tq + kRowsPerBlock - 1) / kRowsPerBlock));
   launch(attn_bwd_dq_sm90_kernel<D, CAUSAL>, q_grid, dq_smem<D>(), stream, prm);
@@ -380,7 +597,8 @@ bool aligned(const void* d, int64_t sb, int64_t sh, int64_t st) {
 void launch_attention_backward_sm90(const AttentionProblem& p, AttentionInput q, AttentionInput k,
                                     AttentionInput v, AttentionInput d_out, const float* lse,
                                     const float* delta, AttentionOutput d_q, AttentionOutput d_k,
-                                    AttentionOutput d_v, cudaStream_t stream) {
+                                    AttentionOutput d_v, cudaStream_t stream,
+                                    bool warp_specialised) {
   constexpr const char* kOp = "attention_backward_sm90";
   const char* why = attention_unsupported(p.dtype, p.head_dim);
   EMBER_CHECK(why == nullptr, kOp, ": ", why == nullptr ? "" : why);
@@ -430,10 +648,25 @@ void launch_attention_backward_sm90(const AttentionProblem& p, AttentionInput q,
   prm.tk = static_cast<int>(p.kv_len);
   prm.scale = p.scale;
   prm.scale_log2 = p.scale * kLog2e;
+  if (warp_specialised)
+    EMBER_CHECK(attention_backward_ws_takes(p, q, k, v, d_out), kOp,
+                ": a stride TMA cannot take (each of a dimension longer than 1 must be a "
+                "positive multiple of 8 elements)");
   if (p.head_dim == 64)
-    p.causal ? launch_d<64, true>(prm, bh, stream) : launch_d<64, false>(prm, bh, stream);
+    p.causal ? launch_d<64, true>(prm, bh, p, q, k, v, d_out, warp_specialised, stream)
+             : launch_d<64, false>(prm, bh, p, q, k, v, d_out, warp_specialised, stream);
   else
-    p.causal ? launch_d<128, true>(prm, bh, stream) : launch_d<128, false>(prm, bh, stream);
+    p.causal ? launch_d<128, true>(prm, bh, p, q, k, v, d_out, warp_specialised, stream)
+             : launch_d<128, false>(prm, bh, p, q, k, v, d_out, warp_specialised, stream);
+}
+
+bool attention_backward_ws_takes(const AttentionProblem& p, AttentionInput q, AttentionInput k,
+                                 AttentionInput v, AttentionInput d_out) {
+  int64_t dims[4], strides[3];
+  return sm90::attention_tma_dims(p, q, p.q_len, dims, strides) &&
+         sm90::attention_tma_dims(p, d_out, p.q_len, dims, strides) &&
+         sm90::attention_tma_dims(p, k, p.kv_len, dims, strides) &&
+         sm90::attention_tma_dims(p, v, p.kv_len, dims, strides);
 }
 
 }  // namespace ember::cuda

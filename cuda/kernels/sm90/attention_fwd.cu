@@ -29,6 +29,7 @@
 #include "core/base/error.h"
 #include "cuda/check.h"
 #include "cuda/kernels/attention.h"
+#include "cuda/kernels/sm90/attention_tma.h"
 #include "cuda/tensor_map.h"
 
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -632,45 +633,17 @@ bool sm90_params(const char* op, const AttentionProblem& p, AttentionInput q, At
   return true;
 }
 
-// TMA's view of a (B, H, T, D) operand: dims (D, T, H, B), strides (t, h, b) in
-// elements. A dimension of size 1 may have any stride (a broadcast one is 0), and TMA
-// wants each a positive multiple of 16 bytes: such a stride is replaced by 8 elements,
-// never used. False when a longer dimension has a stride TMA cannot take.
-bool ws_dims(const AttentionProblem& p, AttentionInput x, int64_t t_len, int64_t (&dims)[4],
-             int64_t (&strides)[3]) {
-  dims[0] = p.head_dim;
-  dims[1] = t_len;
-  dims[2] = p.heads;
-  dims[3] = p.batch;
-  const int64_t given[3] = {x.stride_t, x.stride_h, x.stride_b};
-  for (int i = 0; i < 3; ++i) {
-    if (dims[i + 1] == 1) {
-      strides[i] = 8;
-    } else {
-      if (given[i] <= 0 || given[i] % 8 != 0 || given[i] >= (int64_t{1} << 38)) return false;
-      strides[i] = given[i];
-    }
-  }
-  return true;
-}
-
 template <int D, int BN, bool CAUSAL>
 void launch_ws_d(const Params& prm, AttentionInput q, AttentionInput k, AttentionInput v,
                  const AttentionProblem& p, bool persistent, cudaStream_t stream) {
   auto kernel = attn_fwd_sm90_ws_kernel<D, BN, CAUSAL>;
   constexpr size_t kSmem = ws_smem_bytes<D, BN>();
-  int64_t dims[4], strides[3];
-  const unsigned q_box[4] = {64, kRowsPerBlock, 1, 1}, kv_box[4] = {64, BN, 1, 1};
-  const unsigned ones[4] = {1, 1, 1, 1};
-  ws_dims(p, q, p.q_len, dims, strides);
-  const CUtensorMap map_q = make_tensor_map_4d(DType::BFloat16, q.data, dims, strides, q_box, ones);
+  const CUtensorMap map_q = sm90::attention_tensor_map(p, q, p.q_len, kRowsPerBlock);
   // kv_len 0: no tile is loaded; Q's map stands in for K's and V's.
   CUtensorMap map_k = map_q, map_v = map_q;
   if (p.kv_len > 0) {
-    ws_dims(p, k, p.kv_len, dims, strides);
-    map_k = make_tensor_map_4d(DType::BFloat16, k.data, dims, strides, kv_box, ones);
-    ws_dims(p, v, p.kv_len, dims, strides);
-    map_v = make_tensor_map_4d(DType::BFloat16, v.data, dims, strides, kv_box, ones);
+    map_k = sm90::attention_tensor_map(p, k, p.kv_len, BN);
+    map_v = sm90::attention_tensor_map(p, v, p.kv_len, BN);
   }
   EMBER_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                         static_cast<int>(kSmem)));
@@ -706,9 +679,9 @@ void launch_attention_forward_sm90(const AttentionProblem& p, AttentionInput q, 
 bool attention_forward_ws_takes(const AttentionProblem& p, AttentionInput q, AttentionInput k,
                                 AttentionInput v) {
   int64_t dims[4], strides[3];
-  return ws_dims(p, q, std::max<int64_t>(p.q_len, 1), dims, strides) &&
-         (p.kv_len == 0 ||
-          (ws_dims(p, k, p.kv_len, dims, strides) && ws_dims(p, v, p.kv_len, dims, strides)));
+  return sm90::attention_tma_dims(p, q, std::max<int64_t>(p.q_len, 1), dims, strides) &&
+         (p.kv_len == 0 || (sm90::attention_tma_dims(p, k, p.kv_len, dims, strides) &&
+                            sm90::attention_tma_dims(p, v, p.kv_len, dims, strides)));
 }
 
 void launch_attention_forward_sm90_ws(const AttentionProblem& p, AttentionInput q, AttentionInput k,
@@ -738,5 +711,37 @@ void launch_attention_forward_sm90_ws(const AttentionProblem& p, AttentionInput 
                : launch_ws_d<128, 64, false>(prm, q, k, v, p, persistent, stream);
   }
 }
+
+namespace sm90 {
+
+bool attention_tma_dims(const AttentionProblem& p, AttentionInput x, int64_t t_len,
+                        int64_t (&dims)[4], int64_t (&strides)[3]) {
+  dims[0] = p.head_dim;
+  dims[1] = t_len;
+  dims[2] = p.heads;
+  dims[3] = p.batch;
+  const int64_t given[3] = {x.stride_t, x.stride_h, x.stride_b};
+  for (int i = 0; i < 3; ++i) {
+    if (dims[i + 1] == 1) {
+      strides[i] = 8;
+    } else {
+      if (given[i] <= 0 || given[i] % 8 != 0 || given[i] >= (int64_t{1} << 38)) return false;
+      strides[i] = given[i];
+    }
+  }
+  return true;
+}
+
+CUtensorMap attention_tensor_map(const AttentionProblem& p, AttentionInput x, int64_t t_len,
+                                 unsigned rows) {
+  int64_t dims[4], strides[3];
+  EMBER_CHECK(attention_tma_dims(p, x, t_len, dims, strides),
+              "attention: a stride TMA cannot take (strides t ", x.stride_t, ", h ", x.stride_h,
+              ", b ", x.stride_b, ")");
+  const unsigned box[4] = {64, rows, 1, 1}, ones[4] = {1, 1, 1, 1};
+  return make_tensor_map_4d(DType::BFloat16, x.data, dims, strides, box, ones);
+}
+
+}  // namespace sm90
 
 }  // namespace ember::cuda
