@@ -26,6 +26,8 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
+#include <string_view>
 
 #include "core/base/error.h"
 #include "cuda/check.h"
@@ -69,6 +71,7 @@ struct Params {
   Strides sq, sk, sv, sdo, sdq, sdk, sdv;
   int heads, tq, tk;
   float scale, scale_log2;
+  bool pingpong;  // version 3: the consumer warpgroups take turns on their first products
 };
 
 #if EMBER_ATTN_BWD_SM90A
@@ -302,8 +305,11 @@ __global__ void __launch_bounds__(wsb::kThreads, 1)
   if (tid == 0) {
     mbar_init(kv_full, 1);
     for (int s = 0; s < kStages; ++s) {
-      mbar_init(full(s), 2);   // the TMA thread's arrival and the statistics warp's
-      mbar_init(empty(s), 8);  // one arrival per consumer warp
+      // Every thread that wrote (the statistics warp) or read (the consumers) a stage's
+      // lse and delta arrives itself, so each one's plain shared accesses are ordered by
+      // its own arrival: the TMA thread's and the statistics warp's 32; the consumers' 256.
+      mbar_init(full(s), 1 + 32);
+      mbar_init(empty(s), 256);
     }
     fence_mbar_init();
   }
@@ -345,8 +351,7 @@ __global__ void __launch_bounds__(wsb::kThreads, 1)
           s_lse[st * kM + r] = ok ? p.lse[row_base + q0 + r] : 0.f;
           s_delta[st * kM + r] = ok ? p.delta[row_base + q0 + r] : 0.f;
         }
-        __syncwarp();
-        if (lane == 0) mbar_arrive(full(st));
+        mbar_arrive(full(st));
       }
     }
     return;
@@ -366,7 +371,7 @@ __global__ void __launch_bounds__(wsb::kThreads, 1)
   for (int i = 0; i < D / 2; ++i) dk[i] = dv[i] = 0.f;
   if (n_steps > 0) {
     mbar_wait_spin(kv_full, 0);
-    if (c == 1) bar_arrive(their_turn, 256);  // warpgroup 1 goes first
+    if (c == 1 && p.pingpong) bar_arrive(their_turn, 256);  // warpgroup 1 goes first
     for (int i = 0; i < n_steps; ++i) {
       const int st = i % kStages;
       const int q0 = (qt_begin + i) * kM;
@@ -377,8 +382,8 @@ __global__ void __launch_bounds__(wsb::kThreads, 1)
       const uint32_t q_tile = smem_u32(s_q + st * kM * D);
       const uint32_t do_tile = smem_u32(s_do + st * kM * D);
       float st_acc[kM / 2], dpt[kM / 2];
-      const bool hand_over = !(c == 1 && i == n_steps - 1);  // the other's turn is next
-      bar_sync(my_turn, 256);
+      const bool hand_over = p.pingpong && !(c == 1 && i == n_steps - 1);  // the other's turn
+      if (p.pingpong) bar_sync(my_turn, 256);
       if (skip) {
         if (hand_over) bar_arrive(their_turn, 256);
       } else {
@@ -430,7 +435,7 @@ __global__ void __launch_bounds__(wsb::kThreads, 1)
         fence_regs(pa);
         fence_regs(da);
       }
-      if (lane == 0) mbar_arrive(empty(st));
+      mbar_arrive(empty(st));
     }
   }
   store_acc<D>(p.dk + b * p.sdk.b + h * p.sdk.h, p.sdk.t, wk0, p.tk, dk, p.scale);
@@ -648,6 +653,10 @@ void launch_attention_backward_sm90(const AttentionProblem& p, AttentionInput q,
   prm.tk = static_cast<int>(p.kv_len);
   prm.scale = p.scale;
   prm.scale_log2 = p.scale * kLog2e;
+  // A measuring knob while version 3 is new: EMBER_ATTENTION_BWD_PINGPONG=0 lets its
+  // consumer warpgroups run without taking turns (read at every launch).
+  const char* pp = std::getenv("EMBER_ATTENTION_BWD_PINGPONG");
+  prm.pingpong = pp == nullptr || std::string_view(pp) != "0";
   if (warp_specialised)
     EMBER_CHECK(attention_backward_ws_takes(p, q, k, v, d_out), kOp,
                 ": a stride TMA cannot take (each of a dimension longer than 1 must be a "
