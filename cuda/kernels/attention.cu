@@ -1209,11 +1209,17 @@ void launch_attention_backward(const AttentionProblem& p, AttentionInput q, Atte
               ": backward versions 2 and 3 are deterministic, with no dropout and no mask "
               "(version 1 has the atomic mode, dropout and masks)");
   int version = tuning.backward_version;
-  if (version == 0)
+  if (version == 0) {
     version =
         v2_applies && tuning.backward_query_tile == 0 && attention_backward_v2() && capability == 90
             ? 2
             : 1;
+    // Version 3 (the warp-specialised dK/dV kernel) where it measured faster: head dim 128,
+    // 0.91-0.95x version 2's forward + backward time (one H100, 2026-12-06, the probe;
+    // benchmarks/NOTES.md "Flash attention backward, version 3"); at 64 it was 1.02-1.12x.
+    if (version == 2 && p.head_dim == 128 && attention_backward_ws_takes(p, q, k, v, d_out))
+      version = 3;
+  }
   const int64_t bh = p.batch * p.heads;
   if (bh == 0 || (p.q_len == 0 && p.kv_len == 0)) return;
   EMBER_CHECK(p.q_len > 0 && p.kv_len > 0, kOp, ": q_len ", p.q_len, " and kv_len ", p.kv_len,

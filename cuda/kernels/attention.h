@@ -90,7 +90,8 @@ struct AttentionTuning {
   /// 2 (wgmma, compute capability 9.0 only; no dropout, no mask), 0: version 2 where it
   /// applies and attention_backward_v2() is on, else version 1. The atomic mode
   /// (deterministic false) is version 1's only. 3: version 2 with the warp-specialised
-  /// dK/dV kernel (launch_attention_backward_sm90's warp_specialised).
+  /// dK/dV kernel (launch_attention_backward_sm90's warp_specialised); 0 takes it in
+  /// place of version 2 at head dim 128 where TMA takes the strides.
   int backward_version = 0;
 };
 
