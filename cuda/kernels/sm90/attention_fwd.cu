@@ -362,12 +362,6 @@ constexpr int kThreads = 384;
 constexpr int kStages = 2;
 constexpr int kProducerRegs = 24;  // setmaxnreg: 128 * 24 + 256 * 240 <= 65536
 constexpr int kConsumerRegs = 240;
-// Head dim 64 with 64-key tiles: two blocks an SM (48 KB of shared memory each), so
-// 128 * 24 + 256 * 112 <= 32768 registers a block.
-template <int D, int BN>
-constexpr int kBlocksPerSm = D == 64 && BN == 64 ? 2 : 1;
-template <int D, int BN>
-constexpr int kConsumerRegsFor = kBlocksPerSm<D, BN> == 2 ? 112 : kConsumerRegs;
 constexpr int kTurnBarrier = 1;  // consumer warpgroup c waits on named barrier 1 + c
 
 // The mbarriers after the tiles: Q full and Q free, then full K, full V, empty K,
@@ -416,7 +410,7 @@ __device__ __forceinline__ void tma_tile(bf16* dst, const CUtensorMap* map, uint
 #endif  // EMBER_ATTN_SM90A
 
 template <int D, int BN, bool CAUSAL>
-__global__ void __launch_bounds__(ws::kThreads, (ws::kBlocksPerSm<D, BN>))
+__global__ void __launch_bounds__(ws::kThreads, 1)
     attn_fwd_sm90_ws_kernel(const __grid_constant__ CUtensorMap map_q,
                             const __grid_constant__ CUtensorMap map_k,
                             const __grid_constant__ CUtensorMap map_v, const Params p) {
@@ -479,7 +473,7 @@ __global__ void __launch_bounds__(ws::kThreads, (ws::kBlocksPerSm<D, BN>))
     return;
   }
 
-  setmaxnreg_inc<kConsumerRegsFor<D, BN>>();
+  setmaxnreg_inc<kConsumerRegs>();
   const int c = wg - 1;  // this consumer warpgroup: query rows [64 c, 64 c + 64) of a tile
   const int warp = (tid / 32) % 4;
   const uint32_t q_base = smem_u32(s_q) + c * 64 * 128;
@@ -653,15 +647,14 @@ void launch_ws_d(const Params& prm, AttentionInput q, AttentionInput k, Attentio
   }
   EMBER_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                         static_cast<int>(kSmem)));
-  // Persistent: as many blocks as fit at once (one or two an SM), each walking every
-  // grid-th tile; else one block a tile.
+  // Persistent: one block an SM walking every SM-count-th tile; else one block a tile.
   const int64_t tiles = p.batch * p.heads * ((p.q_len + kRowsPerBlock - 1) / kRowsPerBlock);
   int64_t blocks = tiles;
   if (persistent) {
     int device = 0, sms = 0;
     EMBER_CUDA_CHECK(cudaGetDevice(&device));
     EMBER_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-    blocks = std::min<int64_t>(tiles, static_cast<int64_t>(sms) * ws::kBlocksPerSm<D, BN>);
+    blocks = std::min<int64_t>(tiles, sms);
   }
   kernel<<<static_cast<unsigned>(blocks), ws::kThreads, kSmem, stream>>>(map_q, map_k, map_v, prm);
   EMBER_CUDA_CHECK(cudaGetLastError());
