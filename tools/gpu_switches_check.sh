@@ -44,6 +44,9 @@
 #        (bench_attention against PyTorch's sdpa, 5 repetitions); ncu over the fused
 #        attention's four kernels at D 128 T 2048 and at GPT-2's shape (bench_attention
 #        --only 1, --only 2): throughput, occupancy, pipes, stall reasons
+#   tools/gpu_switches_check.sh round11 the whole suite at the defaults; the attention probe's
+#        sanitize cases (tools/attention_probe.sh --sanitize: every forward and backward
+#        version under the four tools); compare.sh's attention set (5 repetitions)
 #   tools/gpu_switches_check.sh sanpeer tools/gpu_sanitize.sh over EMBER_SANITIZE_PART's
 #        binaries (cuda, or rest: core, memory, nn, optim, parallel; no run starts after
 #        EMBER_SANITIZE_DEADLINE s: by default the stage's limit less 20 s, or less 200 s
@@ -356,6 +359,27 @@ elif [ "$stage" = round10 ]; then
       tr -s ' ' | tee -a "$out/ncu_attn.txt" | head -80
   done
   keep=(gpu.txt r10_summary.txt suite_summary.txt ln.txt attention_results.md ncu_attn.txt)
+elif [ "$stage" = round11 ]; then
+  echo "=== the whole suite at the defaults ($(left) s left)"
+  suite set1 EMBER_SUITE_AT_DEFAULTS | tail -28 | tee "$out/r11_summary.txt"
+  echo "=== the attention probe's sanitize cases under the four tools ($(left) s left)"
+  if [ "$(left)" -gt 150 ]; then
+    OUT="$out/probe" timeout $(($(left) - 60)) bash tools/attention_probe.sh --sanitize \
+      >"$out/probe_sanitize.txt" 2>&1
+    echo "attention_probe.sh --sanitize exit status $?" | tee -a "$out/r11_summary.txt"
+    grep -E 'SUMMARY|exit status|FAIL|ALL PASS' "$out/probe_sanitize.txt" | tee -a "$out/r11_summary.txt"
+  fi
+  echo "=== compare.sh attention, 5 repetitions ($(left) s left)"
+  if [ "$(left)" -gt 120 ]; then
+    EMBER_COMPARE_REPS=5 EMBER_BENCH_BUILD=build-gpu EMBER_BENCH_PREBUILT=1 EMBER_LIBTORCH=none \
+      EMBER_COMPARE_SET=attention timeout $(($(left) - 15)) benchmarks/compare.sh "$out/att" \
+      >"$out/att.txt" 2>&1
+    echo "compare.sh exit status $?" | tee -a "$out/r11_summary.txt"
+    cp "$out/att/RESULTS.md" "$out/attention_results.md" 2>/dev/null
+    grep -E 'FAILED|failed|error' "$out/att.txt" | head -10 | tee -a "$out/r11_summary.txt"
+    tail -40 "$out/attention_results.md" 2>/dev/null
+  fi
+  keep=(gpu.txt r11_summary.txt suite_summary.txt attention_results.md probe_sanitize.txt att.txt)
 elif [ "$stage" = sanpeer ]; then
   case "${EMBER_SANITIZE_PART:-cuda}" in
     cuda) only=cuda ;;
@@ -392,7 +416,7 @@ elif [ "$stage" = round10b ]; then
   gpt_ab leanab "${EMBER_SWITCHES_RESERVE:-40}" set1 EMBER_LAYER_NORM_LEAN | tee "$out/lean_ab.txt"
   keep=(gpu.txt gpt_vs_torch_gpt2.txt lean_ab.txt)
 else
-  echo "usage: tools/gpu_switches_check.sh conv|gpt|attn|combo|lnwarp|final|closing|ncu|qkv|round9|round10|round10b|sanpeer" >&2
+  echo "usage: tools/gpu_switches_check.sh conv|gpt|attn|combo|lnwarp|final|closing|ncu|qkv|round9|round10|round10b|round11|sanpeer" >&2
   exit 2
 fi
 tools/gpu_logs_pack.sh "$out" "${keep[@]}" && [ -f "$out/logs.tgz" ] && mv "$out/logs.tgz" "$out/more.tgz"
