@@ -44,9 +44,10 @@
 #        (bench_attention against PyTorch's sdpa, 5 repetitions); ncu over the fused
 #        attention's four kernels at D 128 T 2048 and at GPT-2's shape (bench_attention
 #        --only 1, --only 2): throughput, occupancy, pipes, stall reasons
-#   tools/gpu_switches_check.sh round11 the whole suite at the defaults; the attention probe's
-#        sanitize cases (tools/attention_probe.sh --sanitize: every forward and backward
-#        version under the four tools); compare.sh's attention set (5 repetitions)
+#   tools/gpu_switches_check.sh round11 compare.sh's attention set (5 repetitions; 220 s kept
+#        for the rest); the whole suite at the defaults; the attention probe's sanitize
+#        cases (tools/attention_probe.sh --sanitize: every forward and backward version
+#        under the four tools) while more than 150 s are left
 #   tools/gpu_switches_check.sh sanpeer tools/gpu_sanitize.sh over EMBER_SANITIZE_PART's
 #        binaries (cuda, or rest: core, memory, nn, optim, parallel; no run starts after
 #        EMBER_SANITIZE_DEADLINE s: by default the stage's limit less 20 s, or less 200 s
@@ -360,24 +361,22 @@ elif [ "$stage" = round10 ]; then
   done
   keep=(gpu.txt r10_summary.txt suite_summary.txt ln.txt attention_results.md ncu_attn.txt)
 elif [ "$stage" = round11 ]; then
+  echo "=== compare.sh attention, 5 repetitions ($(left) s left)"
+  EMBER_COMPARE_REPS=5 EMBER_BENCH_BUILD=build-gpu EMBER_BENCH_PREBUILT=1 EMBER_LIBTORCH=none \
+    EMBER_COMPARE_SET=attention timeout $(($(left) - 220)) benchmarks/compare.sh "$out/att" \
+    >"$out/att.txt" 2>&1
+  echo "compare.sh exit status $?" | tee "$out/r11_summary.txt"
+  cp "$out/att/RESULTS.md" "$out/attention_results.md" 2>/dev/null
+  grep -E 'FAILED|failed|error' "$out/att.txt" | head -10 | tee -a "$out/r11_summary.txt"
+  tail -40 "$out/attention_results.md" 2>/dev/null
   echo "=== the whole suite at the defaults ($(left) s left)"
-  suite set1 EMBER_SUITE_AT_DEFAULTS | tail -28 | tee "$out/r11_summary.txt"
+  suite set1 EMBER_SUITE_AT_DEFAULTS | tail -28 | tee -a "$out/r11_summary.txt"
   echo "=== the attention probe's sanitize cases under the four tools ($(left) s left)"
   if [ "$(left)" -gt 150 ]; then
-    OUT="$out/probe" timeout $(($(left) - 60)) bash tools/attention_probe.sh --sanitize \
+    OUT="$out/probe" timeout $(($(left) - 10)) bash tools/attention_probe.sh --sanitize \
       >"$out/probe_sanitize.txt" 2>&1
     echo "attention_probe.sh --sanitize exit status $?" | tee -a "$out/r11_summary.txt"
     grep -E 'SUMMARY|exit status|FAIL|ALL PASS' "$out/probe_sanitize.txt" | tee -a "$out/r11_summary.txt"
-  fi
-  echo "=== compare.sh attention, 5 repetitions ($(left) s left)"
-  if [ "$(left)" -gt 120 ]; then
-    EMBER_COMPARE_REPS=5 EMBER_BENCH_BUILD=build-gpu EMBER_BENCH_PREBUILT=1 EMBER_LIBTORCH=none \
-      EMBER_COMPARE_SET=attention timeout $(($(left) - 15)) benchmarks/compare.sh "$out/att" \
-      >"$out/att.txt" 2>&1
-    echo "compare.sh exit status $?" | tee -a "$out/r11_summary.txt"
-    cp "$out/att/RESULTS.md" "$out/attention_results.md" 2>/dev/null
-    grep -E 'FAILED|failed|error' "$out/att.txt" | head -10 | tee -a "$out/r11_summary.txt"
-    tail -40 "$out/attention_results.md" 2>/dev/null
   fi
   keep=(gpu.txt r11_summary.txt suite_summary.txt attention_results.md probe_sanitize.txt att.txt)
 elif [ "$stage" = sanpeer ]; then

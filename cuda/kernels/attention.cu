@@ -1128,14 +1128,14 @@ void launch_attention_forward(const AttentionProblem& p, AttentionInput q, Atten
     version = tuning.forward_warps == 0 && !v1_only && capability == 90 ? 2 : 1;
     // Version 4 where it measured faster than version 2 (one H100, 2026-12-06, the probe's
     // --fwd-only rows, benchmarks/NOTES.md "Flash attention forward, version 4"): head dim
-    // 128 (0.66-0.80x version 2's time), and head dim 64 without the causal mask
+    // 128 (0.62-0.80x version 2's time), and head dim 64 without the causal mask
     // (0.94-0.96x); with it, version 2's 64-key tiles stayed 1.02-1.05x faster.
     if (version == 2 && (p.head_dim == 128 || !p.causal) && attention_forward_ws_takes(p, q, k, v))
       version = 4;
   }
   if (version == 4) {
-    // 128-key tiles at both head dims (64-key ones measured 1.1-1.25x slower at 64);
-    // persistent up to 4096 queries (0.90-0.97x one block a tile there, 1.07-1.09x at 8192).
+    // 128-key tiles at both head dims (64-key ones took 1.16-1.18x their time at 64);
+    // persistent up to 4096 queries (0.90-1.00x one block a tile there, 1.07-1.09x at 8192).
     launch_attention_forward_sm90_ws(p, q, k, v, o, lse, stream, 128, p.q_len <= 4096);
     return;
   }
@@ -1215,7 +1215,8 @@ void launch_attention_backward(const AttentionProblem& p, AttentionInput q, Atte
             ? 2
             : 1;
     // Version 3 (the warp-specialised dK/dV kernel) where it measured faster: head dim 128,
-    // 0.91-0.95x version 2's forward + backward time (one H100, 2026-12-06, the probe;
+    // 0.91-0.95x version 2's forward + backward time, 1.00x [0.92-1.04] at T 2048 without
+    // the mask (one H100, 2026-12-06, the probe;
     // benchmarks/NOTES.md "Flash attention backward, version 3"); at 64 it was 1.02-1.12x.
     if (version == 2 && p.head_dim == 128 && attention_backward_ws_takes(p, q, k, v, d_out))
       version = 3;
