@@ -291,6 +291,10 @@ TEST_CASE("kernels/attention: the refusals name the problem" * doctest::test_sui
   CHECK_FALSE(cuda::attention_forward_ws_takes(two_heads, in(x), shared_head, in(x)));
   CHECK_FALSE(cuda::attention_forward_ws_takes(two_heads, in(x), in(x), shared_head));
   CHECK_FALSE(cuda::attention_forward_ws_takes(two_heads, shared_head, in(x), in(x)));
+  CHECK(cuda::attention_backward_ws_takes(p, in(x), in(x), in(x), in(x)));
+  CHECK(cuda::attention_backward_ws_takes(p, shared_head, in(x), in(x), shared_head));
+  CHECK_FALSE(cuda::attention_backward_ws_takes(two_heads, in(x), in(x), in(x), shared_head));
+  CHECK_FALSE(cuda::attention_backward_ws_takes(two_heads, in(x), in(x), shared_head, in(x)));
   CHECK(contains(error_of([&] {
                    cuda::launch_attention_backward(p, in(x), in(x), in(x), in(x), in(x),
                                                    lse.data_ptr<float>(), out(x), out(x), out(x),
