@@ -288,9 +288,9 @@ struct Tensors {
                                   key_tile, pipelined);
   }
   // Version 4 (warp-specialised: TMA producer, ping-pong consumers).
-  void forward_ws(int key_tile, bool persistent = true) {
+  void forward_ws(int key_tile, bool persistent = true, bool overlap = false) {
     launch_attention_forward_sm90_ws(prob, in_q(q.p), in_k(k.p), in_k(v.p), out_q(o.p), lse.p,
-                                     nullptr, key_tile, persistent);
+                                     nullptr, key_tile, persistent, overlap);
   }
   // The library's default forward (versions 4 or 2 on sm_90; see docs/attention.md).
   void forward_default() {
@@ -396,6 +396,8 @@ bool g_v3_ok64 = true;    // the pipelined version 2 (forward_version 3), 64-key
 bool g_v3_ok128 = true;   // ... 128-key tiles
 bool g_v4_ok64 = true;    // the warp-specialised forward (forward_version 4), 64-key tiles
 bool g_v4_ok128 = true;   // ... 128-key tiles
+bool g_v5_ok64 = true;    // forward version 5 (version 4 with the intra-warpgroup overlap)
+bool g_v5_ok128 = true;   // ... 128-key tiles
 bool g_fwd_only = false;  // --fwd-only: time the sm_90 forwards alone
 bool g_v2_bwd_ok = true;  // every check of version 2 of the backward passed so far
 bool g_v3_bwd_ok = true;  // ... of version 3 (the warp-specialised dK/dV kernel)
@@ -445,21 +447,29 @@ bool check_case(Tensors& t, int slices, uint64_t seed) {
   // Version 2 (wgmma, sm_90a), both key tiles, where the device is sm_90.
   bool v2_all = true;
   if (g_sm90) {
-    for (int pipe = 0; pipe < 4; ++pipe)
+    for (int pipe = 0; pipe < 5; ++pipe)
       for (int tile : {64, 128}) {
         t.o.poison(), t.lse.poison();
         if (pipe >= 2)
-          t.forward_ws(tile, pipe == 2);
+          t.forward_ws(tile, pipe != 3, pipe == 4);
         else
           t.forward_sm90(tile, pipe == 1);
         CK(cudaGetLastError());
         CK(cudaDeviceSynchronize());
         CK(cudaMemcpy(lse.data(), t.lse.p, lse.size() * sizeof(float), cudaMemcpyDeviceToHost));
-        std::printf(" | %s/%d:", pipe == 3 ? "v4n" : pipe == 2 ? "v4" : pipe ? "v3" : "v2", tile);
+        std::printf(" | %s/%d:",
+                    pipe == 4   ? "v5"
+                    : pipe == 3 ? "v4n"
+                    : pipe == 2 ? "v4"
+                    : pipe      ? "v3"
+                                : "v2",
+                    tile);
         const bool v2ok = report("O", rel_err(gather(t.o, t, true, slices), ref.o)) &
                           report("LSE", rel_err(lse, lse_ref));
         v2_all &= v2ok;
-        if (pipe >= 2)
+        if (pipe == 4)
+          (tile == 64 ? g_v5_ok64 : g_v5_ok128) &= v2ok;
+        else if (pipe >= 2)
           (tile == 64 ? g_v4_ok64 : g_v4_ok128) &= v2ok;
         else if (pipe)
           (tile == 64 ? g_v3_ok64 : g_v3_ok128) &= v2ok;
@@ -596,14 +606,28 @@ void time_case(const Case& c, int reps) {
     // spread.
     for (int tile : {64, 128}) {
       if (!(tile == 64 ? g_v2_ok64 && g_v4_ok64 : g_v2_ok128 && g_v4_ok128)) continue;
-      std::vector<double> v2, v4n, v4, ratio;
+      const bool v5_ok = tile == 64 ? g_v5_ok64 : g_v5_ok128;
+      std::vector<double> v2, v4n, v4, v5, ratio, ratio5;
       for (int round = 0; round < 5; ++round) {
         v2.push_back(time_it([&] { t.forward_sm90(tile); }, reps).med);
         v4n.push_back(time_it([&] { t.forward_ws(tile, false); }, reps).med);
         v4.push_back(time_it([&] { t.forward_ws(tile, true); }, reps).med);
         ratio.push_back(v4.back() / v2.back());
+        if (v5_ok) {
+          v5.push_back(time_it([&] { t.forward_ws(tile, true, true); }, reps).med);
+          ratio5.push_back(v5.back() / v4.back());
+        }
       }
       for (auto* v : {&v2, &v4n, &v4, &ratio}) std::sort(v->begin(), v->end());
+      if (v5_ok) {
+        std::sort(v5.begin(), v5.end());
+        std::sort(ratio5.begin(), ratio5.end());
+        std::printf(
+            "TIME %-44s key tile %3d: fwd v5 (v4 + intra-warpgroup overlap) %.4f ms [%.4f-%.4f] "
+            "%4.0f TF/s | v5/v4 %.3f [%.3f-%.3f]\n",
+            describe(c).c_str(), tile, v5[2], v5[0], v5[4], tf(fwd_flop, v5[2]), ratio5[2],
+            ratio5[0], ratio5[4]);
+      }
       std::printf(
           "TIME %-44s key tile %3d: fwd v2 %.4f ms %4.0f TF/s | v4n %.4f ms [%.4f-%.4f] %4.0f "
           "TF/s | v4 %.4f ms [%.4f-%.4f] %4.0f TF/s | v4/v2 %.3f [%.3f-%.3f]\n",

@@ -81,6 +81,8 @@ struct AttentionTuning {
   /// ping-pong; compute capability 9.0 only; launch_attention_forward_sm90_ws). 0 takes
   /// it on compute capability 9.0 at head dim 128, and at 64 without the causal mask,
   /// where TMA takes the strides (attention_forward_ws_takes), else version 2.
+  /// 5: version 4 with the intra-warpgroup overlap (experimental; never the default
+  /// until measured).
   int forward_version = 0;
   int forward_warps = 0;  ///< version 1: 4 or 8 warps, 16 query rows each, per block; 0: 4
   /// Deterministic backward: 32 or 64 query rows per tile of the dK/dV kernel; 0:
@@ -136,6 +138,9 @@ void launch_attention_forward_sm90(const AttentionProblem& p, AttentionInput q, 
 /// launch_attention_forward_sm90: a producer warpgroup loads Q once and K and V tile by
 /// tile with TMA into two stages; two consumer warpgroups take turns on the tensor cores,
 /// so one's softmax runs under the other's products (FlashAttention-3's ping-pong).
+/// `overlap` (forward version 5, experimental: not yet run on a GPU): each consumer also
+/// runs the first half of a tile's softmax while its own P V of the tile before is in
+/// flight (FlashAttention-3's intra-warpgroup overlap).
 /// `persistent`: one block an SM, each walking every SM-count-th query tile, the longest
 /// causal tiles first (the producer loads a tile's Q and keys while the consumers finish
 /// the one before); else one block a tile, in the same order.
@@ -143,7 +148,7 @@ void launch_attention_forward_sm90(const AttentionProblem& p, AttentionInput q, 
 void launch_attention_forward_sm90_ws(const AttentionProblem& p, AttentionInput q, AttentionInput k,
                                       AttentionInput v, AttentionOutput o, float* lse,
                                       cudaStream_t stream, int key_tile = 128,
-                                      bool persistent = true);
+                                      bool persistent = true, bool overlap = false);
 
 /// Whether version 4 can describe q, k and v to TMA: each stride of a dimension longer
 /// than 1 a positive multiple of 8 elements (a broadcast stride of 0 is not).

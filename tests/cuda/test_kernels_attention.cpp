@@ -67,7 +67,8 @@ struct Result {
 // warp-specialised dK/dV kernel); the atomic mode is version 1's.
 // sm90_variant, with v2_tile > 0: 0 version 2, 1 version 2 pipelined (forward_version 3),
 // 2 the warp-specialised forward (forward_version 4, launch_attention_forward_sm90_ws),
-// persistent; 3 the same with one block a query tile.
+// persistent; 3 the same with one block a query tile; 4 forward version 5 (version 4 with
+// the intra-warpgroup overlap), persistent.
 Result run_case(const Shape4& s, bool causal, bool bthd, uint64_t seed, int v2_tile = 0,
                 int query_tile = 0, int bwd_version = 0, int sm90_variant = 0) {
   const double scale = 1.0 / std::sqrt(static_cast<double>(s.d));
@@ -119,7 +120,7 @@ Result run_case(const Shape4& s, bool causal, bool bthd, uint64_t seed, int v2_t
   cudaStream_t stream = cuda::current_stream(0);
   if (v2_tile > 0 && sm90_variant >= 2) {
     cuda::launch_attention_forward_sm90_ws(prob, in(q), in(k), in(v), out(o), lse.data_ptr<float>(),
-                                           stream, v2_tile, sm90_variant == 2);
+                                           stream, v2_tile, sm90_variant != 3, sm90_variant == 4);
   } else if (v2_tile > 0) {
     cuda::launch_attention_forward_sm90(prob, in(q), in(k), in(v), out(o), lse.data_ptr<float>(),
                                         stream, v2_tile, sm90_variant == 1);
@@ -203,7 +204,7 @@ TEST_CASE(
                                       {2, 3, 127, 127, 64}, {1, 2, 300, 300, 64},
                                       {2, 3, 127, 300, 64}, {2, 2, 300, 127, 64}};
   uint64_t seed = 901;
-  for (int variant : {0, 1, 2, 3})
+  for (int variant : {0, 1, 2, 3, 4})
     for (int tile : {64, 128})
       for (int64_t d : {64, 128})
         for (Shape4 s : shapes)

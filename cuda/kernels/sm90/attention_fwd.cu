@@ -83,16 +83,16 @@ __device__ __forceinline__ void pv(float (&o)[D / 2], const uint32_t (&pa)[BN / 
   rs_product<D, BN, BN>(o, pa, v_base);
 }
 
-// The scores of one key tile (s, 64 x BN accumulators) through the online softmax:
-// scaled to base 2, masked (keys past the end; causal: keys after the row), the running
-// maximum m and sum l of this thread's two rows updated, O rescaled, and P packed as
-// the A operand of P V (pa).
-template <int D, int BN, bool CAUSAL>
-__device__ __forceinline__ void softmax_step(float (&s)[BN / 2], float (&o)[D / 2], float (&m)[2],
-                                             float (&l)[2], uint32_t (&pa)[BN / 16][4], int k0,
-                                             int wg_q0, int row_lo, const Params& p) {
+// The scores of one key tile (s, 64 x BN accumulators) through the online softmax's
+// first half: scaled to base 2, masked (keys past the end; causal: keys after the row),
+// the running maximum m and sum l of this thread's two rows updated, s replaced by
+// exp2(s - m), and corr the factor O must be rescaled by. Touches neither O nor P, so it
+// may run while a P V product into O is in flight (forward version 5).
+template <int BN, bool CAUSAL>
+__device__ __forceinline__ void softmax_scores(float (&s)[BN / 2], float (&m)[2], float (&l)[2],
+                                               float (&corr)[2], int k0, int wg_q0, int row_lo,
+                                               const Params& p) {
   constexpr int kNT = BN / 8;
-  constexpr int kDT = D / 8;
   const int lane = static_cast<int>(threadIdx.x) % 32;
   const bool masked = k0 + BN > p.tk || (CAUSAL && k0 + BN - 1 > wg_q0);
 #pragma unroll
@@ -116,7 +116,7 @@ __device__ __forceinline__ void softmax_step(float (&s)[BN / 2], float (&o)[D / 
     mx = quad_max(mx);
     const float m_new = fmaxf(m[r], mx);
     const float m_use = m_new == -INFINITY ? 0.f : m_new;
-    const float corr = exp2_approx(m[r] - m_use);
+    corr[r] = exp2_approx(m[r] - m_use);
     m[r] = m_new;
     float sum = 0.f;
 #pragma unroll
@@ -125,13 +125,24 @@ __device__ __forceinline__ void softmax_step(float (&s)[BN / 2], float (&o)[D / 
       s[nt * 4 + 2 * r + 1] = exp2_approx(s[nt * 4 + 2 * r + 1] - m_use);
       sum += s[nt * 4 + 2 * r] + s[nt * 4 + 2 * r + 1];
     }
-    l[r] = l[r] * corr + sum;
+    l[r] = l[r] * corr[r] + sum;
+  }
+}
+
+// The second half: O rescaled by corr, and P (the exps in s) packed as the A operand of
+// P V (pa).
+template <int D, int BN>
+__device__ __forceinline__ void rescale_and_pack(const float (&s)[BN / 2], float (&o)[D / 2],
+                                                 const float (&corr)[2],
+                                                 uint32_t (&pa)[BN / 16][4]) {
+  constexpr int kDT = D / 8;
+#pragma unroll
+  for (int r = 0; r < 2; ++r)
 #pragma unroll
     for (int dt = 0; dt < kDT; ++dt) {
-      o[dt * 4 + 2 * r] *= corr;
-      o[dt * 4 + 2 * r + 1] *= corr;
+      o[dt * 4 + 2 * r] *= corr[r];
+      o[dt * 4 + 2 * r + 1] *= corr[r];
     }
-  }
 #pragma unroll
   for (int kk = 0; kk < BN / 16; ++kk) {
     pa[kk][0] = pack_bf16(s[8 * kk], s[8 * kk + 1]);
@@ -139,6 +150,16 @@ __device__ __forceinline__ void softmax_step(float (&s)[BN / 2], float (&o)[D / 
     pa[kk][2] = pack_bf16(s[8 * kk + 4], s[8 * kk + 5]);
     pa[kk][3] = pack_bf16(s[8 * kk + 6], s[8 * kk + 7]);
   }
+}
+
+// Both halves: the whole online-softmax step of one key tile.
+template <int D, int BN, bool CAUSAL>
+__device__ __forceinline__ void softmax_step(float (&s)[BN / 2], float (&o)[D / 2], float (&m)[2],
+                                             float (&l)[2], uint32_t (&pa)[BN / 16][4], int k0,
+                                             int wg_q0, int row_lo, const Params& p) {
+  float corr[2];
+  softmax_scores<BN, CAUSAL>(s, m, l, corr, k0, wg_q0, row_lo, p);
+  rescale_and_pack<D, BN>(s, o, corr, pa);
 }
 
 // O / l as bf16 rows and lse (natural log) for this thread's two rows.
@@ -409,7 +430,11 @@ __device__ __forceinline__ void tma_tile(bf16* dst, const CUtensorMap* map, uint
 }
 #endif  // EMBER_ATTN_SM90A
 
-template <int D, int BN, bool CAUSAL>
+// OVERLAP (forward version 5): S(j) and P V(j-1) are committed as two groups, S(j)
+// first; the first half of S(j)'s softmax (softmax_scores) runs once S(j) has retired,
+// while P V(j-1) may still run, and O's rescale and P's packing wait for it
+// (FlashAttention-3's intra-warpgroup overlap, on top of the turns).
+template <int D, int BN, bool CAUSAL, bool OVERLAP>
 __global__ void __launch_bounds__(ws::kThreads, 1)
     attn_fwd_sm90_ws_kernel(const __grid_constant__ CUtensorMap map_q,
                             const __grid_constant__ CUtensorMap map_k,
@@ -502,20 +527,44 @@ __global__ void __launch_bounds__(ws::kThreads, 1)
         if constexpr (!FIRST) mbar_wait_spin(bars.full_v(prev), ((kv + j - 1) / kStages) & 1);
         bar_sync(my_turn, 256);
         wgmma_fence();
-        if constexpr (!FIRST) pv<D, BN>(o, pa, smem_u32(s_v + prev * BN * D));
-        qk<D, BN>(s, q_base, smem_u32(s_k + st * BN * D));
-        wgmma_commit();
-        bar_arrive(their_turn, 256);
-        wgmma_wait<0>();
-        fence_regs(s);
-        fence_regs(o);
-        fence_regs(pa);
-        if (lane == 0) {
-          mbar_arrive(bars.empty_k(st));
-          if constexpr (!FIRST) mbar_arrive(bars.empty_v(prev));
-          if (j == w.n_kt - 1) mbar_arrive(bars.q_free());  // the tile's last Q K^T is done
+        if constexpr (OVERLAP) {
+          qk<D, BN>(s, q_base, smem_u32(s_k + st * BN * D));
+          wgmma_commit();
+          if constexpr (!FIRST) {
+            pv<D, BN>(o, pa, smem_u32(s_v + prev * BN * D));
+            wgmma_commit();
+          }
+          bar_arrive(their_turn, 256);
+          wgmma_wait<FIRST ? 0 : 1>();  // S(j); P V(j-1) may still run
+          fence_regs(s);
+          if (lane == 0) {
+            mbar_arrive(bars.empty_k(st));
+            if (j == w.n_kt - 1) mbar_arrive(bars.q_free());  // the tile's last Q K^T is done
+          }
+          float corr[2];
+          softmax_scores<BN, CAUSAL>(s, m, l, corr, j * BN, wg_q0, row_lo, p);
+          wgmma_wait<0>();
+          fence_regs(o);
+          fence_regs(pa);
+          if constexpr (!FIRST)
+            if (lane == 0) mbar_arrive(bars.empty_v(prev));
+          rescale_and_pack<D, BN>(s, o, corr, pa);
+        } else {
+          if constexpr (!FIRST) pv<D, BN>(o, pa, smem_u32(s_v + prev * BN * D));
+          qk<D, BN>(s, q_base, smem_u32(s_k + st * BN * D));
+          wgmma_commit();
+          bar_arrive(their_turn, 256);
+          wgmma_wait<0>();
+          fence_regs(s);
+          fence_regs(o);
+          fence_regs(pa);
+          if (lane == 0) {
+            mbar_arrive(bars.empty_k(st));
+            if constexpr (!FIRST) mbar_arrive(bars.empty_v(prev));
+            if (j == w.n_kt - 1) mbar_arrive(bars.q_free());  // the tile's last Q K^T is done
+          }
+          softmax_step<D, BN, CAUSAL>(s, o, m, l, pa, j * BN, wg_q0, row_lo, p);
         }
-        softmax_step<D, BN, CAUSAL>(s, o, m, l, pa, j * BN, wg_q0, row_lo, p);
       };
       step.template operator()<true>(0);
       for (int j = 1; j < w.n_kt; ++j) step.template operator()<false>(j);
@@ -635,8 +684,9 @@ bool sm90_params(const char* op, const AttentionProblem& p, AttentionInput q, At
 
 template <int D, int BN, bool CAUSAL>
 void launch_ws_d(const Params& prm, AttentionInput q, AttentionInput k, AttentionInput v,
-                 const AttentionProblem& p, bool persistent, cudaStream_t stream) {
-  auto kernel = attn_fwd_sm90_ws_kernel<D, BN, CAUSAL>;
+                 const AttentionProblem& p, bool persistent, bool overlap, cudaStream_t stream) {
+  auto kernel = overlap ? attn_fwd_sm90_ws_kernel<D, BN, CAUSAL, true>
+                        : attn_fwd_sm90_ws_kernel<D, BN, CAUSAL, false>;
   constexpr size_t kSmem = ws_smem_bytes<D, BN>();
   const CUtensorMap map_q = sm90::attention_tensor_map(p, q, p.q_len, kRowsPerBlock);
   // kv_len 0: no tile is loaded; Q's map stands in for K's and V's.
@@ -686,7 +736,8 @@ bool attention_forward_ws_takes(const AttentionProblem& p, AttentionInput q, Att
 
 void launch_attention_forward_sm90_ws(const AttentionProblem& p, AttentionInput q, AttentionInput k,
                                       AttentionInput v, AttentionOutput o, float* lse,
-                                      cudaStream_t stream, int key_tile, bool persistent) {
+                                      cudaStream_t stream, int key_tile, bool persistent,
+                                      bool overlap) {
   constexpr const char* kOp = "attention_forward_sm90_ws";
   EMBER_CHECK(key_tile == 64 || key_tile == 128, kOp, ": key_tile ", key_tile, " (64 or 128)");
   Params prm;
@@ -697,18 +748,18 @@ void launch_attention_forward_sm90_ws(const AttentionProblem& p, AttentionInput 
   const bool wide = key_tile == 128;
   if (p.head_dim == 64) {
     if (wide)
-      p.causal ? launch_ws_d<64, 128, true>(prm, q, k, v, p, persistent, stream)
-               : launch_ws_d<64, 128, false>(prm, q, k, v, p, persistent, stream);
+      p.causal ? launch_ws_d<64, 128, true>(prm, q, k, v, p, persistent, overlap, stream)
+               : launch_ws_d<64, 128, false>(prm, q, k, v, p, persistent, overlap, stream);
     else
-      p.causal ? launch_ws_d<64, 64, true>(prm, q, k, v, p, persistent, stream)
-               : launch_ws_d<64, 64, false>(prm, q, k, v, p, persistent, stream);
+      p.causal ? launch_ws_d<64, 64, true>(prm, q, k, v, p, persistent, overlap, stream)
+               : launch_ws_d<64, 64, false>(prm, q, k, v, p, persistent, overlap, stream);
   } else {
     if (wide)
-      p.causal ? launch_ws_d<128, 128, true>(prm, q, k, v, p, persistent, stream)
-               : launch_ws_d<128, 128, false>(prm, q, k, v, p, persistent, stream);
+      p.causal ? launch_ws_d<128, 128, true>(prm, q, k, v, p, persistent, overlap, stream)
+               : launch_ws_d<128, 128, false>(prm, q, k, v, p, persistent, overlap, stream);
     else
-      p.causal ? launch_ws_d<128, 64, true>(prm, q, k, v, p, persistent, stream)
-               : launch_ws_d<128, 64, false>(prm, q, k, v, p, persistent, stream);
+      p.causal ? launch_ws_d<128, 64, true>(prm, q, k, v, p, persistent, overlap, stream)
+               : launch_ws_d<128, 64, false>(prm, q, k, v, p, persistent, overlap, stream);
   }
 }
 
