@@ -288,9 +288,9 @@ struct Tensors {
                                   key_tile, pipelined);
   }
   // Version 4 (warp-specialised: TMA producer, ping-pong consumers).
-  void forward_ws(int key_tile, bool persistent = true, bool overlap = false) {
+  void forward_ws(int key_tile, bool persistent = true, bool overlap = false, int consumers = 2) {
     launch_attention_forward_sm90_ws(prob, in_q(q.p), in_k(k.p), in_k(v.p), out_q(o.p), lse.p,
-                                     nullptr, key_tile, persistent, overlap);
+                                     nullptr, key_tile, persistent, overlap, consumers);
   }
   // The library's default forward (versions 4 or 2 on sm_90; see docs/attention.md).
   void forward_default() {
@@ -398,6 +398,8 @@ bool g_v4_ok64 = true;    // the warp-specialised forward (forward_version 4), 6
 bool g_v4_ok128 = true;   // ... 128-key tiles
 bool g_v5_ok64 = true;    // forward version 5 (version 4 with the intra-warpgroup overlap)
 bool g_v5_ok128 = true;   // ... 128-key tiles
+bool g_v6_ok64 = true;    // version 5 with three consumer warpgroups (head dim 64)
+bool g_v6_ok128 = true;   // ... 128-key tiles
 bool g_fwd_only = false;  // --fwd-only: time the sm_90 forwards alone
 bool g_v2_bwd_ok = true;  // every check of version 2 of the backward passed so far
 bool g_v3_bwd_ok = true;  // ... of version 3 (the warp-specialised dK/dV kernel)
@@ -447,18 +449,20 @@ bool check_case(Tensors& t, int slices, uint64_t seed) {
   // Version 2 (wgmma, sm_90a), both key tiles, where the device is sm_90.
   bool v2_all = true;
   if (g_sm90) {
-    for (int pipe = 0; pipe < 5; ++pipe)
+    for (int pipe = 0; pipe < 6; ++pipe)
       for (int tile : {64, 128}) {
+        if (pipe == 5 && c.D != 64) continue;  // three consumers: head dim 64 only
         t.o.poison(), t.lse.poison();
         if (pipe >= 2)
-          t.forward_ws(tile, pipe != 3, pipe == 4);
+          t.forward_ws(tile, pipe != 3, pipe >= 4, pipe == 5 ? 3 : 2);
         else
           t.forward_sm90(tile, pipe == 1);
         CK(cudaGetLastError());
         CK(cudaDeviceSynchronize());
         CK(cudaMemcpy(lse.data(), t.lse.p, lse.size() * sizeof(float), cudaMemcpyDeviceToHost));
         std::printf(" | %s/%d:",
-                    pipe == 4   ? "v5"
+                    pipe == 5   ? "v6"
+                    : pipe == 4 ? "v5"
                     : pipe == 3 ? "v4n"
                     : pipe == 2 ? "v4"
                     : pipe      ? "v3"
@@ -467,7 +471,9 @@ bool check_case(Tensors& t, int slices, uint64_t seed) {
         const bool v2ok = report("O", rel_err(gather(t.o, t, true, slices), ref.o)) &
                           report("LSE", rel_err(lse, lse_ref));
         v2_all &= v2ok;
-        if (pipe == 4)
+        if (pipe == 5)
+          (tile == 64 ? g_v6_ok64 : g_v6_ok128) &= v2ok;
+        else if (pipe == 4)
           (tile == 64 ? g_v5_ok64 : g_v5_ok128) &= v2ok;
         else if (pipe >= 2)
           (tile == 64 ? g_v4_ok64 : g_v4_ok128) &= v2ok;
@@ -607,7 +613,8 @@ void time_case(const Case& c, int reps) {
     for (int tile : {64, 128}) {
       if (!(tile == 64 ? g_v2_ok64 && g_v4_ok64 : g_v2_ok128 && g_v4_ok128)) continue;
       const bool v5_ok = tile == 64 ? g_v5_ok64 : g_v5_ok128;
-      std::vector<double> v2, v4n, v4, v5, ratio, ratio5;
+      const bool v6_ok = c.D == 64 && (tile == 64 ? g_v6_ok64 : g_v6_ok128);
+      std::vector<double> v2, v4n, v4, v5, v6, ratio, ratio5, ratio6;
       for (int round = 0; round < 5; ++round) {
         v2.push_back(time_it([&] { t.forward_sm90(tile); }, reps).med);
         v4n.push_back(time_it([&] { t.forward_ws(tile, false); }, reps).med);
@@ -617,6 +624,19 @@ void time_case(const Case& c, int reps) {
           v5.push_back(time_it([&] { t.forward_ws(tile, true, true); }, reps).med);
           ratio5.push_back(v5.back() / v4.back());
         }
+        if (v6_ok) {
+          v6.push_back(time_it([&] { t.forward_ws(tile, true, true, 3); }, reps).med);
+          ratio6.push_back(v6.back() / v2.back());
+        }
+      }
+      if (v6_ok) {
+        std::sort(v6.begin(), v6.end());
+        std::sort(ratio6.begin(), ratio6.end());
+        std::printf(
+            "TIME %-44s key tile %3d: fwd v6 (v5, three consumers) %.4f ms [%.4f-%.4f] %4.0f "
+            "TF/s | v6/v2 %.3f [%.3f-%.3f]\n",
+            describe(c).c_str(), tile, v6[2], v6[0], v6[4], tf(fwd_flop, v6[2]), ratio6[2],
+            ratio6[0], ratio6[4]);
       }
       for (auto* v : {&v2, &v4n, &v4, &ratio}) std::sort(v->begin(), v->end());
       if (v5_ok) {

@@ -1117,12 +1117,12 @@ void launch_attention_forward(const AttentionProblem& p, AttentionInput q, Atten
   const int capability = check_problem(kOp, p);
   EMBER_CHECK(tuning.forward_warps == 0 || tuning.forward_warps == 4 || tuning.forward_warps == 8,
               kOp, ": forward_warps ", tuning.forward_warps, " (0, 4 or 8)");
-  EMBER_CHECK(tuning.forward_version >= 0 && tuning.forward_version <= 5, kOp, ": forward_version ",
-              tuning.forward_version, " (0 to 5)");
+  EMBER_CHECK(tuning.forward_version >= 0 && tuning.forward_version <= 6, kOp, ": forward_version ",
+              tuning.forward_version, " (0 to 6)");
   const bool drop = p.dropout_p > 0.0;
   const bool v1_only = drop || p.mask_kind != 0;  // what version 2 does not read
   EMBER_CHECK(!(v1_only && tuning.forward_version >= 2), kOp,
-              ": forward versions 2 to 5 have no dropout and no mask (version 1 has both)");
+              ": forward versions 2 to 6 have no dropout and no mask (version 1 has both)");
   int version = tuning.forward_version;
   if (version == 0) {
     version = tuning.forward_warps == 0 && !v1_only && capability == 90 ? 2 : 1;
@@ -1133,11 +1133,14 @@ void launch_attention_forward(const AttentionProblem& p, AttentionInput q, Atten
     if (version == 2 && (p.head_dim == 128 || !p.causal) && attention_forward_ws_takes(p, q, k, v))
       version = 4;
   }
-  if (version == 4 || version == 5) {
+  if (version >= 4) {
     // 128-key tiles at both head dims (64-key ones took 1.16-1.18x their time at 64);
     // persistent up to 4096 queries (0.90-1.00x one block a tile there, 1.07-1.09x at 8192).
-    launch_attention_forward_sm90_ws(p, q, k, v, o, lse, stream, 128, p.q_len <= 4096,
-                                     version == 5);
+    // Version 6 at head dim 64: three consumers with 64-key tiles (with 128-key ones their
+    // 160 registers spill, ptxas, sm_90a).
+    const bool three = version == 6 && p.head_dim == 64;
+    launch_attention_forward_sm90_ws(p, q, k, v, o, lse, stream, three ? 64 : 128, p.q_len <= 4096,
+                                     version >= 5, three ? 3 : 2);
     return;
   }
   if (version >= 2) {

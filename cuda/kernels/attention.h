@@ -81,8 +81,9 @@ struct AttentionTuning {
   /// ping-pong; compute capability 9.0 only; launch_attention_forward_sm90_ws). 0 takes
   /// it on compute capability 9.0 at head dim 128, and at 64 without the causal mask,
   /// where TMA takes the strides (attention_forward_ws_takes), else version 2.
-  /// 5: version 4 with the intra-warpgroup overlap (experimental; never the default
-  /// until measured).
+  /// 5: version 4 with the intra-warpgroup overlap; 6: version 5 with three consumer
+  /// warpgroups at head dim 64 (version 5 at 128). Both experimental, never the default
+  /// until measured.
   int forward_version = 0;
   int forward_warps = 0;  ///< version 1: 4 or 8 warps, 16 query rows each, per block; 0: 4
   /// Deterministic backward: 32 or 64 query rows per tile of the dK/dV kernel; 0:
@@ -140,7 +141,9 @@ void launch_attention_forward_sm90(const AttentionProblem& p, AttentionInput q, 
 /// so one's softmax runs under the other's products (FlashAttention-3's ping-pong).
 /// `overlap` (forward version 5, experimental: not yet run on a GPU): each consumer also
 /// runs the first half of a tile's softmax while its own P V of the tile before is in
-/// flight (FlashAttention-3's intra-warpgroup overlap).
+/// flight (FlashAttention-3's intra-warpgroup overlap). `consumers`: 2, or 3 at head dim
+/// 64 (192 query rows a block, the turns going round the three; experimental, not yet run
+/// on a GPU: forward_version 6).
 /// `persistent`: one block an SM, each walking every SM-count-th query tile, the longest
 /// causal tiles first (the producer loads a tile's Q and keys while the consumers finish
 /// the one before); else one block a tile, in the same order.
@@ -148,7 +151,8 @@ void launch_attention_forward_sm90(const AttentionProblem& p, AttentionInput q, 
 void launch_attention_forward_sm90_ws(const AttentionProblem& p, AttentionInput q, AttentionInput k,
                                       AttentionInput v, AttentionOutput o, float* lse,
                                       cudaStream_t stream, int key_tile = 128,
-                                      bool persistent = true, bool overlap = false);
+                                      bool persistent = true, bool overlap = false,
+                                      int consumers = 2);
 
 /// Whether version 4 can describe q, k and v to TMA: each stride of a dimension longer
 /// than 1 a positive multiple of 8 elements (a broadcast stride of 0 is not).

@@ -68,7 +68,8 @@ struct Result {
 // sm90_variant, with v2_tile > 0: 0 version 2, 1 version 2 pipelined (forward_version 3),
 // 2 the warp-specialised forward (forward_version 4, launch_attention_forward_sm90_ws),
 // persistent; 3 the same with one block a query tile; 4 forward version 5 (version 4 with
-// the intra-warpgroup overlap), persistent.
+// the intra-warpgroup overlap), persistent; 5 the same with three consumer warpgroups at
+// head dim 64 (forward version 6; two at 128).
 Result run_case(const Shape4& s, bool causal, bool bthd, uint64_t seed, int v2_tile = 0,
                 int query_tile = 0, int bwd_version = 0, int sm90_variant = 0) {
   const double scale = 1.0 / std::sqrt(static_cast<double>(s.d));
@@ -120,7 +121,8 @@ Result run_case(const Shape4& s, bool causal, bool bthd, uint64_t seed, int v2_t
   cudaStream_t stream = cuda::current_stream(0);
   if (v2_tile > 0 && sm90_variant >= 2) {
     cuda::launch_attention_forward_sm90_ws(prob, in(q), in(k), in(v), out(o), lse.data_ptr<float>(),
-                                           stream, v2_tile, sm90_variant != 3, sm90_variant == 4);
+                                           stream, v2_tile, sm90_variant != 3, sm90_variant >= 4,
+                                           sm90_variant == 5 && s.d == 64 ? 3 : 2);
   } else if (v2_tile > 0) {
     cuda::launch_attention_forward_sm90(prob, in(q), in(k), in(v), out(o), lse.data_ptr<float>(),
                                         stream, v2_tile, sm90_variant == 1);
@@ -204,7 +206,7 @@ TEST_CASE(
                                       {2, 3, 127, 127, 64}, {1, 2, 300, 300, 64},
                                       {2, 3, 127, 300, 64}, {2, 2, 300, 127, 64}};
   uint64_t seed = 901;
-  for (int variant : {0, 1, 2, 3, 4})
+  for (int variant : {0, 1, 2, 3, 4, 5})
     for (int tile : {64, 128})
       for (int64_t d : {64, 128})
         for (Shape4 s : shapes)
@@ -292,6 +294,14 @@ TEST_CASE("kernels/attention: the refusals name the problem" * doctest::test_sui
   CHECK_FALSE(cuda::attention_forward_ws_takes(two_heads, in(x), shared_head, in(x)));
   CHECK_FALSE(cuda::attention_forward_ws_takes(two_heads, in(x), in(x), shared_head));
   CHECK_FALSE(cuda::attention_forward_ws_takes(two_heads, shared_head, in(x), in(x)));
+  cuda::AttentionProblem d128 = p;
+  d128.head_dim = 128;
+  CHECK(contains(error_of([&] {
+                   cuda::launch_attention_forward_sm90_ws(
+                       d128, in(x), in(x), in(x), out(x), lse.data_ptr<float>(),
+                       cuda::current_stream(0), 128, true, false, 3);
+                 }),
+                 "consumers 3 (2, or 3 at head dim 64)"));
   CHECK(cuda::attention_backward_ws_takes(p, in(x), in(x), in(x), in(x)));
   CHECK(cuda::attention_backward_ws_takes(p, shared_head, in(x), in(x), shared_head));
   CHECK_FALSE(cuda::attention_backward_ws_takes(two_heads, in(x), in(x), in(x), shared_head));

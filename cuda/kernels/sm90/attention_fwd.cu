@@ -379,11 +379,18 @@ __global__ void __launch_bounds__(kThreads, 1) attn_fwd_sm90_pipe_kernel(const P
 // the other's matrix work, where in version 2 both warpgroups meet at a barrier every
 // tile and do their softmax together. Ragged tails: TMA reads rows past T as zeros.
 namespace ws {
-constexpr int kThreads = 384;
 constexpr int kStages = 2;
-constexpr int kProducerRegs = 24;  // setmaxnreg: 128 * 24 + 256 * 240 <= 65536
-constexpr int kConsumerRegs = 240;
+constexpr int kProducerRegs = 24;
 constexpr int kTurnBarrier = 1;  // consumer warpgroup c waits on named barrier 1 + c
+// NC consumer warpgroups (2, or 3 at head dim 64: 192 query rows a block, as
+// FlashAttention-3 takes at 64) and the producer's. The consumers' registers after
+// setmaxnreg: the launch gives each thread 65,536 / threads (168 or 128), and the
+// warpgroups' new counts must fit inside that: 128 x 24 + 256 x 240 = 64,512 <=
+// 384 x 168 and 128 x 24 + 384 x 160 = 64,512 <= 512 x 128.
+template <int NC>
+constexpr int kThreads = 128 * (NC + 1);
+template <int NC>
+constexpr int kConsumerRegs = NC == 2 ? 240 : 160;
 
 // The mbarriers after the tiles: Q full and Q free, then full K, full V, empty K,
 // empty V per stage.
@@ -434,14 +441,15 @@ __device__ __forceinline__ void tma_tile(bf16* dst, const CUtensorMap* map, uint
 // first; the first half of S(j)'s softmax (softmax_scores) runs once S(j) has retired,
 // while P V(j-1) may still run, and O's rescale and P's packing wait for it
 // (FlashAttention-3's intra-warpgroup overlap, on top of the turns).
-template <int D, int BN, bool CAUSAL, bool OVERLAP>
-__global__ void __launch_bounds__(ws::kThreads, 1)
+template <int D, int BN, bool CAUSAL, bool OVERLAP, int NC>
+__global__ void __launch_bounds__(ws::kThreads<NC>, 1)
     attn_fwd_sm90_ws_kernel(const __grid_constant__ CUtensorMap map_q,
                             const __grid_constant__ CUtensorMap map_k,
                             const __grid_constant__ CUtensorMap map_v, const Params p) {
 #if EMBER_ATTN_SM90A
   using namespace ws;  // NOLINT(google-build-using-namespace)
-  constexpr int kM = kRowsPerBlock;
+  constexpr int kM = 64 * NC;
+  constexpr int kConsumerWarps = 4 * NC;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   bf16* s_q = aligned_smem(smem_raw);
   bf16* s_k = s_q + kM * D;            // [kStages][BN * D]
@@ -453,12 +461,12 @@ __global__ void __launch_bounds__(ws::kThreads, 1)
   const int lane = tid % 32;
   if (tid == 0) {
     mbar_init(bars.q(), 1);
-    mbar_init(bars.q_free(), 8);  // one arrival per consumer warp
+    mbar_init(bars.q_free(), kConsumerWarps);  // one arrival per consumer warp
     for (int s = 0; s < kStages; ++s) {
       mbar_init(bars.full_k(s), 1);
       mbar_init(bars.full_v(s), 1);
-      mbar_init(bars.empty_k(s), 8);
-      mbar_init(bars.empty_v(s), 8);
+      mbar_init(bars.empty_k(s), kConsumerWarps);
+      mbar_init(bars.empty_v(s), kConsumerWarps);
     }
     fence_mbar_init();
   }
@@ -498,11 +506,14 @@ __global__ void __launch_bounds__(ws::kThreads, 1)
     return;
   }
 
-  setmaxnreg_inc<kConsumerRegs>();
+  setmaxnreg_inc<kConsumerRegs<NC>>();
   const int c = wg - 1;  // this consumer warpgroup: query rows [64 c, 64 c + 64) of a tile
   const int warp = (tid / 32) % 4;
   const uint32_t q_base = smem_u32(s_q) + c * 64 * 128;
-  const int my_turn = kTurnBarrier + c, their_turn = kTurnBarrier + (1 - c);
+  // The turns go round the consumers in order: c waits on barrier 1 + c and hands over to
+  // the next on its barrier (the last hands over to the first).
+  const int my_turn = kTurnBarrier + c;
+  const int their_turn = NC == 2 ? kTurnBarrier + (1 - c) : kTurnBarrier + (c + 1) % NC;
   int kv = 0, n_tiles = 0;
   for (int t = static_cast<int>(blockIdx.x); t < total; t += static_cast<int>(gridDim.x)) {
     const WsTile w = ws_tile<kM, BN, CAUSAL>(t, p, n_qt);
@@ -518,7 +529,7 @@ __global__ void __launch_bounds__(ws::kThreads, 1)
       float s[BN / 2];
       mbar_wait_spin(bars.q(), n_tiles & 1);
       ++n_tiles;
-      if (c == 1) bar_arrive(their_turn, 256);  // warpgroup 1 goes first
+      if (c == NC - 1) bar_arrive(their_turn, 256);  // the first consumer goes first
       // Key tile j (the block's kv-th): P V(j - 1) (none for j = 0) and S(j) as one wgmma
       // group in this warpgroup's turn, then the softmax of S(j) in the other's.
       auto step = [&]<bool FIRST>(int j) {
@@ -575,7 +586,8 @@ __global__ void __launch_bounds__(ws::kThreads, 1)
       wgmma_fence();
       pv<D, BN>(o, pa, smem_u32(s_v + last * BN * D));
       wgmma_commit();
-      if (c == 0) bar_arrive(their_turn, 256);  // warpgroup 2's last turn; 1 has had its own
+      // The last consumer's turn ends the round.
+      if (NC == 2 ? c == 0 : c != NC - 1) bar_arrive(their_turn, 256);
       wgmma_wait<0>();
       fence_regs(o);
       if (lane == 0) mbar_arrive(bars.empty_v(last));
@@ -587,10 +599,10 @@ __global__ void __launch_bounds__(ws::kThreads, 1)
 #endif
 }
 
-template <int D, int BN>
+template <int D, int BN, int NC>
 constexpr size_t ws_smem_bytes() {
-  return static_cast<size_t>(kRowsPerBlock + 2 * ws::kStages * BN) * D * sizeof(bf16) +
-         ws::kBarBytes + 1024;
+  return static_cast<size_t>(64 * NC + 2 * ws::kStages * BN) * D * sizeof(bf16) + ws::kBarBytes +
+         1024;
 }
 
 // Q, then K double-buffered and V double- (PIPE: triple-) buffered, and the alignment slack.
@@ -682,13 +694,14 @@ bool sm90_params(const char* op, const AttentionProblem& p, AttentionInput q, At
   return true;
 }
 
-template <int D, int BN, bool CAUSAL>
-void launch_ws_d(const Params& prm, AttentionInput q, AttentionInput k, AttentionInput v,
-                 const AttentionProblem& p, bool persistent, bool overlap, cudaStream_t stream) {
-  auto kernel = overlap ? attn_fwd_sm90_ws_kernel<D, BN, CAUSAL, true>
-                        : attn_fwd_sm90_ws_kernel<D, BN, CAUSAL, false>;
-  constexpr size_t kSmem = ws_smem_bytes<D, BN>();
-  const CUtensorMap map_q = sm90::attention_tensor_map(p, q, p.q_len, kRowsPerBlock);
+template <int D, int BN, bool CAUSAL, int NC>
+void launch_ws_nc(const Params& prm, AttentionInput q, AttentionInput k, AttentionInput v,
+                  const AttentionProblem& p, bool persistent, bool overlap, cudaStream_t stream) {
+  auto kernel = overlap ? attn_fwd_sm90_ws_kernel<D, BN, CAUSAL, true, NC>
+                        : attn_fwd_sm90_ws_kernel<D, BN, CAUSAL, false, NC>;
+  constexpr int kRows = 64 * NC;
+  constexpr size_t kSmem = ws_smem_bytes<D, BN, NC>();
+  const CUtensorMap map_q = sm90::attention_tensor_map(p, q, p.q_len, kRows);
   // kv_len 0: no tile is loaded; Q's map stands in for K's and V's.
   CUtensorMap map_k = map_q, map_v = map_q;
   if (p.kv_len > 0) {
@@ -698,7 +711,7 @@ void launch_ws_d(const Params& prm, AttentionInput q, AttentionInput k, Attentio
   EMBER_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                         static_cast<int>(kSmem)));
   // Persistent: one block an SM walking every SM-count-th tile; else one block a tile.
-  const int64_t tiles = p.batch * p.heads * ((p.q_len + kRowsPerBlock - 1) / kRowsPerBlock);
+  const int64_t tiles = p.batch * p.heads * ((p.q_len + kRows - 1) / kRows);
   int64_t blocks = tiles;
   if (persistent) {
     int device = 0, sms = 0;
@@ -706,8 +719,23 @@ void launch_ws_d(const Params& prm, AttentionInput q, AttentionInput k, Attentio
     EMBER_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
     blocks = std::min<int64_t>(tiles, sms);
   }
-  kernel<<<static_cast<unsigned>(blocks), ws::kThreads, kSmem, stream>>>(map_q, map_k, map_v, prm);
+  kernel<<<static_cast<unsigned>(blocks), ws::kThreads<NC>, kSmem, stream>>>(map_q, map_k, map_v,
+                                                                             prm);
   EMBER_CUDA_CHECK(cudaGetLastError());
+}
+
+// Three consumer warpgroups only at head dim 64 (at 128 their registers would not fit).
+template <int D, int BN, bool CAUSAL>
+void launch_ws_d(const Params& prm, AttentionInput q, AttentionInput k, AttentionInput v,
+                 const AttentionProblem& p, bool persistent, bool overlap, int consumers,
+                 cudaStream_t stream) {
+  if constexpr (D == 64) {
+    if (consumers == 3) {
+      launch_ws_nc<D, BN, CAUSAL, 3>(prm, q, k, v, p, persistent, overlap, stream);
+      return;
+    }
+  }
+  launch_ws_nc<D, BN, CAUSAL, 2>(prm, q, k, v, p, persistent, overlap, stream);
 }
 
 }  // namespace
@@ -737,9 +765,11 @@ bool attention_forward_ws_takes(const AttentionProblem& p, AttentionInput q, Att
 void launch_attention_forward_sm90_ws(const AttentionProblem& p, AttentionInput q, AttentionInput k,
                                       AttentionInput v, AttentionOutput o, float* lse,
                                       cudaStream_t stream, int key_tile, bool persistent,
-                                      bool overlap) {
+                                      bool overlap, int consumers) {
   constexpr const char* kOp = "attention_forward_sm90_ws";
   EMBER_CHECK(key_tile == 64 || key_tile == 128, kOp, ": key_tile ", key_tile, " (64 or 128)");
+  EMBER_CHECK(consumers == 2 || (consumers == 3 && p.head_dim == 64), kOp, ": consumers ",
+              consumers, " (2, or 3 at head dim 64)");
   Params prm;
   if (!sm90_params(kOp, p, q, k, v, o, lse, prm)) return;
   EMBER_CHECK(attention_forward_ws_takes(p, q, k, v), kOp,
@@ -748,18 +778,22 @@ void launch_attention_forward_sm90_ws(const AttentionProblem& p, AttentionInput 
   const bool wide = key_tile == 128;
   if (p.head_dim == 64) {
     if (wide)
-      p.causal ? launch_ws_d<64, 128, true>(prm, q, k, v, p, persistent, overlap, stream)
-               : launch_ws_d<64, 128, false>(prm, q, k, v, p, persistent, overlap, stream);
+      p.causal
+          ? launch_ws_d<64, 128, true>(prm, q, k, v, p, persistent, overlap, consumers, stream)
+          : launch_ws_d<64, 128, false>(prm, q, k, v, p, persistent, overlap, consumers, stream);
     else
-      p.causal ? launch_ws_d<64, 64, true>(prm, q, k, v, p, persistent, overlap, stream)
-               : launch_ws_d<64, 64, false>(prm, q, k, v, p, persistent, overlap, stream);
+      p.causal
+          ? launch_ws_d<64, 64, true>(prm, q, k, v, p, persistent, overlap, consumers, stream)
+          : launch_ws_d<64, 64, false>(prm, q, k, v, p, persistent, overlap, consumers, stream);
   } else {
     if (wide)
-      p.causal ? launch_ws_d<128, 128, true>(prm, q, k, v, p, persistent, overlap, stream)
-               : launch_ws_d<128, 128, false>(prm, q, k, v, p, persistent, overlap, stream);
+      p.causal
+          ? launch_ws_d<128, 128, true>(prm, q, k, v, p, persistent, overlap, consumers, stream)
+          : launch_ws_d<128, 128, false>(prm, q, k, v, p, persistent, overlap, consumers, stream);
     else
-      p.causal ? launch_ws_d<128, 64, true>(prm, q, k, v, p, persistent, overlap, stream)
-               : launch_ws_d<128, 64, false>(prm, q, k, v, p, persistent, overlap, stream);
+      p.causal
+          ? launch_ws_d<128, 64, true>(prm, q, k, v, p, persistent, overlap, consumers, stream)
+          : launch_ws_d<128, 64, false>(prm, q, k, v, p, persistent, overlap, consumers, stream);
   }
 }
 
