@@ -450,6 +450,9 @@ __global__ void __launch_bounds__(ws::kThreads<NC>, 1)
   using namespace ws;  // NOLINT(google-build-using-namespace)
   constexpr int kM = 64 * NC;
   constexpr int kConsumerWarps = 4 * NC;
+  // qk() steps through Q's column blocks kRowsPerBlock (128) rows apart; at head dim 64
+  // there is one column block, so any row count works.
+  static_assert(kM == kRowsPerBlock || D == 64, "Q tiles of other than 128 rows need D 64");
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   bf16* s_q = aligned_smem(smem_raw);
   bf16* s_k = s_q + kM * D;            // [kStages][BN * D]
