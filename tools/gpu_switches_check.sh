@@ -48,6 +48,8 @@
 #        for the rest); the whole suite at the defaults; the attention probe's sanitize
 #        cases (tools/attention_probe.sh --sanitize: every forward and backward version
 #        under the four tools) while more than 150 s are left
+#   tools/gpu_switches_check.sh round12 the attention probe's --fwd-only run (forward versions
+#        5 and 6 against 4 and 2, alternating), its sanitize cases, the whole suite
 #   tools/gpu_switches_check.sh sanpeer tools/gpu_sanitize.sh over EMBER_SANITIZE_PART's
 #        binaries (cuda, or rest: core, memory, nn, optim, parallel; no run starts after
 #        EMBER_SANITIZE_DEADLINE s: by default the stage's limit less 20 s, or less 200 s
@@ -379,6 +381,25 @@ elif [ "$stage" = round11 ]; then
     grep -E 'SUMMARY|exit status|FAIL|ALL PASS' "$out/probe_sanitize.txt" | tee -a "$out/r11_summary.txt"
   fi
   keep=(gpu.txt r11_summary.txt suite_summary.txt attention_results.md probe_sanitize.txt att.txt)
+elif [ "$stage" = round12 ]; then
+  # The experimental forwards 5 and 6 (first GPU run): the probe's checks and its
+  # alternating timings (v5 against v4, v6 against v2), its sanitize cases, then the suite.
+  echo "=== attention_probe.sh --fwd-only ($(left) s left)"
+  PROBE_REPS=20 OUT="$out/probe" timeout $(($(left) - 230)) bash tools/attention_probe.sh \
+    --fwd-only >"$out/probe_fwd.txt" 2>&1
+  echo "attention_probe.sh --fwd-only exit status $?" | tee "$out/r12_summary.txt"
+  grep -E 'FAIL|EXCEPTION|C75' "$out/probe_fwd.txt" | head -5 | tee -a "$out/r12_summary.txt"
+  grep -E '^TIME' "$out/probe/probe.log" | cut -c1-260 | tee -a "$out/r12_summary.txt"
+  echo "=== the attention probe's sanitize cases ($(left) s left)"
+  if [ "$(left)" -gt 230 ]; then
+    OUT="$out/probe_san" timeout 120 bash tools/attention_probe.sh --sanitize \
+      >"$out/probe_sanitize.txt" 2>&1
+    echo "attention_probe.sh --sanitize exit status $?" | tee -a "$out/r12_summary.txt"
+    grep -E 'SUMMARY|exit status|FAIL' "$out/probe_sanitize.txt" | tee -a "$out/r12_summary.txt"
+  fi
+  echo "=== the whole suite at the defaults ($(left) s left)"
+  [ "$(left)" -gt 215 ] && suite set1 EMBER_SUITE_AT_DEFAULTS | tail -28 | tee -a "$out/r12_summary.txt"
+  keep=(gpu.txt r12_summary.txt suite_summary.txt probe_fwd.txt probe_sanitize.txt)
 elif [ "$stage" = sanpeer ]; then
   case "${EMBER_SANITIZE_PART:-cuda}" in
     cuda) only=cuda ;;
@@ -415,7 +436,7 @@ elif [ "$stage" = round10b ]; then
   gpt_ab leanab "${EMBER_SWITCHES_RESERVE:-40}" set1 EMBER_LAYER_NORM_LEAN | tee "$out/lean_ab.txt"
   keep=(gpu.txt gpt_vs_torch_gpt2.txt lean_ab.txt)
 else
-  echo "usage: tools/gpu_switches_check.sh conv|gpt|attn|combo|lnwarp|final|closing|ncu|qkv|round9|round10|round10b|round11|sanpeer" >&2
+  echo "usage: tools/gpu_switches_check.sh conv|gpt|attn|combo|lnwarp|final|closing|ncu|qkv|round9|round10|round10b|round11|round12|sanpeer" >&2
   exit 2
 fi
 tools/gpu_logs_pack.sh "$out" "${keep[@]}" && [ -f "$out/logs.tgz" ] && mv "$out/logs.tgz" "$out/more.tgz"
