@@ -115,11 +115,6 @@ __device__ __forceinline__ void store_acc(bf16* g, int64_t st, int row0, int val
   }
 }
 
-__device__ __forceinline__ void mbar_wait_spin(uint32_t bar, uint32_t parity) {
-  while (!mbar_try_wait(bar, parity)) {
-  }
-}
-
 #endif  // EMBER_ATTN_BWD_SM90A
 
 // grid (B H, key blocks of 128); causal: key block 0 (the most queries) first.

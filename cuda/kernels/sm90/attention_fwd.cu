@@ -407,11 +407,6 @@ constexpr int kBarBytes = 8 * (2 + 4 * kStages);
 }  // namespace ws
 
 #if EMBER_ATTN_SM90A
-__device__ __forceinline__ void mbar_wait_spin(uint32_t bar, uint32_t parity) {
-  while (!mbar_try_wait(bar, parity)) {
-  }
-}
-
 // Query tile t of the version 4 grid: the longest causal tiles first (t / bh counts
 // down the tiles from the last), the heads in turn; its (b, h), first row and key tiles.
 struct WsTile {

@@ -77,6 +77,12 @@ __device__ __forceinline__ bool mbar_try_wait(uint32_t bar, uint32_t parity) {
       : "memory");
   return done != 0;
 }
+// Spins until the phase of parity `parity` of `bar` has completed (no watchdog: the GEMM's
+// mbar_wait has one).
+__device__ __forceinline__ void mbar_wait_spin(uint32_t bar, uint32_t parity) {
+  while (!mbar_try_wait(bar, parity)) {
+  }
+}
 
 // ---------------------------------------------------------------- TMA
 
