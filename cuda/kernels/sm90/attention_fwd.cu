@@ -773,26 +773,16 @@ void launch_attention_forward_sm90_ws(const AttentionProblem& p, AttentionInput 
   EMBER_CHECK(attention_forward_ws_takes(p, q, k, v), kOp,
               ": a stride TMA cannot take (each of a dimension longer than 1 must be a positive "
               "multiple of 8 elements; attention_forward_ws_takes says which operands fit)");
+  // One instantiation a head dim and key tile, the causal mask chosen inside.
+  auto launch = [&]<int D, int BN>() {
+    p.causal ? launch_ws_d<D, BN, true>(prm, q, k, v, p, persistent, overlap, consumers, stream)
+             : launch_ws_d<D, BN, false>(prm, q, k, v, p, persistent, overlap, consumers, stream);
+  };
   const bool wide = key_tile == 128;
-  if (p.head_dim == 64) {
-    if (wide)
-      p.causal
-          ? launch_ws_d<64, 128, true>(prm, q, k, v, p, persistent, overlap, consumers, stream)
-          : launch_ws_d<64, 128, false>(prm, q, k, v, p, persistent, overlap, consumers, stream);
-    else
-      p.causal
-          ? launch_ws_d<64, 64, true>(prm, q, k, v, p, persistent, overlap, consumers, stream)
-          : launch_ws_d<64, 64, false>(prm, q, k, v, p, persistent, overlap, consumers, stream);
-  } else {
-    if (wide)
-      p.causal
-          ? launch_ws_d<128, 128, true>(prm, q, k, v, p, persistent, overlap, consumers, stream)
-          : launch_ws_d<128, 128, false>(prm, q, k, v, p, persistent, overlap, consumers, stream);
-    else
-      p.causal
-          ? launch_ws_d<128, 64, true>(prm, q, k, v, p, persistent, overlap, consumers, stream)
-          : launch_ws_d<128, 64, false>(prm, q, k, v, p, persistent, overlap, consumers, stream);
-  }
+  if (p.head_dim == 64)
+    wide ? launch.template operator()<64, 128>() : launch.template operator()<64, 64>();
+  else
+    wide ? launch.template operator()<128, 128>() : launch.template operator()<128, 64>();
 }
 
 namespace sm90 {
