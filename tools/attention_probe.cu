@@ -537,12 +537,12 @@ bool check_case(Tensors& t, int slices, uint64_t seed) {
     v3_bwd &= report("dQ", rel_err(gather(t.dq, t, true, slices), ref.dq));
     v3_bwd &= report("dK", rel_err(gather(t.dk, t, false, slices), ref.dk));
     v3_bwd &= report("dV", rel_err(gather(t.dv, t, false, slices), ref.dv));
-    setenv("EMBER_ATTENTION_BWD_PINGPONG", "0", 1);
+    set_attention_backward_pingpong(false);
     t.dq.poison(), t.dk.poison(), t.dv.poison();
     t.backward(true, 0, 3);
     CK(cudaGetLastError());
     CK(cudaDeviceSynchronize());
-    unsetenv("EMBER_ATTENTION_BWD_PINGPONG");
+    set_attention_backward_pingpong(true);
     std::printf(" | bwd-v3 no turns:");
     v3_bwd &= report("dQ", rel_err(gather(t.dq, t, true, slices), ref.dq));
     v3_bwd &= report("dK", rel_err(gather(t.dk, t, false, slices), ref.dk));
@@ -675,10 +675,10 @@ void time_case(const Case& c, int reps) {
                          .med);
         ratio.push_back(b3.back() / b2.back());
       }
-      // And version 3 with its consumers not taking turns (EMBER_ATTENTION_BWD_PINGPONG=0).
+      // And version 3 with its consumers not taking turns (set_attention_backward_pingpong).
       std::vector<double> b3f;
       for (int round = 0; round < 5; ++round) {
-        setenv("EMBER_ATTENTION_BWD_PINGPONG", "0", 1);
+        set_attention_backward_pingpong(false);
         b3f.push_back(time_it(
                           [&] {
                             t.forward_default();
@@ -686,7 +686,7 @@ void time_case(const Case& c, int reps) {
                           },
                           reps)
                           .med);
-        unsetenv("EMBER_ATTENTION_BWD_PINGPONG");
+        set_attention_backward_pingpong(true);
       }
       std::sort(b3f.begin(), b3f.end());
       std::printf(

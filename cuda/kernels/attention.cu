@@ -1100,6 +1100,18 @@ void set_attention_backward_v2(bool on) {
   g_backward_v2.store(on ? 1 : 0, std::memory_order_relaxed);
 }
 
+namespace {
+std::atomic<int> g_backward_pingpong{-1};  // -1: EMBER_ATTENTION_BWD_PINGPONG not read yet
+}  // namespace
+
+bool attention_backward_pingpong() {
+  return env_switch(g_backward_pingpong, "EMBER_ATTENTION_BWD_PINGPONG", true);
+}
+
+void set_attention_backward_pingpong(bool on) {
+  g_backward_pingpong.store(on ? 1 : 0, std::memory_order_relaxed);
+}
+
 const char* attention_unsupported(DType dtype, int64_t head_dim) {
   if (dtype != DType::BFloat16) return "the fused attention takes bfloat16 only";
   if (head_dim != 64 && head_dim != 128) return "the fused attention takes head_dim 64 or 128";

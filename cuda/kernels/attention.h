@@ -105,6 +105,14 @@ struct AttentionTuning {
 bool attention_backward_v2();
 void set_attention_backward_v2(bool on);
 
+/// Whether backward version 3's consumer warpgroups take turns on their first products:
+/// EMBER_ATTENTION_BWD_PINGPONG (0 or 1) on first use, on when unset (a measuring knob:
+/// the probe's forward + backward times with and without differed by 8% at most,
+/// benchmarks/NOTES.md);
+/// set_attention_backward_pingpong overrides it.
+bool attention_backward_pingpong();
+void set_attention_backward_pingpong(bool on);
+
 /// The backward mode callers use unless told otherwise: the separate dQ pass (no
 /// atomics), measured faster than the atomic one at every shape of the first H200
 /// run (e.g. 2.63 against 3.75 ms forward+backward at B 8, H 16, T 2048, D 128 causal).

@@ -26,8 +26,6 @@
 
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
-#include <string_view>
 
 #include "core/base/error.h"
 #include "cuda/check.h"
@@ -648,10 +646,7 @@ void launch_attention_backward_sm90(const AttentionProblem& p, AttentionInput q,
   prm.tk = static_cast<int>(p.kv_len);
   prm.scale = p.scale;
   prm.scale_log2 = p.scale * kLog2e;
-  // A measuring knob while version 3 is new: EMBER_ATTENTION_BWD_PINGPONG=0 lets its
-  // consumer warpgroups run without taking turns (read at every launch).
-  const char* pp = std::getenv("EMBER_ATTENTION_BWD_PINGPONG");
-  prm.pingpong = pp == nullptr || std::string_view(pp) != "0";
+  prm.pingpong = attention_backward_pingpong();
   if (warp_specialised)
     EMBER_CHECK(attention_backward_ws_takes(p, q, k, v, d_out), kOp,
                 ": a stride TMA cannot take (each of a dimension longer than 1 must be a "

@@ -29,6 +29,7 @@
 #include "core/base/error.h"
 #include "cuda/check.h"
 #include "cuda/kernels/attention.h"
+#include "cuda/kernels/kernel_helpers.cuh"
 #include "cuda/kernels/sm90/attention_tma.h"
 #include "cuda/tensor_map.h"
 
@@ -709,14 +710,8 @@ void launch_ws_nc(const Params& prm, AttentionInput q, AttentionInput k, Attenti
   EMBER_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                         static_cast<int>(kSmem)));
   // Persistent: one block an SM walking every SM-count-th tile; else one block a tile.
-  const int64_t tiles = p.batch * p.heads * ((p.q_len + kRows - 1) / kRows);
-  int64_t blocks = tiles;
-  if (persistent) {
-    int device = 0, sms = 0;
-    EMBER_CUDA_CHECK(cudaGetDevice(&device));
-    EMBER_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-    blocks = std::min<int64_t>(tiles, sms);
-  }
+  const int64_t tiles = p.batch * p.heads * ceil_div(p.q_len, kRows);
+  const int64_t blocks = persistent ? std::min<int64_t>(tiles, sm_count(current_device())) : tiles;
   kernel<<<static_cast<unsigned>(blocks), ws::kThreads<NC>, kSmem, stream>>>(map_q, map_k, map_v,
                                                                              prm);
   EMBER_CUDA_CHECK(cudaGetLastError());
