@@ -268,12 +268,12 @@ def linear(reps):
            "ours / PyTorch"], rows)
     # Issue 28: the Hopper GEMM's forward at least cuBLASLt's speed at 8192x4096->4096 bf16,
     # read as ours / cuBLAS(Lt)'s time in the same repetition (<= 1.0x).
+    per_rep = [{lin_key(q): q for q in load(rep, "linear.json")} for rep in reps]
     for k in ours:
         if (k[0], k[1], k[2]) == ("fwd", "bf16", "8192x4096->4096") and \
                 k[3].startswith("ours ") and "composed" not in k[3]:
             r = Series()
-            for rep in reps:
-                o = {lin_key(q): q for q in load(rep, "linear.json")}
+            for o in per_rep:
                 c = o.get((k[0], k[1], k[2], "cublas"))
                 if k in o and c and c["ms"] > 0:
                     r.add(o[k]["ms"] / c["ms"])
