@@ -657,35 +657,26 @@ void time_case(const Case& c, int reps) {
     }
     if (g_v2_bwd_ok && g_v3_bwd_ok) {
       // The library's default forward, then backward version 2 or 3, alternating.
+      auto fwd_bwd = [&](int version) {
+        return time_it(
+                   [&] {
+                     t.forward_default();
+                     t.backward(true, 0, version);
+                   },
+                   reps)
+            .med;
+      };
       std::vector<double> b2, b3, ratio;
       for (int round = 0; round < 5; ++round) {
-        b2.push_back(time_it(
-                         [&] {
-                           t.forward_default();
-                           t.backward(true, 0, 2);
-                         },
-                         reps)
-                         .med);
-        b3.push_back(time_it(
-                         [&] {
-                           t.forward_default();
-                           t.backward(true, 0, 3);
-                         },
-                         reps)
-                         .med);
+        b2.push_back(fwd_bwd(2));
+        b3.push_back(fwd_bwd(3));
         ratio.push_back(b3.back() / b2.back());
       }
       // And version 3 with its consumers not taking turns (set_attention_backward_pingpong).
       std::vector<double> b3f;
       for (int round = 0; round < 5; ++round) {
         set_attention_backward_pingpong(false);
-        b3f.push_back(time_it(
-                          [&] {
-                            t.forward_default();
-                            t.backward(true, 0, 3);
-                          },
-                          reps)
-                          .med);
+        b3f.push_back(fwd_bwd(3));
         set_attention_backward_pingpong(true);
       }
       std::sort(b3f.begin(), b3f.end());
