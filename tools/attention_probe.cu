@@ -403,6 +403,8 @@ bool g_v6_ok128 = true;   // ... 128-key tiles
 bool g_fwd_only = false;  // --fwd-only: time the sm_90 forwards alone
 bool g_v2_bwd_ok = true;  // every check of version 2 of the backward passed so far
 bool g_v3_bwd_ok = true;  // ... of version 3 (the warp-specialised dK/dV kernel)
+bool g_v4_bwd_ok = true;  // ... of version 4 (version 2's dK/dV kernel with the atomic dQ)
+bool g_bwd4 = false;      // PROBE_BWD4=1: check and time backward version 4 too
 
 std::string describe(const Case& c) {
   char s[128];
@@ -497,7 +499,7 @@ bool check_case(Tensors& t, int slices, uint64_t seed) {
   const int other_tile = c.D == 128 ? 64 : 32;
   for (int mode = 0; mode < 3; ++mode) {
     t.dq.poison(), t.dk.poison(), t.dv.poison();
-    t.backward(mode > 0, mode == 2 ? other_tile : 0);
+    t.backward(mode > 0, mode == 2 ? other_tile : 0, mode == 0 ? 1 : 0);  // atomic: v1's
     CK(cudaGetLastError());
     CK(cudaDeviceSynchronize());
     std::printf(mode == 0 ? " | bwd:" : mode == 1 ? " | bwd-det:" : " | det/q%d:", other_tile);
@@ -549,6 +551,20 @@ bool check_case(Tensors& t, int slices, uint64_t seed) {
     v3_bwd &= report("dV", rel_err(gather(t.dv, t, false, slices), ref.dv));
     g_v3_bwd_ok &= v3_bwd;
     v2_all &= v3_bwd;
+    // Version 4: the atomic mode, dQ's shares added in the dK/dV kernel.
+    bool v4_bwd = g_bwd4;
+    if (g_bwd4) {
+      t.dq.poison(), t.dk.poison(), t.dv.poison();
+      t.backward(false, 0, 4);
+      CK(cudaGetLastError());
+      CK(cudaDeviceSynchronize());
+      std::printf(" | bwd-v4:");
+      v4_bwd &= report("dQ", rel_err(gather(t.dq, t, true, slices), ref.dq));
+      v4_bwd &= report("dK", rel_err(gather(t.dk, t, false, slices), ref.dk));
+      v4_bwd &= report("dV", rel_err(gather(t.dv, t, false, slices), ref.dv));
+      v2_all &= v4_bwd;
+    }
+    g_v4_bwd_ok &= v4_bwd;
   }
   // The deterministic mode again: the same bits.
   std::vector<bf16> first(t.dq.n), second(t.dq.n);
@@ -656,40 +672,41 @@ void time_case(const Case& c, int reps) {
           ratio[4]);
     }
     if (g_v2_bwd_ok && g_v3_bwd_ok) {
-      // The library's default forward, then backward version 2 or 3, alternating.
+      // The library's default forward, then backward version 2, 3 or 4 (atomic),
+      // alternating.
       auto fwd_bwd = [&](int version) {
         return time_it(
                    [&] {
                      t.forward_default();
-                     t.backward(true, 0, version);
+                     t.backward(version != 4, 0, version);
                    },
                    reps)
             .med;
       };
-      std::vector<double> b2, b3, ratio;
+      std::vector<double> b2, b3, b4, ratio, ratio4;
       for (int round = 0; round < 5; ++round) {
         b2.push_back(fwd_bwd(2));
         b3.push_back(fwd_bwd(3));
         ratio.push_back(b3.back() / b2.back());
+        if (g_v4_bwd_ok) {
+          b4.push_back(fwd_bwd(4));
+          ratio4.push_back(b4.back() / b2.back());
+        }
       }
-      // And version 3 with its consumers not taking turns (set_attention_backward_pingpong).
-      std::vector<double> b3f;
-      for (int round = 0; round < 5; ++round) {
-        set_attention_backward_pingpong(false);
-        b3f.push_back(fwd_bwd(3));
-        set_attention_backward_pingpong(true);
-      }
-      std::sort(b3f.begin(), b3f.end());
-      std::printf(
-          "TIME %-44s lib fwd + bwd v3 without turns %.4f ms [%.4f-%.4f] (after the rounds "
-          "below)\n",
-          describe(c).c_str(), b3f[2], b3f[0], b3f[4]);
       for (auto* v : {&b2, &b3, &ratio}) std::sort(v->begin(), v->end());
       std::printf(
           "TIME %-44s lib fwd + bwd v2 %.4f ms %4.0f TF/s | + bwd v3 %.4f ms [%.4f-%.4f] %4.0f "
           "TF/s | v3/v2 %.3f [%.3f-%.3f]\n",
           describe(c).c_str(), b2[2], tf(3.5 * fwd_flop, b2[2]), b3[2], b3[0], b3[4],
           tf(3.5 * fwd_flop, b3[2]), ratio[2], ratio[0], ratio[4]);
+      if (g_v4_bwd_ok) {
+        for (auto* v : {&b4, &ratio4}) std::sort(v->begin(), v->end());
+        std::printf(
+            "TIME %-44s lib fwd + bwd v4 (atomic dQ) %.4f ms [%.4f-%.4f] %4.0f TF/s | v4/v2 "
+            "%.3f [%.3f-%.3f]\n",
+            describe(c).c_str(), b4[2], b4[0], b4[4], tf(3.5 * fwd_flop, b4[2]), ratio4[2],
+            ratio4[0], ratio4[4]);
+      }
     }
     std::fflush(stdout);
     return;
@@ -797,6 +814,7 @@ int main(int argc, char** argv) {
   std::printf("device: %s, %d SMs, cc %d.%d\n", prop.name, prop.multiProcessorCount, prop.major,
               prop.minor);
   g_sm90 = prop.major == 9 && prop.minor == 0;
+  if (const char* b4 = std::getenv("PROBE_BWD4")) g_bwd4 = std::string(b4) == "1";
   try {
     if (sanitize) {
       const Case cases[] = {{1, 2, 77, 77, 64, true, true}, {1, 2, 130, 70, 128, false, false}};

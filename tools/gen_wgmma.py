@@ -5,6 +5,9 @@ accumulator register, which no template can spell, so the wrappers are written
 out). Run from the repository root: python3 tools/gen_wgmma.py"""
 
 SHAPES_N = (64, 128, 256)
+# The shared-memory bf16 form also at 32: the attention backward's atomic dQ product at
+# head dim 64 (each of two warpgroups takes half of dQ's 64 columns).
+SHAPES_N_BF16_EXTRA = (32,)
 # The register-A form (A from registers, B from shared memory) at the widths the fused
 # attention kernels issue (cuda/kernels/sm90/attention_*.cu: P V, dS K, P^T dO, dS^T Q).
 SHAPES_N_RS = (64, 128)
@@ -110,7 +113,7 @@ def main():
         "// only in code compiled for sm_90a.\n"
         "#pragma once\n\n#include <cstdint>\n\nnamespace ember::cuda::sm90 {\n"
     ]
-    for n in SHAPES_N:
+    for n in SHAPES_N_BF16_EXTRA + SHAPES_N:
         out.append(wrapper("bf16", n))
     for n in SHAPES_N:
         out.append(wrapper("tf32", n))

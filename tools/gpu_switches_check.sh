@@ -49,7 +49,8 @@
 #        cases (tools/attention_probe.sh --sanitize: every forward and backward version
 #        under the four tools) while more than 150 s are left
 #   tools/gpu_switches_check.sh round12 the attention probe's --fwd-only run (forward versions
-#        5 and 6 against 4 and 2, alternating), its sanitize cases, the whole suite
+#        5 and 6 against 4 and 2, alternating), the same binary with PROBE_BWD4=1 (backward
+#        version 4's checks and timing), its sanitize cases with it, the whole suite
 #   tools/gpu_switches_check.sh sanpeer tools/gpu_sanitize.sh over EMBER_SANITIZE_PART's
 #        binaries (cuda, or rest: core, memory, nn, optim, parallel; no run starts after
 #        EMBER_SANITIZE_DEADLINE s: by default the stage's limit less 20 s, or less 200 s
@@ -382,26 +383,37 @@ elif [ "$stage" = round11 ]; then
   fi
   keep=(gpu.txt r11_summary.txt suite_summary.txt attention_results.md probe_sanitize.txt att.txt)
 elif [ "$stage" = round12 ]; then
-  # The experimental forwards 5 and 6 (first GPU run): the probe's checks and its
-  # alternating timings (v5 against v4, v6 against v2), its sanitize cases, then the suite.
+  # The experimental forwards 5 and 6 and backward 4 (first GPU run): the probe's checks
+  # and its alternating timings (v5 against v4, v6 against v2) without backward 4, then the
+  # same binary again with it (checks, and v4 against v2 and 3 after the default forward),
+  # its sanitize cases with backward 4, then the suite.
   echo "=== attention_probe.sh --fwd-only ($(left) s left)"
   # At most 250 s: versions 5 and 6 have never run, and a hang must leave time for the rest.
-  t=$(($(left) - 230)); [ "$t" -gt 250 ] && t=250
+  t=$(($(left) - 300)); [ "$t" -gt 250 ] && t=250
   PROBE_REPS=20 OUT="$out/probe" timeout "$t" bash tools/attention_probe.sh \
     --fwd-only >"$out/probe_fwd.txt" 2>&1
   echo "attention_probe.sh --fwd-only exit status $?" | tee "$out/r12_summary.txt"
   grep -E 'FAIL|EXCEPTION|C75' "$out/probe_fwd.txt" | head -5 | tee -a "$out/r12_summary.txt"
   grep -E '^TIME' "$out/probe/probe.log" | cut -c1-260 | tee -a "$out/r12_summary.txt"
+  echo "=== the probe again with backward version 4 ($(left) s left)"
+  if [ -x "$out/probe/attention_probe" ] && [ "$(left)" -gt 300 ]; then
+    PROBE_BWD4=1 PROBE_REPS=20 timeout 150 "$out/probe/attention_probe" --fwd-only \
+      >"$out/probe_bwd4.txt" 2>&1
+    echo "attention_probe (PROBE_BWD4=1) exit status $?" | tee -a "$out/r12_summary.txt"
+    grep -E 'FAIL|EXCEPTION|error' "$out/probe_bwd4.txt" | cut -c1-400 | head -5 |
+      tee -a "$out/r12_summary.txt"
+    grep -E '^TIME' "$out/probe_bwd4.txt" | cut -c1-260 | tee -a "$out/r12_summary.txt"
+  fi
   echo "=== the attention probe's sanitize cases ($(left) s left)"
-  if [ "$(left)" -gt 230 ]; then
-    OUT="$out/probe_san" timeout 120 bash tools/attention_probe.sh --sanitize \
-      >"$out/probe_sanitize.txt" 2>&1
+  if [ -x "$out/probe/attention_probe" ] && [ "$(left)" -gt 230 ]; then
+    PROBE_BWD4=1 PROBE_PREBUILT=1 OUT="$out/probe" timeout 120 bash tools/attention_probe.sh \
+      --sanitize >"$out/probe_sanitize.txt" 2>&1
     echo "attention_probe.sh --sanitize exit status $?" | tee -a "$out/r12_summary.txt"
     grep -E 'SUMMARY|exit status|FAIL' "$out/probe_sanitize.txt" | tee -a "$out/r12_summary.txt"
   fi
   echo "=== the whole suite at the defaults ($(left) s left)"
-  [ "$(left)" -gt 215 ] && suite set1 EMBER_SUITE_AT_DEFAULTS | tail -28 | tee -a "$out/r12_summary.txt"
-  keep=(gpu.txt r12_summary.txt suite_summary.txt probe_fwd.txt probe_sanitize.txt)
+  [ "$(left)" -gt 200 ] && suite set1 EMBER_SUITE_AT_DEFAULTS | tail -28 | tee -a "$out/r12_summary.txt"
+  keep=(gpu.txt r12_summary.txt suite_summary.txt probe_fwd.txt probe_bwd4.txt probe_sanitize.txt)
 elif [ "$stage" = sanpeer ]; then
   case "${EMBER_SANITIZE_PART:-cuda}" in
     cuda) only=cuda ;;

@@ -1218,18 +1218,21 @@ void launch_attention_backward(const AttentionProblem& p, AttentionInput q, Atte
   const int query_tile = tuning.backward_query_tile != 0 ? tuning.backward_query_tile
                          : p.head_dim == 128             ? 32
                                                          : 64;
-  EMBER_CHECK(tuning.backward_version >= 0 && tuning.backward_version <= 3, kOp,
-              ": backward_version ", tuning.backward_version, " (0, 1, 2 or 3)");
-  const bool v2_applies = deterministic && p.dropout_p == 0.0 && p.mask_kind == 0;
-  EMBER_CHECK(tuning.backward_version < 2 || v2_applies, kOp,
+  EMBER_CHECK(tuning.backward_version >= 0 && tuning.backward_version <= 4, kOp,
+              ": backward_version ", tuning.backward_version, " (0, 1, 2, 3 or 4)");
+  const bool plain = p.dropout_p == 0.0 && p.mask_kind == 0;
+  const bool v2_applies = deterministic && plain;
+  EMBER_CHECK(tuning.backward_version < 2 || tuning.backward_version > 3 || v2_applies, kOp,
               ": backward versions 2 and 3 are deterministic, with no dropout and no mask "
               "(version 1 has the atomic mode, dropout and masks)");
+  EMBER_CHECK(tuning.backward_version != 4 || (!deterministic && plain), kOp,
+              ": backward version 4 is the atomic mode (deterministic false), with no dropout "
+              "and no mask");
   int version = tuning.backward_version;
   if (version == 0) {
-    version =
-        v2_applies && tuning.backward_query_tile == 0 && attention_backward_v2() && capability == 90
-            ? 2
-            : 1;
+    const bool sm90 =
+        tuning.backward_query_tile == 0 && attention_backward_v2() && capability == 90;
+    version = v2_applies && sm90 ? 2 : !deterministic && plain && sm90 ? 4 : 1;
     // Version 3 (the warp-specialised dK/dV kernel) where it measured faster: head dim 128,
     // 0.91-0.95x version 2's forward + backward time, 1.00x [0.92-1.04] at T 2048 without
     // the mask (one H100, 2026-12-06, the probe;
@@ -1287,6 +1290,20 @@ void launch_attention_backward(const AttentionProblem& p, AttentionInput q, Atte
   bp.drop = dropout_of(p);
   bp.mask = mask_of(p);
   launch_delta(bp, bh, p.head_dim, stream);
+  if (version == 4) {
+    const int64_t rows = bh * p.q_len;
+    EMBER_CUDA_CHECK(cudaMemsetAsync(
+        bp.dq_acc, 0, static_cast<size_t>(rows * p.head_dim) * sizeof(float), stream));
+    launch_attention_backward_sm90(p, q, k, v, d_out, lse, bp.delta, d_q, d_k, d_v, stream, false,
+                                   bp.dq_acc);
+    const auto blocks = static_cast<unsigned>(ceil_div(rows * (p.head_dim / 8), 256));
+    if (p.head_dim == 64)
+      attn_bwd_dq_convert_kernel<64><<<blocks, 256, 0, stream>>>(bp, rows);
+    else
+      attn_bwd_dq_convert_kernel<128><<<blocks, 256, 0, stream>>>(bp, rows);
+    EMBER_CUDA_CHECK(cudaGetLastError());
+    return;
+  }
   if (version >= 2) {
     launch_attention_backward_sm90(p, q, k, v, d_out, lse, bp.delta, d_q, d_k, d_v, stream,
                                    version == 3);

@@ -91,10 +91,13 @@ struct AttentionTuning {
   int backward_query_tile = 0;
   /// Which deterministic backward: 1 (mma.sync, any device from compute capability 8.0),
   /// 2 (wgmma, compute capability 9.0 only; no dropout, no mask), 0: version 2 where it
-  /// applies and attention_backward_v2() is on, else version 1. The atomic mode
-  /// (deterministic false) is version 1's only. 3: version 2 with the warp-specialised
-  /// dK/dV kernel (launch_attention_backward_sm90's warp_specialised); 0 takes it in
-  /// place of version 2 at head dim 128 where TMA takes the strides.
+  /// applies and attention_backward_v2() is on, else version 1. 3: version 2 with the
+  /// warp-specialised dK/dV kernel (launch_attention_backward_sm90's warp_specialised); 0
+  /// takes it in place of version 2 at head dim 128 where TMA takes the strides.
+  /// The atomic mode (deterministic false): version 1 (mma.sync, dropout and masks), or 4
+  /// (compute capability 9.0, no dropout, no mask: version 2's dK/dV kernel adding each
+  /// tile's dQ share into the float32 accumulator, no dQ pass; launch_attention_backward_sm90's
+  /// dq_acc); 0 takes 4 where it applies and attention_backward_v2() is on.
   int backward_version = 0;
 };
 
@@ -173,13 +176,17 @@ bool attention_forward_ws_takes(const AttentionProblem& p, AttentionInput q, Att
 /// computed. No dropout, no mask. launch_attention_backward calls it (see
 /// AttentionTuning::backward_version). `warp_specialised` (backward version 3): the dK/dV
 /// kernel with a TMA producer warpgroup and its two consumer warpgroups taking turns, as
-/// the forward's version 4 (needs attention_backward_ws_takes). Throws unless the device
-/// has compute capability 9.0.
+/// the forward's version 4 (needs attention_backward_ws_takes). `dq_acc` (backward
+/// version 4, the atomic mode; not with `warp_specialised`): the dK/dV kernel also forms
+/// each query tile's dQ share (dS^T staged in shared memory, times K) and adds it into
+/// dq_acc, (B, H, q_len, D) float32 that the caller zeroed, with vector reductions; no dQ
+/// pass runs, d_q is not written (the caller scales and converts dq_acc). Throws unless the
+/// device has compute capability 9.0.
 void launch_attention_backward_sm90(const AttentionProblem& p, AttentionInput q, AttentionInput k,
                                     AttentionInput v, AttentionInput d_out, const float* lse,
                                     const float* delta, AttentionOutput d_q, AttentionOutput d_k,
                                     AttentionOutput d_v, cudaStream_t stream,
-                                    bool warp_specialised = false);
+                                    bool warp_specialised = false, float* dq_acc = nullptr);
 
 /// Whether backward version 3 can describe q, k, v and d_out to TMA (as
 /// attention_forward_ws_takes).

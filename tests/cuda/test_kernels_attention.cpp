@@ -64,7 +64,9 @@ struct Result {
 // tile; backward reads its O and lse. query_tile: the deterministic backward's dK/dV
 // query tile (0: its default). bwd_version: the deterministic backward's
 // AttentionTuning::backward_version (2: the wgmma kernels, 3: with the
-// warp-specialised dK/dV kernel); the atomic mode is version 1's.
+// warp-specialised dK/dV kernel); the atomic mode takes the launcher's default, or with
+// bwd_version 4 version 4 (version 2's dK/dV kernel adding dQ's shares atomically; the
+// deterministic mode then its default).
 // sm90_variant, with v2_tile > 0: 0 version 2, 1 version 2 pipelined (forward_version 3),
 // 2 the warp-specialised forward (forward_version 4, launch_attention_forward_sm90_ws),
 // persistent; 3 the same with one block a query tile; 4 forward version 5 (version 4 with
@@ -140,7 +142,7 @@ Result run_case(const Shape4& s, bool causal, bool bthd, uint64_t seed, int v2_t
       empty({static_cast<int64_t>(ws_bytes / 4 + 64)}, TensorOptions(kCUDA).dtype(kFloat32));
   auto backward = [&](bool det) {
     cuda::AttentionTuning tuning = bwd_tuning;
-    tuning.backward_version = det ? bwd_version : 0;
+    tuning.backward_version = bwd_version == 4 ? (det ? 0 : 4) : det ? bwd_version : 0;
     cuda::launch_attention_backward(prob, in(q), in(k), in(v), in(o), in(g), lse.data_ptr<float>(),
                                     out(dq), out(dk), out(dv), det, ws.raw_data(), ws_bytes, stream,
                                     tuning);
@@ -223,14 +225,14 @@ TEST_CASE(
 }
 
 TEST_CASE(
-    "kernels/attention: the wgmma backward (v2, and v3's warp-specialised dK/dV) matches the "
-    "float64 composed path" *
+    "kernels/attention: the wgmma backward (v2, v3's warp-specialised dK/dV, v4's atomic dQ) "
+    "matches the float64 composed path" *
     doctest::test_suite("cuda_sm90")) {
   const std::vector<Shape4> shapes = {{2, 3, 1, 1, 64},     {2, 3, 7, 7, 64},
                                       {2, 3, 127, 127, 64}, {1, 2, 300, 300, 64},
                                       {2, 3, 127, 300, 64}, {2, 2, 300, 127, 64}};
   uint64_t seed = 1301;
-  for (int version : {2, 3})
+  for (int version : {2, 3, 4})
     for (int64_t d : {64, 128})
       for (Shape4 s : shapes)
         for (bool causal : {false, true}) {
@@ -239,6 +241,11 @@ TEST_CASE(
           INFO("version=", version, " B=", s.b, " H=", s.h, " Tq=", s.tq, " Tk=", s.tk, " D=", s.d,
                " causal=", causal, " bthd=", bthd);
           const Result r = run_case(s, causal, bthd, seed += 4, 0, 0, version);
+          if (version == 4) {  // the atomic mode's gradients
+            CHECK(r.dq <= 1e-2);
+            CHECK(r.dk <= 1e-2);
+            CHECK(r.dv <= 1e-2);
+          }
           CHECK(r.dq_det <= 1e-2);
           CHECK(r.dk_det <= 1e-2);
           CHECK(r.dv_det <= 1e-2);
@@ -329,5 +336,12 @@ TEST_CASE("kernels/attention: the refusals name the problem" * doctest::test_sui
                        p, in(x), in(x), in(x), in(x), in(x), lse.data_ptr<float>(), out(x), out(x),
                        out(x), true, ws.raw_data(), ws_bytes, cuda::current_stream(0), v2);
                  }),
-                 "backward_version 4"));
+                 "backward version 4 is the atomic mode"));
+  v2.backward_version = 5;
+  CHECK(contains(error_of([&] {
+                   cuda::launch_attention_backward(
+                       p, in(x), in(x), in(x), in(x), in(x), lse.data_ptr<float>(), out(x), out(x),
+                       out(x), true, ws.raw_data(), ws_bytes, cuda::current_stream(0), v2);
+                 }),
+                 "backward_version 5"));
 }

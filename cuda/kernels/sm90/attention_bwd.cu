@@ -66,6 +66,7 @@ struct Params {
   bf16* dq;
   bf16* dk;
   bf16* dv;
+  float* dq_acc;  // version 4: (B, H, Tq, D) float32 that dQ's shares are added into
   Strides sq, sk, sv, sdo, sdq, sdk, sdv;
   int heads, tq, tk;
   float scale, scale_log2;
@@ -113,10 +114,81 @@ __device__ __forceinline__ void store_acc(bf16* g, int64_t st, int row0, int val
   }
 }
 
+// Version 4's dS^T tile: a warpgroup's 64 keys (rows row0 ..) of dS^T, bf16, from the
+// A operands of its dK product (acc_to_a's packing of the 64 x 64 accumulator), into a
+// swizzled (128 keys, 64 queries) tile, which the dQ product reads M-major. Each quad of
+// lanes writes one 16-byte chunk of a row; the swizzle spreads a warp's eight rows over
+// all 32 banks.
+__device__ __forceinline__ void store_ds(bf16* s_ds, int row0,
+                                         const uint32_t (&a)[kQueryTile / 16][4]) {
+  const int warp = (static_cast<int>(threadIdx.x) / 32) % 4;
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+  const int r = row0 + warp * 16 + lane / 4;
+  const int in = (lane & 3) * 2;
+#pragma unroll
+  for (int kk = 0; kk < kQueryTile / 16; ++kk) {
+    *reinterpret_cast<uint32_t*>(s_ds + tile_off<kKeysPerBlock>(r, 2 * kk) + in) = a[kk][0];
+    *reinterpret_cast<uint32_t*>(s_ds + tile_off<kKeysPerBlock>(r + 8, 2 * kk) + in) = a[kk][1];
+    *reinterpret_cast<uint32_t*>(s_ds + tile_off<kKeysPerBlock>(r, 2 * kk + 1) + in) = a[kk][2];
+    *reinterpret_cast<uint32_t*>(s_ds + tile_off<kKeysPerBlock>(r + 8, 2 * kk + 1) + in) = a[kk][3];
+  }
+}
+
+// The same rows as zeros (a warpgroup whose keys all follow the tile's queries).
+__device__ __forceinline__ void zero_ds(bf16* s_ds, int row0) {
+  const int t = static_cast<int>(threadIdx.x) % 128;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const int chunk = i * 128 + t;  // 64 rows of 8 chunks
+    *reinterpret_cast<uint4*>(s_ds + (row0 + chunk / 8) * 64 + (chunk % 8) * 8) =
+        make_uint4(0, 0, 0, 0);
+  }
+}
+
+// Version 4's dQ share of a query tile, this warpgroup's half of its columns:
+// acc (64 queries x D / 2) = dS (64 x 128 keys: the s_ds tile, M-major) times K (128 keys
+// x columns wg D / 2 .., N-major in the block's (128, D) K tile), then added into
+// dq_acc's rows q0 .. (rows past tq skipped) with vector reductions (red.global.add.v2.f32).
+template <int D>
+__device__ __forceinline__ void dq_share(const Params& p, uint32_t ds_tile, uint32_t k_tile, int wg,
+                                         int64_t row_base, int q0) {
+  float acc[D / 4];
+  wgmma_fence();
+#pragma unroll
+  for (int kk = 0; kk < kKeysPerBlock / 16; ++kk) {
+    const uint64_t da = make_desc(ds_tile + kk * 16 * 128, kKeysPerBlock * 128, 1024);
+    // D 128: the warpgroup's column block; D 64: its 32 columns (64 bytes) of block 0.
+    const uint32_t b = k_tile + (D == 128 ? wg * kKeysPerBlock * 128 : wg * 64) + kk * 16 * 128;
+    const uint64_t db = make_desc(b, kKeysPerBlock * 128, 1024);
+    if constexpr (D == 128)
+      wgmma_bf16_m64n64k16<1, 1>(acc, da, db, kk > 0 ? 1u : 0u);
+    else
+      wgmma_bf16_m64n32k16<1, 1>(acc, da, db, kk > 0 ? 1u : 0u);
+  }
+  wgmma_commit();
+  wgmma_wait<0>();
+  fence_regs(acc);
+  const int warp = (static_cast<int>(threadIdx.x) / 32) % 4;
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int row = q0 + warp * 16 + lane / 4 + 8 * r;
+    if (row >= p.tq) continue;
+    float* dst = p.dq_acc + (row_base + row) * D + wg * (D / 2) + (lane & 3) * 2;
+#pragma unroll
+    for (int nt = 0; nt < D / 16; ++nt)
+      asm volatile("red.global.add.v2.f32 [%0], {%1, %2};\n" ::"l"(dst + nt * 8),
+                   "f"(acc[nt * 4 + 2 * r]), "f"(acc[nt * 4 + 2 * r + 1])
+                   : "memory");
+  }
+}
+
 #endif  // EMBER_ATTN_BWD_SM90A
 
 // grid (B H, key blocks of 128); causal: key block 0 (the most queries) first.
-template <int D, bool CAUSAL>
+// ATOMIC_DQ (backward version 4): also each query tile's dQ share, from dS^T staged in
+// shared memory, added into p.dq_acc (no dQ pass).
+template <int D, bool CAUSAL, bool ATOMIC_DQ>
 __global__ void __launch_bounds__(kThreads, 1) attn_bwd_dkdv_sm90_kernel(const Params p) {
 #if EMBER_ATTN_BWD_SM90A
   constexpr int kN = kKeysPerBlock;
@@ -129,6 +201,7 @@ __global__ void __launch_bounds__(kThreads, 1) attn_bwd_dkdv_sm90_kernel(const P
   bf16* s_do = s_q + 2 * kM * D;                               // [2][kM * D]
   float* s_lse = reinterpret_cast<float*>(s_do + 2 * kM * D);  // [2][kM]
   float* s_delta = s_lse + 2 * kM;                             // [2][kM]
+  bf16* s_ds = reinterpret_cast<bf16*>(s_delta + 2 * kM);      // ATOMIC_DQ: [kN * kM]
 
   const int wg = static_cast<int>(threadIdx.x) / 128;
   const int warp = (static_cast<int>(threadIdx.x) / 32) % 4;
@@ -175,7 +248,8 @@ __global__ void __launch_bounds__(kThreads, 1) attn_bwd_dkdv_sm90_kernel(const P
     }
     fence_proxy_async();  // cp.async's writes, read next by wgmma (the async proxy)
     __syncthreads();
-    // Causal: a tile whose last query precedes this warpgroup's first key adds nothing.
+    // Causal: a tile whose last query precedes this warpgroup's first key adds nothing
+    // (ATOMIC_DQ: its rows of dS^T are zeros).
     if (!(CAUSAL && q0 + kM - 1 < wk0)) {
       const uint32_t q_tile = smem_u32(s_q + buf * kM * D);
       const uint32_t do_tile = smem_u32(s_do + buf * kM * D);
@@ -220,16 +294,27 @@ __global__ void __launch_bounds__(kThreads, 1) attn_bwd_dkdv_sm90_kernel(const P
         }
       uint32_t da[kM / 16][4];
       acc_to_a<kM>(dpt, da, [](float x) { return x; });
+      if constexpr (ATOMIC_DQ) store_ds(s_ds, wg * 64, da);
       wgmma_fence();
       rs_product<D, kM, kM>(dk, da, q_tile);  // dK += dS^T Q
       wgmma_commit();
+      if constexpr (ATOMIC_DQ) {  // dQ's share while dV's and dK's products run
+        fence_proxy_async();      // the dS^T stores, read next by wgmma
+        bar_sync(1, kThreads);    // both warpgroups' rows of dS^T written
+        dq_share<D>(p, smem_u32(s_ds), smem_u32(s_k), wg, row_base, q0);
+      }
       wgmma_wait<0>();
       fence_regs(dv);
       fence_regs(dk);
       fence_regs(pa);
       fence_regs(da);
+    } else if constexpr (ATOMIC_DQ) {
+      zero_ds(s_ds, wg * 64);
+      fence_proxy_async();
+      bar_sync(1, kThreads);
+      dq_share<D>(p, smem_u32(s_ds), smem_u32(s_k), wg, row_base, q0);
     }
-    __syncthreads();  // the buffer read here is refilled next step
+    __syncthreads();  // the buffers read here (and s_ds) are refilled next step
   }
   cp_async_wait<0>();
 
@@ -542,10 +627,11 @@ __global__ void __launch_bounds__(kThreads, 1) attn_bwd_dq_sm90_kernel(const Par
 #endif
 }
 
-template <int D>
+template <int D, bool ATOMIC_DQ = false>
 constexpr size_t dkdv_smem() {
   return static_cast<size_t>(2 * kKeysPerBlock + 4 * kQueryTile) * D * sizeof(bf16) +
-         4 * kQueryTile * sizeof(float) + 1024;
+         4 * kQueryTile * sizeof(float) +
+         (ATOMIC_DQ ? static_cast<size_t>(kKeysPerBlock) * kQueryTile * sizeof(bf16) : 0) + 1024;
 }
 template <int D>
 constexpr size_t dq_smem() {
@@ -577,8 +663,11 @@ void launch_d(const Params& prm, int64_t bh, const AttentionProblem& p, Attentio
                                           static_cast<int>(kSmem)));
     kernel<<<key_grid, wsb::kThreads, kSmem, stream>>>(map_q, map_k, map_v, map_do, prm);
     EMBER_CUDA_CHECK(cudaGetLastError());
+  } else if (prm.dq_acc != nullptr) {  // version 4: no dQ pass
+    launch(attn_bwd_dkdv_sm90_kernel<D, CAUSAL, true>, key_grid, dkdv_smem<D, true>(), stream, prm);
+    return;
   } else {
-    launch(attn_bwd_dkdv_sm90_kernel<D, CAUSAL>, key_grid, dkdv_smem<D>(), stream, prm);
+    launch(attn_bwd_dkdv_sm90_kernel<D, CAUSAL, false>, key_grid, dkdv_smem<D>(), stream, prm);
   }
   const dim3 q_grid(static_cast<unsigned>(bh),
                     static_cast<unsigned>((prm.tq + kRowsPerBlock - 1) / kRowsPerBlock));
@@ -595,8 +684,8 @@ bool aligned(const void* d, int64_t sb, int64_t sh, int64_t st) {
 void launch_attention_backward_sm90(const AttentionProblem& p, AttentionInput q, AttentionInput k,
                                     AttentionInput v, AttentionInput d_out, const float* lse,
                                     const float* delta, AttentionOutput d_q, AttentionOutput d_k,
-                                    AttentionOutput d_v, cudaStream_t stream,
-                                    bool warp_specialised) {
+                                    AttentionOutput d_v, cudaStream_t stream, bool warp_specialised,
+                                    float* dq_acc) {
   constexpr const char* kOp = "attention_backward_sm90";
   const char* why = attention_unsupported(p.dtype, p.head_dim);
   EMBER_CHECK(why == nullptr, kOp, ": ", why == nullptr ? "" : why);
@@ -647,6 +736,12 @@ void launch_attention_backward_sm90(const AttentionProblem& p, AttentionInput q,
   prm.scale = p.scale;
   prm.scale_log2 = p.scale * kLog2e;
   prm.pingpong = attention_backward_pingpong();
+  prm.dq_acc = dq_acc;
+  EMBER_CHECK(!(warp_specialised && dq_acc != nullptr), kOp,
+              ": the atomic dQ (version 4) is version 2's dK/dV kernel, not the "
+              "warp-specialised one");
+  EMBER_CHECK(dq_acc == nullptr || reinterpret_cast<uintptr_t>(dq_acc) % 16 == 0, kOp,
+              ": dq_acc must be 16-byte aligned");
   if (warp_specialised)
     EMBER_CHECK(attention_backward_ws_takes(p, q, k, v, d_out), kOp,
                 ": a stride TMA cannot take (each of a dimension longer than 1 must be a "

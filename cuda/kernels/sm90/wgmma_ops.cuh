@@ -10,6 +10,28 @@
 
 namespace ember::cuda::sm90 {
 
+// D (64 x 32, fp32) += A (64 x 16) B (16 x 32), bf16 operands from shared
+// memory descriptors; kTransA / kTransB: 0 K-major, 1 M- or N-major.
+template <int kTransA, int kTransB>
+__device__ __forceinline__ void wgmma_bf16_m64n32k16(float (&d)[16], uint64_t desc_a,
+                                                     uint64_t desc_b, uint32_t scale_d) {
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "setp.ne.b32 p, %18, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 "
+      "{"
+      "%0, %1, %2, %3, %4, %5, %6, %7, "
+      "%8, %9, %10, %11, %12, %13, %14, %15"
+      "}, "
+      "%16, %17, p, 1, 1, %19, %20;\n"
+      "}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+        "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
+        "+f"(d[14]), "+f"(d[15])
+      : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(kTransA), "n"(kTransB));
+}
+
 // D (64 x 64, fp32) += A (64 x 16) B (16 x 64), bf16 operands from shared
 // memory descriptors; kTransA / kTransB: 0 K-major, 1 M- or N-major.
 template <int kTransA, int kTransB>
