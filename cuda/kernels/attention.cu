@@ -20,6 +20,8 @@
 #include <atomic>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
+#include <string_view>
 
 #include "core/base/env_switch.h"
 #include "core/base/error.h"
@@ -1112,6 +1114,31 @@ void set_attention_backward_pingpong(bool on) {
   g_backward_pingpong.store(on ? 1 : 0, std::memory_order_relaxed);
 }
 
+namespace {
+std::atomic<int> g_forward_version{-1};  // -1: EMBER_ATTENTION_FWD_VERSION not read yet
+}  // namespace
+
+int attention_forward_version() {
+  int v = g_forward_version.load(std::memory_order_relaxed);
+  if (v < 0) [[unlikely]] {
+    const char* e = std::getenv("EMBER_ATTENTION_FWD_VERSION");
+    const std::string_view s = e != nullptr ? e : "";
+    EMBER_CHECK(s.empty() || (s.size() == 1 && s[0] >= '0' && s[0] <= '6'),
+                "EMBER_ATTENTION_FWD_VERSION must be one of 0 to 6, got \"", s, "\"");
+    v = s.empty() ? 0 : s[0] - '0';
+    int expected = -1;
+    g_forward_version.compare_exchange_strong(expected, v, std::memory_order_relaxed);
+    v = g_forward_version.load(std::memory_order_relaxed);
+  }
+  return v;
+}
+
+void set_attention_forward_version(int version) {
+  EMBER_CHECK(version >= 0 && version <= 6, "set_attention_forward_version: version ", version,
+              " (0 to 6)");
+  g_forward_version.store(version, std::memory_order_relaxed);
+}
+
 const char* attention_unsupported(DType dtype, int64_t head_dim) {
   if (dtype != DType::BFloat16) return "the fused attention takes bfloat16 only";
   if (head_dim != 64 && head_dim != 128) return "the fused attention takes head_dim 64 or 128";
@@ -1136,7 +1163,11 @@ void launch_attention_forward(const AttentionProblem& p, AttentionInput q, Atten
   EMBER_CHECK(!(v1_only && tuning.forward_version >= 2), kOp,
               ": forward versions 2 to 6 have no dropout and no mask (version 1 has both)");
   int version = tuning.forward_version;
-  if (version == 0) {
+  const int asked = version == 0 && tuning.forward_warps == 0 ? attention_forward_version() : 0;
+  if (asked == 1 || (asked >= 2 && !v1_only && capability == 90 &&
+                     (asked < 4 || attention_forward_ws_takes(p, q, k, v)))) {
+    version = asked;  // EMBER_ATTENTION_FWD_VERSION where that version takes the problem
+  } else if (version == 0) {
     version = tuning.forward_warps == 0 && !v1_only && capability == 90 ? 2 : 1;
     // Version 4 where it measured faster than version 2 (one H100, 2026-12-06, the probe's
     // --fwd-only rows, benchmarks/NOTES.md "Flash attention forward, version 4"): head dim

@@ -101,6 +101,14 @@ struct AttentionTuning {
   int backward_version = 0;
 };
 
+/// The forward version callers get when AttentionTuning::forward_version is 0:
+/// EMBER_ATTENTION_FWD_VERSION (0 to 6) on first use, 0 when unset (the launcher's choice
+/// per shape); a version that does not take the problem (dropout or a mask for 2 to 6,
+/// a device other than compute capability 9.0, strides TMA cannot take for 4 to 6) falls
+/// back to that choice. set_attention_forward_version overrides it. For measuring.
+int attention_forward_version();
+void set_attention_forward_version(int version);
+
 /// Whether the default backward takes version 2 where it applies: EMBER_ATTENTION_BWD_V2
 /// (0 or 1) on first use, on when unset (measured 0.67-0.91x version 1's forward +
 /// backward time at every shape of the probe, benchmarks/NOTES.md "Flash attention
