@@ -405,6 +405,7 @@ bool g_v2_bwd_ok = true;  // every check of version 2 of the backward passed so 
 bool g_v3_bwd_ok = true;  // ... of version 3 (the warp-specialised dK/dV kernel)
 bool g_v4_bwd_ok = true;  // ... of version 4 (version 2's dK/dV kernel with the atomic dQ)
 bool g_bwd4 = false;      // PROBE_BWD4=1: check and time backward version 4 too
+bool g_skip_fwd = false;  // PROBE_SKIP_FWD=1: --fwd-only times the backwards only
 
 std::string describe(const Case& c) {
   char s[128];
@@ -566,8 +567,11 @@ bool check_case(Tensors& t, int slices, uint64_t seed) {
     }
     g_v4_bwd_ok &= v4_bwd;
   }
-  // The deterministic mode again: the same bits.
+  // The deterministic mode again: the same bits (run again first: the last backward above
+  // may have been version 4's atomic one).
   std::vector<bf16> first(t.dq.n), second(t.dq.n);
+  t.backward(true);
+  CK(cudaDeviceSynchronize());
   CK(cudaMemcpy(first.data(), t.dq.p, t.dq.n * sizeof(bf16), cudaMemcpyDeviceToHost));
   t.dq.poison();
   t.backward(true);
@@ -627,6 +631,7 @@ void time_case(const Case& c, int reps) {
     // alternating, 5 rounds of `reps` each; per round the medians, then their median and
     // spread.
     for (int tile : {64, 128}) {
+      if (g_skip_fwd) break;
       if (!(tile == 64 ? g_v2_ok64 && g_v4_ok64 : g_v2_ok128 && g_v4_ok128)) continue;
       const bool v5_ok = tile == 64 ? g_v5_ok64 : g_v5_ok128;
       const bool v6_ok = c.D == 64 && (tile == 64 ? g_v6_ok64 : g_v6_ok128);
@@ -815,6 +820,7 @@ int main(int argc, char** argv) {
               prop.minor);
   g_sm90 = prop.major == 9 && prop.minor == 0;
   if (const char* b4 = std::getenv("PROBE_BWD4")) g_bwd4 = std::string(b4) == "1";
+  if (const char* sf = std::getenv("PROBE_SKIP_FWD")) g_skip_fwd = std::string(sf) == "1";
   try {
     if (sanitize) {
       const Case cases[] = {{1, 2, 77, 77, 64, true, true}, {1, 2, 130, 70, 128, false, false}};

@@ -16,6 +16,7 @@
 #                                                backward 2 or 3 alternating; no peer)
 #   PROBE_PREBUILT=1 ...   run the binary already under $OUT (no build)
 #   PROBE_BWD4=1 ...       check and time backward version 4 (the atomic dQ) too
+#   PROBE_SKIP_FWD=1 ...   --fwd-only without the forward versions' timings (the backwards')
 #
 # Writes under $OUT (default ./probe-out): build.log (nvcc with ptxas -v),
 # ptxas_summary.txt (registers, stack, spills per kernel), sass_summary.txt (the

@@ -54,6 +54,9 @@
 #   tools/gpu_switches_check.sh round12b the whole suite; GPT-2 eager with the attention as by
 #        default, with EMBER_ATTENTION=atomic (backward version 4), and with that and
 #        EMBER_ATTENTION_FWD_VERSION=$EMBER_R12B_FWD (default 6), alternating, up to 5 rounds
+#   tools/gpu_switches_check.sh round12c the probe built from the tree: its checks and the
+#        library's forward with backward 2, 3 and 4 alternating (PROBE_BWD4=1
+#        PROBE_SKIP_FWD=1), then its sanitize cases with backward 4
 #   tools/gpu_switches_check.sh sanpeer tools/gpu_sanitize.sh over EMBER_SANITIZE_PART's
 #        binaries (cuda, or rest: core, memory, nn, optim, parallel; no run starts after
 #        EMBER_SANITIZE_DEADLINE s: by default the stage's limit less 20 s, or less 200 s
@@ -444,6 +447,27 @@ elif [ "$stage" = round12b ]; then
   python3 tools/ab_table.py "$dir" 0 2 | tee -a "$out/r12b_summary.txt"
   python3 tools/ab_table.py "$dir" 1 2 | tee -a "$out/r12b_summary.txt"
   keep=(gpu.txt r12b_summary.txt suite_summary.txt)
+elif [ "$stage" = round12c ]; then
+  # Backward version 4 after its barrier fix: the probe built from the tree, its checks
+  # (every version, backward 4 among them) and the library's forward + backward 2, 3 and 4
+  # alternating (no forward rounds), then its sanitize cases with backward 4.
+  echo "=== attention_probe.sh --build-only ($(left) s left)"
+  OUT="$out/probe" timeout 150 bash tools/attention_probe.sh --build-only >"$out/probe_build.txt" 2>&1
+  echo "build exit status $?" | tee "$out/r12c_summary.txt"
+  grep -E 'dkdv.*(Lb1ELb1|Lb0ELb1)|C75' "$out/probe/ptxas_summary.txt" | tee -a "$out/r12c_summary.txt"
+  echo "=== the probe: checks, backward 2, 3, 4 ($(left) s left)"
+  PROBE_BWD4=1 PROBE_SKIP_FWD=1 PROBE_REPS=20 timeout $(($(left) - 150)) \
+    "$out/probe/attention_probe" --fwd-only >"$out/probe_bwd4.txt" 2>&1
+  echo "attention_probe (PROBE_BWD4=1 PROBE_SKIP_FWD=1) exit status $?" | tee -a "$out/r12c_summary.txt"
+  grep -E 'FAIL|EXCEPTION|error' "$out/probe_bwd4.txt" | cut -c1-300 | head -5 |
+    tee -a "$out/r12c_summary.txt"
+  grep -E '^TIME' "$out/probe_bwd4.txt" | cut -c1-260 | tee -a "$out/r12c_summary.txt"
+  echo "=== the probe's sanitize cases with backward 4 ($(left) s left)"
+  PROBE_BWD4=1 PROBE_PREBUILT=1 OUT="$out/probe" timeout $(($(left) - 10)) bash \
+    tools/attention_probe.sh --sanitize >"$out/probe_sanitize.txt" 2>&1
+  echo "attention_probe.sh --sanitize exit status $?" | tee -a "$out/r12c_summary.txt"
+  grep -E 'SUMMARY|exit status|FAIL' "$out/probe_sanitize.txt" | tee -a "$out/r12c_summary.txt"
+  keep=(gpu.txt r12c_summary.txt probe_bwd4.txt probe_sanitize.txt)
 elif [ "$stage" = sanpeer ]; then
   case "${EMBER_SANITIZE_PART:-cuda}" in
     cuda) only=cuda ;;
@@ -480,7 +504,7 @@ elif [ "$stage" = round10b ]; then
   gpt_ab leanab "${EMBER_SWITCHES_RESERVE:-40}" set1 EMBER_LAYER_NORM_LEAN | tee "$out/lean_ab.txt"
   keep=(gpu.txt gpt_vs_torch_gpt2.txt lean_ab.txt)
 else
-  echo "usage: tools/gpu_switches_check.sh conv|gpt|attn|combo|lnwarp|final|closing|ncu|qkv|round9|round10|round10b|round11|round12|round12b|sanpeer" >&2
+  echo "usage: tools/gpu_switches_check.sh conv|gpt|attn|combo|lnwarp|final|closing|ncu|qkv|round9|round10|round10b|round11|round12|round12b|round12c|sanpeer" >&2
   exit 2
 fi
 tools/gpu_logs_pack.sh "$out" "${keep[@]}" && [ -f "$out/logs.tgz" ] && mv "$out/logs.tgz" "$out/more.tgz"

@@ -1171,18 +1171,21 @@ void launch_attention_forward(const AttentionProblem& p, AttentionInput q, Atten
     version = tuning.forward_warps == 0 && !v1_only && capability == 90 ? 2 : 1;
     // Version 4 where it measured faster than version 2 (one H100, 2026-12-06, the probe's
     // --fwd-only rows, benchmarks/NOTES.md "Flash attention forward, version 4"): head dim
-    // 128 (0.62-0.80x version 2's time), and head dim 64 without the causal mask
-    // (0.94-0.96x); with it, version 2's 64-key tiles stayed 1.02-1.05x faster.
+    // 128 (0.62-0.80x version 2's time); with the causal mask at head dim 64 version 2's
+    // 64-key tiles stayed faster (versions 5 and 6 too, within 2.5%: NOTES, "versions 5
+    // and 6"). Head dim 64 without the mask: version 6 with 128-key tiles, 0.84-0.94x
+    // version 4's time by the medians of the same rounds (twelfth session, the probe).
     if (version == 2 && (p.head_dim == 128 || !p.causal) && attention_forward_ws_takes(p, q, k, v))
-      version = 4;
+      version = p.head_dim == 64 ? 6 : 4;
   }
   if (version >= 4) {
     // 128-key tiles at both head dims (64-key ones took 1.16-1.18x their time at 64);
     // persistent up to 4096 queries (0.90-1.00x one block a tile there, 1.07-1.09x at 8192).
-    // Version 6 at head dim 64: three consumers with 64-key tiles (with 128-key ones their
-    // 160 registers spill, ptxas, sm_90a).
+    // Version 6 at head dim 64: three consumers, 128-key tiles too (ptxas spills 100 bytes
+    // of their 160 registers, yet they took 0.93-0.94x the 64-key tiles' time without the
+    // mask by the medians, the probe, twelfth session).
     const bool three = version == 6 && p.head_dim == 64;
-    launch_attention_forward_sm90_ws(p, q, k, v, o, lse, stream, three ? 64 : 128, p.q_len <= 4096,
+    launch_attention_forward_sm90_ws(p, q, k, v, o, lse, stream, 128, p.q_len <= 4096,
                                      version >= 5, three ? 3 : 2);
     return;
   }

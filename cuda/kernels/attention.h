@@ -78,12 +78,13 @@ struct AttentionTuning {
   /// 3: version 2 pipelined (the next tile's Q K^T during this tile's softmax; compute
   /// capability 9.0 only; experimental, never the default until measured).
   /// 4: warp-specialised (a TMA producer warpgroup, two consumer warpgroups in
-  /// ping-pong; compute capability 9.0 only; launch_attention_forward_sm90_ws). 0 takes
-  /// it on compute capability 9.0 at head dim 128, and at 64 without the causal mask,
-  /// where TMA takes the strides (attention_forward_ws_takes), else version 2.
+  /// ping-pong; compute capability 9.0 only; launch_attention_forward_sm90_ws).
   /// 5: version 4 with the intra-warpgroup overlap; 6: version 5 with three consumer
-  /// warpgroups at head dim 64 (version 5 at 128). Both experimental, never the default
-  /// until measured.
+  /// warpgroups at head dim 64 (version 5 at 128); both with 128-key tiles.
+  /// 0 takes, on compute capability 9.0 where TMA takes the strides
+  /// (attention_forward_ws_takes): version 4 at head dim 128, version 6 at 64 without the
+  /// causal mask, else version 2 (the faster per shape in the probe's runs,
+  /// benchmarks/NOTES.md).
   int forward_version = 0;
   int forward_warps = 0;  ///< version 1: 4 or 8 warps, 16 query rows each, per block; 0: 4
   /// Deterministic backward: 32 or 64 query rows per tile of the dK/dV kernel; 0:
@@ -158,11 +159,10 @@ void launch_attention_forward_sm90(const AttentionProblem& p, AttentionInput q, 
 /// launch_attention_forward_sm90: a producer warpgroup loads Q once and K and V tile by
 /// tile with TMA into two stages; two consumer warpgroups take turns on the tensor cores,
 /// so one's softmax runs under the other's products (FlashAttention-3's ping-pong).
-/// `overlap` (forward version 5, experimental: not yet run on a GPU): each consumer also
-/// runs the first half of a tile's softmax while its own P V of the tile before is in
-/// flight (FlashAttention-3's intra-warpgroup overlap). `consumers`: 2, or 3 at head dim
-/// 64 (192 query rows a block, the turns going round the three; experimental, not yet run
-/// on a GPU: forward_version 6).
+/// `overlap` (forward version 5): each consumer also runs the first half of a tile's
+/// softmax while its own P V of the tile before is in flight (FlashAttention-3's
+/// intra-warpgroup overlap). `consumers`: 2, or 3 at head dim 64 (192 query rows a block,
+/// the turns going round the three: forward_version 6).
 /// `persistent`: one block an SM, each walking every SM-count-th query tile, the longest
 /// causal tiles first (the producer loads a tile's Q and keys while the consumers finish
 /// the one before); else one block a tile, in the same order.

@@ -134,17 +134,6 @@ __device__ __forceinline__ void store_ds(bf16* s_ds, int row0,
   }
 }
 
-// The same rows as zeros (a warpgroup whose keys all follow the tile's queries).
-__device__ __forceinline__ void zero_ds(bf16* s_ds, int row0) {
-  const int t = static_cast<int>(threadIdx.x) % 128;
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const int chunk = i * 128 + t;  // 64 rows of 8 chunks
-    *reinterpret_cast<uint4*>(s_ds + (row0 + chunk / 8) * 64 + (chunk % 8) * 8) =
-        make_uint4(0, 0, 0, 0);
-  }
-}
-
 // Version 4's dQ share of a query tile, this warpgroup's half of its columns:
 // acc (64 queries x D / 2) = dS (64 x 128 keys: the s_ds tile, M-major) times K (128 keys
 // x columns wg D / 2 .., N-major in the block's (128, D) K tile), then added into
@@ -248,9 +237,10 @@ __global__ void __launch_bounds__(kThreads, 1) attn_bwd_dkdv_sm90_kernel(const P
     }
     fence_proxy_async();  // cp.async's writes, read next by wgmma (the async proxy)
     __syncthreads();
-    // Causal: a tile whose last query precedes this warpgroup's first key adds nothing
-    // (ATOMIC_DQ: its rows of dS^T are zeros).
-    if (!(CAUSAL && q0 + kM - 1 < wk0)) {
+    // Causal: a tile whose last query precedes this warpgroup's first key adds nothing.
+    // ATOMIC_DQ runs it all the same (masked to zeros: its rows of dS^T are the dQ
+    // product's), so that both warpgroups meet the one barrier below at the same place.
+    if (ATOMIC_DQ || !(CAUSAL && q0 + kM - 1 < wk0)) {
       const uint32_t q_tile = smem_u32(s_q + buf * kM * D);
       const uint32_t do_tile = smem_u32(s_do + buf * kM * D);
       const float* lse = s_lse + buf * kM;
@@ -308,11 +298,6 @@ __global__ void __launch_bounds__(kThreads, 1) attn_bwd_dkdv_sm90_kernel(const P
       fence_regs(dk);
       fence_regs(pa);
       fence_regs(da);
-    } else if constexpr (ATOMIC_DQ) {
-      zero_ds(s_ds, wg * 64);
-      fence_proxy_async();
-      bar_sync(1, kThreads);
-      dq_share<D>(p, smem_u32(s_ds), smem_u32(s_k), wg, row_base, q0);
     }
     __syncthreads();  // the buffers read here (and s_ds) are refilled next step
   }
