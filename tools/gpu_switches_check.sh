@@ -56,7 +56,9 @@
 #        EMBER_ATTENTION_FWD_VERSION=$EMBER_R12B_FWD (default 6), alternating, up to 5 rounds
 #   tools/gpu_switches_check.sh round12c the probe built from the tree: its checks and the
 #        library's forward with backward 2, 3 and 4 alternating (PROBE_BWD4=1
-#        PROBE_SKIP_FWD=1), then its sanitize cases with backward 4
+#        PROBE_SKIP_FWD=1), then its sanitize cases with backward 4; with EMBER_R12C_MORE=1
+#        also the pack's suite and GPT-2 eager with EMBER_ATTENTION fused and atomic
+#        (backward version 4), alternating, while time is left
 #   tools/gpu_switches_check.sh sanpeer tools/gpu_sanitize.sh over EMBER_SANITIZE_PART's
 #        binaries (cuda, or rest: core, memory, nn, optim, parallel; no run starts after
 #        EMBER_SANITIZE_DEADLINE s: by default the stage's limit less 20 s, or less 200 s
@@ -456,18 +458,31 @@ elif [ "$stage" = round12c ]; then
   echo "build exit status $?" | tee "$out/r12c_summary.txt"
   grep -E 'dkdv.*(Lb1ELb1|Lb0ELb1)|C75' "$out/probe/ptxas_summary.txt" | tee -a "$out/r12c_summary.txt"
   echo "=== the probe: checks, backward 2, 3, 4 ($(left) s left)"
-  PROBE_BWD4=1 PROBE_SKIP_FWD=1 PROBE_REPS=20 timeout $(($(left) - 150)) \
+  t=$(($(left) - 150)); [ "$t" -gt 150 ] && t=150
+  PROBE_BWD4=1 PROBE_SKIP_FWD=1 PROBE_REPS=20 timeout "$t" \
     "$out/probe/attention_probe" --fwd-only >"$out/probe_bwd4.txt" 2>&1
   echo "attention_probe (PROBE_BWD4=1 PROBE_SKIP_FWD=1) exit status $?" | tee -a "$out/r12c_summary.txt"
   grep -E 'FAIL|EXCEPTION|error' "$out/probe_bwd4.txt" | cut -c1-300 | head -5 |
     tee -a "$out/r12c_summary.txt"
   grep -E '^TIME' "$out/probe_bwd4.txt" | cut -c1-260 | tee -a "$out/r12c_summary.txt"
   echo "=== the probe's sanitize cases with backward 4 ($(left) s left)"
-  PROBE_BWD4=1 PROBE_PREBUILT=1 OUT="$out/probe" timeout $(($(left) - 10)) bash \
+  t=$(($(left) - 10)); [ "$t" -gt 130 ] && t=130
+  PROBE_BWD4=1 PROBE_PREBUILT=1 OUT="$out/probe" timeout "$t" bash \
     tools/attention_probe.sh --sanitize >"$out/probe_sanitize.txt" 2>&1
   echo "attention_probe.sh --sanitize exit status $?" | tee -a "$out/r12c_summary.txt"
   grep -E 'SUMMARY|exit status|FAIL' "$out/probe_sanitize.txt" | tee -a "$out/r12c_summary.txt"
   keep=(gpu.txt r12c_summary.txt probe_bwd4.txt probe_sanitize.txt)
+  if [ "${EMBER_R12C_MORE:-0}" = 1 ]; then
+    # The pack's suite, then GPT-2 eager with EMBER_ATTENTION fused (0) and atomic (1:
+    # backward version 4), alternating, while time is left.
+    echo "=== the whole suite at the defaults ($(left) s left)"
+    [ "$(left)" -gt 200 ] && suite set1 EMBER_SUITE_AT_DEFAULTS | tail -28 | tee -a "$out/r12c_summary.txt"
+    echo "=== GPT-2 eager, EMBER_ATTENTION fused (0) and atomic (1), alternating ($(left) s left)"
+    set_att() { env "EMBER_ATTENTION=$([ "$1" = 1 ] && echo atomic || echo fused)" "${@:2}"; }
+    gpt_ab att_ab "${EMBER_SWITCHES_RESERVE:-25}" set_att | tee -a "$out/r12c_summary.txt"
+    grep -h 'predict_memory' "$out"/att_ab/*.1.log | head -4 | tee -a "$out/r12c_summary.txt"
+    keep+=(suite_summary.txt)
+  fi
 elif [ "$stage" = sanpeer ]; then
   case "${EMBER_SANITIZE_PART:-cuda}" in
     cuda) only=cuda ;;
