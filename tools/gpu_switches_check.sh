@@ -58,7 +58,8 @@
 #        library's forward with backward 2, 3 and 4 alternating (PROBE_BWD4=1
 #        PROBE_SKIP_FWD=1), then its sanitize cases with backward 4; with EMBER_R12C_MORE=1
 #        also the pack's suite and GPT-2 eager with EMBER_ATTENTION fused and atomic
-#        (backward version 4), alternating, while time is left
+#        (backward version 4), alternating, while time is left (EMBER_R12C_COMPARE=1: first
+#        compare.sh's attention set with EMBER_ATTENTION=atomic, 5 repetitions)
 #   tools/gpu_switches_check.sh sanpeer tools/gpu_sanitize.sh over EMBER_SANITIZE_PART's
 #        binaries (cuda, or rest: core, memory, nn, optim, parallel; no run starts after
 #        EMBER_SANITIZE_DEADLINE s: by default the stage's limit less 20 s, or less 200 s
@@ -477,6 +478,17 @@ elif [ "$stage" = round12c ]; then
     # backward version 4), alternating, while time is left.
     echo "=== the whole suite at the defaults ($(left) s left)"
     [ "$(left)" -gt 200 ] && suite set1 EMBER_SUITE_AT_DEFAULTS | tail -28 | tee -a "$out/r12c_summary.txt"
+    if [ "${EMBER_R12C_COMPARE:-0}" = 1 ] && [ "$(left)" -gt 150 ]; then
+      echo "=== compare.sh attention with EMBER_ATTENTION=atomic (backward version 4) ($(left) s left)"
+      t=$(($(left) - 40)); [ "$t" -gt 200 ] && t=200
+      EMBER_ATTENTION=atomic EMBER_COMPARE_REPS=5 EMBER_BENCH_BUILD=build-gpu EMBER_BENCH_PREBUILT=1 \
+        EMBER_LIBTORCH=none EMBER_COMPARE_SET=attention timeout "$t" benchmarks/compare.sh \
+        "$out/att" >"$out/att.txt" 2>&1
+      echo "compare.sh exit status $?" | tee -a "$out/r12c_summary.txt"
+      cp "$out/att/RESULTS.md" "$out/attention_results.md" 2>/dev/null
+      grep -E 'FAILED|failed|error' "$out/att.txt" | head -10 | tee -a "$out/r12c_summary.txt"
+      keep+=(attention_results.md)
+    fi
     echo "=== GPT-2 eager, EMBER_ATTENTION fused (0) and atomic (1), alternating ($(left) s left)"
     set_att() { env "EMBER_ATTENTION=$([ "$1" = 1 ] && echo atomic || echo fused)" "${@:2}"; }
     gpt_ab att_ab "${EMBER_SWITCHES_RESERVE:-25}" set_att | tee -a "$out/r12c_summary.txt"
