@@ -1185,8 +1185,8 @@ void launch_attention_forward(const AttentionProblem& p, AttentionInput q, Atten
     // of their 160 registers, yet they took 0.93-0.94x the 64-key tiles' time without the
     // mask by the medians, the probe, twelfth session).
     const bool three = version == 6 && p.head_dim == 64;
-    launch_attention_forward_sm90_ws(p, q, k, v, o, lse, stream, 128, p.q_len <= 4096,
-                                     version >= 5, three ? 3 : 2);
+    launch_attention_forward_sm90_ws(p, q, k, v, o, lse, stream, 128, p.q_len <= 4096, version >= 5,
+                                     three ? 3 : 2);
     return;
   }
   if (version >= 2) {
