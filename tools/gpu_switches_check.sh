@@ -60,6 +60,8 @@
 #        also the pack's suite and GPT-2 eager with EMBER_ATTENTION fused and atomic
 #        (backward version 4), alternating, while time is left (EMBER_R12C_COMPARE=1: first
 #        compare.sh's attention set with EMBER_ATTENTION=atomic, 5 repetitions)
+#   tools/gpu_switches_check.sh round12e the whole suite, then bench_attention with
+#        EMBER_ATTENTION fused and atomic (backward version 4), alternating, while time is left
 #   tools/gpu_switches_check.sh sanpeer tools/gpu_sanitize.sh over EMBER_SANITIZE_PART's
 #        binaries (cuda, or rest: core, memory, nn, optim, parallel; no run starts after
 #        EMBER_SANITIZE_DEADLINE s: by default the stage's limit less 20 s, or less 200 s
@@ -495,6 +497,26 @@ elif [ "$stage" = round12c ]; then
     grep -h 'predict_memory' "$out"/att_ab/*.1.log | head -4 | tee -a "$out/r12c_summary.txt"
     keep+=(suite_summary.txt)
   fi
+elif [ "$stage" = round12e ]; then
+  # Little device time: the pack's suite, then bench_attention (the op's fused attention at
+  # issue 27's shapes, every output checked first) with EMBER_ATTENTION fused (0:
+  # deterministic, backward 2 or 3) and atomic (1: backward version 4), alternating.
+  echo "=== the whole suite at the defaults ($(left) s left)"
+  suite set1 EMBER_SUITE_AT_DEFAULTS | tail -28 | tee "$out/r12e_summary.txt"
+  echo "=== bench_attention, EMBER_ATTENTION fused (0) and atomic (1), alternating ($(left) s left)"
+  dir="$out/r12e_att"
+  mkdir -p "$dir"
+  for r in 1 2 3 4 5; do
+    for v in 0 1; do
+      [ "$(left)" -gt 35 ] || break 2
+      env "EMBER_ATTENTION=$([ "$v" = 1 ] && echo atomic || echo fused)" timeout 60 \
+        build-gpu/benchmarks/bench_attention --json "$dir/$v.$r.json" >"$dir/$v.$r.log" 2>&1 ||
+        echo "bench_attention $v.$r failed (exit $?)" | tee -a "$out/r12e_summary.txt"
+    done
+  done
+  grep -h 'FAILED\|mismatch' "$dir"/*.log | head -10 | tee -a "$out/r12e_summary.txt"
+  python3 tools/ab_table.py "$dir" 0 1 | tee -a "$out/r12e_summary.txt"
+  keep=(gpu.txt r12e_summary.txt suite_summary.txt)
 elif [ "$stage" = sanpeer ]; then
   case "${EMBER_SANITIZE_PART:-cuda}" in
     cuda) only=cuda ;;
@@ -531,7 +553,7 @@ elif [ "$stage" = round10b ]; then
   gpt_ab leanab "${EMBER_SWITCHES_RESERVE:-40}" set1 EMBER_LAYER_NORM_LEAN | tee "$out/lean_ab.txt"
   keep=(gpu.txt gpt_vs_torch_gpt2.txt lean_ab.txt)
 else
-  echo "usage: tools/gpu_switches_check.sh conv|gpt|attn|combo|lnwarp|final|closing|ncu|qkv|round9|round10|round10b|round11|round12|round12b|round12c|sanpeer" >&2
+  echo "usage: tools/gpu_switches_check.sh conv|gpt|attn|combo|lnwarp|final|closing|ncu|qkv|round9|round10|round10b|round11|round12|round12b|round12c|round12e|sanpeer" >&2
   exit 2
 fi
 tools/gpu_logs_pack.sh "$out" "${keep[@]}" && [ -f "$out/logs.tgz" ] && mv "$out/logs.tgz" "$out/more.tgz"
