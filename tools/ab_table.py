@@ -2,8 +2,9 @@
 """Per-repetition ratios of two variants of one benchmark binary, run alternating.
 
 Reads DIR/VARIANT.REP.json (bench::Table's --json files: {"rows": [{"workload",
-"dtype", "ms", ...}]}) and prints, for each row both variants have, the medians of
-each and the median and range of OTHER / BASE over the repetitions both ran.
+"shape", "dtype", "ms", ...}]}) and prints, for each row (workload, shape, dtype) both
+variants have, the medians of each and the median and range of OTHER / BASE over the
+repetitions both ran.
 Usage: tools/ab_table.py DIR BASE OTHER
 """
 import glob
@@ -23,17 +24,17 @@ def main():
         with open(f) as fh:
             rows = json.load(fh)["rows"]
         for row in rows:
-            key = (row["workload"], row["dtype"])
+            key = (row["workload"], row.get("shape", ""), row["dtype"])
             runs.setdefault(key, {}).setdefault(variant, {})[rep] = row["ms"]
     printed = 0
-    for (workload, dtype), by in runs.items():
+    for (workload, shape, dtype), by in runs.items():
         reps = sorted(set(by.get(base, {})) & set(by.get(other, {})))
         if not reps:
             continue
         ratio = [by[other][r] / by[base][r] for r in reps]
         b = statistics.median(by[base][r] for r in reps)
         o = statistics.median(by[other][r] for r in reps)
-        print(f"{workload:24s} {dtype:5s} {base} {b:.4f} ms  {other} {o:.4f} ms  "
+        print(f"{workload:24s} {shape:22s} {dtype:5s} {base} {b:.4f} ms  {other} {o:.4f} ms  "
               f"{other}/{base} {statistics.median(ratio):.3f} "
               f"[{min(ratio):.3f}-{max(ratio):.3f}] ({len(reps)} reps)")
         printed += 1
