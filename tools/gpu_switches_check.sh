@@ -51,9 +51,6 @@
 #   tools/gpu_switches_check.sh round12 the attention probe's --fwd-only run (forward versions
 #        5 and 6 against 4 and 2, alternating), the same binary with PROBE_BWD4=1 (backward
 #        version 4's checks and timing), its sanitize cases with it, the whole suite
-#   tools/gpu_switches_check.sh round12b the whole suite; GPT-2 eager with the attention as by
-#        default, with EMBER_ATTENTION=atomic (backward version 4), and with that and
-#        EMBER_ATTENTION_FWD_VERSION=$EMBER_R12B_FWD (default 6), alternating, up to 5 rounds
 #   tools/gpu_switches_check.sh round12c the probe built from the tree: its checks and the
 #        library's forward with backward 2, 3 and 4 alternating (PROBE_BWD4=1
 #        PROBE_SKIP_FWD=1), then its sanitize cases with backward 4; with EMBER_R12C_MORE=1
@@ -425,33 +422,6 @@ elif [ "$stage" = round12 ]; then
   echo "=== the whole suite at the defaults ($(left) s left)"
   [ "$(left)" -gt 200 ] && suite set1 EMBER_SUITE_AT_DEFAULTS | tail -28 | tee -a "$out/r12_summary.txt"
   keep=(gpu.txt r12_summary.txt suite_summary.txt probe_fwd.txt probe_bwd4.txt probe_sanitize.txt)
-elif [ "$stage" = round12b ]; then
-  # The pack with backward version 4 and EMBER_ATTENTION_FWD_VERSION: the suite, then
-  # GPT-2's eager step with its attention as by default (variant 0), with the atomic
-  # backward, version 4 (EMBER_ATTENTION=atomic, variant 1), and with that and the forward
-  # EMBER_R12B_FWD (default 6; variant 2), in alternating processes, up to 5 rounds.
-  echo "=== the whole suite at the defaults ($(left) s left)"
-  suite set1 EMBER_SUITE_AT_DEFAULTS | tail -28 | tee "$out/r12b_summary.txt"
-  echo "=== GPT-2 eager: default (0), EMBER_ATTENTION=atomic (1), + forward ${EMBER_R12B_FWD:-6} (2) ($(left) s left)"
-  dir="$out/r12b_gpt"
-  mkdir -p "$dir"
-  for r in 1 2 3 4 5; do
-    for v in 0 1 2; do
-      [ "$(left)" -gt "${EMBER_SWITCHES_RESERVE:-20}" ] || break 2
-      case $v in
-        0) envs=() ;;
-        1) envs=(EMBER_ATTENTION=atomic) ;;
-        2) envs=(EMBER_ATTENTION=atomic "EMBER_ATTENTION_FWD_VERSION=${EMBER_R12B_FWD:-6}") ;;
-      esac
-      env "${envs[@]}" timeout 70 build-gpu/benchmarks/bench_gpt --only gpt2 --eager \
-        --json "$dir/$v.$r.json" >"$dir/$v.$r.log" 2>&1 || echo "gpt $v.$r failed"
-    done
-  done
-  grep -h 'FAILED\|predicted\|peak' "$dir"/*.1.log | head -12 | tee -a "$out/r12b_summary.txt"
-  python3 tools/ab_table.py "$dir" 0 1 | tee -a "$out/r12b_summary.txt"
-  python3 tools/ab_table.py "$dir" 0 2 | tee -a "$out/r12b_summary.txt"
-  python3 tools/ab_table.py "$dir" 1 2 | tee -a "$out/r12b_summary.txt"
-  keep=(gpu.txt r12b_summary.txt suite_summary.txt)
 elif [ "$stage" = round12c ]; then
   # Backward version 4 after its barrier fix: the probe built from the tree, its checks
   # (every version, backward 4 among them) and the library's forward + backward 2, 3 and 4
@@ -553,7 +523,7 @@ elif [ "$stage" = round10b ]; then
   gpt_ab leanab "${EMBER_SWITCHES_RESERVE:-40}" set1 EMBER_LAYER_NORM_LEAN | tee "$out/lean_ab.txt"
   keep=(gpu.txt gpt_vs_torch_gpt2.txt lean_ab.txt)
 else
-  echo "usage: tools/gpu_switches_check.sh conv|gpt|attn|combo|lnwarp|final|closing|ncu|qkv|round9|round10|round10b|round11|round12|round12b|round12c|round12e|sanpeer" >&2
+  echo "usage: tools/gpu_switches_check.sh conv|gpt|attn|combo|lnwarp|final|closing|ncu|qkv|round9|round10|round10b|round11|round12|round12c|round12e|sanpeer" >&2
   exit 2
 fi
 tools/gpu_logs_pack.sh "$out" "${keep[@]}" && [ -f "$out/logs.tgz" ] && mv "$out/logs.tgz" "$out/more.tgz"
