@@ -1172,9 +1172,11 @@ void launch_attention_forward(const AttentionProblem& p, AttentionInput q, Atten
     // Version 4 where it measured faster than version 2 (one H100, 2026-12-06, the probe's
     // --fwd-only rows, benchmarks/NOTES.md "Flash attention forward, version 4"): head dim
     // 128 (0.62-0.80x version 2's time); with the causal mask at head dim 64 version 2's
-    // 64-key tiles stayed faster (versions 5 and 6 too, within 2.5%: NOTES, "versions 5
-    // and 6"). Head dim 64 without the mask: version 6 with 128-key tiles, 0.84-0.94x
-    // version 4's time by the medians of the same rounds (twelfth session, the probe).
+    // 64-key tiles stay (at GPT-2's shape version 5 took 1.02x their time and version 6
+    // 1.15-1.20x; at the two other causal shapes version 5 0.99x, version 6 1.11x at T 1024
+    // and 0.98x at 4096: NOTES, "versions 5 and 6"). Head dim 64 without the mask: version
+    // 6 with 128-key tiles, 0.84-0.94x version 4's time by the medians of the same rounds
+    // (twelfth session, the probe).
     if (version == 2 && (p.head_dim == 128 || !p.causal) && attention_forward_ws_takes(p, q, k, v))
       version = p.head_dim == 64 ? 6 : 4;
   }
