@@ -68,6 +68,10 @@
 #   tools/gpu_switches_check.sh round10b GPT-2 against PyTorch (peer_gpt.py --interleave 5, ours
 #        bench_gpt --only gpt2 --eager), then GPT-2 eager with EMBER_LAYER_NORM_LEAN 0 and 1,
 #        alternating, while time is left
+#   tools/gpu_switches_check.sh round13a the pack's wgmma backward cases (versions 2, 3, 4)
+#        under compute-sanitizer's four tools, then GPT-2 eager and the char GPT eager with
+#        EMBER_ATTENTION fused (0) and atomic (1: backward version 4), alternating, while
+#        time is left
 #   EMBER_SWITCHES_LIMIT=540           seconds the stage may take; each part starts only
 #                                      with time left for it
 #   EMBER_GPU_PREBUILT=.device/bg.tar.xz  the pack (unpacked unless build-gpu already holds
@@ -467,6 +471,30 @@ elif [ "$stage" = round12c ]; then
     grep -h 'predict_memory' "$out"/att_ab/*.1.log | head -4 | tee -a "$out/r12c_summary.txt"
     keep+=(suite_summary.txt)
   fi
+elif [ "$stage" = round13a ]; then
+  # Is backward version 4 (the atomic dQ) worth the default at head dim 64? Its cases
+  # under the four tools first (initcheck never ran on its fixed form), then both GPT
+  # steps with EMBER_ATTENTION fused and atomic in alternating processes.
+  echo "=== the wgmma backward cases under the four sanitizers ($(left) s left)"
+  sanitize4 "$out/san_bwd" 150 build-gpu/tests/ember_tests_cuda -tc='*wgmma backward*' |
+    tee "$out/r13a_summary.txt"
+  set_att() { env "EMBER_ATTENTION=$([ "$1" = 1 ] && echo atomic || echo fused)" "${@:2}"; }
+  echo "=== GPT-2 eager, EMBER_ATTENTION fused (0) and atomic (1), alternating ($(left) s left)"
+  gpt_ab att_ab 110 set_att | tee -a "$out/r13a_summary.txt"
+  grep -h 'predict_memory' "$out"/att_ab/*.1.log | head -4 | tee -a "$out/r13a_summary.txt"
+  echo "=== char eager, EMBER_ATTENTION fused (0) and atomic (1), alternating ($(left) s left)"
+  dir="$out/att_char"
+  mkdir -p "$dir"
+  for r in 1 2 3 4 5; do
+    for v in 0 1; do
+      [ "$(left)" -gt 25 ] || break 2
+      set_att "$v" timeout 60 build-gpu/benchmarks/bench_gpt --only char --eager \
+        --json "$dir/$v.$r.json" >"$dir/$v.$r.log" 2>&1 || echo "char $v.$r failed"
+    done
+  done
+  grep -h 'FAILED' "$dir"/*.log | head -10
+  python3 tools/ab_table.py "$dir" 0 1 | tee -a "$out/r13a_summary.txt"
+  keep=(gpu.txt r13a_summary.txt)
 elif [ "$stage" = round12e ]; then
   # Little device time: the pack's suite, then bench_attention (the op's fused attention at
   # issue 27's shapes, every output checked first) with EMBER_ATTENTION fused (0:
@@ -523,7 +551,7 @@ elif [ "$stage" = round10b ]; then
   gpt_ab leanab "${EMBER_SWITCHES_RESERVE:-40}" set1 EMBER_LAYER_NORM_LEAN | tee "$out/lean_ab.txt"
   keep=(gpu.txt gpt_vs_torch_gpt2.txt lean_ab.txt)
 else
-  echo "usage: tools/gpu_switches_check.sh conv|gpt|attn|combo|lnwarp|final|closing|ncu|qkv|round9|round10|round10b|round11|round12|round12c|round12e|sanpeer" >&2
+  echo "usage: tools/gpu_switches_check.sh conv|gpt|attn|combo|lnwarp|final|closing|ncu|qkv|round9|round10|round10b|round11|round12|round12c|round12e|round13a|sanpeer" >&2
   exit 2
 fi
 tools/gpu_logs_pack.sh "$out" "${keep[@]}" && [ -f "$out/logs.tgz" ] && mv "$out/logs.tgz" "$out/more.tgz"
