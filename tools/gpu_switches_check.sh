@@ -72,6 +72,12 @@
 #        under compute-sanitizer's four tools, then GPT-2 eager and the char GPT eager with
 #        EMBER_ATTENTION fused (0) and atomic (1: backward version 4), alternating, while
 #        time is left
+#   tools/gpu_switches_check.sh closing13 the parts EMBER_C13_PARTS names, in its order
+#        (comma-separated): suite (the whole suite at the defaults), san-cuda and san-rest
+#        (tools/gpu_sanitize.sh over ember_tests_cuda, or over core, memory, nn, optim and
+#        parallel; a whole part takes ~370-450 s on an H100, and a cut part is no result),
+#        attention (compare.sh's attention set at the defaults, 5 repetitions), gpt2 and
+#        char (benchmarks/peer_gpt.py --interleave 5 against bench_gpt --eager)
 #   EMBER_SWITCHES_LIMIT=540           seconds the stage may take; each part starts only
 #                                      with time left for it
 #   EMBER_GPU_PREBUILT=.device/bg.tar.xz  the pack (unpacked unless build-gpu already holds
@@ -495,6 +501,51 @@ elif [ "$stage" = round13a ]; then
   grep -h 'FAILED' "$dir"/*.log | head -10
   python3 tools/ab_table.py "$dir" 0 1 | tee -a "$out/r13a_summary.txt"
   keep=(gpu.txt r13a_summary.txt)
+elif [ "$stage" = closing13 ]; then
+  # The closing evidence on one pack, in parts that fit the device tool's calls.
+  sum="$out/c13_summary.txt"
+  : >"$sum"
+  keep=(gpu.txt c13_summary.txt)
+  IFS=, read -r -a parts <<<"${EMBER_C13_PARTS:-suite}"
+  for part in "${parts[@]}"; do
+    echo "=== $part ($(left) s left)" | tee -a "$sum"
+    case "$part" in
+      suite)
+        suite set1 EMBER_SUITE_AT_DEFAULTS | tail -28 | tee -a "$sum"
+        keep+=(suite_summary.txt)
+        ;;
+      san-cuda | san-rest)
+        only=cuda
+        [ "$part" = san-rest ] && only=core,memory,nn,optim,parallel
+        EMBER_COMMIT=$(cat build-gpu/ember_commit.txt) EMBER_GPU_SANITIZE_ONLY=$only \
+          EMBER_GPU_SANITIZE_JOBS=16 EMBER_GPU_SANITIZE_SHARD=3 \
+          EMBER_GPU_SANITIZE_DEADLINE=$(($(left) - ${EMBER_C13_AFTER_SANITIZE:-15})) \
+          EMBER_GPU_SANITIZE_PROBE=1 tools/gpu_sanitize.sh build-gpu >"$out/$part.txt" 2>&1
+        echo "gpu_sanitize ($only) exit status $?" | tee -a "$sum"
+        grep -v '^gpu-sanitize: \(memcheck\|racecheck\|initcheck\|synccheck\) on ' \
+          "$out/$part.txt" | tail -40 | tee -a "$sum"
+        cp -r build-gpu/gpu-sanitize "$out/${part}_logs" 2>/dev/null
+        ;;
+      attention)
+        EMBER_COMPARE_REPS=5 EMBER_BENCH_BUILD=build-gpu EMBER_BENCH_PREBUILT=1 \
+          EMBER_LIBTORCH=none EMBER_COMPARE_SET=attention timeout $(($(left) - 10)) \
+          benchmarks/compare.sh "$out/att" >"$out/att.txt" 2>&1
+        echo "compare.sh exit status $?" | tee -a "$sum"
+        cp "$out/att/RESULTS.md" "$out/attention_results.md" 2>/dev/null
+        grep -E 'FAILED|failed|error' "$out/att.txt" | head -10 | tee -a "$sum"
+        keep+=(attention_results.md)
+        ;;
+      gpt2 | char)
+        timeout $(($(left) - 10)) python3 benchmarks/peer_gpt.py --only "$part" --interleave 5 \
+          --ours "build-gpu/benchmarks/bench_gpt --only $part --eager" \
+          >"$out/gpt_vs_torch_$part.txt" 2>&1
+        echo "peer_gpt.py exit status $?" | tee -a "$sum"
+        tail -14 "$out/gpt_vs_torch_$part.txt" | tee -a "$sum"
+        keep+=("gpt_vs_torch_$part.txt")
+        ;;
+      *) echo "closing13: unknown part $part" | tee -a "$sum" ;;
+    esac
+  done
 elif [ "$stage" = round12e ]; then
   # Little device time: the pack's suite, then bench_attention (the op's fused attention at
   # issue 27's shapes, every output checked first) with EMBER_ATTENTION fused (0:
@@ -551,7 +602,7 @@ elif [ "$stage" = round10b ]; then
   gpt_ab leanab "${EMBER_SWITCHES_RESERVE:-40}" set1 EMBER_LAYER_NORM_LEAN | tee "$out/lean_ab.txt"
   keep=(gpu.txt gpt_vs_torch_gpt2.txt lean_ab.txt)
 else
-  echo "usage: tools/gpu_switches_check.sh conv|gpt|attn|combo|lnwarp|final|closing|ncu|qkv|round9|round10|round10b|round11|round12|round12c|round12e|round13a|sanpeer" >&2
+  echo "usage: tools/gpu_switches_check.sh conv|gpt|attn|combo|lnwarp|final|closing|ncu|qkv|round9|round10|round10b|round11|round12|round12c|round12e|round13a|closing13|sanpeer" >&2
   exit 2
 fi
 tools/gpu_logs_pack.sh "$out" "${keep[@]}" && [ -f "$out/logs.tgz" ] && mv "$out/logs.tgz" "$out/more.tgz"
