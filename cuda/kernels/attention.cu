@@ -20,8 +20,6 @@
 #include <atomic>
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
-#include <string_view>
 
 #include "core/base/env_switch.h"
 #include "core/base/error.h"
@@ -1033,6 +1031,19 @@ void launch_delta(const BwdParams& bp, int64_t bh, int64_t head_dim, cudaStream_
   EMBER_CUDA_CHECK(cudaGetLastError());
 }
 
+// The atomic mode's dQ (backward versions 1 and 4): zero the float32 accumulator, let
+// `accumulate` launch the kernels that add every key block's shares into it, then scale
+// and convert it into d_q.
+template <int D, typename Accumulate>
+void atomic_dq(const BwdParams& bp, int64_t rows, cudaStream_t stream, Accumulate&& accumulate) {
+  EMBER_CUDA_CHECK(
+      cudaMemsetAsync(bp.dq_acc, 0, static_cast<size_t>(rows) * D * sizeof(float), stream));
+  accumulate();
+  attn_bwd_dq_convert_kernel<D>
+      <<<static_cast<unsigned>(ceil_div(rows * (D / 8), 256)), 256, 0, stream>>>(bp, rows);
+  EMBER_CUDA_CHECK(cudaGetLastError());
+}
+
 // Version 1's matrix kernels, after the delta pre-pass.
 template <int D, bool CAUSAL, bool DROP, int MK>
 void backward_d(const BwdParams& bp, int64_t bh, bool deterministic, int query_tile,
@@ -1050,13 +1061,10 @@ void backward_d(const BwdParams& bp, int64_t bh, bool deterministic, int query_t
                       static_cast<unsigned>(ceil_div(bp.tq, kBwdBlockM)));
     launch(attn_bwd_dq_kernel<D, CAUSAL, DROP, MK>, q_grid, kBwdWarps * 32, dq_smem(D), stream, bp);
   } else {
-    EMBER_CUDA_CHECK(
-        cudaMemsetAsync(bp.dq_acc, 0, static_cast<size_t>(rows) * D * sizeof(float), stream));
-    launch(attn_bwd_dkdv_kernel<D, kBwdBlockM, CAUSAL, true, DROP, MK>, key_grid, kBwdWarps * 32,
-           dkdv_smem(D, kBwdBlockM, true), stream, bp);
-    attn_bwd_dq_convert_kernel<D>
-        <<<static_cast<unsigned>(ceil_div(rows * (D / 8), 256)), 256, 0, stream>>>(bp, rows);
-    EMBER_CUDA_CHECK(cudaGetLastError());
+    atomic_dq<D>(bp, rows, stream, [&] {
+      launch(attn_bwd_dkdv_kernel<D, kBwdBlockM, CAUSAL, true, DROP, MK>, key_grid, kBwdWarps * 32,
+             dkdv_smem(D, kBwdBlockM, true), stream, bp);
+    });
   }
 }
 
@@ -1119,18 +1127,7 @@ std::atomic<int> g_forward_version{-1};  // -1: EMBER_ATTENTION_FWD_VERSION not 
 }  // namespace
 
 int attention_forward_version() {
-  int v = g_forward_version.load(std::memory_order_relaxed);
-  if (v < 0) [[unlikely]] {
-    const char* e = std::getenv("EMBER_ATTENTION_FWD_VERSION");
-    const std::string_view s = e != nullptr ? e : "";
-    EMBER_CHECK(s.empty() || (s.size() == 1 && s[0] >= '0' && s[0] <= '6'),
-                "EMBER_ATTENTION_FWD_VERSION must be one of 0 to 6, got \"", s, "\"");
-    v = s.empty() ? 0 : s[0] - '0';
-    int expected = -1;
-    g_forward_version.compare_exchange_strong(expected, v, std::memory_order_relaxed);
-    v = g_forward_version.load(std::memory_order_relaxed);
-  }
-  return v;
+  return env_setting(g_forward_version, "EMBER_ATTENTION_FWD_VERSION", 0, 6);
 }
 
 void set_attention_forward_version(int version) {
@@ -1327,17 +1324,14 @@ void launch_attention_backward(const AttentionProblem& p, AttentionInput q, Atte
   bp.mask = mask_of(p);
   launch_delta(bp, bh, p.head_dim, stream);
   if (version == 4) {
-    const int64_t rows = bh * p.q_len;
-    EMBER_CUDA_CHECK(cudaMemsetAsync(
-        bp.dq_acc, 0, static_cast<size_t>(rows * p.head_dim) * sizeof(float), stream));
-    launch_attention_backward_sm90(p, q, k, v, d_out, lse, bp.delta, d_q, d_k, d_v, stream, false,
-                                   bp.dq_acc);
-    const auto blocks = static_cast<unsigned>(ceil_div(rows * (p.head_dim / 8), 256));
+    const auto shares = [&] {
+      launch_attention_backward_sm90(p, q, k, v, d_out, lse, bp.delta, d_q, d_k, d_v, stream, false,
+                                     bp.dq_acc);
+    };
     if (p.head_dim == 64)
-      attn_bwd_dq_convert_kernel<64><<<blocks, 256, 0, stream>>>(bp, rows);
+      atomic_dq<64>(bp, bh * p.q_len, stream, shares);
     else
-      attn_bwd_dq_convert_kernel<128><<<blocks, 256, 0, stream>>>(bp, rows);
-    EMBER_CUDA_CHECK(cudaGetLastError());
+      atomic_dq<128>(bp, bh * p.q_len, stream, shares);
     return;
   }
   if (version >= 2) {

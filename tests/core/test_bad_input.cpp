@@ -6,14 +6,17 @@
 // (inputs, graph, the allocator's statistics).
 #include <doctest/doctest.h>
 
+#include <atomic>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <limits>
 #include <string>
 #include <vector>
 
 #include "core/anomaly.h"
 #include "core/autograd.h"
+#include "core/base/env_switch.h"
 #include "core/memory.h"
 #include "core/ops.h"
 #include "cuda/runtime.h"
@@ -248,4 +251,39 @@ TEST_CASE("anomaly/guard: nests and restores; all_finite on every dtype") {
   CHECK(all_finite(arange(3, kInt64)));
   CHECK(all_finite(zeros({0})));
   CHECK(!all_finite(tensor({{1.0, NAN}, {2.0, 3.0}}).t()));
+}
+
+TEST_CASE("base/env_setting: unset gives the fallback, a digit in range its value, else an error") {
+  constexpr const char* kVar = "EMBER_TEST_ENV_SETTING";
+  auto read = [&](const char* value, int fallback, int max) {
+    if (value != nullptr)
+      setenv(kVar, value, 1);
+    else
+      unsetenv(kVar);
+    std::atomic<int> state{-1};
+    return env_setting(state, kVar, fallback, max);
+  };
+  CHECK(read(nullptr, 3, 6) == 3);
+  CHECK(read("", 2, 6) == 2);
+  CHECK(read("0", 3, 6) == 0);
+  CHECK(read("6", 0, 6) == 6);
+  CHECK(contains(error_of([&] { read("7", 0, 6); }),
+                 "EMBER_TEST_ENV_SETTING must be one of 0 to 6, got \"7\""));
+  CHECK(contains(error_of([&] { read("12", 0, 9); }), "got \"12\""));
+  CHECK(contains(error_of([&] { read("x", 0, 6); }), "got \"x\""));
+  // The on/off form: 0 or 1 only, with its own message.
+  std::atomic<int> on{-1};
+  setenv(kVar, "1", 1);
+  CHECK(env_switch(on, kVar, false));
+  std::atomic<int> bad{-1};
+  setenv(kVar, "2", 1);
+  CHECK(contains(error_of([&] { env_switch(bad, kVar, false); }),
+                 "EMBER_TEST_ENV_SETTING must be 0 or 1, got \"2\""));
+  // Read once: a later change of the variable does not move a setting already read.
+  setenv(kVar, "0", 1);
+  CHECK(env_switch(on, kVar, false));
+  // A value stored before the first read wins over the environment.
+  std::atomic<int> stored{4};
+  CHECK(env_setting(stored, kVar, 0, 6) == 4);
+  unsetenv(kVar);
 }

@@ -388,11 +388,8 @@ TEST_CASE("kernels/attention: the refusals name the problem" * doctest::test_sui
 
 TEST_CASE("kernels/attention: EMBER_ATTENTION_FWD_VERSION's setter picks the forward" *
           doctest::test_suite("cuda_sm90")) {
-  const int was = cuda::attention_forward_version();
-  struct Restore {
-    int v;
-    ~Restore() { cuda::set_attention_forward_version(v); }
-  } restore{was};
+  ember::testing::SwitchGuard guard(cuda::attention_forward_version,
+                                    cuda::set_attention_forward_version);
   CHECK(contains(error_of([] { cuda::set_attention_forward_version(7); }), "version 7"));
   // Head dim 64 with the causal mask: the launcher's own choice there is version 2; version
   // 4 asked through the switch gives version 4's bits (launched directly), not version 2's.
