@@ -117,23 +117,36 @@ suite() {
     >>"$out/suite_summary.txt"
 }
 
-# gpt_ab DIR RESERVE SETTER...: bench_gpt --only gpt2 --eager with SETTER... 0 and 1 in
-# alternating processes, up to 5 each while more than RESERVE seconds are left, then
-# tools/ab_table.py's row.
-gpt_ab() {
-  local dir="$out/$1" reserve=$2 r v
+# bench_ab DIR RESERVE SETTER... -- COMMAND...: COMMAND (a benchmark taking --json) with
+# SETTER... 0 and 1 in alternating processes (70 s each at most), up to 5 each while
+# more than RESERVE seconds are left, then tools/ab_table.py's rows.
+bench_ab() {
+  local dir="$out/$1" reserve=$2 r v setter=()
   shift 2
+  while [ "$1" != -- ]; do setter+=("$1"); shift; done
+  shift
   mkdir -p "$dir"
   for r in 1 2 3 4 5; do
     for v in 0 1; do
       [ "$(left)" -gt "$reserve" ] || break 2
-      "$@" "$v" timeout 70 build-gpu/benchmarks/bench_gpt --only gpt2 --eager \
-        --json "$dir/$v.$r.json" >"$dir/$v.$r.log" 2>&1 || echo "gpt $v.$r failed"
+      "${setter[@]}" "$v" timeout 70 "$@" --json "$dir/$v.$r.json" >"$dir/$v.$r.log" 2>&1 ||
+        echo "$(basename "$1") $v.$r failed"
     done
   done
-  grep -h 'FAILED' "$dir"/*.log | head -10
+  grep -h 'FAILED\|mismatch' "$dir"/*.log | head -10
   python3 tools/ab_table.py "$dir" 0 1
 }
+
+# gpt_ab DIR RESERVE SETTER...: bench_ab with bench_gpt --only gpt2 --eager.
+gpt_ab() {
+  local dir=$1 reserve=$2
+  shift 2
+  bench_ab "$dir" "$reserve" "$@" -- build-gpu/benchmarks/bench_gpt --only gpt2 --eager
+}
+
+# set_att V COMMAND...: COMMAND with EMBER_ATTENTION fused (V 0) or atomic (V 1: the
+# backward's atomic dQ).
+set_att() { env "EMBER_ATTENTION=$([ "$1" = 1 ] && echo atomic || echo fused)" "${@:2}"; }
 
 # sanitize4 PREFIX SECONDS COMMAND...: COMMAND under compute-sanitizer's four tools at
 # once (logs PREFIX_TOOL.txt), then a line per tool: its summary and the run's verdict.
@@ -472,7 +485,6 @@ elif [ "$stage" = round12c ]; then
       keep+=(attention_results.md)
     fi
     echo "=== GPT-2 eager, EMBER_ATTENTION fused (0) and atomic (1), alternating ($(left) s left)"
-    set_att() { env "EMBER_ATTENTION=$([ "$1" = 1 ] && echo atomic || echo fused)" "${@:2}"; }
     gpt_ab att_ab "${EMBER_SWITCHES_RESERVE:-25}" set_att | tee -a "$out/r12c_summary.txt"
     grep -h 'predict_memory' "$out"/att_ab/*.1.log | head -4 | tee -a "$out/r12c_summary.txt"
     keep+=(suite_summary.txt)
@@ -484,22 +496,12 @@ elif [ "$stage" = round13a ]; then
   echo "=== the wgmma backward cases under the four sanitizers ($(left) s left)"
   sanitize4 "$out/san_bwd" 150 build-gpu/tests/ember_tests_cuda -tc='*wgmma backward*' |
     tee "$out/r13a_summary.txt"
-  set_att() { env "EMBER_ATTENTION=$([ "$1" = 1 ] && echo atomic || echo fused)" "${@:2}"; }
   echo "=== GPT-2 eager, EMBER_ATTENTION fused (0) and atomic (1), alternating ($(left) s left)"
   gpt_ab att_ab 110 set_att | tee -a "$out/r13a_summary.txt"
   grep -h 'predict_memory' "$out"/att_ab/*.1.log | head -4 | tee -a "$out/r13a_summary.txt"
   echo "=== char eager, EMBER_ATTENTION fused (0) and atomic (1), alternating ($(left) s left)"
-  dir="$out/att_char"
-  mkdir -p "$dir"
-  for r in 1 2 3 4 5; do
-    for v in 0 1; do
-      [ "$(left)" -gt 25 ] || break 2
-      set_att "$v" timeout 60 build-gpu/benchmarks/bench_gpt --only char --eager \
-        --json "$dir/$v.$r.json" >"$dir/$v.$r.log" 2>&1 || echo "char $v.$r failed"
-    done
-  done
-  grep -h 'FAILED' "$dir"/*.log | head -10
-  python3 tools/ab_table.py "$dir" 0 1 | tee -a "$out/r13a_summary.txt"
+  bench_ab att_char 25 set_att -- build-gpu/benchmarks/bench_gpt --only char --eager |
+    tee -a "$out/r13a_summary.txt"
   keep=(gpu.txt r13a_summary.txt)
 elif [ "$stage" = closing13 ]; then
   # The closing evidence on one pack, in parts that fit the device tool's calls.
@@ -553,18 +555,8 @@ elif [ "$stage" = round12e ]; then
   echo "=== the whole suite at the defaults ($(left) s left)"
   suite set1 EMBER_SUITE_AT_DEFAULTS | tail -28 | tee "$out/r12e_summary.txt"
   echo "=== bench_attention, EMBER_ATTENTION fused (0) and atomic (1), alternating ($(left) s left)"
-  dir="$out/r12e_att"
-  mkdir -p "$dir"
-  for r in 1 2 3 4 5; do
-    for v in 0 1; do
-      [ "$(left)" -gt 35 ] || break 2
-      env "EMBER_ATTENTION=$([ "$v" = 1 ] && echo atomic || echo fused)" timeout 60 \
-        build-gpu/benchmarks/bench_attention --json "$dir/$v.$r.json" >"$dir/$v.$r.log" 2>&1 ||
-        echo "bench_attention $v.$r failed (exit $?)" | tee -a "$out/r12e_summary.txt"
-    done
-  done
-  grep -h 'FAILED\|mismatch' "$dir"/*.log | head -10 | tee -a "$out/r12e_summary.txt"
-  python3 tools/ab_table.py "$dir" 0 1 | tee -a "$out/r12e_summary.txt"
+  bench_ab r12e_att 35 set_att -- build-gpu/benchmarks/bench_attention |
+    tee -a "$out/r12e_summary.txt"
   keep=(gpu.txt r12e_summary.txt suite_summary.txt)
 elif [ "$stage" = sanpeer ]; then
   case "${EMBER_SANITIZE_PART:-cuda}" in
