@@ -77,7 +77,10 @@
 #        (tools/gpu_sanitize.sh over ember_tests_cuda, or over core, memory, nn, optim and
 #        parallel; a whole part takes ~370-450 s on an H100, and a cut part is no result),
 #        attention (compare.sh's attention set at the defaults, 5 repetitions), gpt2 and
-#        char (benchmarks/peer_gpt.py --interleave 5 against bench_gpt --eager)
+#        char (benchmarks/peer_gpt.py --interleave 5 against bench_gpt --eager),
+#        gpt2-graphed and char-graphed (the same against bench_gpt's eager and graphed
+#        rows), profile-char and profile-gpt2 (bench_gpt --profile --steps 3: ember's
+#        profiler table, device time by op)
 #   EMBER_SWITCHES_LIMIT=540           seconds the stage may take; each part starts only
 #                                      with time left for it
 #   EMBER_GPU_PREBUILT=.device/bg.tar.xz  the pack (unpacked unless build-gpu already holds
@@ -537,13 +540,25 @@ elif [ "$stage" = closing13 ]; then
         grep -E 'FAILED|failed|error' "$out/att.txt" | head -10 | tee -a "$sum"
         keep+=(attention_results.md)
         ;;
-      gpt2 | char)
-        timeout $(($(left) - 10)) python3 benchmarks/peer_gpt.py --only "$part" --interleave 5 \
-          --ours "build-gpu/benchmarks/bench_gpt --only $part --eager" \
+      gpt2 | char | gpt2-graphed | char-graphed)
+        # ember eager only, or (-graphed) bench_gpt's eager and graphed rows both
+        w=${part%-graphed} eager=--eager
+        [ "$w" = "$part" ] || eager=""
+        timeout $(($(left) - 10)) python3 benchmarks/peer_gpt.py --only "$w" --interleave 5 \
+          --ours "build-gpu/benchmarks/bench_gpt --only $w $eager" \
           >"$out/gpt_vs_torch_$part.txt" 2>&1
         echo "peer_gpt.py exit status $?" | tee -a "$sum"
         tail -14 "$out/gpt_vs_torch_$part.txt" | tee -a "$sum"
         keep+=("gpt_vs_torch_$part.txt")
+        ;;
+      profile-char | profile-gpt2)
+        # ember's profiler over 3 steps: the key_averages table by device time
+        w=${part#profile-}
+        timeout $(($(left) - 10)) build-gpu/benchmarks/bench_gpt --profile --only "$w" \
+          --steps 3 >"$out/$part.txt" 2>&1
+        echo "bench_gpt --profile exit status $?" | tee -a "$sum"
+        head -50 "$out/$part.txt" | tee -a "$sum"
+        keep+=("$part.txt")
         ;;
       *) echo "closing13: unknown part $part" | tee -a "$sum" ;;
     esac
