@@ -151,6 +151,21 @@ gpt_ab() {
 # backward's atomic dQ).
 set_att() { env "EMBER_ATTENTION=$([ "$1" = 1 ] && echo atomic || echo fused)" "${@:2}"; }
 
+# compare_attention SECONDS SUMMARY [VAR=VALUE...]: compare.sh's attention set (5
+# repetitions, the pack's binaries, no libtorch) with VAR=VALUE... set, stopped after
+# SECONDS; the table into $out/attention_results.md, the exit status and any error lines
+# appended to SUMMARY.
+compare_attention() {
+  local seconds=$1 summary=$2
+  shift 2
+  env "$@" EMBER_COMPARE_REPS=5 EMBER_BENCH_BUILD=build-gpu EMBER_BENCH_PREBUILT=1 \
+    EMBER_LIBTORCH=none EMBER_COMPARE_SET=attention timeout "$seconds" \
+    benchmarks/compare.sh "$out/att" >"$out/att.txt" 2>&1
+  echo "compare.sh exit status $?" | tee -a "$summary"
+  cp "$out/att/RESULTS.md" "$out/attention_results.md" 2>/dev/null
+  grep -E 'FAILED|failed|error' "$out/att.txt" | head -10 | tee -a "$summary"
+}
+
 # sanitize4 PREFIX SECONDS COMMAND...: COMMAND under compute-sanitizer's four tools at
 # once (logs PREFIX_TOOL.txt), then a line per tool: its summary and the run's verdict.
 sanitize4() {
@@ -368,12 +383,7 @@ elif [ "$stage" = round10 ]; then
   grep -E 'validate|FAILED|lean|16384x768' "$out/ln.txt" | cut -c1-200 | tee -a "$out/r10_summary.txt"
   echo "=== compare.sh attention, 5 repetitions ($(left) s left)"
   if [ "$(left)" -gt 200 ]; then
-    EMBER_COMPARE_REPS=5 EMBER_BENCH_BUILD=build-gpu EMBER_BENCH_PREBUILT=1 EMBER_LIBTORCH=none \
-      EMBER_COMPARE_SET=attention timeout $(($(left) - 90)) benchmarks/compare.sh "$out/att" \
-      >"$out/att.txt" 2>&1
-    echo "compare.sh exit status $?" | tee -a "$out/r10_summary.txt"
-    cp "$out/att/RESULTS.md" "$out/attention_results.md" 2>/dev/null
-    grep -E 'FAILED|failed|error' "$out/att.txt" | head -10 | tee -a "$out/r10_summary.txt"
+    compare_attention $(($(left) - 90)) "$out/r10_summary.txt"
     tail -40 "$out/attention_results.md" 2>/dev/null
   fi
   # ncu: the causal check's four kernels (forward, delta, dK/dV, dQ) of shape I, with the
@@ -399,12 +409,8 @@ elif [ "$stage" = round10 ]; then
   keep=(gpu.txt r10_summary.txt suite_summary.txt ln.txt attention_results.md ncu_attn.txt)
 elif [ "$stage" = round11 ]; then
   echo "=== compare.sh attention, 5 repetitions ($(left) s left)"
-  EMBER_COMPARE_REPS=5 EMBER_BENCH_BUILD=build-gpu EMBER_BENCH_PREBUILT=1 EMBER_LIBTORCH=none \
-    EMBER_COMPARE_SET=attention timeout $(($(left) - 220)) benchmarks/compare.sh "$out/att" \
-    >"$out/att.txt" 2>&1
-  echo "compare.sh exit status $?" | tee "$out/r11_summary.txt"
-  cp "$out/att/RESULTS.md" "$out/attention_results.md" 2>/dev/null
-  grep -E 'FAILED|failed|error' "$out/att.txt" | head -10 | tee -a "$out/r11_summary.txt"
+  : >"$out/r11_summary.txt"
+  compare_attention $(($(left) - 220)) "$out/r11_summary.txt"
   tail -40 "$out/attention_results.md" 2>/dev/null
   echo "=== the whole suite at the defaults ($(left) s left)"
   suite set1 EMBER_SUITE_AT_DEFAULTS | tail -28 | tee -a "$out/r11_summary.txt"
@@ -479,12 +485,7 @@ elif [ "$stage" = round12c ]; then
     if [ "${EMBER_R12C_COMPARE:-0}" = 1 ] && [ "$(left)" -gt 150 ]; then
       echo "=== compare.sh attention with EMBER_ATTENTION=atomic (backward version 4) ($(left) s left)"
       t=$(($(left) - 40)); [ "$t" -gt 200 ] && t=200
-      EMBER_ATTENTION=atomic EMBER_COMPARE_REPS=5 EMBER_BENCH_BUILD=build-gpu EMBER_BENCH_PREBUILT=1 \
-        EMBER_LIBTORCH=none EMBER_COMPARE_SET=attention timeout "$t" benchmarks/compare.sh \
-        "$out/att" >"$out/att.txt" 2>&1
-      echo "compare.sh exit status $?" | tee -a "$out/r12c_summary.txt"
-      cp "$out/att/RESULTS.md" "$out/attention_results.md" 2>/dev/null
-      grep -E 'FAILED|failed|error' "$out/att.txt" | head -10 | tee -a "$out/r12c_summary.txt"
+      compare_attention "$t" "$out/r12c_summary.txt" EMBER_ATTENTION=atomic
       keep+=(attention_results.md)
     fi
     echo "=== GPT-2 eager, EMBER_ATTENTION fused (0) and atomic (1), alternating ($(left) s left)"
@@ -532,12 +533,7 @@ elif [ "$stage" = closing13 ]; then
         cp -r build-gpu/gpu-sanitize "$out/${part}_logs" 2>/dev/null
         ;;
       attention)
-        EMBER_COMPARE_REPS=5 EMBER_BENCH_BUILD=build-gpu EMBER_BENCH_PREBUILT=1 \
-          EMBER_LIBTORCH=none EMBER_COMPARE_SET=attention timeout $(($(left) - 10)) \
-          benchmarks/compare.sh "$out/att" >"$out/att.txt" 2>&1
-        echo "compare.sh exit status $?" | tee -a "$sum"
-        cp "$out/att/RESULTS.md" "$out/attention_results.md" 2>/dev/null
-        grep -E 'FAILED|failed|error' "$out/att.txt" | head -10 | tee -a "$sum"
+        compare_attention $(($(left) - 10)) "$sum"
         keep+=(attention_results.md)
         ;;
       gpt2 | char | gpt2-graphed | char-graphed)
