@@ -11,6 +11,11 @@ char shape (6x384, T 256, batch 64, vocab 65, dropout 0.2) and GPT-2 124M's
     python3 benchmarks/peer_gpt.py --parity FILE [--device cpu|cuda] [--tol 1e-4]
     python3 benchmarks/peer_gpt.py --sdpa FILE [--device cpu|cuda] [--tol 1e-5]
     python3 benchmarks/peer_gpt.py --only gpt2 --interleave 5 --ours 'build/benchmarks/bench_gpt --only gpt2'
+    python3 benchmarks/peer_gpt.py --only char --profile [--no-compile]
+
+--profile: torch.profiler over 3 steps (after warm-up) of one workload, under
+torch.compile unless --no-compile: each GPU kernel's device time per step, sorted, so
+ember's `bench_gpt --profile` table can be set beside PyTorch's.
 
 --interleave REPS --ours CMD: one interleaved run against ember (see interleave()): the
 PyTorch steps are built and compiled once; each repetition times them, then runs CMD.
@@ -364,6 +369,37 @@ def interleave(torch, key, reps, ours):
     return 0
 
 
+def profile(torch, key, compiled):
+    """--profile: the device time per step of each kernel of workload key's step,
+    from torch.profiler over 3 steps, largest first, and their sum."""
+    from torch.profiler import ProfilerActivity
+    w = WORKLOADS[key]
+    prepared = prepare(torch, w, compiled)
+    if prepared is None:
+        return 1
+    step, steps = prepared[1], 3
+    with torch.profiler.profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for _ in range(steps):
+            step()
+        torch.cuda.synchronize()
+    kernels = {}
+    for ev in prof.events():
+        if ev.device_type == torch.autograd.DeviceType.CUDA:
+            t = kernels.setdefault(ev.name, [0, 0.0])
+            t[0] += 1
+            t[1] += ev.time_range.elapsed_us()
+    total = sum(t for _, t in kernels.values())
+    impl = "torch.compile" if compiled else "eager"
+    print(f"profile {w['name']} ({impl}): {len(kernels)} kernels, "
+          f"{sum(c for c, _ in kernels.values()) / steps:.0f} launches and "
+          f"{total / steps / 1e3:.3f} ms of device time per step")
+    print(f"{'us/step':>9} {'calls/step':>10} {'share':>6}  kernel")
+    for name, (calls, t) in sorted(kernels.items(), key=lambda kv: -kv[1][1])[:45]:
+        print(f"{t / steps:9.1f} {calls / steps:10.1f} {100 * t / total:5.1f}%  {name[:150]}")
+    print(prof.key_averages().table(sort_by="self_cuda_time_total", row_limit=30, max_name_column_width=60))
+    return 0
+
+
 def main():
     try:
         import torch
@@ -380,6 +416,11 @@ def main():
     quick = "--quick" in sys.argv
     only = arg("--only", "")
     print(f"peer_gpt: torch {torch.__version__} on {torch.cuda.get_device_name(0)}")
+    if "--profile" in sys.argv:
+        if only not in WORKLOADS:
+            print(f"peer_gpt: --profile needs --only char|gpt2, got --only {only!r}")
+            return 2
+        return profile(torch, only, "--no-compile" not in sys.argv)
     if "--interleave" in sys.argv:
         reps, ours = arg("--interleave"), arg("--ours")
         if only not in WORKLOADS or ours is None or not (reps or "").isdigit() or int(reps) < 1:

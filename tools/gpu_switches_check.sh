@@ -79,8 +79,11 @@
 #        attention (compare.sh's attention set at the defaults, 5 repetitions), gpt2 and
 #        char (benchmarks/peer_gpt.py --interleave 5 against bench_gpt --eager),
 #        gpt2-graphed and char-graphed (the same against bench_gpt's eager and graphed
-#        rows), profile-char and profile-gpt2 (bench_gpt --profile --steps 3: ember's
-#        profiler table, device time by op)
+#        rows), torch-profile-char and torch-profile-gpt2 (peer_gpt.py --profile: PyTorch's
+#        compiled step's kernels by device time), profile-char and profile-gpt2
+#        (bench_gpt --profile --steps 3: ember's profiler table, device time by op),
+#        kernels-char and kernels-gpt2 (ncu's duration of every kernel of one bench_gpt
+#        step, summed by kernel: tools/kernel_times.py)
 #   EMBER_SWITCHES_LIMIT=540           seconds the stage may take; each part starts only
 #                                      with time left for it
 #   EMBER_GPU_PREBUILT=.device/bg.tar.xz  the pack (unpacked unless build-gpu already holds
@@ -554,6 +557,28 @@ elif [ "$stage" = closing13 ]; then
           --steps 3 >"$out/$part.txt" 2>&1
         echo "bench_gpt --profile exit status $?" | tee -a "$sum"
         head -50 "$out/$part.txt" | tee -a "$sum"
+        keep+=("$part.txt")
+        ;;
+      kernels-char | kernels-gpt2)
+        # one step's kernels by device time: ncu's durations at the card's own clocks,
+        # every launch of bench_gpt --profile --steps 1, the last step picked out
+        w=${part#kernels-}
+        timeout $(($(left) - 10)) ncu --metrics gpu__time_duration.sum --clock-control none \
+          --cache-control none --csv --page details build-gpu/benchmarks/bench_gpt --profile \
+          --only "$w" --steps 1 >"$out/$part.csv" 2>"$out/$part.err"
+        echo "ncu exit status $?" | tee -a "$sum"
+        tail -3 "$out/$part.err" | tee -a "$sum"
+        python3 tools/kernel_times.py "$out/$part.csv" --top 60 >"$out/$part.txt" 2>&1
+        head -64 "$out/$part.txt" | tee -a "$sum"
+        keep+=("$part.txt")
+        ;;
+      torch-profile-char | torch-profile-gpt2)
+        # PyTorch's compiled step under torch.profiler: device time per kernel
+        w=${part#torch-profile-}
+        timeout $(($(left) - 10)) python3 benchmarks/peer_gpt.py --only "$w" --profile \
+          >"$out/$part.txt" 2>&1
+        echo "peer_gpt.py --profile exit status $?" | tee -a "$sum"
+        grep -A48 '^profile ' "$out/$part.txt" | tee -a "$sum"
         keep+=("$part.txt")
         ;;
       *) echo "closing13: unknown part $part" | tee -a "$sum" ;;
