@@ -26,6 +26,7 @@
 #include "core/base/random.h"
 #include "cuda/check.h"
 #include "cuda/kernels/attention.h"
+#include "cuda/kernels/attention_dropout.cuh"
 #include "cuda/kernels/registration.h"
 #include "cuda/runtime.h"
 
@@ -45,32 +46,7 @@ struct Strides {
   int64_t b, h, t;
 };
 
-// Attention dropout (AttentionProblem::dropout_p): weight (bh, i, j) kept iff
-// dropout_keeps(seed, offset + (bh tq + i) tk + j, threshold), the numbering of the
-// composed path's (B, H, L, S) weights, so both drop the same ones; kept weights are
-// scaled by rscale = 1 / (1 - p). The kernels take it when their DROP parameter is set.
-// Inside a CUDA graph `base` points at the word each replay sets (cuda/graph.h): the
-// counters start at *base + offset, read once at the kernel's start (start_of).
-struct Dropout {
-  uint64_t seed, offset;
-  const uint64_t* base;
-  uint32_t threshold;
-  float rscale;
-};
-
-__device__ __forceinline__ uint64_t start_of(const Dropout& d) {
-  return d.base != nullptr ? d.offset + *d.base : d.offset;
-}
-
-__device__ __forceinline__ bool keeps(const Dropout& d, uint64_t start, int64_t bh, int tq, int tk,
-                                      int i, int j) {
-  const uint64_t counter =
-      start +
-      (static_cast<uint64_t>(bh) * static_cast<uint64_t>(tq) + static_cast<uint64_t>(i)) *
-          static_cast<uint64_t>(tk) +
-      static_cast<uint64_t>(j);
-  return dropout_keeps(d.seed, counter, d.threshold);
-}
+using Dropout = AttentionDropout;  // cuda/kernels/attention_dropout.cuh
 
 // An attention mask read by the kernels (AttentionProblem::mask): element (b, h, i, j)
 // at data[b sb + h sh + i si + j sj] (strides in elements, 0 where it broadcasts);
@@ -1080,18 +1056,6 @@ Mask mask_of(const AttentionProblem& p) {
   return m;
 }
 
-Dropout dropout_of(const AttentionProblem& p) {
-  Dropout d{};
-  if (p.dropout_p > 0.0) {
-    d.seed = p.dropout_seed;
-    d.offset = p.dropout_offset;
-    d.base = p.dropout_base;
-    d.threshold = dropout_threshold(p.dropout_p);
-    d.rscale = static_cast<float>(1.0 / (1.0 - p.dropout_p));
-  }
-  return d;
-}
-
 size_t align256(size_t n) {
   return (n + 255) / 256 * 256;
 }
@@ -1156,12 +1120,14 @@ void launch_attention_forward(const AttentionProblem& p, AttentionInput q, Atten
   EMBER_CHECK(tuning.forward_version >= 0 && tuning.forward_version <= 6, kOp, ": forward_version ",
               tuning.forward_version, " (0 to 6)");
   const bool drop = p.dropout_p > 0.0;
-  const bool v1_only = drop || p.mask_kind != 0;  // what version 2 does not read
+  const bool v1_only = p.mask_kind != 0;  // what version 2 does not read
   EMBER_CHECK(!(v1_only && tuning.forward_version >= 2), kOp,
-              ": forward versions 2 to 6 have no dropout and no mask (version 1 has both)");
+              ": forward versions 2 to 6 read no mask (version 1 does)");
+  EMBER_CHECK(!(drop && tuning.forward_version >= 3), kOp,
+              ": forward versions 3 to 6 have no dropout (versions 1 and 2 have)");
   int version = tuning.forward_version;
   const int asked = version == 0 && tuning.forward_warps == 0 ? attention_forward_version() : 0;
-  if (asked == 1 || (asked >= 2 && !v1_only && capability == 90 &&
+  if (asked == 1 || (asked >= 2 && !v1_only && !(drop && asked >= 3) && capability == 90 &&
                      (asked < 4 || attention_forward_ws_takes(p, q, k, v)))) {
     version = asked;  // EMBER_ATTENTION_FWD_VERSION where that version takes the problem
   } else if (version == 0) {
@@ -1174,7 +1140,9 @@ void launch_attention_forward(const AttentionProblem& p, AttentionInput q, Atten
     // and 0.98x at 4096: NOTES, "versions 5 and 6"). Head dim 64 without the mask: version
     // 6 with 128-key tiles, 0.84-0.94x version 4's time by the medians of the same rounds
     // (twelfth session, the probe).
-    if (version == 2 && (p.head_dim == 128 || !p.causal) && attention_forward_ws_takes(p, q, k, v))
+    // With dropout version 2 stays (the others have none).
+    if (version == 2 && !drop && (p.head_dim == 128 || !p.causal) &&
+        attention_forward_ws_takes(p, q, k, v))
       version = p.head_dim == 64 ? 6 : 4;
   }
   if (version >= 4) {
@@ -1222,7 +1190,7 @@ void launch_attention_forward(const AttentionProblem& p, AttentionInput q, Atten
   fp.tq = static_cast<int>(p.q_len);
   fp.tk = static_cast<int>(p.kv_len);
   fp.scale_log2 = p.scale * kLog2e;
-  fp.drop = dropout_of(p);
+  fp.drop = attention_dropout_of(p);
   fp.mask = mask_of(p);
   dispatch_variant(p.head_dim, p.causal, drop, p.mask_kind,
                    [&]<int D, bool CAUSAL, bool DROP, int MK>() {
@@ -1254,10 +1222,12 @@ void launch_attention_backward(const AttentionProblem& p, AttentionInput q, Atte
   EMBER_CHECK(tuning.backward_version >= 0 && tuning.backward_version <= 4, kOp,
               ": backward_version ", tuning.backward_version, " (0, 1, 2, 3 or 4)");
   const bool plain = p.dropout_p == 0.0 && p.mask_kind == 0;
-  const bool v2_applies = deterministic && plain;
+  const bool v2_applies = deterministic && p.mask_kind == 0;
   EMBER_CHECK(tuning.backward_version < 2 || tuning.backward_version > 3 || v2_applies, kOp,
-              ": backward versions 2 and 3 are deterministic, with no dropout and no mask "
-              "(version 1 has the atomic mode, dropout and masks)");
+              ": backward versions 2 and 3 are deterministic and read no mask "
+              "(version 1 has the atomic mode and masks)");
+  EMBER_CHECK(tuning.backward_version != 3 || plain, kOp,
+              ": backward version 3 has no dropout (versions 1 and 2 have)");
   EMBER_CHECK(tuning.backward_version != 4 || (!deterministic && plain), kOp,
               ": backward version 4 is the atomic mode (deterministic false), with no dropout "
               "and no mask");
@@ -1270,7 +1240,8 @@ void launch_attention_backward(const AttentionProblem& p, AttentionInput q, Atte
     // 0.91-0.95x version 2's forward + backward time, 1.00x [0.92-1.04] at T 2048 without
     // the mask (one H100, 2026-12-06, the probe;
     // benchmarks/NOTES.md "Flash attention backward, version 3"); at 64 it was 1.02-1.12x.
-    if (version == 2 && p.head_dim == 128 && attention_backward_ws_takes(p, q, k, v, d_out))
+    if (version == 2 && plain && p.head_dim == 128 &&
+        attention_backward_ws_takes(p, q, k, v, d_out))
       version = 3;
   }
   const int64_t bh = p.batch * p.heads;
@@ -1320,7 +1291,7 @@ void launch_attention_backward(const AttentionProblem& p, AttentionInput q, Atte
   bp.tk = static_cast<int>(p.kv_len);
   bp.scale = p.scale;
   bp.scale_log2 = p.scale * kLog2e;
-  bp.drop = dropout_of(p);
+  bp.drop = attention_dropout_of(p);
   bp.mask = mask_of(p);
   launch_delta(bp, bh, p.head_dim, stream);
   if (version == 4) {

@@ -52,7 +52,8 @@ struct AttentionProblem {
   /// dropout_keeps(dropout_seed, dropout_offset + ((b heads + h) q_len + i) kv_len + j,
   /// dropout_threshold(dropout_p)) (core/base/random.h), the composed path's mask, and
   /// scaled by 1 / (1 - dropout_p); the backward draws the same. 0: none. Forward
-  /// version 1 only (version 0 picks it when dropout_p > 0).
+  /// versions 1 and 2 and backward versions 1 and 2 (version 0 picks version 2 on compute
+  /// capability 9.0, else 1; cuda/kernels/attention_dropout.cuh).
   double dropout_p = 0.0;
   uint64_t dropout_seed = 0;
   uint64_t dropout_offset = 0;
@@ -82,8 +83,8 @@ struct AttentionTuning {
   /// 5: version 4 with the intra-warpgroup overlap; 6: version 5 with three consumer
   /// warpgroups at head dim 64 (version 5 at 128); both with 128-key tiles.
   /// 0 takes, on compute capability 9.0 where TMA takes the strides
-  /// (attention_forward_ws_takes): version 4 at head dim 128, version 6 at 64 without the
-  /// causal mask, else version 2 (the faster per shape in the probe's runs,
+  /// (attention_forward_ws_takes) and without dropout: version 4 at head dim 128, version
+  /// 6 at 64 without the causal mask, else version 2 (the faster per shape in the probe's runs,
   /// benchmarks/NOTES.md).
   int forward_version = 0;
   int forward_warps = 0;  ///< version 1: 4 or 8 warps, 16 query rows each, per block; 0: 4
@@ -91,10 +92,11 @@ struct AttentionTuning {
   /// 32 at head dim 128 (64 spills registers there), 64 at head dim 64.
   int backward_query_tile = 0;
   /// Which deterministic backward: 1 (mma.sync, any device from compute capability 8.0),
-  /// 2 (wgmma, compute capability 9.0 only; no dropout, no mask), 0: version 2 where it
+  /// 2 (wgmma, compute capability 9.0 only; dropout, no mask), 0: version 2 where it
   /// applies and attention_backward_v2() is on, else version 1. 3: version 2 with the
-  /// warp-specialised dK/dV kernel (launch_attention_backward_sm90's warp_specialised); 0
-  /// takes it in place of version 2 at head dim 128 where TMA takes the strides.
+  /// warp-specialised dK/dV kernel (launch_attention_backward_sm90's warp_specialised; no
+  /// dropout); 0 takes it in place of version 2 at head dim 128 where TMA takes the
+  /// strides, without dropout.
   /// The atomic mode (deterministic false): version 1 (mma.sync, dropout and masks), or 4
   /// (compute capability 9.0, no dropout, no mask: version 2's dK/dV kernel adding each
   /// tile's dQ share into the float32 accumulator, no dQ pass; launch_attention_backward_sm90's
@@ -104,7 +106,8 @@ struct AttentionTuning {
 
 /// The forward version callers get when AttentionTuning::forward_version is 0:
 /// EMBER_ATTENTION_FWD_VERSION (0 to 6) on first use, 0 when unset (the launcher's choice
-/// per shape); a version that does not take the problem (dropout or a mask for 2 to 6,
+/// per shape); a version that does not take the problem (a mask for 2 to 6, dropout for 3
+/// to 6,
 /// a device other than compute capability 9.0, strides TMA cannot take for 4 to 6) falls
 /// back to that choice. set_attention_forward_version overrides it. For measuring.
 int attention_forward_version();
@@ -150,6 +153,8 @@ void launch_attention_forward(const AttentionProblem& p, AttentionInput q, Atten
 /// step. launch_attention_forward calls it on compute capability 9.0 (see
 /// AttentionTuning::forward_version). `pipelined`: the variant with the next tile's
 /// Q K^T in flight during this tile's softmax (experimental: forward_version 3).
+/// Attention dropout (AttentionProblem::dropout_p) in the unpipelined kernel with its
+/// default key tile only: 64 at head dim 64, 128 at 128. No mask.
 /// Throws unless the device has compute capability 9.0.
 void launch_attention_forward_sm90(const AttentionProblem& p, AttentionInput q, AttentionInput k,
                                    AttentionInput v, AttentionOutput o, float* lse,
@@ -181,7 +186,8 @@ bool attention_forward_ws_takes(const AttentionProblem& p, AttentionInput q, Att
 /// Version 2 of the deterministic backward's two matrix kernels (cuda/kernels/sm90/
 /// attention_bwd.cu: wgmma, sm_90a): dK and dV over key blocks, then dQ over query
 /// blocks, from `delta` = rowsum(dO * O) (B H q_len floats, contiguous) that the caller
-/// computed. No dropout, no mask. launch_attention_backward calls it (see
+/// computed. Attention dropout (not with `warp_specialised` or `dq_acc`); no mask.
+/// launch_attention_backward calls it (see
 /// AttentionTuning::backward_version). `warp_specialised` (backward version 3): the dK/dV
 /// kernel with a TMA producer warpgroup and its two consumer warpgroups taking turns, as
 /// the forward's version 4 (needs attention_backward_ws_takes). `dq_acc` (backward

@@ -1,8 +1,8 @@
 // Fused attention backward, version 2 (see cuda/kernels/attention.h,
 // launch_attention_backward_sm90): the deterministic backward of version 1 (a dK/dV
 // kernel over key tiles, then a dQ pass over query tiles, no atomics) with its matrix
-// products on the warpgroup MMA (wgmma, sm_90a). No dropout and no mask (version 1
-// has both); the rowsum(dO * O) pre-pass is the caller's (attention.cu).
+// products on the warpgroup MMA (wgmma, sm_90a). Attention dropout too (the DROP kernels);
+// no mask (version 1 reads them); the rowsum(dO * O) pre-pass is the caller's (attention.cu).
 //
 // dK/dV: a block of two warpgroups owns 128 keys (64 each; K and V loaded once) and
 // walks 64-query tiles of Q and dO, double-buffered in shared memory by cp.async. Per
@@ -30,6 +30,7 @@
 #include "core/base/error.h"
 #include "cuda/check.h"
 #include "cuda/kernels/attention.h"
+#include "cuda/kernels/attention_dropout.cuh"
 #include "cuda/kernels/sm90/attention_tma.h"
 
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -70,7 +71,8 @@ struct Params {
   Strides sq, sk, sv, sdo, sdq, sdk, sdv;
   int heads, tq, tk;
   float scale, scale_log2;
-  bool pingpong;  // version 3: the consumer warpgroups take turns on their first products
+  bool pingpong;          // version 3: the consumer warpgroups take turns on their first products
+  AttentionDropout drop;  // version 2 only (its DROP kernels)
 };
 
 #if EMBER_ATTN_BWD_SM90A
@@ -177,8 +179,12 @@ __device__ __forceinline__ void dq_share(const Params& p, uint32_t ds_tile, uint
 // grid (B H, key blocks of 128); causal: key block 0 (the most queries) first.
 // ATOMIC_DQ (backward version 4): also each query tile's dQ share, from dS^T staged in
 // shared memory, added into p.dq_acc (no dQ pass).
-template <int D, bool CAUSAL, bool ATOMIC_DQ>
+// DROP: attention dropout (Params::drop; not with ATOMIC_DQ), drawn as the forward draws
+// it: a dropped weight's P^T is kept negated, so P^T >= 0 is kept and P^T <= 0 dropped
+// (one draw serves dV and dS^T, as version 1's backward).
+template <int D, bool CAUSAL, bool ATOMIC_DQ, bool DROP = false>
 __global__ void __launch_bounds__(kThreads, 1) attn_bwd_dkdv_sm90_kernel(const Params p) {
+  static_assert(!(DROP && ATOMIC_DQ), "dropout runs with the dQ pass only");
 #if EMBER_ATTN_BWD_SM90A
   constexpr int kN = kKeysPerBlock;
   constexpr int kM = kQueryTile;
@@ -204,6 +210,7 @@ __global__ void __launch_bounds__(kThreads, 1) attn_bwd_dkdv_sm90_kernel(const P
   const int64_t row_base = static_cast<int64_t>(bh) * p.tq;
   const int qt_begin = CAUSAL ? k0 / kM : 0;
   const int n_qt = (p.tq + kM - 1) / kM;
+  [[maybe_unused]] const uint64_t drop_start = DROP ? start_of(p.drop) : 0;
 
   load_tile<kN, D>(s_k, p.k + b * p.sk.b + h * p.sk.h, p.sk.t, k0, p.tk);
   load_tile<kN, D>(s_v, p.v + b * p.sv.b + h * p.sv.h, p.sv.t, k0, p.tk);
@@ -265,22 +272,35 @@ __global__ void __launch_bounds__(kThreads, 1) attn_bwd_dkdv_sm90_kernel(const P
             const int key = key_lo + (e >> 1) * 8;
             if (key >= p.tk || (CAUSAL && key > q0 + qq)) x = 0.f;
           }
+          if constexpr (DROP) {
+            if (x != 0.f &&
+                !keeps(p.drop, drop_start, bh, p.tq, p.tk, q0 + qq, key_lo + (e >> 1) * 8))
+              x = -x;
+          }
           st[nt * 4 + e] = x;
         }
       uint32_t pa[kM / 16][4];
-      acc_to_a<kM>(st, pa, [](float x) { return x; });
+      // With dropout the kept weights only (their 1 / (1 - p) is applied to dV at the end).
+      acc_to_a<kM>(st, pa, [](float x) { return DROP ? fmaxf(x, 0.f) : x; });
       wgmma_fence();
       rs_product<D, kM, kM>(dv, pa, do_tile);  // dV += P^T dO
       wgmma_commit();
       wgmma_wait<1>();  // dP^T (the dV product may still run)
       fence_regs(dpt);
-      // dS^T = P^T (dP^T - delta), formed while the dV product runs.
+      // dS^T = P^T (dP^T - delta), formed while the dV product runs; with dropout
+      // P^T (Z dP^T - delta), delta being rowsum(dO O) of the dropped output either way:
+      // a dropped weight (kept as -P^T) gives -P^T delta.
 #pragma unroll
       for (int nt = 0; nt < kMT; ++nt)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int qq = nt * 8 + (lane & 3) * 2 + (e & 1);
-          dpt[nt * 4 + e] = st[nt * 4 + e] * (dpt[nt * 4 + e] - dl[qq]);
+          const float pt = st[nt * 4 + e];
+          if constexpr (DROP)
+            dpt[nt * 4 + e] =
+                pt > 0.f ? pt * (dpt[nt * 4 + e] * p.drop.rscale - dl[qq]) : pt * dl[qq];
+          else
+            dpt[nt * 4 + e] = pt * (dpt[nt * 4 + e] - dl[qq]);
         }
       uint32_t da[kM / 16][4];
       acc_to_a<kM>(dpt, da, [](float x) { return x; });
@@ -304,7 +324,8 @@ __global__ void __launch_bounds__(kThreads, 1) attn_bwd_dkdv_sm90_kernel(const P
   cp_async_wait<0>();
 
   store_acc<D>(p.dk + b * p.sdk.b + h * p.sdk.h, p.sdk.t, wk0, p.tk, dk, p.scale);
-  store_acc<D>(p.dv + b * p.sdv.b + h * p.sdv.h, p.sdv.t, wk0, p.tk, dv, 1.f);
+  store_acc<D>(p.dv + b * p.sdv.b + h * p.sdv.h, p.sdv.t, wk0, p.tk, dv,
+               DROP ? p.drop.rscale : 1.f);
 #else
   (void)p;
 #endif
@@ -509,7 +530,8 @@ __global__ void __launch_bounds__(wsb::kThreads, 1)
 }
 
 // grid (B H, query blocks of 128); causal: the longest first.
-template <int D, bool CAUSAL>
+// DROP: attention dropout (Params::drop): dS = P (Z dP - delta), Z drawn as the forward.
+template <int D, bool CAUSAL, bool DROP = false>
 __global__ void __launch_bounds__(kThreads, 1) attn_bwd_dq_sm90_kernel(const Params p) {
 #if EMBER_ATTN_BWD_SM90A
   constexpr int kM = kRowsPerBlock;
@@ -529,6 +551,7 @@ __global__ void __launch_bounds__(kThreads, 1) attn_bwd_dq_sm90_kernel(const Par
   const bf16* gk = p.k + b * p.sk.b + h * p.sk.h;
   const bf16* gv = p.v + b * p.sv.b + h * p.sv.h;
   const int64_t row_base = static_cast<int64_t>(bh) * p.tq;
+  [[maybe_unused]] const uint64_t drop_start = DROP ? start_of(p.drop) : 0;
 
   load_tile<kM, D>(s_q, p.q + b * p.sq.b + h * p.sq.h, p.sq.t, q0, p.tq);
   load_tile<kM, D>(s_do, p.dout + b * p.sdo.b + h * p.sdo.h, p.sdo.t, q0, p.tq);
@@ -588,12 +611,23 @@ __global__ void __launch_bounds__(kThreads, 1) attn_bwd_dq_sm90_kernel(const Par
             const int key = k0 + nt * 8 + (lane & 3) * 2 + (e & 1);
             if (key >= p.tk || (CAUSAL && key > row_lo + (e >> 1) * 8)) x = 0.f;
           }
+          if constexpr (DROP) {  // dropped: kept negated, as in the dK/dV kernel
+            const int key = k0 + nt * 8 + (lane & 3) * 2 + (e & 1);
+            if (x != 0.f && !keeps(p.drop, drop_start, bh, p.tq, p.tk, row_lo + (e >> 1) * 8, key))
+              x = -x;
+          }
           s[nt * 4 + e] = x;
         }
       wgmma_wait<0>();
       fence_regs(dp);
 #pragma unroll
-      for (int i = 0; i < kBN / 2; ++i) dp[i] = s[i] * (dp[i] - dl[(i >> 1) & 1]);
+      for (int i = 0; i < kBN / 2; ++i) {
+        const float dl_i = dl[(i >> 1) & 1];
+        if constexpr (DROP)
+          dp[i] = s[i] > 0.f ? s[i] * (dp[i] * p.drop.rscale - dl_i) : s[i] * dl_i;
+        else
+          dp[i] = s[i] * (dp[i] - dl_i);
+      }
       uint32_t da[kBN / 16][4];
       acc_to_a<kBN>(dp, da, [](float x) { return x; });
       wgmma_fence();
@@ -637,6 +671,14 @@ void launch_d(const Params& prm, int64_t bh, const AttentionProblem& p, Attentio
               cudaStream_t stream) {
   const dim3 key_grid(static_cast<unsigned>(bh),
                       static_cast<unsigned>((prm.tk + kKeysPerBlock - 1) / kKeysPerBlock));
+  const dim3 q_grid(static_cast<unsigned>(bh),
+                    static_cast<unsigned>((prm.tq + kRowsPerBlock - 1) / kRowsPerBlock));
+  if (p.dropout_p > 0.0) {  // version 2's kernels with dropout (checked by the caller)
+    launch(attn_bwd_dkdv_sm90_kernel<D, CAUSAL, false, true>, key_grid, dkdv_smem<D>(), stream,
+           prm);
+    launch(attn_bwd_dq_sm90_kernel<D, CAUSAL, true>, q_grid, dq_smem<D>(), stream, prm);
+    return;
+  }
   if (warp_specialised) {
     auto kernel = attn_bwd_dkdv_sm90_ws_kernel<D, CAUSAL>;
     constexpr size_t kSmem = dkdv_ws_smem<D>();
@@ -654,8 +696,6 @@ void launch_d(const Params& prm, int64_t bh, const AttentionProblem& p, Attentio
   } else {
     launch(attn_bwd_dkdv_sm90_kernel<D, CAUSAL, false>, key_grid, dkdv_smem<D>(), stream, prm);
   }
-  const dim3 q_grid(static_cast<unsigned>(bh),
-                    static_cast<unsigned>((prm.tq + kRowsPerBlock - 1) / kRowsPerBlock));
   launch(attn_bwd_dq_sm90_kernel<D, CAUSAL>, q_grid, dq_smem<D>(), stream, prm);
 }
 
@@ -674,8 +714,13 @@ void launch_attention_backward_sm90(const AttentionProblem& p, AttentionInput q,
   constexpr const char* kOp = "attention_backward_sm90";
   const char* why = attention_unsupported(p.dtype, p.head_dim);
   EMBER_CHECK(why == nullptr, kOp, ": ", why == nullptr ? "" : why);
-  EMBER_CHECK(p.dropout_p == 0.0 && p.mask_kind == 0, kOp,
-              ": has no dropout and no mask (launch_attention_backward's version 1 has both)");
+  EMBER_CHECK(p.mask_kind == 0, kOp,
+              ": reads no mask (launch_attention_backward's version 1 does)");
+  EMBER_CHECK(p.dropout_p >= 0.0 && p.dropout_p < 1.0, kOp, ": dropout_p must be in [0, 1), got ",
+              p.dropout_p);
+  EMBER_CHECK(p.dropout_p == 0.0 || (!warp_specialised && dq_acc == nullptr), kOp,
+              ": dropout runs in version 2's kernels only (not the warp-specialised dK/dV "
+              "kernel, nor the atomic dQ)");
   int device = 0, major = 0, minor = 0;
   EMBER_CUDA_CHECK(cudaGetDevice(&device));
   EMBER_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
@@ -722,6 +767,7 @@ void launch_attention_backward_sm90(const AttentionProblem& p, AttentionInput q,
   prm.scale_log2 = p.scale * kLog2e;
   prm.pingpong = attention_backward_pingpong();
   prm.dq_acc = dq_acc;
+  prm.drop = attention_dropout_of(p);
   EMBER_CHECK(!(warp_specialised && dq_acc != nullptr), kOp,
               ": the atomic dQ (version 4) is version 2's dK/dV kernel, not the "
               "warp-specialised one");

@@ -1,7 +1,8 @@
 // Fused attention forward, version 2 (see cuda/kernels/attention.h,
 // launch_attention_forward_sm90): the warpgroup MMA (wgmma, sm_90a) in place of
 // version 1's mma.sync. launch_attention_forward runs it by default on compute
-// capability 9.0 without dropout or a mask (docs/attention.md, "Which kernels run").
+// capability 9.0 without a mask, with attention dropout too (its DROP kernels; docs/attention.md,
+// "Which kernels run").
 //
 // A block of two warpgroups owns 128 query rows (64 each) and walks kBN-key
 // tiles of K and V, double-buffered in shared memory by cp.async (all 256
@@ -29,6 +30,7 @@
 #include "core/base/error.h"
 #include "cuda/check.h"
 #include "cuda/kernels/attention.h"
+#include "cuda/kernels/attention_dropout.cuh"
 #include "cuda/kernels/kernel_helpers.cuh"
 #include "cuda/kernels/sm90/attention_tma.h"
 #include "cuda/tensor_map.h"
@@ -65,6 +67,7 @@ struct Params {
   int heads, tq, tk;
   int bh;  // batch x heads (version 4's tile count is bh x query tiles)
   float scale_log2;
+  AttentionDropout drop;  // version 2 only (its DROP kernels)
 };
 
 #if EMBER_ATTN_SM90A
@@ -153,6 +156,24 @@ __device__ __forceinline__ void rescale_and_pack(const float (&s)[BN / 2], float
   }
 }
 
+// Attention dropout on one key tile's weights (s, after softmax_scores: the row sums
+// are of the undropped weights, softmax then dropout): a dropped weight becomes 0. The
+// kept ones' 1 / (1 - p) is applied to O once, at the end.
+template <int BN>
+__device__ __forceinline__ void drop_weights(float (&s)[BN / 2], int k0, int row_lo, int bh,
+                                             uint64_t start, const Params& p) {
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+#pragma unroll
+  for (int nt = 0; nt < BN / 8; ++nt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int key = k0 + nt * 8 + (lane & 3) * 2 + (e & 1);
+      const int row = row_lo + (e >> 1) * 8;
+      if (s[nt * 4 + e] != 0.f && !keeps(p.drop, start, bh, p.tq, p.tk, row, key))
+        s[nt * 4 + e] = 0.f;
+    }
+}
+
 // Both halves: the whole online-softmax step of one key tile.
 template <int D, int BN, bool CAUSAL>
 __device__ __forceinline__ void softmax_step(float (&s)[BN / 2], float (&o)[D / 2], float (&m)[2],
@@ -191,7 +212,8 @@ __device__ __forceinline__ void store_output(const Params& p, int b, int h, int 
 
 #endif  // EMBER_ATTN_SM90A
 
-template <int D, int BN, bool CAUSAL>
+// DROP: attention dropout (Params::drop), drawn as version 1 draws it.
+template <int D, int BN, bool CAUSAL, bool DROP = false>
 __global__ void __launch_bounds__(kThreads, 1) attn_fwd_sm90_kernel(const Params p) {
 #if EMBER_ATTN_SM90A
   constexpr int kM = kRowsPerBlock;
@@ -224,6 +246,7 @@ __global__ void __launch_bounds__(kThreads, 1) attn_fwd_sm90_kernel(const Params
   // The lowest query row of this warpgroup: tiles entirely at or below it
   // need no causal mask.
   const int wg_q0 = q0 + wg * 64;
+  [[maybe_unused]] const uint64_t drop_start = DROP ? start_of(p.drop) : 0;
 
   for (int j = 0; j < n_kt; ++j) {
     const int buf = j & 1;
@@ -250,7 +273,14 @@ __global__ void __launch_bounds__(kThreads, 1) attn_fwd_sm90_kernel(const Params
     fence_regs(s);
 
     uint32_t pa[BN / 16][4];
-    softmax_step<D, BN, CAUSAL>(s, o, m, l, pa, j * BN, wg_q0, row_lo, p);
+    if constexpr (DROP) {
+      float corr[2];
+      softmax_scores<BN, CAUSAL>(s, m, l, corr, j * BN, wg_q0, row_lo, p);
+      drop_weights<BN>(s, j * BN, row_lo, bh, drop_start, p);
+      rescale_and_pack<D, BN>(s, o, corr, pa);
+    } else {
+      softmax_step<D, BN, CAUSAL>(s, o, m, l, pa, j * BN, wg_q0, row_lo, p);
+    }
     wgmma_fence();
     pv<D, BN>(o, pa, v_base);
     wgmma_commit();
@@ -261,6 +291,10 @@ __global__ void __launch_bounds__(kThreads, 1) attn_fwd_sm90_kernel(const Params
   }
   cp_async_wait<0>();
 
+  if constexpr (DROP) {
+#pragma unroll
+    for (int i = 0; i < D / 2; ++i) o[i] *= p.drop.rscale;
+  }
   store_output<D>(p, b, h, row_lo, o, m, l);
 #else
   (void)p;
@@ -623,6 +657,19 @@ void launch_d(const Params& prm, int64_t bh, cudaStream_t stream) {
   EMBER_CUDA_CHECK(cudaGetLastError());
 }
 
+// With dropout: version 2's kernel at its key tile (64 keys at head dim 64, 128 at 128).
+template <int D, int BN, bool CAUSAL>
+void launch_dropout_d(const Params& prm, int64_t bh, cudaStream_t stream) {
+  auto kernel = attn_fwd_sm90_kernel<D, BN, CAUSAL, true>;
+  constexpr size_t kSmem = smem_bytes<D, BN, false>();
+  EMBER_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        static_cast<int>(kSmem)));
+  const dim3 grid(static_cast<unsigned>(bh),
+                  static_cast<unsigned>((prm.tq + kRowsPerBlock - 1) / kRowsPerBlock));
+  kernel<<<grid, kThreads, kSmem, stream>>>(prm);
+  EMBER_CUDA_CHECK(cudaGetLastError());
+}
+
 template <bool PIPE>
 void launch_variant(const Params& prm, int64_t bh, int64_t head_dim, int key_tile, bool causal,
                     cudaStream_t stream) {
@@ -650,8 +697,9 @@ bool sm90_params(const char* op, const AttentionProblem& p, AttentionInput q, At
                  AttentionInput v, AttentionOutput o, float* lse, Params& prm) {
   const char* why = attention_unsupported(p.dtype, p.head_dim);
   EMBER_CHECK(why == nullptr, op, ": ", why == nullptr ? "" : why);
-  EMBER_CHECK(p.dropout_p == 0.0 && p.mask_kind == 0, op,
-              ": has no dropout and no mask (launch_attention_forward's version 1 has both)");
+  EMBER_CHECK(p.mask_kind == 0, op, ": reads no mask (launch_attention_forward's version 1 does)");
+  EMBER_CHECK(p.dropout_p >= 0.0 && p.dropout_p < 1.0, op, ": dropout_p must be in [0, 1), got ",
+              p.dropout_p);
   int device = 0, major = 0, minor = 0;
   EMBER_CUDA_CHECK(cudaGetDevice(&device));
   EMBER_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
@@ -690,6 +738,7 @@ bool sm90_params(const char* op, const AttentionProblem& p, AttentionInput q, At
               (p.q_len + kRowsPerBlock - 1) / kRowsPerBlock, " does not fit a 32-bit grid index");
   prm.bh = static_cast<int>(bh);
   prm.scale_log2 = p.scale * kLog2e;
+  prm.drop = attention_dropout_of(p);
   return true;
 }
 
@@ -738,9 +787,23 @@ void launch_attention_forward_sm90(const AttentionProblem& p, AttentionInput q, 
                                    cudaStream_t stream, int key_tile, bool pipelined) {
   constexpr const char* kOp = "attention_forward_sm90";
   EMBER_CHECK(key_tile == 64 || key_tile == 128, kOp, ": key_tile ", key_tile, " (64 or 128)");
+  const int drop_tile = p.head_dim == 64 ? 64 : 128;
+  EMBER_CHECK(p.dropout_p == 0.0 || (!pipelined && key_tile == drop_tile), kOp,
+              ": dropout runs in the unpipelined kernel with ", drop_tile,
+              "-key tiles at head dim ", p.head_dim, " (asked: ", pipelined ? "pipelined, " : "",
+              key_tile, "-key tiles)");
   Params prm;
   if (!sm90_params(kOp, p, q, k, v, o, lse, prm)) return;
   const int64_t bh = p.batch * p.heads;
+  if (p.dropout_p > 0.0) {
+    if (p.head_dim == 64)
+      p.causal ? launch_dropout_d<64, 64, true>(prm, bh, stream)
+               : launch_dropout_d<64, 64, false>(prm, bh, stream);
+    else
+      p.causal ? launch_dropout_d<128, 128, true>(prm, bh, stream)
+               : launch_dropout_d<128, 128, false>(prm, bh, stream);
+    return;
+  }
   if (pipelined)
     launch_variant<true>(prm, bh, p.head_dim, key_tile, p.causal, stream);
   else
@@ -763,6 +826,8 @@ void launch_attention_forward_sm90_ws(const AttentionProblem& p, AttentionInput 
   EMBER_CHECK(key_tile == 64 || key_tile == 128, kOp, ": key_tile ", key_tile, " (64 or 128)");
   EMBER_CHECK(consumers == 2 || (consumers == 3 && p.head_dim == 64), kOp, ": consumers ",
               consumers, " (2, or 3 at head dim 64)");
+  EMBER_CHECK(p.dropout_p == 0.0, kOp,
+              ": has no dropout (attention_forward_sm90's unpipelined kernel has)");
   Params prm;
   if (!sm90_params(kOp, p, q, k, v, o, lse, prm)) return;
   EMBER_CHECK(attention_forward_ws_takes(p, q, k, v), kOp,
