@@ -6,8 +6,8 @@
 // destination (an out-of-range index gets the key `rows`, which matches no
 // destination), sorted by key with cub::DeviceRadixSort (stable, so equal keys
 // keep their order), and each run of equal keys is summed in that order by the
-// one warp (or thread) that owns the destination. Deterministic whatever the
-// duplicates; a destination hit by very many entries is summed by one warp.
+// one warp (or thread) that owns the destination, or by one block where runs are
+// long. Deterministic whatever the duplicates.
 #include <cuda_bf16.h>
 
 #include <cub/device/device_radix_sort.cuh>
@@ -159,6 +159,62 @@ __global__ void segment_add_rows_kernel(const S* __restrict__ src,
   }
 }
 
+// The same sums where runs are long (many entries per destination, as an embedding
+// of a small vocabulary): a block per run (grid-stride over the sorted positions), its
+// warps taking every kGroups-th entry of the run over 128 columns at a time, then the
+// groups' partial sums added in group order through shared memory. Deterministic: the
+// order of every sum is fixed by the sorted positions alone.
+template <typename S>
+__global__ void segment_add_long_kernel(const S* __restrict__ src,
+                                        const uint64_t* __restrict__ keys,
+                                        const int64_t* __restrict__ vals, S* __restrict__ dst,
+                                        int64_t outer, int64_t rows, int64_t k, int64_t inner) {
+  using A = typename CompOf<S>::type;
+  constexpr int kGroups = kThreads / kWarp;
+  constexpr int kPer = 4;  // columns a lane sums per pass
+  constexpr int kCols = kPer * kWarp;
+  __shared__ A part[kGroups][kCols];
+  const int lane = static_cast<int>(threadIdx.x) % kWarp;
+  const int group = static_cast<int>(threadIdx.x) / kWarp;
+  for (int64_t p = blockIdx.x; p < k; p += gridDim.x) {
+    const uint64_t key = keys[p];  // the same for the whole block, as the test below
+    if (key >= static_cast<uint64_t>(rows) || (p > 0 && keys[p - 1] == key)) continue;
+    int64_t lo = p + 1, hi = k;  // the run's end: the first position past p with another key
+    while (lo < hi) {
+      const int64_t mid = lo + (hi - lo) / 2;
+      if (keys[mid] == key)
+        lo = mid + 1;
+      else
+        hi = mid;
+    }
+    const int64_t end = lo;
+    for (int64_t o = 0; o < outer; ++o)
+      for (int64_t c0 = 0; c0 < inner; c0 += kCols) {
+        A acc[kPer];
+#pragma unroll
+        for (int v = 0; v < kPer; ++v) acc[v] = A{};
+        for (int64_t q = p + group; q < end; q += kGroups) {
+          const S* row = src + (o * k + vals[q]) * inner + c0;
+#pragma unroll
+          for (int v = 0; v < kPer; ++v)
+            if (c0 + lane + v * kWarp < inner) acc[v] += widen(row[lane + v * kWarp]);
+        }
+#pragma unroll
+        for (int v = 0; v < kPer; ++v) part[group][lane + v * kWarp] = acc[v];
+        __syncthreads();
+        const int64_t c = c0 + threadIdx.x;
+        if (threadIdx.x < kCols && c < inner) {
+          S* d = dst + (o * rows + static_cast<int64_t>(key)) * inner + c;
+          A t = widen(*d);
+#pragma unroll
+          for (int g = 0; g < kGroups; ++g) t += part[g][threadIdx.x];
+          *d = narrow<S>(t);
+        }
+        __syncthreads();  // part is refilled by the next pass
+      }
+  }
+}
+
 // inner == 1 (scatter_add): a thread per entry position.
 template <typename S>
 __global__ void segment_add_kernel(const S* __restrict__ src, const uint64_t* __restrict__ keys,
@@ -278,11 +334,19 @@ void launch_index_add(DType dtype, const void* src, const int64_t* index, void* 
   index_keys_kernel<<<blocks_for(k), kThreads, 0, stream>>>(index, s.keys_in, s.vals_in, k, n);
   EMBER_CUDA_CHECK(cudaGetLastError());
   sort_pairs(s, k, end_bit, stream);
+  // Runs of 8 or more entries a destination on average (an embedding of a small
+  // vocabulary): a block per run, as one warp would sum them one after another.
+  const bool long_runs = k >= 8 * n && inner >= kWarp;
   dispatch_float(dtype, "index_select backward", [&](auto* tag) {
     using S = std::remove_pointer_t<decltype(tag)>;
-    segment_add_rows_kernel<S><<<blocks_for(k * kWarp), kThreads, 0, stream>>>(
-        static_cast<const S*>(src), s.keys_out, s.vals_out, static_cast<S*>(dst), outer, n, k,
-        inner);
+    if (long_runs)
+      segment_add_long_kernel<S><<<blocks_for(k, 1), kThreads, 0, stream>>>(
+          static_cast<const S*>(src), s.keys_out, s.vals_out, static_cast<S*>(dst), outer, n, k,
+          inner);
+    else
+      segment_add_rows_kernel<S><<<blocks_for(k * kWarp), kThreads, 0, stream>>>(
+          static_cast<const S*>(src), s.keys_out, s.vals_out, static_cast<S*>(dst), outer, n, k,
+          inner);
   });
   EMBER_CUDA_CHECK(cudaGetLastError());
 }

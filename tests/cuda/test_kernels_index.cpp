@@ -79,6 +79,24 @@ TEST_CASE("kernels/index: backward with repeated indices matches the CPU, bit fo
     CHECK(rel_error(first, wc.grad()) <= tol(dtype));
     for (int i = 0; i < 2; ++i) CHECK(run().to_vector<double>() == first.to_vector<double>());
 
+    {
+      // Long runs (a block per destination) over rows wider than one 128-column pass,
+      // with an outer dim: (3, 10, 300) at 400 indices, 40 a destination on average.
+      Tensor x = randn64({3, 10, 300}, 33).to(dtype).to(kFloat64);
+      Tensor li = random_indices({400}, 10, 34);
+      Tensor lg = randn64({3, 400, 300}, 35).to(dtype).to(kFloat64);
+      Tensor xc = x.detach().set_requires_grad(true);
+      index_select(xc, 1, li).backward(lg);
+      auto long_run = [&] {
+        Tensor xg = x.to(kCUDA, dtype).detach().set_requires_grad(true);
+        index_select(xg, 1, li.to(kCUDA)).backward(lg.to(kCUDA, dtype));
+        return xg.grad().to(kCPU).to(kFloat64);
+      };
+      const Tensor once = long_run();
+      CHECK(rel_error(once, xc.grad()) <= tol(dtype));
+      CHECK(long_run().to_vector<double>() == once.to_vector<double>());
+    }
+
     for (int64_t dim : {0, 1, 2}) {
       INFO("dim=", dim);
       Tensor x = randn64({4, 30, 6}, 40 + dim).to(dtype).to(kFloat64);
