@@ -83,7 +83,9 @@
 #        compiled step's kernels by device time), profile-char and profile-gpt2
 #        (bench_gpt --profile --steps 3: ember's profiler table, device time by op),
 #        kernels-char and kernels-gpt2 (ncu's duration of every kernel of one bench_gpt
-#        step, summed by kernel: tools/kernel_times.py)
+#        step, summed by kernel: tools/kernel_times.py), cases-new (the attention and
+#        index cases of ember_tests_cuda), char-att-ab (bench_gpt --only char on version
+#        1's attention kernels and at the defaults, alternating)
 #   EMBER_SWITCHES_LIMIT=540           seconds the stage may take; each part starts only
 #                                      with time left for it
 #   EMBER_GPU_PREBUILT=.device/bg.tar.xz  the pack (unpacked unless build-gpu already holds
@@ -153,6 +155,16 @@ gpt_ab() {
 # set_att V COMMAND...: COMMAND with EMBER_ATTENTION fused (V 0) or atomic (V 1: the
 # backward's atomic dQ).
 set_att() { env "EMBER_ATTENTION=$([ "$1" = 1 ] && echo atomic || echo fused)" "${@:2}"; }
+
+# set_v1att V COMMAND...: COMMAND on version 1's attention kernels forward and backward
+# (V 0) or at the defaults (V 1).
+set_v1att() {
+  if [ "$1" = 0 ]; then
+    env EMBER_ATTENTION_FWD_VERSION=1 EMBER_ATTENTION_BWD_V2=0 "${@:2}"
+  else
+    "${@:2}"
+  fi
+}
 
 # compare_attention SECONDS SUMMARY [VAR=VALUE...]: compare.sh's attention set (5
 # repetitions, the pack's binaries, no libtorch) with VAR=VALUE... set, stopped after
@@ -559,11 +571,28 @@ elif [ "$stage" = closing13 ]; then
         head -50 "$out/$part.txt" | tee -a "$sum"
         keep+=("$part.txt")
         ;;
+      cases-new)
+        # the attention and index cases (the wgmma kernels' dropout, the embedding
+        # backward's long runs)
+        timeout 200 build-gpu/tests/ember_tests_cuda -tc='*attention*,kernels/index*' \
+          >"$out/cases_new.txt" 2>&1
+        echo "ember_tests_cuda attention and index cases exit status $?" | tee -a "$sum"
+        grep -E 'test cases:|assertions:|ERROR|FAILED' "$out/cases_new.txt" | head -20 |
+          tee -a "$sum"
+        ;;
+      char-att-ab)
+        # bench_gpt --only char with version 1's attention kernels (0:
+        # EMBER_ATTENTION_FWD_VERSION=1 EMBER_ATTENTION_BWD_V2=0, the kernels dropout ran on
+        # before 96a6f75) and the defaults (1: the wgmma kernels), alternating
+        bench_ab char_att "${EMBER_SWITCHES_RESERVE:-25}" set_v1att -- \
+          build-gpu/benchmarks/bench_gpt --only char | tee -a "$sum"
+        ;;
       kernels-char | kernels-gpt2)
         # one step's kernels by device time: ncu's durations at the card's own clocks,
         # every launch of bench_gpt --profile --steps 1, the last step picked out
         w=${part#kernels-}
-        timeout $(($(left) - 10)) ncu --metrics gpu__time_duration.sum --clock-control none \
+        t=$(($(left) - 10)); [ "$t" -gt 150 ] && t=150
+        timeout "$t" ncu --metrics gpu__time_duration.sum --clock-control none \
           --cache-control none --csv --page details build-gpu/benchmarks/bench_gpt --profile \
           --only "$w" --steps 1 >"$out/$part.csv" 2>"$out/$part.err"
         echo "ncu exit status $?" | tee -a "$sum"
