@@ -24,11 +24,36 @@ EMBER_HD double random_uniform(uint64_t seed, uint64_t counter) {
   return static_cast<double>(random_bits(seed, counter) >> 11) * (1.0 / 9007199254740992.0);
 }
 
-// Dropout's keep test on counter `counter`: the high 32 bits of its random bits at or
-// above `threshold`, so an element is kept with probability 1 - threshold / 2^32.
-// Integer arithmetic only: both devices (and a fused kernel anywhere) draw the same mask.
+// A 32-bit mixing function with full avalanche (the "triple32" multiply-xorshift
+// constants from Chris Wellons' hash-prospector search): a bijection of 32-bit words.
+EMBER_HD uint32_t mix32(uint32_t x) {
+  x ^= x >> 17;
+  x *= 0xED5AD4BBu;
+  x ^= x >> 11;
+  x *= 0xAC4C1B51u;
+  x ^= x >> 15;
+  x *= 0x31848BABu;
+  x ^= x >> 14;
+  return x;
+}
+
+// Dropout's 32 random bits at (seed, counter): mix32 of the counter's low word XOR a key
+// made of the seed (random_bits, loop-invariant wherever a kernel draws many counters of
+// one seed) and the counter's high word. 32-bit multiplies only (three per counter), so
+// a kernel that draws a bit per element (attention dropout draws one per weight, three
+// times) spends a third of splitmix64's integer work on it. For a given seed and high
+// word, distinct low words give distinct bits (mix32 is a bijection).
+EMBER_HD uint32_t dropout_bits(uint64_t seed, uint64_t counter) {
+  const uint32_t key = static_cast<uint32_t>(random_bits(seed, 0x243F6A8885A308D3ull) >> 32);
+  const uint32_t hi = static_cast<uint32_t>(counter >> 32);
+  return mix32(static_cast<uint32_t>(counter) ^ (key + hi * 0x9E3779B9u));
+}
+
+// Dropout's keep test on counter `counter`: its dropout_bits at or above `threshold`, so
+// an element is kept with probability 1 - threshold / 2^32. Integer arithmetic only:
+// both devices (and a fused kernel anywhere) draw the same mask.
 EMBER_HD bool dropout_keeps(uint64_t seed, uint64_t counter, uint32_t threshold) {
-  return static_cast<uint32_t>(random_bits(seed, counter) >> 32) >= threshold;
+  return dropout_bits(seed, counter) >= threshold;
 }
 
 // The threshold for drop probability p in [0, 1): ceil(p 2^32), so p = 0 keeps all.

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/autograd.h"
+#include "core/base/random.h"
 #include "core/ops.h"
 #include "core/threads.h"
 #include "error_text.h"
@@ -82,6 +83,38 @@ TEST_CASE("dropout: keeps 1 - p of a large tensor, float32 and bfloat16 scaled o
     const float want = m[i] != 0.0 ? static_cast<float>(xv[i]) * scale : 0.0f;
     CHECK(yv[i] == static_cast<double>(static_cast<float>(BFloat16(want))));
   }
+}
+
+TEST_CASE("dropout_keeps: independent neighbours, strides, seeds and high words") {
+  // p = 0.5 over 2^20 counters: each agreement rate below is 0.5 (both kept: 0.25) for
+  // independent bits; its binomial standard deviation is under 0.0005, the bounds 0.005.
+  // A weak mixer fails here: counters one apart, a row apart (256: a GPT's attention
+  // weights), 2^32 apart (the high word), or two seeds giving related bits.
+  const uint32_t t = dropout_threshold(0.5);
+  const int64_t n = int64_t{1} << 20;
+  const uint64_t base = 0xFFF00000ull;  // runs across the 2^32 boundary
+  int64_t kept = 0, both_next = 0, both_row = 0, same_high = 0, same_seed = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const uint64_t c = base + static_cast<uint64_t>(i);
+    const bool k = dropout_keeps(7, c, t);
+    kept += k;
+    both_next += k && dropout_keeps(7, c + 1, t);
+    both_row += k && dropout_keeps(7, c + 256, t);
+    same_high += k == dropout_keeps(7, c + (uint64_t{1} << 32), t);
+    same_seed += k == dropout_keeps(8, c, t);
+  }
+  const double dn = static_cast<double>(n);
+  CHECK(std::fabs(static_cast<double>(kept) / dn - 0.5) < 0.005);
+  CHECK(std::fabs(static_cast<double>(both_next) / dn - 0.25) < 0.005);
+  CHECK(std::fabs(static_cast<double>(both_row) / dn - 0.25) < 0.005);
+  CHECK(std::fabs(static_cast<double>(same_high) / dn - 0.5) < 0.005);
+  CHECK(std::fabs(static_cast<double>(same_seed) / dn - 0.5) < 0.005);
+  // The threshold's edges: p = 0 keeps every counter, p near 1 almost none.
+  CHECK(dropout_keeps(7, 123, dropout_threshold(0.0)));
+  int64_t rare = 0;
+  for (uint64_t c = 0; c < 100000; ++c) rare += dropout_keeps(7, c, dropout_threshold(0.999));
+  CHECK(rare > 50);
+  CHECK(rare < 150);
 }
 
 TEST_CASE("dropout: the gradient is the same mask and scale; nothing is saved") {
