@@ -43,10 +43,16 @@ EMBER_HD uint32_t mix32(uint32_t x) {
 // a kernel that draws a bit per element (attention dropout draws one per weight, three
 // times) spends a third of splitmix64's integer work on it. For a given seed and high
 // word, distinct low words give distinct bits (mix32 is a bijection).
-EMBER_HD uint32_t dropout_bits(uint64_t seed, uint64_t counter) {
-  const uint32_t key = static_cast<uint32_t>(random_bits(seed, 0x243F6A8885A308D3ull) >> 32);
+// (dropout_key: the seed's part, which a kernel can take from its caller.)
+EMBER_HD uint32_t dropout_key(uint64_t seed) {
+  return static_cast<uint32_t>(random_bits(seed, 0x243F6A8885A308D3ull) >> 32);
+}
+EMBER_HD uint32_t dropout_bits_keyed(uint32_t key, uint64_t counter) {
   const uint32_t hi = static_cast<uint32_t>(counter >> 32);
   return mix32(static_cast<uint32_t>(counter) ^ (key + hi * 0x9E3779B9u));
+}
+EMBER_HD uint32_t dropout_bits(uint64_t seed, uint64_t counter) {
+  return dropout_bits_keyed(dropout_key(seed), counter);
 }
 
 // Dropout's keep test on counter `counter`: its dropout_bits at or above `threshold`, so

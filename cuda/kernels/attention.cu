@@ -1066,6 +1066,16 @@ namespace {
 std::atomic<int> g_backward_v2{-1};  // -1: EMBER_ATTENTION_BWD_V2 not read yet
 }  // namespace
 
+std::atomic<int> g_dropout_wgmma{-1};  // -1: EMBER_ATTENTION_DROPOUT_WGMMA not read yet
+
+bool attention_dropout_wgmma() {
+  return env_switch(g_dropout_wgmma, "EMBER_ATTENTION_DROPOUT_WGMMA", false);
+}
+
+void set_attention_dropout_wgmma(bool on) {
+  g_dropout_wgmma.store(on ? 1 : 0, std::memory_order_relaxed);
+}
+
 bool attention_backward_v2() {
   return env_switch(g_backward_v2, "EMBER_ATTENTION_BWD_V2", true);
 }
@@ -1131,7 +1141,12 @@ void launch_attention_forward(const AttentionProblem& p, AttentionInput q, Atten
                      (asked < 4 || attention_forward_ws_takes(p, q, k, v)))) {
     version = asked;  // EMBER_ATTENTION_FWD_VERSION where that version takes the problem
   } else if (version == 0) {
-    version = tuning.forward_warps == 0 && !v1_only && capability == 90 ? 2 : 1;
+    // With dropout version 1 unless attention_dropout_wgmma() (the char GPT's step took
+    // 1.043-1.049x version 1's time with version 2's dropout kernels, one H100, 2026-12-06).
+    version = tuning.forward_warps == 0 && !v1_only && (!drop || attention_dropout_wgmma()) &&
+                      capability == 90
+                  ? 2
+                  : 1;
     // Version 4 where it measured faster than version 2 (one H100, 2026-12-06, the probe's
     // --fwd-only rows, benchmarks/NOTES.md "Flash attention forward, version 4"): head dim
     // 128 (0.62-0.80x version 2's time); with the causal mask at head dim 64 version 2's
@@ -1235,7 +1250,8 @@ void launch_attention_backward(const AttentionProblem& p, AttentionInput q, Atte
   if (version == 0) {
     const bool sm90 =
         tuning.backward_query_tile == 0 && attention_backward_v2() && capability == 90;
-    version = v2_applies && sm90 ? 2 : !deterministic && plain && sm90 ? 4 : 1;
+    const bool drop_ok = p.dropout_p == 0.0 || attention_dropout_wgmma();
+    version = v2_applies && drop_ok && sm90 ? 2 : !deterministic && plain && sm90 ? 4 : 1;
     // Version 3 (the warp-specialised dK/dV kernel) where it measured faster: head dim 128,
     // 0.91-0.95x version 2's forward + backward time, 1.00x [0.92-1.04] at T 2048 without
     // the mask (one H100, 2026-12-06, the probe;

@@ -20,6 +20,7 @@ struct AttentionDropout {
   const uint64_t* base;
   uint32_t threshold;
   float rscale;
+  uint32_t key;  // dropout_key(seed), made once on the host
 };
 
 // The problem's dropout (all zero without one).
@@ -31,6 +32,7 @@ inline AttentionDropout attention_dropout_of(const AttentionProblem& p) {
     d.base = p.dropout_base;
     d.threshold = dropout_threshold(p.dropout_p);
     d.rscale = static_cast<float>(1.0 / (1.0 - p.dropout_p));
+    d.key = dropout_key(d.seed);
   }
   return d;
 }
@@ -40,15 +42,24 @@ __device__ __forceinline__ uint64_t start_of(const AttentionDropout& d) {
   return d.base != nullptr ? d.offset + *d.base : d.offset;
 }
 
+// The counter of weight (bh, i, 0) of a (tq, tk) problem, counters from `start`; weight
+// (bh, i, j)'s is this plus j.
+__device__ __forceinline__ uint64_t row_counter(uint64_t start, int64_t bh, int tq, int tk, int i) {
+  return start +
+         (static_cast<uint64_t>(bh) * static_cast<uint64_t>(tq) + static_cast<uint64_t>(i)) *
+             static_cast<uint64_t>(tk);
+}
+
+// Whether the weight at `counter` is kept: dropout_keeps(seed, counter, threshold), the
+// seed's key taken from d.
+__device__ __forceinline__ bool keeps_at(const AttentionDropout& d, uint64_t counter) {
+  return dropout_bits_keyed(d.key, counter) >= d.threshold;
+}
+
 // Whether weight (bh, i, j) of a (tq, tk) problem is kept, counters from `start`.
 __device__ __forceinline__ bool keeps(const AttentionDropout& d, uint64_t start, int64_t bh, int tq,
                                       int tk, int i, int j) {
-  const uint64_t counter =
-      start +
-      (static_cast<uint64_t>(bh) * static_cast<uint64_t>(tq) + static_cast<uint64_t>(i)) *
-          static_cast<uint64_t>(tk) +
-      static_cast<uint64_t>(j);
-  return dropout_keeps(d.seed, counter, d.threshold);
+  return keeps_at(d, row_counter(start, bh, tq, tk, i) + static_cast<uint64_t>(j));
 }
 #endif
 

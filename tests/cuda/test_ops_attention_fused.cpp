@@ -18,6 +18,7 @@
 #include "core/autograd.h"
 #include "core/ops.h"
 #include "core/ops/split_gradient.h"
+#include "cuda/kernels/attention.h"
 #include "error_text.h"
 #include "gradcheck.h"
 #include "switch_guard.h"
@@ -195,65 +196,71 @@ TEST_CASE("ops/fused_attention: dropout in the kernels drops the composed path's
                         {1, 1, 1000, 1000, 128, true}};
   const double p = 0.3;
   uint64_t seed = 5100;
-  for (const char* mode : {"fused", "atomic"}) {
-    EnvGuard env(mode);
-    for (const Case& c : cases) {
-      INFO("EMBER_ATTENTION=", mode, " B=", c.b, " H=", c.h, " Tq=", c.tq, " Tk=", c.tk, " D=", c.d,
-           " causal=", c.causal);
-      seed += 4;
-      const double scale = 1.0 / std::sqrt(static_cast<double>(c.d));
-      const auto [q64, k64, v64, g64] = make_inputs(c.b, c.h, c.tq, c.tk, c.d, seed);
-      const uint64_t gen_seed = 91, offset = 12345;
-      const int64_t n = c.b * c.h * c.tq * c.tk;
-      const Tensor z = dropout_scale(c.b, c.h, c.tq, c.tk, p, gen_seed, offset);
+  // Version 1's kernels (the default for dropout) and, on compute capability 9.0, the
+  // wgmma version 2's (EMBER_ATTENTION_DROPOUT_WGMMA; its backward in the fused mode).
+  ember::testing::SwitchGuard guard(cuda::attention_dropout_wgmma,
+                                    cuda::set_attention_dropout_wgmma);
+  for (const bool wgmma : {false, true})
+    for (const char* mode : {"fused", "atomic"}) {
+      cuda::set_attention_dropout_wgmma(wgmma);
+      EnvGuard env(mode);
+      for (const Case& c : cases) {
+        INFO("wgmma=", wgmma, " EMBER_ATTENTION=", mode, " B=", c.b, " H=", c.h, " Tq=", c.tq,
+             " Tk=", c.tk, " D=", c.d, " causal=", c.causal);
+        seed += 4;
+        const double scale = 1.0 / std::sqrt(static_cast<double>(c.d));
+        const auto [q64, k64, v64, g64] = make_inputs(c.b, c.h, c.tq, c.tk, c.d, seed);
+        const uint64_t gen_seed = 91, offset = 12345;
+        const int64_t n = c.b * c.h * c.tq * c.tk;
+        const Tensor z = dropout_scale(c.b, c.h, c.tq, c.tk, p, gen_seed, offset);
 
-      Tensor qc = q64.detach().set_requires_grad(true), kc = k64.detach().set_requires_grad(true),
-             vc = v64.detach().set_requires_grad(true);
-      Tensor oc = composed(qc, kc, vc, c.causal, scale, z);
-      oc.backward(g64);
+        Tensor qc = q64.detach().set_requires_grad(true), kc = k64.detach().set_requires_grad(true),
+               vc = v64.detach().set_requires_grad(true);
+        Tensor oc = composed(qc, kc, vc, c.causal, scale, z);
+        oc.backward(g64);
 
-      Tensor q = gpu_leaf(q64), k = gpu_leaf(k64), v = gpu_leaf(v64);
-      Generator gen(gen_seed);
-      gen.set_offset(offset);
-      Tensor o = detail::fused_attention(q, k, v, c.causal, scale, p, &gen);
-      CHECK(gen.offset() == offset + static_cast<uint64_t>(n));
-      o.backward(g64.to(kCUDA, kBFloat16));
-      CHECK(gpu_error(o.detach(), oc.detach()) <= 1e-2);
-      CHECK(gpu_error(v.grad(), vc.grad()) <= 1e-2);
-      if (c.tk > 1) {
-        CHECK(gpu_error(q.grad(), qc.grad()) <= 1e-2);
-        CHECK(gpu_error(k.grad(), kc.grad()) <= 1e-2);
-      } else {
-        // One key: the weight is 1, so dS = P (Z dP - delta) is zero exactly and so
-        // are the reference's dQ and dK; a relative error means nothing there. The
-        // kernels (as FlashAttention's) take delta = rowsum(dO * O) from the bf16
-        // output, so a kept weight (Z = 1 / (1 - p)) leaves a residue of O's rounding:
-        // |dS| <= 2^-9 sum_d |dO_d O_d| (plus float32 noise). Each dQ and dK element
-        // must be within twice that bound times scale and |K| (|Q|): a wrong mask or
-        // a dropped Z gives |Z dP|-sized values, ~100x past it.
-        const std::vector<double>
-            gv = g64.contiguous().to_vector<double>(),
-            ov = oc.detach().contiguous().to_vector<double>(),
-            qv = q64.contiguous().to_vector<double>(), kv = k64.contiguous().to_vector<double>(),
-            dq = q.grad().to(kCPU).to(kFloat64).contiguous().to_vector<double>(),
-            dk = k.grad().to(kCPU).to(kFloat64).contiguous().to_vector<double>();
-        int64_t over = 0;
-        for (int64_t row = 0; row < c.b * c.h; ++row) {
-          double cancelled = 0.0;
-          for (int64_t j = 0; j < c.d; ++j)
-            cancelled += std::fabs(gv[static_cast<size_t>(row * c.d + j)] *
-                                   ov[static_cast<size_t>(row * c.d + j)]);
-          const double ds_bound = 2.0 * std::ldexp(cancelled, -9) + 1e-5;
-          for (int64_t j = 0; j < c.d; ++j) {
-            const size_t i = static_cast<size_t>(row * c.d + j);
-            over += std::fabs(dq[i]) > scale * ds_bound * std::fabs(kv[i]) + 1e-6;
-            over += std::fabs(dk[i]) > scale * ds_bound * std::fabs(qv[i]) + 1e-6;
+        Tensor q = gpu_leaf(q64), k = gpu_leaf(k64), v = gpu_leaf(v64);
+        Generator gen(gen_seed);
+        gen.set_offset(offset);
+        Tensor o = detail::fused_attention(q, k, v, c.causal, scale, p, &gen);
+        CHECK(gen.offset() == offset + static_cast<uint64_t>(n));
+        o.backward(g64.to(kCUDA, kBFloat16));
+        CHECK(gpu_error(o.detach(), oc.detach()) <= 1e-2);
+        CHECK(gpu_error(v.grad(), vc.grad()) <= 1e-2);
+        if (c.tk > 1) {
+          CHECK(gpu_error(q.grad(), qc.grad()) <= 1e-2);
+          CHECK(gpu_error(k.grad(), kc.grad()) <= 1e-2);
+        } else {
+          // One key: the weight is 1, so dS = P (Z dP - delta) is zero exactly and so
+          // are the reference's dQ and dK; a relative error means nothing there. The
+          // kernels (as FlashAttention's) take delta = rowsum(dO * O) from the bf16
+          // output, so a kept weight (Z = 1 / (1 - p)) leaves a residue of O's rounding:
+          // |dS| <= 2^-9 sum_d |dO_d O_d| (plus float32 noise). Each dQ and dK element
+          // must be within twice that bound times scale and |K| (|Q|): a wrong mask or
+          // a dropped Z gives |Z dP|-sized values, ~100x past it.
+          const std::vector<double>
+              gv = g64.contiguous().to_vector<double>(),
+              ov = oc.detach().contiguous().to_vector<double>(),
+              qv = q64.contiguous().to_vector<double>(), kv = k64.contiguous().to_vector<double>(),
+              dq = q.grad().to(kCPU).to(kFloat64).contiguous().to_vector<double>(),
+              dk = k.grad().to(kCPU).to(kFloat64).contiguous().to_vector<double>();
+          int64_t over = 0;
+          for (int64_t row = 0; row < c.b * c.h; ++row) {
+            double cancelled = 0.0;
+            for (int64_t j = 0; j < c.d; ++j)
+              cancelled += std::fabs(gv[static_cast<size_t>(row * c.d + j)] *
+                                     ov[static_cast<size_t>(row * c.d + j)]);
+            const double ds_bound = 2.0 * std::ldexp(cancelled, -9) + 1e-5;
+            for (int64_t j = 0; j < c.d; ++j) {
+              const size_t i = static_cast<size_t>(row * c.d + j);
+              over += std::fabs(dq[i]) > scale * ds_bound * std::fabs(kv[i]) + 1e-6;
+              over += std::fabs(dk[i]) > scale * ds_bound * std::fabs(qv[i]) + 1e-6;
+            }
           }
+          CHECK(over == 0);
         }
-        CHECK(over == 0);
       }
     }
-  }
 }
 
 TEST_CASE("ops/fused_attention: bool and additive masks read by the kernels" *

@@ -210,7 +210,6 @@ __global__ void __launch_bounds__(kThreads, 1) attn_bwd_dkdv_sm90_kernel(const P
   const int64_t row_base = static_cast<int64_t>(bh) * p.tq;
   const int qt_begin = CAUSAL ? k0 / kM : 0;
   const int n_qt = (p.tq + kM - 1) / kM;
-  [[maybe_unused]] const uint64_t drop_start = DROP ? start_of(p.drop) : 0;
 
   load_tile<kN, D>(s_k, p.k + b * p.sk.b + h * p.sk.h, p.sk.t, k0, p.tk);
   load_tile<kN, D>(s_v, p.v + b * p.sv.b + h * p.sv.h, p.sv.t, k0, p.tk);
@@ -225,6 +224,14 @@ __global__ void __launch_bounds__(kThreads, 1) attn_bwd_dkdv_sm90_kernel(const P
 #pragma unroll
   for (int i = 0; i < D / 2; ++i) dk[i] = dv[i] = 0.f;
   const int key_lo = wk0 + warp * 16 + lane / 4;  // this thread's keys: key_lo, key_lo + 8
+  // Dropout: the counters of query 0 at this thread's two keys; query q's is this plus
+  // q tk.
+  [[maybe_unused]] uint64_t drop_keys[2] = {0, 0};
+  if constexpr (DROP) {
+    const uint64_t first = row_counter(start_of(p.drop), bh, p.tq, p.tk, 0);
+    drop_keys[0] = first + static_cast<uint64_t>(key_lo);
+    drop_keys[1] = first + static_cast<uint64_t>(key_lo + 8);
+  }
   // Columns 64 wg onward of column block 0: this warpgroup's 64 rows of K and V.
   const uint32_t k_base = smem_u32(s_k) + wg * 64 * 128;
   const uint32_t v_base = smem_u32(s_v) + wg * 64 * 128;
@@ -273,9 +280,9 @@ __global__ void __launch_bounds__(kThreads, 1) attn_bwd_dkdv_sm90_kernel(const P
             if (key >= p.tk || (CAUSAL && key > q0 + qq)) x = 0.f;
           }
           if constexpr (DROP) {
-            if (x != 0.f &&
-                !keeps(p.drop, drop_start, bh, p.tq, p.tk, q0 + qq, key_lo + (e >> 1) * 8))
-              x = -x;
+            const uint64_t c =
+                drop_keys[e >> 1] + static_cast<uint64_t>(q0 + qq) * static_cast<uint64_t>(p.tk);
+            x = keeps_at(p.drop, c) ? x : -x;
           }
           st[nt * 4 + e] = x;
         }
@@ -551,7 +558,6 @@ __global__ void __launch_bounds__(kThreads, 1) attn_bwd_dq_sm90_kernel(const Par
   const bf16* gk = p.k + b * p.sk.b + h * p.sk.h;
   const bf16* gv = p.v + b * p.sv.b + h * p.sv.h;
   const int64_t row_base = static_cast<int64_t>(bh) * p.tq;
-  [[maybe_unused]] const uint64_t drop_start = DROP ? start_of(p.drop) : 0;
 
   load_tile<kM, D>(s_q, p.q + b * p.sq.b + h * p.sq.h, p.sq.t, q0, p.tq);
   load_tile<kM, D>(s_do, p.dout + b * p.sdo.b + h * p.sdo.h, p.sdo.t, q0, p.tq);
@@ -562,6 +568,13 @@ __global__ void __launch_bounds__(kThreads, 1) attn_bwd_dq_sm90_kernel(const Par
   cp_async_commit();
 
   const int row_lo = wq0 + warp * 16 + lane / 4;  // this thread's rows: row_lo, row_lo + 8
+  // Dropout: the counters of this thread's two rows' key 0.
+  [[maybe_unused]] uint64_t drop_rows[2] = {0, 0};
+  if constexpr (DROP) {
+    const uint64_t start = start_of(p.drop);
+    drop_rows[0] = row_counter(start, bh, p.tq, p.tk, row_lo);
+    drop_rows[1] = row_counter(start, bh, p.tq, p.tk, row_lo + 8);
+  }
   float lse2[2], dl[2];
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
@@ -613,8 +626,7 @@ __global__ void __launch_bounds__(kThreads, 1) attn_bwd_dq_sm90_kernel(const Par
           }
           if constexpr (DROP) {  // dropped: kept negated, as in the dK/dV kernel
             const int key = k0 + nt * 8 + (lane & 3) * 2 + (e & 1);
-            if (x != 0.f && !keeps(p.drop, drop_start, bh, p.tq, p.tk, row_lo + (e >> 1) * 8, key))
-              x = -x;
+            x = keeps_at(p.drop, drop_rows[e >> 1] + static_cast<uint64_t>(key)) ? x : -x;
           }
           s[nt * 4 + e] = x;
         }

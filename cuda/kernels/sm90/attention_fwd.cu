@@ -159,18 +159,18 @@ __device__ __forceinline__ void rescale_and_pack(const float (&s)[BN / 2], float
 // Attention dropout on one key tile's weights (s, after softmax_scores: the row sums
 // are of the undropped weights, softmax then dropout): a dropped weight becomes 0. The
 // kept ones' 1 / (1 - p) is applied to O once, at the end.
+// rows: the counters of this thread's two rows' key 0 (row_counter).
 template <int BN>
-__device__ __forceinline__ void drop_weights(float (&s)[BN / 2], int k0, int row_lo, int bh,
-                                             uint64_t start, const Params& p) {
+__device__ __forceinline__ void drop_weights(float (&s)[BN / 2], int k0, const uint64_t (&rows)[2],
+                                             const Params& p) {
   const int lane = static_cast<int>(threadIdx.x) % 32;
 #pragma unroll
   for (int nt = 0; nt < BN / 8; ++nt)
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       const int key = k0 + nt * 8 + (lane & 3) * 2 + (e & 1);
-      const int row = row_lo + (e >> 1) * 8;
-      if (s[nt * 4 + e] != 0.f && !keeps(p.drop, start, bh, p.tq, p.tk, row, key))
-        s[nt * 4 + e] = 0.f;
+      const bool keep = keeps_at(p.drop, rows[e >> 1] + static_cast<uint64_t>(key));
+      s[nt * 4 + e] = keep ? s[nt * 4 + e] : 0.f;
     }
 }
 
@@ -213,8 +213,11 @@ __device__ __forceinline__ void store_output(const Params& p, int b, int h, int 
 #endif  // EMBER_ATTN_SM90A
 
 // DROP: attention dropout (Params::drop), drawn as version 1 draws it.
+// (At head dim 64 with dropout, two blocks an SM: the keep tests' integer work wants the
+// warps; 128 registers a thread.)
 template <int D, int BN, bool CAUSAL, bool DROP = false>
-__global__ void __launch_bounds__(kThreads, 1) attn_fwd_sm90_kernel(const Params p) {
+__global__ void __launch_bounds__(kThreads, DROP&& D == 64 ? 2 : 1)
+    attn_fwd_sm90_kernel(const Params p) {
 #if EMBER_ATTN_SM90A
   constexpr int kM = kRowsPerBlock;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
@@ -246,7 +249,13 @@ __global__ void __launch_bounds__(kThreads, 1) attn_fwd_sm90_kernel(const Params
   // The lowest query row of this warpgroup: tiles entirely at or below it
   // need no causal mask.
   const int wg_q0 = q0 + wg * 64;
-  [[maybe_unused]] const uint64_t drop_start = DROP ? start_of(p.drop) : 0;
+  // Dropout: the counters of this thread's two rows' key 0.
+  [[maybe_unused]] uint64_t drop_rows[2] = {0, 0};
+  if constexpr (DROP) {
+    const uint64_t start = start_of(p.drop);
+    drop_rows[0] = row_counter(start, bh, p.tq, p.tk, row_lo);
+    drop_rows[1] = row_counter(start, bh, p.tq, p.tk, row_lo + 8);
+  }
 
   for (int j = 0; j < n_kt; ++j) {
     const int buf = j & 1;
@@ -276,7 +285,7 @@ __global__ void __launch_bounds__(kThreads, 1) attn_fwd_sm90_kernel(const Params
     if constexpr (DROP) {
       float corr[2];
       softmax_scores<BN, CAUSAL>(s, m, l, corr, j * BN, wg_q0, row_lo, p);
-      drop_weights<BN>(s, j * BN, row_lo, bh, drop_start, p);
+      drop_weights<BN>(s, j * BN, drop_rows, p);
       rescale_and_pack<D, BN>(s, o, corr, pa);
     } else {
       softmax_step<D, BN, CAUSAL>(s, o, m, l, pa, j * BN, wg_q0, row_lo, p);
