@@ -84,8 +84,9 @@
 #        (bench_gpt --profile --steps 3: ember's profiler table, device time by op),
 #        kernels-char and kernels-gpt2 (ncu's duration of every kernel of one bench_gpt
 #        step, summed by kernel: tools/kernel_times.py), cases-new (the attention and
-#        index cases of ember_tests_cuda), char-att-ab (bench_gpt --only char on version
-#        1's attention kernels and at the defaults, alternating)
+#        index cases of ember_tests_cuda), char-att-ab (bench_gpt --only char with attention
+#        dropout on version 1's kernels and on version 2's, alternating), san-new (the
+#        attention dropout, index and dropout cases under the four sanitizers)
 #   EMBER_SWITCHES_LIMIT=540           seconds the stage may take; each part starts only
 #                                      with time left for it
 #   EMBER_GPU_PREBUILT=.device/bg.tar.xz  the pack (unpacked unless build-gpu already holds
@@ -156,15 +157,9 @@ gpt_ab() {
 # backward's atomic dQ).
 set_att() { env "EMBER_ATTENTION=$([ "$1" = 1 ] && echo atomic || echo fused)" "${@:2}"; }
 
-# set_v1att V COMMAND...: COMMAND on version 1's attention kernels forward and backward
-# (V 0) or at the defaults (V 1).
-set_v1att() {
-  if [ "$1" = 0 ]; then
-    env EMBER_ATTENTION_FWD_VERSION=1 EMBER_ATTENTION_BWD_V2=0 "${@:2}"
-  else
-    "${@:2}"
-  fi
-}
+# set_dwg V COMMAND...: COMMAND with attention dropout on version 1's kernels (V 0, the
+# default) or version 2's wgmma kernels (V 1: EMBER_ATTENTION_DROPOUT_WGMMA=1).
+set_dwg() { env "EMBER_ATTENTION_DROPOUT_WGMMA=$1" "${@:2}"; }
 
 # compare_attention SECONDS SUMMARY [VAR=VALUE...]: compare.sh's attention set (5
 # repetitions, the pack's binaries, no libtorch) with VAR=VALUE... set, stopped after
@@ -581,11 +576,18 @@ elif [ "$stage" = closing13 ]; then
           tee -a "$sum"
         ;;
       char-att-ab)
-        # bench_gpt --only char with version 1's attention kernels (0:
-        # EMBER_ATTENTION_FWD_VERSION=1 EMBER_ATTENTION_BWD_V2=0, the kernels dropout ran on
-        # before 96a6f75) and the defaults (1: the wgmma kernels), alternating
-        bench_ab char_att "${EMBER_SWITCHES_RESERVE:-25}" set_v1att -- \
+        # bench_gpt --only char with attention dropout on version 1's kernels (0, the
+        # default) and on version 2's wgmma kernels (1: EMBER_ATTENTION_DROPOUT_WGMMA=1),
+        # alternating
+        bench_ab char_att "${EMBER_SWITCHES_RESERVE:-25}" set_dwg -- \
           build-gpu/benchmarks/bench_gpt --only char | tee -a "$sum"
+        ;;
+      san-new)
+        # the attention dropout case and the index cases under the four
+        # sanitizers at once
+        t=$(($(left) - ${EMBER_C13_AFTER_SANITIZE:-15}))
+        sanitize4 "$out/san_new" "$t" build-gpu/tests/ember_tests_cuda \
+          -tc='*dropout in the kernels*,kernels/index*' | tee -a "$sum"
         ;;
       kernels-char | kernels-gpt2)
         # one step's kernels by device time: ncu's durations at the card's own clocks,
