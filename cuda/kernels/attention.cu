@@ -1069,7 +1069,7 @@ std::atomic<int> g_backward_v2{-1};  // -1: EMBER_ATTENTION_BWD_V2 not read yet
 std::atomic<int> g_dropout_wgmma{-1};  // -1: EMBER_ATTENTION_DROPOUT_WGMMA not read yet
 
 bool attention_dropout_wgmma() {
-  return env_switch(g_dropout_wgmma, "EMBER_ATTENTION_DROPOUT_WGMMA", false);
+  return env_switch(g_dropout_wgmma, "EMBER_ATTENTION_DROPOUT_WGMMA", true);
 }
 
 void set_attention_dropout_wgmma(bool on) {
@@ -1141,8 +1141,8 @@ void launch_attention_forward(const AttentionProblem& p, AttentionInput q, Atten
                      (asked < 4 || attention_forward_ws_takes(p, q, k, v)))) {
     version = asked;  // EMBER_ATTENTION_FWD_VERSION where that version takes the problem
   } else if (version == 0) {
-    // With dropout version 1 unless attention_dropout_wgmma() (the char GPT's step took
-    // 1.043-1.049x version 1's time with version 2's dropout kernels, one H100, 2026-12-06).
+    // With dropout version 2 where attention_dropout_wgmma() (on by default: the char GPT's
+    // step took 0.926x [0.925-0.927] version 1's time graphed, one H100, 2026-12-06).
     version = tuning.forward_warps == 0 && !v1_only && (!drop || attention_dropout_wgmma()) &&
                       capability == 90
                   ? 2

@@ -52,8 +52,8 @@ struct AttentionProblem {
   /// dropout_keeps(dropout_seed, dropout_offset + ((b heads + h) q_len + i) kv_len + j,
   /// dropout_threshold(dropout_p)) (core/base/random.h), the composed path's mask, and
   /// scaled by 1 / (1 - dropout_p); the backward draws the same. 0: none. Forward
-  /// versions 1 and 2 and backward versions 1 and 2 (version 0 picks version 1, or 2 on
-  /// compute capability 9.0 with attention_dropout_wgmma(); attention_dropout.cuh).
+  /// versions 1 and 2 and backward versions 1 and 2 (version 0 picks version 2 on compute
+  /// capability 9.0 while attention_dropout_wgmma() is on, else 1; attention_dropout.cuh).
   double dropout_p = 0.0;
   uint64_t dropout_seed = 0;
   uint64_t dropout_offset = 0;
@@ -122,10 +122,10 @@ void set_attention_backward_v2(bool on);
 
 /// Whether the default forward and backward (version 0) take version 2's wgmma kernels
 /// for attention dropout on compute capability 9.0: EMBER_ATTENTION_DROPOUT_WGMMA (0 or
-/// 1) on first use, off when unset (version 1's kernels: the char GPT's step took
-/// 1.043-1.049x their time with version 2's, one H100, 2026-12-06, before the keep test's
-/// seed key and row counters moved out of the kernels' loops);
-/// set_attention_dropout_wgmma overrides it. For measuring.
+/// 1) on first use, on when unset (off: version 1's kernels). On one H100 (2026-12-06) the
+/// char GPT's step took 0.926x [0.925-0.927] version 1's time graphed, 0.924x eager, with
+/// version 2's (benchmarks/RESULTS.md, fifteenth session); set_attention_dropout_wgmma
+/// overrides it. For measuring.
 bool attention_dropout_wgmma();
 void set_attention_dropout_wgmma(bool on);
 

@@ -196,8 +196,8 @@ TEST_CASE("ops/fused_attention: dropout in the kernels drops the composed path's
                         {1, 1, 1000, 1000, 128, true}};
   const double p = 0.3;
   uint64_t seed = 5100;
-  // Version 1's kernels (the default for dropout) and, on compute capability 9.0, the
-  // wgmma version 2's (EMBER_ATTENTION_DROPOUT_WGMMA; its backward in the fused mode).
+  // Version 1's kernels and, on compute capability 9.0, the wgmma version 2's (the default
+  // there: EMBER_ATTENTION_DROPOUT_WGMMA; its backward in the fused mode).
   ember::testing::SwitchGuard guard(cuda::attention_dropout_wgmma,
                                     cuda::set_attention_dropout_wgmma);
   for (const bool wgmma : {false, true})
