@@ -384,7 +384,9 @@ def profile(torch, key, compiled):
         torch.cuda.synchronize()
     kernels = {}
     for ev in prof.events():
-        if ev.device_type == torch.autograd.DeviceType.CUDA:
+        # (a GPU user annotation such as "Optimizer.step#AdamW.step" spans kernels: not one)
+        if ev.device_type == torch.autograd.DeviceType.CUDA and \
+                not getattr(ev, "is_user_annotation", False) and "#" not in ev.name:
             t = kernels.setdefault(ev.name, [0, 0.0])
             t[0] += 1
             t[1] += ev.time_range.elapsed_us()
