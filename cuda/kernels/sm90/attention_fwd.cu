@@ -653,24 +653,13 @@ constexpr size_t smem_bytes() {
   return static_cast<size_t>(kRowsPerBlock + (PIPE ? 5 : 4) * BN) * D * sizeof(bf16) + 1024;
 }
 
-template <int D, int BN, bool CAUSAL, bool PIPE>
+// DROP (with dropout): only unpipelined.
+template <int D, int BN, bool CAUSAL, bool PIPE, bool DROP = false>
 void launch_d(const Params& prm, int64_t bh, cudaStream_t stream) {
+  static_assert(!(PIPE && DROP), "the pipelined kernel has no dropout");
   auto kernel =
-      PIPE ? attn_fwd_sm90_pipe_kernel<D, BN, CAUSAL> : attn_fwd_sm90_kernel<D, BN, CAUSAL>;
+      PIPE ? attn_fwd_sm90_pipe_kernel<D, BN, CAUSAL> : attn_fwd_sm90_kernel<D, BN, CAUSAL, DROP>;
   constexpr size_t kSmem = smem_bytes<D, BN, PIPE>();
-  EMBER_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        static_cast<int>(kSmem)));
-  const dim3 grid(static_cast<unsigned>(bh),
-                  static_cast<unsigned>((prm.tq + kRowsPerBlock - 1) / kRowsPerBlock));
-  kernel<<<grid, kThreads, kSmem, stream>>>(prm);
-  EMBER_CUDA_CHECK(cudaGetLastError());
-}
-
-// With dropout: version 2's kernel at its key tile (64 keys at head dim 64, 128 at 128).
-template <int D, int BN, bool CAUSAL>
-void launch_dropout_d(const Params& prm, int64_t bh, cudaStream_t stream) {
-  auto kernel = attn_fwd_sm90_kernel<D, BN, CAUSAL, true>;
-  constexpr size_t kSmem = smem_bytes<D, BN, false>();
   EMBER_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                         static_cast<int>(kSmem)));
   const dim3 grid(static_cast<unsigned>(bh),
@@ -804,13 +793,13 @@ void launch_attention_forward_sm90(const AttentionProblem& p, AttentionInput q, 
   Params prm;
   if (!sm90_params(kOp, p, q, k, v, o, lse, prm)) return;
   const int64_t bh = p.batch * p.heads;
-  if (p.dropout_p > 0.0) {
+  if (p.dropout_p > 0.0) {  // version 2's kernel at its key tile (64 at head dim 64, 128 at 128)
     if (p.head_dim == 64)
-      p.causal ? launch_dropout_d<64, 64, true>(prm, bh, stream)
-               : launch_dropout_d<64, 64, false>(prm, bh, stream);
+      p.causal ? launch_d<64, 64, true, false, true>(prm, bh, stream)
+               : launch_d<64, 64, false, false, true>(prm, bh, stream);
     else
-      p.causal ? launch_dropout_d<128, 128, true>(prm, bh, stream)
-               : launch_dropout_d<128, 128, false>(prm, bh, stream);
+      p.causal ? launch_d<128, 128, true, false, true>(prm, bh, stream)
+               : launch_d<128, 128, false, false, true>(prm, bh, stream);
     return;
   }
   if (pipelined)
