@@ -265,9 +265,11 @@ void dropout(const DropoutArgs& a) {
       const S* x = static_cast<const S*>(a.x);
       S* y = static_cast<S*>(a.y);
       const C scale = static_cast<C>(a.scale);
+      const uint32_t key = dropout_key(a.seed);  // dropout_keeps's seed part, once
       auto run = [&](int64_t lo, int64_t hi) {
         for (int64_t i = lo; i < hi; ++i) {
-          const bool keep = dropout_keeps(a.seed, a.offset + static_cast<uint64_t>(i), a.threshold);
+          const bool keep =
+              dropout_bits_keyed(key, a.offset + static_cast<uint64_t>(i)) >= a.threshold;
           y[i] = S(keep ? static_cast<C>(x[i]) * scale : C(0));
         }
       };

@@ -1063,10 +1063,9 @@ size_t align256(size_t n) {
 }  // namespace
 
 namespace {
-std::atomic<int> g_backward_v2{-1};  // -1: EMBER_ATTENTION_BWD_V2 not read yet
-}  // namespace
-
+std::atomic<int> g_backward_v2{-1};    // -1: EMBER_ATTENTION_BWD_V2 not read yet
 std::atomic<int> g_dropout_wgmma{-1};  // -1: EMBER_ATTENTION_DROPOUT_WGMMA not read yet
+}  // namespace
 
 bool attention_dropout_wgmma() {
   return env_switch(g_dropout_wgmma, "EMBER_ATTENTION_DROPOUT_WGMMA", true);

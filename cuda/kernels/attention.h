@@ -107,9 +107,8 @@ struct AttentionTuning {
 /// The forward version callers get when AttentionTuning::forward_version is 0:
 /// EMBER_ATTENTION_FWD_VERSION (0 to 6) on first use, 0 when unset (the launcher's choice
 /// per shape); a version that does not take the problem (a mask for 2 to 6, dropout for 3
-/// to 6,
-/// a device other than compute capability 9.0, strides TMA cannot take for 4 to 6) falls
-/// back to that choice. set_attention_forward_version overrides it. For measuring.
+/// to 6, a device other than compute capability 9.0, strides TMA cannot take for 4 to 6)
+/// falls back to that choice. set_attention_forward_version overrides it. For measuring.
 int attention_forward_version();
 void set_attention_forward_version(int version);
 
