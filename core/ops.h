@@ -280,6 +280,30 @@ std::pair<Tensor, Tensor> add_layer_norm_into_dtype(const Tensor& x, const Tenso
 bool add_layer_norm_fused();
 void set_add_layer_norm_fused(bool on);
 }  // namespace detail
+// {sum, y} with sum = x + dropout(residual, p, train, gen) and y = layer_norm(sum, ...):
+// add_layer_norm with dropout on the residual, a transformer's sub-layer output dropped
+// as it joins the stream. The same generator counters as that dropout call, so the same
+// mask and the same values, bit for bit. Where add_layer_norm runs its one pass, the
+// mask is drawn inside it, and again inside the residual's gradient (one pass from the
+// sum's gradient, cast to the residual's dtype and masked): no dropout kernels and no
+// dropped copy of the residual. Otherwise, with p 1, and with
+// EMBER_DROPOUT_ADD_LAYER_NORM=0, it is dropout then add_layer_norm.
+std::pair<Tensor, Tensor> dropout_add_layer_norm(const Tensor& x, const Tensor& residual, double p,
+                                                 bool train, const Shape& normalized_shape,
+                                                 const Tensor& weight = Tensor(),
+                                                 const Tensor& bias = Tensor(), double eps = 1e-5,
+                                                 Generator* gen = nullptr);
+namespace detail {
+// dropout_add_layer_norm with y stored in `output`, as layer_norm_into_dtype.
+std::pair<Tensor, Tensor> dropout_add_layer_norm_into_dtype(
+    const Tensor& x, const Tensor& residual, double p, bool train, const Shape& normalized_shape,
+    const Tensor& weight, const Tensor& bias, double eps, DType output, Generator* gen = nullptr);
+// Whether dropout_add_layer_norm draws its mask inside add_layer_norm's pass
+// (EMBER_DROPOUT_ADD_LAYER_NORM, 0 or 1, on when unset); the setter is for tests and
+// benchmarks.
+bool dropout_add_layer_norm_fused();
+void set_dropout_add_layer_norm_fused(bool on);
+}  // namespace detail
 // y = x / sqrt(mean(x^2) + eps) * weight over the trailing dims normalized_shape, as
 // torch.nn.functional.rms_norm; weight (shape normalized_shape) may be undefined,
 // and eps defaults (nullopt) to the machine epsilon of the type the op computes in

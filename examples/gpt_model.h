@@ -59,6 +59,10 @@ struct CausalSelfAttention : nn::Module {
   }
   // x: (B, T, C) -> (B, T, C)
   Tensor forward(const Tensor& x) {
+    return nn::functional::dropout(branch(x), cfg.dropout, is_training());
+  }
+  // forward without its output's dropout (which Block applies inside its next norm)
+  Tensor branch(const Tensor& x) {
     nn::ForwardScope scope(*this);
     const int64_t B = x.size(0), T = x.size(1), C = cfg.n_embd, H = cfg.n_head, D = C / H;
     // q, k, v: (B, T, C) views of c_attn's (B, T, 3C) output, as nanoGPT's split;
@@ -70,7 +74,7 @@ struct CausalSelfAttention : nn::Module {
     const double p = is_training() ? cfg.dropout : 0.0;
     Tensor y = scaled_dot_product_attention(heads(0), heads(1), heads(2), Tensor(), p, true);
     y = reshape(transpose(y, 1, 2), {B, T, C});
-    return nn::functional::dropout(c_proj->forward(y), cfg.dropout, is_training());
+    return c_proj->forward(y);
   }
   GPTConfig cfg;
   std::shared_ptr<nn::Linear> c_attn, c_proj;
@@ -86,15 +90,19 @@ struct MLP : nn::Module {
                                            nn::LinearOptions(4 * c.n_embd, c.n_embd).bias(c.bias)));
   }
   Tensor forward(const Tensor& x) {
+    return nn::functional::dropout(branch(x), cfg.dropout, is_training());
+  }
+  // forward without its output's dropout (which Block applies inside its next norm)
+  Tensor branch(const Tensor& x) {
     nn::ForwardScope scope(*this);
-    return nn::functional::dropout(c_proj->forward(c_fc->forward(x)), cfg.dropout, is_training());
+    return c_proj->forward(c_fc->forward(x));
   }
   GPTConfig cfg;
   std::shared_ptr<nn::Linear> c_fc, c_proj;
 };
 
 struct Block : nn::Module {
-  explicit Block(const GPTConfig& c) {
+  explicit Block(const GPTConfig& c) : dropout(c.dropout) {
     ln_1 = register_module(
         "ln_1", std::make_shared<nn::LayerNorm>(
                     nn::LayerNormOptions({c.n_embd}).bias(c.bias).autocast_output(true)));
@@ -106,24 +114,27 @@ struct Block : nn::Module {
   }
   Tensor forward(const Tensor& x) {
     const auto [h, m] = forward_open(x, Tensor());
-    return h + m;
+    return h + nn::functional::dropout(m, dropout, is_training());
   }
-  // The block with its residual adds carried into the norms that follow them
-  // (nn::LayerNorm::forward_residual: one pass each where the fused kernels run):
-  // x, the residual stream; pending, the previous block's MLP output not yet added to
-  // it (undefined: nothing pending). Returns {the stream with this block's attention
-  // output added, this block's MLP output}: their sum is forward's result, which the
-  // next block's ln_1 (or the final norm) adds as it normalises.
+  // The block with its residual adds, and the dropouts of the sub-layers' outputs,
+  // carried into the norms that follow them (nn::LayerNorm::forward_residual: one pass
+  // each where the fused kernels run): x, the residual stream; pending, the previous
+  // block's MLP output not yet dropped and added to it (undefined: nothing pending).
+  // Returns {the stream with this block's attention output added, this block's MLP
+  // output}: the first plus the second's dropout is forward's result, which the next
+  // block's ln_1 (or the final norm) forms as it normalises. The generator is drawn in
+  // the same order as forward's dropouts would draw it.
   std::pair<Tensor, Tensor> forward_open(const Tensor& x, const Tensor& pending) {
     nn::ForwardScope scope(*this);
     Tensor stream = x, normed;
     if (pending.defined())
-      std::tie(stream, normed) = ln_1->forward_residual(x, pending);
+      std::tie(stream, normed) = ln_1->forward_residual(x, pending, dropout);
     else
       normed = ln_1->forward(x);
-    auto [h, normed2] = ln_2->forward_residual(stream, attn->forward(normed));
-    return {h, mlp->forward(normed2)};
+    auto [h, normed2] = ln_2->forward_residual(stream, attn->branch(normed), dropout);
+    return {h, mlp->branch(normed2)};
   }
+  double dropout;
   std::shared_ptr<nn::LayerNorm> ln_1, ln_2;
   std::shared_ptr<CausalSelfAttention> attn;
   std::shared_ptr<MLP> mlp;
@@ -183,7 +194,8 @@ struct GPT : nn::Module {
         nn::functional::dropout(wte->forward(idx) + wpe->forward(pos), cfg.dropout, is_training());
     Tensor pending;  // the last block's MLP output, added by the next norm
     for (auto& b : blocks) std::tie(x, pending) = b->forward_open(x, pending);
-    return pending.defined() ? ln_f->forward_residual(x, pending).second : ln_f->forward(x);
+    return pending.defined() ? ln_f->forward_residual(x, pending, cfg.dropout).second
+                             : ln_f->forward(x);
   }
   // Mean cross-entropy of the next-token predictions: targets (B, T) int64. The head
   // and the loss in one op (linear_cross_entropy), so the (B T, vocab) logits exist

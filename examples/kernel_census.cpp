@@ -162,8 +162,11 @@ class Census final : public MetaKernelObserver {
     const double out = a.y_bf16 ? 2 : es;
     // With a residual: its read and the sum's write as well (add_layer_norm).
     const double res = a.residual == nullptr ? 0 : (a.residual_bf16 ? 2 : es) + es;
-    const std::string what = std::string(a.residual != nullptr ? "fwd + residual" : "fwd") +
-                             (a.y_bf16 ? " (bf16 out)" : "");
+    const std::string what =
+        std::string(a.residual == nullptr               ? "fwd"
+                    : a.residual_dropout.threshold != 0 ? "fwd + dropped residual"
+                                                        : "fwd + residual") +
+        (a.y_bf16 ? " (bf16 out)" : "");
     note("layer_norm_fused", what, a.dtype, "-",
          n * (es + out + res) + static_cast<double>(a.cols) * es * 2 +
              static_cast<double>(a.rows) * 8);
@@ -191,8 +194,10 @@ class Census final : public MetaKernelObserver {
     note("cross_entropy_fused", a.op, a.dtype, "-", n * es * (a.d_logits != nullptr ? 2 : 1));
   }
   void measure(const kernels::DropoutArgs& a) {
-    note("dropout", "dropout", a.dtype, "-",
-         static_cast<double>(a.n) * static_cast<double>(element_size(a.dtype)) * 2);
+    // y_bf16: float32 read, bfloat16 written (a cast and the dropout in one pass).
+    const double in = static_cast<double>(element_size(a.dtype)), out = a.y_bf16 ? 2 : in;
+    note("dropout", a.y_bf16 ? "dropout (bf16 out)" : "dropout", a.dtype, "-",
+         static_cast<double>(a.n) * (in + out));
   }
   void measure(const kernels::FusedAdamArgs& a) {
     // param, grad, exp_avg, exp_avg_sq read; param, exp_avg, exp_avg_sq written (float32).

@@ -49,13 +49,25 @@ Tensor LayerNorm::forward(const Tensor& x) const {
   return layer_norm(x, options.normalized_shape(), weight, bias, options.eps());
 }
 
-std::pair<Tensor, Tensor> LayerNorm::forward_residual(const Tensor& x,
-                                                      const Tensor& residual) const {
+std::pair<Tensor, Tensor> LayerNorm::forward_residual(const Tensor& x, const Tensor& residual,
+                                                      double dropout) const {
+  EMBER_CHECK(dropout >= 0.0 && dropout <= 1.0,
+              "LayerNorm::forward_residual: dropout must be in [0, 1], got ", dropout);
   ForwardScope scope(*this);
-  if (options.autocast_output() && autocast_lowers({&x}))
-    return ember::detail::add_layer_norm_into_dtype(x, residual, options.normalized_shape(), weight,
-                                                    bias, options.eps(), autocast_dtype());
-  return add_layer_norm(x, residual, options.normalized_shape(), weight, bias, options.eps());
+  const bool train = is_training();
+  const bool lowers = options.autocast_output() && autocast_lowers({&x});
+  if (!train || dropout == 0.0) {  // add_layer_norm, so that its name tags what it allocates
+    if (lowers)
+      return ember::detail::add_layer_norm_into_dtype(
+          x, residual, options.normalized_shape(), weight, bias, options.eps(), autocast_dtype());
+    return add_layer_norm(x, residual, options.normalized_shape(), weight, bias, options.eps());
+  }
+  if (lowers)
+    return ember::detail::dropout_add_layer_norm_into_dtype(x, residual, dropout, train,
+                                                            options.normalized_shape(), weight,
+                                                            bias, options.eps(), autocast_dtype());
+  return dropout_add_layer_norm(x, residual, dropout, train, options.normalized_shape(), weight,
+                                bias, options.eps());
 }
 
 std::string LayerNorm::extra_repr() const {

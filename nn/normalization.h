@@ -62,7 +62,10 @@ class LayerNorm : public Module {
   Tensor forward(const Tensor& x) const;
   // {x + residual, forward(x + residual)} (core/ops.h, add_layer_norm): a pre-norm
   // transformer's residual add and this norm in one pass where the fused kernels run.
-  std::pair<Tensor, Tensor> forward_residual(const Tensor& x, const Tensor& residual) const;
+  // dropout > 0: the residual goes through dropout(residual, dropout, is_training())
+  // first (dropout_add_layer_norm: the mask drawn inside the same pass).
+  std::pair<Tensor, Tensor> forward_residual(const Tensor& x, const Tensor& residual,
+                                             double dropout = 0.0) const;
   // Weight back to ones, bias to zeros.
   void reset_parameters();
   std::string extra_repr() const override;

@@ -147,6 +147,9 @@ struct FillArgs {
 // offset + i, threshold) (core/base/random.h), else 0, computed in float32 (float64 for
 // float64) and rounded once; x and y contiguous, float32, float64 or bfloat16, y may be
 // x. Its backward is the same call on the gradient: the mask is drawn again, never kept.
+// y_bf16 (dtype float32): y is bfloat16, each x rounded to bfloat16 before it is scaled
+// (what a cast and then dropout give, in one pass: a float32 gradient sent to a bfloat16
+// branch through a dropout).
 struct DropoutArgs {
   Device device;
   DType dtype;
@@ -160,6 +163,20 @@ struct DropoutArgs {
   // Not null inside a CUDA graph (core/device_services.h's draw_counters): the counters
   // start at *offset_base + offset, read when the kernel runs.
   const uint64_t* offset_base = nullptr;
+  bool y_bf16 = false;
+};
+
+// Dropout on an operand a fused kernel reads (add_layer_norm's residual), drawn as the
+// dropout family draws it: element i of the operand (row-major) kept where
+// dropout_bits_keyed(key, offset + i) >= threshold (core/base/random.h; key is
+// dropout_key(seed)), then scaled by `scale` and rounded to the operand's storage type
+// (the bits dropout's own kernel would have written), else 0. threshold 0: no dropout.
+struct OperandDropout {
+  uint32_t key = 0;
+  uint32_t threshold = 0;
+  uint64_t offset = 0;
+  float scale = 1.f;
+  const uint64_t* offset_base = nullptr;  // as DropoutArgs's
 };
 
 // y[i] = lo + (hi - lo) U(seed, offset + i), or mean + std N(seed, offset + i)
@@ -499,6 +516,7 @@ struct CrossEntropyQuery {
 // x + residual, rounded to dtype as add's result is, and written to `sum` (dtype) as
 // well; residual is of dtype, or bfloat16 beside float32 x (residual_bf16), widened as
 // read. A transformer's residual add and the norm after it, in one pass.
+// residual_dropout (with a residual): the residual is read through that dropout first.
 struct LayerNormArgs {
   Device device;
   DType dtype;
@@ -514,6 +532,7 @@ struct LayerNormArgs {
   const void* residual = nullptr;
   void* sum = nullptr;
   bool residual_bf16 = false;
+  OperandDropout residual_dropout = {};
 };
 // Its backward from the kept statistics: d_x (may be null), d_w and d_b (cols;
 // null when not wanted), the column sums deterministic. d_x_add, when not null (and

@@ -256,30 +256,39 @@ void random(const RandomArgs& a) {
 }
 
 // Element-wise, so split over the pool freely: the same values at any thread count.
+// Y: X, or bfloat16 beside float32 X (each x rounded to Y first, as a cast then dropout).
+template <typename X, typename Y>
+void dropout_loop(const DropoutArgs& a) {
+  using C = std::conditional_t<std::is_same_v<Y, double>, double, float>;
+  const X* x = static_cast<const X*>(a.x);
+  Y* y = static_cast<Y*>(a.y);
+  const C scale = static_cast<C>(a.scale);
+  const uint32_t key = dropout_key(a.seed);  // dropout_keeps's seed part, once
+  auto run = [&](int64_t lo, int64_t hi) {
+    for (int64_t i = lo; i < hi; ++i) {
+      const bool keep = dropout_bits_keyed(key, a.offset + static_cast<uint64_t>(i)) >= a.threshold;
+      y[i] = Y(keep ? static_cast<C>(Y(x[i])) * scale : C(0));
+    }
+  };
+  if (cpu::fast_paths())
+    cpu::parallel_for(a.n, cpu::kElementwiseGrain, run);
+  else
+    run(0, a.n);
+}
+
 void dropout(const DropoutArgs& a) {
   EMBER_CHECK(a.offset_base == nullptr, "dropout: the CPU draws no counters from device memory");
+  if (a.y_bf16) {
+    EMBER_CHECK(a.dtype == DType::Float32,
+                "dropout: a bfloat16 result is written from float32 input only, got ", a.dtype);
+    return dropout_loop<float, BFloat16>(a);
+  }
   dispatch_cpu(a.dtype, [&](auto tag) {
     using S = decltype(tag);
-    if constexpr (std::is_floating_point_v<S> || std::is_same_v<S, BFloat16>) {
-      using C = std::conditional_t<std::is_same_v<S, double>, double, float>;
-      const S* x = static_cast<const S*>(a.x);
-      S* y = static_cast<S*>(a.y);
-      const C scale = static_cast<C>(a.scale);
-      const uint32_t key = dropout_key(a.seed);  // dropout_keeps's seed part, once
-      auto run = [&](int64_t lo, int64_t hi) {
-        for (int64_t i = lo; i < hi; ++i) {
-          const bool keep =
-              dropout_bits_keyed(key, a.offset + static_cast<uint64_t>(i)) >= a.threshold;
-          y[i] = S(keep ? static_cast<C>(x[i]) * scale : C(0));
-        }
-      };
-      if (cpu::fast_paths())
-        cpu::parallel_for(a.n, cpu::kElementwiseGrain, run);
-      else
-        run(0, a.n);
-    } else {
+    if constexpr (std::is_floating_point_v<S> || std::is_same_v<S, BFloat16>)
+      dropout_loop<S, S>(a);
+    else
       EMBER_CHECK(false, "dropout: takes float32, float64 or bfloat16, got ", a.dtype);
-    }
   });
 }
 

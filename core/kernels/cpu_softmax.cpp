@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "core/base/error.h"
+#include "core/base/random.h"
 #include "core/kernels/cpu_loops.h"
 #include "core/kernels/cpu_parallel.h"
 #include "core/kernels/cpu_vec.h"
@@ -173,15 +174,28 @@ EMBER_CPU_CLONES void layer_norm_rows(const LayerNormArgs& a, int64_t lo, int64_
   const float* res = a.residual_bf16 ? nullptr : static_cast<const float*>(a.residual);
   const BFloat16* res16 = a.residual_bf16 ? static_cast<const BFloat16*>(a.residual) : nullptr;
   float* sum = static_cast<float*>(a.sum);
+  const OperandDropout& drop = a.residual_dropout;
   {
     for (int64_t r = lo; r < hi; ++r) {
       const float* xr = x + r * n;
       if (sum != nullptr) {
         float* sr = sum + r * n;
-        if (res16 != nullptr)
+        if (drop.threshold != 0) {  // the residual through its dropout first
+          const uint64_t first = drop.offset + static_cast<uint64_t>(r * n);
+          for (int64_t k = 0; k < n; ++k) {
+            const bool keep =
+                dropout_bits_keyed(drop.key, first + static_cast<uint64_t>(k)) >= drop.threshold;
+            const float v = !keep ? 0.f
+                            : res16 != nullptr
+                                ? float(BFloat16(float(res16[r * n + k]) * drop.scale))
+                                : res[r * n + k] * drop.scale;
+            sr[k] = xr[k] + v;
+          }
+        } else if (res16 != nullptr) {
           for (int64_t k = 0; k < n; ++k) sr[k] = xr[k] + float(res16[r * n + k]);
-        else
+        } else {
           for (int64_t k = 0; k < n; ++k) sr[k] = xr[k] + res[r * n + k];
+        }
         xr = sr;
       }
       float* yr = a.y_bf16 ? scratch.data() : y + r * n;
@@ -208,6 +222,8 @@ EMBER_CPU_CLONES void layer_norm_rows(const LayerNormArgs& a, int64_t lo, int64_
 }
 
 void layer_norm_forward(const LayerNormArgs& a) {
+  EMBER_CHECK(a.residual_dropout.offset_base == nullptr,
+              "layer_norm: the CPU draws no counters from device memory");
   cpu::parallel_for(a.rows, row_grain(a.cols),
                     [&](int64_t lo, int64_t hi) { layer_norm_rows(a, lo, hi); });
 }

@@ -12,34 +12,36 @@
 #include "core/device_services.h"
 #include "core/kernel_table.h"
 #include "core/ops.h"
+#include "core/ops/dropout_draw.h"
 
 namespace ember {
 
-namespace {
+using detail::DropoutDraw;
 
-struct Draw {
-  uint64_t seed, offset;
-  uint32_t threshold;
-  double scale;
-  const uint64_t* base;  // inside a CUDA graph: the replay's word (draw_counters)
-};
-
-// x with the draw's mask and scale, differentiable (its backward: the same draw).
-Tensor apply_draw(const Tensor& x, const Draw& d) {
-  const Tensor xs = contiguous(x.detach());
-  Tensor y = empty(xs.sizes(), xs.options());
-  if (xs.numel() > 0)
-    kernels::kernels_for(xs.device())
-        .dropout({xs.device(), xs.dtype(), xs.raw_data(), y.raw_data(), xs.numel(), d.seed,
-                  d.offset, d.threshold, d.scale, d.base});
-  if (any_requires_grad({&x}))
-    attach_grad_fn(y, "FusedDropoutBackward", {&x}, [d](const Tensor& grad, const SavedTensors&) {
-      return std::vector<Tensor>{apply_draw(grad, d)};
-    });
-  return y;
+DropoutDraw detail::draw_dropout(const Tensor& x, double p, Generator* gen, const char* what) {
+  Generator& g = gen != nullptr ? *gen : default_generator();
+  const RandomCounters c = draw_counters(x.device(), g, static_cast<uint64_t>(x.numel()), what);
+  return {c.seed, c.offset, dropout_threshold(p), 1.0 / (1.0 - p), c.base};
 }
 
-}  // namespace
+Tensor detail::apply_dropout_draw(const Tensor& x, const DropoutDraw& d, DType out) {
+  const bool narrowing = x.dtype() == kFloat32 && out == kBFloat16;
+  if (out != x.dtype() && !narrowing) return apply_dropout_draw(cast(x, out), d, out);
+  const Tensor xs = contiguous(x.detach());
+  Tensor y = empty(xs.sizes(), TensorOptions(out).device(xs.device()));
+  if (xs.numel() > 0) {
+    kernels::DropoutArgs args{xs.device(), xs.dtype(), xs.raw_data(), y.raw_data(), xs.numel(),
+                              d.seed,      d.offset,   d.threshold,   d.scale,      d.base};
+    args.y_bf16 = narrowing;
+    kernels::kernels_for(xs.device()).dropout(args);
+  }
+  if (any_requires_grad({&x}))
+    attach_grad_fn(y, "FusedDropoutBackward", {&x},
+                   [d, in = x.dtype()](const Tensor& grad, const SavedTensors&) {
+                     return std::vector<Tensor>{apply_dropout_draw(grad, d, in)};
+                   });
+  return y;
+}
 
 Tensor dropout(const Tensor& x, double p, bool train, Generator* gen) {
   OpSite site("dropout");
@@ -50,10 +52,7 @@ Tensor dropout(const Tensor& x, double p, bool train, Generator* gen) {
   EMBER_CHECK(x.dtype() == kFloat32 || x.dtype() == kFloat64 || x.dtype() == kBFloat16,
               "dropout: takes float32, float64 or bfloat16, got ", x.dtype());
   // Inside a CUDA graph the counters come from a word each replay sets (draw_counters).
-  Generator& g = gen != nullptr ? *gen : default_generator();
-  const RandomCounters c =
-      draw_counters(x.device(), g, static_cast<uint64_t>(x.numel()), "dropout");
-  return apply_draw(x, {c.seed, c.offset, dropout_threshold(p), 1.0 / (1.0 - p), c.base});
+  return detail::apply_dropout_draw(x, detail::draw_dropout(x, p, gen, "dropout"), x.dtype());
 }
 
 }  // namespace ember

@@ -18,8 +18,10 @@
 #include "core/alloc_site.h"
 #include "core/autograd.h"
 #include "core/base/env_switch.h"
+#include "core/base/random.h"
 #include "core/kernel_table.h"
 #include "core/ops.h"
+#include "core/ops/dropout_draw.h"
 
 namespace ember {
 
@@ -97,22 +99,32 @@ Tensor layer_norm_composed(const Tensor& input, int64_t rows, int64_t cols, cons
 
 // The sum's gradient rule: add's (binary_op's AddBackward), each operand's gradient
 // the sum's in that operand's dtype (a bfloat16 branch's cast back, as add's own).
-void attach_add_backward(Tensor& sum, const Tensor& x, const Tensor& residual) {
+// drop (not null: the residual went through that dropout): the residual's gradient is
+// the sum's through the same draw, cast and mask in one pass (DropoutAddBackward).
+void attach_add_backward(Tensor& sum, const Tensor& x, const Tensor& residual,
+                         const detail::DropoutDraw* drop) {
   if (!any_requires_grad({&x, &residual})) return;
-  attach_grad_fn(sum, "AddBackward", {&x, &residual},
+  const std::optional<detail::DropoutDraw> d =
+      drop != nullptr ? std::optional(*drop) : std::nullopt;
+  attach_grad_fn(sum, d ? "DropoutAddBackward" : "AddBackward", {&x, &residual},
                  [gx = x.requires_grad(), gr = residual.requires_grad(), tx = x.dtype(),
-                  tr = residual.dtype()](const Tensor& g) {
-                   return Grads{gx ? as_dtype(g, tx) : Tensor(), gr ? as_dtype(g, tr) : Tensor()};
+                  tr = residual.dtype(), d](const Tensor& g) {
+                   const Tensor r = !gr ? Tensor()
+                                    : d ? detail::apply_dropout_draw(g, *d, tr)
+                                        : as_dtype(g, tr);
+                   return Grads{gx ? as_dtype(g, tx) : Tensor(), r};
                  });
 }
 
 // out: the result's dtype, x's or (x float32) bfloat16, written so by the kernel.
 // residual (of x's shape and dtype, or bfloat16 beside float32 x), when defined: the
 // row normalised is x + residual, which the same kernel writes to *sum_out, recorded
-// for autograd as add's result; the norm's input is then that sum.
+// for autograd as add's result; the norm's input is then that sum. drop (not null,
+// with a residual): the residual is read through that dropout.
 Tensor layer_norm_fused(const Tensor& x, const Shape& shape, int64_t rows, int64_t cols,
                         const Tensor& w, const Tensor& b, double eps, DType out,
-                        const Tensor& residual = Tensor(), Tensor* sum_out = nullptr) {
+                        const Tensor& residual = Tensor(), Tensor* sum_out = nullptr,
+                        const detail::DropoutDraw* drop = nullptr) {
   const Device device = x.device();
   const Tensor xc = contiguous(x.detach());
   const Tensor rc = residual.defined() ? contiguous(residual.detach()) : Tensor();
@@ -138,12 +150,15 @@ Tensor layer_norm_fused(const Tensor& x, const Shape& shape, int64_t rows, int64
   fwd.residual = ptr_of(rc);
   fwd.sum = mut_ptr_of(sum);
   fwd.residual_bf16 = rc.defined() && rc.dtype() != x.dtype();
+  if (drop != nullptr)
+    fwd.residual_dropout = {dropout_key(drop->seed), drop->threshold, drop->offset,
+                            static_cast<float>(drop->scale), drop->base};
   kernels::kernels_for(device).layer_norm_fused(fwd);
   // The norm's input: x, or the sum (add's result, x and residual its inputs).
   const Tensor* in = &x;
   Tensor saved = xc;
   if (sum.defined()) {
-    attach_add_backward(sum, x, residual);
+    attach_add_backward(sum, x, residual, drop);
     saved = sum.detach();
     *sum_out = sum;
     in = sum_out;
@@ -284,26 +299,39 @@ Tensor detail::layer_norm_into_dtype(const Tensor& input, const Shape& normalize
 
 namespace {
 
-std::atomic<int> g_add_layer_norm{-1};  // -1: EMBER_ADD_LAYER_NORM not read yet
+std::atomic<int> g_add_layer_norm{-1};          // -1: EMBER_ADD_LAYER_NORM not read yet
+std::atomic<int> g_dropout_add_layer_norm{-1};  // -1: EMBER_DROPOUT_ADD_LAYER_NORM not read yet
 
-// {x + residual, layer_norm of it} (the norm's result in `output`, nullopt: the dtype it
-// computes in). One fused pass where the layer norm's kernels run and the operands fit
-// them; otherwise add, then layer_norm_to: the same values and graph either way.
-std::pair<Tensor, Tensor> add_layer_norm_to(const Tensor& x, const Tensor& residual,
+// The residual's dropout in dropout_add_layer_norm: p, train and gen as dropout's.
+struct ResidualDropout {
+  double p = 0.0;
+  bool train = false;
+  Generator* gen = nullptr;
+};
+
+// {x + dropout(residual), layer_norm of it} (the norm's result in `output`, nullopt: the
+// dtype it computes in; no dropout where drop.train is false or drop.p 0). One fused
+// pass where the layer norm's kernels run and the operands fit them; otherwise
+// (dropout,) add, then layer_norm_to: the same values either way.
+std::pair<Tensor, Tensor> add_layer_norm_to(const char* op, const Tensor& x, const Tensor& residual,
+                                            const ResidualDropout& drop,
                                             const Shape& normalized_shape, const Tensor& weight,
                                             const Tensor& bias, double eps,
                                             std::optional<DType> output) {
-  OpSite site("add_layer_norm");
-  check_defined("add_layer_norm", x, "input");
-  check_defined("add_layer_norm", residual, "residual");
-  check_same_device("add_layer_norm", x, residual);
-  EMBER_CHECK(x.sizes() == residual.sizes(), "add_layer_norm: the residual of shape ",
+  OpSite site(op);
+  check_defined(op, x, "input");
+  check_defined(op, residual, "residual");
+  check_same_device(op, x, residual);
+  EMBER_CHECK(x.sizes() == residual.sizes(), op, ": the residual of shape ",
               shape_str(residual.sizes()), " does not match the input of shape ",
               shape_str(x.sizes()), " (add the broadcast with add, then layer_norm)");
-  check_norm("add_layer_norm", x, normalized_shape, weight, bias, eps);
-  check_floating("add_layer_norm", residual);
-  EMBER_CHECK(!output || is_floating(*output),
-              "add_layer_norm: the result's dtype must be floating, got ", *output);
+  check_norm(op, x, normalized_shape, weight, bias, eps);
+  check_floating(op, residual);
+  EMBER_CHECK(!output || is_floating(*output), op, ": the result's dtype must be floating, got ",
+              *output);
+  EMBER_CHECK(drop.p >= 0.0 && drop.p <= 1.0, op, ": dropout probability must be in [0, 1], got ",
+              drop.p);
+  const bool drops = drop.train && drop.p > 0.0;
   // The sum's dtype is add's; the norm computes in it unless the parameters promote it.
   const DType dtype = norm_dtype(promote_types(x.dtype(), residual.dtype()), weight, bias);
   const DType out = output.value_or(dtype);
@@ -315,13 +343,22 @@ std::pair<Tensor, Tensor> add_layer_norm_to(const Tensor& x, const Tensor& resid
       detail::add_layer_norm_fused() && residual_fits && dtype == x.dtype() &&
       (out == dtype || (dtype == kFloat32 && out == kBFloat16)) &&
       kernels::kernels_for(x.device()).layer_norm_fused_supported({x.device(), dtype, rows, cols});
+  // The dropout inside the pass: p below 1 (p 1 is dropout's multiply by 0) and the switch on.
+  if (drops && (!fused || drop.p == 1.0 || !detail::dropout_add_layer_norm_fused())) {
+    const Tensor dropped = dropout(residual, drop.p, true, drop.gen);
+    return add_layer_norm_to(op, x, dropped, ResidualDropout{}, normalized_shape, weight, bias, eps,
+                             output);
+  }
   if (!fused) {
     Tensor sum = add(x, residual);
     return {sum, layer_norm_to(sum, normalized_shape, weight, bias, eps, output)};
   }
   const Tensor w = as_dtype(weight, dtype), b = as_dtype(bias, dtype);
+  std::optional<detail::DropoutDraw> draw;
+  if (drops) draw = detail::draw_dropout(residual, drop.p, drop.gen, op);
   Tensor sum;
-  Tensor y = layer_norm_fused(x, normalized_shape, rows, cols, w, b, eps, out, residual, &sum);
+  Tensor y = layer_norm_fused(x, normalized_shape, rows, cols, w, b, eps, out, residual, &sum,
+                              draw ? &*draw : nullptr);
   return {std::move(sum), std::move(y)};
 }
 
@@ -335,10 +372,19 @@ void detail::set_add_layer_norm_fused(bool on) {
   g_add_layer_norm.store(on ? 1 : 0, std::memory_order_relaxed);
 }
 
+bool detail::dropout_add_layer_norm_fused() {
+  return env_switch(g_dropout_add_layer_norm, "EMBER_DROPOUT_ADD_LAYER_NORM", true);
+}
+
+void detail::set_dropout_add_layer_norm_fused(bool on) {
+  g_dropout_add_layer_norm.store(on ? 1 : 0, std::memory_order_relaxed);
+}
+
 std::pair<Tensor, Tensor> add_layer_norm(const Tensor& x, const Tensor& residual,
                                          const Shape& normalized_shape, const Tensor& weight,
                                          const Tensor& bias, double eps) {
-  return add_layer_norm_to(x, residual, normalized_shape, weight, bias, eps, std::nullopt);
+  return add_layer_norm_to("add_layer_norm", x, residual, ResidualDropout{}, normalized_shape,
+                           weight, bias, eps, std::nullopt);
 }
 
 std::pair<Tensor, Tensor> detail::add_layer_norm_into_dtype(const Tensor& x, const Tensor& residual,
@@ -346,7 +392,23 @@ std::pair<Tensor, Tensor> detail::add_layer_norm_into_dtype(const Tensor& x, con
                                                             const Tensor& weight,
                                                             const Tensor& bias, double eps,
                                                             DType output) {
-  return add_layer_norm_to(x, residual, normalized_shape, weight, bias, eps, output);
+  return add_layer_norm_to("add_layer_norm", x, residual, ResidualDropout{}, normalized_shape,
+                           weight, bias, eps, output);
+}
+
+std::pair<Tensor, Tensor> dropout_add_layer_norm(const Tensor& x, const Tensor& residual, double p,
+                                                 bool train, const Shape& normalized_shape,
+                                                 const Tensor& weight, const Tensor& bias,
+                                                 double eps, Generator* gen) {
+  return add_layer_norm_to("dropout_add_layer_norm", x, residual, {p, train, gen}, normalized_shape,
+                           weight, bias, eps, std::nullopt);
+}
+
+std::pair<Tensor, Tensor> detail::dropout_add_layer_norm_into_dtype(
+    const Tensor& x, const Tensor& residual, double p, bool train, const Shape& normalized_shape,
+    const Tensor& weight, const Tensor& bias, double eps, DType output, Generator* gen) {
+  return add_layer_norm_to("dropout_add_layer_norm", x, residual, {p, train, gen}, normalized_shape,
+                           weight, bias, eps, output);
 }
 
 Tensor rms_norm(const Tensor& input, const Shape& normalized_shape, const Tensor& weight,

@@ -294,6 +294,29 @@ __global__ void map2_vec_kernel(F f, const X* x, const Y* y, O* out, int64_t n) 
   if (blockIdx.x == 0 && i < n) store(out + i, f(load(x + i), load(y + i)));
 }
 
+// dropout_kernel over whole packs of V (16 bytes of the wider type per thread), then the
+// tail (block 0): each element drawn and computed as dropout_kernel does, so the bits
+// are the same.
+template <int V, typename X, typename Y>
+__global__ void dropout_vec_kernel(const X* x, Y* y, int64_t n, uint32_t key, uint64_t offset,
+                                   uint32_t threshold, float scale, const uint64_t* offset_base) {
+  if (offset_base != nullptr) offset += *offset_base;  // inside a CUDA graph
+  const int64_t packs = n / V;
+  for (int64_t p = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; p < packs;
+       p += int64_t(gridDim.x) * blockDim.x) {
+    const Pack<X, V> xv = reinterpret_cast<const Pack<X, V>*>(x)[p];
+    const uint64_t first = offset + static_cast<uint64_t>(p) * V;
+    Pack<Y, V> yv;
+#pragma unroll
+    for (int j = 0; j < V; ++j)
+      yv.v[j] = narrow<Y>(dropped<X, Y>(xv.v[j], key, first + j, threshold, scale));
+    reinterpret_cast<Pack<Y, V>*>(y)[p] = yv;
+  }
+  const int64_t i = packs * V + threadIdx.x;
+  if (blockIdx.x == 0 && i < n)
+    y[i] = narrow<Y>(dropped<X, Y>(x[i], key, offset + static_cast<uint64_t>(i), threshold, scale));
+}
+
 // The formulas the strided kernels apply, as functors for the map kernels (C: the
 // type they compute in, float for float32 and bfloat16 storage).
 template <typename C>
@@ -352,18 +375,26 @@ __global__ void random_kernel(S* y, int64_t n, uint64_t seed, uint64_t offset, b
   }
 }
 
-// Dropout, its mask drawn here (kernel_families.h's DropoutArgs); x may be y.
-template <typename S>
-__global__ void dropout_kernel(const S* x, S* y, int64_t n, uint64_t seed, uint64_t offset,
-                               uint32_t threshold, typename CompOf<S>::type scale,
+// Dropout, its mask drawn here (kernel_families.h's DropoutArgs); x may be y. key:
+// dropout_key(seed), made once by the caller. Y: X, or bfloat16 beside float32 X (x
+// rounded to Y before it is scaled, as a cast and then dropout).
+template <typename X, typename Y>
+__device__ __forceinline__ typename CompOf<Y>::type dropped(X x, uint32_t key, uint64_t counter,
+                                                            uint32_t threshold,
+                                                            typename CompOf<Y>::type scale) {
+  using C = typename CompOf<Y>::type;
+  const bool keep = dropout_bits_keyed(key, counter) >= threshold;
+  return keep ? widen(narrow<Y>(widen(x))) * scale : C(0);
+}
+
+template <typename X, typename Y>
+__global__ void dropout_kernel(const X* x, Y* y, int64_t n, uint32_t key, uint64_t offset,
+                               uint32_t threshold, typename CompOf<Y>::type scale,
                                const uint64_t* offset_base) {
-  using C = typename CompOf<S>::type;
   if (offset_base != nullptr) offset += *offset_base;  // inside a CUDA graph
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
-       i += int64_t(gridDim.x) * blockDim.x) {
-    const bool keep = dropout_keeps(seed, offset + static_cast<uint64_t>(i), threshold);
-    y[i] = narrow<S>(keep ? widen(x[i]) * scale : C(0));
-  }
+       i += int64_t(gridDim.x) * blockDim.x)
+    y[i] = narrow<Y>(dropped<X, Y>(x[i], key, offset + static_cast<uint64_t>(i), threshold, scale));
 }
 
 // The runtime's handle of `kernel`, looked up once per kernel. Since CUDA 13,
@@ -748,16 +779,36 @@ void launch_random(DType dtype, void* y, int64_t n, uint64_t seed, uint64_t offs
 
 namespace {
 
-void launch_dropout(DType dtype, const void* x, void* y, int64_t n, uint64_t seed, uint64_t offset,
-                    uint32_t threshold, double scale, const uint64_t* offset_base,
-                    cudaStream_t stream) {
-  if (n == 0) return;
-  dispatch_float(dtype, "dropout", [&](auto* tag) {
-    using S = std::remove_pointer_t<decltype(tag)>;
-    using C = typename CompOf<S>::type;
-    launch<dropout_kernel<S>>(n, stream, static_cast<const S*>(x), static_cast<S*>(y), n, seed,
-                              offset, threshold, static_cast<C>(scale), offset_base);
-  });
+// Float32 and bfloat16 take the vector kernel where both operands are aligned to a pack
+// (and EMBER_ELEMENTWISE_VECTORS is on); float64 and the rest the strided one.
+void launch_dropout(const kernels::DropoutArgs& a, cudaStream_t stream) {
+  if (a.n == 0) return;
+  EMBER_CHECK(!a.y_bf16 || a.dtype == DType::Float32,
+              "dropout: a bfloat16 result is written from float32 input only, got ", a.dtype);
+  const uint32_t key = dropout_key(a.seed);
+  auto go = [&](auto* x_tag, auto* y_tag) {
+    using X = std::remove_pointer_t<decltype(x_tag)>;
+    using Y = std::remove_pointer_t<decltype(y_tag)>;
+    using C = typename CompOf<Y>::type;
+    const X* x = static_cast<const X*>(a.x);
+    Y* y = static_cast<Y*>(a.y);
+    if constexpr (vector_type<X> && vector_type<Y>) {
+      constexpr int v = pack_of<X, Y>();
+      const auto aligned = [](const void* p, size_t bytes) {
+        return reinterpret_cast<uintptr_t>(p) % bytes == 0;
+      };
+      if (elementwise_vectors() && a.n >= v && aligned(x, sizeof(X) * v) &&
+          aligned(y, sizeof(Y) * v)) {
+        launch<dropout_vec_kernel<v, X, Y>>(a.n / v, stream, x, y, a.n, key, a.offset, a.threshold,
+                                            static_cast<float>(a.scale), a.offset_base);
+        return;
+      }
+    }
+    launch<dropout_kernel<X, Y>>(a.n, stream, x, y, a.n, key, a.offset, a.threshold,
+                                 static_cast<C>(a.scale), a.offset_base);
+  };
+  if (a.y_bf16) return go(static_cast<float*>(nullptr), static_cast<__nv_bfloat16*>(nullptr));
+  dispatch_float(a.dtype, "dropout", [&](auto* tag) { go(tag, tag); });
 }
 
 }  // namespace
@@ -854,8 +905,7 @@ void random(const kernels::RandomArgs& a) {
 
 void dropout(const kernels::DropoutArgs& a) {
   DeviceGuard guard(a.device.index);
-  launch_dropout(a.dtype, a.x, a.y, a.n, a.seed, a.offset, a.threshold, a.scale, a.offset_base,
-                 current_stream(a.device.index));
+  launch_dropout(a, current_stream(a.device.index));
 }
 
 }  // namespace entry

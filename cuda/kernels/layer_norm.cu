@@ -22,6 +22,7 @@
 #include <string>
 
 #include "core/base/env_switch.h"
+#include "core/base/random.h"
 #include "cuda/check.h"
 #include "cuda/kernels/kernel_helpers.cuh"
 #include "cuda/kernels/layer_norm.h"
@@ -211,11 +212,24 @@ __device__ __forceinline__ void backward_store(float (&g)[N], const float (&xh)[
 
 // Forward with a residual (kRes): v (x's row) += the residual's row, each element rounded
 // to S as add's result is, and the row of the sum stored; v is then what is normalised.
+// drop (threshold not 0): the residual read through that dropout (kernels::OperandDropout),
+// its counters from drop_first (drop.offset, plus the graph's word) + the element's index.
 template <typename IO, typename S, typename SR, int N>
 __device__ __forceinline__ void add_residual(float (&v)[N], const SR* __restrict__ residual,
-                                             S* __restrict__ sum, int64_t at, int64_t cols) {
+                                             S* __restrict__ sum, int64_t at, int64_t cols,
+                                             const kernels::OperandDropout& drop,
+                                             uint64_t drop_first) {
   float r[N];
   IO::template load_as<SR>(residual + at, cols, r, 0.f);
+  if (drop.threshold != 0) {
+    const uint64_t first = drop_first + static_cast<uint64_t>(at);
+#pragma unroll
+    for (int i = 0; i < N; ++i) {
+      const uint64_t c = first + static_cast<uint64_t>(IO::col(i / IO::V, i % IO::V));
+      const bool keep = dropout_bits_keyed(drop.key, c) >= drop.threshold;
+      r[i] = keep ? widen(narrow<SR>(r[i] * drop.scale)) : 0.f;
+    }
+  }
 #pragma unroll
   for (int i = 0; i < N; ++i) v[i] = widen(narrow<S>(v[i] + r[i]));
   IO::store(sum + at, cols, v);
@@ -230,7 +244,7 @@ __global__ void __launch_bounds__(kThreads)
     layer_norm_kernel(const S* __restrict__ x, const S* __restrict__ w, const S* __restrict__ b,
                       SY* __restrict__ y, float* __restrict__ mean, float* __restrict__ rstd,
                       int64_t rows, int64_t cols, float eps, const SR* __restrict__ residual,
-                      S* __restrict__ sum) {
+                      S* __restrict__ sum, kernels::OperandDropout drop) {
   using IO = RowIO<S, kThreads, kItems, kVec>;
   using BlockReduce = cub::BlockReduce<float, kThreads>;
   __shared__ typename BlockReduce::TempStorage temp;
@@ -241,10 +255,14 @@ __global__ void __launch_bounds__(kThreads)
   if (w != nullptr) IO::load(w, cols, wv, 1.f);
   if (b != nullptr) IO::load(b, cols, bv, 0.f);
   const float inv_cols = 1.f / static_cast<float>(cols);
+  // The residual dropout's first counter (inside a CUDA graph, plus the replay's word).
+  [[maybe_unused]] const uint64_t drop_first =
+      drop.offset +
+      (kRes && drop.threshold != 0 && drop.offset_base != nullptr ? *drop.offset_base : 0);
   for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
     float v[kItems];
     IO::load(x + row * cols, cols, v, 0.f);
-    if constexpr (kRes) add_residual<IO>(v, residual, sum, row * cols, cols);
+    if constexpr (kRes) add_residual<IO>(v, residual, sum, row * cols, cols, drop, drop_first);
     float mu = 0.f;
     if constexpr (!kRms) {
       float s = 0.f;
@@ -407,7 +425,8 @@ __global__ void __launch_bounds__(kWarpBlock)
     layer_norm_warp_kernel(const S* __restrict__ x, const S* __restrict__ w,
                            const S* __restrict__ b, SY* __restrict__ y, float* __restrict__ mean,
                            float* __restrict__ rstd, int64_t rows, int64_t cols, float eps,
-                           const SR* __restrict__ residual, S* __restrict__ sum) {
+                           const SR* __restrict__ residual, S* __restrict__ sum,
+                           kernels::OperandDropout drop) {
   using IO = RowIO<S, 32, kItems, kVec>;
   constexpr int kWarps = kWarpBlock / 32;
   float wv[kItems], bv[kItems];
@@ -416,12 +435,16 @@ __global__ void __launch_bounds__(kWarpBlock)
   if (w != nullptr) IO::load(w, cols, wv, 1.f);
   if (b != nullptr) IO::load(b, cols, bv, 0.f);
   const float inv_cols = 1.f / static_cast<float>(cols);
+  // The residual dropout's first counter (inside a CUDA graph, plus the replay's word).
+  [[maybe_unused]] const uint64_t drop_first =
+      drop.offset +
+      (kRes && drop.threshold != 0 && drop.offset_base != nullptr ? *drop.offset_base : 0);
   const int64_t stride = static_cast<int64_t>(gridDim.x) * kWarps;
   for (int64_t row = static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32; row < rows;
        row += stride) {
     float v[kItems];
     IO::load(x + row * cols, cols, v, 0.f);
-    if constexpr (kRes) add_residual<IO>(v, residual, sum, row * cols, cols);
+    if constexpr (kRes) add_residual<IO>(v, residual, sum, row * cols, cols, drop, drop_first);
     float mu = 0.f;
     if constexpr (!kRms) {
       float s = 0.f;
@@ -554,7 +577,7 @@ template <bool kRms>
 void launch_forward(DType dtype, const void* x, const void* w, const void* b, void* y, void* mean,
                     void* rstd, int64_t rows, int64_t cols, double eps, cudaStream_t stream,
                     bool y_bf16 = false, const void* residual = nullptr, void* sum = nullptr,
-                    bool residual_bf16 = false) {
+                    bool residual_bf16 = false, const kernels::OperandDropout& drop = {}) {
   if (rows == 0) return;
   const char* op = kRms ? "rms_norm" : "layer_norm";
   EMBER_CHECK(layer_norm_supported(dtype, cols), op, ": the fused kernel does not take ", cols,
@@ -568,6 +591,8 @@ void launch_forward(DType dtype, const void* x, const void* w, const void* b, vo
               ")");
   EMBER_CHECK(!residual_bf16 || (residual != nullptr && dtype == DType::Float32), op,
               ": a bfloat16 residual is read beside float32 input only, got ", dtype);
+  EMBER_CHECK(drop.threshold == 0 || residual != nullptr, op,
+              ": a residual dropout without a residual");
   dispatch_float32_bf16(dtype, op, [&](auto* tag) {
     using S = std::remove_pointer_t<decltype(tag)>;
     const bool vec = cols % (16 / sizeof(S)) == 0 && aligned16(x) && aligned16(y) &&
@@ -584,7 +609,8 @@ void launch_forward(DType dtype, const void* x, const void* w, const void* b, vo
           kernel<<<static_cast<unsigned>(grid), threads, 0, stream>>>(
               static_cast<const S*>(x), static_cast<const S*>(w), static_cast<const S*>(b),
               static_cast<SY*>(y), static_cast<float*>(mean), static_cast<float*>(rstd), rows, cols,
-              static_cast<float>(eps), static_cast<const SR*>(residual), static_cast<S*>(sum));
+              static_cast<float>(eps), static_cast<const SR*>(residual), static_cast<S*>(sum),
+              drop);
         };
         if (by_warp) {
           const int64_t warp_blocks = ceil_div(rows, kWarpBlock / 32);
@@ -803,7 +829,7 @@ void layer_norm_fused(const kernels::LayerNormArgs& a) {
   DeviceGuard guard(a.device.index);
   launch_forward<false>(a.dtype, a.x, a.w, a.b, a.y, a.mean, a.rstd, a.rows, a.cols, a.eps,
                         current_stream(a.device.index), a.y_bf16, a.residual, a.sum,
-                        a.residual_bf16);
+                        a.residual_bf16, a.residual_dropout);
 }
 
 void layer_norm_backward_fused(const kernels::LayerNormBackwardArgs& a) {

@@ -1111,6 +1111,26 @@ const std::vector<OpEntry>& op_table() {
           {{x({7, 1025}), x({7, 1025}), x({1025}), x({1025})}, 1},
           {{x({3, 4097}), x({3, 4097})}, 1}},
          Grad::Yes, kReduction},
+        // After add_layer_norm, last for the same reason. Its inputs, normalised over the
+        // last dim, the residual through dropout drawn from a fixed generator (the same
+        // mask on every call and device, as dropout's entry); arg: p in percent.
+        {"dropout_add_layer_norm", "",
+         [](const Inputs& v, int64_t percent) {
+           Generator g(31);
+           g.set_offset(9);
+           const Shape normalized{v[0].sizes().back()};
+           auto [sum, y] = dropout_add_layer_norm(v[0], v[1], static_cast<double>(percent) / 100.0,
+                                                  true, normalized, undefined_or(v, 2),
+                                                  undefined_or(v, 3), 1e-5, &g);
+           return scaled_cat({sum, y});
+         },
+         {{{x({4, 5}), x({4, 5}), x({5}), x({5})}, 30},
+          {{x({3, 6}), x({3, 6})}, 50},
+          {{x({5, 4}).T(), x({5, 4}), x({4}), x({4})}, 20},
+          {{x({3, 8}), x({3, 8}).strided(), x({8}), x({8})}, 0},
+          {{x({0, 8}), x({0, 8}), x({8}), x({8})}, 30},
+          {{x({7, 1025}), x({7, 1025}), x({1025}), x({1025})}, 10}},
+         Grad::Yes, kReduction},
     };
     t.insert(t.end(), entries.begin(), entries.end());
     return t;

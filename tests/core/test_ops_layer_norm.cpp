@@ -4,6 +4,11 @@
 // tests/core/op_table.cpp).
 #include <doctest/doctest.h>
 
+#include <cmath>
+#include <string>
+#include <utility>
+#include <vector>
+
 #include "core/autograd.h"
 #include "core/ops.h"
 #include "gradcheck.h"
@@ -201,4 +206,94 @@ TEST_CASE("add_layer_norm: float64 composes; shapes, dtypes and devices are chec
   CHECK_THROWS_WITH_AS(
       detail::add_layer_norm_into_dtype(x, r, {5}, Tensor(), Tensor(), 1e-5, kInt64),
       doctest::Contains("add_layer_norm: the result's dtype must be floating"), Error);
+}
+
+// dropout_add_layer_norm with its mask drawn inside the pass (the CPU's fused float32
+// kernel, and the gradient's one pass from float32 to a bfloat16 residual) against
+// dropout then add_layer_norm (the switch off): the same bits for the sums, the results
+// and every gradient, through two norms in a row as a block chains them, and the
+// generator left at the same counter. The first sum against the documented mask
+// (dropout_mask) in float64, and the residual's gradient against the mask too, so a
+// mask drawn wrongly on both paths would still fail.
+TEST_CASE("dropout_add_layer_norm: the mask inside the pass equals dropout then the norm") {
+  ember::testing::SwitchGuard guard(detail::dropout_add_layer_norm_fused,
+                                    detail::set_dropout_add_layer_norm_fused);
+  const int64_t rows = 13, cols = 40;
+  const double p = 0.3;
+  Generator gen(140);
+  const Tensor x0 = randn({rows, cols}, kFloat32, &gen), w0 = randn({cols}, kFloat32, &gen),
+               b0 = randn({cols}, kFloat32, &gen), r0 = randn({rows, cols}, kFloat32, &gen),
+               r1 = randn({rows, cols}, kFloat32, &gen), gy = randn({rows, cols}, kFloat32, &gen);
+  for (DType rdt : {kFloat32, kBFloat16})
+    for (bool bf16_out : {false, true}) {
+      INFO("residual ", rdt, ", bfloat16 result ", bf16_out);
+      auto run = [&](bool fused) {
+        detail::set_dropout_add_layer_norm_fused(fused);
+        Generator g(77);
+        g.set_offset(500);
+        Tensor x = x0.detach().set_requires_grad(true), w = w0.detach().set_requires_grad(true),
+               b = b0.detach().set_requires_grad(true);
+        Tensor ra = r0.to(rdt).detach().set_requires_grad(true);
+        Tensor rb = r1.to(rdt).detach().set_requires_grad(true);
+        auto norm = [&](const Tensor& s, const Tensor& r) {
+          return bf16_out ? detail::dropout_add_layer_norm_into_dtype(s, r, p, true, {cols}, w, b,
+                                                                      1e-5, kBFloat16, &g)
+                          : dropout_add_layer_norm(s, r, p, true, {cols}, w, b, 1e-5, &g);
+        };
+        const auto [s1, y1] = norm(x, ra);
+        const auto [s2, y2] = norm(s1, add(rb, y1).to(rdt));
+        CHECK(std::string(s1.grad_fn()->name()) == (fused ? "DropoutAddBackward" : "AddBackward"));
+        CHECK(g.offset() == 500 + 2 * rows * cols);
+        add(s2, mul(y2, 3.0)).backward(gy);
+        return std::vector<Tensor>{s1.detach(), y1.detach(), s2.detach(), y2.detach(), x.grad(),
+                                   ra.grad(),   rb.grad(),   w.grad(),    b.grad()};
+      };
+      const std::vector<Tensor> one = run(true), two = run(false);
+      for (size_t i = 0; i < one.size(); ++i) {
+        CAPTURE(i);
+        CHECK(one[i].dtype() == two[i].dtype());
+        CHECK(one[i].to(kFloat32).to_vector<float>() == two[i].to(kFloat32).to_vector<float>());
+      }
+      CHECK(one[5].dtype() == rdt);
+      // The documented mask: the first norm drew counters 500.., the second 500 + n..
+      const std::vector<double> m = ember::testing::dropout_mask(77, 500, rows * cols, p);
+      const std::vector<double> xv = x0.to_vector<double>(), rv = r0.to(rdt).to_vector<double>(),
+                                sv = one[0].to_vector<double>();
+      const std::vector<double> gr = one[5].to(kFloat64).to_vector<double>();
+      int kept = 0;
+      for (size_t i = 0; i < m.size(); ++i) {
+        const double dropped = m[i] != 0.0 ? rv[i] / (1.0 - p) : 0.0;
+        CHECK(std::abs(sv[i] - (xv[i] + dropped)) <=
+              1e-6 * (1.0 + std::abs(xv[i]) + std::abs(dropped)) +
+                  (rdt == kBFloat16 ? 1e-2 * std::abs(dropped) : 0.0));
+        if (m[i] == 0.0) CHECK(gr[i] == 0.0);  // the gradient dropped where the value was
+        kept += m[i] != 0.0;
+      }
+      CHECK(kept > 0);
+      CHECK(kept < rows * cols);
+    }
+}
+
+TEST_CASE("dropout_add_layer_norm: eval, p 0 and p 1; bad probabilities are named") {
+  const Tensor x = randn64({4, 6}, 150).to(kFloat32), r = randn64({4, 6}, 151).to(kFloat32);
+  Generator g(3);
+  // Not training, or p 0: add_layer_norm's values, and nothing drawn.
+  for (auto [p, train] : {std::pair{0.4, false}, std::pair{0.0, true}}) {
+    const auto [s, y] = dropout_add_layer_norm(x, r, p, train, {6}, Tensor(), Tensor(), 1e-5, &g);
+    CHECK(s.to_vector<float>() == add(x, r).to_vector<float>());
+    CHECK(y.to_vector<float>() == add_layer_norm(x, r, {6}).second.to_vector<float>());
+  }
+  CHECK(g.offset() == 0);
+  // p 1: the residual dropped entirely (dropout's multiply by zero).
+  const auto [s1, y1] = dropout_add_layer_norm(x, r, 1.0, true, {6});
+  CHECK(s1.to_vector<float>() == x.to_vector<float>());
+  CHECK(y1.to_vector<float>() == layer_norm(x, {6}).to_vector<float>());
+  CHECK_THROWS_WITH_AS(
+      (void)dropout_add_layer_norm(x, r, 1.5, true, {6}),
+      doctest::Contains("dropout_add_layer_norm: dropout probability must be in [0, 1], got 1.5"),
+      Error);
+  CHECK_THROWS_WITH_AS((void)dropout_add_layer_norm(x, randn64({2, 6}, 152), 0.1, true, {6}),
+                       doctest::Contains("dropout_add_layer_norm: the residual of shape [2, 6]"),
+                       Error);
+  CHECK(g.offset() == 0);  // refused calls draw nothing
 }

@@ -365,7 +365,8 @@ TEST_CASE("cuda/graph: item() inside a capture throws, and eager steps go on" *
 
 TEST_CASE("cuda/graph: random draws in a captured step are fresh at each replay, as eager ones" *
           doctest::test_suite("cuda")) {
-  // randn, randint, dropout and the fused attention's dropout inside a capture:
+  // randn, randint, dropout, dropout_add_layer_norm's mask (drawn inside the norm's
+  // kernel) and the fused attention's dropout inside a capture:
   // replay k equals the same ops run eagerly from the generator's state before it,
   // bit for bit; the capture leaves the generator where it was, each replay advances
   // it by the step's draws.
@@ -374,12 +375,18 @@ TEST_CASE("cuda/graph: random draws in a captured step are fresh at each replay,
   const Tensor q = randn({1, 2, 64, 64}, TensorOptions(kFloat32).device(kCUDA)).to(kBFloat16),
                k = randn({1, 2, 80, 64}, TensorOptions(kFloat32).device(kCUDA)).to(kBFloat16),
                v = randn({1, 2, 80, 64}, TensorOptions(kFloat32).device(kCUDA)).to(kBFloat16);
+  const Tensor stream = reshape(x, {10, 100}),
+               branch = randn({10, 100}, TensorOptions(kFloat32).device(kCUDA)).to(kBFloat16);
   const bool attention = detail::fused_attention_supported(q, k, v);
-  const uint64_t per_step = 300 + 50 + 1000 + (attention ? 2 * 64 * 80 : 0);
+  const uint64_t per_step = 300 + 50 + 1000 + 1000 + (attention ? 2 * 64 * 80 : 0);
   auto step = [&](Generator& g) {
     std::vector<Tensor> out = {randn({300}, TensorOptions(kFloat32).device(kCUDA), &g),
                                randint(0, 1000, {50}, TensorOptions(kInt64).device(kCUDA), &g),
                                dropout(x, 0.5, true, &g)};
+    auto [sum, normed] =
+        dropout_add_layer_norm(stream, branch, 0.4, true, {100}, Tensor(), Tensor(), 1e-5, &g);
+    out.push_back(sum);
+    out.push_back(normed);
     if (attention) out.push_back(detail::fused_attention(q, k, v, true, 0.125, 0.3, &g));
     return out;
   };

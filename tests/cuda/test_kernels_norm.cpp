@@ -314,6 +314,74 @@ TEST_CASE("kernels/layer_norm: the residual add in the same pass equals add then
       }
 }
 
+// dropout_add_layer_norm on the GPU: the mask drawn inside the forward kernels (warp
+// and block shapes, vector and scalar rows) and inside the residual's gradient (the
+// dropout kernel's float32-to-bfloat16 form) against dropout then add_layer_norm: the
+// same bits for the sums, the results and every gradient, and the generator at the same
+// counter. The first sum against the CPU's (its mask checked against the documented one
+// by tests/core/test_ops_layer_norm.cpp), bit for bit: the sum is element-wise.
+TEST_CASE("kernels/layer_norm: dropout on the residual inside the pass equals dropout first" *
+          doctest::test_suite("cuda")) {
+  ember::testing::SwitchGuard guard(detail::dropout_add_layer_norm_fused,
+                                    detail::set_dropout_add_layer_norm_fused);
+  ember::testing::SwitchGuard warp_guard(cuda::layer_norm_warp, cuda::set_layer_norm_warp);
+  struct Types {
+    DType x, r;
+    bool bf16_out;
+  };
+  const Types types[] = {
+      {kFloat32, kFloat32, false}, {kFloat32, kBFloat16, true}, {kBFloat16, kBFloat16, false}};
+  const double p = 0.2;
+  for (bool warp : {true, false})
+    for (int64_t cols : {int64_t{384}, int64_t{250}, int64_t{2048}})
+      for (const Types& t : types) {
+        INFO("warp=", warp, " cols=", cols, " x ", t.x, " residual ", t.r,
+             " bf16 result=", t.bf16_out);
+        cuda::set_layer_norm_warp(warp);
+        const int64_t rows = 300;
+        const uint64_t seed = 2000 + static_cast<uint64_t>(cols);
+        const Tensor x0 = randn64({rows, cols}, seed).to(t.x).to(kFloat64);
+        const Tensor r0 = randn64({rows, cols}, seed + 1).to(t.r).to(kFloat64);
+        const Tensor r1 = randn64({rows, cols}, seed + 2).to(t.r).to(kFloat64);
+        const Tensor w0 = randn64({cols}, seed + 3).to(t.x).to(kFloat64);
+        const Tensor b0 = randn64({cols}, seed + 4).to(t.x).to(kFloat64);
+        const Tensor gy = randn64({rows, cols}, seed + 5).to(t.x).to(kFloat64);
+        auto run = [&](bool fused, Device dev) {
+          detail::set_dropout_add_layer_norm_fused(fused);
+          Generator g(5);
+          g.set_offset(1u << 20);
+          auto leaf = [&](const Tensor& v, DType dt) {
+            return v.to(dev, dt).detach().set_requires_grad(true);
+          };
+          Tensor x = leaf(x0, t.x), ra = leaf(r0, t.r), rb = leaf(r1, t.r), w = leaf(w0, t.x),
+                 b = leaf(b0, t.x);
+          auto norm = [&](const Tensor& s, const Tensor& r) {
+            return t.bf16_out ? detail::dropout_add_layer_norm_into_dtype(s, r, p, true, {cols}, w,
+                                                                          b, 1e-5, kBFloat16, &g)
+                              : dropout_add_layer_norm(s, r, p, true, {cols}, w, b, 1e-5, &g);
+          };
+          const auto [s1, y1] = norm(x, ra);
+          const auto [s2, y2] = norm(s1, add(rb, y1).to(t.r));
+          CHECK(g.offset() == (1u << 20) + 2 * rows * cols);
+          add(s2, mul(y2, 3.0)).backward(gy.to(dev, t.x));
+          std::vector<Tensor> out{s1.detach(), y1.detach(), s2.detach(), y2.detach(), x.grad(),
+                                  ra.grad(),   rb.grad(),   w.grad(),    b.grad()};
+          for (Tensor& o : out) o = o.to(kCPU);
+          return out;
+        };
+        const std::vector<Tensor> one = run(true, kCUDA), two = run(false, kCUDA);
+        for (size_t i = 0; i < one.size(); ++i) {
+          CAPTURE(i);
+          REQUIRE(one[i].dtype() == two[i].dtype());
+          CHECK(one[i].to(kFloat32).to_vector<float>() == two[i].to(kFloat32).to_vector<float>());
+        }
+        if (t.x == kFloat32) {  // the CPU's fused kernels take float32
+          const std::vector<Tensor> cpu = run(true, kCPU);
+          CHECK(one[0].to_vector<float>() == cpu[0].to_vector<float>());
+        }
+      }
+}
+
 // EMBER_LAYER_NORM_LEAN: the warp kernels with the items a lane needs and the one-launch
 // column sums, against 32 items and the per-column chain, on the GPT's path (float32
 // input, a bfloat16 result, its gradient folded into a residual sum) and plain float32
