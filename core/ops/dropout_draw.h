@@ -12,8 +12,8 @@ namespace ember::detail {
 
 struct DropoutDraw {
   uint64_t seed, offset;
-  uint32_t threshold;  // core/base/random.h's dropout_threshold(p)
-  double scale;        // 1 / (1 - p)
+  uint32_t threshold;    // core/base/random.h's dropout_threshold(p)
+  double scale;          // 1 / (1 - p)
   const uint64_t* base;  // inside a CUDA graph: the replay's word (draw_counters)
 };
 

@@ -294,29 +294,6 @@ __global__ void map2_vec_kernel(F f, const X* x, const Y* y, O* out, int64_t n) 
   if (blockIdx.x == 0 && i < n) store(out + i, f(load(x + i), load(y + i)));
 }
 
-// dropout_kernel over whole packs of V (16 bytes of the wider type per thread), then the
-// tail (block 0): each element drawn and computed as dropout_kernel does, so the bits
-// are the same.
-template <int V, typename X, typename Y>
-__global__ void dropout_vec_kernel(const X* x, Y* y, int64_t n, uint32_t key, uint64_t offset,
-                                   uint32_t threshold, float scale, const uint64_t* offset_base) {
-  if (offset_base != nullptr) offset += *offset_base;  // inside a CUDA graph
-  const int64_t packs = n / V;
-  for (int64_t p = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; p < packs;
-       p += int64_t(gridDim.x) * blockDim.x) {
-    const Pack<X, V> xv = reinterpret_cast<const Pack<X, V>*>(x)[p];
-    const uint64_t first = offset + static_cast<uint64_t>(p) * V;
-    Pack<Y, V> yv;
-#pragma unroll
-    for (int j = 0; j < V; ++j)
-      yv.v[j] = narrow<Y>(dropped<X, Y>(xv.v[j], key, first + j, threshold, scale));
-    reinterpret_cast<Pack<Y, V>*>(y)[p] = yv;
-  }
-  const int64_t i = packs * V + threadIdx.x;
-  if (blockIdx.x == 0 && i < n)
-    y[i] = narrow<Y>(dropped<X, Y>(x[i], key, offset + static_cast<uint64_t>(i), threshold, scale));
-}
-
 // The formulas the strided kernels apply, as functors for the map kernels (C: the
 // type they compute in, float for float32 and bfloat16 storage).
 template <typename C>
@@ -394,6 +371,29 @@ __global__ void dropout_kernel(const X* x, Y* y, int64_t n, uint32_t key, uint64
   if (offset_base != nullptr) offset += *offset_base;  // inside a CUDA graph
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
        i += int64_t(gridDim.x) * blockDim.x)
+    y[i] = narrow<Y>(dropped<X, Y>(x[i], key, offset + static_cast<uint64_t>(i), threshold, scale));
+}
+
+// dropout_kernel over whole packs of V (16 bytes of the wider type per thread), then the
+// tail (block 0): each element drawn and computed as dropout_kernel does, so the bits
+// are the same.
+template <int V, typename X, typename Y>
+__global__ void dropout_vec_kernel(const X* x, Y* y, int64_t n, uint32_t key, uint64_t offset,
+                                   uint32_t threshold, float scale, const uint64_t* offset_base) {
+  if (offset_base != nullptr) offset += *offset_base;  // inside a CUDA graph
+  const int64_t packs = n / V;
+  for (int64_t p = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; p < packs;
+       p += int64_t(gridDim.x) * blockDim.x) {
+    const Pack<X, V> xv = reinterpret_cast<const Pack<X, V>*>(x)[p];
+    const uint64_t first = offset + static_cast<uint64_t>(p) * V;
+    Pack<Y, V> yv;
+#pragma unroll
+    for (int j = 0; j < V; ++j)
+      yv.v[j] = narrow<Y>(dropped<X, Y>(xv.v[j], key, first + j, threshold, scale));
+    reinterpret_cast<Pack<Y, V>*>(y)[p] = yv;
+  }
+  const int64_t i = packs * V + threadIdx.x;
+  if (blockIdx.x == 0 && i < n)
     y[i] = narrow<Y>(dropped<X, Y>(x[i], key, offset + static_cast<uint64_t>(i), threshold, scale));
 }
 

@@ -49,28 +49,52 @@ __device__ int span_of(const SpanBatch& b, int64_t chunk) {
   return lo;
 }
 
-__device__ __forceinline__ double load(const void* p, uint8_t dtype, int64_t i) {
-  switch (static_cast<DType>(dtype)) {
-    case DType::Float64:
-      return static_cast<const double*>(p)[i];
-    case DType::BFloat16:
-      return __bfloat162float(static_cast<const __nv_bfloat16*>(p)[i]);
-    default:
-      return static_cast<const float*>(p)[i];
+// A chunk [begin, end) of tensor data (storage type T) element by element, f(i, x) for
+// each element x (as double) at index i, as 16-byte vectors where the chunk starts
+// 16-byte aligned (chunks start at multiples of kChunk elements, so the tensor's
+// address decides), kUnroll of them in flight per thread, then the rest one at a time.
+// Thread t takes the vectors t, t + kThreads, ...: a fixed order, so a reduction over
+// them gives the same bits every run.
+constexpr int kUnroll = 4;
+
+template <typename T, typename F>
+__device__ __forceinline__ void for_chunk(const T* x, int64_t begin, int64_t end, F&& f) {
+  constexpr int V = 16 / static_cast<int>(sizeof(T));
+  if (reinterpret_cast<uintptr_t>(x + begin) % 16 == 0) {
+    const int64_t packs = (end - begin) / V;
+    const uint4* xv = reinterpret_cast<const uint4*>(x + begin);
+    for (int64_t q0 = threadIdx.x; q0 < packs; q0 += int64_t{kThreads} * kUnroll) {
+      uint4 r[kUnroll];
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const int64_t q = q0 + int64_t{u} * kThreads;
+        if (q < packs) r[u] = xv[q];
+      }
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const int64_t q = q0 + int64_t{u} * kThreads;
+        if (q >= packs) break;
+        const T* e = reinterpret_cast<const T*>(&r[u]);
+#pragma unroll
+        for (int j = 0; j < V; ++j) f(begin + q * V + j, static_cast<double>(widen(e[j])));
+      }
+    }
+    begin += packs * V;
   }
+  for (int64_t i = begin + threadIdx.x; i < end; i += kThreads)
+    f(i, static_cast<double>(widen(x[i])));
 }
 
-__device__ __forceinline__ void store(void* p, uint8_t dtype, int64_t i, double v) {
+// f.template operator()<T>() with the storage type of `dtype`.
+template <typename F>
+__device__ __forceinline__ void with_storage(uint8_t dtype, F&& f) {
   switch (static_cast<DType>(dtype)) {
     case DType::Float64:
-      static_cast<double*>(p)[i] = v;
-      break;
+      return f.template operator()<double>();
     case DType::BFloat16:
-      static_cast<__nv_bfloat16*>(p)[i] = __float2bfloat16_rn(static_cast<float>(v));
-      break;
+      return f.template operator()<__nv_bfloat16>();
     default:
-      static_cast<float*>(p)[i] = static_cast<float>(v);
-      break;
+      return f.template operator()<float>();
   }
 }
 
@@ -91,8 +115,10 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t n = batch.numel[k];
   const int64_t end = begin + kChunk < n ? begin + kChunk : n;
   double acc = norm_identity();
-  for (int64_t i = begin + threadIdx.x; i < end; i += kThreads)
-    acc = norm_combine(kind, acc, norm_term(kind, p, load(batch.data[k], batch.dtype[k], i)));
+  with_storage(batch.dtype[k], [&]<typename T>() {
+    for_chunk(static_cast<const T*>(batch.data[k]), begin, end,
+              [&](int64_t, double x) { acc = norm_combine(kind, acc, norm_term(kind, p, x)); });
+  });
   const double block = BlockReduce(temp).Reduce(acc, Combine{kind});
   if (threadIdx.x == 0) partials[batch.partial_offset + chunk] = block;
 }
@@ -120,8 +146,25 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t n = batch.numel[k];
   const int64_t end = begin + kChunk < n ? begin + kChunk : n;
   const double s = *scale;
-  for (int64_t i = begin + threadIdx.x; i < end; i += kThreads)
-    store(batch.data[k], batch.dtype[k], i, load(batch.data[k], batch.dtype[k], i) * s);
+  with_storage(batch.dtype[k], [&]<typename T>() {
+    T* x = static_cast<T*>(batch.data[k]);
+    int64_t i0 = begin;
+    constexpr int V = 16 / static_cast<int>(sizeof(T));
+    if (reinterpret_cast<uintptr_t>(x + begin) % 16 == 0) {  // as for_chunk: whole vectors
+      const int64_t packs = (end - begin) / V;
+      uint4* xv = reinterpret_cast<uint4*>(x + begin);
+      for (int64_t q = threadIdx.x; q < packs; q += kThreads) {
+        uint4 r = xv[q];
+        T* e = reinterpret_cast<T*>(&r);
+#pragma unroll
+        for (int j = 0; j < V; ++j) e[j] = narrow<T>(static_cast<double>(widen(e[j])) * s);
+        xv[q] = r;
+      }
+      i0 += packs * V;
+    }
+    for (int64_t i = i0 + threadIdx.x; i < end; i += kThreads)
+      x[i] = narrow<T>(static_cast<double>(widen(x[i])) * s);
+  });
 }
 
 // The batch of tensors [offset, offset + kSpans) with its chunk map; returns its
