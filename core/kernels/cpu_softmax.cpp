@@ -175,22 +175,26 @@ EMBER_CPU_CLONES void layer_norm_rows(const LayerNormArgs& a, int64_t lo, int64_
   const BFloat16* res16 = a.residual_bf16 ? static_cast<const BFloat16*>(a.residual) : nullptr;
   float* sum = static_cast<float*>(a.sum);
   const OperandDropout& drop = a.residual_dropout;
+  std::vector<float> dropped(drop.threshold != 0 ? static_cast<size_t>(n) : 0);
   {
     for (int64_t r = lo; r < hi; ++r) {
       const float* xr = x + r * n;
       if (sum != nullptr) {
         float* sr = sum + r * n;
-        if (drop.threshold != 0) {  // the residual through its dropout first
+        if (drop.threshold != 0) {
+          // The residual through its dropout into a scratch row first, then the add: the
+          // product is rounded on its own, as dropout's kernel stores it (one expression
+          // would let the compiler fuse the multiply into the add).
           const uint64_t first = drop.offset + static_cast<uint64_t>(r * n);
           for (int64_t k = 0; k < n; ++k) {
             const bool keep =
                 dropout_bits_keyed(drop.key, first + static_cast<uint64_t>(k)) >= drop.threshold;
-            const float v = !keep ? 0.f
-                            : res16 != nullptr
-                                ? float(BFloat16(float(res16[r * n + k]) * drop.scale))
-                                : res[r * n + k] * drop.scale;
-            sr[k] = xr[k] + v;
+            dropped[static_cast<size_t>(k)] =
+                !keep              ? 0.f
+                : res16 != nullptr ? float(BFloat16(float(res16[r * n + k]) * drop.scale))
+                                   : res[r * n + k] * drop.scale;
           }
+          for (int64_t k = 0; k < n; ++k) sr[k] = xr[k] + dropped[static_cast<size_t>(k)];
         } else if (res16 != nullptr) {
           for (int64_t k = 0; k < n; ++k) sr[k] = xr[k] + float(res16[r * n + k]);
         } else {

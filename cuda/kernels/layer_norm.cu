@@ -227,7 +227,9 @@ __device__ __forceinline__ void add_residual(float (&v)[N], const SR* __restrict
     for (int i = 0; i < N; ++i) {
       const uint64_t c = first + static_cast<uint64_t>(IO::col(i / IO::V, i % IO::V));
       const bool keep = dropout_bits_keyed(drop.key, c) >= drop.threshold;
-      r[i] = keep ? widen(narrow<SR>(r[i] * drop.scale)) : 0.f;
+      // __fmul_rn: the product rounded on its own, as dropout's kernel stores it (a
+      // multiply the compiler fused into the add below would round once).
+      r[i] = keep ? widen(narrow<SR>(__fmul_rn(r[i], drop.scale))) : 0.f;
     }
   }
 #pragma unroll
