@@ -1,14 +1,38 @@
 #include "core/autocast.h"
 
+#include <algorithm>
+#include <atomic>
+#include <unordered_map>
+#include <utility>
+
+#include "core/alloc_site.h"
+#include "core/autograd.h"
+#include "core/base/env_switch.h"
 #include "core/base/error.h"
+#include "core/base/multi_tensor.h"
 #include "core/kernel_table.h"
 #include "core/ops.h"
 
 namespace ember {
 
+// cast_parameters' casts, by the parameter's TensorImpl: the parameter (kept, so the
+// key stays its), its version when cast, the cast, and whether the cast was recorded
+// for autograd (grad mode on and the parameter requiring grad).
+struct AutocastGuard::Cache {
+  struct Entry {
+    Tensor parameter;
+    uint64_t version;
+    Tensor cast;
+    bool recorded;
+  };
+  std::unordered_map<const void*, Entry> entries;
+};
+
 namespace {
 thread_local bool t_enabled = false;
 thread_local DType t_dtype = DType::BFloat16;
+thread_local AutocastGuard::Cache* t_cache = nullptr;  // the innermost guard's that has one
+std::atomic<int> g_cast_parameters{-1};                // -1: EMBER_CAST_PARAMETERS not read yet
 }  // namespace
 
 bool is_autocast_enabled() {
@@ -32,7 +56,14 @@ bool autocast_lowers(std::initializer_list<const Tensor*> operands) {
 }
 
 Tensor autocast_lower(const Tensor& t) {
-  return t.defined() && t.dtype() == DType::Float32 ? cast(t, t_dtype) : t;
+  if (!t.defined() || t.dtype() != DType::Float32) return t;
+  if (t_cache != nullptr) {
+    const auto it = t_cache->entries.find(&t.impl());
+    if (it != t_cache->entries.end() && it->second.version == t.version() &&
+        it->second.recorded == any_requires_grad({&t}))
+      return it->second.cast;
+  }
+  return cast(t, t_dtype);
 }
 
 bool autocast_widens(const Tensor& a, const Tensor& b) {
@@ -42,7 +73,7 @@ bool autocast_widens(const Tensor& a, const Tensor& b) {
 }
 
 AutocastGuard::AutocastGuard(DType dtype, bool enabled)
-    : previous_enabled_(t_enabled), previous_dtype_(t_dtype) {
+    : previous_enabled_(t_enabled), previous_dtype_(t_dtype), previous_cache_(t_cache) {
   EMBER_CHECK(dtype == DType::BFloat16, "AutocastGuard: dtype ", dtype,
               " is not supported; autocast runs Linear in bfloat16");
   t_enabled = enabled;
@@ -52,6 +83,52 @@ AutocastGuard::AutocastGuard(DType dtype, bool enabled)
 AutocastGuard::~AutocastGuard() {
   t_enabled = previous_enabled_;
   t_dtype = previous_dtype_;
+  t_cache = previous_cache_;
+}
+
+void AutocastGuard::cast_parameters(const std::vector<Tensor>& parameters) {
+  // EMBER_CAST_PARAMETERS=0: casts nothing, so the ops cast as they run (for comparison).
+  if (!t_enabled || !env_switch(g_cast_parameters, "EMBER_CAST_PARAMETERS", true)) return;
+  OpSite site("cast");  // named as cast names its allocations
+  if (cache_ == nullptr) cache_ = std::make_unique<Cache>();
+  t_cache = cache_.get();
+  // Per device, in the parameters' order: those autocast lowers (contiguous ones; the
+  // rest are cast as the ops reach them), each once.
+  std::vector<std::pair<Device, std::vector<const Tensor*>>> groups;
+  for (size_t i = 0; i < parameters.size(); ++i) {
+    const Tensor& p = parameters[i];
+    EMBER_CHECK(p.defined(), "AutocastGuard::cast_parameters: parameter ", i, " is undefined");
+    if (p.dtype() != DType::Float32 || !autocast_applies(p.device()) || !p.is_contiguous() ||
+        cache_->entries.count(&p.impl()) != 0)
+      continue;
+    auto g = groups.begin();
+    while (g != groups.end() && g->first != p.device()) ++g;
+    if (g == groups.end()) g = groups.insert(groups.end(), {p.device(), {}});
+    if (std::find_if(g->second.begin(), g->second.end(),
+                     [&](const Tensor* q) { return q->is_same(p); }) == g->second.end())
+      g->second.push_back(&p);
+  }
+  for (const auto& [device, members] : groups) {
+    std::vector<TensorSpan> spans;
+    std::vector<void*> dst;
+    std::vector<Tensor> casts;
+    for (const Tensor* p : members) {
+      casts.push_back(empty(p->sizes(), TensorOptions(t_dtype).device(device)));
+      spans.push_back(TensorSpan{p->raw_data(), p->numel(), DType::Float32});
+      dst.push_back(casts.back().raw_data());
+    }
+    kernels::kernels_for(device).multi_tensor_cast(
+        {device, spans.data(), dst.data(), static_cast<int64_t>(spans.size())});
+    for (size_t j = 0; j < members.size(); ++j) {
+      const Tensor& p = *members[j];
+      const bool recorded = any_requires_grad({&p});
+      if (recorded)  // as cast records it
+        attach_grad_fn(casts[j], "CastBackward", {&p}, [](const Tensor& g) {
+          return std::vector<Tensor>{cast(g, DType::Float32)};
+        });
+      cache_->entries.emplace(&p.impl(), Cache::Entry{p, p.version(), casts[j], recorded});
+    }
+  }
 }
 
 }  // namespace ember

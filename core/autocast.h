@@ -13,6 +13,8 @@
 #pragma once
 
 #include <initializer_list>
+#include <memory>
+#include <vector>
 
 #include "core/base/device.h"
 #include "core/base/dtype.h"
@@ -34,7 +36,8 @@ bool autocast_applies(Device device);
 // defined operand is float32, and the first is float32 or the autocast dtype.
 bool autocast_lowers(std::initializer_list<const Tensor*> operands);
 // A float32 tensor cast (recorded, differentiable) to the autocast dtype; any
-// other tensor, or an undefined one, as it is.
+// other tensor, or an undefined one, as it is. A parameter that
+// AutocastGuard::cast_parameters cast, unchanged since, gives that cast.
 Tensor autocast_lower(const Tensor& t);
 // mse_loss's rule: autocast is on and applies, and the two operands have
 // different dtypes, each float32 or the autocast dtype (computed in float32).
@@ -48,9 +51,24 @@ class AutocastGuard {
   AutocastGuard(const AutocastGuard&) = delete;
   AutocastGuard& operator=(const AutocastGuard&) = delete;
 
+  // Casts the parameters the ops will lower (float32, on a device autocast applies
+  // to; others are skipped) now, all of a device's in one launch, and keeps the casts
+  // until this guard ends: autocast_lower returns a parameter's cast instead of casting
+  // it again, as torch.autocast's weight cache does, while the parameter is unchanged
+  // (its version the same) and grad mode is as it was. A model's Linear weights, cast
+  // one launch each as the layers run, become one launch for the step. Each cast is
+  // recorded as cast records it (CastBackward: the float32 parameter gets the
+  // gradient). Call it on the innermost guard; a disabled guard casts nothing, and so
+  // does every call with EMBER_CAST_PARAMETERS=0.
+  void cast_parameters(const std::vector<Tensor>& parameters);
+
+  struct Cache;  // core/autocast.cpp
+
  private:
   bool previous_enabled_;
   DType previous_dtype_;
+  std::unique_ptr<Cache> cache_;
+  Cache* previous_cache_;
 };
 
 }  // namespace ember

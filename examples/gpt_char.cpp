@@ -191,6 +191,7 @@ struct Run {
     Tensor loss;
     {
       AutocastGuard autocast(kBFloat16, cfg.bf16);
+      autocast.cast_parameters(model->autocast_parameters());
       loss = model->loss(x, y);
     }
     loss.backward();
@@ -216,6 +217,7 @@ void print_prediction(const TrainConfig& cfg, Device device) {
       Tensor loss;
       {
         AutocastGuard autocast(kBFloat16, cfg.bf16);
+        autocast.cast_parameters(run->model->autocast_parameters());
         loss = run->model->loss(x, x);
       }
       loss.backward();

@@ -216,6 +216,19 @@ struct GPT : nn::Module {
     if (!no_decay.empty()) groups.emplace_back(no_decay, options.weight_decay(0.0));
     return groups;
   }
+  // The blocks' Linear weights and biases: what autocast lowers to bfloat16 as the
+  // layers run, for AutocastGuard::cast_parameters to cast in one launch. (The tied
+  // head's weight is cast inside linear_cross_entropy, chunk by chunk.)
+  std::vector<Tensor> autocast_parameters() const {
+    std::vector<Tensor> out;
+    for (const auto& b : blocks)
+      for (const auto* l : {b->attn->c_attn.get(), b->attn->c_proj.get(), b->mlp->c_fc.get(),
+                            b->mlp->c_proj.get()}) {
+        out.push_back(l->weight);
+        if (l->bias.defined()) out.push_back(l->bias);
+      }
+    return out;
+  }
   int64_t num_parameters(bool non_embedding = true) const {
     int64_t n = 0;
     for (const Tensor& p : parameters()) n += p.numel();
@@ -264,6 +277,7 @@ struct TrainStep {
   Tensor loss() {
     if (!bf16) return model->loss(x, y);
     AutocastGuard autocast(kBFloat16);
+    autocast.cast_parameters(model->autocast_parameters());
     return model->loss(x, y);
   }
   Tensor step() {

@@ -218,6 +218,11 @@ class Census final : public MetaKernelObserver {
       bytes += static_cast<double>(a.tensors[i].numel) * element_size(a.tensors[i].dtype) * 2;
     note("multi_tensor_scale", "scale", DType::Float32, "-", bytes);
   }
+  void measure(const kernels::MultiTensorCastArgs& a) {  // float32 read, bfloat16 written
+    double elems = 0;
+    for (int64_t i = 0; i < a.count; ++i) elems += static_cast<double>(a.tensors[i].numel);
+    note("multi_tensor_cast", "cast", DType::Float32, "-", elems * 6);
+  }
   // Attention: FLOPs 4 B H Tq Tk D forward (halved when causal and square), the
   // backward 2.5 times that; bytes q, k, v, o (and d_o, dq, dk, dv backward).
   static double attention_flops(int64_t b, int64_t h, int64_t tq, int64_t tk, int64_t d,

@@ -86,7 +86,13 @@
 #        step, summed by kernel: tools/kernel_times.py), cases-new (the attention and
 #        index cases of ember_tests_cuda), char-att-ab (bench_gpt --only char with attention
 #        dropout on version 1's kernels and on version 2's, alternating), san-new (the
-#        attention dropout, index and dropout cases under the four sanitizers)
+#        attention dropout, index and dropout cases under the four sanitizers),
+#        char-dal-ab (bench_gpt --only char with the blocks' dropouts on their own and
+#        inside the norms, alternating), char-new-ab (the same without and with both of
+#        the sixteenth session's step changes: EMBER_DROPOUT_ADD_LAYER_NORM and
+#        EMBER_CAST_PARAMETERS), cases-dal (the dropout, layer norm, graph, clipping and
+#        Adam cases of ember_tests_cuda, and autocast's and dropout's CUDA cases of
+#        ember_tests_core)
 #   EMBER_SWITCHES_LIMIT=540           seconds the stage may take; each part starts only
 #                                      with time left for it
 #   EMBER_GPU_PREBUILT=.device/bg.tar.xz  the pack (unpacked unless build-gpu already holds
@@ -160,6 +166,15 @@ set_att() { env "EMBER_ATTENTION=$([ "$1" = 1 ] && echo atomic || echo fused)" "
 # set_dwg V COMMAND...: COMMAND with attention dropout on version 1's kernels (V 0, the
 # default) or version 2's wgmma kernels (V 1: EMBER_ATTENTION_DROPOUT_WGMMA=1).
 set_dwg() { env "EMBER_ATTENTION_DROPOUT_WGMMA=$1" "${@:2}"; }
+
+# set_dal V COMMAND...: COMMAND with the blocks' dropouts as their own kernels (V 0:
+# EMBER_DROPOUT_ADD_LAYER_NORM=0) or drawn inside the norms (V 1, the default).
+set_dal() { env "EMBER_DROPOUT_ADD_LAYER_NORM=$1" "${@:2}"; }
+
+# set_new V COMMAND...: COMMAND without (V 0) or with (V 1, the defaults) the sixteenth
+# session's two step changes: the dropouts inside the norms, and the blocks' weights
+# cast in one launch (EMBER_DROPOUT_ADD_LAYER_NORM, EMBER_CAST_PARAMETERS).
+set_new() { env "EMBER_DROPOUT_ADD_LAYER_NORM=$1" "EMBER_CAST_PARAMETERS=$1" "${@:2}"; }
 
 # compare_attention SECONDS SUMMARY [VAR=VALUE...]: compare.sh's attention set (5
 # repetitions, the pack's binaries, no libtorch) with VAR=VALUE... set, stopped after
@@ -581,6 +596,32 @@ elif [ "$stage" = closing13 ]; then
         # alternating
         bench_ab char_att "${EMBER_SWITCHES_RESERVE:-25}" set_dwg -- \
           build-gpu/benchmarks/bench_gpt --only char | tee -a "$sum"
+        ;;
+      char-dal-ab | char-new-ab)
+        # bench_gpt --only char with the blocks' dropouts as their own kernels (0) and
+        # inside the norms (1, the default); -new: that and the weights' one-launch cast
+        # together, off (0) and on (1); alternating
+        ab_setter=set_dal
+        [ "$part" = char-new-ab ] && ab_setter=set_new
+        bench_ab "${part//-/_}" "${EMBER_SWITCHES_RESERVE:-25}" "$ab_setter" -- \
+          build-gpu/benchmarks/bench_gpt --only char | tee -a "$sum"
+        ;;
+      cases-dal)
+        # the cases of dropout_add_layer_norm, the dropout kernels, the graph's draws, the
+        # multi-tensor norm and Adam (ember_tests_cuda), and autocast's cast_parameters
+        # and dropout's (ember_tests_core's CUDA cases)
+        timeout 300 build-gpu/tests/ember_tests_cuda \
+          -tc='*dropout*,kernels/layer_norm*,cuda/graph*,*clip_grad*,*Adam*,*adam*' \
+          >"$out/cases_dal.txt" 2>&1
+        echo "ember_tests_cuda dropout, norm, graph, clip and Adam cases exit status $?" |
+          tee -a "$sum"
+        grep -E 'test cases:|assertions:|ERROR|FAILED' "$out/cases_dal.txt" | head -20 |
+          tee -a "$sum"
+        timeout 200 build-gpu/tests/ember_tests_core -tc='autocast*,dropout*' \
+          >"$out/cases_autocast.txt" 2>&1
+        echo "ember_tests_core autocast and dropout cases exit status $?" | tee -a "$sum"
+        grep -E 'test cases:|assertions:|ERROR|FAILED' "$out/cases_autocast.txt" | head -20 |
+          tee -a "$sum"
         ;;
       san-new)
         # the attention dropout case and the index cases under the four

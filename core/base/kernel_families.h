@@ -820,6 +820,15 @@ struct MultiTensorScaleArgs {
   int64_t count;
   const double* scale;
 };
+// dst[i] = tensors[i] (float32) rounded to bfloat16, each value as cast rounds it, for
+// every i: many casts in one launch (autocast's weight casts). dst[i] contiguous, of
+// tensors[i].numel elements.
+struct MultiTensorCastArgs {
+  Device device;
+  const TensorSpan* tensors;
+  void* const* dst;
+  int64_t count;
+};
 
 // ------------------------------------------------------------------ the table
 
@@ -898,7 +907,8 @@ enum class FamilyKind { compute, query, predicate, decision };
   X(fused_adam, void, FusedAdamArgs, compute)                           \
   X(multi_tensor_norm, void, MultiTensorNormArgs, compute)              \
   X(multi_tensor_norm_workspace_bytes, size_t, MultiTensorQuery, query) \
-  X(multi_tensor_scale, void, MultiTensorScaleArgs, compute)
+  X(multi_tensor_scale, void, MultiTensorScaleArgs, compute)            \
+  X(multi_tensor_cast, void, MultiTensorCastArgs, compute)
 
 // One function pointer per family, null until a device registers it (the registry
 // fills what a device left out by the family's kind: core/kernels/registry.cpp).

@@ -1,4 +1,5 @@
-// Multi-tensor kernels: the norm of many tensors together and their scaling.
+// Multi-tensor kernels: the norm of many tensors together, their scaling, and
+// float32-to-bfloat16 casts of many tensors (autocast's weights) in one launch.
 //
 // The tensor table (pointers, sizes, dtypes and where each tensor's chunks start)
 // is a kernel parameter (__grid_constant__). Each block takes one chunk of one
@@ -167,6 +168,42 @@ __global__ void __launch_bounds__(kThreads)
   });
 }
 
+// The casts' batch: the sources' table (their dtype float32) and each destination.
+struct CastBatch {
+  SpanBatch src;
+  void* dst[kSpans];
+};
+static_assert(sizeof(CastBatch) + 64 <= 4000, "the batch must fit the kernel parameter space");
+
+// dst = src rounded to bfloat16 (__float2bfloat16_rn, as cast's kernels round it), a
+// chunk per block: eight elements per thread as two 16-byte loads and one 16-byte store
+// where both start aligned (chunks start at multiples of kChunk), then the rest one by one.
+__global__ void __launch_bounds__(kThreads) cast_kernel(const __grid_constant__ CastBatch batch) {
+  const int64_t chunk = blockIdx.x;
+  const int k = span_of(batch.src, chunk);
+  int64_t begin = (chunk - batch.src.first_chunk[k]) * kChunk;
+  const int64_t n = batch.src.numel[k];
+  const int64_t end = begin + kChunk < n ? begin + kChunk : n;
+  const float* x = static_cast<const float*>(batch.src.data[k]);
+  auto* y = static_cast<__nv_bfloat16*>(batch.dst[k]);
+  if (reinterpret_cast<uintptr_t>(x + begin) % 16 == 0 &&
+      reinterpret_cast<uintptr_t>(y + begin) % 16 == 0) {
+    const int64_t packs = (end - begin) / 8;
+    for (int64_t q = threadIdx.x; q < packs; q += kThreads) {
+      const int64_t i = begin + 8 * q;
+      float v[8];
+      *reinterpret_cast<float4*>(v) = *reinterpret_cast<const float4*>(x + i);
+      *reinterpret_cast<float4*>(v + 4) = *reinterpret_cast<const float4*>(x + i + 4);
+      __nv_bfloat16 o[8];
+#pragma unroll
+      for (int j = 0; j < 8; ++j) o[j] = __float2bfloat16_rn(v[j]);
+      *reinterpret_cast<uint4*>(y + i) = *reinterpret_cast<const uint4*>(o);
+    }
+    begin += 8 * packs;
+  }
+  for (int64_t i = begin + threadIdx.x; i < end; i += kThreads) y[i] = __float2bfloat16_rn(x[i]);
+}
+
 // The batch of tensors [offset, offset + kSpans) with its chunk map; returns its
 // chunk count. Tensors without elements own no chunk.
 int64_t make_batch(const TensorSpan* tensors, int64_t count, int64_t offset, SpanBatch& b) {
@@ -237,6 +274,22 @@ void launch_multi_tensor_scale(const TensorSpan* tensors, int64_t count, const d
   }
 }
 
+void launch_multi_tensor_cast(const TensorSpan* tensors, void* const* dst, int64_t count,
+                              cudaStream_t stream) {
+  for (int64_t offset = 0; offset < count; offset += kSpans) {
+    CastBatch batch{};
+    const int64_t chunks = make_batch(tensors, count, offset, batch.src);
+    for (int i = 0; i < batch.src.count; ++i) {
+      EMBER_CHECK(tensors[offset + i].dtype == DType::Float32, "multi_tensor_cast: tensor ",
+                  offset + i, " is ", tensors[offset + i].dtype, "; float32 expected");
+      batch.dst[i] = dst[offset + i];
+    }
+    if (chunks == 0) continue;
+    cast_kernel<<<static_cast<unsigned>(chunks), kThreads, 0, stream>>>(batch);
+    EMBER_CUDA_CHECK(cudaGetLastError());
+  }
+}
+
 // ------------------------------------------------------------------ registration
 
 namespace {
@@ -257,6 +310,11 @@ void multi_tensor_scale(const kernels::MultiTensorScaleArgs& a) {
   launch_multi_tensor_scale(a.tensors, a.count, a.scale, current_stream(a.device.index));
 }
 
+void multi_tensor_cast(const kernels::MultiTensorCastArgs& a) {
+  DeviceGuard guard(a.device.index);
+  launch_multi_tensor_cast(a.tensors, a.dst, a.count, current_stream(a.device.index));
+}
+
 }  // namespace entry
 }  // namespace
 
@@ -264,6 +322,7 @@ void register_multi_tensor(kernels::KernelFamilies& t) {
   t.multi_tensor_norm = &entry::multi_tensor_norm;
   t.multi_tensor_norm_workspace_bytes = &entry::multi_tensor_norm_workspace_bytes;
   t.multi_tensor_scale = &entry::multi_tensor_scale;
+  t.multi_tensor_cast = &entry::multi_tensor_cast;
 }
 
 }  // namespace ember::cuda

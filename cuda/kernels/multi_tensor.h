@@ -31,4 +31,9 @@ void launch_multi_tensor_norm(const TensorSpan* tensors, int64_t count, double n
 void launch_multi_tensor_scale(const TensorSpan* tensors, int64_t count, const double* scale,
                                cudaStream_t stream);
 
+// dst[i] = tensors[i] (float32) rounded to bfloat16, for every i; one launch per
+// kMultiTensorSpansPerLaunch tensors.
+void launch_multi_tensor_cast(const TensorSpan* tensors, void* const* dst, int64_t count,
+                              cudaStream_t stream);
+
 }  // namespace ember::cuda

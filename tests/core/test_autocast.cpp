@@ -3,8 +3,12 @@
 // receive float32 gradients equal to those of the explicit cast composition.
 #include <doctest/doctest.h>
 
+#include <cstdint>
+#include <vector>
+
 #include "core/autocast.h"
 #include "core/autograd.h"
+#include "core/meta.h"
 #include "core/ops.h"
 #include "cuda/runtime.h"
 #include "error_text.h"
@@ -84,5 +88,87 @@ TEST_CASE("autocast: CUDA Linear runs in bf16, float32 masters get the compositi
     REQUIRE(a.grad().defined());
     CHECK(a.grad().dtype() == kFloat32);
     CHECK(rel_error(a.grad().to(kCPU).to(kFloat64), r.grad().to(kCPU).to(kFloat64)) == 0.0);
+  }
+}
+
+// AutocastGuard::cast_parameters on the meta device mirroring CUDA (so it runs without a
+// GPU): the parameters autocast lowers cast in one multi-tensor launch (a repeated one
+// once, a float64 one not at all), the ops then casting only their other float32
+// operands; each cached cast recorded (the parameters get float32 gradients); a
+// parameter changed in place after it cast again; nothing cached after the guard.
+TEST_CASE("autocast: cast_parameters casts in one launch and the ops take its casts") {
+  struct Seen final : MetaKernelObserver {
+    int casts = 0, multi = 0;
+    int64_t multi_tensors = 0;
+    void cast(const kernels::CastArgs&) override { ++casts; }
+    void multi_tensor_cast(const kernels::MultiTensorCastArgs& a) override {
+      ++multi;
+      multi_tensors += a.count;
+    }
+  };
+  Seen seen;
+  MetaDeviceScope scope(MetaDeviceOptions().mirror_device(DeviceType::CUDA).observe(&seen));
+  const TensorOptions leaf = TensorOptions().device(kMeta).requires_grad();
+  Tensor x = zeros({8, 16}, kMeta);
+  Tensor w1 = zeros({32, 16}, leaf), b1 = zeros({32}, leaf), w2 = zeros({4, 32}, leaf),
+         b2 = zeros({4}, leaf), other = zeros({4}, TensorOptions(kFloat64).device(kMeta));
+  {
+    AutocastGuard bf16;
+    bf16.cast_parameters({w1, b1, w2, b2, w1, other});
+    CHECK(seen.multi == 1);
+    CHECK(seen.multi_tensors == 4);
+    CHECK(seen.casts == 0);
+    Tensor y = linear(relu(linear(x, w1, b1)), w2, b2);
+    CHECK(y.dtype() == kBFloat16);
+    CHECK(seen.casts == 1);  // x alone; the hidden layer's output is bfloat16 already
+    sum(y).backward();
+    for (const Tensor* p : {&w1, &b1, &w2, &b2}) {
+      REQUIRE(p->grad().defined());
+      CHECK(p->grad().dtype() == kFloat32);
+    }
+    const int before = seen.casts;
+    {
+      NoGradGuard no_grad;
+      w2.mul_(2.0);  // a new version: its cached cast no longer stands for it
+    }
+    (void)linear(zeros({8, 32}, TensorOptions(kBFloat16).device(kMeta)), w2, b2);
+    CHECK(seen.casts == before + 1);  // w2 again; b2 from the cache
+  }
+  const int before = seen.casts;
+  {
+    AutocastGuard again;  // a new guard: nothing cached
+    (void)linear(x, w1, b1);
+    CHECK(seen.casts == before + 3);
+    CHECK(seen.multi == 1);
+  }
+  {
+    AutocastGuard off(kBFloat16, false);  // disabled: casts nothing
+    off.cast_parameters({w1});
+    CHECK(seen.multi == 1);
+  }
+}
+
+// On the GPU: a two-layer step with cast_parameters gives the loss and every gradient
+// of the same step without it, bit for bit (the one launch rounds as cast does).
+TEST_CASE("autocast: cast_parameters on CUDA gives the per-op casts' values and gradients" *
+          doctest::test_suite("cuda")) {
+  Tensor x = randn64({33, 17}, 20).to(kCUDA, kFloat32);
+  std::vector<std::vector<float>> out[2];
+  for (int cached : {0, 1}) {
+    std::vector<Tensor> params;
+    uint64_t seed = 21;
+    for (const Shape& s : {Shape{12, 17}, Shape{12}, Shape{8, 12}, Shape{8}})
+      params.push_back(randn64(s, seed++).to(kCUDA, kFloat32).set_requires_grad(true));
+    AutocastGuard bf16;
+    if (cached) bf16.cast_parameters(params);
+    Tensor y = linear(gelu(linear(x, params[0], params[1])), params[2], params[3]);
+    Tensor loss = sum(mul(y, y));
+    loss.backward();
+    out[cached].push_back(loss.to(kCPU, kFloat32).to_vector<float>());
+    for (const Tensor& p : params) out[cached].push_back(p.grad().to(kCPU).to_vector<float>());
+  }
+  for (size_t i = 0; i < out[0].size(); ++i) {
+    CAPTURE(i);
+    CHECK(out[0][i] == out[1][i]);
   }
 }
