@@ -92,7 +92,7 @@
 #        the sixteenth session's step changes: EMBER_DROPOUT_ADD_LAYER_NORM and
 #        EMBER_CAST_PARAMETERS), cases-dal (the dropout, layer norm, graph, clipping and
 #        Adam cases of ember_tests_cuda, and autocast's and dropout's CUDA cases of
-#        ember_tests_core)
+#        ember_tests_core), san-dal (those kernels' cases under the four sanitizers)
 #   EMBER_SWITCHES_LIMIT=540           seconds the stage may take; each part starts only
 #                                      with time left for it
 #   EMBER_GPU_PREBUILT=.device/bg.tar.xz  the pack (unpacked unless build-gpu already holds
@@ -622,6 +622,21 @@ elif [ "$stage" = closing13 ]; then
         echo "ember_tests_core autocast and dropout cases exit status $?" | tee -a "$sum"
         grep -E 'test cases:|assertions:|ERROR|FAILED' "$out/cases_autocast.txt" | head -20 |
           tee -a "$sum"
+        ;;
+      san-dal)
+        # the cases of the sixteenth session's kernels under the four sanitizers at once:
+        # the norm's dropout and the graph's draws (ember_tests_cuda), the dropout kernels
+        # and the multi-tensor cast (ember_tests_core), the multi-tensor norm and scale
+        # (ember_tests_nn), fused Adam (ember_tests_optim); a quarter of the time each
+        t=$((($(left) - ${EMBER_C13_AFTER_SANITIZE:-15}) / 4))
+        sanitize4 "$out/san_dal_cuda" "$t" build-gpu/tests/ember_tests_cuda \
+          -tc='kernels/layer_norm: dropout*,cuda/graph: random*' | tee -a "$sum"
+        sanitize4 "$out/san_dal_core" "$t" build-gpu/tests/ember_tests_core -ts=cuda \
+          -tc='dropout on CUDA*,autocast: cast_parameters on CUDA*' | tee -a "$sum"
+        sanitize4 "$out/san_dal_nn" "$t" build-gpu/tests/ember_tests_nn -ts=cuda \
+          -tc='*clip_grad*' | tee -a "$sum"
+        sanitize4 "$out/san_dal_optim" "$t" build-gpu/tests/ember_tests_optim -ts=cuda \
+          -tc='optim/cuda*' | tee -a "$sum"
         ;;
       san-new)
         # the attention dropout case and the index cases under the four
