@@ -93,13 +93,17 @@ void AutocastGuard::cast_parameters(const std::vector<Tensor>& parameters) {
   if (cache_ == nullptr) cache_ = std::make_unique<Cache>();
   t_cache = cache_.get();
   // Per device, in the parameters' order: those autocast lowers (contiguous ones; the
-  // rest are cast as the ops reach them), each once.
+  // rest are cast as the ops reach them), each once; one already cast and unchanged
+  // since is left as it is.
   std::vector<std::pair<Device, std::vector<const Tensor*>>> groups;
   for (size_t i = 0; i < parameters.size(); ++i) {
     const Tensor& p = parameters[i];
     EMBER_CHECK(p.defined(), "AutocastGuard::cast_parameters: parameter ", i, " is undefined");
-    if (p.dtype() != DType::Float32 || !autocast_applies(p.device()) || !p.is_contiguous() ||
-        cache_->entries.count(&p.impl()) != 0)
+    if (p.dtype() != DType::Float32 || !autocast_applies(p.device()) || !p.is_contiguous())
+      continue;
+    const auto cached = cache_->entries.find(&p.impl());
+    if (cached != cache_->entries.end() && cached->second.version == p.version() &&
+        cached->second.recorded == any_requires_grad({&p}))
       continue;
     auto g = groups.begin();
     while (g != groups.end() && g->first != p.device()) ++g;
@@ -126,7 +130,7 @@ void AutocastGuard::cast_parameters(const std::vector<Tensor>& parameters) {
         attach_grad_fn(casts[j], "CastBackward", {&p}, [](const Tensor& g) {
           return std::vector<Tensor>{cast(g, DType::Float32)};
         });
-      cache_->entries.emplace(&p.impl(), Cache::Entry{p, p.version(), casts[j], recorded});
+      cache_->entries.insert_or_assign(&p.impl(), Cache::Entry{p, p.version(), casts[j], recorded});
     }
   }
 }

@@ -95,7 +95,8 @@ TEST_CASE("autocast: CUDA Linear runs in bf16, float32 masters get the compositi
 // GPU): the parameters autocast lowers cast in one multi-tensor launch (a repeated one
 // once, a float64 one not at all), the ops then casting only their other float32
 // operands; each cached cast recorded (the parameters get float32 gradients); a
-// parameter changed in place after it cast again; nothing cached after the guard.
+// parameter changed in place after it cast again (by the op, or by a second call, which
+// casts it alone); nothing cached after the guard.
 TEST_CASE("autocast: cast_parameters casts in one launch and the ops take its casts") {
   struct Seen final : MetaKernelObserver {
     int casts = 0, multi = 0;
@@ -132,19 +133,24 @@ TEST_CASE("autocast: cast_parameters casts in one launch and the ops take its ca
       w2.mul_(2.0);  // a new version: its cached cast no longer stands for it
     }
     (void)linear(zeros({8, 32}, TensorOptions(kBFloat16).device(kMeta)), w2, b2);
-    CHECK(seen.casts == before + 1);  // w2 again; b2 from the cache
+    CHECK(seen.casts == before + 1);         // w2 again; b2 from the cache
+    bf16.cast_parameters({w1, b1, w2, b2});  // w2 alone is cast again, in one launch
+    CHECK(seen.multi == 2);
+    CHECK(seen.multi_tensors == 5);
+    (void)linear(zeros({8, 32}, TensorOptions(kBFloat16).device(kMeta)), w2, b2);
+    CHECK(seen.casts == before + 1);  // both from the cache now
   }
   const int before = seen.casts;
   {
     AutocastGuard again;  // a new guard: nothing cached
     (void)linear(x, w1, b1);
     CHECK(seen.casts == before + 3);
-    CHECK(seen.multi == 1);
+    CHECK(seen.multi == 2);
   }
   {
     AutocastGuard off(kBFloat16, false);  // disabled: casts nothing
     off.cast_parameters({w1});
-    CHECK(seen.multi == 1);
+    CHECK(seen.multi == 2);
   }
 }
 
