@@ -287,7 +287,8 @@ void set_add_layer_norm_fused(bool on);
 // mask is drawn inside it, and again inside the residual's gradient (one pass from the
 // sum's gradient, cast to the residual's dtype and masked): no dropout kernels and no
 // dropped copy of the residual. Otherwise, with p 1, and with
-// EMBER_DROPOUT_ADD_LAYER_NORM=0, it is dropout then add_layer_norm.
+// EMBER_DROPOUT_ADD_LAYER_NORM=0, it is dropout then add_layer_norm; with no mask to draw
+// (train false, p 0) it is add_layer_norm, its allocations and profile span so named.
 std::pair<Tensor, Tensor> dropout_add_layer_norm(const Tensor& x, const Tensor& residual, double p,
                                                  bool train, const Shape& normalized_shape,
                                                  const Tensor& weight = Tensor(),

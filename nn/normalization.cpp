@@ -55,14 +55,7 @@ std::pair<Tensor, Tensor> LayerNorm::forward_residual(const Tensor& x, const Ten
               "LayerNorm::forward_residual: dropout must be in [0, 1], got ", dropout);
   ForwardScope scope(*this);
   const bool train = is_training();
-  const bool lowers = options.autocast_output() && autocast_lowers({&x});
-  if (!train || dropout == 0.0) {  // add_layer_norm, so that its name tags what it allocates
-    if (lowers)
-      return ember::detail::add_layer_norm_into_dtype(
-          x, residual, options.normalized_shape(), weight, bias, options.eps(), autocast_dtype());
-    return add_layer_norm(x, residual, options.normalized_shape(), weight, bias, options.eps());
-  }
-  if (lowers)
+  if (options.autocast_output() && autocast_lowers({&x}))
     return ember::detail::dropout_add_layer_norm_into_dtype(x, residual, dropout, train,
                                                             options.normalized_shape(), weight,
                                                             bias, options.eps(), autocast_dtype());

@@ -318,7 +318,10 @@ std::pair<Tensor, Tensor> add_layer_norm_to(const char* op, const Tensor& x, con
                                             const Shape& normalized_shape, const Tensor& weight,
                                             const Tensor& bias, double eps,
                                             std::optional<DType> output) {
-  OpSite site(op);
+  // Where no mask is drawn (eval, p 0) the allocations are add_layer_norm's, so a model's
+  // memory reads the same whether or not it configures dropout.
+  const bool drops = drop.train && drop.p > 0.0;
+  OpSite site(drops ? op : "add_layer_norm");
   check_defined(op, x, "input");
   check_defined(op, residual, "residual");
   check_same_device(op, x, residual);
@@ -331,7 +334,6 @@ std::pair<Tensor, Tensor> add_layer_norm_to(const char* op, const Tensor& x, con
               *output);
   EMBER_CHECK(drop.p >= 0.0 && drop.p <= 1.0, op, ": dropout probability must be in [0, 1], got ",
               drop.p);
-  const bool drops = drop.train && drop.p > 0.0;
   // The sum's dtype is add's; the norm computes in it unless the parameters promote it.
   const DType dtype = norm_dtype(promote_types(x.dtype(), residual.dtype()), weight, bias);
   const DType out = output.value_or(dtype);

@@ -57,10 +57,6 @@ __device__ void sgd_chunk(const OptimTensor& t, const SgdConfig& c, int64_t begi
   }
 }
 
-__device__ __forceinline__ bool aligned16(const void* p) {
-  return reinterpret_cast<uintptr_t>(p) % 16 == 0;
-}
-
 // Float32 chunks whose arrays are all 16-byte aligned move four elements per thread
 // per array as one load and one store each (the scalar loop left too few bytes in
 // flight to keep the memory busy); each element's update is the same call, so the

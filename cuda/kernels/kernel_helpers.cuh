@@ -118,8 +118,9 @@ void dispatch_float32_bf16(DType t, const char* op, F&& f) {
 
 // ------------------------------------------------------------------ alignment
 
-// Whether `p` may be read or written as 16-byte vectors (Vec16, vec16.cuh).
-inline bool aligned16(const void* p) {
+// Whether `p` may be read or written as 16-byte vectors (Vec16, vec16.cuh); on the host
+// (a launcher's choice) and in kernels (a chunk's own start).
+__host__ __device__ inline bool aligned16(const void* p) {
   return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 }
 

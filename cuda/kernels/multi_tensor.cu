@@ -61,7 +61,7 @@ constexpr int kUnroll = 4;
 template <typename T, typename F>
 __device__ __forceinline__ void for_chunk(const T* x, int64_t begin, int64_t end, F&& f) {
   constexpr int V = 16 / static_cast<int>(sizeof(T));
-  if (reinterpret_cast<uintptr_t>(x + begin) % 16 == 0) {
+  if (aligned16(x + begin)) {
     const int64_t packs = (end - begin) / V;
     const uint4* xv = reinterpret_cast<const uint4*>(x + begin);
     for (int64_t q0 = threadIdx.x; q0 < packs; q0 += int64_t{kThreads} * kUnroll) {
@@ -151,7 +151,7 @@ __global__ void __launch_bounds__(kThreads)
     T* x = static_cast<T*>(batch.data[k]);
     int64_t i0 = begin;
     constexpr int V = 16 / static_cast<int>(sizeof(T));
-    if (reinterpret_cast<uintptr_t>(x + begin) % 16 == 0) {  // as for_chunk: whole vectors
+    if (aligned16(x + begin)) {  // as for_chunk: whole vectors
       const int64_t packs = (end - begin) / V;
       uint4* xv = reinterpret_cast<uint4*>(x + begin);
       for (int64_t q = threadIdx.x; q < packs; q += kThreads) {
@@ -186,8 +186,7 @@ __global__ void __launch_bounds__(kThreads) cast_kernel(const __grid_constant__ 
   const int64_t end = begin + kChunk < n ? begin + kChunk : n;
   const float* x = static_cast<const float*>(batch.src.data[k]);
   auto* y = static_cast<__nv_bfloat16*>(batch.dst[k]);
-  if (reinterpret_cast<uintptr_t>(x + begin) % 16 == 0 &&
-      reinterpret_cast<uintptr_t>(y + begin) % 16 == 0) {
+  if (aligned16(x + begin) && aligned16(y + begin)) {
     const int64_t packs = (end - begin) / 8;
     for (int64_t q = threadIdx.x; q < packs; q += kThreads) {
       const int64_t i = begin + 8 * q;

@@ -21,6 +21,20 @@ using ember::testing::rel_error;
 namespace {
 using V = std::vector<double>;
 using Inputs = std::vector<Tensor>;
+
+// A leaf of v's values in dtype dt that requires grad.
+Tensor leaf(const Tensor& v, DType dt = kFloat32) {
+  return v.to(dt).detach().set_requires_grad(true);
+}
+
+// The fused path's tensors against the composed path's: the same dtypes, the same bits.
+void check_same_bits(const std::vector<Tensor>& one, const std::vector<Tensor>& two) {
+  for (size_t i = 0; i < one.size(); ++i) {
+    CAPTURE(i);
+    CHECK(one[i].dtype() == two[i].dtype());
+    CHECK(one[i].to(kFloat32).to_vector<float>() == two[i].to(kFloat32).to_vector<float>());
+  }
+}
 }  // namespace
 
 TEST_CASE("layer_norm: hand-computed values, biased variance, eps inside the root") {
@@ -153,10 +167,7 @@ TEST_CASE("add_layer_norm: one pass equals add then layer_norm, bit for bit, wit
       INFO("residual ", rdt, ", bfloat16 result ", bf16_out);
       auto run = [&](bool fused) {
         detail::set_add_layer_norm_fused(fused);
-        Tensor x = x0.detach().set_requires_grad(true), w = w0.detach().set_requires_grad(true),
-               b = b0.detach().set_requires_grad(true);
-        Tensor ra = r0.to(rdt).detach().set_requires_grad(true);
-        Tensor rb = r1.to(rdt).detach().set_requires_grad(true);
+        Tensor x = leaf(x0), w = leaf(w0), b = leaf(b0), ra = leaf(r0, rdt), rb = leaf(r1, rdt);
         auto norm = [&](const Tensor& s, const Tensor& r) {
           return bf16_out ? detail::add_layer_norm_into_dtype(s, r, {cols}, w, b, 1e-5, kBFloat16)
                           : add_layer_norm(s, r, {cols}, w, b);
@@ -170,11 +181,7 @@ TEST_CASE("add_layer_norm: one pass equals add then layer_norm, bit for bit, wit
                                    ra.grad(),   rb.grad(),   w.grad(),    b.grad()};
       };
       const std::vector<Tensor> one = run(true), two = run(false);
-      for (size_t i = 0; i < one.size(); ++i) {
-        CAPTURE(i);
-        CHECK(one[i].dtype() == two[i].dtype());
-        CHECK(one[i].to(kFloat32).to_vector<float>() == two[i].to(kFloat32).to_vector<float>());
-      }
+      check_same_bits(one, two);
       CHECK(one[5].dtype() == rdt);  // the residual's gradient in its own dtype
       // The values themselves: the first norm against float64 on the same inputs.
       const Tensor s64 = add(x0.to(kFloat64), r0.to(rdt).to(kFloat64));
@@ -231,10 +238,7 @@ TEST_CASE("dropout_add_layer_norm: the mask inside the pass equals dropout then 
         detail::set_dropout_add_layer_norm_fused(fused);
         Generator g(77);
         g.set_offset(500);
-        Tensor x = x0.detach().set_requires_grad(true), w = w0.detach().set_requires_grad(true),
-               b = b0.detach().set_requires_grad(true);
-        Tensor ra = r0.to(rdt).detach().set_requires_grad(true);
-        Tensor rb = r1.to(rdt).detach().set_requires_grad(true);
+        Tensor x = leaf(x0), w = leaf(w0), b = leaf(b0), ra = leaf(r0, rdt), rb = leaf(r1, rdt);
         auto norm = [&](const Tensor& s, const Tensor& r) {
           return bf16_out ? detail::dropout_add_layer_norm_into_dtype(s, r, p, true, {cols}, w, b,
                                                                       1e-5, kBFloat16, &g)
@@ -249,11 +253,7 @@ TEST_CASE("dropout_add_layer_norm: the mask inside the pass equals dropout then 
                                    ra.grad(),   rb.grad(),   w.grad(),    b.grad()};
       };
       const std::vector<Tensor> one = run(true), two = run(false);
-      for (size_t i = 0; i < one.size(); ++i) {
-        CAPTURE(i);
-        CHECK(one[i].dtype() == two[i].dtype());
-        CHECK(one[i].to(kFloat32).to_vector<float>() == two[i].to(kFloat32).to_vector<float>());
-      }
+      check_same_bits(one, two);
       CHECK(one[5].dtype() == rdt);
       // The documented mask: the first norm drew counters 500.., the second 500 + n..
       const std::vector<double> m = ember::testing::dropout_mask(77, 500, rows * cols, p);
