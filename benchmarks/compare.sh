@@ -20,6 +20,10 @@
 #                                  and T 4096, 8192; forward, forward+backward) against PyTorch's
 #                                  sdpa, its faster of flash and cuDNN (peer_attention.py), and
 #                                  against ember's composed path (bench_attention --composed)
+#                          issue28 issue 28's targets but the GPT steps': the MLP step and
+#                                  the digits step (eager and graphed), bench_linear --dtype bf16
+#                                  (the Hopper GEMM against cuBLASLt in the same process),
+#                                  cross-entropy and layer norm, against PyTorch
 #                          elementwise  bench_elementwise (GPT-2's element-wise work, strided and
 #                                  vector kernels) against PyTorch (peer_pytorch.py --only
 #                                  elementwise)
@@ -122,6 +126,8 @@ for ((k = 1; k <= reps; ++k)); do
     run "$d" peer_train_step_seed 180 python3 benchmarks/peer_train_step.py --only seed \
       --json "$d/peer_train_step_seed.json" "${quick[@]}"
     run "$d" peer_host_bound 180 python3 benchmarks/peer_host_bound.py --out "$d"
+  fi
+  if has host || has issue28; then
     # The digits MLP: PyTorch starts from the weights bench_digits_mlp wrote.
     run "$d" digits_mlp 300 "$b/bench_digits_mlp" --json "$d/digits_mlp.json" \
       --init "$d/digits_mlp_init.ckp" "${quick[@]}"
@@ -129,7 +135,7 @@ for ((k = 1; k <= reps; ++k)); do
       run "$d" peer_train_step_digits 300 python3 benchmarks/peer_train_step.py --only digits \
         --digits-init "$d/digits_mlp_init.ckp" --json "$d/peer_train_step_digits.json" "${quick[@]}"
   fi
-  if has mlp; then
+  if has mlp || has issue28; then
     run "$d" train_step_mlp 300 "$b/bench_train_step" --only mlp --json "$d/train_step_mlp.json" "${quick[@]}"
     run "$d" peer_train_step_mlp 300 python3 benchmarks/peer_train_step.py --only mlp \
       --json "$d/peer_train_step_mlp.json" "${quick[@]}"
@@ -141,6 +147,13 @@ for ((k = 1; k <= reps; ++k)); do
     run "$d" cross_entropy 180 "$b/bench_cross_entropy" --json "$d/cross_entropy.json"
     run "$d" layer_norm 120 "$b/bench_layer_norm" --json "$d/layer_norm.json"
     run "$d" peer 300 python3 benchmarks/peer_pytorch.py --json "$d/peer.json"
+  fi
+  if has issue28 && ! has device; then  # the device set's rows that issue 28 reads
+    run "$d" linear 300 "$b/bench_linear" --dtype bf16 --json "$d/linear.json" "${quick[@]}"
+    run "$d" cross_entropy 180 "$b/bench_cross_entropy" --json "$d/cross_entropy.json"
+    run "$d" layer_norm 120 "$b/bench_layer_norm" --json "$d/layer_norm.json"
+    run "$d" peer 300 python3 benchmarks/peer_pytorch.py --only linear,cross_entropy,layer_norm \
+      --json "$d/peer.json"
   fi
   if has gpt; then
     run "$d" gpt 900 "$b/bench_gpt" --json "$d/gpt.json" "${quick[@]}"

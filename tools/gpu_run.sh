@@ -28,6 +28,7 @@ start=$(date +%s)
 if [ -n "${EMBER_GPU_PREBUILT:-}" ]; then
   # A build packed elsewhere by tools/pack_gpu_build.sh: unpacked, not rebuilt.
   tar -xJf "$EMBER_GPU_PREBUILT" || { echo "cannot unpack $EMBER_GPU_PREBUILT"; exit 1; }
+  ember_fix_ctest_interpreters build-gpu
   if [ "$(cat build-gpu/ember_source_dir.txt 2>/dev/null)" != "$PWD" ]; then
     echo "warning: build-gpu was built in $(cat build-gpu/ember_source_dir.txt 2>/dev/null || echo '?')," \
          "this tree is $PWD: tests that read data through the compiled-in path will fail"

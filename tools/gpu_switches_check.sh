@@ -92,7 +92,9 @@
 #        the sixteenth session's step changes: EMBER_DROPOUT_ADD_LAYER_NORM and
 #        EMBER_CAST_PARAMETERS), cases-dal (the dropout, layer norm, graph, clipping and
 #        Adam cases of ember_tests_cuda, and autocast's and dropout's CUDA cases of
-#        ember_tests_core), san-dal (those kernels' cases under the four sanitizers)
+#        ember_tests_core), san-dal (those kernels' cases under the four sanitizers,
+#        issue28 (benchmarks/compare.sh's issue28 set, 5 repetitions: issue 28's targets
+#        but the GPT steps')
 #   EMBER_SWITCHES_LIMIT=540           seconds the stage may take; each part starts only
 #                                      with time left for it
 #   EMBER_GPU_PREBUILT=.device/bg.tar.xz  the pack (unpacked unless build-gpu already holds
@@ -113,6 +115,7 @@ export NCCL_NVLS_ENABLE=0
 pack="${EMBER_GPU_PREBUILT:-.device/bg.tar.xz}"
 if [ "$(cat build-gpu/ember_commit.txt 2>/dev/null)" != "$(cat .device/commit.txt 2>/dev/null)" ]; then
   tar -xJf "$pack" || { echo "cannot unpack $pack"; exit 1; }
+  ember_fix_ctest_interpreters build-gpu
 fi
 echo "build-gpu: $(cat build-gpu/ember_commit.txt) ($(($(date +%s) - t0)) s)"
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader |
@@ -571,6 +574,20 @@ elif [ "$stage" = closing13 ]; then
         echo "peer_gpt.py exit status $?" | tee -a "$sum"
         tail -14 "$out/gpt_vs_torch_$part.txt" | tee -a "$sum"
         keep+=("gpt_vs_torch_$part.txt")
+        ;;
+      issue28)
+        # issue 28's targets but the GPT steps' (benchmarks/compare.sh's issue28 set: the
+        # MLP and digits steps, the bf16 GEMM against cuBLASLt, cross-entropy and layer
+        # norm against PyTorch), 5 repetitions alternating, cut at the part's time
+        timeout $(($(left) - 15)) env EMBER_BENCH_PREBUILT=1 EMBER_BENCH_BUILD=build-gpu \
+          EMBER_LIBTORCH=none EMBER_BENCH_QUICK=1 EMBER_COMPARE_REPS=5 \
+          EMBER_COMPARE_SET=issue28 benchmarks/compare.sh "$out/issue28" >"$out/issue28.txt" 2>&1
+        echo "compare.sh exit status $?" | tee -a "$sum"
+        [ -f "$out/issue28/RESULTS.md" ] ||
+          python3 benchmarks/results_table.py "$out/issue28" >"$out/issue28/RESULTS.md" 2>&1
+        cp "$out/issue28/RESULTS.md" "$out/issue28_results.md"
+        grep -A40 '^### Targets' "$out/issue28_results.md" | tee -a "$sum"
+        keep+=(issue28_results.md)
         ;;
       profile-char | profile-gpt2)
         # ember's profiler over 3 steps: the key_averages table by device time
