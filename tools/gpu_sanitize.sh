@@ -36,6 +36,15 @@
 #                                              (for a caller with a wall-clock limit;
 #                                              default: none)
 #   EMBER_COMMIT=<sha>                         the commit the table names (default: git)
+#   EMBER_GPU_SANITIZE_RESUME=DIR              an earlier run's logs of the same build
+#                                              (DIR/table.txt, which every run writes
+#                                              into its logs, and the logs beside it):
+#                                              the runs that table calls clean are not
+#                                              run again, their logs are judged anew
+#                                              and the table marks them "resumed"; for
+#                                              a set cut by a deadline, finished in a
+#                                              later call. The table's commit and suites
+#                                              must be this run's.
 # What a full run covers: every test case of those suites in every binary except the
 # soak tests (100,000 steps: hours under a sanitizer; their kernels are the ones the
 # other cases run), plus the planted bugs and the probe below.
@@ -439,6 +448,37 @@ run_one() {  # bin tool variant doctest-args...
   echo "$rc $(( $(date +%s) - start )) $why" >"$log.result"
 }
 
+# EMBER_GPU_SANITIZE_RESUME: the runs an earlier table of this commit called clean
+# ("tool binary variant" keys, variant "all" for a whole binary), their logs copied in.
+declare -A resumed=()
+resume=${EMBER_GPU_SANITIZE_RESUME:-}
+if [ -n "$resume" ]; then
+  if [ "$(realpath -m "$resume")" = "$(realpath -m "$logs")" ]; then
+    echo "gpu-sanitize: EMBER_GPU_SANITIZE_RESUME must not be $logs (this run clears it)" >&2
+    exit 2
+  fi
+  old_head=$(grep -m1 '^gpu-sanitize at commit ' "$resume/table.txt" 2>/dev/null)
+  want_head="gpu-sanitize at commit $commit: suites $suites${user_cases:+, cases $user_cases},"
+  if [[ "$old_head" != "$want_head"* ]]; then
+    echo "gpu-sanitize: EMBER_GPU_SANITIZE_RESUME=$resume: $resume/table.txt must be a table" \
+         "of commit $commit, suites $suites; it says: ${old_head:-nothing (no table.txt)}" >&2
+    exit 2
+  fi
+  while read -r tool name variant; do
+    log="$name.$tool$([ "$variant" = all ] || echo ".$variant").log"
+    if [ -f "$resume/$log" ] && [ -f "$resume/$log.result" ]; then
+      cp "$resume/$log" "$resume/$log.result" "$logs/" && resumed["$tool $name $variant"]=1
+    fi
+  done < <(grep -E '^(memcheck|racecheck|initcheck|synccheck) ' "$resume/table.txt" |
+           grep -E '  clean( |$)' | awk '{ print $1, $2, $3 }')
+  echo "gpu-sanitize: ${#resumed[@]} clean runs taken from $resume (not run again)"
+fi
+is_resumed() {  # entry
+  local bin tool variant
+  IFS='|' read -r bin tool variant _ <<<"$1"
+  [ -n "${resumed["$tool $(basename "$bin") ${variant:-all}"]:-}" ]
+}
+
 common=("-ts=$suites" --no-intro=true --no-colors=true)
 [ -n "$user_cases" ] && common+=("-tc=$user_cases")
 runs=()     # "bin|tool|variant|doctest args (tab-separated)"
@@ -544,11 +584,12 @@ launch() {  # entry
   run_one "$bin" "$tool" "$variant" "${argv[@]}"
 }
 for entry in "${runs[@]}"; do
+  is_resumed "$entry" && continue
   while [ "$(jobs -rp | wc -l)" -ge "$max_jobs" ]; do wait -n; done
   launch "$entry" &
 done
 wait
-for entry in "${serial[@]}"; do launch "$entry"; done
+for entry in "${serial[@]}"; do is_resumed "$entry" || launch "$entry"; done
 total_secs=$(( $(date +%s) - start_all ))
 
 # ---------------------------------------------------------------- the verdicts
@@ -673,6 +714,7 @@ for entry in "${runs[@]}" "${serial[@]}"; do
     else note+=" (ran past EMBER_GPU_SANITIZE_TIMEOUT=${run_timeout}s)"; fi
   fi
   runs_small "$tool" "$name" && note+=" (${small_sizes[*]})"
+  [ -n "${resumed["$tool $name ${variant:-all}"]:-}" ] && note+=" (resumed: run earlier, $resume)"
   verdict=clean$note
   if [ "$rc" != 0 ]; then
     verdict="FAILED (exit $rc)$note"
@@ -684,10 +726,12 @@ for entry in "${runs[@]}" "${serial[@]}"; do
 done
 
 echo
-echo "gpu-sanitize at commit $commit: suites $suites${user_cases:+, cases $user_cases}, soak excluded," \
-     "$max_jobs runs at a time, ${total_secs}s"
-printf '%-10s %-24s %-11s %-11s %6s  %s\n' tool binary "which cases" errors time "doctest summary, verdict"
-printf '%s\n' "${summary[@]}"
+{
+  echo "gpu-sanitize at commit $commit: suites $suites${user_cases:+, cases $user_cases}, soak excluded," \
+       "$max_jobs runs at a time, ${total_secs}s${resume:+, ${#resumed[@]} runs resumed from $resume}"
+  printf '%-10s %-24s %-11s %-11s %6s  %s\n' tool binary "which cases" errors time "doctest summary, verdict"
+  printf '%s\n' "${summary[@]}"
+} | tee "$logs/table.txt"
 printf '%s\n' "${planted_lines[@]}"
 [ -n "$ic_note" ] && echo "$ic_note"
 if [ "$prefill" = 1 ]; then

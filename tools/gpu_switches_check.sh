@@ -95,6 +95,10 @@
 #        ember_tests_core), san-dal (those kernels' cases under the four sanitizers,
 #        issue28 (benchmarks/compare.sh's issue28 set, 5 repetitions: issue 28's targets
 #        but the GPT steps')
+#   EMBER_C13_SAN_RESUME=DIR           closing13's san-cuda and san-rest: the clean runs of
+#                                      DIR/san-cuda and DIR/san-rest (an earlier call's logs
+#                                      of the same pack, each with its table.txt) are taken,
+#                                      not run again (EMBER_GPU_SANITIZE_RESUME)
 #   EMBER_SWITCHES_LIMIT=540           seconds the stage may take; each part starts only
 #                                      with time left for it
 #   EMBER_GPU_PREBUILT=.device/bg.tar.xz  the pack (unpacked unless build-gpu already holds
@@ -551,9 +555,12 @@ elif [ "$stage" = closing13 ]; then
       san-cuda | san-rest)
         only=cuda
         [ "$part" = san-rest ] && only=core,memory,nn,optim,parallel
+        resume_dir=""
+        [ -n "${EMBER_C13_SAN_RESUME:-}" ] && resume_dir="$EMBER_C13_SAN_RESUME/$part"
         EMBER_COMMIT=$(cat build-gpu/ember_commit.txt) EMBER_GPU_SANITIZE_ONLY=$only \
           EMBER_GPU_SANITIZE_JOBS=16 EMBER_GPU_SANITIZE_SHARD=3 \
           EMBER_GPU_SANITIZE_DEADLINE=$(($(left) - ${EMBER_C13_AFTER_SANITIZE:-15})) \
+          EMBER_GPU_SANITIZE_RESUME="$resume_dir" \
           EMBER_GPU_SANITIZE_PROBE=1 tools/gpu_sanitize.sh build-gpu >"$out/$part.txt" 2>&1
         echo "gpu_sanitize ($only) exit status $?" | tee -a "$sum"
         grep -v '^gpu-sanitize: \(memcheck\|racecheck\|initcheck\|synccheck\) on ' \
