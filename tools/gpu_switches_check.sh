@@ -92,7 +92,7 @@
 #        the sixteenth session's step changes: EMBER_DROPOUT_ADD_LAYER_NORM and
 #        EMBER_CAST_PARAMETERS), cases-dal (the dropout, layer norm, graph, clipping and
 #        Adam cases of ember_tests_cuda, and autocast's and dropout's CUDA cases of
-#        ember_tests_core), san-dal (those kernels' cases under the four sanitizers,
+#        ember_tests_core), san-dal (those kernels' cases under the four sanitizers),
 #        issue28 (benchmarks/compare.sh's issue28 set, 5 repetitions: issue 28's targets
 #        but the GPT steps')
 #   EMBER_C13_SAN_RESUME=DIR           closing13's san-cuda and san-rest: the clean runs of
