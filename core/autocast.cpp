@@ -26,6 +26,15 @@ struct AutocastGuard::Cache {
     bool recorded;
   };
   std::unordered_map<const void*, Entry> entries;
+  // t's cast, if one is kept and still stands for it (t's version and grad mode as
+  // when it was cast); else nullptr.
+  const Tensor* fresh(const Tensor& t) const {
+    const auto it = entries.find(&t.impl());
+    return it != entries.end() && it->second.version == t.version() &&
+                   it->second.recorded == any_requires_grad({&t})
+               ? &it->second.cast
+               : nullptr;
+  }
 };
 
 namespace {
@@ -57,12 +66,7 @@ bool autocast_lowers(std::initializer_list<const Tensor*> operands) {
 
 Tensor autocast_lower(const Tensor& t) {
   if (!t.defined() || t.dtype() != DType::Float32) return t;
-  if (t_cache != nullptr) {
-    const auto it = t_cache->entries.find(&t.impl());
-    if (it != t_cache->entries.end() && it->second.version == t.version() &&
-        it->second.recorded == any_requires_grad({&t}))
-      return it->second.cast;
-  }
+  if (const Tensor* kept = t_cache != nullptr ? t_cache->fresh(t) : nullptr) return *kept;
   return cast(t, t_dtype);
 }
 
@@ -101,10 +105,7 @@ void AutocastGuard::cast_parameters(const std::vector<Tensor>& parameters) {
     EMBER_CHECK(p.defined(), "AutocastGuard::cast_parameters: parameter ", i, " is undefined");
     if (p.dtype() != DType::Float32 || !autocast_applies(p.device()) || !p.is_contiguous())
       continue;
-    const auto cached = cache_->entries.find(&p.impl());
-    if (cached != cache_->entries.end() && cached->second.version == p.version() &&
-        cached->second.recorded == any_requires_grad({&p}))
-      continue;
+    if (cache_->fresh(p) != nullptr) continue;
     auto g = groups.begin();
     while (g != groups.end() && g->first != p.device()) ++g;
     if (g == groups.end()) g = groups.insert(groups.end(), {p.device(), {}});
@@ -125,12 +126,9 @@ void AutocastGuard::cast_parameters(const std::vector<Tensor>& parameters) {
         {device, spans.data(), dst.data(), static_cast<int64_t>(spans.size())});
     for (size_t j = 0; j < members.size(); ++j) {
       const Tensor& p = *members[j];
-      const bool recorded = any_requires_grad({&p});
-      if (recorded)  // as cast records it
-        attach_grad_fn(casts[j], "CastBackward", {&p}, [](const Tensor& g) {
-          return std::vector<Tensor>{cast(g, DType::Float32)};
-        });
-      cache_->entries.insert_or_assign(&p.impl(), Cache::Entry{p, p.version(), casts[j], recorded});
+      detail::record_cast(casts[j], p);
+      cache_->entries.insert_or_assign(
+          &p.impl(), Cache::Entry{p, p.version(), casts[j], any_requires_grad({&p})});
     }
   }
 }

@@ -82,6 +82,9 @@ Tensor binary_op(BinaryOp op, const Tensor& a, const Tensor& b, double alpha);
 Tensor unary_backward_of(UnaryOp op, const Tensor& g, const Tensor& saved, double s);
 // gather whose bad index is reported as op's (a class target when `targets`).
 Tensor gather(const Tensor& x, int64_t dim, const Tensor& index, const char* op, bool targets);
+// cast's record: `out`, a's values in another floating dtype made without recording,
+// gets CastBackward (the gradient cast back to a's dtype) when a requires grad.
+void record_cast(Tensor& out, const Tensor& a);
 }  // namespace detail
 
 // In-place (bump the version; refuse tensors that require grad in grad mode). The

@@ -473,10 +473,13 @@ if [ -n "$resume" ]; then
            grep -E '  clean( |$)' | awk '{ print $1, $2, $3 }')
   echo "gpu-sanitize: ${#resumed[@]} clean runs taken from $resume (not run again)"
 fi
+was_resumed() {  # tool binary-name variant
+  [ -n "${resumed["$1 $2 ${3:-all}"]:-}" ]
+}
 is_resumed() {  # entry
   local bin tool variant
   IFS='|' read -r bin tool variant _ <<<"$1"
-  [ -n "${resumed["$tool $(basename "$bin") ${variant:-all}"]:-}" ]
+  was_resumed "$tool" "$(basename "$bin")" "$variant"
 }
 
 common=("-ts=$suites" --no-intro=true --no-colors=true)
@@ -714,7 +717,7 @@ for entry in "${runs[@]}" "${serial[@]}"; do
     else note+=" (ran past EMBER_GPU_SANITIZE_TIMEOUT=${run_timeout}s)"; fi
   fi
   runs_small "$tool" "$name" && note+=" (${small_sizes[*]})"
-  [ -n "${resumed["$tool $name ${variant:-all}"]:-}" ] && note+=" (resumed: run earlier, $resume)"
+  was_resumed "$tool" "$name" "$variant" && note+=" (resumed: run earlier, $resume)"
   verdict=clean$note
   if [ "$rc" != 0 ]; then
     verdict="FAILED (exit $rc)$note"

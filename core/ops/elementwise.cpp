@@ -381,12 +381,15 @@ Tensor cast(const Tensor& a, DType t) {
     NoGradGuard ng;
     copy_(out, a);
   }
-  if (any_requires_grad({&a}) && is_floating(t)) {
-    DType from = a.dtype();
-    attach_grad_fn(out, "CastBackward", {&a},
-                   [from](const Tensor& g) { return Grads{cast(g, from)}; });
-  }
+  if (is_floating(t)) detail::record_cast(out, a);
   return out;
+}
+
+void detail::record_cast(Tensor& out, const Tensor& a) {
+  if (!any_requires_grad({&a})) return;
+  const DType from = a.dtype();
+  attach_grad_fn(out, "CastBackward", {&a},
+                 [from](const Tensor& g) { return Grads{cast(g, from)}; });
 }
 
 Tensor& fill_(Tensor& t, double value) {
