@@ -8,6 +8,8 @@
 
 #include "core/autocast.h"
 #include "core/autograd.h"
+#include "core/base/multi_tensor.h"
+#include "core/kernel_table.h"
 #include "core/meta.h"
 #include "core/ops.h"
 #include "cuda/runtime.h"
@@ -152,6 +154,42 @@ TEST_CASE("autocast: cast_parameters casts in one launch and the ops take its ca
     off.cast_parameters({w1});
     CHECK(seen.multi == 2);
   }
+}
+
+// multi_tensor_cast's CPU kernel (every device registers the family; autocast lowers
+// nothing on the CPU, so cast_parameters never reaches it): halfway values rounded to
+// even by hand, then every tensor of a batch (an empty one and odd lengths among them)
+// equal to cast's result, and a float64 source refused by name.
+TEST_CASE("autocast: multi_tensor_cast on the CPU rounds each tensor as cast does") {
+  auto run = [](const std::vector<Tensor>& src) {
+    std::vector<Tensor> dst;
+    std::vector<TensorSpan> spans;
+    std::vector<void*> out;
+    for (const Tensor& s : src) {
+      dst.push_back(empty(s.sizes(), kBFloat16));
+      spans.push_back(TensorSpan{s.raw_data(), s.numel(), s.dtype()});
+      out.push_back(dst.back().raw_data());
+    }
+    kernels::kernels_for(kCPU).multi_tensor_cast(
+        {kCPU, spans.data(), out.data(), static_cast<int64_t>(spans.size())});
+    return dst;
+  };
+  // 1 + 2^-8 lies halfway between 1 and 1 + 2^-7: even is 1. 1 + 3 * 2^-8 halfway
+  // between 1 + 2^-7 and 1 + 2^-6: even is 1 + 2^-6.
+  const std::vector<float> halfway{1.00390625f, 1.01171875f, -1.00390625f};
+  CHECK(run({from_vector(halfway, {3})})[0].to(kFloat32).to_vector<float>() ==
+        std::vector<float>{1.0f, 1.015625f, -1.0f});
+  std::vector<Tensor> src{empty({0}, kFloat32)};
+  uint64_t seed = 31;
+  for (int64_t n : {1, 7, 1000}) src.push_back(randn64({n}, seed++).to(kCPU, kFloat32));
+  const std::vector<Tensor> dst = run(src);
+  for (size_t i = 0; i < src.size(); ++i) {
+    CAPTURE(i);
+    CHECK(dst[i].to(kFloat32).to_vector<float>() ==
+          cast(src[i], kBFloat16).to(kFloat32).to_vector<float>());
+  }
+  CHECK(ember::testing::contains(ember::testing::error_of([&] { run({zeros({2}, kFloat64)}); }),
+                                 "multi_tensor_cast: tensor 0 is float64; float32 expected"));
 }
 
 // On the GPU: a two-layer step with cast_parameters gives the loss and every gradient
