@@ -98,7 +98,11 @@
 #   EMBER_C13_SAN_RESUME=DIR           closing13's san-cuda and san-rest: the clean runs of
 #                                      DIR/san-cuda and DIR/san-rest (an earlier call's logs
 #                                      of the same pack, each with its table.txt) are taken,
-#                                      not run again (EMBER_GPU_SANITIZE_RESUME)
+#                                      not run again (EMBER_GPU_SANITIZE_RESUME); a part
+#                                      with no DIR/PART/table.txt runs whole
+#   EMBER_C13_SAN_KEEP=DIR             closing13's san parts also copy their logs to
+#                                      DIR/PART (on the GPU machine: a later call on the
+#                                      same warm machine resumes from there)
 #   EMBER_SWITCHES_LIMIT=540           seconds the stage may take; each part starts only
 #                                      with time left for it
 #   EMBER_GPU_PREBUILT=.device/bg.tar.xz  the pack (unpacked unless build-gpu already holds
@@ -556,7 +560,11 @@ elif [ "$stage" = closing13 ]; then
         only=cuda
         [ "$part" = san-rest ] && only=core,memory,nn,optim,parallel
         resume_dir=""
-        [ -n "${EMBER_C13_SAN_RESUME:-}" ] && resume_dir="$EMBER_C13_SAN_RESUME/$part"
+        if [ -f "${EMBER_C13_SAN_RESUME:-/nonexistent}/$part/table.txt" ]; then
+          resume_dir="$EMBER_C13_SAN_RESUME/$part"
+        elif [ -n "${EMBER_C13_SAN_RESUME:-}" ]; then
+          echo "no $EMBER_C13_SAN_RESUME/$part/table.txt: $part runs whole" | tee -a "$sum"
+        fi
         EMBER_COMMIT=$(cat build-gpu/ember_commit.txt) EMBER_GPU_SANITIZE_ONLY=$only \
           EMBER_GPU_SANITIZE_JOBS=16 EMBER_GPU_SANITIZE_SHARD=3 \
           EMBER_GPU_SANITIZE_DEADLINE=$(($(left) - ${EMBER_C13_AFTER_SANITIZE:-15})) \
@@ -566,6 +574,10 @@ elif [ "$stage" = closing13 ]; then
         grep -v '^gpu-sanitize: \(memcheck\|racecheck\|initcheck\|synccheck\) on ' \
           "$out/$part.txt" | tail -40 | tee -a "$sum"
         cp -r build-gpu/gpu-sanitize "$out/${part}_logs" 2>/dev/null
+        if [ -n "${EMBER_C13_SAN_KEEP:-}" ]; then  # for a later call's EMBER_C13_SAN_RESUME
+          rm -rf "${EMBER_C13_SAN_KEEP:?}/$part" && mkdir -p "$EMBER_C13_SAN_KEEP" &&
+            cp -r build-gpu/gpu-sanitize "$EMBER_C13_SAN_KEEP/$part"
+        fi
         ;;
       attention)
         compare_attention $(($(left) - 10)) "$sum"
