@@ -382,13 +382,20 @@ declare -A tool_args=(
   [synccheck]="--tool synccheck"
 )
 
+# A run's log file, inside $logs: binary-name tool variant ("" or "all": the whole binary).
+log_name() {
+  local variant=$3
+  [ "$variant" = all ] && variant=""
+  echo "$1.$2${variant:+.$variant}.log"
+}
+
 # One sanitizer run in the background; its exit status and time go to <log>.result.
 run_one() {  # bin tool variant doctest-args...
   local bin=$1 tool=$2 variant=$3
   shift 3
   local name log start rc
   name=$(basename "$bin")
-  log="$logs/$name.$tool${variant:+.$variant}.log"
+  log="$logs/$(log_name "$name" "$tool" "$variant")"
   start=$(date +%s)
   local api=()
   [ "$variant" = api-errors ] && api=(--report-api-errors no)
@@ -465,7 +472,7 @@ if [ -n "$resume" ]; then
     exit 2
   fi
   while read -r tool name variant; do
-    log="$name.$tool$([ "$variant" = all ] || echo ".$variant").log"
+    log=$(log_name "$name" "$tool" "$variant")
     if [ -f "$resume/$log" ] && [ -f "$resume/$log.result" ]; then
       cp "$resume/$log" "$resume/$log.result" "$logs/" && resumed["$tool $name $variant"]=1
     fi
@@ -646,7 +653,7 @@ set_apart=()
 for entry in "${runs[@]}" "${serial[@]}"; do
   IFS='|' read -r bin tool variant _ <<<"$entry"
   name=$(basename "$bin")
-  log="$logs/$name.$tool${variant:+.$variant}.log"
+  log="$logs/$(log_name "$name" "$tool" "$variant")"
   why=""
   read -r rc secs why <"$log.result" 2>/dev/null || { rc=no-result; secs="?"; }
   # memcheck/initcheck/synccheck: "ERROR SUMMARY: N errors"; racecheck:
