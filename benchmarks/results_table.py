@@ -37,9 +37,24 @@ import statistics
 import sys
 
 
+MIN_REPS = 5  # the house rule: a ratio counts from at least five alternating repetitions
+
+
 def reps_of(d):
     reps = sorted(glob.glob(os.path.join(d, "rep-*")), key=lambda p: int(p.rsplit("-", 1)[1]))
     return reps if reps else [d]
+
+
+def held(reps, *names):
+    """How many of the repetitions hold any of the files `names` (a run cut by its time
+    limit leaves its last repetition short of the later sections' files)."""
+    return sum(1 for rep in reps if any(os.path.exists(os.path.join(rep, n)) for n in names))
+
+
+def reps_text(reps, *names):
+    """"N repetition(s)" for a section, "N of M" when a cut run left some without it."""
+    n = held(reps, *names)
+    return f"{n} repetition(s)" if n == len(reps) else f"{n} of {len(reps)} repetition(s)"
 
 
 def load(rep, *names):
@@ -111,10 +126,12 @@ def verdict(ratio, target):
     lo, hi = ratio.range()
     if len(ratio.values) == 1:
         return "one run: not judged"
+    short = "" if len(ratio.values) >= MIN_REPS else \
+        f" (provisional: {len(ratio.values)} repetitions, short of {MIN_REPS})"
     if hi <= target:
-        return "met"
+        return "met" + short
     if lo > target:
-        return "missed"
+        return "missed" + short
     return "undecided (range straddles the target)"
 
 
@@ -141,7 +158,6 @@ def row_key(r):
 
 
 def host_bound(reps):
-    n = len(reps)
     train_names = ("train_step_seed.json", "train_step.json")
     lt_train = ("libtorch_train_step.json",)
     py_train = ("peer_train_step_seed.json", "peer_train_step.json")
@@ -191,7 +207,8 @@ def host_bound(reps):
                      py_lin.get(k, Series()).fmt(), rfmt(r_lt), rfmt(r_py)])
         TARGETS.append(("20", f"linear {k[0]} {k[2]} <= 1.0x libtorch", r_lt, 1.0))
     if rows:  # (a run without the host set prints no heading for it)
-        print(f"### Host-bound rows: ember against libtorch (C++) and PyTorch (Python), {n} repetition(s)\n")
+        print(f"### Host-bound rows: ember against libtorch (C++) and PyTorch (Python), "
+              f"{reps_text(reps, *train_names, 'op_overhead.json', 'linear_small.json')}\n")
         print("Times in ms (add: host ns per op); ratio = ember / peer, per repetition.\n")
         table(["row", "ember", "libtorch", "PyTorch", "ember / libtorch", "ember / PyTorch"], rows)
 
@@ -212,7 +229,8 @@ def mlp(reps):
         if mode == "bf16":
             TARGETS.append(("28", "MLP step bf16 <= 1.0x PyTorch", r, 1.0))
     if rows:
-        print(f"### MLP step: 4 x Linear(4096, 4096), batch 8192, Adam, {len(reps)} repetition(s)\n")
+        print(f"### MLP step: 4 x Linear(4096, 4096), batch 8192, Adam, "
+              f"{reps_text(reps, *names)}\n")
         table(["mode", "ember ms", "PyTorch ms", "ember / PyTorch", "<= 1.0x"], rows)
 
 
@@ -232,8 +250,8 @@ def digits(reps):
         if impl == "graphed":
             TARGETS.append(("28", "digits MLP step graphed <= 1.0x PyTorch", r, 1.0))
     if rows:
-        print(f"### Digits MLP step (64-128-64-10, batch 64, cross-entropy, Adam), {len(reps)} "
-              "repetition(s)\n")
+        print(f"### Digits MLP step (64-128-64-10, batch 64, cross-entropy, Adam), "
+              f"{reps_text(reps, *names)}\n")
         table(["impl", "ember ms", "PyTorch ms", "ember / PyTorch", "<= 1.0x"], rows)
 
 
@@ -248,7 +266,8 @@ def linear(reps):
     for rep in reps:
         for q in load(rep, "linear.json"):
             notes[lin_key(q)] = q.get("note", "")
-    print("### Linear (ms; ratio = ours / PyTorch time, lower is better)\n")
+    print("### Linear (ms; ratio = ours / PyTorch time, lower is better), "
+          f"{reps_text(reps, 'linear.json')}\n")
     print("The products of the backward (d_x, d_w+d_b) compare with cuBLAS only (their note); "
           "tile and schedule rows compare with PyTorch's forward.\n")
     rows = []
@@ -330,7 +349,7 @@ def fused(reps, name, title, op_workload, target, more=()):
     ours = collect(reps, (name,), key)
     if not ours:
         return
-    print(f"### {title}\n")
+    print(f"### {title}, {reps_text(reps, name)}\n")
     rows = []
     for k, s in ours.items():
         r = Series()
@@ -387,7 +406,7 @@ def paired(reps, ours_file, peer_file, title, targets=(), versus=""):
             TARGETS.append((issue, what,
                             ratio_series(reps, (ours_file,), key, (peer_file,), key, k), target))
     if rows:
-        print(f"### {title}, {len(reps)} repetition(s)\n")
+        print(f"### {title}, {reps_text(reps, ours_file)}\n")
         table(["workload", "dtype", "shape", "ember ms", "peer ms", "ember / peer"], rows)
 
 
@@ -411,7 +430,8 @@ def elementwise(reps):
         note = next((q.get("note", "") for q in load(reps[-1], "elementwise.json")
                      if key(q) == k), "")
         rows.append([k[0], k[1], k[3], s.fmt(), note, peer.get(k[:3], Series()).fmt(), rfmt(r)])
-    print(f"### Element-wise work of GPT-2's step (16x1024x768), {len(reps)} repetition(s)\n")
+    print(f"### Element-wise work of GPT-2's step (16x1024x768), "
+          f"{reps_text(reps, 'elementwise.json')}\n")
     table(["workload", "dtype", "impl", "ms", "note (last run)", "PyTorch ms", "ours / PyTorch"],
           rows)
 
@@ -464,8 +484,8 @@ def gpt(reps):
                 TARGETS.append(("28", f"{name} <= {t}x torch.compile", r, t))
         rows.append(cells)
     if rows:
-        print(f"### GPT training step (bf16 autocast, fused AdamW, clip 1.0), {len(reps)} "
-              "repetition(s)\n")
+        print(f"### GPT training step (bf16 autocast, fused AdamW, clip 1.0), "
+              f"{reps_text(reps, *names)}\n")
         table(["shape", "ember ms", "ember", "eager ms", "eager", "ember / eager",
                "compile ms", "compiled", "ember / compile"], rows)
 
@@ -522,9 +542,10 @@ def main():
     if TARGETS:
         print("### Targets\n")
         print("Met only when the whole range of the ratio is at or below the target, missed "
-              "only when it is all above; otherwise undecided.\n")
-        table(["issue", "target", "ratio: median [range]", "verdict"],
-              [[i, what, rfmt(r), verdict(r, t)] for i, what, r, t in TARGETS])
+              "only when it is all above; otherwise undecided. A verdict from fewer than "
+              f"{MIN_REPS} repetitions is marked provisional.\n")
+        table(["issue", "target", "ratio: median [range]", "repetitions", "verdict"],
+              [[i, what, rfmt(r), len(r.values), verdict(r, t)] for i, what, r, t in TARGETS])
 
 
 if __name__ == "__main__":
