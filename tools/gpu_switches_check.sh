@@ -94,7 +94,9 @@
 #        Adam cases of ember_tests_cuda, and autocast's and dropout's CUDA cases of
 #        ember_tests_core), san-dal (those kernels' cases under the four sanitizers),
 #        issue28 (benchmarks/compare.sh's issue28 set, 5 repetitions: issue 28's targets
-#        but the GPT steps')
+#        but the GPT steps'; about 215 s on an H100 by arithmetic: the twentieth session's
+#        178 s held 4 repetitions and the fifth's digits step), memory (bench_gpt --memory: predict_memory's
+#        peaks against the GPU's for both GPT steps)
 #   EMBER_C13_SAN_RESUME=DIR           closing13's san-cuda and san-rest: the clean runs of
 #                                      DIR/san-cuda and DIR/san-rest (an earlier call's logs
 #                                      of the same pack, each with its table.txt) are taken,
@@ -607,6 +609,14 @@ elif [ "$stage" = closing13 ]; then
         cp "$out/issue28/RESULTS.md" "$out/issue28_results.md"
         grep -A40 '^### Targets' "$out/issue28_results.md" | tee -a "$sum"
         keep+=(issue28_results.md)
+        ;;
+      memory)
+        # predict_memory's peak allocated and reserved bytes against the GPU's, both GPT
+        # steps (3 steps each; bench_gpt --memory exits 1 unless they are equal)
+        timeout $(($(left) - 10)) build-gpu/benchmarks/bench_gpt --memory >"$out/memory.txt" 2>&1
+        echo "bench_gpt --memory exit status $?" | tee -a "$sum"
+        grep -E '^memory ' "$out/memory.txt" | tee -a "$sum"
+        keep+=(memory.txt)
         ;;
       profile-char | profile-gpt2)
         # ember's profiler over 3 steps: the key_averages table by device time
