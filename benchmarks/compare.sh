@@ -103,14 +103,24 @@ cat "$out/env.txt"
 nvidia-smi --query-gpu=timestamp,index,clocks.sm,clocks.mem,power.draw,temperature.gpu,clocks_throttle_reasons.active \
   --format=csv -lms 500 >"$out/gpu_clocks.csv" 2>/dev/null &
 clocks_pid=$!
-trap 'kill "$clocks_pid" 2>/dev/null' EXIT
+# Each benchmark runs under its own `timeout`, which puts it in a process group of its
+# own, so a signal that stops this script (an outer timeout's) would not reach it: it
+# would run on and be timed beside whatever runs next. So the script waits on it in the
+# background and, stopped, stops it first.
+child=
+trap 'kill "$clocks_pid" 2>/dev/null; [ -n "$child" ] && kill "$child" 2>/dev/null' EXIT
+trap 'exit 143' TERM
+trap 'exit 130' INT
 
 status=0
 run() {  # dir, name, timeout, command...
   local dir=$1 name=$2 limit=$3; shift 3
   echo "== $(basename "$dir") $name"
-  timeout "$limit" "$@" >"$dir/$name.txt" 2>&1
+  timeout "$limit" "$@" >"$dir/$name.txt" 2>&1 </dev/null &
+  child=$!
+  wait "$child"
   local rc=$?
+  child=
   tail -2 "$dir/$name.txt" | sed 's/^/   /'
   if [ $rc -ne 0 ]; then echo "   $name exited $rc (log: $dir/$name.txt)"; status=1; fi
 }
