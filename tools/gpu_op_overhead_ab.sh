@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # On the GPU machine: bench_op_overhead of this tree against a baseline tree (a source
 # snapshot, e.g. `git archive <commit> | tar -x -C .device/baseline`), both built in
-# Release, run alternately (ours, baseline, ours, ...) REPS times each so drift hits
-# both; prints every run's rows and the per-row medians and min-max. Logs under $OUT.
+# Release, run alternately (baseline, ours, baseline, ...) REPS times each so drift hits
+# both, by tools/builds_ab.sh: every run's log and JSON, and the per-row medians and
+# min-max with the per-run ratio ours / baseline. Logs under $OUT.
 # Usage: tools/gpu_op_overhead_ab.sh BASELINE_DIR [REPS]
 set -uo pipefail
 base="$1"; reps="${2:-5}"
@@ -19,30 +20,5 @@ for tree in . "$base"; do
   cmake --build "$tree/build-ab" -j16 --target bench_op_overhead >"$out/ab-build.log" 2>&1 \
     || { echo "build failed: $tree"; tail -20 "$out/ab-build.log"; exit 1; }
 done
-for i in $(seq 1 "$reps"); do
-  for who in ours base; do
-    bin="$ours_bin"; [ $who = base ] && bin="$base_bin"
-    "$bin" --json "$out/ab-$who-$i.json" >"$out/ab-$who-$i.log" 2>&1 || echo "run failed: $who $i"
-  done
-done
-python3 - "$out" "$reps" <<'PY'
-import json, sys, statistics, os
-out, reps = sys.argv[1], int(sys.argv[2])
-rows = {}
-for who in ("ours", "base"):
-    for i in range(1, reps + 1):
-        p = os.path.join(out, f"ab-{who}-{i}.json")
-        if not os.path.exists(p): continue
-        for r in json.load(open(p))["rows"]:
-            key = (r["workload"], r["device"], r["shape"])
-            rows.setdefault(key, {}).setdefault(who, []).append(r["host_ns_per_op"])
-print("host ns per op, A/B: median [min-max] over runs; ratio = ours / baseline medians")
-for key, d in rows.items():
-    cells = []
-    for who in ("base", "ours"):
-        v = d.get(who, [])
-        cells.append(f"{who} {statistics.median(v):.1f} [{min(v):.1f}-{max(v):.1f}]" if v else f"{who} -")
-    b, o = d.get("base"), d.get("ours")
-    ratio = f"{statistics.median(o) / statistics.median(b):.3f}" if b and o else "-"
-    print(" | ".join([" ".join(str(k) for k in key)] + cells + [ratio]))
-PY
+OUT="$out" BENCHES=bench_op_overhead "$(dirname "$0")/builds_ab.sh" "$reps" 1000000000 \
+  "base=$(dirname "$base_bin")" "ours=$(dirname "$ours_bin")"

@@ -94,8 +94,7 @@
 #        Adam cases of ember_tests_cuda, and autocast's and dropout's CUDA cases of
 #        ember_tests_core), san-dal (those kernels' cases under the four sanitizers),
 #        issue28 (benchmarks/compare.sh's issue28 set, 5 repetitions: issue 28's targets
-#        but the GPT steps'; about 215 s on an H100 by arithmetic: the twentieth
-#        session's 178 s held 4 repetitions and the fifth's digits step), memory
+#        but the GPT steps'; 204 s on an H100 in the twenty-first session), memory
 #        (bench_gpt --memory: predict_memory's peaks against the GPU's, both GPT steps)
 #   EMBER_C13_SAN_RESUME=DIR           closing13's san-cuda and san-rest: the clean runs of
 #                                      DIR/san-cuda and DIR/san-rest (an earlier call's logs

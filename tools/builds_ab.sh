@@ -1,28 +1,30 @@
 #!/usr/bin/env bash
-# The profiler's cost: bench_op_overhead and bench_alloc_site of several builds, run
-# alternately (one of each build per repetition, in the order given), REPS times; each
-# run's JSON and log under $OUT; then, per row, every build's median [min-max] and the
-# per-repetition ratio of each build to the first. No run starts after DEADLINE seconds.
-# Usage: tools/profiler_cost_ab.sh REPS DEADLINE NAME=BENCH_DIR [NAME=BENCH_DIR ...]
+# Host-overhead benchmarks of several builds, run alternately (one run of each build per
+# repetition, in the order given), REPS times; each run's JSON and log under $OUT; then,
+# per row, every build's median [min-max] and the per-repetition ratio of each build to
+# the first. No run starts after DEADLINE seconds. BENCHES names the benchmarks
+# (default: bench_op_overhead bench_alloc_site, the profiler's cost).
+# Usage: tools/builds_ab.sh REPS DEADLINE NAME=BENCH_DIR [NAME=BENCH_DIR ...]
 #   e.g. (benchmarks of afd599d^, before the profiler, and of afd599d, which added it,
 #   each built with -DCMAKE_BUILD_TYPE=Release --target bench_op_overhead bench_alloc_site):
-#   OUT=/tmp/ab tools/profiler_cost_ab.sh 7 100000 base=/tmp/base/build/benchmarks \
+#   OUT=/tmp/ab tools/builds_ab.sh 7 100000 base=/tmp/base/build/benchmarks \
 #     prof=/tmp/prof/build/benchmarks
 set -uo pipefail
-[ $# -ge 3 ] || { sed -n 2,10p "$0"; exit 2; }
+[ $# -ge 3 ] || { sed -n 2,11p "$0"; exit 2; }
 reps="$1" deadline="$2"; shift 2
-out="$(realpath -m "${OUT:-profiler-cost}")"; mkdir -p "$out"
+read -r -a benches <<<"${BENCHES:-bench_op_overhead bench_alloc_site}"
+out="$(realpath -m "${OUT:-builds-ab}")"; mkdir -p "$out"
 names=()
 declare -A dirs
 for spec in "$@"; do
   name="${spec%%=*}" dir="${spec#*=}"
   if [ "$name" = "$spec" ] || [ -z "$name" ]; then echo "not NAME=DIR: $spec"; exit 2; fi
-  for b in bench_op_overhead bench_alloc_site; do
+  for b in "${benches[@]}"; do
     [ -x "$dir/$b" ] || { echo "no executable $dir/$b"; exit 2; }
   done
   names+=("$name"); dirs[$name]="$dir"
 done
-for b in bench_op_overhead bench_alloc_site; do
+for b in "${benches[@]}"; do
   for i in $(seq 1 "$reps"); do
     for who in "${names[@]}"; do
       [ "$SECONDS" -lt "$deadline" ] || { echo "deadline: $b $who $i not run"; continue; }
@@ -31,9 +33,10 @@ for b in bench_op_overhead bench_alloc_site; do
     done
   done
 done
-python3 - "$out" "$reps" "${names[@]}" <<'PY'
+python3 - "$out" "$reps" "${#benches[@]}" "${benches[@]}" "${names[@]}" <<'PY'
 import json, os, statistics, sys
-out, reps, names = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
+out, reps, nb = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+benches, names = sys.argv[4:4 + nb], sys.argv[4 + nb:]
 
 def rows(bench, who, i):
     path = os.path.join(out, f"{bench}-{who}-{i}.json")
@@ -48,7 +51,7 @@ def rows(bench, who, i):
 def cell(v):
     return f"{statistics.median(v):.3f} [{min(v):.3f}-{max(v):.3f}]" if v else "-"
 
-for bench in ("bench_op_overhead", "bench_alloc_site"):
+for bench in benches:
     runs = {w: [rows(bench, w, i) for i in range(1, reps + 1)] for w in names}
     keys = []
     for w in names:
